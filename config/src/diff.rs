@@ -1,0 +1,147 @@
+//! What changed between the running configuration and a newly loaded one.
+//!
+//! The gateway applies the list in one place (`reload`); here it is plain data so the rules are
+//! tested without sockets. Backends are identified by `address`: a backend whose address stays
+//! keeps its health state and its open connections across a reload.
+
+use crate::schema::{BackendSpec, Config};
+
+/// One difference between two configurations.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// A backend address that was not configured before.
+    BackendAdded(BackendSpec),
+    /// A backend address that is no longer configured: it is drained, then forgotten.
+    BackendRemoved(BackendSpec),
+    /// Same address, other name or health address.
+    BackendUpdated {
+        /// As it was.
+        before: BackendSpec,
+        /// As it is now.
+        after: BackendSpec,
+    },
+    /// Probe settings changed: probers are rebuilt, states are kept.
+    HealthChanged,
+    /// A setting read per connection (balance, connect, drain, shutdown, no_ready_backend)
+    /// changed: it applies to the next connection with no further action. Names the key.
+    Setting(&'static str),
+    /// A setting that only takes effect at start (listeners, admin, threads). Names the key. A
+    /// reload that holds one is refused, so the running process never claims a state it is not in.
+    NeedsRestart(&'static str),
+}
+
+/// Lists what `new` changes relative to `old`, backends first, in `new`'s order.
+pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
+    let mut changes = Vec::new();
+    for b in &new.backends {
+        match old.backends.iter().find(|o| o.address == b.address) {
+            None => changes.push(Change::BackendAdded(b.clone())),
+            Some(o) if o != b => changes.push(Change::BackendUpdated {
+                before: o.clone(),
+                after: b.clone(),
+            }),
+            Some(_) => {}
+        }
+    }
+    for o in &old.backends {
+        if !new.backends.iter().any(|b| b.address == o.address) {
+            changes.push(Change::BackendRemoved(o.clone()));
+        }
+    }
+    if old.health != new.health {
+        changes.push(Change::HealthChanged);
+    }
+    let settings: [(&'static str, bool); 5] = [
+        ("balance", old.balance != new.balance),
+        (
+            "no_ready_backend",
+            old.no_ready_backend != new.no_ready_backend,
+        ),
+        ("connect", old.connect != new.connect),
+        ("drain", old.drain != new.drain),
+        ("shutdown", old.shutdown != new.shutdown),
+    ];
+    changes.extend(
+        settings
+            .into_iter()
+            .filter(|(_, changed)| *changed)
+            .map(|(key, _)| Change::Setting(key)),
+    );
+    let restart: [(&'static str, bool); 3] = [
+        ("listeners", old.listeners != new.listeners),
+        ("admin", old.admin != new.admin),
+        ("threads", old.threads != new.threads),
+    ];
+    changes.extend(
+        restart
+            .into_iter()
+            .filter(|(_, changed)| *changed)
+            .map(|(key, _)| Change::NeedsRestart(key)),
+    );
+    changes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::*;
+
+    fn config(backends: &[&str]) -> Config {
+        Config {
+            listeners: vec![ListenerSpec {
+                address: "127.0.0.1:6443".parse().unwrap(),
+            }],
+            backends: backends
+                .iter()
+                .map(|a| BackendSpec {
+                    name: None,
+                    address: a.parse().unwrap(),
+                    health_address: None,
+                })
+                .collect(),
+            health: HealthConfig::default(),
+            balance: BalancePolicy::default(),
+            no_ready_backend: NoReadyBackendPolicy::default(),
+            connect: ConnectConfig::default(),
+            drain: DrainConfig::default(),
+            shutdown: ShutdownConfig::default(),
+            admin: AdminConfig::default(),
+            threads: 1,
+        }
+    }
+
+    #[test]
+    fn same_config_has_no_changes() {
+        let c = config(&["127.0.0.1:1", "127.0.0.1:2"]);
+        assert!(diff(&c, &c).is_empty());
+    }
+
+    #[test]
+    fn backends_are_matched_by_address() {
+        let old = config(&["127.0.0.1:1", "127.0.0.1:2"]);
+        let mut new = config(&["127.0.0.1:2", "127.0.0.1:3"]);
+        new.backends[0].name = Some("b".into());
+        let changes = diff(&old, &new);
+        assert_eq!(changes.len(), 3);
+        assert!(
+            matches!(&changes[0], Change::BackendUpdated { after, .. } if after.name.as_deref() == Some("b"))
+        );
+        assert!(matches!(&changes[1], Change::BackendAdded(b) if b.address.port() == 3));
+        assert!(matches!(&changes[2], Change::BackendRemoved(b) if b.address.port() == 1));
+    }
+
+    #[test]
+    fn listener_change_needs_a_restart_and_policy_change_does_not() {
+        let old = config(&["127.0.0.1:1"]);
+        let mut new = old.clone();
+        new.listeners[0].address = "127.0.0.1:7443".parse().unwrap();
+        new.balance = BalancePolicy::RoundRobin;
+        assert_eq!(
+            diff(&old, &new),
+            vec![
+                Change::Setting("balance"),
+                Change::NeedsRestart("listeners")
+            ]
+        );
+    }
+}

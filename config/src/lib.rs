@@ -1,0 +1,30 @@
+//! kubegate's configuration as plain data.
+//!
+//! The pipeline, one step per module:
+//!
+//! ```text
+//! file ──read──▶ text ──serde (schema)──▶ Config ──validate──▶ Config (checked, paths resolved)
+//!                  └──locate (YAML events)──▶ PathIndex ─┐         │
+//!                                                          └─▶ errors as FILE:LINE:COLUMN
+//! running Config + new Config ──diff──▶ Vec<Change>   (applied by the gateway on reload)
+//! ```
+//!
+//! Nothing here knows about sockets or the gateway: a reload is unit-tested as data.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod diff;
+mod duration;
+mod error;
+mod load;
+mod locate;
+mod schema;
+mod validate;
+
+pub use diff::{diff, Change};
+pub use error::{ConfigError, Problem};
+pub use load::{load_file, load_str};
+pub use schema::{
+    AdminConfig, BackendSpec, BalancePolicy, Config, ConnectConfig, DrainConfig, HealthConfig,
+    HealthTls, ListenerSpec, NoReadyBackendPolicy, ShutdownConfig,
+};

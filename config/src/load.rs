@@ -1,0 +1,161 @@
+//! Reading a file into a checked [`Config`].
+
+use crate::error::{ConfigError, Problem};
+use crate::locate::PathIndex;
+use crate::schema::Config;
+use crate::validate::validate;
+use std::path::Path;
+
+/// Reads, parses and validates `path`. Relative file names inside are resolved against the
+/// directory of `path`.
+pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    load_str(&text, path, base)
+}
+
+/// Parses and validates `text` as if read from `path`; relative files resolve against `base_dir`.
+pub fn load_str(text: &str, path: &Path, base_dir: &Path) -> Result<Config, ConfigError> {
+    let invalid = |problems| ConfigError::Invalid {
+        path: path.to_path_buf(),
+        problems,
+    };
+    let mut config: Config = serde_yaml_ng::from_str(text).map_err(|e| {
+        let (line, column) = e
+            .location()
+            .map(|l| (l.line(), l.column()))
+            .unwrap_or((1, 1));
+        invalid(vec![Problem {
+            line,
+            column,
+            message: strip_position(&e.to_string()),
+        }])
+    })?;
+    let findings = validate(&mut config, base_dir);
+    if findings.is_empty() {
+        return Ok(config);
+    }
+    let index = PathIndex::build(text);
+    let mut problems: Vec<Problem> = findings
+        .into_iter()
+        .map(|(path, message)| {
+            let (line, column) = index.position(&path);
+            Problem {
+                line,
+                column,
+                message,
+            }
+        })
+        .collect();
+    problems.sort_by_key(|p| (p.line, p.column));
+    Err(invalid(problems))
+}
+
+/// serde_yaml appends " at line L column C" to its messages; we print the position up front.
+fn strip_position(message: &str) -> String {
+    match message.find(" at line ") {
+        Some(i) => message[..i].to_string(),
+        None => message.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn load(text: &str) -> Result<Config, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.crt"), "pem").unwrap();
+        load_str(text, &PathBuf::from("kubegate.yaml"), dir.path())
+    }
+
+    fn first_error(text: &str) -> String {
+        load(text)
+            .unwrap_err()
+            .to_string()
+            .lines()
+            .next()
+            .unwrap()
+            .to_string()
+    }
+
+    const MINIMAL: &str = "listeners:\n  - address: 127.0.0.1:6443\nbackends:\n  - address: 127.0.0.1:7001\nhealth:\n  tls:\n    ca_file: ca.crt\n";
+
+    #[test]
+    fn minimal_config_gets_documented_defaults() {
+        let c = load(MINIMAL).unwrap();
+        assert_eq!(c.health.path, "/readyz");
+        assert_eq!(c.health.rise, 2);
+        assert_eq!(c.health.fall, 2);
+        assert_eq!(c.connect.attempts, 3);
+        assert_eq!(c.drain.timeout.as_secs(), 30);
+        assert_eq!(c.shutdown.delay.as_secs(), 5);
+        assert_eq!(c.shutdown.grace.as_secs(), 30);
+        assert_eq!(c.admin.address.to_string(), "127.0.0.1:9444");
+        assert!(c.health.tls.ca_file.unwrap().is_absolute());
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_its_position() {
+        let err = first_error(&format!("{MINIMAL}balanse: round-robin\n"));
+        assert!(
+            err.starts_with("kubegate.yaml:8:1: unknown field `balanse`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_duration_points_at_the_value() {
+        let err = first_error(&MINIMAL.replace("health:\n", "health:\n  interval: soon\n"));
+        assert!(err.starts_with("kubegate.yaml:6:3: "), "{err}");
+        assert!(err.contains("invalid duration \"soon\""), "{err}");
+    }
+
+    #[test]
+    fn duplicate_backend_points_at_the_second_address() {
+        let text = MINIMAL.replace(
+            "  - address: 127.0.0.1:7001\n",
+            "  - address: 127.0.0.1:7001\n  - address: 127.0.0.1:7001\n",
+        );
+        let err = first_error(&text);
+        assert_eq!(
+            err,
+            "kubegate.yaml:5:14: duplicate backend address 127.0.0.1:7001"
+        );
+    }
+
+    #[test]
+    fn missing_file_is_named() {
+        let err = first_error(&MINIMAL.replace("ca.crt", "nope.crt"));
+        assert!(err.starts_with("kubegate.yaml:7:14: "), "{err}");
+        assert!(err.contains("nope.crt"), "{err}");
+    }
+
+    #[test]
+    fn missing_ca_without_insecure_is_refused() {
+        let err =
+            first_error(&MINIMAL.replace("    ca_file: ca.crt\n", "    server_name: kubernetes\n"));
+        assert!(err.contains("ca_file is required"), "{err}");
+    }
+
+    #[test]
+    fn every_problem_is_reported_in_file_order() {
+        let text = format!("{MINIMAL}connect:\n  attempts: 0\nthreads: 0\n");
+        let err = load(&text).unwrap_err();
+        let lines: Vec<_> = err.problems().iter().map(|p| p.line).collect();
+        assert_eq!(lines, vec![9, 10]);
+    }
+
+    #[test]
+    fn bad_policy_name_is_an_error() {
+        let err = first_error(&format!("{MINIMAL}balance: random\n"));
+        assert!(
+            err.starts_with("kubegate.yaml:8:10: balance: unknown variant `random`"),
+            "{err}"
+        );
+    }
+}

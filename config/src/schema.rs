@@ -1,0 +1,255 @@
+//! The configuration schema: every key an operator can write, with its default.
+//!
+//! Schema evolution: keys are only ever added, with a default that keeps the old behaviour; a key
+//! is never renamed in place (add the new name, accept the old one, warn). Unknown keys are errors,
+//! so a typo never silently falls back to a default.
+
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where clients connect. At least one.
+    pub listeners: Vec<ListenerSpec>,
+    /// The apiserver replicas. At least one; addresses and names are unique.
+    pub backends: Vec<BackendSpec>,
+    /// How backends are probed.
+    #[serde(default)]
+    pub health: HealthConfig,
+    /// How a ready backend is chosen for a new connection.
+    #[serde(default)]
+    pub balance: BalancePolicy,
+    /// What happens to a new connection when no backend is ready.
+    #[serde(default)]
+    pub no_ready_backend: NoReadyBackendPolicy,
+    /// Connecting to a backend.
+    #[serde(default)]
+    pub connect: ConnectConfig,
+    /// Connections to a backend that is no longer ready.
+    #[serde(default)]
+    pub drain: DrainConfig,
+    /// The gateway's own shutdown.
+    #[serde(default)]
+    pub shutdown: ShutdownConfig,
+    /// The admin endpoint: `/livez`, `/readyz`, `/metrics`, `/debug/backends`.
+    #[serde(default)]
+    pub admin: AdminConfig,
+    /// Worker threads that carry proxied connections.
+    #[serde(default = "default_threads")]
+    pub threads: usize,
+}
+
+/// One listening address.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerSpec {
+    /// `IP:PORT` to accept client connections on.
+    pub address: SocketAddr,
+}
+
+/// One apiserver replica.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendSpec {
+    /// Name used in logs, metrics and `/debug/backends`; defaults to the address.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `IP:PORT` that client connections are forwarded to.
+    pub address: SocketAddr,
+    /// `IP:PORT` probed for `/readyz`, when it differs from `address` (a sidecar port, or a
+    /// plain-TCP backend that exposes its health over TLS elsewhere). Defaults to `address`.
+    #[serde(default)]
+    pub health_address: Option<SocketAddr>,
+}
+
+impl BackendSpec {
+    /// The name shown to operators: `name`, or the address.
+    pub fn display_name(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| self.address.to_string())
+    }
+
+    /// The address that is probed.
+    pub fn probe_address(&self) -> SocketAddr {
+        self.health_address.unwrap_or(self.address)
+    }
+}
+
+/// Active health checking of each backend.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthConfig {
+    /// Path probed as `HTTPS GET <path>?verbose`.
+    pub path: String,
+    /// Time between probes of one backend (each is jittered by ±10%).
+    #[serde(with = "crate::duration")]
+    pub interval: Duration,
+    /// How long one probe (connect + TLS + response) may take before it counts as a failure.
+    #[serde(with = "crate::duration")]
+    pub timeout: Duration,
+    /// Consecutive passing probes before a backend is `ready`.
+    pub rise: u32,
+    /// Consecutive failing probes before a `ready` backend is taken out.
+    pub fall: u32,
+    /// TLS towards the backend's health endpoint.
+    pub tls: HealthTls,
+    /// File holding a bearer token sent with each probe (for apiservers without anonymous access).
+    pub bearer_token_file: Option<PathBuf>,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            path: "/readyz".into(),
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+            rise: 2,
+            fall: 2,
+            tls: HealthTls::default(),
+            bearer_token_file: None,
+        }
+    }
+}
+
+/// TLS settings for probes.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthTls {
+    /// PEM file with the CA(s) that sign the apiservers' serving certificates.
+    pub ca_file: Option<PathBuf>,
+    /// SNI sent, and the name verified in the backend's certificate.
+    pub server_name: String,
+    /// Client certificate (PEM) for apiservers that do not allow anonymous `/readyz`.
+    pub client_cert_file: Option<PathBuf>,
+    /// Key (PEM) of `client_cert_file`.
+    pub client_key_file: Option<PathBuf>,
+    /// Accept any certificate. Logged as a warning at every (re)load.
+    pub insecure_skip_verify: bool,
+}
+
+impl Default for HealthTls {
+    fn default() -> Self {
+        HealthTls {
+            ca_file: None,
+            server_name: "kubernetes".into(),
+            client_cert_file: None,
+            client_key_file: None,
+            insecure_skip_verify: false,
+        }
+    }
+}
+
+/// How a ready backend is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BalancePolicy {
+    /// Fewest open connections (ties rotate). Default: apiserver connections are long-lived
+    /// HTTP/2, so counting them is what balances load.
+    #[default]
+    LeastConnections,
+    /// Each ready backend in turn.
+    RoundRobin,
+    /// Two random ready backends, the one with fewer connections wins.
+    PowerOfTwo,
+}
+
+/// What a new connection gets when no backend is `ready`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NoReadyBackendPolicy {
+    /// Fall back to backends that answer their probe but are not ready, except those shutting
+    /// down. Default: when every apiserver fails `/readyz` at once (etcd quorum lost, a stuck
+    /// post-start hook) an answer from an apiserver, even an error, beats a refused connection:
+    /// operators can still reach `/readyz?verbose`, and watch caches keep serving. Backends that
+    /// are `down` or shutting down are never used.
+    #[default]
+    Alive,
+    /// Close the client connection at once.
+    Refuse,
+}
+
+/// Connecting to backends.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectConfig {
+    /// Time allowed for one TCP connect.
+    #[serde(with = "crate::duration")]
+    pub timeout: Duration,
+    /// Backends tried for one client connection before it is closed (each a different backend).
+    pub attempts: u32,
+}
+
+impl Default for ConnectConfig {
+    fn default() -> Self {
+        ConnectConfig {
+            timeout: Duration::from_secs(1),
+            attempts: 3,
+        }
+    }
+}
+
+/// Draining a backend that stopped being ready.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DrainConfig {
+    /// How long open connections to a `not_ready` (or removed) backend may live before they are
+    /// closed.
+    #[serde(with = "crate::duration")]
+    pub timeout: Duration,
+}
+
+impl Default for DrainConfig {
+    fn default() -> Self {
+        DrainConfig {
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The gateway's own shutdown on SIGTERM.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShutdownConfig {
+    /// After SIGTERM, `/readyz` fails while listeners keep accepting for this long, so an outer
+    /// load balancer or keepalived stops sending first.
+    #[serde(with = "crate::duration")]
+    pub delay: Duration,
+    /// After the listeners close, open connections may finish for this long; then they are closed.
+    #[serde(with = "crate::duration")]
+    pub grace: Duration,
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        ShutdownConfig {
+            delay: Duration::from_secs(5),
+            grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The admin HTTP endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// `IP:PORT` for `/livez`, `/readyz`, `/metrics`, `/debug/backends`. Plain HTTP: keep it on
+    /// loopback or a management network.
+    pub address: SocketAddr,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            address: SocketAddr::from(([127, 0, 0, 1], 9444)),
+        }
+    }
+}
+
+fn default_threads() -> usize {
+    1
+}

@@ -1,0 +1,198 @@
+//! Checks that serde cannot express: uniqueness, cross-field rules, files that must exist.
+//! Each finding names the path of the offending value; `load` turns that into LINE:COLUMN.
+
+use crate::schema::Config;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// One finding: the path of the value (`backends[1].address`) and what is wrong with it.
+pub type Finding = (String, String);
+
+/// Validates `config`, resolving relative file paths against `base_dir` in place.
+pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    let mut bad = |path: String, message: String| findings.push((path, message));
+
+    if config.listeners.is_empty() {
+        bad(
+            "listeners".into(),
+            "at least one listener is required".into(),
+        );
+    }
+    let mut seen = HashSet::new();
+    for (i, l) in config.listeners.iter().enumerate() {
+        if !seen.insert(l.address) {
+            bad(
+                format!("listeners[{i}].address"),
+                format!("duplicate listener address {}", l.address),
+            );
+        }
+        if l.address == config.admin.address {
+            bad(
+                "admin.address".into(),
+                format!("admin address {} is also a listener", l.address),
+            );
+        }
+    }
+
+    if config.backends.is_empty() {
+        bad("backends".into(), "at least one backend is required".into());
+    }
+    let mut addresses = HashSet::new();
+    let mut names = HashSet::new();
+    for (i, b) in config.backends.iter().enumerate() {
+        if !addresses.insert(b.address) {
+            bad(
+                format!("backends[{i}].address"),
+                format!("duplicate backend address {}", b.address),
+            );
+        }
+        if let Some(name) = &b.name {
+            if name.is_empty() || name.chars().any(|c| c.is_control()) {
+                bad(
+                    format!("backends[{i}].name"),
+                    "backend name must be non-empty printable text".into(),
+                );
+            }
+        }
+        let name = b.display_name();
+        // A defaulted name repeats only when the address does, which is reported above.
+        if !names.insert(name.clone()) && b.name.is_some() {
+            bad(
+                format!("backends[{i}].name"),
+                format!("duplicate backend name {name:?}"),
+            );
+        }
+        if b.address.port() == 0 {
+            bad(
+                format!("backends[{i}].address"),
+                "backend port must not be 0".into(),
+            );
+        }
+    }
+
+    let h = &mut config.health;
+    if !h.path.starts_with('/') || h.path.contains(['?', '#', ' ']) {
+        bad(
+            "health.path".into(),
+            format!(
+                "health path {:?} must start with / and hold no query (?verbose is added)",
+                h.path
+            ),
+        );
+    }
+    positive(&mut bad, "health.interval", h.interval);
+    positive(&mut bad, "health.timeout", h.timeout);
+    at_least_one(&mut bad, "health.rise", h.rise);
+    at_least_one(&mut bad, "health.fall", h.fall);
+    if !valid_server_name(&h.tls.server_name) {
+        bad(
+            "health.tls.server_name".into(),
+            format!(
+                "{:?} is neither a DNS name nor an IP address",
+                h.tls.server_name
+            ),
+        );
+    }
+    match (&h.tls.ca_file, h.tls.insecure_skip_verify) {
+        (None, false) => bad(
+            "health.tls".into(),
+            "health.tls.ca_file is required (or set insecure_skip_verify: true, not for production)"
+                .into(),
+        ),
+        (Some(_), true) => bad(
+            "health.tls.insecure_skip_verify".into(),
+            "ca_file and insecure_skip_verify exclude each other".into(),
+        ),
+        _ => {}
+    }
+    resolve_file(&mut bad, "health.tls.ca_file", &mut h.tls.ca_file, base_dir);
+    match (&h.tls.client_cert_file, &h.tls.client_key_file) {
+        (Some(_), None) => bad(
+            "health.tls.client_cert_file".into(),
+            "client_cert_file needs client_key_file".into(),
+        ),
+        (None, Some(_)) => bad(
+            "health.tls.client_key_file".into(),
+            "client_key_file needs client_cert_file".into(),
+        ),
+        _ => {}
+    }
+    resolve_file(
+        &mut bad,
+        "health.tls.client_cert_file",
+        &mut h.tls.client_cert_file,
+        base_dir,
+    );
+    resolve_file(
+        &mut bad,
+        "health.tls.client_key_file",
+        &mut h.tls.client_key_file,
+        base_dir,
+    );
+    resolve_file(
+        &mut bad,
+        "health.bearer_token_file",
+        &mut h.bearer_token_file,
+        base_dir,
+    );
+
+    positive(&mut bad, "connect.timeout", config.connect.timeout);
+    at_least_one(&mut bad, "connect.attempts", config.connect.attempts);
+    if config.threads == 0 || config.threads > 256 {
+        bad(
+            "threads".into(),
+            format!("threads must be 1..=256, not {}", config.threads),
+        );
+    }
+    findings
+}
+
+fn positive(bad: &mut impl FnMut(String, String), path: &str, d: Duration) {
+    if d.is_zero() {
+        bad(path.into(), format!("{path} must be greater than 0"));
+    }
+}
+
+fn at_least_one(bad: &mut impl FnMut(String, String), path: &str, n: u32) {
+    if n == 0 {
+        bad(path.into(), format!("{path} must be at least 1"));
+    }
+}
+
+/// Makes a relative path absolute against the config's directory and checks it can be read.
+fn resolve_file(
+    bad: &mut impl FnMut(String, String),
+    path: &str,
+    file: &mut Option<PathBuf>,
+    base_dir: &Path,
+) {
+    let Some(f) = file else { return };
+    let resolved = if f.is_absolute() {
+        f.clone()
+    } else {
+        base_dir.join(&*f)
+    };
+    if let Err(e) = std::fs::File::open(&resolved) {
+        bad(path.into(), format!("{}: {e}", resolved.display()));
+    }
+    *f = resolved;
+}
+
+fn valid_server_name(name: &str) -> bool {
+    if name.parse::<std::net::IpAddr>().is_ok() {
+        return true;
+    }
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}

@@ -1,0 +1,200 @@
+//! `kubegate`: a readiness-aware, highly available gateway for Kubernetes API servers.
+#![forbid(unsafe_code)]
+
+mod admin;
+mod backend;
+mod balancer;
+mod control;
+mod copy;
+mod gateway;
+mod lifecycle;
+mod metrics;
+mod notify;
+mod proxy;
+mod reload;
+mod status;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use gateway::Gateway;
+use kubegate_config::{load_file, Config};
+use kubegate_health::Prober;
+use pingora_core::server::configuration::ServerConf;
+use pingora_core::server::{RunArgs, Server};
+use pingora_core::services::background::background_service;
+use pingora_core::services::listening::Service;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Mutex;
+
+#[derive(Parser)]
+#[command(name = "kubegate", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Run {
+        /// Configuration file (YAML).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Log line format.
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
+    },
+    /// Validate a configuration file: exit 0, or print FILE:LINE:COLUMN: problem and exit 2.
+    Check {
+        /// Configuration file (YAML).
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Print the backends of a running gateway as a table.
+    Status {
+        /// Admin address of the running gateway.
+        #[arg(long, conflicts_with = "config")]
+        admin: Option<SocketAddr>,
+        /// Read the admin address from this configuration file.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check { config } => match load_file(&config) {
+            Ok(_) => {
+                println!("{}: ok", config.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Status { admin, config } => {
+            let admin = match (admin, config) {
+                (Some(a), _) => a,
+                (None, Some(path)) => match load_file(&path) {
+                    Ok(c) => c.admin.address,
+                    Err(e) => {
+                        eprintln!("{e}");
+                        return ExitCode::from(2);
+                    }
+                },
+                (None, None) => kubegate_config::AdminConfig::default().address,
+            };
+            match status::print(admin) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("kubegate status: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Run { config, log_format } => {
+            init_logging(log_format);
+            match run(&config) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("{e:#}");
+                    eprintln!("kubegate: {e:#}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KUBEGATE_LOG")
+        .unwrap_or_else(|_| "info,pingora_core=warn".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+/// Loads, binds, and runs until the shutdown sequence exits the process.
+fn run(config_path: &Path) -> anyhow::Result<()> {
+    let config = load_file(config_path)?;
+    if config.health.tls.insecure_skip_verify {
+        tracing::warn!(
+            "health.tls.insecure_skip_verify is set: backend certificates are not verified"
+        );
+    }
+    let prober = Prober::new(&config.health)?;
+    check_listeners_free(&config)?;
+    let admin = std::net::TcpListener::bind(config.admin.address)
+        .map_err(|e| anyhow::anyhow!("admin.address {}: {e}", config.admin.address))?;
+    admin.set_nonblocking(true)?;
+
+    let threads = config.threads;
+    let listeners: Vec<String> = config
+        .listeners
+        .iter()
+        .map(|l| l.address.to_string())
+        .collect();
+    tracing::info!(
+        listeners = ?listeners,
+        admin = %config.admin.address,
+        backends = config.backends.len(),
+        version = env!("CARGO_PKG_VERSION"),
+        "kubegate starting"
+    );
+    let gateway = Gateway::new(config, config_path.to_path_buf(), prober);
+
+    let conf = ServerConf {
+        threads,
+        // kubegate's shutdown sequence exits the process itself once connections are drained;
+        // pingora's own sleep must never end first.
+        grace_period_seconds: Some(365 * 24 * 3600),
+        graceful_shutdown_timeout_seconds: Some(1),
+        ..ServerConf::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    server.bootstrap();
+
+    let mut passthrough = Service::new(
+        "passthrough".to_string(),
+        proxy::Passthrough {
+            gateway: gateway.clone(),
+        },
+    );
+    for address in &listeners {
+        passthrough.add_tcp(address);
+    }
+    server.add_service(passthrough);
+    server.add_service(background_service(
+        "control",
+        control::Control {
+            gateway: gateway.clone(),
+            admin: Mutex::new(Some(admin)),
+        },
+    ));
+    server.run(RunArgs {
+        shutdown_signal: Box::new(lifecycle::ShutdownSequence { gateway }),
+    });
+    Ok(())
+}
+
+/// pingora panics on a listener it cannot bind; find out first and say which address.
+fn check_listeners_free(config: &Config) -> anyhow::Result<()> {
+    for l in &config.listeners {
+        std::net::TcpListener::bind(l.address)
+            .map_err(|e| anyhow::anyhow!("listeners: {}: {e}", l.address))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,244 @@
+//! Every metric kubegate exports, registered in one place. `docs/metrics.md` describes each.
+//!
+//! Label cardinality is bounded by the backend count: per-backend series are removed when a
+//! backend is forgotten, and readyz check names come from a fixed set in the apiserver.
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// The process-wide metric families.
+pub struct Metrics {
+    registry: Registry,
+    /// `kubegate_build_info{version}`: always 1.
+    pub build_info: IntGaugeVec,
+    /// `kubegate_lifecycle_phase{phase}`: one-hot.
+    pub lifecycle_phase: IntGaugeVec,
+    /// `kubegate_backends_configured`.
+    pub backends_configured: IntGauge,
+    /// `kubegate_backend_state{backend,state}`: one-hot per backend.
+    pub backend_state: IntGaugeVec,
+    /// `kubegate_backend_state_transitions_total{backend,from,to}`.
+    pub state_transitions: IntCounterVec,
+    /// `kubegate_backend_probes_total{backend,result}`.
+    pub probes: IntCounterVec,
+    /// `kubegate_backend_probe_duration_seconds{backend}`.
+    pub probe_duration: HistogramVec,
+    /// `kubegate_backend_readyz_check_failing{backend,check}`: 1 while the check fails.
+    pub readyz_check_failing: IntGaugeVec,
+    /// `kubegate_backend_connections{backend}`: open proxied connections.
+    pub connections: IntGaugeVec,
+    /// `kubegate_backend_connections_total{backend}`: connections established.
+    pub connections_total: IntCounterVec,
+    /// `kubegate_backend_connect_errors_total{backend,reason}`.
+    pub connect_errors: IntCounterVec,
+    /// `kubegate_connect_retries_total`: client connections that needed another backend.
+    pub connect_retries: IntCounter,
+    /// `kubegate_backend_bytes_total{backend,direction}`.
+    pub bytes: IntCounterVec,
+    /// `kubegate_backend_connection_duration_seconds{backend}`.
+    pub connection_duration: HistogramVec,
+    /// `kubegate_backend_drains_total{backend}`: drains started with connections open.
+    pub drains: IntCounterVec,
+    /// `kubegate_backend_connections_closed_total{backend,reason}`: connections kubegate closed.
+    pub forced_closes: IntCounterVec,
+    /// `kubegate_connections_refused_total{reason}`: client connections closed unserved.
+    pub refused: IntCounterVec,
+    /// `kubegate_connections_fallback_total`: connections sent to an alive, not-ready backend.
+    pub fallback: IntCounter,
+    /// `kubegate_config_reloads_total{result}`.
+    pub reloads: IntCounterVec,
+    /// `kubegate_config_last_reload_successful`.
+    pub last_reload_ok: IntGauge,
+    /// `kubegate_config_last_reload_success_timestamp_seconds`.
+    pub last_reload_success_time: prometheus::Gauge,
+}
+
+const PROBE_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+const DURATION_BUCKETS: &[f64] = &[
+    0.01, 0.1, 1.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 14400.0,
+];
+
+fn gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let m = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+    r.register(Box::new(m.clone())).expect("unique metric");
+    m
+}
+
+fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let m = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+    r.register(Box::new(m.clone())).expect("unique metric");
+    m
+}
+
+fn histogram_vec(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+    buckets: &[f64],
+) -> HistogramVec {
+    let m = HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+        labels,
+    )
+    .expect("valid metric");
+    r.register(Box::new(m.clone())).expect("unique metric");
+    m
+}
+
+impl Metrics {
+    /// Registers every family.
+    pub fn new() -> Metrics {
+        let r = Registry::new();
+        let counter = |name: &str, help: &str| {
+            let m = IntCounter::new(name, help).expect("valid metric");
+            r.register(Box::new(m.clone())).expect("unique metric");
+            m
+        };
+        let connect_retries = counter(
+            "kubegate_connect_retries_total",
+            "Client connections whose first backend connect failed and were retried on another backend.",
+        );
+        let fallback = counter(
+            "kubegate_connections_fallback_total",
+            "Client connections sent to an alive but not-ready backend because no backend was ready (no_ready_backend: alive).",
+        );
+        let backends_configured = IntGauge::new(
+            "kubegate_backends_configured",
+            "Backends in the running configuration.",
+        )
+        .expect("valid metric");
+        r.register(Box::new(backends_configured.clone()))
+            .expect("unique metric");
+        let last_reload_ok = IntGauge::new(
+            "kubegate_config_last_reload_successful",
+            "1 if the last configuration (re)load succeeded, 0 if it was refused.",
+        )
+        .expect("valid metric");
+        r.register(Box::new(last_reload_ok.clone()))
+            .expect("unique metric");
+        let last_reload_success_time = prometheus::Gauge::new(
+            "kubegate_config_last_reload_success_timestamp_seconds",
+            "Unix time of the last successful configuration load.",
+        )
+        .expect("valid metric");
+        r.register(Box::new(last_reload_success_time.clone()))
+            .expect("unique metric");
+        Metrics {
+            build_info: gauge_vec(&r, "kubegate_build_info", "Always 1; labels carry the build.", &["version"]),
+            lifecycle_phase: gauge_vec(&r, "kubegate_lifecycle_phase", "1 for the gateway's current lifecycle phase (starting, serving, stopping, draining).", &["phase"]),
+            backends_configured,
+            backend_state: gauge_vec(&r, "kubegate_backend_state", "1 for each backend's current health state (unknown, ready, not_ready, down, removed).", &["backend", "state"]),
+            state_transitions: counter_vec(&r, "kubegate_backend_state_transitions_total", "Backend health state changes.", &["backend", "from", "to"]),
+            probes: counter_vec(&r, "kubegate_backend_probes_total", "Readiness probes by result (pass, fail, tls_error, refused, timeout, reset, error).", &["backend", "result"]),
+            probe_duration: histogram_vec(&r, "kubegate_backend_probe_duration_seconds", "Time for one readiness probe: connect, TLS handshake and response.", &["backend"], PROBE_BUCKETS),
+            readyz_check_failing: gauge_vec(&r, "kubegate_backend_readyz_check_failing", "1 while the named readyz check of the backend fails in its verbose answer.", &["backend", "check"]),
+            connections: gauge_vec(&r, "kubegate_backend_connections", "Open proxied connections per backend.", &["backend"]),
+            connections_total: counter_vec(&r, "kubegate_backend_connections_total", "Proxied connections established per backend.", &["backend"]),
+            connect_errors: counter_vec(&r, "kubegate_backend_connect_errors_total", "Failed connects to a backend by reason (refused, timeout, error).", &["backend", "reason"]),
+            connect_retries,
+            bytes: counter_vec(&r, "kubegate_backend_bytes_total", "Bytes proxied per backend; direction is to_backend or to_client.", &["backend", "direction"]),
+            connection_duration: histogram_vec(&r, "kubegate_backend_connection_duration_seconds", "Lifetime of proxied connections.", &["backend"], DURATION_BUCKETS),
+            drains: counter_vec(&r, "kubegate_backend_drains_total", "Drains started: a backend with open connections stopped being ready or was removed.", &["backend"]),
+            forced_closes: counter_vec(&r, "kubegate_backend_connections_closed_total", "Connections kubegate closed itself, by reason (backend_down, drain_timeout, shutdown_grace).", &["backend", "reason"]),
+            refused: counter_vec(&r, "kubegate_connections_refused_total", "Client connections closed without a backend, by reason (no_ready_backend, connect_failed).", &["reason"]),
+            fallback,
+            reloads: counter_vec(&r, "kubegate_config_reloads_total", "Configuration reloads by result (success, failure).", &["result"]),
+            last_reload_ok,
+            last_reload_success_time,
+            registry: r,
+        }
+    }
+
+    /// The Prometheus text exposition of every family.
+    pub fn render(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16 * 1024);
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("text encoding does not fail");
+        out
+    }
+
+    /// Drops every series of a forgotten backend, so cardinality follows the configuration.
+    pub fn forget_backend(&self, name: &str) {
+        let drop_matching = |families: &[&dyn Forget]| {
+            for f in families {
+                f.forget(name);
+            }
+        };
+        drop_matching(&[
+            &self.backend_state,
+            &self.state_transitions,
+            &self.probes,
+            &self.probe_duration,
+            &self.readyz_check_failing,
+            &self.connections,
+            &self.connections_total,
+            &self.connect_errors,
+            &self.bytes,
+            &self.connection_duration,
+            &self.drains,
+            &self.forced_closes,
+        ]);
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+/// Removes every series whose `backend` label is the given name.
+trait Forget {
+    fn forget(&self, backend: &str);
+}
+
+impl<T: prometheus::core::MetricVecBuilder> Forget for prometheus::core::MetricVec<T> {
+    fn forget(&self, backend: &str) {
+        use prometheus::core::Collector;
+        for family in self.collect() {
+            for metric in family.get_metric() {
+                let labels: std::collections::HashMap<&str, &str> = metric
+                    .get_label()
+                    .iter()
+                    .map(|l| (l.name(), l.value()))
+                    .collect();
+                if labels.get("backend") == Some(&backend) {
+                    let _ = self.remove(&labels);
+                }
+            }
+        }
+    }
+}
+
+/// Handles for the hot path: label lookups done once per backend, not per connection.
+pub struct BackendMetrics {
+    /// Open connections.
+    pub connections: IntGauge,
+    /// Connections established.
+    pub connections_total: IntCounter,
+    /// Bytes client → backend.
+    pub bytes_to_backend: IntCounter,
+    /// Bytes backend → client.
+    pub bytes_to_client: IntCounter,
+    /// Connection lifetimes.
+    pub connection_duration: Histogram,
+}
+
+impl BackendMetrics {
+    /// Resolves the handles of `backend`.
+    pub fn new(m: &Metrics, backend: &str) -> BackendMetrics {
+        BackendMetrics {
+            connections: m.connections.with_label_values(&[backend]),
+            connections_total: m.connections_total.with_label_values(&[backend]),
+            bytes_to_backend: m.bytes.with_label_values(&[backend, "to_backend"]),
+            bytes_to_client: m.bytes.with_label_values(&[backend, "to_client"]),
+            connection_duration: m.connection_duration.with_label_values(&[backend]),
+        }
+    }
+}

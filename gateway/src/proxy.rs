@@ -1,0 +1,110 @@
+//! The L4 passthrough path: pick a ready backend, connect (retrying on another backend), then
+//! copy bytes until either side closes or kubegate closes the connection (backend down, drain
+//! deadline, shutdown grace). TLS passes through untouched.
+
+use crate::backend::{Backend, CloseReason};
+use crate::balancer::pick;
+use crate::copy::bidirectional;
+use crate::gateway::Gateway;
+use async_trait::async_trait;
+use kubegate_config::NoReadyBackendPolicy;
+use pingora_core::apps::ServerApp;
+use pingora_core::protocols::Stream;
+use pingora_core::server::ShutdownWatch;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpStream;
+
+/// How long a backend whose connect failed is skipped by the balancer before a probe decides.
+const PASSIVE_EJECTION: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The pingora application for passthrough listeners.
+pub struct Passthrough {
+    /// Shared gateway state.
+    pub gateway: Arc<Gateway>,
+}
+
+#[async_trait]
+impl ServerApp for Passthrough {
+    async fn process_new(
+        self: &Arc<Self>,
+        client: Stream,
+        _shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        let gw = &self.gateway;
+        let Some((backend, upstream)) = connect(gw).await else {
+            return None;
+        };
+        let guard = backend.register();
+        let _ = upstream.set_nodelay(true);
+        let m = guard.metrics();
+        let closed_by = tokio::select! {
+            r = bidirectional(client, upstream, &m.bytes_to_backend, &m.bytes_to_client) => {
+                if let Err(e) = r {
+                    tracing::debug!(backend = %backend.address, error = %e, "connection ended with an error");
+                }
+                None
+            }
+            reason = guard.closer().closed() => Some(reason),
+            _ = gw.grace().cancelled() => Some(CloseReason::ShutdownGrace),
+        };
+        if let Some(reason) = closed_by {
+            gw.metrics
+                .forced_closes
+                .with_label_values(&[&guard.backend().info().name, reason.as_str()])
+                .inc();
+        }
+        None
+    }
+}
+
+/// Chooses and connects a backend, retrying on others; `None` when the client must be closed.
+async fn connect(gw: &Gateway) -> Option<(Arc<Backend>, TcpStream)> {
+    let config = gw.config.load();
+    let table = gw.routing.load();
+    let candidates = if !table.ready.is_empty() {
+        &table.ready
+    } else if config.no_ready_backend == NoReadyBackendPolicy::Alive && !table.fallback.is_empty() {
+        gw.metrics.fallback.inc();
+        &table.fallback
+    } else {
+        gw.metrics
+            .refused
+            .with_label_values(&["no_ready_backend"])
+            .inc();
+        tracing::debug!("no ready backend: closing client connection");
+        return None;
+    };
+    let mut tried: Vec<SocketAddr> = Vec::new();
+    for attempt in 0..config.connect.attempts {
+        let Some(backend) = pick(config.balance, candidates, &tried, &gw.cursor) else {
+            break;
+        };
+        tried.push(backend.address);
+        if attempt == 1 {
+            gw.metrics.connect_retries.inc();
+        }
+        let result =
+            tokio::time::timeout(config.connect.timeout, TcpStream::connect(backend.address)).await;
+        let reason = match result {
+            Ok(Ok(stream)) => return Some((backend, stream)),
+            Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => "refused",
+            Ok(Err(_)) => "error",
+            Err(_) => "timeout",
+        };
+        let info = backend.info();
+        gw.metrics
+            .connect_errors
+            .with_label_values(&[&info.name, reason])
+            .inc();
+        tracing::warn!(backend = %info.name, reason, attempt = attempt + 1, "connect to backend failed");
+        backend.eject_for(PASSIVE_EJECTION);
+        backend.probe_soon();
+    }
+    gw.metrics
+        .refused
+        .with_label_values(&["connect_failed"])
+        .inc();
+    None
+}

@@ -1,0 +1,326 @@
+//! The per-backend health state machine of the design's state table.
+//!
+//! | state | new connections | open connections |
+//! |---|---|---|
+//! | `unknown` | no | — |
+//! | `ready` | yes | kept |
+//! | `not_ready` | no | kept until the drain deadline |
+//! | `down` | no | closed at once |
+//! | `removed` | no | drained, then forgotten |
+//!
+//! All transitions are decided in [`HealthTracker::observe`]; nothing else changes a state
+//! except [`HealthTracker::remove`].
+
+use std::fmt;
+
+/// Where one backend stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum BackendState {
+    /// Configured, not yet `rise` passing probes.
+    Unknown = 0,
+    /// `/readyz` passes: gets new connections.
+    Ready = 1,
+    /// Answers, but `/readyz` fails (starting, shutting down, etcd lost) or its certificate is
+    /// not trusted: no new connections, open ones drain.
+    NotReady = 2,
+    /// Probes cannot connect or time out (crashed, frozen, partitioned): open connections are
+    /// closed at once.
+    Down = 3,
+    /// Dropped from the configuration: drained like `NotReady`, then forgotten.
+    Removed = 4,
+}
+
+impl BackendState {
+    /// Every state, in metric order.
+    pub const ALL: [BackendState; 5] = [
+        BackendState::Unknown,
+        BackendState::Ready,
+        BackendState::NotReady,
+        BackendState::Down,
+        BackendState::Removed,
+    ];
+
+    /// The label used in metrics, logs and `/debug/backends`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendState::Unknown => "unknown",
+            BackendState::Ready => "ready",
+            BackendState::NotReady => "not_ready",
+            BackendState::Down => "down",
+            BackendState::Removed => "removed",
+        }
+    }
+
+    /// Inverse of `as u8`, for states kept in an atomic.
+    pub fn from_u8(v: u8) -> BackendState {
+        match v {
+            1 => BackendState::Ready,
+            2 => BackendState::NotReady,
+            3 => BackendState::Down,
+            4 => BackendState::Removed,
+            _ => BackendState::Unknown,
+        }
+    }
+}
+
+impl fmt::Display for BackendState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What one probe means for the state machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeSignal {
+    /// `/readyz` answered 200.
+    Pass,
+    /// The backend answered but is not fit for traffic (non-200, untrusted certificate).
+    /// `shutting_down` is the authoritative `[-]shutdown` answer.
+    Fail {
+        /// The verbose body held `[-]shutdown`.
+        shutting_down: bool,
+    },
+    /// No answer: refused, reset, timed out.
+    Unreachable,
+}
+
+/// A state change, reported once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transition {
+    /// State before.
+    pub from: BackendState,
+    /// State after.
+    pub to: BackendState,
+}
+
+/// Counts consecutive results and decides the state of one backend.
+#[derive(Debug, Clone)]
+pub struct HealthTracker {
+    state: BackendState,
+    passes: u32,
+    failures: u32,
+    rise: u32,
+    fall: u32,
+}
+
+impl HealthTracker {
+    /// A new backend: `unknown` until `rise` probes pass.
+    pub fn new(rise: u32, fall: u32) -> HealthTracker {
+        HealthTracker::resume(BackendState::Unknown, rise, fall)
+    }
+
+    /// Continues from a known state (after a reload changed the thresholds).
+    pub fn resume(state: BackendState, rise: u32, fall: u32) -> HealthTracker {
+        HealthTracker {
+            state,
+            passes: 0,
+            failures: 0,
+            rise: rise.max(1),
+            fall: fall.max(1),
+        }
+    }
+
+    /// The current state.
+    pub fn state(&self) -> BackendState {
+        self.state
+    }
+
+    /// Feeds one probe result; returns the transition it caused, if any.
+    pub fn observe(&mut self, signal: ProbeSignal) -> Option<Transition> {
+        use BackendState::*;
+        match signal {
+            ProbeSignal::Pass => {
+                self.passes = self.passes.saturating_add(1);
+                self.failures = 0;
+            }
+            ProbeSignal::Fail { .. } | ProbeSignal::Unreachable => {
+                self.failures = self.failures.saturating_add(1);
+                self.passes = 0;
+            }
+        }
+        let fell = self.failures >= self.fall;
+        let next = match (self.state, signal) {
+            // ## Removed => (Removed): terminal, probes no longer matter.
+            (Removed, _) => Removed,
+            // ## any => (Ready) after `rise` passes in a row.
+            (s, ProbeSignal::Pass) if s != Ready && self.passes >= self.rise => Ready,
+            (s, ProbeSignal::Pass) => s,
+            // ## any => (NotReady) at once: a shutting-down apiserver will not recover.
+            (
+                _,
+                ProbeSignal::Fail {
+                    shutting_down: true,
+                },
+            ) => NotReady,
+            // ## Down => (NotReady): it answers again, so it is alive; no need to wait `fall`.
+            (Down, ProbeSignal::Fail { .. }) => NotReady,
+            // ## Unknown | Ready => (NotReady) after `fall` failures in a row.
+            (Unknown | Ready, ProbeSignal::Fail { .. }) if fell => NotReady,
+            (s, ProbeSignal::Fail { .. }) => s,
+            // ## Unknown | Ready | NotReady => (Down) after `fall` unanswered probes in a row.
+            (_, ProbeSignal::Unreachable) if fell => Down,
+            (s, ProbeSignal::Unreachable) => s,
+        };
+        self.move_to(next)
+    }
+
+    /// The backend was dropped from the configuration.
+    pub fn remove(&mut self) -> Option<Transition> {
+        self.move_to(BackendState::Removed)
+    }
+
+    fn move_to(&mut self, next: BackendState) -> Option<Transition> {
+        if next == self.state {
+            return None;
+        }
+        let t = Transition {
+            from: self.state,
+            to: next,
+        };
+        self.state = next;
+        Some(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BackendState::*;
+    use super::*;
+
+    const PASS: ProbeSignal = ProbeSignal::Pass;
+    const FAIL: ProbeSignal = ProbeSignal::Fail {
+        shutting_down: false,
+    };
+    const SHUTDOWN: ProbeSignal = ProbeSignal::Fail {
+        shutting_down: true,
+    };
+    const GONE: ProbeSignal = ProbeSignal::Unreachable;
+
+    /// Feeds signals and returns the state after each one.
+    fn run(mut t: HealthTracker, signals: &[ProbeSignal]) -> Vec<BackendState> {
+        signals
+            .iter()
+            .map(|s| {
+                t.observe(*s);
+                t.state()
+            })
+            .collect()
+    }
+
+    fn ready() -> HealthTracker {
+        HealthTracker::resume(Ready, 2, 2)
+    }
+
+    #[test]
+    fn unknown_to_ready_after_rise_passes() {
+        assert_eq!(
+            run(HealthTracker::new(2, 2), &[PASS, PASS]),
+            [Unknown, Ready]
+        );
+    }
+
+    #[test]
+    fn a_failure_resets_the_rise_count() {
+        assert_eq!(
+            run(HealthTracker::new(2, 3), &[PASS, FAIL, PASS, PASS]),
+            [Unknown, Unknown, Unknown, Ready]
+        );
+    }
+
+    #[test]
+    fn unknown_to_not_ready_after_fall_failures() {
+        assert_eq!(
+            run(HealthTracker::new(2, 2), &[FAIL, FAIL]),
+            [Unknown, NotReady]
+        );
+    }
+
+    #[test]
+    fn unknown_to_down_after_fall_unreachable() {
+        assert_eq!(
+            run(HealthTracker::new(2, 2), &[GONE, GONE]),
+            [Unknown, Down]
+        );
+    }
+
+    #[test]
+    fn ready_to_not_ready_after_fall_failures() {
+        assert_eq!(run(ready(), &[FAIL, FAIL]), [Ready, NotReady]);
+    }
+
+    #[test]
+    fn ready_to_not_ready_at_once_on_shutdown() {
+        let mut t = ready();
+        assert_eq!(
+            t.observe(SHUTDOWN),
+            Some(Transition {
+                from: Ready,
+                to: NotReady
+            })
+        );
+    }
+
+    #[test]
+    fn ready_to_down_after_fall_unreachable() {
+        assert_eq!(run(ready(), &[GONE, GONE]), [Ready, Down]);
+    }
+
+    #[test]
+    fn mixed_failures_count_together_and_the_last_decides() {
+        assert_eq!(run(ready(), &[FAIL, GONE]), [Ready, Down]);
+        assert_eq!(run(ready(), &[GONE, FAIL]), [Ready, NotReady]);
+    }
+
+    #[test]
+    fn not_ready_to_down_when_it_stops_answering() {
+        let t = HealthTracker::resume(NotReady, 2, 2);
+        assert_eq!(run(t, &[GONE, GONE]), [NotReady, Down]);
+    }
+
+    #[test]
+    fn not_ready_to_ready_after_rise_passes() {
+        let t = HealthTracker::resume(NotReady, 2, 2);
+        assert_eq!(run(t, &[PASS, PASS]), [NotReady, Ready]);
+    }
+
+    #[test]
+    fn down_to_not_ready_as_soon_as_it_answers() {
+        let t = HealthTracker::resume(Down, 2, 2);
+        assert_eq!(run(t, &[FAIL]), [NotReady]);
+    }
+
+    #[test]
+    fn down_to_ready_after_rise_passes() {
+        let t = HealthTracker::resume(Down, 2, 2);
+        assert_eq!(run(t, &[PASS, PASS]), [Down, Ready]);
+    }
+
+    #[test]
+    fn removed_is_terminal() {
+        let mut t = ready();
+        assert_eq!(
+            t.remove(),
+            Some(Transition {
+                from: Ready,
+                to: Removed
+            })
+        );
+        assert_eq!(run(t, &[PASS, PASS, GONE, GONE]), [Removed; 4]);
+    }
+
+    #[test]
+    fn a_transition_is_reported_once() {
+        let mut t = ready();
+        assert!(t.observe(FAIL).is_none());
+        assert!(t.observe(FAIL).is_some());
+        assert!(t.observe(FAIL).is_none());
+    }
+
+    #[test]
+    fn state_round_trips_through_u8() {
+        for s in BackendState::ALL {
+            assert_eq!(BackendState::from_u8(s as u8), s);
+        }
+    }
+}
