@@ -120,6 +120,7 @@ fn init_logging(format: LogFormat) {
         .unwrap_or_else(|_| "info,pingora_core=warn".into());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

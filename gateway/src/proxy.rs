@@ -33,9 +33,7 @@ impl ServerApp for Passthrough {
         _shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
         let gw = &self.gateway;
-        let Some((backend, upstream)) = connect(gw).await else {
-            return None;
-        };
+        let (backend, upstream) = connect(gw).await?;
         let guard = backend.register();
         let _ = upstream.set_nodelay(true);
         let m = guard.metrics();

@@ -73,17 +73,12 @@ pub fn classify(err: &rustls::Error) -> TlsProblem {
             _ => TlsProblem::Handshake,
         },
         rustls::Error::NoCertificatesPresented => TlsProblem::ClientAuth,
-        rustls::Error::AlertReceived(a)
-            if matches!(
-                a,
-                rustls::AlertDescription::CertificateRequired
-                    | rustls::AlertDescription::BadCertificate
-                    | rustls::AlertDescription::UnknownCA
-                    | rustls::AlertDescription::CertificateUnknown
-            ) =>
-        {
-            TlsProblem::ClientAuth
-        }
+        rustls::Error::AlertReceived(
+            rustls::AlertDescription::CertificateRequired
+            | rustls::AlertDescription::BadCertificate
+            | rustls::AlertDescription::UnknownCA
+            | rustls::AlertDescription::CertificateUnknown,
+        ) => TlsProblem::ClientAuth,
         _ => TlsProblem::Handshake,
     }
 }

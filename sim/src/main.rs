@@ -1,1 +1,229 @@
-fn main() {}
+//! `kubegate-sim`: a kube-apiserver simulator that behaves, as seen from the network, like the
+//! real one — health endpoints, startup, the SIGTERM sequence, HTTP/2 GOAWAY, watches — so a load
+//! balancer in front of it sees what it would see in front of real apiservers.
+#![forbid(unsafe_code)]
+
+mod api;
+mod auth;
+mod certs;
+mod checks;
+mod cluster;
+mod discovery;
+mod fault;
+mod health;
+mod objects;
+mod resources;
+mod respond;
+mod server;
+mod state;
+mod store;
+mod watch;
+
+use clap::{ArgAction, Args, Parser, Subcommand};
+use state::{Behaviour, Sim};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser)]
+#[command(
+    name = "kubegate-sim",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write a CA, serving and client certificates, and a kubeconfig into DIR.
+    Certs {
+        /// Output directory.
+        dir: PathBuf,
+        /// The server URL written into the kubeconfig.
+        #[arg(long, default_value = "https://127.0.0.1:6443")]
+        server: String,
+    },
+    /// Start etcd and N replicas on loopback, write a kubegate config for them, run until Ctrl-C.
+    Cluster(cluster::ClusterArgs),
+}
+
+/// One replica. Flag names are kube-apiserver's where one exists.
+#[derive(Args, Clone, Debug)]
+pub struct ServeArgs {
+    /// Port of the TLS listener.
+    #[arg(long, default_value_t = 6443)]
+    secure_port: u16,
+    /// Address of the TLS listener (loopback by default: this is a test tool).
+    #[arg(long, default_value = "127.0.0.1")]
+    bind_address: IpAddr,
+    /// Serving certificate (PEM).
+    #[arg(long)]
+    tls_cert_file: Option<PathBuf>,
+    /// Serving key (PEM).
+    #[arg(long)]
+    tls_private_key_file: Option<PathBuf>,
+    /// CA that signs client certificates (CN = user, O = groups).
+    #[arg(long)]
+    client_ca_file: Option<PathBuf>,
+    /// Static bearer tokens: `token,user,uid,"group1,group2"` per line.
+    #[arg(long)]
+    token_auth_file: Option<PathBuf>,
+    /// Allow anonymous requests (then only health paths and /version are authorized).
+    #[arg(long, action = ArgAction::Set, default_value_t = true)]
+    anonymous_auth: bool,
+    /// After SIGTERM, keep serving (with /readyz failing) this long.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    shutdown_delay_duration: Duration,
+    /// After the delay, answer new requests with 429 Retry-After: 5 instead of closing the listener.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value_t = false)]
+    shutdown_send_retry_after: bool,
+    /// End watches cleanly at shutdown within this period (0: watches die with the process).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    shutdown_watch_termination_grace_period: Duration,
+    /// Probability (0 to 0.02) that an HTTP/2 request gets its connection closed with GOAWAY.
+    #[arg(long, default_value_t = 0.0)]
+    goaway_chance: f64,
+    /// etcd client URLs (http://127.0.0.1:2379,...); empty: an in-memory store.
+    #[arg(long, value_delimiter = ',')]
+    etcd_servers: Vec<String>,
+    /// Simulator: how long post-start hooks take (listener open, /readyz failing meanwhile).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    startup_duration: Duration,
+    /// Simulator: loopback port of the fault-injection endpoint (none if unset).
+    #[arg(long)]
+    fault_port: Option<u16>,
+    /// Simulator: interval of watch BOOKMARK events.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    bookmark_interval: Duration,
+    /// Simulator: the replica's name in logs and /debug.
+    #[arg(long)]
+    replica_name: Option<String>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("KUBEGATE_SIM_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
+    match cli.command {
+        Some(Command::Certs { dir, server }) => {
+            certs::write(&dir, &server)?;
+            println!("wrote certificates and kubeconfig to {}", dir.display());
+            Ok(())
+        }
+        Some(Command::Cluster(args)) => cluster::run(args),
+        None => serve(cli.serve),
+    }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_private_key_file) else {
+        anyhow::bail!("--tls-cert-file and --tls-private-key-file are required (kubegate-sim certs DIR writes a pair)");
+    };
+    if !(0.0..=0.02).contains(&args.goaway_chance) {
+        anyhow::bail!(
+            "--goaway-chance must be within [0, 0.02], not {}",
+            args.goaway_chance
+        );
+    }
+    let tls = server::tls_config(cert, key, args.client_ca_file.as_deref())?;
+    let tokens = match &args.token_auth_file {
+        Some(f) => auth::Tokens::parse(&std::fs::read_to_string(f)?),
+        None => auth::Tokens::default(),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let addr = SocketAddr::new(args.bind_address, args.secure_port);
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("--secure-port {addr}: {e}"))?;
+        let replica = args
+            .replica_name
+            .clone()
+            .unwrap_or_else(|| format!("sim-{}", args.secure_port));
+        let store: Arc<dyn store::Store> = if args.etcd_servers.is_empty() {
+            Arc::new(store::MemoryStore::default())
+        } else {
+            Arc::new(store::EtcdStore::new(args.etcd_servers.clone()))
+        };
+        let sim = Arc::new(Sim {
+            behaviour: Behaviour {
+                anonymous_auth: args.anonymous_auth,
+                shutdown_delay: args.shutdown_delay_duration,
+                send_retry_after: args.shutdown_send_retry_after,
+                watch_termination_grace: args.shutdown_watch_termination_grace_period,
+                goaway_chance: args.goaway_chance,
+                bookmark_interval: args.bookmark_interval,
+                replica: replica.clone(),
+            },
+            checks: checks::Checks::default(),
+            store,
+            tokens,
+            inflight: Default::default(),
+            latency_ms: Default::default(),
+            rejecting: Default::default(),
+            retry_after: Default::default(),
+            close_connections: CancellationToken::new(),
+            end_watches: CancellationToken::new(),
+            watches: Default::default(),
+        });
+        if let Some(port) = args.fault_port {
+            let fault = tokio::net::TcpListener::bind(("127.0.0.1", port))
+                .await
+                .map_err(|e| anyhow::anyhow!("--fault-port {port}: {e}"))?;
+            tokio::spawn(fault::serve(fault, sim.clone()));
+        }
+        // Post-start hooks finish after the startup duration; the listener is open before.
+        let starting = sim.clone();
+        let startup = args.startup_duration;
+        tokio::spawn(async move {
+            tokio::time::sleep(startup).await;
+            starting.checks.finish_startup();
+            tracing::info!("post-start hooks finished");
+        });
+        if !args.etcd_servers.is_empty() {
+            tokio::spawn(watch_storage(sim.clone()));
+        }
+        let stop_accepting = CancellationToken::new();
+        tokio::spawn(server::accept_loop(
+            listener,
+            tokio_rustls::TlsAcceptor::from(Arc::new(tls)),
+            sim.clone(),
+            stop_accepting.clone(),
+        ));
+        tracing::info!(%addr, replica, etcd = ?args.etcd_servers, "serving");
+        server::shutdown_sequence(sim, stop_accepting).await;
+        anyhow::Ok(())
+    })?;
+    // Open watches die with the process, as a real apiserver's do without a grace period.
+    std::process::exit(0);
+}
+
+/// Keeps the `etcd` checks in line with whether etcd answers.
+async fn watch_storage(sim: Arc<Sim>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let down = tokio::time::timeout(Duration::from_secs(2), sim.store.revision())
+            .await
+            .map(|r| r.is_err())
+            .unwrap_or(true);
+        sim.checks.set_storage_down(down);
+    }
+}

@@ -1,0 +1,331 @@
+//! One request, through the apiserver's filter chain in its real order: authentication, health
+//! endpoints, shutdown filters (429 retry-after / 503 while draining), authorization, then
+//! discovery and the resource handlers.
+
+use crate::auth::{public_path, User};
+use crate::health::{self, query_params};
+use crate::objects;
+use crate::resources::{self, Target};
+use crate::respond::{self, Body, Reply};
+use crate::state::{Inflight, Sim};
+use crate::store::StoreError;
+use crate::{discovery, watch};
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Largest request body accepted (the real limit is 3 MiB for most resources).
+const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// Serves one request for `peer` (the identity from the client certificate, if any).
+pub async fn handle(sim: Arc<Sim>, peer: Option<User>, req: Request<Incoming>) -> Response<Body> {
+    let latency = sim.latency();
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    serve(&sim, peer, req).await.into_response()
+}
+
+async fn serve(sim: &Arc<Sim>, peer: Option<User>, req: Request<Incoming>) -> Reply {
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().map(str::to_string);
+    let params = query_params(query.as_deref());
+    let param = |k: &str| {
+        params
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    };
+
+    // Authentication.
+    let authorization = req
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let user = peer
+        .or_else(|| sim.tokens.user(authorization))
+        .unwrap_or_else(User::anonymous);
+    if !user.authenticated() && !sim.behaviour.anonymous_auth {
+        return respond::status(401, "Unauthorized", "Unauthorized", None);
+    }
+
+    // Health endpoints are exempt from the shutdown filters.
+    if let Some(reply) = health::answer(&sim.checks, &path, query.as_deref()) {
+        return reply;
+    }
+    let is_watch = matches!(param("watch"), Some("1" | "true"));
+    if sim.retry_after.load(Ordering::Acquire) && path != "/metrics" {
+        return respond::retry_after_shutdown();
+    }
+    if sim.rejecting.load(Ordering::Acquire)
+        && (!is_watch || !sim.behaviour.watch_termination_grace.is_zero())
+    {
+        return respond::shutting_down();
+    }
+
+    // Authorization: the default RBAC, in miniature.
+    if !user.authenticated() && !public_path(&path) {
+        return forbidden(&user, req.method(), &path);
+    }
+
+    if let Some(reply) = discovery::answer(&path) {
+        return reply;
+    }
+    let Some(target) = resources::parse(&path) else {
+        return respond::status(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+            Some(json!({})),
+        );
+    };
+    if is_watch && req.method() == Method::GET {
+        let table = wants_table(&req);
+        return watch::serve(sim.clone(), &target, &params, table).await;
+    }
+    let _inflight = Inflight::new(&sim.inflight);
+    let table = wants_table(&req);
+    let dry_run = param("dryRun").is_some();
+    let method = req.method().clone();
+    let body = match read_body(req).await {
+        Ok(b) => b,
+        Err(reply) => return reply,
+    };
+    resource(
+        sim,
+        &target,
+        &method,
+        &body,
+        table,
+        dry_run,
+        param("labelSelector"),
+    )
+    .await
+}
+
+fn wants_table(req: &Request<Incoming>) -> bool {
+    req.headers()
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("as=Table"))
+}
+
+async fn read_body(req: Request<Incoming>) -> Result<Bytes, Reply> {
+    match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(b) => Ok(b.to_bytes()),
+        Err(_) => Err(respond::status(
+            413,
+            "RequestEntityTooLarge",
+            "the request body is too large",
+            None,
+        )),
+    }
+}
+
+fn forbidden(user: &User, method: &Method, path: &str) -> Reply {
+    let verb = method.as_str().to_lowercase();
+    let message = match resources::parse(path) {
+        Some(t) => {
+            let verb = match (method, t.name) {
+                (&Method::GET, None) => "list".to_string(),
+                (&Method::POST, _) => "create".into(),
+                (&Method::PUT, _) => "update".into(),
+                _ => verb,
+            };
+            let ns = t
+                .namespace
+                .map(|n| format!(" in the namespace \"{n}\""))
+                .unwrap_or_default();
+            format!(
+                "{} is forbidden: User \"{}\" cannot {verb} resource \"{}\" in API group \"{}\"{ns}",
+                t.resource.plural, user.name, t.resource.plural, t.resource.group
+            )
+        }
+        None => format!(
+            "forbidden: User \"{}\" cannot {verb} path \"{path}\"",
+            user.name
+        ),
+    };
+    respond::status(403, "Forbidden", &message, Some(json!({})))
+}
+
+fn store_error(target: &Target<'_>, name: &str, e: StoreError) -> Reply {
+    let r = target.resource;
+    let what = if r.group.is_empty() {
+        r.plural.to_string()
+    } else {
+        format!("{}.{}", r.plural, r.group)
+    };
+    match e {
+        StoreError::NotFound => respond::not_found(r.group, r.plural, name),
+        StoreError::AlreadyExists => respond::status(
+            409,
+            "AlreadyExists",
+            &format!("{what} \"{name}\" already exists"),
+            Some(json!({"name": name, "group": r.group, "kind": r.plural})),
+        ),
+        StoreError::Conflict(_) => respond::status(
+            409,
+            "Conflict",
+            &format!("Operation cannot be fulfilled on {what} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"),
+            Some(json!({"name": name, "group": r.group, "kind": r.plural})),
+        ),
+        StoreError::Compacted { requested, compacted } => respond::status(
+            410,
+            "Expired",
+            &format!("too old resource version: {requested} ({compacted})"),
+            None,
+        ),
+        StoreError::Unavailable(why) => {
+            tracing::warn!(error = %why, "storage unavailable");
+            respond::status(500, "InternalError", &format!("Internal error occurred: {why}"), None)
+                .header("retry-after", "1")
+        }
+    }
+}
+
+async fn resource(
+    sim: &Sim,
+    target: &Target<'_>,
+    method: &Method,
+    body: &[u8],
+    table: bool,
+    dry_run: bool,
+    label_selector: Option<&str>,
+) -> Reply {
+    let r = target.resource;
+    let store = &sim.store;
+    match (method, target.namespace, target.name) {
+        (&Method::GET, ns, None) => match store.list(&r.prefix(ns)).await {
+            Ok((kvs, revision)) => {
+                let items: Vec<Value> = kvs
+                    .iter()
+                    .map(objects::from_store)
+                    .filter(|o| matches_labels(o, label_selector))
+                    .collect();
+                if table {
+                    Reply::json(StatusCode::OK, &objects::table(r, &items, Some(revision)))
+                } else {
+                    Reply::json(StatusCode::OK, &objects::list(r, items, revision))
+                }
+            }
+            Err(e) => store_error(target, "", e),
+        },
+        (&Method::GET, Some(ns), Some(name)) => {
+            match store.get(&format!("{}{name}", r.prefix(Some(ns)))).await {
+                Ok(kv) => {
+                    let obj = objects::from_store(&kv);
+                    if table {
+                        Reply::json(StatusCode::OK, &objects::table(r, &[obj], None))
+                    } else {
+                        Reply::json(StatusCode::OK, &obj)
+                    }
+                }
+                Err(e) => store_error(target, name, e),
+            }
+        }
+        (&Method::POST, Some(ns), None) => {
+            let (mut obj, name) = match objects::prepare_create(r, ns, body) {
+                Ok(v) => v,
+                Err(why) => return invalid(target, "", &why),
+            };
+            if dry_run {
+                return Reply::json(StatusCode::CREATED, &obj);
+            }
+            let key = format!("{}{name}", r.prefix(Some(ns)));
+            match store
+                .create(&key, serde_json::to_vec(&obj).expect("json"))
+                .await
+            {
+                Ok(rev) => {
+                    obj["metadata"]["resourceVersion"] = json!(rev.to_string());
+                    Reply::json(StatusCode::CREATED, &obj)
+                }
+                Err(e) => store_error(target, &name, e),
+            }
+        }
+        (&Method::PUT, Some(ns), Some(name)) => {
+            let key = format!("{}{name}", r.prefix(Some(ns)));
+            let current = match store.get(&key).await {
+                Ok(kv) => objects::from_store(&kv),
+                Err(e) => return store_error(target, name, e),
+            };
+            let (mut obj, precondition) = match objects::prepare_update(r, ns, name, body, &current)
+            {
+                Ok(v) => v,
+                Err(why) => return invalid(target, name, &why),
+            };
+            if dry_run {
+                return Reply::json(StatusCode::OK, &obj);
+            }
+            match store
+                .update(&key, serde_json::to_vec(&obj).expect("json"), precondition)
+                .await
+            {
+                Ok(rev) => {
+                    obj["metadata"]["resourceVersion"] = json!(rev.to_string());
+                    Reply::json(StatusCode::OK, &obj)
+                }
+                Err(e) => store_error(target, name, e),
+            }
+        }
+        (&Method::DELETE, Some(ns), Some(name)) => {
+            let key = format!("{}{name}", r.prefix(Some(ns)));
+            if dry_run {
+                return match store.get(&key).await {
+                    Ok(kv) => deleted(r.plural, name, &objects::from_store(&kv)),
+                    Err(e) => store_error(target, name, e),
+                };
+            }
+            match store.delete(&key).await {
+                Ok((prev, _)) => deleted(r.plural, name, &objects::from_store(&prev)),
+                Err(e) => store_error(target, name, e),
+            }
+        }
+        _ => respond::status(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+            Some(json!({})),
+        ),
+    }
+}
+
+fn deleted(plural: &str, name: &str, obj: &Value) -> Reply {
+    respond::status_success(json!({
+        "name": name,
+        "kind": plural,
+        "uid": obj["metadata"]["uid"],
+    }))
+}
+
+fn invalid(target: &Target<'_>, name: &str, why: &str) -> Reply {
+    let r = target.resource;
+    respond::status(
+        422,
+        "Invalid",
+        &format!("{} \"{name}\" is invalid: {why}", r.kind),
+        Some(json!({"name": name, "group": r.group, "kind": r.kind})),
+    )
+}
+
+/// Equality-based label selectors (`a=b,c==d,e!=f`); anything else matches everything.
+fn matches_labels(obj: &Value, selector: Option<&str>) -> bool {
+    let Some(selector) = selector.filter(|s| !s.is_empty()) else {
+        return true;
+    };
+    let labels = &obj["metadata"]["labels"];
+    selector.split(',').all(|term| {
+        if let Some((k, v)) = term.split_once("!=") {
+            labels[k.trim()].as_str() != Some(v.trim())
+        } else if let Some((k, v)) = term.split_once('=') {
+            labels[k.trim()].as_str() == Some(v.trim_start_matches('=').trim())
+        } else {
+            labels.get(term.trim()).is_some()
+        }
+    })
+}

@@ -1,0 +1,91 @@
+//! The fault port (loopback only): make named checks fail or add latency while the replica runs.
+//!
+//! ```text
+//! POST /fail?check=etcd        the check fails from now on (on every endpoint that has it)
+//! POST /pass?check=etcd        it passes again
+//! POST /latency?ms=250         every request waits this long first (0 to clear)
+//! GET  /state                  forced checks, latency, in-flight requests, open watches
+//! ```
+
+use crate::health::query_params;
+use crate::state::Sim;
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+/// Serves the fault port until the process ends.
+pub async fn serve(listener: TcpListener, sim: Arc<Sim>) {
+    while let Ok((tcp, _)) = listener.accept().await {
+        let sim = sim.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let sim = sim.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(&sim, req)) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tcp), service)
+                .await;
+        });
+    }
+}
+
+fn handle(sim: &Sim, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let params = query_params(req.uri().query());
+    let get = |k: &str| {
+        params
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    };
+    let (status, body) = match (req.method(), req.uri().path()) {
+        (&Method::POST, "/fail") | (&Method::POST, "/pass") => match get("check") {
+            Some(check) => {
+                let failing = req.uri().path() == "/fail";
+                sim.checks.force(check, failing);
+                tracing::info!(check, failing, "fault: check forced");
+                (StatusCode::OK, json!({"check": check, "failing": failing}))
+            }
+            None => (
+                StatusCode::BAD_REQUEST,
+                json!({"error": "check= is required"}),
+            ),
+        },
+        (&Method::POST, "/latency") => match get("ms").and_then(|m| m.parse::<u64>().ok()) {
+            Some(ms) => {
+                sim.latency_ms.store(ms, Ordering::Relaxed);
+                tracing::info!(ms, "fault: latency set");
+                (StatusCode::OK, json!({"latency_ms": ms}))
+            }
+            None => (
+                StatusCode::BAD_REQUEST,
+                json!({"error": "ms=<integer> is required"}),
+            ),
+        },
+        (&Method::GET, "/state") => (
+            StatusCode::OK,
+            json!({
+                "replica": sim.behaviour.replica,
+                "forced_failing": sim.checks.forced(),
+                "latency_ms": sim.latency_ms.load(Ordering::Relaxed),
+                "inflight": sim.inflight.load(Ordering::Relaxed),
+                "watches": sim.watches.load(Ordering::Relaxed),
+                "shutting_down": sim.checks.shutting_down(),
+            }),
+        ),
+        _ => (
+            StatusCode::NOT_FOUND,
+            json!({"error": "see the fault port's documentation"}),
+        ),
+    };
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .expect("valid response")
+}

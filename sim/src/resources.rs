@@ -1,0 +1,144 @@
+//! The API resources the simulator serves, and how a request path names them.
+
+/// One served resource.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Resource {
+    /// API group (`""` for core).
+    pub group: &'static str,
+    /// Version.
+    pub version: &'static str,
+    /// Plural name in paths.
+    pub plural: &'static str,
+    /// Singular name.
+    pub singular: &'static str,
+    /// Kind.
+    pub kind: &'static str,
+    /// Short names for kubectl.
+    pub short_names: &'static [&'static str],
+}
+
+impl Resource {
+    /// `v1` or `group/version`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// Store key prefix of the resource, or of one namespace of it.
+    pub fn prefix(&self, namespace: Option<&str>) -> String {
+        let base = if self.group.is_empty() {
+            format!("/registry/{}/", self.plural)
+        } else {
+            format!("/registry/{}/{}/", self.group, self.plural)
+        };
+        match namespace {
+            Some(ns) => format!("{base}{ns}/"),
+            None => base,
+        }
+    }
+}
+
+/// `configmaps` (v1).
+pub const CONFIGMAPS: Resource = Resource {
+    group: "",
+    version: "v1",
+    plural: "configmaps",
+    singular: "configmap",
+    kind: "ConfigMap",
+    short_names: &["cm"],
+};
+
+/// `leases` (coordination.k8s.io/v1).
+pub const LEASES: Resource = Resource {
+    group: "coordination.k8s.io",
+    version: "v1",
+    plural: "leases",
+    singular: "lease",
+    kind: "Lease",
+    short_names: &[],
+};
+
+/// Every served resource.
+pub const ALL: [&Resource; 2] = [&CONFIGMAPS, &LEASES];
+
+/// A request path that names a resource.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Target<'a> {
+    /// The resource.
+    pub resource: &'static Resource,
+    /// Namespace, or all namespaces.
+    pub namespace: Option<&'a str>,
+    /// One object, or the collection.
+    pub name: Option<&'a str>,
+}
+
+/// Parses `/api/v1/[namespaces/NS/]PLURAL[/NAME]` and `/apis/G/V/...` alike.
+pub fn parse(path: &str) -> Option<Target<'_>> {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let (group, version, rest) = match parts.as_slice() {
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return None,
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(*ns), rest),
+        _ => (None, rest),
+    };
+    let (plural, name) = match rest {
+        [plural] => (*plural, None),
+        [plural, name] if namespace.is_some() => (*plural, Some(*name)),
+        _ => return None,
+    };
+    let resource = ALL
+        .into_iter()
+        .find(|r| r.group == group && r.version == version && r.plural == plural)?;
+    Some(Target {
+        resource,
+        namespace,
+        name,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_name_resources() {
+        assert_eq!(
+            parse("/api/v1/namespaces/default/configmaps/x"),
+            Some(Target {
+                resource: &CONFIGMAPS,
+                namespace: Some("default"),
+                name: Some("x")
+            })
+        );
+        assert_eq!(
+            parse("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"),
+            Some(Target {
+                resource: &LEASES,
+                namespace: Some("kube-system"),
+                name: None
+            })
+        );
+        assert_eq!(
+            parse("/api/v1/configmaps"),
+            Some(Target {
+                resource: &CONFIGMAPS,
+                namespace: None,
+                name: None
+            })
+        );
+        assert_eq!(parse("/api/v1/pods"), None);
+        assert_eq!(parse("/api/v1/namespaces/default"), None);
+    }
+
+    #[test]
+    fn prefixes_separate_namespaces() {
+        assert_eq!(CONFIGMAPS.prefix(Some("a")), "/registry/configmaps/a/");
+        assert_eq!(LEASES.prefix(None), "/registry/coordination.k8s.io/leases/");
+    }
+}

@@ -1,0 +1,203 @@
+//! The replica's network side: the TLS listener (HTTP/2 and HTTP/1.1 by ALPN), per-connection
+//! GOAWAY, and the shutdown sequence of k8s.io/apiserver's `genericapiserver.go`.
+
+use crate::api;
+use crate::auth::User;
+use crate::state::Sim;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::Notify;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+/// Builds the TLS config: the serving pair, and optional client-certificate authentication.
+pub fn tls_config(
+    cert: &Path,
+    key: &Path,
+    client_ca: Option<&Path>,
+) -> anyhow::Result<ServerConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .and_then(|it| it.collect())
+        .map_err(|e| anyhow::anyhow!("--tls-cert-file {}: {e}", cert.display()))?;
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| anyhow::anyhow!("--tls-private-key-file {}: {e}", key.display()))?;
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?;
+    let builder = match client_ca {
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            for c in CertificateDer::pem_file_iter(ca)
+                .map_err(|e| anyhow::anyhow!("--client-ca-file {}: {e}", ca.display()))?
+            {
+                roots.add(c?)?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .allow_unauthenticated()
+                .build()?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_single_cert(chain, key)?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// Accepts connections until `stop` fires, then drops the listener (new connects are refused).
+pub async fn accept_loop(
+    listener: TcpListener,
+    tls: TlsAcceptor,
+    sim: Arc<Sim>,
+    stop: CancellationToken,
+) {
+    loop {
+        let (tcp, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(pair) => pair,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stop.cancelled() => break,
+        };
+        let _ = tcp.set_nodelay(true);
+        let tls = tls.clone();
+        let sim = sim.clone();
+        tokio::spawn(async move {
+            let Ok(Ok(stream)) =
+                tokio::time::timeout(Duration::from_secs(10), tls.accept(tcp)).await
+            else {
+                return;
+            };
+            let peer = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|c| User::from_certificate(c));
+            serve_connection(stream, sim, peer).await;
+        });
+    }
+    drop(listener);
+    tracing::info!("listener closed");
+}
+
+async fn serve_connection(
+    stream: tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    sim: Arc<Sim>,
+    peer: Option<User>,
+) {
+    let goaway = Arc::new(Notify::new());
+    let service = {
+        let sim = sim.clone();
+        let goaway = goaway.clone();
+        hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+            let sim = sim.clone();
+            let peer = peer.clone();
+            let goaway = goaway.clone();
+            async move {
+                // --goaway-chance: this HTTP/2 request is the connection's last.
+                let chance = sim.behaviour.goaway_chance;
+                if req.version() == http::Version::HTTP_2
+                    && chance > 0.0
+                    && fastrand::f64() < chance
+                {
+                    goaway.notify_one();
+                }
+                Ok::<_, std::convert::Infallible>(api::handle(sim, peer, req).await)
+            }
+        })
+    };
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http2().max_concurrent_streams(100);
+    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            _ = conn.as_mut() => break,
+            _ = sim.close_connections.cancelled(), if !closing => {
+                closing = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = goaway.notified(), if !closing => {
+                closing = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+/// Waits for SIGTERM/SIGINT and runs the shutdown sequence; returns when the process may exit 0.
+pub async fn shutdown_sequence(sim: Arc<Sim>, stop_accepting: CancellationToken) {
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    let b = &sim.behaviour;
+    // T0: readyz fails at once; everything else is served normally.
+    sim.checks.begin_shutdown();
+    tracing::info!(delay = ?b.shutdown_delay, retry_after = b.send_retry_after, "shutdown initiated: readyz fails");
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::warn!("second signal: exiting at once");
+        std::process::exit(1);
+    });
+    tokio::time::sleep(b.shutdown_delay).await;
+    tracing::info!("shutdown delay elapsed");
+    if b.send_retry_after {
+        // New requests get 429 + Connection: close while in-flight ones drain; then the listener
+        // closes.
+        sim.retry_after.store(true, Ordering::Release);
+        wait_for_inflight(&sim, Duration::from_secs(60)).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        stop_accepting.cancel();
+        sim.close_connections.cancel();
+    } else {
+        // Stop listening; open connections get GOAWAY (HTTP/2) or close when idle (HTTP/1.1);
+        // requests that still arrive get 503 Retry-After: 1.
+        stop_accepting.cancel();
+        sim.rejecting.store(true, Ordering::Release);
+        sim.close_connections.cancel();
+    }
+    if !b.watch_termination_grace.is_zero() {
+        terminate_watches(&sim, b.watch_termination_grace).await;
+    }
+    wait_for_inflight(&sim, Duration::from_secs(60)).await;
+    tracing::info!("in-flight requests drained; exiting");
+}
+
+/// Ends open watches cleanly within `grace` (the apiserver paces this at max(count/grace, 200)/s;
+/// all at once is the limit of that pacing for the watch counts a simulator holds).
+async fn terminate_watches(sim: &Sim, grace: Duration) {
+    sim.end_watches.cancel();
+    let deadline = Instant::now() + grace;
+    while sim.watches.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn wait_for_inflight(sim: &Sim, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while sim.inflight.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

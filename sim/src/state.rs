@@ -1,0 +1,78 @@
+//! One replica's shared state: options, health checks, shutdown phase, store, faults.
+
+use crate::auth::Tokens;
+use crate::checks::Checks;
+use crate::store::Store;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Behaviour switches, mostly named after kube-apiserver flags.
+#[derive(Debug, Clone)]
+pub struct Behaviour {
+    /// `--anonymous-auth`.
+    pub anonymous_auth: bool,
+    /// `--shutdown-delay-duration`.
+    pub shutdown_delay: Duration,
+    /// `--shutdown-send-retry-after`.
+    pub send_retry_after: bool,
+    /// `--shutdown-watch-termination-grace-period`.
+    pub watch_termination_grace: Duration,
+    /// `--goaway-chance`.
+    pub goaway_chance: f64,
+    /// How often watches with `allowWatchBookmarks` get a BOOKMARK.
+    pub bookmark_interval: Duration,
+    /// Shown in `/version` and logs.
+    pub replica: String,
+}
+
+/// Shared by every connection of the replica.
+pub struct Sim {
+    /// Flags.
+    pub behaviour: Behaviour,
+    /// Health checks.
+    pub checks: Checks,
+    /// The object store.
+    pub store: Arc<dyn Store>,
+    /// Static bearer tokens.
+    pub tokens: Tokens,
+    /// Non-long-running requests being served (shutdown waits for them).
+    pub inflight: AtomicI64,
+    /// Extra latency for every request, from the fault port.
+    pub latency_ms: AtomicU64,
+    /// Default shutdown mode, after the delay: new requests get 503.
+    pub rejecting: AtomicBool,
+    /// `--shutdown-send-retry-after`, after the delay: new requests get 429.
+    pub retry_after: AtomicBool,
+    /// Fires to send GOAWAY / close idle connections.
+    pub close_connections: CancellationToken,
+    /// Fires to end watches cleanly (watch termination grace period).
+    pub end_watches: CancellationToken,
+    /// Open watches.
+    pub watches: AtomicI64,
+}
+
+impl Sim {
+    /// Extra latency set through the fault port.
+    pub fn latency(&self) -> Duration {
+        Duration::from_millis(self.latency_ms.load(Ordering::Relaxed))
+    }
+}
+
+/// Counts one request while it lives.
+pub struct Inflight<'a>(&'a AtomicI64);
+
+impl<'a> Inflight<'a> {
+    /// Starts counting.
+    pub fn new(counter: &'a AtomicI64) -> Inflight<'a> {
+        counter.fetch_add(1, Ordering::AcqRel);
+        Inflight(counter)
+    }
+}
+
+impl Drop for Inflight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}

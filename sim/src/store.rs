@@ -1,0 +1,106 @@
+//! The consistent store behind the API: what etcd is to a real apiserver. Replicas that share
+//! an etcd share resourceVersions, so a watch resumes on any replica.
+//!
+//! Keys look like `/registry/configmaps/<namespace>/<name>`; values are the object's JSON
+//! without `metadata.resourceVersion`, which is the key's `mod_revision` and added on read.
+
+mod etcd;
+mod memory;
+
+pub use etcd::EtcdStore;
+pub use memory::MemoryStore;
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+
+/// One stored key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stored {
+    /// Full key.
+    pub key: String,
+    /// Object JSON.
+    pub value: Vec<u8>,
+    /// Revision of the last change (the object's resourceVersion).
+    pub mod_revision: i64,
+}
+
+/// A change seen by a watch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreEvent {
+    /// Created or updated; `created` tells which.
+    Put {
+        /// The key as it is now.
+        kv: Stored,
+        /// The key did not exist before.
+        created: bool,
+    },
+    /// Deleted at `revision`; `prev` is the last value.
+    Delete {
+        /// The last value before deletion.
+        prev: Stored,
+        /// Revision of the deletion.
+        revision: i64,
+    },
+}
+
+impl StoreEvent {
+    /// Revision of the change.
+    pub fn revision(&self) -> i64 {
+        match self {
+            StoreEvent::Put { kv, .. } => kv.mod_revision,
+            StoreEvent::Delete { revision, .. } => *revision,
+        }
+    }
+}
+
+/// Why a store operation failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StoreError {
+    /// No such key.
+    #[error("not found")]
+    NotFound,
+    /// Create of an existing key.
+    #[error("already exists")]
+    AlreadyExists,
+    /// The precondition revision is not the current one.
+    #[error("conflict: current revision {0}")]
+    Conflict(i64),
+    /// The requested start revision was compacted away.
+    #[error("too old resource version: {requested} ({compacted})")]
+    Compacted {
+        /// What was asked for.
+        requested: i64,
+        /// Oldest revision still available.
+        compacted: i64,
+    },
+    /// The store cannot be reached.
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// Receives watch events in revision order; ends when the watch ends.
+pub type EventStream = mpsc::Receiver<Result<StoreEvent, StoreError>>;
+
+/// The operations the API needs.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// One key.
+    async fn get(&self, key: &str) -> Result<Stored, StoreError>;
+    /// Every key under `prefix`, and the store revision they were read at.
+    async fn list(&self, prefix: &str) -> Result<(Vec<Stored>, i64), StoreError>;
+    /// Creates `key`; fails if it exists.
+    async fn create(&self, key: &str, value: Vec<u8>) -> Result<i64, StoreError>;
+    /// Replaces `key`, if `expected` is given only while its mod_revision is that.
+    async fn update(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        expected: Option<i64>,
+    ) -> Result<i64, StoreError>;
+    /// Deletes `key`; returns the value it had and the deletion revision.
+    async fn delete(&self, key: &str) -> Result<(Stored, i64), StoreError>;
+    /// Changes under `prefix` with revision > `after`, oldest first.
+    async fn watch(&self, prefix: &str, after: i64) -> Result<EventStream, StoreError>;
+    /// The current revision (also a health check).
+    async fn revision(&self) -> Result<i64, StoreError>;
+}

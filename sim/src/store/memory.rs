@@ -1,0 +1,238 @@
+//! An in-process store for a single replica (no etcd). Keeps the last changes for watches and
+//! compacts older ones, as etcd does.
+
+use super::{EventStream, Store, StoreError, StoreEvent, Stored};
+use async_trait::async_trait;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
+use tokio::sync::{broadcast, mpsc};
+
+/// How many changes are kept for watches that resume from an older revision.
+const HISTORY: usize = 1000;
+
+/// A store that lives and dies with this process.
+pub struct MemoryStore {
+    inner: Mutex<Inner>,
+    live: broadcast::Sender<StoreEvent>,
+}
+
+struct Inner {
+    revision: i64,
+    data: BTreeMap<String, Stored>,
+    history: VecDeque<StoreEvent>,
+    compacted: i64,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore {
+            inner: Mutex::new(Inner {
+                revision: 1,
+                data: BTreeMap::new(),
+                history: VecDeque::new(),
+                compacted: 1,
+            }),
+            live: broadcast::channel(4096).0,
+        }
+    }
+}
+
+impl MemoryStore {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn record(&self, inner: &mut Inner, event: StoreEvent) {
+        inner.history.push_back(event.clone());
+        if inner.history.len() > HISTORY {
+            if let Some(old) = inner.history.pop_front() {
+                inner.compacted = old.revision();
+            }
+        }
+        let _ = self.live.send(event);
+    }
+}
+
+fn key_of(e: &StoreEvent) -> &str {
+    match e {
+        StoreEvent::Put { kv, .. } => &kv.key,
+        StoreEvent::Delete { prev, .. } => &prev.key,
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn get(&self, key: &str) -> Result<Stored, StoreError> {
+        self.lock()
+            .data
+            .get(key)
+            .cloned()
+            .ok_or(StoreError::NotFound)
+    }
+
+    async fn list(&self, prefix: &str) -> Result<(Vec<Stored>, i64), StoreError> {
+        let inner = self.lock();
+        let items = inner
+            .data
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| v.clone())
+            .collect();
+        Ok((items, inner.revision))
+    }
+
+    async fn create(&self, key: &str, value: Vec<u8>) -> Result<i64, StoreError> {
+        let mut inner = self.lock();
+        if inner.data.contains_key(key) {
+            return Err(StoreError::AlreadyExists);
+        }
+        inner.revision += 1;
+        let kv = Stored {
+            key: key.to_string(),
+            value,
+            mod_revision: inner.revision,
+        };
+        inner.data.insert(key.to_string(), kv.clone());
+        let rev = inner.revision;
+        self.record(&mut inner, StoreEvent::Put { kv, created: true });
+        Ok(rev)
+    }
+
+    async fn update(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        expected: Option<i64>,
+    ) -> Result<i64, StoreError> {
+        let mut inner = self.lock();
+        let current = inner
+            .data
+            .get(key)
+            .ok_or(StoreError::NotFound)?
+            .mod_revision;
+        if expected.is_some_and(|e| e != current) {
+            return Err(StoreError::Conflict(current));
+        }
+        inner.revision += 1;
+        let kv = Stored {
+            key: key.to_string(),
+            value,
+            mod_revision: inner.revision,
+        };
+        inner.data.insert(key.to_string(), kv.clone());
+        let rev = inner.revision;
+        self.record(&mut inner, StoreEvent::Put { kv, created: false });
+        Ok(rev)
+    }
+
+    async fn delete(&self, key: &str) -> Result<(Stored, i64), StoreError> {
+        let mut inner = self.lock();
+        let prev = inner.data.remove(key).ok_or(StoreError::NotFound)?;
+        inner.revision += 1;
+        let revision = inner.revision;
+        self.record(
+            &mut inner,
+            StoreEvent::Delete {
+                prev: prev.clone(),
+                revision,
+            },
+        );
+        Ok((prev, revision))
+    }
+
+    async fn watch(&self, prefix: &str, after: i64) -> Result<EventStream, StoreError> {
+        let (tx, rx) = mpsc::channel(256);
+        let (backlog, mut live) = {
+            let inner = self.lock();
+            if after < inner.compacted {
+                return Err(StoreError::Compacted {
+                    requested: after,
+                    compacted: inner.compacted,
+                });
+            }
+            let backlog: Vec<StoreEvent> = inner
+                .history
+                .iter()
+                .filter(|e| e.revision() > after && key_of(e).starts_with(prefix))
+                .cloned()
+                .collect();
+            // Subscribing under the lock: no change can fall between backlog and live.
+            (backlog, self.live.subscribe())
+        };
+        let prefix = prefix.to_string();
+        tokio::spawn(async move {
+            let mut last = after;
+            for e in backlog {
+                last = e.revision();
+                if tx.send(Ok(e)).await.is_err() {
+                    return;
+                }
+            }
+            loop {
+                match live.recv().await {
+                    Ok(e) if e.revision() > last && key_of(&e).starts_with(&prefix) => {
+                        last = e.revision();
+                        if tx.send(Ok(e)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        let _ = tx
+                            .send(Err(StoreError::Compacted {
+                                requested: last,
+                                compacted: last + 1,
+                            }))
+                            .await;
+                        return;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        Ok(rx)
+    }
+
+    async fn revision(&self) -> Result<i64, StoreError> {
+        Ok(self.lock().revision)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn watch_resumes_after_a_revision_without_gaps() {
+        let s = MemoryStore::default();
+        let r1 = s.create("/r/a", b"1".to_vec()).await.unwrap();
+        let r2 = s.update("/r/a", b"2".to_vec(), Some(r1)).await.unwrap();
+        let mut w = s.watch("/r/", r1).await.unwrap();
+        let (_, r3) = s.delete("/r/a").await.unwrap();
+        assert_eq!(w.recv().await.unwrap().unwrap().revision(), r2);
+        assert_eq!(w.recv().await.unwrap().unwrap().revision(), r3);
+    }
+
+    #[tokio::test]
+    async fn stale_update_conflicts() {
+        let s = MemoryStore::default();
+        let r1 = s.create("/r/a", b"1".to_vec()).await.unwrap();
+        s.update("/r/a", b"2".to_vec(), Some(r1)).await.unwrap();
+        assert!(matches!(
+            s.update("/r/a", b"3".to_vec(), Some(r1)).await,
+            Err(StoreError::Conflict(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn old_revisions_are_compacted() {
+        let s = MemoryStore::default();
+        for i in 0..(HISTORY + 10) {
+            s.create(&format!("/r/{i}"), vec![]).await.unwrap();
+        }
+        assert!(matches!(
+            s.watch("/r/", 2).await,
+            Err(StoreError::Compacted { .. })
+        ));
+    }
+}

@@ -1,0 +1,221 @@
+//! Watch: a stream of `{"type": ..., "object": ...}` lines.
+//!
+//! - no `resourceVersion` (or `0`): the current objects as ADDED, then changes;
+//! - `resourceVersion=N`: every change after N, from any replica (they share the store);
+//! - N compacted away: one ERROR event with a 410 `Expired` Status (the client relists);
+//! - `allowWatchBookmarks`: periodic BOOKMARK events carrying the last resourceVersion;
+//! - `timeoutSeconds`: the stream ends cleanly then (default: 30–60 min, as the apiserver);
+//! - shutdown with a watch termination grace period ends the stream cleanly.
+
+use crate::objects;
+use crate::resources::{Resource, Target};
+use crate::respond::{self, Reply};
+use crate::state::Sim;
+use crate::store::{StoreError, StoreEvent};
+use bytes::Bytes;
+use http::StatusCode;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Starts a watch for `target` with the request's query `params`.
+pub async fn serve(
+    sim: Arc<Sim>,
+    target: &Target<'_>,
+    params: &[(String, String)],
+    table: bool,
+) -> Reply {
+    let param = |k: &str| {
+        params
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.clone())
+    };
+    let resource = target.resource;
+    let prefix = resource.prefix(target.namespace);
+    let name_filter = target.name.map(str::to_string).or_else(|| {
+        param("fieldSelector").and_then(|f| f.strip_prefix("metadata.name=").map(str::to_string))
+    });
+    let bookmarks = matches!(param("allowWatchBookmarks").as_deref(), Some("true" | "1"));
+    let timeout = param("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(Duration::from_secs)
+        .unwrap_or_else(|| Duration::from_secs(1800 + fastrand::u64(..1800)));
+    let requested = param("resourceVersion").filter(|rv| !rv.is_empty() && rv != "0");
+
+    let mut initial = Vec::new();
+    let start = match requested {
+        Some(rv) => match rv.parse::<i64>() {
+            Ok(n) => n,
+            Err(_) => {
+                return respond::status(
+                    400,
+                    "BadRequest",
+                    &format!("invalid resource version: {rv}"),
+                    None,
+                )
+            }
+        },
+        None => match sim.store.list(&prefix).await {
+            Ok((kvs, revision)) => {
+                initial = kvs.iter().map(objects::from_store).collect();
+                revision
+            }
+            Err(e) => return unavailable(e),
+        },
+    };
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    match sim.store.watch(&prefix, start).await {
+        Ok(events) => {
+            let stream = Stream {
+                sim: sim.clone(),
+                resource,
+                name_filter,
+                table,
+                first_table: true,
+                last_revision: start,
+                tx,
+            };
+            tokio::spawn(stream.run(initial, events, bookmarks, timeout));
+        }
+        Err(StoreError::Compacted {
+            requested,
+            compacted,
+        }) => {
+            let status = json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": format!("too old resource version: {requested} ({compacted})"),
+                "reason": "Expired", "code": 410,
+            });
+            let _ = tx.try_send(line("ERROR", &status));
+        }
+        Err(e) => return unavailable(e),
+    }
+    let body = StreamBody::new(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, std::io::Error>(Frame::data(b)), rx))
+    }));
+    let mut reply = Reply::new(StatusCode::OK, Bytes::new())
+        .header("content-type", "application/json")
+        .header("cache-control", "no-cache, private");
+    reply.stream = Some(body.boxed());
+    reply
+}
+
+fn unavailable(e: StoreError) -> Reply {
+    respond::status(
+        500,
+        "InternalError",
+        &format!("Internal error occurred: {e}"),
+        None,
+    )
+    .header("retry-after", "1")
+}
+
+fn line(kind: &str, object: &Value) -> Bytes {
+    let mut v = serde_json::to_vec(&json!({"type": kind, "object": object})).expect("json");
+    v.push(b'\n');
+    Bytes::from(v)
+}
+
+struct Stream {
+    sim: Arc<Sim>,
+    resource: &'static Resource,
+    name_filter: Option<String>,
+    table: bool,
+    first_table: bool,
+    last_revision: i64,
+    tx: mpsc::Sender<Bytes>,
+}
+
+impl Stream {
+    async fn run(
+        mut self,
+        initial: Vec<Value>,
+        mut events: crate::store::EventStream,
+        bookmarks: bool,
+        timeout: Duration,
+    ) {
+        self.sim.watches.fetch_add(1, Ordering::AcqRel);
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut bookmark = tokio::time::interval(self.sim.behaviour.bookmark_interval);
+        bookmark.tick().await;
+        let mut open = true;
+        for obj in initial {
+            if !self.send("ADDED", obj).await {
+                open = false;
+                break;
+            }
+        }
+        while open {
+            tokio::select! {
+                e = events.recv() => match e {
+                    Some(Ok(event)) => open = self.forward(event).await,
+                    Some(Err(StoreError::Compacted { requested, compacted })) => {
+                        let status = json!({
+                            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                            "message": format!("too old resource version: {requested} ({compacted})"),
+                            "reason": "Expired", "code": 410,
+                        });
+                        let _ = self.tx.send(line("ERROR", &status)).await;
+                        open = false;
+                    }
+                    // Storage gone: end the stream; the client re-watches from its last version.
+                    Some(Err(_)) | None => open = false,
+                },
+                _ = bookmark.tick(), if bookmarks => {
+                    let obj = json!({
+                        "kind": self.resource.kind,
+                        "apiVersion": self.resource.api_version(),
+                        "metadata": {"resourceVersion": self.last_revision.to_string()},
+                    });
+                    open = self.tx.send(line("BOOKMARK", &obj)).await.is_ok();
+                }
+                _ = &mut deadline => open = false,
+                _ = self.sim.end_watches.cancelled() => open = false,
+                _ = self.tx.closed() => open = false,
+            }
+        }
+        self.sim.watches.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    async fn forward(&mut self, event: StoreEvent) -> bool {
+        self.last_revision = event.revision();
+        let (kind, obj) = match &event {
+            StoreEvent::Put { kv, created } => (
+                if *created { "ADDED" } else { "MODIFIED" },
+                objects::from_store(kv),
+            ),
+            StoreEvent::Delete { prev, revision } => {
+                ("DELETED", objects::with_revision(prev, *revision))
+            }
+        };
+        self.send(kind, obj).await
+    }
+
+    async fn send(&mut self, kind: &str, obj: Value) -> bool {
+        if let Some(name) = &self.name_filter {
+            if obj["metadata"]["name"].as_str() != Some(name) {
+                return true;
+            }
+        }
+        let obj = if self.table {
+            let mut t = objects::table(self.resource, &[obj], None);
+            if !std::mem::replace(&mut self.first_table, false) {
+                if let Some(map) = t.as_object_mut() {
+                    map.remove("columnDefinitions");
+                }
+            }
+            t
+        } else {
+            obj
+        };
+        self.tx.send(line(kind, &obj)).await.is_ok()
+    }
+}
