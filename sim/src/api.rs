@@ -91,10 +91,21 @@ async fn serve(sim: &Arc<Sim>, peer: Option<User>, req: Request<Incoming>) -> Re
     let table = wants_table(&req);
     let dry_run = param("dryRun").is_some();
     let method = req.method().clone();
-    let body = match read_body(req).await {
+    let protobuf = req
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/vnd.kubernetes.protobuf"));
+    let mut body = match read_body(req).await {
         Ok(b) => b,
         Err(reply) => return reply,
     };
+    if protobuf && !body.is_empty() && method != Method::DELETE {
+        body = match crate::protobuf::decode(&body) {
+            Ok(v) => Bytes::from(serde_json::to_vec(&v).expect("json")),
+            Err(why) => return respond::status(400, "BadRequest", &why, None),
+        };
+    }
     resource(
         sim,
         &target,

@@ -102,6 +102,7 @@ fn start_all(
     let exe = std::env::current_exe()?;
     let pki = dir.join("pki");
     let mut backends = String::new();
+    let mut replicas = Vec::new();
     for i in 0..args.replicas {
         let port = args.base_port + i;
         let fault = args.base_port + 100 + i;
@@ -133,6 +134,10 @@ fn start_all(
             "{name} https://127.0.0.1:{port}  (fault port {fault}, pid {})",
             child.id()
         );
+        replicas.push(serde_json::json!({
+            "name": name, "address": format!("127.0.0.1:{port}"),
+            "fault_port": fault, "pid": child.id(),
+        }));
         children.push((name.clone(), child));
         backends.push_str(&format!(
             "  - name: {name}\n    address: 127.0.0.1:{port}\n"
@@ -146,6 +151,11 @@ fn start_all(
         args.gateway_listen, args.gateway_admin
     );
     std::fs::write(dir.join("kubegate.yaml"), config)?;
+    let state = serde_json::json!({"etcd": etcd_url, "replicas": replicas});
+    std::fs::write(
+        dir.join("cluster.json"),
+        serde_json::to_string_pretty(&state)?,
+    )?;
     eprintln!(
         "\nready. In another terminal:\n  kubegate run --config {}\n  KUBECONFIG={} kubectl get --raw '/readyz?verbose'\nCtrl-C stops the cluster.",
         dir.join("kubegate.yaml").display(),

@@ -12,6 +12,7 @@ mod discovery;
 mod fault;
 mod health;
 mod objects;
+mod protobuf;
 mod resources;
 mod respond;
 mod server;

@@ -33,7 +33,7 @@ pub fn prepare_create(
         .as_object_mut()
         .ok_or("metadata is required")?;
     if let Some(ns) = meta.get("namespace").and_then(Value::as_str) {
-        if ns != namespace {
+        if !ns.is_empty() && ns != namespace {
             return Err(
                 "the namespace of the provided object does not match the namespace sent on the request"
                     .into(),

@@ -1,1 +1,15 @@
-//! e2e support
+//! The end-to-end test harness: real `kubegate` and `kubegate-sim` processes on loopback,
+//! certificates generated per test, and clients that speak real TLS.
+//!
+//! Every process started here is killed by its PID when its handle drops, on success and on
+//! failure alike. Waits are conditions with deadlines, never fixed sleeps.
+
+mod client;
+mod pki;
+mod process;
+
+pub use client::{tls_client_config, Conn, Response};
+pub use pki::Pki;
+pub use process::{
+    bin, free_port, wait_for, Etcd, Kubegate, KubegateConfig, Proc, Sim, SimOptions,
+};

@@ -1,0 +1,563 @@
+//! End-to-end tests of the kubegate gateway: real `kubegate` and `kubegate-sim` processes on
+//! loopback with certificates made per test.
+//!
+//! 1. `spreads_connections_by_policy`: least-connections, round-robin and power-of-two.
+//! 2. `not_ready_backend_drains_then_closes`: readyz 500, port open: no new connections after
+//!    interval × fall; an open one lives until drain.timeout, then is closed and counted.
+//! 3. `shutdown_answer_takes_a_backend_out_after_one_probe`.
+//! 4. `killed_backend_is_retried_transparently`.
+//! 5. `frozen_backend_connections_are_closed_and_it_returns_after_sigcont`.
+//! 6. `untrusted_certificates_never_become_ready`: unknown CA, name mismatch, expired.
+//! 7. `lifecycle_sigterm_delay_grace_exit_zero`.
+//! 8. `reload_adds_and_removes_backends_and_refuses_bad_files`.
+//! 9. `metrics_pass_promtool`.
+//! 10. `check_reports_file_line_column`.
+
+use kubegate_e2e::*;
+use std::collections::HashMap;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn sims(pki: &Pki, n: usize, opts: SimOptions) -> Vec<Sim> {
+    (1..=n)
+        .map(|i| Sim::start(pki, &format!("replica-{i}"), opts.clone()))
+        .collect()
+}
+
+fn refs(sims: &[Sim]) -> Vec<&Sim> {
+    sims.iter().collect()
+}
+
+/// Which replica served a connection, from the certificate it presented.
+fn served_by<'a>(sims: &'a [Sim], conn: &Conn) -> &'a str {
+    sims.iter()
+        .find(|s| s.cert_der == conn.peer())
+        .map(|s| s.name.as_str())
+        .expect("peer certificate is one of the replicas'")
+}
+
+fn wait_all_ready(kg: &Kubegate, sims: &[Sim]) {
+    for s in sims {
+        kg.wait_state(&s.name, "ready", Duration::from_secs(10));
+    }
+}
+
+/// Opens `n` connections through kubegate, each proven with a request; returns them.
+async fn open(kg: &Kubegate, pki: &Pki, n: usize) -> Vec<Conn> {
+    let mut conns = Vec::new();
+    for _ in 0..n {
+        let mut c = kg
+            .connect(pki, false)
+            .await
+            .expect("connect through kubegate");
+        assert_eq!(c.get("/version").await.unwrap().status, 200);
+        conns.push(c);
+    }
+    conns
+}
+
+fn count<'a>(sims: &'a [Sim], conns: &[Conn]) -> HashMap<&'a str, usize> {
+    let mut m = HashMap::new();
+    for c in conns {
+        *m.entry(served_by(sims, c)).or_insert(0) += 1;
+    }
+    m
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spreads_connections_by_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let sims = sims(&pki, 3, SimOptions::default());
+    for (policy, n) in [
+        ("least-connections", 30),
+        ("round-robin", 30),
+        ("power-of-two", 60),
+    ] {
+        let mut cfg = KubegateConfig::new(&refs(&sims));
+        cfg.balance = policy;
+        let kg = Kubegate::start(&pki, &cfg);
+        wait_all_ready(&kg, &sims);
+        let conns = open(&kg, &pki, n).await;
+        let per = count(&sims, &conns);
+        let (min, max) = (
+            sims.iter()
+                .map(|s| per.get(s.name.as_str()).copied().unwrap_or(0))
+                .min()
+                .unwrap(),
+            per.values().copied().max().unwrap(),
+        );
+        match policy {
+            // Held connections with rotating ties: exactly even.
+            "least-connections" | "round-robin" => {
+                assert_eq!((min, max), (n / 3, n / 3), "{policy}: {per:?}")
+            }
+            // Two random choices, the emptier wins: never far from even.
+            _ => assert!(max - min <= 6 && min > 0, "{policy}: {per:?}"),
+        }
+        for s in &sims {
+            let series = format!("kubegate_backend_connections{{backend=\"{}\"}}", s.name);
+            assert_eq!(
+                kg.metric(&series) as usize,
+                per[s.name.as_str()],
+                "{series}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_ready_backend_drains_then_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let sims = sims(&pki, 3, SimOptions::default());
+    let mut cfg = KubegateConfig::new(&refs(&sims));
+    cfg.drain = "4s";
+    let kg = Kubegate::start(&pki, &cfg);
+    wait_all_ready(&kg, &sims);
+    let mut conns = open(&kg, &pki, 3).await;
+    let target = &sims[0];
+    let mut held = conns
+        .drain(..)
+        .find(|c| served_by(&sims, c) == target.name)
+        .expect("least-connections put one connection on each replica");
+
+    let failed_at = Instant::now();
+    target.force_check("etcd", true);
+    kg.wait_state(&target.name, "not_ready", Duration::from_secs(5));
+    // interval 300ms × fall 2, plus scheduling margin.
+    assert!(
+        failed_at.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        failed_at.elapsed()
+    );
+    let backend = kg
+        .backends()
+        .into_iter()
+        .find(|b| b["name"] == target.name.as_str())
+        .unwrap();
+    assert_eq!(backend["failing_checks"], serde_json::json!(["etcd"]));
+
+    // No new connection lands on it.
+    let fresh = open(&kg, &pki, 12).await;
+    assert!(count(&sims, &fresh).get(target.name.as_str()).is_none());
+
+    // The open connection still works during the drain...
+    assert_eq!(held.get("/version").await.unwrap().status, 200);
+    // ...and is closed at drain.timeout.
+    wait_for(
+        "the drained connection to be closed",
+        Duration::from_secs(8),
+        || held.is_closed().then_some(()),
+    );
+    let lived = failed_at.elapsed();
+    assert!(
+        lived >= Duration::from_secs(4),
+        "closed after {lived:?}, before drain.timeout"
+    );
+    let series = format!(
+        "kubegate_backend_connections_closed_total{{backend=\"{}\",reason=\"drain_timeout\"}}",
+        target.name
+    );
+    wait_for(
+        "the forced close to be counted",
+        Duration::from_secs(2),
+        || (kg.metric(&series) == 1.0).then_some(()),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_answer_takes_a_backend_out_after_one_probe() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let opts = SimOptions {
+        args: vec!["--shutdown-delay-duration".into(), "20s".into()],
+        ..Default::default()
+    };
+    let sims = sims(&pki, 2, opts);
+    let mut cfg = KubegateConfig::new(&refs(&sims));
+    // With fall 10 an ordinary failure would need 10 probes (3 s): one probe is the fast path.
+    cfg.interval = "300ms";
+    cfg.fall = 10;
+    let kg = Kubegate::start(&pki, &cfg);
+    wait_all_ready(&kg, &sims);
+    let t0 = Instant::now();
+    sims[0].proc.signal(libc::SIGTERM);
+    kg.wait_state(&sims[0].name, "not_ready", Duration::from_secs(5));
+    assert!(
+        t0.elapsed() < Duration::from_millis(1500),
+        "took {:?}",
+        t0.elapsed()
+    );
+    let b = kg
+        .backends()
+        .into_iter()
+        .find(|b| b["name"] == "replica-1")
+        .unwrap();
+    assert_eq!(b["shutting_down"], true);
+    assert_eq!(b["failing_checks"], serde_json::json!(["shutdown"]));
+    let series = "kubegate_backend_state_transitions_total{backend=\"replica-1\",from=\"ready\",to=\"not_ready\"}";
+    assert_eq!(kg.metric(series), 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_backend_is_retried_transparently() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let mut sims = sims(&pki, 3, SimOptions::default());
+    let mut cfg = KubegateConfig::new(&refs(&sims));
+    cfg.balance = "round-robin";
+    cfg.interval = "2s";
+    cfg.rise = 1;
+    let kg = Kubegate::start(&pki, &cfg);
+    wait_all_ready(&kg, &sims);
+    sims[1].proc.kill();
+    // Round robin reaches the dead replica within the first three connections, long before
+    // the 2 s probe interval notices: every client must still succeed.
+    for i in 0..30 {
+        let resp = kg.get(&pki, "/version").await;
+        assert_eq!(
+            resp.map(|r| r.status).unwrap_or(0),
+            200,
+            "client {i} failed"
+        );
+    }
+    assert!(kg.metric("kubegate_connect_retries_total") >= 1.0);
+    assert!(
+        kg.metric(
+            "kubegate_backend_connect_errors_total{backend=\"replica-2\",reason=\"refused\"}"
+        ) >= 1.0
+    );
+    kg.wait_state("replica-2", "down", Duration::from_secs(10));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_backend_connections_are_closed_and_it_returns_after_sigcont() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let sims = sims(&pki, 3, SimOptions::default());
+    let cfg = KubegateConfig::new(&refs(&sims)); // interval 300ms, timeout 500ms, fall 2
+    let kg = Kubegate::start(&pki, &cfg);
+    wait_all_ready(&kg, &sims);
+    let conns = open(&kg, &pki, 3).await;
+    let target = &sims[2];
+    let held = conns
+        .into_iter()
+        .find(|c| served_by(&sims, c) == target.name)
+        .unwrap();
+
+    let frozen_at = Instant::now();
+    target.proc.signal(libc::SIGSTOP);
+    wait_for(
+        "the frozen replica's connection to be closed",
+        Duration::from_secs(5),
+        || held.is_closed().then_some(()),
+    );
+    // timeout × fall = 1 s, plus up to one interval before the first probe starts.
+    assert!(
+        frozen_at.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        frozen_at.elapsed()
+    );
+    assert_eq!(kg.state(&target.name).as_deref(), Some("down"));
+    let fresh = open(&kg, &pki, 9).await;
+    assert!(count(&sims, &fresh).get(target.name.as_str()).is_none());
+    let series = format!(
+        "kubegate_backend_connections_closed_total{{backend=\"{}\",reason=\"backend_down\"}}",
+        target.name
+    );
+    assert_eq!(kg.metric(&series), 1.0);
+
+    target.proc.signal(libc::SIGCONT);
+    kg.wait_state(&target.name, "ready", Duration::from_secs(5));
+    drop(fresh);
+    let again = open(&kg, &pki, 9).await;
+    assert_eq!(count(&sims, &again).get(target.name.as_str()), Some(&3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untrusted_certificates_never_become_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let other_ca = Pki::new(&dir.path().join("other"));
+    let good = Sim::start(&pki, "good", SimOptions::default());
+    let cases = [
+        ("foreign", other_ca.serving("foreign"), "unknown_ca"),
+        (
+            "misnamed",
+            pki.serving_with("misnamed", "misnamed", &["other.example"], -1, 30),
+            "name_mismatch",
+        ),
+        (
+            "expired",
+            pki.serving_with("expired", "expired", &["kubernetes"], -30, -1),
+            "expired",
+        ),
+    ];
+    let bad: Vec<(Sim, &str)> = cases
+        .into_iter()
+        .map(|(name, pair, why)| {
+            (
+                Sim::start(
+                    &pki,
+                    name,
+                    SimOptions {
+                        serving: Some(pair),
+                        ..Default::default()
+                    },
+                ),
+                why,
+            )
+        })
+        .collect();
+    let mut all = vec![&good];
+    all.extend(bad.iter().map(|(s, _)| s));
+    let kg = Kubegate::start(&pki, &KubegateConfig::new(&all));
+    kg.wait_state("good", "ready", Duration::from_secs(10));
+    for (sim, why) in &bad {
+        kg.wait_state(&sim.name, "not_ready", Duration::from_secs(10));
+        let b = kg
+            .backends()
+            .into_iter()
+            .find(|b| b["name"] == sim.name.as_str())
+            .unwrap();
+        assert_eq!(b["last_probe_result"], "tls_error", "{b}");
+        let detail = b["last_probe_detail"].as_str().unwrap();
+        assert!(
+            detail.starts_with(&format!("TLS {why}")),
+            "{}: {detail}",
+            sim.name
+        );
+    }
+    // Clients are only ever sent to the trusted replica.
+    for _ in 0..6 {
+        let c = kg.connect(&pki, false).await.unwrap();
+        assert_eq!(c.peer(), good.cert_der.as_slice());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_sigterm_delay_grace_exit_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let sims = sims(&pki, 2, SimOptions::default());
+    let mut cfg = KubegateConfig::new(&refs(&sims));
+    cfg.shutdown_delay = "2s";
+    cfg.shutdown_grace = "3s";
+    let mut kg = Kubegate::start(&pki, &cfg);
+    wait_all_ready(&kg, &sims);
+    wait_for("kubegate /readyz 200", Duration::from_secs(5), || {
+        kg.admin_get("/readyz")
+            .filter(|r| r.starts_with("HTTP/1.1 200"))
+    });
+    let mut held = open(&kg, &pki, 1).await.pop().unwrap();
+
+    let t0 = Instant::now();
+    kg.proc.signal(libc::SIGTERM);
+    wait_for("/readyz 503", Duration::from_millis(500), || {
+        kg.admin_get("/readyz")
+            .filter(|r| r.starts_with("HTTP/1.1 503"))
+    });
+    assert_eq!(
+        kg.admin_get("/livez").unwrap().lines().next(),
+        Some("HTTP/1.1 200 OK")
+    );
+    // Still accepting during the delay.
+    let mut during = kg
+        .connect(&pki, false)
+        .await
+        .expect("accepted during shutdown.delay");
+    assert_eq!(during.get("/version").await.unwrap().status, 200);
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "test too slow to observe the delay"
+    );
+    // Refused after it.
+    wait_for(
+        "new connections to be refused",
+        Duration::from_secs(4),
+        || {
+            std::net::TcpStream::connect(kg.listen)
+                .is_err()
+                .then_some(())
+        },
+    );
+    assert!(
+        t0.elapsed() >= Duration::from_secs(2),
+        "refused before the delay ended"
+    );
+    // The open connection still works within the grace period...
+    assert_eq!(held.get("/version").await.unwrap().status, 200);
+    // ...and the process exits 0 once the grace period ends.
+    let status = kg.proc.wait_exit(Duration::from_secs(8));
+    assert!(status.success(), "{status:?}");
+    let total = t0.elapsed();
+    assert!(
+        total >= Duration::from_secs(5),
+        "exited after {total:?}, before delay + grace"
+    );
+    assert!(held.is_closed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_adds_and_removes_backends_and_refuses_bad_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let sims = sims(&pki, 3, SimOptions::default());
+    let cfg = KubegateConfig::new(&[&sims[0], &sims[1]]);
+    let kg = Kubegate::start(&pki, &cfg);
+    wait_all_ready(&kg, &sims[..2]);
+    let conns = open(&kg, &pki, 2).await;
+    let mut kept = conns
+        .into_iter()
+        .find(|c| served_by(&sims, c) == "replica-1")
+        .unwrap();
+
+    // Replace replica-2 with replica-3.
+    kg.rewrite(&KubegateConfig::new(&[&sims[0], &sims[2]]));
+    kg.wait_state("replica-3", "ready", Duration::from_secs(10));
+    wait_for("replica-2 to be forgotten", Duration::from_secs(10), || {
+        kg.state("replica-2").is_none().then_some(())
+    });
+    assert_eq!(
+        kept.get("/version").await.unwrap().status,
+        200,
+        "kept backend's connection survives"
+    );
+    assert_eq!(
+        kg.metric("kubegate_config_reloads_total{result=\"success\"}"),
+        1.0
+    );
+
+    // A broken file changes nothing and is counted.
+    std::fs::write(&kg.config_path, "listeners: [\n").unwrap();
+    wait_for(
+        "the failed reload to be counted",
+        Duration::from_secs(5),
+        || (kg.metric("kubegate_config_reloads_total{result=\"failure\"}") == 1.0).then_some(()),
+    );
+    assert_eq!(kg.metric("kubegate_config_last_reload_successful"), 0.0);
+    let names: Vec<String> = kg
+        .backends()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["replica-1", "replica-3"]);
+    assert_eq!(kept.get("/version").await.unwrap().status, 200);
+    assert!(kg.log().contains("configuration reload refused"));
+    // SIGHUP with the broken file in place is refused too.
+    kg.proc.signal(libc::SIGHUP);
+    wait_for(
+        "the SIGHUP reload to be refused",
+        Duration::from_secs(5),
+        || (kg.metric("kubegate_config_reloads_total{result=\"failure\"}") == 2.0).then_some(()),
+    );
+    assert_eq!(kg.get(&pki, "/version").await.unwrap().status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_pass_promtool() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let sims = sims(&pki, 2, SimOptions::default());
+    let kg = Kubegate::start(&pki, &KubegateConfig::new(&refs(&sims)));
+    wait_all_ready(&kg, &sims);
+    sims[1].force_check("etcd", true);
+    kg.wait_state("replica-2", "not_ready", Duration::from_secs(5));
+    let _conns = open(&kg, &pki, 2).await;
+    let metrics = kg.admin_body("/metrics");
+    for family in [
+        "kubegate_build_info",
+        "kubegate_lifecycle_phase",
+        "kubegate_backend_state",
+        "kubegate_backend_probes_total",
+        "kubegate_backend_probe_duration_seconds",
+        "kubegate_backend_readyz_check_failing",
+        "kubegate_backend_state_transitions_total",
+        "kubegate_backend_connections",
+        "kubegate_backend_connections_total",
+        "kubegate_backend_bytes_total",
+        "kubegate_config_reloads_total",
+    ] {
+        assert!(
+            metrics.contains(&format!("# TYPE {family} ")),
+            "{family} missing"
+        );
+    }
+    assert_eq!(
+        kg.metric("kubegate_backend_state{backend=\"replica-2\",state=\"not_ready\"}"),
+        1.0
+    );
+    assert_eq!(
+        kg.metric("kubegate_backend_state{backend=\"replica-2\",state=\"ready\"}"),
+        0.0
+    );
+    assert_eq!(
+        kg.metric("kubegate_backend_readyz_check_failing{backend=\"replica-2\",check=\"etcd\"}"),
+        1.0
+    );
+    let path = dir.path().join("metrics.txt");
+    std::fs::write(&path, &metrics).unwrap();
+    let out = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(&path).unwrap())
+        .output()
+        .expect("promtool (Debian package prometheus) is installed");
+    assert!(
+        out.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn check_reports_file_line_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(
+        &path,
+        "listeners:\n  - address: 127.0.0.1:6443\nbackends:\n  - address: 127.0.0.1:7001\n  - address: 127.0.0.1:7001\nhealth:\n  interval: fast\n  tls: {insecure_skip_verify: true}\n",
+    )
+    .unwrap();
+    let out = Command::new(bin("kubegate"))
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with(&format!("{}:7:3: ", path.display())),
+        "{err}"
+    );
+    assert!(err.contains("invalid duration \"fast\""), "{err}");
+
+    std::fs::write(
+        &path,
+        "listeners:\n  - address: 127.0.0.1:6443\nbackends:\n  - address: 127.0.0.1:7001\n  - address: 127.0.0.1:7001\nhealth:\n  tls: {insecure_skip_verify: true}\n",
+    )
+    .unwrap();
+    let out = Command::new(bin("kubegate"))
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "{}:5:14: duplicate backend address 127.0.0.1:7001",
+            path.display()
+        )
+    );
+    let ok = dir.path().join("ok.yaml");
+    std::fs::write(&ok, "listeners:\n  - address: 127.0.0.1:6443\nbackends:\n  - address: 127.0.0.1:7001\nhealth:\n  tls: {insecure_skip_verify: true}\n").unwrap();
+    let out = Command::new(bin("kubegate"))
+        .args(["check", "--config"])
+        .arg(&ok)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+}

@@ -1,0 +1,182 @@
+//! A real TLS client (HTTP/1.1 or HTTP/2 by ALPN) with the admin client certificate.
+
+use crate::pki::Pki;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+
+/// A response, fully read.
+#[derive(Debug)]
+pub struct Response {
+    /// Status code.
+    pub status: u16,
+    /// Headers.
+    pub headers: http::HeaderMap,
+    /// Body.
+    pub body: Bytes,
+}
+
+impl Response {
+    /// Body as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// One header as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// TLS client settings trusting `pki`'s CA and presenting its admin certificate.
+pub fn tls_client_config(pki: &Pki, alpn: &[&[u8]]) -> rustls::ClientConfig {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_file(pki.ca_file()).unwrap())
+        .unwrap();
+    let chain = vec![CertificateDer::from_pem_file(pki.dir().join("admin.crt")).unwrap()];
+    let key = PrivateKeyDer::from_pem_file(pki.dir().join("admin.key")).unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .unwrap();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    config
+}
+
+enum Sender {
+    H1(hyper::client::conn::http1::SendRequest<Full<Bytes>>),
+    H2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
+}
+
+/// One client connection.
+pub struct Conn {
+    sender: Sender,
+    task: JoinHandle<()>,
+    peer: Vec<u8>,
+}
+
+impl Conn {
+    /// Connects to `addr` (SNI `kubernetes`) and completes the TLS handshake.
+    pub async fn open(addr: SocketAddr, pki: &Pki, h2: bool) -> io::Result<Conn> {
+        let alpn: &[&[u8]] = if h2 { &[b"h2"] } else { &[b"http/1.1"] };
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(tls_client_config(pki, alpn)));
+        let tcp = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timeout"))??;
+        let tls = tokio::time::timeout(
+            Duration::from_secs(5),
+            connector.connect(ServerName::try_from("kubernetes").unwrap(), tcp),
+        )
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timeout"))??;
+        let peer = tls
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .map(|c| c.to_vec())
+            .unwrap_or_default();
+        let io = TokioIo::new(tls);
+        let (sender, task) = if h2 {
+            let (s, c) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+                .await
+                .map_err(io::Error::other)?;
+            (
+                Sender::H2(s),
+                tokio::spawn(async move {
+                    let _ = c.await;
+                }),
+            )
+        } else {
+            let (s, c) = hyper::client::conn::http1::handshake(io)
+                .await
+                .map_err(io::Error::other)?;
+            (
+                Sender::H1(s),
+                tokio::spawn(async move {
+                    let _ = c.await;
+                }),
+            )
+        };
+        Ok(Conn { sender, task, peer })
+    }
+
+    /// DER of the certificate the server presented (tells which replica answered).
+    pub fn peer(&self) -> &[u8] {
+        &self.peer
+    }
+
+    /// The connection has ended (closed by the other side or by an error).
+    pub fn is_closed(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// `GET path`.
+    pub async fn get(&mut self, path: &str) -> io::Result<Response> {
+        self.request("GET", path, None).await
+    }
+
+    /// Any request, with an optional JSON body; fails after 10 s.
+    pub async fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> io::Result<Response> {
+        let uri = match self.sender {
+            Sender::H1(_) => path.to_string(),
+            Sender::H2(_) => format!("https://kubernetes{path}"),
+        };
+        let mut req = http::Request::builder().method(method).uri(uri);
+        if matches!(self.sender, Sender::H1(_)) {
+            req = req.header(http::header::HOST, "kubernetes");
+        }
+        if body.is_some() {
+            req = req.header(http::header::CONTENT_TYPE, "application/json");
+        }
+        let req = req
+            .body(Full::new(Bytes::from(body.unwrap_or("").to_string())))
+            .unwrap();
+        let fut = async {
+            let resp = match &mut self.sender {
+                Sender::H1(s) => s.send_request(req).await,
+                Sender::H2(s) => s.send_request(req).await,
+            }
+            .map_err(io::Error::other)?;
+            let status = resp.status().as_u16();
+            let headers = resp.headers().clone();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(io::Error::other)?
+                .to_bytes();
+            Ok(Response {
+                status,
+                headers,
+                body,
+            })
+        };
+        tokio::time::timeout(Duration::from_secs(10), fut)
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "request timeout"))?
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

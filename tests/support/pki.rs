@@ -1,0 +1,112 @@
+//! Certificates made at test time: one CA, a serving certificate per replica (its common name
+//! names the replica, so a client can tell which replica it reached), and client certificates.
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose,
+};
+use std::path::{Path, PathBuf};
+use time::{Duration, OffsetDateTime};
+
+/// A CA and the files it signed, in a temporary directory.
+pub struct Pki {
+    dir: PathBuf,
+    ca: rcgen::Certificate,
+    ca_key: KeyPair,
+}
+
+/// Names every serving certificate is valid for, unless a test asks otherwise.
+pub const SERVING_NAMES: &[&str] = &["kubernetes", "localhost", "127.0.0.1"];
+
+impl Pki {
+    /// A new CA in `dir` (`ca.crt`), plus an admin client pair (`admin.crt`, `admin.key`).
+    pub fn new(dir: &Path) -> Pki {
+        std::fs::create_dir_all(dir).unwrap();
+        let ca_key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        let mut dn = DistinguishedName::new();
+        dn.push(
+            DnType::CommonName,
+            format!("test-ca-{}", std::process::id()),
+        );
+        p.distinguished_name = dn;
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca = p.self_signed(&ca_key).unwrap();
+        std::fs::write(dir.join("ca.crt"), ca.pem()).unwrap();
+        let pki = Pki {
+            dir: dir.to_path_buf(),
+            ca,
+            ca_key,
+        };
+        pki.client("admin", "kubernetes-admin", "system:masters");
+        pki
+    }
+
+    /// The directory holding the files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `ca.crt`.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.crt")
+    }
+
+    /// Writes `<file>.crt`/`.key`: a serving certificate with common name `cn`, valid for
+    /// `names`, from `not_before_days` to `not_after_days` relative to now.
+    pub fn serving_with(
+        &self,
+        file: &str,
+        cn: &str,
+        names: &[&str],
+        not_before_days: i64,
+        not_after_days: i64,
+    ) -> (PathBuf, PathBuf) {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+            .unwrap();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, cn);
+        p.distinguished_name = dn;
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let now = OffsetDateTime::now_utc();
+        p.not_before = now + Duration::days(not_before_days);
+        p.not_after = now + Duration::days(not_after_days);
+        let cert = p.signed_by(&key, &self.ca, &self.ca_key).unwrap();
+        let (crt, k) = (
+            self.dir.join(format!("{file}.crt")),
+            self.dir.join(format!("{file}.key")),
+        );
+        std::fs::write(&crt, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (crt, k)
+    }
+
+    /// A valid serving certificate for replica `cn`.
+    pub fn serving(&self, cn: &str) -> (PathBuf, PathBuf) {
+        self.serving_with(cn, cn, SERVING_NAMES, -1, 30)
+    }
+
+    /// Writes `<file>.crt`/`.key`: a client certificate for `user` in `group`.
+    pub fn client(&self, file: &str, user: &str, group: &str) -> (PathBuf, PathBuf) {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, user);
+        dn.push(DnType::OrganizationName, group);
+        p.distinguished_name = dn;
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = p.signed_by(&key, &self.ca, &self.ca_key).unwrap();
+        let (crt, k) = (
+            self.dir.join(format!("{file}.crt")),
+            self.dir.join(format!("{file}.key")),
+        );
+        std::fs::write(&crt, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (crt, k)
+    }
+}

@@ -1,0 +1,435 @@
+//! Starting, signalling and stopping the real binaries.
+
+use crate::client::{Conn, Response};
+use crate::pki::Pki;
+use std::fs::File;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Path of a workspace binary (`kubegate`, `kubegate-sim`), built by `cargo build --bins`.
+pub fn bin(name: &str) -> PathBuf {
+    // target/<profile>/deps/<test> → target/<profile>/<name>
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --bins` first (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Polls `f` until it returns `Some`, or panics naming `what` after `limit`.
+pub fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {limit:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A child process, killed by PID when dropped.
+pub struct Proc {
+    name: String,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Proc {
+    /// Starts `cmd`, logging stderr and stdout to `log`.
+    pub fn spawn(name: &str, mut cmd: Command, log: PathBuf) -> Proc {
+        let out = File::create(&log).unwrap();
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {name}: {e}"));
+        Proc {
+            name: name.to_string(),
+            child: Some(child),
+            log,
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("running").id() as i32
+    }
+
+    /// Sends `sig` (libc::SIGTERM, SIGSTOP, ...) to the process.
+    pub fn signal(&self, sig: i32) {
+        signal_pid(self.pid(), sig);
+    }
+
+    /// Waits for the process to exit by itself within `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> ExitStatus {
+        let child = self.child.as_mut().expect("running");
+        let status = wait_for(&format!("{} to exit", self.name), limit, || {
+            child.try_wait().unwrap()
+        });
+        self.child = None;
+        status
+    }
+
+    /// Still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    /// The log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Kills now (SIGKILL) and reaps.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            signal_pid(child.id() as i32, libc::SIGCONT);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.kill();
+            if std::thread::panicking() {
+                eprintln!("---- log of {} ----\n{}", self.name, self.log());
+            }
+        }
+    }
+}
+
+fn signal_pid(pid: i32, sig: i32) {
+    // SAFETY: kill(2) with a PID this harness started; no memory is shared.
+    let rc = unsafe { libc::kill(pid, sig) };
+    assert_eq!(rc, 0, "kill({pid}, {sig}) failed");
+}
+
+/// How a simulated replica is started.
+#[derive(Clone, Default)]
+pub struct SimOptions {
+    /// Extra flags, e.g. `["--shutdown-delay-duration", "2s"]`.
+    pub args: Vec<String>,
+    /// Serving pair to use instead of the replica's own valid one.
+    pub serving: Option<(PathBuf, PathBuf)>,
+}
+
+/// One `kubegate-sim` replica.
+pub struct Sim {
+    /// Replica name (also its serving certificate's common name).
+    pub name: String,
+    /// TLS address.
+    pub addr: SocketAddr,
+    /// Fault port.
+    pub fault_port: u16,
+    /// The process.
+    pub proc: Proc,
+    /// DER of its serving certificate, to recognise it from the client side.
+    pub cert_der: Vec<u8>,
+}
+
+impl Sim {
+    /// Starts replica `name` with certificates from `pki` and waits until it accepts TCP.
+    pub fn start(pki: &Pki, name: &str, opts: SimOptions) -> Sim {
+        let port = free_port();
+        let fault_port = free_port();
+        let (crt, key) = opts.serving.clone().unwrap_or_else(|| pki.serving(name));
+        let mut cmd = Command::new(bin("kubegate-sim"));
+        cmd.args(["--secure-port", &port.to_string()])
+            .args(["--fault-port", &fault_port.to_string()])
+            .arg("--tls-cert-file")
+            .arg(&crt)
+            .arg("--tls-private-key-file")
+            .arg(&key)
+            .arg("--client-ca-file")
+            .arg(pki.ca_file())
+            .args(["--replica-name", name])
+            .args(&opts.args);
+        let proc = Proc::spawn(name, cmd, pki.dir().join(format!("{name}.log")));
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        wait_for(
+            &format!("{name} to listen"),
+            Duration::from_secs(10),
+            || TcpStream::connect(addr).ok(),
+        );
+        let pem = std::fs::read(&crt).unwrap();
+        let cert_der = rustls_pki_types::pem::PemObject::from_pem_slice(&pem)
+            .map(|c: rustls_pki_types::CertificateDer<'static>| c.to_vec())
+            .unwrap();
+        Sim {
+            name: name.to_string(),
+            addr,
+            fault_port,
+            proc,
+            cert_der,
+        }
+    }
+
+    /// Forces `check` to fail (true) or pass again (false), through the fault port.
+    pub fn force_check(&self, check: &str, failing: bool) {
+        let path = if failing { "/fail" } else { "/pass" };
+        let resp = plain_http(
+            ("127.0.0.1", self.fault_port),
+            "POST",
+            &format!("{path}?check={check}"),
+        );
+        assert!(resp.starts_with("HTTP/1.1 200"), "fault port: {resp}");
+    }
+
+    /// Adds latency to every request.
+    pub fn set_latency_ms(&self, ms: u64) {
+        let resp = plain_http(
+            ("127.0.0.1", self.fault_port),
+            "POST",
+            &format!("/latency?ms={ms}"),
+        );
+        assert!(resp.starts_with("HTTP/1.1 200"), "fault port: {resp}");
+    }
+}
+
+/// One plain HTTP/1.1 exchange (fault port, admin endpoint), returning the raw response.
+pub fn plain_http(addr: impl std::net::ToSocketAddrs, method: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// A kubegate configuration for a test, rendered to YAML.
+#[derive(Clone)]
+pub struct KubegateConfig {
+    /// Backends (name, address).
+    pub backends: Vec<(String, SocketAddr)>,
+    /// `health.interval`.
+    pub interval: &'static str,
+    /// `health.timeout`.
+    pub timeout: &'static str,
+    /// `health.rise`.
+    pub rise: u32,
+    /// `health.fall`.
+    pub fall: u32,
+    /// `balance`.
+    pub balance: &'static str,
+    /// `drain.timeout`.
+    pub drain: &'static str,
+    /// `shutdown.delay`.
+    pub shutdown_delay: &'static str,
+    /// `shutdown.grace`.
+    pub shutdown_grace: &'static str,
+    /// Extra YAML appended as is.
+    pub extra: String,
+}
+
+impl KubegateConfig {
+    /// Defaults tuned for tests: fast probes, short drains.
+    pub fn new(sims: &[&Sim]) -> KubegateConfig {
+        KubegateConfig {
+            backends: sims.iter().map(|s| (s.name.clone(), s.addr)).collect(),
+            interval: "300ms",
+            timeout: "500ms",
+            rise: 2,
+            fall: 2,
+            balance: "least-connections",
+            drain: "3s",
+            shutdown_delay: "1s",
+            shutdown_grace: "2s",
+            extra: String::new(),
+        }
+    }
+
+    /// The YAML text, with listener and admin addresses.
+    pub fn render(&self, listen: SocketAddr, admin: SocketAddr, ca: &Path) -> String {
+        let mut backends = String::new();
+        for (name, addr) in &self.backends {
+            backends.push_str(&format!("  - name: {name}\n    address: {addr}\n"));
+        }
+        format!(
+            "listeners:\n  - address: {listen}\nbackends:\n{backends}health:\n  interval: {}\n  timeout: {}\n  rise: {}\n  fall: {}\n  tls:\n    ca_file: {}\n    server_name: kubernetes\nbalance: {}\ndrain:\n  timeout: {}\nshutdown:\n  delay: {}\n  grace: {}\nadmin:\n  address: {admin}\n{}",
+            self.interval,
+            self.timeout,
+            self.rise,
+            self.fall,
+            ca.display(),
+            self.balance,
+            self.drain,
+            self.shutdown_delay,
+            self.shutdown_grace,
+            self.extra
+        )
+    }
+}
+
+/// A running kubegate.
+pub struct Kubegate {
+    /// Client listener.
+    pub listen: SocketAddr,
+    /// Admin endpoint.
+    pub admin: SocketAddr,
+    /// The config file (rewrite it to reload).
+    pub config_path: PathBuf,
+    /// The process.
+    pub proc: Proc,
+    ca: PathBuf,
+}
+
+impl Kubegate {
+    /// Starts kubegate with `config` and waits for its admin endpoint.
+    pub fn start(pki: &Pki, config: &KubegateConfig) -> Kubegate {
+        let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let config_path = pki.dir().join(format!("kubegate-{}.yaml", listen.port()));
+        std::fs::write(&config_path, config.render(listen, admin, &pki.ca_file())).unwrap();
+        let mut cmd = Command::new(bin("kubegate"));
+        cmd.arg("run").arg("--config").arg(&config_path);
+        let proc = Proc::spawn(
+            "kubegate",
+            cmd,
+            pki.dir().join(format!("kubegate-{}.log", listen.port())),
+        );
+        let kg = Kubegate {
+            listen,
+            admin,
+            config_path,
+            proc,
+            ca: pki.ca_file(),
+        };
+        wait_for("kubegate admin /livez", Duration::from_secs(10), || {
+            kg.admin_get("/livez")
+                .filter(|r| r.starts_with("HTTP/1.1 200"))
+        });
+        kg
+    }
+
+    /// Rewrites the config file (the file watcher reloads it).
+    pub fn rewrite(&self, config: &KubegateConfig) {
+        let text = config.render(self.listen, self.admin, &self.ca);
+        std::fs::write(&self.config_path, text).unwrap();
+    }
+
+    /// Raw admin response, or `None` if the endpoint does not answer.
+    pub fn admin_get(&self, path: &str) -> Option<String> {
+        TcpStream::connect(self.admin).ok()?;
+        Some(plain_http(self.admin, "GET", path))
+    }
+
+    /// The body of an admin path.
+    pub fn admin_body(&self, path: &str) -> String {
+        let raw = self.admin_get(path).expect("admin endpoint answers");
+        raw.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default()
+    }
+
+    /// `/debug/backends` as JSON.
+    pub fn backends(&self) -> Vec<serde_json::Value> {
+        serde_json::from_str(&self.admin_body("/debug/backends")).expect("backends JSON")
+    }
+
+    /// State of backend `name`.
+    pub fn state(&self, name: &str) -> Option<String> {
+        self.backends()
+            .into_iter()
+            .find(|b| b["name"] == name)
+            .and_then(|b| b["state"].as_str().map(str::to_string))
+    }
+
+    /// Waits until backend `name` is in `state`.
+    pub fn wait_state(&self, name: &str, state: &str, limit: Duration) {
+        wait_for(&format!("{name} to be {state}"), limit, || {
+            (self.state(name).as_deref() == Some(state)).then_some(())
+        });
+    }
+
+    /// The value of one metric sample (`name{labels}` exactly as exported), 0 if absent.
+    pub fn metric(&self, series: &str) -> f64 {
+        self.admin_body("/metrics")
+            .lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')))
+            .map(|v| v.trim().parse().unwrap())
+            .unwrap_or(0.0)
+    }
+
+    /// kubegate's log so far.
+    pub fn log(&self) -> String {
+        self.proc.log()
+    }
+
+    /// A TLS connection through kubegate (HTTP/1.1 unless `h2`).
+    pub async fn connect(&self, pki: &Pki, h2: bool) -> std::io::Result<Conn> {
+        Conn::open(self.listen, pki, h2).await
+    }
+
+    /// One `GET path` on a fresh connection through kubegate.
+    pub async fn get(&self, pki: &Pki, path: &str) -> std::io::Result<Response> {
+        self.connect(pki, false).await?.get(path).await
+    }
+}
+
+/// A single-member etcd on loopback.
+pub struct Etcd {
+    /// Client URL.
+    pub url: String,
+    /// The process.
+    pub proc: Proc,
+}
+
+impl Etcd {
+    /// Starts etcd with its data in `dir`.
+    pub fn start(dir: &Path) -> Etcd {
+        let client = free_port();
+        let peer = free_port();
+        let url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let mut cmd = Command::new("etcd");
+        cmd.args(["--name", "test", "--data-dir"])
+            .arg(dir.join("etcd-data"))
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer_url,
+                "--initial-advertise-peer-urls",
+                &peer_url,
+            ])
+            .args(["--initial-cluster", &format!("test={peer_url}")]);
+        let proc = Proc::spawn("etcd", cmd, dir.join("etcd.log"));
+        wait_for("etcd /health", Duration::from_secs(20), || {
+            TcpStream::connect(("127.0.0.1", client)).ok()?;
+            let r = plain_http(("127.0.0.1", client), "GET", "/health");
+            r.contains("\"health\":\"true\"").then_some(())
+        });
+        Etcd { url, proc }
+    }
+}
