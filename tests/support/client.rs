@@ -36,19 +36,43 @@ impl Response {
     }
 }
 
-/// TLS client settings trusting `pki`'s CA and presenting its admin certificate.
-pub fn tls_client_config(pki: &Pki, alpn: &[&[u8]]) -> rustls::ClientConfig {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+fn alpn(h2: bool) -> &'static [&'static [u8]] {
+    if h2 {
+        &[b"h2"]
+    } else {
+        &[b"http/1.1"]
+    }
+}
+
+fn roots(pki: &Pki) -> rustls::RootCertStore {
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(CertificateDer::from_pem_file(pki.ca_file()).unwrap())
         .unwrap();
+    roots
+}
+
+/// TLS client settings trusting `pki`'s CA, with no client certificate.
+pub fn anonymous_client_config(pki: &Pki, alpn: &[&[u8]]) -> rustls::ClientConfig {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots(pki))
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    config
+}
+
+/// TLS client settings trusting `pki`'s CA and presenting its admin certificate.
+pub fn tls_client_config(pki: &Pki, alpn: &[&[u8]]) -> rustls::ClientConfig {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let chain = vec![CertificateDer::from_pem_file(pki.dir().join("admin.crt")).unwrap()];
     let key = PrivateKeyDer::from_pem_file(pki.dir().join("admin.key")).unwrap();
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
-        .with_root_certificates(roots)
+        .with_root_certificates(roots(pki))
         .with_client_auth_cert(chain, key)
         .unwrap();
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
@@ -70,11 +94,20 @@ pub struct Conn {
 impl Conn {
     /// Connects to `addr` (SNI `kubernetes`) and completes the TLS handshake.
     pub async fn open(addr: SocketAddr, pki: &Pki, h2: bool) -> io::Result<Conn> {
-        let alpn: &[&[u8]] = if h2 { &[b"h2"] } else { &[b"http/1.1"] };
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(tls_client_config(pki, alpn)));
+        Conn::open_with(addr, tls_client_config(pki, alpn(h2)), h2).await
+    }
+
+    /// Connects without a client certificate.
+    pub async fn open_anonymous(addr: SocketAddr, pki: &Pki, h2: bool) -> io::Result<Conn> {
+        Conn::open_with(addr, anonymous_client_config(pki, alpn(h2)), h2).await
+    }
+
+    async fn open_with(addr: SocketAddr, config: rustls::ClientConfig, h2: bool) -> io::Result<Conn> {
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
         let tcp = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr))
             .await
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timeout"))??;
+        tcp.set_nodelay(true)?;
         let tls = tokio::time::timeout(
             Duration::from_secs(5),
             connector.connect(ServerName::try_from("kubernetes").unwrap(), tcp),
@@ -135,6 +168,17 @@ impl Conn {
         path: &str,
         body: Option<&str>,
     ) -> io::Result<Response> {
+        self.send(method, path, &[], body).await
+    }
+
+    /// Any request with extra headers.
+    pub async fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&str>,
+    ) -> io::Result<Response> {
         let uri = match self.sender {
             Sender::H1(_) => path.to_string(),
             Sender::H2(_) => format!("https://kubernetes{path}"),
@@ -146,13 +190,23 @@ impl Conn {
         if body.is_some() {
             req = req.header(http::header::CONTENT_TYPE, "application/json");
         }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
         let req = req
             .body(Full::new(Bytes::from(body.unwrap_or("").to_string())))
             .unwrap();
         let fut = async {
+            // The previous response may still be settling: wait until the connection is ready.
             let resp = match &mut self.sender {
-                Sender::H1(s) => s.send_request(req).await,
-                Sender::H2(s) => s.send_request(req).await,
+                Sender::H1(s) => {
+                    s.ready().await.map_err(io::Error::other)?;
+                    s.send_request(req).await
+                }
+                Sender::H2(s) => {
+                    s.ready().await.map_err(io::Error::other)?;
+                    s.send_request(req).await
+                }
             }
             .map_err(io::Error::other)?;
             let status = resp.status().as_u16();
@@ -172,6 +226,75 @@ impl Conn {
         tokio::time::timeout(Duration::from_secs(10), fut)
             .await
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "request timeout"))?
+    }
+}
+
+/// A streaming response read line by line (watch).
+pub struct Lines {
+    /// Status code.
+    pub status: u16,
+    body: hyper::body::Incoming,
+    buf: Vec<u8>,
+}
+
+impl Lines {
+    /// The next line, `None` when the stream ended, or an error after `limit`.
+    pub async fn next(&mut self, limit: Duration) -> io::Result<Option<String>> {
+        tokio::time::timeout(limit, async {
+            loop {
+                if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = self.buf.drain(..=pos).collect();
+                    return Ok(Some(String::from_utf8_lossy(&line).trim_end().to_string()));
+                }
+                match self.body.frame().await {
+                    None => return Ok(None),
+                    Some(Err(e)) => return Err(io::Error::other(e)),
+                    Some(Ok(frame)) => {
+                        if let Ok(data) = frame.into_data() {
+                            self.buf.extend_from_slice(&data);
+                        }
+                    }
+                }
+            }
+        })
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no line in time"))?
+    }
+
+    /// The next line parsed as JSON; panics on end of stream.
+    pub async fn next_json(&mut self, limit: Duration) -> serde_json::Value {
+        let line = self.next(limit).await.expect("a line").expect("stream still open");
+        serde_json::from_str(&line).expect("JSON line")
+    }
+}
+
+impl Conn {
+    /// `GET path` whose body is read as it arrives.
+    pub async fn stream(&mut self, path: &str) -> io::Result<Lines> {
+        let uri = match self.sender {
+            Sender::H1(_) => path.to_string(),
+            Sender::H2(_) => format!("https://kubernetes{path}"),
+        };
+        let req = http::Request::get(uri)
+            .header(http::header::HOST, "kubernetes")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let resp = match &mut self.sender {
+            Sender::H1(s) => {
+                s.ready().await.map_err(io::Error::other)?;
+                s.send_request(req).await
+            }
+            Sender::H2(s) => {
+                s.ready().await.map_err(io::Error::other)?;
+                s.send_request(req).await
+            }
+        }
+        .map_err(io::Error::other)?;
+        Ok(Lines {
+            status: resp.status().as_u16(),
+            body: resp.into_body(),
+            buf: Vec::new(),
+        })
     }
 }
 

@@ -8,7 +8,7 @@ mod client;
 mod pki;
 mod process;
 
-pub use client::{tls_client_config, Conn, Response};
+pub use client::{tls_client_config, Conn, Lines, Response};
 pub use pki::Pki;
 pub use process::{
     bin, free_port, wait_for, Etcd, Kubegate, KubegateConfig, Proc, Sim, SimOptions,

@@ -197,6 +197,11 @@ impl Sim {
         assert!(resp.starts_with("HTTP/1.1 200"), "fault port: {resp}");
     }
 
+    /// A TLS connection straight to this replica.
+    pub async fn connect(&self, pki: &Pki, h2: bool) -> std::io::Result<Conn> {
+        Conn::open(self.addr, pki, h2).await
+    }
+
     /// Adds latency to every request.
     pub fn set_latency_ms(&self, ms: u64) {
         let resp = plain_http(
