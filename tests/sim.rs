@@ -46,10 +46,16 @@ async fn health_endpoints_match_the_apiserver_byte_for_byte() {
     let body = r.text();
     assert_eq!(r.status, 200);
     assert!(body.starts_with("[+]ping ok\n[+]log ok\n[+]etcd ok\n[+]etcd-readiness ok\n[+]informer-sync ok\n[+]poststarthook/"), "{body}");
-    assert!(body.ends_with("[+]shutdown ok\nreadyz check passed\n"), "{body}");
+    assert!(
+        body.ends_with("[+]shutdown ok\nreadyz check passed\n"),
+        "{body}"
+    );
     assert!(!body.contains("[-]"));
 
-    let r = c.get("/readyz?verbose&exclude=etcd&exclude=nonesuch").await.unwrap();
+    let r = c
+        .get("/readyz?verbose&exclude=etcd&exclude=nonesuch")
+        .await
+        .unwrap();
     let body = r.text();
     assert!(body.contains("\n[+]etcd excluded: ok\n"), "{body}");
     assert!(body.ends_with("warn: some health checks cannot be excluded: no matches for \"nonesuch\"\nreadyz check passed\n"), "{body}");
@@ -60,7 +66,11 @@ async fn health_endpoints_match_the_apiserver_byte_for_byte() {
     let r = c.get("/livez?verbose").await.unwrap();
     let body = r.text();
     assert!(body.ends_with("livez check passed\n"), "{body}");
-    for absent in ["[+]shutdown ok", "[+]informer-sync ok", "[+]etcd-readiness ok"] {
+    for absent in [
+        "[+]shutdown ok",
+        "[+]informer-sync ok",
+        "[+]etcd-readiness ok",
+    ] {
         assert!(!body.contains(absent), "livez has no {absent}");
     }
 
@@ -73,7 +83,10 @@ async fn health_endpoints_match_the_apiserver_byte_for_byte() {
     assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
     let r = c.get("/readyz/etcd").await.unwrap();
     assert_eq!(r.status, 500);
-    assert_eq!(r.text(), "internal server error: etcd check failed (fault injected)\n");
+    assert_eq!(
+        r.text(),
+        "internal server error: etcd check failed (fault injected)\n"
+    );
     let r = c.get("/livez").await.unwrap();
     assert_eq!(r.status, 500, "livez has an etcd check too");
     assert_eq!(c.get("/healthz").await.unwrap().status, 500);
@@ -84,14 +97,24 @@ async fn startup_accepts_tcp_and_livez_before_readyz() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new(dir.path());
     let sim = start(&pki, "a", &["--startup-duration", "3s"]);
-    let mut c = sim.connect(&pki, false).await.expect("TCP and TLS accepted during startup");
+    let mut c = sim
+        .connect(&pki, false)
+        .await
+        .expect("TCP and TLS accepted during startup");
     assert_eq!(c.get("/livez").await.unwrap().status, 200);
     let r = c.get("/readyz").await.unwrap();
     assert_eq!(r.status, 500);
-    assert!(r.text().contains("[-]poststarthook/storage-readiness failed: reason withheld\n"), "{}", r.text());
+    assert!(
+        r.text()
+            .contains("[-]poststarthook/storage-readiness failed: reason withheld\n"),
+        "{}",
+        r.text()
+    );
     wait_for("readyz to pass after startup", T, || {
         let rt = tokio::runtime::Handle::current();
-        let status = tokio::task::block_in_place(|| rt.block_on(c.get("/readyz"))).unwrap().status;
+        let status = tokio::task::block_in_place(|| rt.block_on(c.get("/readyz")))
+            .unwrap()
+            .status;
         (status == 200).then_some(())
     });
 }
@@ -111,14 +134,21 @@ async fn sigterm_default_mode_sequence() {
     wait_for("readyz to fail", Duration::from_millis(500), || {
         let rt = tokio::runtime::Handle::current();
         let r = tokio::task::block_in_place(|| rt.block_on(h1.get("/readyz"))).unwrap();
-        (r.status == 500 && r.text().contains("[-]shutdown failed: reason withheld\n")).then_some(())
+        (r.status == 500 && r.text().contains("[-]shutdown failed: reason withheld\n"))
+            .then_some(())
     });
     // ...livez stays 200 and everything else is served normally during the delay.
     let livez = h1.get("/livez").await.expect("livez during the delay");
     assert_eq!(livez.status, 200);
-    let list = h2.get("/api/v1/namespaces/default/configmaps").await.expect("list during the delay");
+    let list = h2
+        .get("/api/v1/namespaces/default/configmaps")
+        .await
+        .expect("list during the delay");
     assert_eq!(list.status, 200);
-    let mut fresh = sim.connect(&pki, false).await.expect("listener open during the delay");
+    let mut fresh = sim
+        .connect(&pki, false)
+        .await
+        .expect("listener open during the delay");
     assert_eq!(fresh.get("/version").await.unwrap().status, 200);
 
     // A request in flight when the delay ends still completes.
@@ -129,13 +159,21 @@ async fn sigterm_default_mode_sequence() {
     });
     // New TCP connections are refused once the delay is over.
     wait_for("connects to be refused", T, || {
-        std::net::TcpStream::connect(sim.addr).is_err().then_some(())
+        std::net::TcpStream::connect(sim.addr)
+            .is_err()
+            .then_some(())
     });
-    assert!(t0.elapsed() >= Duration::from_secs(2), "refused after {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() >= Duration::from_secs(2),
+        "refused after {:?}",
+        t0.elapsed()
+    );
     let (status, h2) = in_flight.await.unwrap();
     assert_eq!(status, 200, "in-flight request completes");
     // The HTTP/2 connection was sent GOAWAY and ends.
-    wait_for("the HTTP/2 connection to close", T, || h2.is_closed().then_some(()));
+    wait_for("the HTTP/2 connection to close", T, || {
+        h2.is_closed().then_some(())
+    });
     let status = sim.proc.wait_exit(T);
     assert_eq!(status.code(), Some(0));
 }
@@ -147,7 +185,11 @@ async fn sigterm_retry_after_mode_answers_429() {
     let sim = start(
         &pki,
         "a",
-        &["--shutdown-delay-duration", "1s", "--shutdown-send-retry-after=true"],
+        &[
+            "--shutdown-delay-duration",
+            "1s",
+            "--shutdown-send-retry-after=true",
+        ],
     );
     sim.proc.signal(libc::SIGTERM);
     let r = wait_for("429 after the delay", T, || {
@@ -162,7 +204,10 @@ async fn sigterm_retry_after_mode_answers_429() {
     });
     assert_eq!(r.header("retry-after"), Some("5"));
     assert_eq!(r.header("connection"), Some("close"));
-    assert_eq!(r.text(), "The apiserver is shutting down, please try again later.\n");
+    assert_eq!(
+        r.text(),
+        "The apiserver is shutting down, please try again later.\n"
+    );
     // Health paths still answer (readyz failing), over a new connection: the listener is open.
     let mut c = sim.connect(&pki, false).await.unwrap();
     let r = c.get("/readyz").await.unwrap();
@@ -190,19 +235,34 @@ async fn second_sigterm_exits_at_once_with_status_1() {
 async fn create(c: &mut Conn, name: &str) -> i64 {
     let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}});
     let r = c
-        .request("POST", "/api/v1/namespaces/default/configmaps", Some(&body.to_string()))
+        .request(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            Some(&body.to_string()),
+        )
         .await
         .unwrap();
     assert_eq!(r.status, 201, "{}", r.text());
     let v: Value = serde_json::from_slice(&r.body).unwrap();
-    v["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()
+    v["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 fn event(v: &Value) -> (String, String, i64) {
     (
         v["type"].as_str().unwrap().to_string(),
-        v["object"]["metadata"]["name"].as_str().unwrap_or("").to_string(),
-        v["object"]["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap(),
+        v["object"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or("")
+            .to_string(),
+        v["object"]["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap(),
     )
 }
 
@@ -218,7 +278,9 @@ async fn watch_resumes_on_another_replica_through_etcd() {
 
     let mut watcher = a.connect(&pki, false).await.unwrap();
     let mut w = watcher
-        .stream(&format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv0}"))
+        .stream(&format!(
+            "/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv0}"
+        ))
         .await
         .unwrap();
     assert_eq!(w.status, 200);
@@ -233,12 +295,17 @@ async fn watch_resumes_on_another_replica_through_etcd() {
     // Replica A goes away; changes keep happening through B.
     a.proc.kill();
     create(&mut on_b, "three").await;
-    let del = on_b.request("DELETE", "/api/v1/namespaces/default/configmaps/one", None).await.unwrap();
+    let del = on_b
+        .request("DELETE", "/api/v1/namespaces/default/configmaps/one", None)
+        .await
+        .unwrap();
     assert_eq!(del.status, 200);
 
     // The watch resumes on B from the last resourceVersion: nothing missed, nothing repeated.
     let mut w = on_b
-        .stream(&format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={last}"))
+        .stream(&format!(
+            "/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={last}"
+        ))
         .await
         .unwrap();
     let e3 = event(&w.next_json(T).await);
@@ -246,7 +313,10 @@ async fn watch_resumes_on_another_replica_through_etcd() {
     assert_eq!((e3.0.as_str(), e3.1.as_str()), ("ADDED", "three"));
     assert_eq!((e4.0.as_str(), e4.1.as_str()), ("DELETED", "one"));
     assert!(last < e3.2 && e3.2 < e4.2);
-    assert!(w.next(Duration::from_millis(500)).await.is_err(), "no further event");
+    assert!(
+        w.next(Duration::from_millis(500)).await.is_err(),
+        "no further event"
+    );
     drop(etcd);
 }
 
@@ -269,7 +339,10 @@ async fn compacted_resource_version_gets_410_expired() {
     assert_eq!(e["type"], "ERROR");
     assert_eq!(e["object"]["code"], 410);
     assert_eq!(e["object"]["reason"], "Expired");
-    assert!(w.next(T).await.unwrap().is_none(), "the stream ends after the error");
+    assert!(
+        w.next(T).await.unwrap().is_none(),
+        "the stream ends after the error"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -282,31 +355,64 @@ async fn authentication_client_certs_tokens_and_anonymous() {
     let closed = start(
         &pki,
         "closed",
-        &["--anonymous-auth=false", "--token-auth-file", tokens.to_str().unwrap()],
+        &[
+            "--anonymous-auth=false",
+            "--token-auth-file",
+            tokens.to_str().unwrap(),
+        ],
     );
 
     // Anonymous allowed: health and /version yes, API no (403).
     let mut anon = Conn::open_anonymous(open.addr, &pki, false).await.unwrap();
     assert_eq!(anon.get("/readyz").await.unwrap().status, 200);
     assert_eq!(anon.get("/version").await.unwrap().status, 200);
-    let r = anon.get("/api/v1/namespaces/default/configmaps").await.unwrap();
+    let r = anon
+        .get("/api/v1/namespaces/default/configmaps")
+        .await
+        .unwrap();
     assert_eq!(r.status, 403);
     let s: Value = serde_json::from_slice(&r.body).unwrap();
     assert_eq!(s["message"], "configmaps is forbidden: User \"system:anonymous\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"default\"");
 
     // Anonymous off: 401 with a JSON Status, even for /readyz.
-    let mut anon = Conn::open_anonymous(closed.addr, &pki, false).await.unwrap();
+    let mut anon = Conn::open_anonymous(closed.addr, &pki, false)
+        .await
+        .unwrap();
     let r = anon.get("/readyz").await.unwrap();
     assert_eq!(r.status, 401);
     let s: Value = serde_json::from_slice(&r.body).unwrap();
-    assert_eq!((s["kind"].as_str(), s["reason"].as_str(), s["code"].as_i64()), (Some("Status"), Some("Unauthorized"), Some(401)));
-    let r = anon.send("GET", "/readyz", &[("authorization", "Bearer s3cret")], None).await.unwrap();
+    assert_eq!(
+        (s["kind"].as_str(), s["reason"].as_str(), s["code"].as_i64()),
+        (Some("Status"), Some("Unauthorized"), Some(401))
+    );
+    let r = anon
+        .send(
+            "GET",
+            "/readyz",
+            &[("authorization", "Bearer s3cret")],
+            None,
+        )
+        .await
+        .unwrap();
     assert_eq!(r.status, 200, "a bearer token authenticates");
-    let r = anon.send("GET", "/readyz", &[("authorization", "Bearer wrong")], None).await.unwrap();
+    let r = anon
+        .send("GET", "/readyz", &[("authorization", "Bearer wrong")], None)
+        .await
+        .unwrap();
     assert_eq!(r.status, 401);
     let mut cert = closed.connect(&pki, false).await.unwrap();
-    assert_eq!(cert.get("/readyz").await.unwrap().status, 200, "a client certificate authenticates");
-    assert_eq!(cert.get("/api/v1/namespaces/default/configmaps").await.unwrap().status, 200);
+    assert_eq!(
+        cert.get("/readyz").await.unwrap().status,
+        200,
+        "a client certificate authenticates"
+    );
+    assert_eq!(
+        cert.get("/api/v1/namespaces/default/configmaps")
+            .await
+            .unwrap()
+            .status,
+        200
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -348,22 +454,55 @@ async fn crud_and_status_errors() {
     let mut c = sim.connect(&pki, true).await.unwrap();
     let rv = create(&mut c, "x").await;
     let path = "/api/v1/namespaces/default/configmaps/x";
-    let r = c.request("POST", "/api/v1/namespaces/default/configmaps", Some(r#"{"metadata":{"name":"x"}}"#)).await.unwrap();
+    let r = c
+        .request(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            Some(r#"{"metadata":{"name":"x"}}"#),
+        )
+        .await
+        .unwrap();
     assert_eq!(r.status, 409);
-    assert_eq!(serde_json::from_slice::<Value>(&r.body).unwrap()["reason"], "AlreadyExists");
+    assert_eq!(
+        serde_json::from_slice::<Value>(&r.body).unwrap()["reason"],
+        "AlreadyExists"
+    );
     let stale = json!({"metadata": {"name": "x", "resourceVersion": (rv - 1).to_string()}, "data": {"k": "2"}});
-    let r = c.request("PUT", path, Some(&stale.to_string())).await.unwrap();
+    let r = c
+        .request("PUT", path, Some(&stale.to_string()))
+        .await
+        .unwrap();
     assert_eq!(r.status, 409);
-    assert_eq!(serde_json::from_slice::<Value>(&r.body).unwrap()["reason"], "Conflict");
-    let fresh = json!({"metadata": {"name": "x", "resourceVersion": rv.to_string()}, "data": {"k": "2"}});
-    let r = c.request("PUT", path, Some(&fresh.to_string())).await.unwrap();
+    assert_eq!(
+        serde_json::from_slice::<Value>(&r.body).unwrap()["reason"],
+        "Conflict"
+    );
+    let fresh =
+        json!({"metadata": {"name": "x", "resourceVersion": rv.to_string()}, "data": {"k": "2"}});
+    let r = c
+        .request("PUT", path, Some(&fresh.to_string()))
+        .await
+        .unwrap();
     assert_eq!(r.status, 200);
     let got: Value = serde_json::from_slice(&c.get(path).await.unwrap().body).unwrap();
     assert_eq!(got["data"]["k"], "2");
     let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "leader"}, "spec": {"holderIdentity": "me", "leaseDurationSeconds": 15}});
-    let r = c.request("POST", "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases", Some(&lease.to_string())).await.unwrap();
+    let r = c
+        .request(
+            "POST",
+            "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases",
+            Some(&lease.to_string()),
+        )
+        .await
+        .unwrap();
     assert_eq!(r.status, 201, "{}", r.text());
-    let list: Value = serde_json::from_slice(&c.get("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases").await.unwrap().body).unwrap();
+    let list: Value = serde_json::from_slice(
+        &c.get("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases")
+            .await
+            .unwrap()
+            .body,
+    )
+    .unwrap();
     assert_eq!(list["kind"], "LeaseList");
     assert_eq!(list["items"][0]["spec"]["holderIdentity"], "me");
     assert_eq!(c.request("DELETE", path, None).await.unwrap().status, 200);

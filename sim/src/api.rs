@@ -57,7 +57,7 @@ async fn serve(sim: &Arc<Sim>, peer: Option<User>, req: Request<Incoming>) -> Re
     if let Some(reply) = health::answer(&sim.checks, &path, query.as_deref()) {
         return reply;
     }
-    let is_watch = matches!(param("watch"), Some("1" | "true"));
+    let is_watch = param("watch").is_some_and(health::go_bool);
     if sim.retry_after.load(Ordering::Acquire) && path != "/metrics" {
         return respond::retry_after_shutdown();
     }

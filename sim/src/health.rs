@@ -88,6 +88,11 @@ fn single(checks: &Checks, endpoint: Endpoint, check: &str) -> Reply {
     }
 }
 
+/// A boolean query value as Go's `strconv.ParseBool` reads it (`1`, `t`, `true`, `True`, ...).
+pub fn go_bool(v: &str) -> bool {
+    matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
+}
+
 /// Splits a query string into decoded pairs (`verbose` alone has an empty value).
 pub fn query_params(query: Option<&str>) -> Vec<(String, String)> {
     query

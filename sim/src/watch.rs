@@ -40,7 +40,7 @@ pub async fn serve(
     let name_filter = target.name.map(str::to_string).or_else(|| {
         param("fieldSelector").and_then(|f| f.strip_prefix("metadata.name=").map(str::to_string))
     });
-    let bookmarks = matches!(param("allowWatchBookmarks").as_deref(), Some("true" | "1"));
+    let bookmarks = param("allowWatchBookmarks").is_some_and(|v| crate::health::go_bool(&v));
     let timeout = param("timeoutSeconds")
         .and_then(|t| t.parse::<u64>().ok())
         .map(Duration::from_secs)

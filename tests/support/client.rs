@@ -102,7 +102,11 @@ impl Conn {
         Conn::open_with(addr, anonymous_client_config(pki, alpn(h2)), h2).await
     }
 
-    async fn open_with(addr: SocketAddr, config: rustls::ClientConfig, h2: bool) -> io::Result<Conn> {
+    async fn open_with(
+        addr: SocketAddr,
+        config: rustls::ClientConfig,
+        h2: bool,
+    ) -> io::Result<Conn> {
         let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
         let tcp = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr))
             .await
@@ -263,7 +267,11 @@ impl Lines {
 
     /// The next line parsed as JSON; panics on end of stream.
     pub async fn next_json(&mut self, limit: Duration) -> serde_json::Value {
-        let line = self.next(limit).await.expect("a line").expect("stream still open");
+        let line = self
+            .next(limit)
+            .await
+            .expect("a line")
+            .expect("stream still open");
         serde_json::from_str(&line).expect("JSON line")
     }
 }

@@ -91,6 +91,27 @@ impl Pki {
         self.serving_with(cn, cn, SERVING_NAMES, -1, 30)
     }
 
+    /// Writes `kubeconfig-<port>` for the admin user against `server` (`https://IP:PORT`).
+    pub fn kubeconfig(&self, server: &str) -> PathBuf {
+        use base64::Engine;
+        let b64 = |f: &str| {
+            base64::engine::general_purpose::STANDARD
+                .encode(std::fs::read(self.dir.join(f)).unwrap())
+        };
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {server}\n    certificate-authority-data: {}\nusers:\n- name: admin\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: admin\n    namespace: default\ncurrent-context: test\n",
+            b64("ca.crt"),
+            b64("admin.crt"),
+            b64("admin.key")
+        );
+        let path = self.dir.join(format!(
+            "kubeconfig-{}",
+            server.rsplit(':').next().unwrap_or("x")
+        ));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
     /// Writes `<file>.crt`/`.key`: a client certificate for `user` in `group`.
     pub fn client(&self, file: &str, user: &str, group: &str) -> (PathBuf, PathBuf) {
         let key = KeyPair::generate().unwrap();
