@@ -33,6 +33,7 @@ impl BackgroundService for Control {
         tokio::spawn(admin::serve(admin, gw.clone()));
         tokio::spawn(reload::watch(gw.clone()));
         gw.lifecycle.advance(Phase::Serving, &gw.metrics);
+        gw.publish_ready();
         notify::ready();
         // Keep the service alive; the process ends through the shutdown sequence.
         std::future::pending::<()>().await;

@@ -165,6 +165,7 @@ impl Gateway {
 
     fn backend_info(&self, spec: &BackendSpec) -> BackendInfo {
         let name = spec.display_name();
+        self.metrics.init_backend(&name);
         BackendInfo {
             metrics: BackendMetrics::new(&self.metrics, &name),
             probe_address: spec.probe_address(),
@@ -344,6 +345,13 @@ impl Gateway {
             .collect();
         self.routing
             .store(Arc::new(RoutingTable { ready, fallback }));
+        drop(members);
+        self.publish_ready();
+    }
+
+    /// Keeps `kubegate_ready` equal to what `/readyz` answers.
+    pub fn publish_ready(&self) {
+        self.metrics.ready.set(self.ready().is_ok() as i64);
     }
 
     /// Ready to take traffic: serving, with at least one ready backend.

@@ -112,6 +112,7 @@ impl ShutdownSignalWatch for ShutdownSequence {
             "shutting down: readyz fails now, listeners close after the delay"
         );
         gw.lifecycle.advance(Phase::Stopping, &gw.metrics);
+        gw.publish_ready();
         notify::stopping();
         // From here on a second signal ends the process at once.
         tokio::spawn(async move {

@@ -15,6 +15,8 @@ pub struct Metrics {
     pub build_info: IntGaugeVec,
     /// `kubegate_lifecycle_phase{phase}`: one-hot.
     pub lifecycle_phase: IntGaugeVec,
+    /// `kubegate_ready`: 1 while the admin `/readyz` answers 200.
+    pub ready: IntGauge,
     /// `kubegate_backends_configured`.
     pub backends_configured: IntGauge,
     /// `kubegate_backend_state{backend,state}`: one-hot per backend.
@@ -114,6 +116,12 @@ impl Metrics {
         .expect("valid metric");
         r.register(Box::new(backends_configured.clone()))
             .expect("unique metric");
+        let ready = IntGauge::new(
+            "kubegate_ready",
+            "1 while the gateway is serving with at least one ready backend (its /readyz answers 200).",
+        )
+        .expect("valid metric");
+        r.register(Box::new(ready.clone())).expect("unique metric");
         let last_reload_ok = IntGauge::new(
             "kubegate_config_last_reload_successful",
             "1 if the last configuration (re)load succeeded, 0 if it was refused.",
@@ -128,9 +136,10 @@ impl Metrics {
         .expect("valid metric");
         r.register(Box::new(last_reload_success_time.clone()))
             .expect("unique metric");
-        Metrics {
+        let m = Metrics {
             build_info: gauge_vec(&r, "kubegate_build_info", "Always 1; labels carry the build.", &["version"]),
             lifecycle_phase: gauge_vec(&r, "kubegate_lifecycle_phase", "1 for the gateway's current lifecycle phase (starting, serving, stopping, draining).", &["phase"]),
+            ready,
             backends_configured,
             backend_state: gauge_vec(&r, "kubegate_backend_state", "1 for each backend's current health state (unknown, ready, not_ready, down, removed).", &["backend", "state"]),
             state_transitions: counter_vec(&r, "kubegate_backend_state_transitions_total", "Backend health state changes.", &["backend", "from", "to"]),
@@ -151,7 +160,27 @@ impl Metrics {
             last_reload_ok,
             last_reload_success_time,
             registry: r,
+        };
+        // Series that dashboards and alerts read exist from the start, at 0, instead of
+        // appearing with the first event.
+        for reason in ["no_ready_backend", "connect_failed"] {
+            m.refused.with_label_values(&[reason]);
         }
+        for result in ["success", "failure"] {
+            m.reloads.with_label_values(&[result]);
+        }
+        m
+    }
+
+    /// Creates a new backend's event series at 0.
+    pub fn init_backend(&self, backend: &str) {
+        for reason in ["refused", "timeout", "error"] {
+            self.connect_errors.with_label_values(&[backend, reason]);
+        }
+        for reason in ["backend_down", "drain_timeout", "shutdown_grace"] {
+            self.forced_closes.with_label_values(&[backend, reason]);
+        }
+        self.drains.with_label_values(&[backend]);
     }
 
     /// The Prometheus text exposition of every family.

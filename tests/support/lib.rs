@@ -11,5 +11,5 @@ mod process;
 pub use client::{tls_client_config, Conn, Lines, Response};
 pub use pki::Pki;
 pub use process::{
-    bin, free_port, wait_for, Etcd, Kubegate, KubegateConfig, Proc, Sim, SimOptions,
+    bin, free_port, plain_http, wait_for, Etcd, Kubegate, KubegateConfig, Proc, Sim, SimOptions,
 };
