@@ -149,6 +149,9 @@ pub fn table(resource: &Resource, items: &[Value], revision: Option<i64>) -> Val
         "ConfigMap" => {
             json!({"name": "Data", "type": "integer", "format": "", "description": "Number of keys", "priority": 0})
         }
+        "Pod" => {
+            json!({"name": "Status", "type": "string", "format": "", "description": "status.phase", "priority": 0})
+        }
         _ => {
             json!({"name": "Holder", "type": "string", "format": "", "description": "spec.holderIdentity", "priority": 0})
         }
@@ -161,6 +164,7 @@ pub fn table(resource: &Resource, items: &[Value], revision: Option<i64>) -> Val
                     o["data"].as_object().map(Map::len).unwrap_or(0)
                         + o["binaryData"].as_object().map(Map::len).unwrap_or(0)
                 ),
+                "Pod" => json!(o["status"]["phase"].as_str().unwrap_or("Pending")),
                 _ => json!(o["spec"]["holderIdentity"].as_str().unwrap_or("")),
             };
             json!({

@@ -61,8 +61,19 @@ pub const LEASES: Resource = Resource {
     short_names: &[],
 };
 
+/// `pods` (v1): stored as given, no controller acts on them; enough for clients that map and
+/// list pods (`kubectl create --dry-run=client` needs the mapping).
+pub const PODS: Resource = Resource {
+    group: "",
+    version: "v1",
+    plural: "pods",
+    singular: "pod",
+    kind: "Pod",
+    short_names: &["po"],
+};
+
 /// Every served resource.
-pub const ALL: [&Resource; 2] = [&CONFIGMAPS, &LEASES];
+pub const ALL: [&Resource; 3] = [&CONFIGMAPS, &PODS, &LEASES];
 
 /// A request path that names a resource.
 #[derive(Debug, PartialEq, Eq)]
@@ -132,7 +143,7 @@ mod tests {
                 name: None
             })
         );
-        assert_eq!(parse("/api/v1/pods"), None);
+        assert_eq!(parse("/api/v1/secrets"), None);
         assert_eq!(parse("/api/v1/namespaces/default"), None);
     }
 

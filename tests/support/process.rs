@@ -308,12 +308,20 @@ pub struct Kubegate {
 impl Kubegate {
     /// Starts kubegate with `config` and waits for its admin endpoint.
     pub fn start(pki: &Pki, config: &KubegateConfig) -> Kubegate {
+        Kubegate::start_with_env(pki, config, &[])
+    }
+
+    /// Like [`Kubegate::start`], with extra environment variables.
+    pub fn start_with_env(pki: &Pki, config: &KubegateConfig, env: &[(&str, &Path)]) -> Kubegate {
         let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let config_path = pki.dir().join(format!("kubegate-{}.yaml", listen.port()));
         std::fs::write(&config_path, config.render(listen, admin, &pki.ca_file())).unwrap();
         let mut cmd = Command::new(bin("kubegate"));
         cmd.arg("run").arg("--config").arg(&config_path);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
         let proc = Proc::spawn(
             "kubegate",
             cmd,
