@@ -1,0 +1,240 @@
+//! A Kubernetes API client over real TLS (HTTP/2 or HTTP/1.1), with the connection settings of
+//! client-go: HTTP/2 pings after 30 s without reads, 15 s ping timeout.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use std::io;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpStream;
+
+/// Client TLS settings: the cluster CA and the admin client certificate.
+#[derive(Clone)]
+pub struct ClientTls {
+    h2: Arc<rustls::ClientConfig>,
+    h1: Arc<rustls::ClientConfig>,
+}
+
+impl ClientTls {
+    /// Loads `ca.crt`, `admin.crt`, `admin.key` from a `kubegate-sim certs` directory.
+    pub fn load(pki: &Path) -> anyhow::Result<ClientTls> {
+        let build = |alpn: &[u8]| -> anyhow::Result<Arc<rustls::ClientConfig>> {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(CertificateDer::from_pem_file(pki.join("ca.crt"))?)?;
+            let chain = vec![CertificateDer::from_pem_file(pki.join("admin.crt"))?];
+            let key = PrivateKeyDer::from_pem_file(pki.join("admin.key"))?;
+            let mut c = rustls::ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, key)?;
+            c.alpn_protocols = vec![alpn.to_vec()];
+            Ok(Arc::new(c))
+        };
+        Ok(ClientTls {
+            h2: build(b"h2")?,
+            h1: build(b"http/1.1")?,
+        })
+    }
+}
+
+/// Why a request failed, as the report counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    /// TCP connect refused.
+    Refused,
+    /// The connection broke: reset, EOF, GOAWAY, TLS handshake cut.
+    Reset,
+    /// No answer within the request's deadline.
+    Timeout,
+    /// 429 Too Many Requests.
+    Http429,
+    /// 5xx.
+    Http5xx,
+    /// Another unexpected status.
+    HttpOther,
+}
+
+impl ErrorClass {
+    /// Label in the report.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::Refused => "refused",
+            ErrorClass::Reset => "reset",
+            ErrorClass::Timeout => "timeout",
+            ErrorClass::Http429 => "http_429",
+            ErrorClass::Http5xx => "http_5xx",
+            ErrorClass::HttpOther => "http_other",
+        }
+    }
+}
+
+/// A response, read whole.
+pub struct Resp {
+    /// Status.
+    pub status: u16,
+    /// `Retry-After` in seconds, if any.
+    pub retry_after: Option<u64>,
+    /// Body.
+    pub body: Bytes,
+}
+
+enum Sender {
+    H1(hyper::client::conn::http1::SendRequest<Full<Bytes>>),
+    H2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
+}
+
+/// One connection.
+pub struct Client {
+    sender: Sender,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn classify_io(e: &io::Error) -> ErrorClass {
+    match e.kind() {
+        io::ErrorKind::ConnectionRefused => ErrorClass::Refused,
+        io::ErrorKind::TimedOut => ErrorClass::Timeout,
+        _ => ErrorClass::Reset,
+    }
+}
+
+impl Client {
+    /// Connects and handshakes (5 s limit each, as client-go's dialer and TLS timeouts).
+    pub async fn connect(
+        addr: SocketAddr,
+        tls: &ClientTls,
+        h2: bool,
+    ) -> Result<Client, ErrorClass> {
+        let config = if h2 { tls.h2.clone() } else { tls.h1.clone() };
+        let tcp = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr))
+            .await
+            .map_err(|_| ErrorClass::Timeout)?
+            .map_err(|e| classify_io(&e))?;
+        let _ = tcp.set_nodelay(true);
+        let stream = tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio_rustls::TlsConnector::from(config)
+                .connect(ServerName::try_from("kubernetes").expect("valid name"), tcp),
+        )
+        .await
+        .map_err(|_| ErrorClass::Timeout)?
+        .map_err(|e| classify_io(&e))?;
+        let io = TokioIo::new(stream);
+        if h2 {
+            let (s, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .keep_alive_interval(Duration::from_secs(30))
+                .keep_alive_timeout(Duration::from_secs(15))
+                .keep_alive_while_idle(true)
+                .handshake(io)
+                .await
+                .map_err(|_| ErrorClass::Reset)?;
+            let task = tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            Ok(Client {
+                sender: Sender::H2(s),
+                task,
+            })
+        } else {
+            let (s, conn) = hyper::client::conn::http1::handshake(io)
+                .await
+                .map_err(|_| ErrorClass::Reset)?;
+            let task = tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            Ok(Client {
+                sender: Sender::H1(s),
+                task,
+            })
+        }
+    }
+
+    /// The connection has ended.
+    pub fn closed(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    async fn start(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> Result<http::Response<Incoming>, ErrorClass> {
+        let h2 = matches!(self.sender, Sender::H2(_));
+        let uri = if h2 {
+            format!("https://kubernetes{path}")
+        } else {
+            path.to_string()
+        };
+        let mut req = http::Request::builder().method(method).uri(uri);
+        if !h2 {
+            req = req.header(http::header::HOST, "kubernetes");
+        }
+        if body.is_some() {
+            req = req.header(http::header::CONTENT_TYPE, "application/json");
+        }
+        req = req.header(http::header::ACCEPT, "application/json");
+        let req = req
+            .body(Full::new(Bytes::from(body.unwrap_or("").to_string())))
+            .expect("valid request");
+        match &mut self.sender {
+            Sender::H1(s) => {
+                s.ready().await.map_err(|_| ErrorClass::Reset)?;
+                s.send_request(req).await
+            }
+            Sender::H2(s) => {
+                s.ready().await.map_err(|_| ErrorClass::Reset)?;
+                s.send_request(req).await
+            }
+        }
+        .map_err(|_| ErrorClass::Reset)
+    }
+
+    /// One request, read whole. No deadline of its own: callers add one where client-go has one.
+    pub async fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> Result<Resp, ErrorClass> {
+        let resp = self.start(method, path, body).await?;
+        let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse().ok());
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|_| ErrorClass::Reset)?
+            .to_bytes();
+        Ok(Resp {
+            status,
+            retry_after,
+            body,
+        })
+    }
+
+    /// Opens a watch; returns its status and body stream.
+    pub async fn watch(&mut self, path: &str) -> Result<(u16, Incoming), ErrorClass> {
+        let resp = self.start("GET", path, None).await?;
+        Ok((resp.status().as_u16(), resp.into_body()))
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

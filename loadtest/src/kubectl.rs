@@ -1,0 +1,142 @@
+//! Real kubectl processes alongside the synthetic clients: a get loop, a create loop and a
+//! watch. Their failures are what a person at a terminal would have seen.
+
+use crate::client::ErrorClass;
+use crate::record::{Kind, Recorder};
+use crate::traffic::tokio_util_like::Stop;
+use crate::traffic::NAMESPACE;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::process::Command;
+
+/// kubectl from `KUBECTL`, `.tools/bin/kubectl` of the workspace, or PATH.
+pub fn find() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("KUBECTL") {
+        return Some(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    for dir in exe.ancestors() {
+        let candidate = dir.join(".tools/bin/kubectl");
+        if candidate.is_file() {
+            return Some(candidate);
+        }
+    }
+    crate::procs::which("kubectl")
+}
+
+fn classify(stderr: &str) -> ErrorClass {
+    let s = stderr.to_lowercase();
+    if s.contains("connection refused") {
+        ErrorClass::Refused
+    } else if s.contains("timeout") || s.contains("deadline") {
+        ErrorClass::Timeout
+    } else if s.contains("429") || s.contains("toomanyrequests") || s.contains("try again later") {
+        ErrorClass::Http429
+    } else if s.contains("serviceunavailable")
+        || s.contains("internal error")
+        || s.contains("shutting down")
+    {
+        ErrorClass::Http5xx
+    } else if s.contains("eof")
+        || s.contains("reset")
+        || s.contains("goaway")
+        || s.contains("broken pipe")
+    {
+        ErrorClass::Reset
+    } else {
+        ErrorClass::HttpOther
+    }
+}
+
+async fn once(kubectl: &Path, kubeconfig: &Path, args: &[String]) -> Option<ErrorClass> {
+    let out = Command::new(kubectl)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--request-timeout", "30s"])
+        .args(args)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .ok()?;
+    (!out.status.success()).then(|| classify(&String::from_utf8_lossy(&out.stderr)))
+}
+
+/// `kubectl get configmaps` every second, and `kubectl create configmap` every two.
+pub async fn loops(kubectl: PathBuf, kubeconfig: PathBuf, rec: Arc<Recorder>, stop: Stop) {
+    let mut n = 0u64;
+    while !stop.stopped() {
+        n += 1;
+        let args: Vec<String> = if n % 2 == 0 {
+            vec![
+                "create".into(),
+                "configmap".into(),
+                format!("kubectl-{}-{n}", std::process::id()),
+                "-n".into(),
+                NAMESPACE.into(),
+                "--from-literal=a=b".into(),
+            ]
+        } else {
+            vec![
+                "get".into(),
+                "configmaps".into(),
+                "-n".into(),
+                NAMESPACE.into(),
+                "-o".into(),
+                "name".into(),
+            ]
+        };
+        let started = Instant::now();
+        let err = once(&kubectl, &kubeconfig, &args).await;
+        rec.add(Kind::Kubectl, started, err, err);
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+    }
+}
+
+/// `kubectl get configmaps --watch`: an exit before the end is counted as a failed kubectl.
+pub async fn watch(kubectl: PathBuf, kubeconfig: PathBuf, rec: Arc<Recorder>, stop: Stop) {
+    while !stop.stopped() {
+        let Ok(mut child) = Command::new(&kubectl)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args([
+                "get",
+                "configmaps",
+                "-n",
+                NAMESPACE,
+                "--watch",
+                "-o",
+                "name",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+        else {
+            return;
+        };
+        loop {
+            tokio::select! {
+                status = child.wait() => {
+                    if !stop.stopped() {
+                        // The watch ended under the user: one failure at this moment, not a stall.
+                        let started = Instant::now();
+                        let err = Some(if status.map(|s| s.success()).unwrap_or(false) { ErrorClass::Reset } else { ErrorClass::HttpOther });
+                        rec.add(Kind::Kubectl, started, err, err);
+                    }
+                    break;
+                }
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {
+                    if stop.stopped() {
+                        let _ = child.kill().await;
+                        return;
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(800)).await;
+    }
+}

@@ -1,0 +1,161 @@
+//! `kubegate-loadtest`: what clients see when apiservers restart, crash or hang, behind kubegate
+//! and behind the balancers people use today (HAProxy, nginx, Envoy), under the same faults.
+#![forbid(unsafe_op_in_unsafe_fn)]
+
+mod client;
+mod control_plane;
+mod gateways;
+mod kubectl;
+mod procs;
+mod record;
+mod report;
+mod run;
+mod scenarios;
+mod traffic;
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "kubegate-loadtest", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run scenarios against gateways and report.
+    Run {
+        /// Scenarios, comma-separated: rolling-restart, crash, freeze, flap, slow-start, not-ready, or all.
+        #[arg(long, value_delimiter = ',', default_value = "all")]
+        scenario: Vec<String>,
+        /// Gateways, comma-separated: kubegate, haproxy-kubeadm, haproxy-tuned, nginx, envoy, or all.
+        #[arg(long, value_delimiter = ',', default_value = "all")]
+        gateways: Vec<String>,
+        /// Short faults (CI): freeze 10 s, crash 5 s, two replicas restarted, ...
+        #[arg(long)]
+        short: bool,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// The README's demo: three replicas, kubegate in front, a rolling restart under traffic.
+    Demo {
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+#[derive(Args)]
+struct Common {
+    /// Apiserver replicas.
+    #[arg(long, default_value_t = 3)]
+    replicas: usize,
+    /// Working directory for configs and logs (default: a new temporary directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Write the report as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the timeline plot as SVG.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Do not run real kubectl processes alongside.
+    #[arg(long)]
+    no_kubectl: bool,
+}
+
+fn expand(list: Vec<String>, all: &[&str]) -> Vec<String> {
+    if list.iter().any(|s| s == "all") {
+        all.iter().map(|s| s.to_string()).collect()
+    } else {
+        list
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let (scenarios, gateways, pace, common) = match cli.command {
+        Command::Run {
+            scenario,
+            gateways,
+            short,
+            common,
+        } => (
+            expand(scenario, scenarios::ALL),
+            expand(gateways, gateways::ALL),
+            if short {
+                scenarios::Pace::SHORT
+            } else {
+                scenarios::Pace::FULL
+            },
+            common,
+        ),
+        Command::Demo { common } => (
+            vec!["rolling-restart".to_string()],
+            vec!["kubegate".to_string()],
+            scenarios::Pace::FULL,
+            common,
+        ),
+    };
+    for s in &scenarios {
+        anyhow::ensure!(
+            scenarios::ALL.contains(&s.as_str()),
+            "unknown scenario {s}; known: {}",
+            scenarios::ALL.join(", ")
+        );
+    }
+    for g in &gateways {
+        anyhow::ensure!(
+            gateways::ALL.contains(&g.as_str()),
+            "unknown gateway {g}; known: {}",
+            gateways::ALL.join(", ")
+        );
+    }
+    let dir = match common.dir {
+        Some(d) => d,
+        None => std::env::temp_dir().join(format!("kubegate-loadtest-{}", std::process::id())),
+    };
+    let plan = run::Plan {
+        scenarios,
+        gateways,
+        pace,
+        replicas: common.replicas,
+        dir: dir.clone(),
+        warmup: Duration::from_secs(3),
+        cooldown: Duration::from_secs(5),
+        kubectl: !common.no_kubectl,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let reports = runtime.block_on(run::run(&plan))?;
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    println!("{}", report::markdown(&reports));
+    if let Some(path) = common.json {
+        std::fs::write(&path, serde_json::to_vec_pretty(&reports)?)?;
+        eprintln!("report: {}", path.display());
+    }
+    if let Some(path) = common.plot {
+        std::fs::write(&path, report::svg(&reports))?;
+        eprintln!("plot: {}", path.display());
+    }
+    eprintln!("configs and logs: {}", dir.display());
+    let failed: Vec<_> = reports
+        .iter()
+        .filter(|r| r.status.starts_with("failed"))
+        .collect();
+    anyhow::ensure!(
+        failed.is_empty(),
+        "{} run(s) failed: {}",
+        failed.len(),
+        failed
+            .iter()
+            .map(|r| format!("{} · {}: {}", r.scenario, r.gateway, r.status))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    Ok(())
+}

@@ -1,0 +1,211 @@
+//! One run of the matrix: for every scenario and gateway, a fresh control plane, the gateway in
+//! front, traffic, the fault, and the numbers.
+
+use crate::control_plane::ControlPlane;
+use crate::gateways::{self, Unavailable};
+use crate::record::Recorder;
+use crate::report::{RunReport, WatchReport};
+use crate::scenarios::{self, Events, Pace};
+use crate::traffic::{self, tokio_util_like::Stop, Target};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What to run.
+pub struct Plan {
+    /// Scenario names.
+    pub scenarios: Vec<String>,
+    /// Gateway names.
+    pub gateways: Vec<String>,
+    /// Fault durations.
+    pub pace: Pace,
+    /// Replicas.
+    pub replicas: usize,
+    /// Working directory (configs, logs).
+    pub dir: PathBuf,
+    /// Traffic before the fault.
+    pub warmup: Duration,
+    /// Traffic after the fault.
+    pub cooldown: Duration,
+    /// Run real kubectl processes alongside.
+    pub kubectl: bool,
+}
+
+/// Progress on stderr: a bar that redraws on a terminal, one line per phase otherwise.
+pub struct Progress {
+    total: usize,
+    done: usize,
+    tty: bool,
+}
+
+impl Progress {
+    fn show(&self, what: &str) {
+        let width = 24;
+        let filled = width * self.done / self.total.max(1);
+        let bar = format!(
+            "[{}{}] {}/{}",
+            "#".repeat(filled),
+            ".".repeat(width - filled),
+            self.done,
+            self.total
+        );
+        let mut err = std::io::stderr();
+        if self.tty {
+            let _ = write!(err, "\r\x1b[2K{bar} {what}");
+        } else {
+            let _ = writeln!(err, "{bar} {what}");
+        }
+        let _ = err.flush();
+    }
+}
+
+/// Runs every scenario against every gateway, in that order.
+pub async fn run(plan: &Plan) -> anyhow::Result<Vec<RunReport>> {
+    let mut progress = Progress {
+        total: plan.scenarios.len() * plan.gateways.len(),
+        done: 0,
+        tty: std::io::stderr().is_terminal(),
+    };
+    let mut reports = Vec::new();
+    for scenario in &plan.scenarios {
+        for gateway in &plan.gateways {
+            let label = format!("{scenario} · {gateway}");
+            progress.show(&format!("{label}: starting control plane"));
+            let dir = plan.dir.join(scenario).join(gateway);
+            let report = match one(plan, scenario, gateway, &dir, &progress, &label).await {
+                Ok(r) => r,
+                Err(e) => RunReport::unavailable(scenario, gateway, format!("failed: {e:#}")),
+            };
+            progress.done += 1;
+            progress.show(&format!("{label}: {}", report.status));
+            if progress.tty {
+                eprintln!();
+            }
+            reports.push(report);
+        }
+    }
+    Ok(reports)
+}
+
+async fn one(
+    plan: &Plan,
+    scenario: &str,
+    gateway: &str,
+    dir: &Path,
+    progress: &Progress,
+    label: &str,
+) -> anyhow::Result<RunReport> {
+    let _ = std::fs::remove_dir_all(dir);
+    let mut cp = ControlPlane::start(dir, plan.replicas, "5s").await?;
+    let gw = match gateways::start(gateway, &dir.join("gateway"), &cp.pki(), &cp.addresses()) {
+        Ok(g) => g,
+        Err(Unavailable::NotInstalled(why)) => {
+            return Ok(RunReport::unavailable(
+                scenario,
+                gateway,
+                format!("not installed: {why}"),
+            ))
+        }
+        Err(Unavailable::Failed(e)) => return Err(e.context(format!("start {gateway}"))),
+    };
+    let target = Target {
+        addr: gw.listen,
+        tls: cp.tls().clone(),
+    };
+    // Let the gateway find its backends ready before traffic starts.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if traffic::seed(&target).await.is_ok() {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{gateway} did not pass traffic within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let start = Instant::now();
+    let rec = Arc::new(Recorder::new(start));
+    let stop = Stop::default();
+    let mut tasks = Vec::new();
+    for id in 0..3 {
+        tasks.push(tokio::spawn(traffic::component(
+            id,
+            target.clone(),
+            rec.clone(),
+            stop.clone(),
+        )));
+    }
+    for id in 0..2 {
+        tasks.push(tokio::spawn(traffic::short_lived(
+            id,
+            target.clone(),
+            rec.clone(),
+            stop.clone(),
+        )));
+        tasks.push(tokio::spawn(traffic::watcher(
+            target.clone(),
+            rec.clone(),
+            stop.clone(),
+        )));
+    }
+    if plan.kubectl {
+        if let Some(kubectl) = crate::kubectl::find() {
+            let kubeconfig = dir.join("kubeconfig");
+            let text = std::fs::read_to_string(cp.pki().join("kubeconfig"))?
+                .replace("https://127.0.0.1:6443", &format!("https://{}", gw.listen));
+            std::fs::write(&kubeconfig, text)?;
+            tasks.push(tokio::spawn(crate::kubectl::loops(
+                kubectl.clone(),
+                kubeconfig.clone(),
+                rec.clone(),
+                stop.clone(),
+            )));
+            tasks.push(tokio::spawn(crate::kubectl::watch(
+                kubectl,
+                kubeconfig,
+                rec.clone(),
+                stop.clone(),
+            )));
+        }
+    }
+    progress.show(&format!("{label}: traffic"));
+    tokio::time::sleep(plan.warmup).await;
+    let events = Events::default();
+    let now = || rec.now_ms();
+    let phase = |p: &str| progress.show(&format!("{label}: {p}"));
+    let outcome = scenarios::run(scenario, &mut cp, plan.pace, &events, &now, &phase).await;
+    progress.show(&format!("{label}: cool-down"));
+    tokio::time::sleep(plan.cooldown).await;
+    let end_ms = rec.now_ms();
+    stop.stop();
+    for t in tasks {
+        // Every loop checks the stop flag at least every second; a request stuck on a frozen
+        // connection is abandoned rather than awaited.
+        let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+    }
+    outcome?;
+    let watch = WatchReport {
+        interruptions: rec.watch_interruptions.load(Ordering::Relaxed),
+        resumes: rec.watch_resumes.load(Ordering::Relaxed),
+        relists: rec.watch_relists.load(Ordering::Relaxed),
+        events: rec.watch_events.load(Ordering::Relaxed),
+    };
+    let samples: Vec<_> = rec
+        .samples()
+        .into_iter()
+        .filter(|s| s.at_ms <= end_ms)
+        .collect();
+    Ok(RunReport::from_samples(
+        scenario,
+        gateway,
+        &samples,
+        watch,
+        events.all(),
+        end_ms,
+    ))
+}

@@ -1,0 +1,363 @@
+//! Control-plane-like traffic through the gateway, judged twice: by its first attempt, and as a
+//! client-go client would have seen it after its retries.
+//!
+//! client-go's rules (k8s.io/client-go `rest/with_retry.go`, `tools/cache/reflector.go`):
+//! 429 or 5xx with an integer `Retry-After` is retried for every verb; a network error (reset,
+//! EOF, GOAWAY) only for GET; connection refused is not retried; at most 10 retries. HTTP/2
+//! connections ping after 30 s without reads and give up after 15 s more. A watch that ends is
+//! re-opened from its last resourceVersion; 410 means relist; errors back off 0.8 s.
+
+use crate::client::{Client, ClientTls, ErrorClass, Resp};
+use crate::record::{Kind, Recorder};
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util_like::Stop;
+
+/// Namespace the load test writes in.
+pub const NAMESPACE: &str = "loadtest";
+const MAX_RETRIES: u32 = 10;
+
+/// A minimal stop flag shared by the traffic tasks.
+pub mod tokio_util_like {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    /// Set once: every loop ends at its next turn.
+    #[derive(Clone, Default)]
+    pub struct Stop(Arc<AtomicBool>);
+
+    impl Stop {
+        /// Asks every loop to end.
+        pub fn stop(&self) {
+            self.0.store(true, Ordering::Release);
+        }
+        /// Was stop asked for.
+        pub fn stopped(&self) -> bool {
+            self.0.load(Ordering::Acquire)
+        }
+    }
+}
+
+/// Where the traffic goes and how much of it.
+#[derive(Clone)]
+pub struct Target {
+    /// The gateway's listener.
+    pub addr: SocketAddr,
+    /// Client TLS.
+    pub tls: ClientTls,
+}
+
+fn ok_status(r: &Resp) -> Result<(), ErrorClass> {
+    match r.status {
+        200..=299 => Ok(()),
+        429 => Err(ErrorClass::Http429),
+        500..=599 => Err(ErrorClass::Http5xx),
+        _ => Err(ErrorClass::HttpOther),
+    }
+}
+
+/// Runs one logical request with client-go's retry rules on a long-lived connection slot
+/// (reconnecting as the transport would). Returns (first error, final error).
+async fn client_go(
+    target: &Target,
+    conn: &mut Option<Client>,
+    h2: bool,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    deadline: Option<Duration>,
+) -> (Option<ErrorClass>, Option<ErrorClass>) {
+    let started = Instant::now();
+    let mut first = None;
+    for attempt in 0..=MAX_RETRIES {
+        if conn.as_ref().is_none_or(Client::closed) {
+            *conn = match Client::connect(target.addr, &target.tls, h2).await {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    first.get_or_insert(e);
+                    // Refused is not retried; a dial timeout or reset is, for GET.
+                    if e == ErrorClass::Refused || method != "GET" {
+                        return (first, Some(e));
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+        }
+        let c = conn.as_mut().expect("connected");
+        let fut = c.send(method, path, body);
+        let result = match deadline {
+            Some(d) => match tokio::time::timeout(d.saturating_sub(started.elapsed()), fut).await {
+                Ok(r) => r,
+                Err(_) => Err(ErrorClass::Timeout),
+            },
+            None => fut.await,
+        };
+        let (error, retry_after) = match result {
+            Ok(r) => match ok_status(&r) {
+                Ok(()) => return (first, None),
+                Err(e) => (e, r.retry_after),
+            },
+            Err(e) => {
+                *conn = None;
+                (e, None)
+            }
+        };
+        first.get_or_insert(error);
+        let retry = match (error, retry_after) {
+            (ErrorClass::Http429 | ErrorClass::Http5xx, Some(secs)) => {
+                Some(Duration::from_secs(secs))
+            }
+            (ErrorClass::Reset, _) if method == "GET" => {
+                Some(Duration::from_millis(100 * (attempt as u64 + 1)))
+            }
+            _ => None,
+        };
+        let Some(wait) = retry else {
+            return (first, Some(error));
+        };
+        if deadline.is_some_and(|d| started.elapsed() + wait >= d) {
+            return (first, Some(ErrorClass::Timeout));
+        }
+        tokio::time::sleep(wait).await;
+    }
+    (first, first)
+}
+
+/// A component-like client (controller, scheduler): one long-lived HTTP/2 connection
+/// multiplexing GET, LIST, lease renewals and creates.
+pub async fn component(id: usize, target: Target, rec: Arc<Recorder>, stop: Stop) {
+    let mut conn = None;
+    let ns = NAMESPACE;
+    let lease_path = format!("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/component-{id}");
+    let mut turn = 0u64;
+    while !stop.stopped() {
+        turn += 1;
+        let started = Instant::now();
+        let (kind, outcome) = match turn % 4 {
+            0 => (
+                Kind::Get,
+                client_go(
+                    &target,
+                    &mut conn,
+                    true,
+                    "GET",
+                    &format!("/api/v1/namespaces/{ns}/configmaps/seed-{}", id % 3),
+                    None,
+                    None,
+                )
+                .await,
+            ),
+            1 => (
+                Kind::List,
+                client_go(
+                    &target,
+                    &mut conn,
+                    true,
+                    "GET",
+                    &format!("/api/v1/namespaces/{ns}/configmaps"),
+                    None,
+                    None,
+                )
+                .await,
+            ),
+            2 => {
+                let lease = json!({
+                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": format!("component-{id}"), "namespace": ns},
+                    "spec": {"holderIdentity": format!("component-{id}"), "leaseDurationSeconds": 15,
+                             "renewTime": format!("2026-01-01T00:00:{:02}.000000Z", turn % 60)},
+                });
+                // Leader election renews with a deadline (RenewDeadline 10 s).
+                (
+                    Kind::Update,
+                    client_go(
+                        &target,
+                        &mut conn,
+                        true,
+                        "PUT",
+                        &lease_path,
+                        Some(&lease.to_string()),
+                        Some(Duration::from_secs(10)),
+                    )
+                    .await,
+                )
+            }
+            _ => {
+                let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                "metadata": {"generateName": format!("c{id}-")}, "data": {"turn": turn.to_string()}});
+                (
+                    Kind::Create,
+                    client_go(
+                        &target,
+                        &mut conn,
+                        true,
+                        "POST",
+                        &format!("/api/v1/namespaces/{ns}/configmaps"),
+                        Some(&cm.to_string()),
+                        None,
+                    )
+                    .await,
+                )
+            }
+        };
+        rec.add(kind, started, outcome.0, outcome.1);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A kubectl-like client: a new connection per request, alternating HTTP/1.1 and HTTP/2.
+pub async fn short_lived(id: usize, target: Target, rec: Arc<Recorder>, stop: Stop) {
+    let mut turn = id as u64;
+    while !stop.stopped() {
+        turn += 1;
+        let started = Instant::now();
+        let mut conn = None;
+        let outcome = client_go(
+            &target,
+            &mut conn,
+            turn % 2 == 0,
+            "GET",
+            &format!("/api/v1/namespaces/{NAMESPACE}/configmaps?limit=500"),
+            None,
+            None,
+        )
+        .await;
+        drop(conn);
+        rec.add(Kind::Short, started, outcome.0, outcome.1);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// An informer-like watcher: list, then watch from the list's resourceVersion, resuming from
+/// the last one seen whenever the stream ends.
+pub async fn watcher(target: Target, rec: Arc<Recorder>, stop: Stop) {
+    let list_path = format!("/api/v1/namespaces/{NAMESPACE}/configmaps");
+    let mut rv: Option<String> = None;
+    let mut conn: Option<Client> = None;
+    while !stop.stopped() {
+        if conn.as_ref().is_none_or(Client::closed) {
+            match Client::connect(target.addr, &target.tls, true).await {
+                Ok(c) => conn = Some(c),
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(800)).await;
+                    continue;
+                }
+            }
+        }
+        let c = conn.as_mut().expect("connected");
+        let Some(from) = rv.clone() else {
+            match c.send("GET", &list_path, None).await {
+                Ok(r) if r.status == 200 => {
+                    let v: Value = serde_json::from_slice(&r.body).unwrap_or_default();
+                    rv = v["metadata"]["resourceVersion"]
+                        .as_str()
+                        .map(str::to_string);
+                }
+                _ => {
+                    conn = None;
+                    tokio::time::sleep(Duration::from_millis(800)).await;
+                }
+            }
+            continue;
+        };
+        let path = format!("{list_path}?watch=1&resourceVersion={from}&allowWatchBookmarks=true&timeoutSeconds=300");
+        let (status, mut body) = match c.watch(&path).await {
+            Ok(pair) => pair,
+            Err(_) => {
+                Recorder::count(&rec.watch_interruptions);
+                conn = None;
+                tokio::time::sleep(Duration::from_millis(800)).await;
+                continue;
+            }
+        };
+        if status != 200 {
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            continue;
+        }
+        let mut buf = Vec::new();
+        let ended_cleanly = loop {
+            tokio::select! {
+                frame = body.frame() => match frame {
+                    None => break true,
+                    Some(Err(_)) => break false,
+                    Some(Ok(f)) => {
+                        if let Ok(data) = f.into_data() {
+                            buf.extend_from_slice(&data);
+                        }
+                        while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+                            let line: Vec<u8> = buf.drain(..=pos).collect();
+                            let Ok(ev) = serde_json::from_slice::<Value>(&line) else { continue };
+                            if ev["type"] == "ERROR" {
+                                if ev["object"]["code"] == 410 {
+                                    Recorder::count(&rec.watch_relists);
+                                    rv = None;
+                                }
+                                continue;
+                            }
+                            Recorder::count(&rec.watch_events);
+                            if let Some(v) = ev["object"]["metadata"]["resourceVersion"].as_str() {
+                                rv = Some(v.to_string());
+                            }
+                        }
+                    }
+                },
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {
+                    if stop.stopped() { return; }
+                }
+            }
+        };
+        if stop.stopped() {
+            return;
+        }
+        if !ended_cleanly {
+            Recorder::count(&rec.watch_interruptions);
+            conn = None;
+        }
+        if rv.is_some() {
+            Recorder::count(&rec.watch_resumes);
+        }
+    }
+}
+
+/// Creates the namespace's seed objects through `target`.
+pub async fn seed(target: &Target) -> anyhow::Result<()> {
+    let mut conn = None;
+    for i in 0..3 {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("seed-{i}")}, "data": {"seed": "yes"}});
+        let path = format!("/api/v1/namespaces/{NAMESPACE}/configmaps");
+        let (_, err) = client_go(
+            target,
+            &mut conn,
+            true,
+            "POST",
+            &path,
+            Some(&cm.to_string()),
+            None,
+        )
+        .await;
+        // Already there from an earlier gateway's run on the same etcd: fine.
+        anyhow::ensure!(
+            err.is_none() || err == Some(ErrorClass::HttpOther),
+            "seeding failed: {err:?}"
+        );
+    }
+    for id in 0..8 {
+        let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": format!("component-{id}")}, "spec": {"holderIdentity": format!("component-{id}")}});
+        let path = format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases");
+        let _ = client_go(
+            target,
+            &mut conn,
+            true,
+            "POST",
+            &path,
+            Some(&lease.to_string()),
+            None,
+        )
+        .await;
+    }
+    Ok(())
+}
