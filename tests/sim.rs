@@ -110,6 +110,13 @@ async fn startup_accepts_tcp_and_livez_before_readyz() {
         "{}",
         r.text()
     );
+    let r = c
+        .get("/api/v1/namespaces/default/configmaps")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 429, "LIST while the watch cache initialises");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert!(r.text().contains("storage is (re)initializing"));
     wait_for("readyz to pass after startup", T, || {
         let rt = tokio::runtime::Handle::current();
         let status = tokio::task::block_in_place(|| rt.block_on(c.get("/readyz")))

@@ -120,12 +120,12 @@ fn haproxy(
     }
     let text = if tuned {
         format!(
-            "global\n    maxconn 20000\ndefaults\n    mode tcp\n    option redispatch\n    retries 3\n    timeout connect 1s\n    timeout client 10m\n    timeout server 10m\n    timeout check 1s\nfrontend apiserver\n    bind {listen}\n    default_backend apiservers\nbackend apiservers\n    balance leastconn\n    option httpchk\n    http-check connect ssl sni kubernetes\n    http-check send meth GET uri /readyz\n    http-check expect status 200\n{servers}"
+            "global\n    maxconn 8000\ndefaults\n    mode tcp\n    option redispatch\n    retries 3\n    timeout connect 1s\n    timeout client 10m\n    timeout server 10m\n    timeout check 1s\nfrontend apiserver\n    bind {listen}\n    default_backend apiservers\nbackend apiservers\n    balance leastconn\n    option httpchk\n    http-check connect ssl sni kubernetes\n    http-check send meth GET uri /readyz\n    http-check expect status 200\n{servers}"
         )
     } else {
         // The kubeadm HA guide's haproxy.cfg, with loopback addresses.
         format!(
-            "global\n    maxconn 20000\ndefaults\n    mode http\n    option http-server-close\n    option redispatch\n    retries 1\n    timeout http-request 10s\n    timeout queue 20s\n    timeout connect 5s\n    timeout client 35s\n    timeout server 35s\n    timeout http-keep-alive 10s\n    timeout check 10s\nfrontend apiserver\n    bind {listen}\n    mode tcp\n    default_backend apiserverbackend\nbackend apiserverbackend\n    option httpchk\n    http-check connect ssl\n    http-check send meth GET uri /healthz\n    http-check expect status 200\n    mode tcp\n    balance roundrobin\n{servers}"
+            "global\n    maxconn 8000\ndefaults\n    mode http\n    option http-server-close\n    option redispatch\n    retries 1\n    timeout http-request 10s\n    timeout queue 20s\n    timeout connect 5s\n    timeout client 35s\n    timeout server 35s\n    timeout http-keep-alive 10s\n    timeout check 10s\nfrontend apiserver\n    bind {listen}\n    mode tcp\n    default_backend apiserverbackend\nbackend apiserverbackend\n    option httpchk\n    http-check connect ssl\n    http-check send meth GET uri /healthz\n    http-check expect status 200\n    mode tcp\n    balance roundrobin\n{servers}"
         )
     };
     let path = dir.join(format!("{name}.cfg"));

@@ -69,7 +69,7 @@ pub async fn loops(kubectl: PathBuf, kubeconfig: PathBuf, rec: Arc<Recorder>, st
     let mut n = 0u64;
     while !stop.stopped() {
         n += 1;
-        let args: Vec<String> = if n % 2 == 0 {
+        let args: Vec<String> = if n.is_multiple_of(2) {
             vec![
                 "create".into(),
                 "configmap".into(),

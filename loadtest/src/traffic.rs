@@ -219,7 +219,7 @@ pub async fn short_lived(id: usize, target: Target, rec: Arc<Recorder>, stop: St
         let outcome = client_go(
             &target,
             &mut conn,
-            turn % 2 == 0,
+            turn.is_multiple_of(2),
             "GET",
             &format!("/api/v1/namespaces/{NAMESPACE}/configmaps?limit=500"),
             None,

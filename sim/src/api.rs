@@ -83,6 +83,17 @@ async fn serve(sim: &Arc<Sim>, peer: Option<User>, req: Request<Incoming>) -> Re
             Some(json!({})),
         );
     };
+    // Until the watch cache is initialised, reads it serves (LIST, WATCH) get 429 with
+    // Retry-After: 1, as the apiserver's cacher answers while storage starts.
+    if req.method() == Method::GET && target.name.is_none() && !sim.checks.started() {
+        return respond::status(
+            429,
+            "TooManyRequests",
+            "storage is (re)initializing",
+            Some(json!({"retryAfterSeconds": 1})),
+        )
+        .header("retry-after", "1");
+    }
     if is_watch && req.method() == Method::GET {
         let table = wants_table(&req);
         return watch::serve(sim.clone(), &target, &params, table).await;

@@ -103,6 +103,11 @@ impl Checks {
         self.shutting_down.store(true, Ordering::Release);
     }
 
+    /// Post-start hooks finished (the watch cache is initialised).
+    pub fn started(&self) -> bool {
+        self.started.load(Ordering::Acquire)
+    }
+
     /// Shutdown began.
     pub fn shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::Acquire)
