@@ -1,11 +1,13 @@
 //! `kubegate`: a readiness-aware, highly available gateway for Kubernetes API servers.
-#![forbid(unsafe_code)]
+// Unsafe code is allowed in one place only: `fd.rs`, which duplicates a socket descriptor.
+#![deny(unsafe_code)]
 
 mod admin;
 mod backend;
 mod balancer;
 mod control;
 mod copy;
+mod fd;
 mod gateway;
 mod lifecycle;
 mod metrics;
@@ -18,6 +20,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use gateway::Gateway;
 use kubegate_config::{load_file, Config};
 use kubegate_health::Prober;
+use pingora_core::listeners::{L4BufferSettings, ListenerConfig};
 use pingora_core::server::configuration::ServerConf;
 use pingora_core::server::{RunArgs, Server};
 use pingora_core::services::background::background_service;
@@ -175,7 +178,11 @@ fn run(config_path: &Path) -> anyhow::Result<()> {
         },
     );
     for address in &listeners {
-        passthrough.add_tcp(address);
+        // Unbuffered: the passthrough path reads the socket itself (see copy.rs), so pingora's
+        // per-connection read and write buffers would only cost memory.
+        passthrough.add_listener(
+            ListenerConfig::tcp(address.as_str()).l4_buffer(L4BufferSettings::unbuffered()),
+        );
     }
     server.add_service(passthrough);
     server.add_service(background_service(

@@ -4,7 +4,7 @@
 
 use crate::backend::{Backend, CloseReason};
 use crate::balancer::pick;
-use crate::copy::bidirectional;
+use crate::copy::{bidirectional, End};
 use crate::gateway::Gateway;
 use async_trait::async_trait;
 use kubegate_config::NoReadyBackendPolicy;
@@ -33,13 +33,20 @@ impl ServerApp for Passthrough {
         _shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
         let gw = &self.gateway;
+        let client = match crate::fd::into_tcp(client) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot take over the client socket");
+                return None;
+            }
+        };
         let (backend, upstream) = connect(gw).await?;
         let guard = backend.register();
         let _ = upstream.set_nodelay(true);
         let m = guard.metrics();
         let closed_by = tokio::select! {
-            r = bidirectional(client, upstream, &m.bytes_to_backend, &m.bytes_to_client) => {
-                if let Err(e) = r {
+            end = bidirectional(&client, &upstream, &m.bytes_to_backend, &m.bytes_to_client) => {
+                if let End::Failed(e) = end {
                     tracing::debug!(backend = %backend.address, error = %e, "connection ended with an error");
                 }
                 None

@@ -233,6 +233,8 @@ pub fn plain_http(addr: impl std::net::ToSocketAddrs, method: &str, path: &str) 
 pub struct KubegateConfig {
     /// Backends (name, address).
     pub backends: Vec<(String, SocketAddr)>,
+    /// `health_address` of backends that have one, by name.
+    pub health_addresses: std::collections::HashMap<String, SocketAddr>,
     /// `health.interval`.
     pub interval: &'static str,
     /// `health.timeout`.
@@ -258,6 +260,7 @@ impl KubegateConfig {
     pub fn new(sims: &[&Sim]) -> KubegateConfig {
         KubegateConfig {
             backends: sims.iter().map(|s| (s.name.clone(), s.addr)).collect(),
+            health_addresses: Default::default(),
             interval: "300ms",
             timeout: "500ms",
             rise: 2,
@@ -275,6 +278,9 @@ impl KubegateConfig {
         let mut backends = String::new();
         for (name, addr) in &self.backends {
             backends.push_str(&format!("  - name: {name}\n    address: {addr}\n"));
+            if let Some(h) = self.health_addresses.get(name) {
+                backends.push_str(&format!("    health_address: {h}\n"));
+            }
         }
         format!(
             "listeners:\n  - address: {listen}\nbackends:\n{backends}health:\n  interval: {}\n  timeout: {}\n  rise: {}\n  fall: {}\n  tls:\n    ca_file: {}\n    server_name: kubernetes\nbalance: {}\ndrain:\n  timeout: {}\nshutdown:\n  delay: {}\n  grace: {}\nadmin:\n  address: {admin}\n{}",
