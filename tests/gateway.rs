@@ -2,8 +2,9 @@
 //! loopback with certificates made per test.
 //!
 //! 1. `spreads_connections_by_policy`: least-connections, round-robin and power-of-two.
-//! 2. `not_ready_backend_drains_then_closes`: readyz 500, port open: no new connections after
-//!    interval × fall; an open one lives until drain.timeout, then is closed and counted.
+//! 2. `not_ready_backend_drains_then_closes`: readyz 500 (etcd), port open: no new connections
+//!    after interval × fall; an open one lives until drain.failing_timeout, then is closed and
+//!    counted.
 //! 3. `shutdown_answer_takes_a_backend_out_after_one_probe`.
 //! 4. `killed_backend_is_retried_transparently`.
 //! 5. `frozen_backend_connections_are_closed_and_it_returns_after_sigcont`.
@@ -112,7 +113,8 @@ async fn not_ready_backend_drains_then_closes() {
     let pki = Pki::new(dir.path());
     let sims = sims(&pki, 3, SimOptions::default());
     let mut cfg = KubegateConfig::new(&refs(&sims));
-    cfg.drain = "4s";
+    cfg.drain = "30s";
+    cfg.drain_failing = "4s";
     let kg = Kubegate::start(&pki, &cfg);
     wait_all_ready(&kg, &sims);
     let mut conns = open(&kg, &pki, 3).await;
@@ -144,17 +146,15 @@ async fn not_ready_backend_drains_then_closes() {
 
     // The open connection still works during the drain...
     assert_eq!(held.get("/version").await.unwrap().status, 200);
-    // ...and is closed at drain.timeout.
+    // ...and is closed at drain.failing_timeout (not the 30 s drain.timeout of shutdowns).
     wait_for(
         "the drained connection to be closed",
         Duration::from_secs(8),
         || held.is_closed().then_some(()),
     );
     let lived = failed_at.elapsed();
-    assert!(
-        lived >= Duration::from_secs(4),
-        "closed after {lived:?}, before drain.timeout"
-    );
+    assert!(lived >= Duration::from_secs(4), "closed after {lived:?}, before the timeout");
+    assert!(lived < Duration::from_secs(12), "closed after {lived:?}: the 30 s timeout was used");
     let series = format!(
         "kubegate_backend_connections_closed_total{{backend=\"{}\",reason=\"drain_timeout\"}}",
         target.name

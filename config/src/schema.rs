@@ -197,16 +197,23 @@ impl Default for ConnectConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DrainConfig {
-    /// How long open connections to a `not_ready` (or removed) backend may live before they are
-    /// closed.
+    /// How long open connections to a backend that is shutting down (`[-]shutdown`) or was
+    /// removed may live before they are closed. The apiserver ends them itself when it can.
     #[serde(with = "crate::duration")]
     pub timeout: Duration,
+    /// How long open connections to a backend that fails `/readyz` for another reason (etcd
+    /// lost, a stuck check) may live. Such an apiserver will not end them, and clients
+    /// multiplexed on them keep getting errors: after this, they are closed so clients reconnect
+    /// to a ready replica. Shorter failures (a flapping check) leave them alone.
+    #[serde(with = "crate::duration")]
+    pub failing_timeout: Duration,
 }
 
 impl Default for DrainConfig {
     fn default() -> Self {
         DrainConfig {
             timeout: Duration::from_secs(30),
+            failing_timeout: Duration::from_secs(5),
         }
     }
 }

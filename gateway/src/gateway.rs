@@ -279,7 +279,15 @@ impl Gateway {
             BackendState::NotReady | BackendState::Removed => {
                 if open > 0 {
                     self.metrics.drains.with_label_values(&[&name]).inc();
-                    self.schedule_drain_deadline(backend, epoch);
+                    let drain = &self.config.load().drain;
+                    // A backend that is shutting down (or removed) ends its connections itself;
+                    // one that fails for another reason will not.
+                    let timeout = if t.to == BackendState::Removed || backend.shutting_down() {
+                        drain.timeout
+                    } else {
+                        drain.failing_timeout
+                    };
+                    self.schedule_drain_deadline(backend, epoch, timeout);
                 } else if t.to == BackendState::Removed {
                     self.forget(backend);
                 }
@@ -289,9 +297,8 @@ impl Gateway {
         self.rebuild_routing();
     }
 
-    /// After `drain.timeout`, closes what is still open, unless the state changed meanwhile.
-    fn schedule_drain_deadline(&self, backend: &Arc<Backend>, epoch: u64) {
-        let timeout = self.config.load().drain.timeout;
+    /// After `timeout`, closes what is still open, unless the state changed meanwhile.
+    fn schedule_drain_deadline(&self, backend: &Arc<Backend>, epoch: u64, timeout: std::time::Duration) {
         let backend = backend.clone();
         let gateway = self.this.clone();
         tokio::spawn(async move {

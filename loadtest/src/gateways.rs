@@ -171,12 +171,13 @@ fn nginx(dir: &Path, backends: &[SocketAddr], listen: SocketAddr) -> Result<Comm
     );
     let path = dir.join("nginx.conf");
     std::fs::write(&path, text).map_err(|e| Unavailable::Failed(e.into()))?;
+    // One process, so ending it by PID leaves no worker behind.
     let mut cmd = Command::new(bin);
     cmd.arg("-p")
         .arg(dir)
         .arg("-c")
         .arg(path)
-        .args(["-g", "daemon off;"]);
+        .args(["-g", "daemon off; master_process off;"]);
     Ok(cmd)
 }
 

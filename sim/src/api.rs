@@ -205,7 +205,6 @@ fn store_error(target: &Target<'_>, name: &str, e: StoreError) -> Reply {
         StoreError::Unavailable(why) => {
             tracing::warn!(error = %why, "storage unavailable");
             respond::status(500, "InternalError", &format!("Internal error occurred: {why}"), None)
-                .header("retry-after", "1")
         }
     }
 }

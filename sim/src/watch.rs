@@ -114,7 +114,6 @@ fn unavailable(e: StoreError) -> Reply {
         &format!("Internal error occurred: {e}"),
         None,
     )
-    .header("retry-after", "1")
 }
 
 fn line(kind: &str, object: &Value) -> Bytes {

@@ -247,6 +247,8 @@ pub struct KubegateConfig {
     pub balance: &'static str,
     /// `drain.timeout`.
     pub drain: &'static str,
+    /// `drain.failing_timeout`.
+    pub drain_failing: &'static str,
     /// `shutdown.delay`.
     pub shutdown_delay: &'static str,
     /// `shutdown.grace`.
@@ -267,6 +269,7 @@ impl KubegateConfig {
             fall: 2,
             balance: "least-connections",
             drain: "3s",
+            drain_failing: "3s",
             shutdown_delay: "1s",
             shutdown_grace: "2s",
             extra: String::new(),
@@ -283,7 +286,7 @@ impl KubegateConfig {
             }
         }
         format!(
-            "listeners:\n  - address: {listen}\nbackends:\n{backends}health:\n  interval: {}\n  timeout: {}\n  rise: {}\n  fall: {}\n  tls:\n    ca_file: {}\n    server_name: kubernetes\nbalance: {}\ndrain:\n  timeout: {}\nshutdown:\n  delay: {}\n  grace: {}\nadmin:\n  address: {admin}\n{}",
+            "listeners:\n  - address: {listen}\nbackends:\n{backends}health:\n  interval: {}\n  timeout: {}\n  rise: {}\n  fall: {}\n  tls:\n    ca_file: {}\n    server_name: kubernetes\nbalance: {}\ndrain:\n  timeout: {}\n  failing_timeout: {}\nshutdown:\n  delay: {}\n  grace: {}\nadmin:\n  address: {admin}\n{}",
             self.interval,
             self.timeout,
             self.rise,
@@ -291,6 +294,7 @@ impl KubegateConfig {
             ca.display(),
             self.balance,
             self.drain,
+            self.drain_failing,
             self.shutdown_delay,
             self.shutdown_grace,
             self.extra

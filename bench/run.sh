@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# Side-by-side proxy benchmark: direct, kubegate, HAProxy, nginx stream, Envoy; interleaved
+# rounds on one machine, each proxy with one worker and logging off. See bench/README.md.
+#
+#   bench/run.sh            full run (release build, 5 rounds) -> bench/results/latest.md
+#   bench/run.sh --smoke    one short round with the debug build (CI keeps the script working)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+smoke=0; rounds=5; duration=5s; idle_n=9000
+if [ "${1:-}" = "--smoke" ]; then smoke=1; rounds=1; duration=1s; idle_n=500; fi
+
+./scripts/install-deps >/dev/null
+./scripts/install-peers >/dev/null
+command -v wrk >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
+
+if [ $smoke = 1 ]; then
+  cargo build --workspace --bins --quiet
+  bin=$root/target/debug
+else
+  cargo build --release -p kubegate -p kubegate-sim --quiet
+  bin=$root/target/release
+fi
+
+work=$(mktemp -d /tmp/kubegate-bench.XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+ulimit -n 20000
+
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 not listening" >&2; return 1; }
+cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
+rss_kib() { awk '/^VmRSS:/{print $2}' "/proc/$1/status"; }
+
+# The backend: nginx over plain HTTP with 1 KiB and 1 MiB bodies.
+mkdir -p "$work/www"
+head -c 1024 /dev/zero | tr '\0' a > "$work/www/1k"
+head -c $((1024*1024)) /dev/zero | tr '\0' b > "$work/www/1m"
+backend=$(port)
+cat > "$work/backend.conf" <<CONF
+worker_processes 1;
+error_log $work/backend-error.log crit;
+pid $work/backend.pid;
+events { worker_connections 20000; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  keepalive_timeout 300s;
+  sendfile on;
+  server { listen 127.0.0.1:$backend backlog=4096; root $work/www; }
+}
+CONF
+nginx -p "$work" -c "$work/backend.conf" -g 'daemon off; master_process off;' & pids+=($!)
+wait_port "$backend"
+
+# kubegate probes readiness on a simulated apiserver (health_address) over TLS.
+"$bin/kubegate-sim" certs "$work/pki" >/dev/null
+probe=$(port)
+"$bin/kubegate-sim" --secure-port "$probe" --tls-cert-file "$work/pki/apiserver.crt" \
+  --tls-private-key-file "$work/pki/apiserver.key" 2>"$work/probe.log" & pids+=($!)
+wait_port "$probe"
+
+declare -A listen pid
+listen[direct]=$backend
+
+kg=$(port); kg_admin=$(port)
+cat > "$work/kubegate.yaml" <<CONF
+listeners: [{address: 127.0.0.1:$kg}]
+backends:
+  - name: backend
+    address: 127.0.0.1:$backend
+    health_address: 127.0.0.1:$probe
+health: {interval: 1s, tls: {ca_file: $work/pki/ca.crt, server_name: kubernetes}}
+admin: {address: 127.0.0.1:$kg_admin}
+threads: 1
+CONF
+KUBEGATE_LOG=warn "$bin/kubegate" run --config "$work/kubegate.yaml" 2>"$work/kubegate.log" & pid[kubegate]=$!; pids+=($!)
+listen[kubegate]=$kg
+wait_port "$kg"
+until curl -sf "http://127.0.0.1:$kg_admin/readyz" >/dev/null; do sleep 0.1; done
+kubegate_startup_rss=$(rss_kib "${pid[kubegate]}")
+kubegate_binary=$(stat -c %s "$bin/kubegate")
+
+hp=$(port)
+cat > "$work/haproxy.cfg" <<CONF
+global
+  nbthread 1
+  maxconn 9800
+defaults
+  mode tcp
+  timeout connect 5s
+  timeout client 10m
+  timeout server 10m
+frontend fe
+  bind 127.0.0.1:$hp
+  default_backend be
+backend be
+  balance leastconn
+  server backend 127.0.0.1:$backend
+CONF
+haproxy -db -f "$work/haproxy.cfg" 2>"$work/haproxy.log" & pid[haproxy]=$!; pids+=($!)
+listen[haproxy]=$hp
+wait_port "$hp"
+
+ng=$(port)
+cat > "$work/nginx-stream.conf" <<CONF
+load_module /usr/lib/nginx/modules/ngx_stream_module.so;
+worker_processes 1;
+worker_rlimit_nofile 20000;
+error_log $work/nginx-stream-error.log crit;
+pid $work/nginx-stream.pid;
+events { worker_connections 19000; }
+stream {
+  upstream be { least_conn; server 127.0.0.1:$backend; }
+  server { listen 127.0.0.1:$ng backlog=4096; proxy_pass be; proxy_timeout 10m; }
+}
+CONF
+nginx -p "$work" -c "$work/nginx-stream.conf" -g 'daemon off; master_process off;' & pid[nginx]=$!; pids+=($!)
+listen[nginx]=$ng
+wait_port "$ng"
+
+envoy_bin=$(python3 -c 'import envoy,os;print(os.path.join(os.path.dirname(envoy.__file__),"_bin","envoy"))')
+ev=$(port)
+cat > "$work/envoy.yaml" <<CONF
+static_resources:
+  listeners:
+  - name: l
+    address: {socket_address: {address: 127.0.0.1, port_value: $ev}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.tcp_proxy
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
+          stat_prefix: bench
+          cluster: be
+  clusters:
+  - name: be
+    type: STATIC
+    connect_timeout: 1s
+    lb_policy: LEAST_REQUEST
+    load_assignment:
+      cluster_name: be
+      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $backend}}}}]}]
+CONF
+"$envoy_bin" -c "$work/envoy.yaml" --concurrency 1 --log-level critical --base-id "$ev" 2>"$work/envoy.log" & pid[envoy]=$!; pids+=($!)
+listen[envoy]=$ev
+wait_port "$ev"
+
+targets=(direct kubegate haproxy nginx envoy)
+results=$work/results.tsv
+: > "$results"
+
+measure() { # target round
+  local t=$1 r=$2 p=${listen[$1]} out before after reqs
+  before=$([ "$t" = direct ] && echo 0 || cpu_ticks "${pid[$t]}")
+  out=$(wrk -t1 -c50 -d"$duration" --latency "http://127.0.0.1:$p/1k")
+  after=$([ "$t" = direct ] && echo 0 || cpu_ticks "${pid[$t]}")
+  reqs=$(awk '/requests in/{print $1}' <<<"$out")
+  rps=$(awk '/^Requests\/sec/{print $2}' <<<"$out")
+  p50=$(awk '$1=="50%"{print $2}' <<<"$out")
+  p99=$(awk '$1=="99%"{print $2}' <<<"$out")
+  cpu_us=$(python3 -c "print(f'{($after-$before)*1e6/100/$reqs:.2f}' if '$t'!='direct' else '-')")
+  conn=$(wrk -t1 -c50 -d"$duration" -H 'Connection: close' "http://127.0.0.1:$p/1k" | awk '/^Requests\/sec/{print $2}')
+  bulk=$(wrk -t1 -c8 -d"$duration" "http://127.0.0.1:$p/1m" | awk '/^Transfer\/sec/{v=$2; if (v ~ /GB/) {sub("GB","",v); v*=1024} else {sub("MB","",v)}; print v}')
+  idle=-
+  if [ "$t" != direct ]; then idle=$(python3 bench/idle.py "$p" "$idle_n" "${pid[$t]}"); fi
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$r" "$rps" "$p50" "$p99" "$conn" "$bulk" "$idle" "$cpu_us" >> "$results"
+  echo "round $r $t: $rps rps, p99 $p99, $conn conn/s, $bulk MB/s, $idle KiB/idle conn, $cpu_us us/req" >&2
+}
+
+for r in $(seq 1 "$rounds"); do
+  for t in "${targets[@]}"; do measure "$t" "$r"; done
+done
+
+python3 bench/summarize.py "$results" "$kubegate_startup_rss" "$kubegate_binary" "$smoke" "$idle_n" "$duration" "$rounds"

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Turns bench/run.sh's per-round measurements into the results table (medians, min-max)."""
+import datetime, os, platform, statistics, subprocess, sys
+
+path, startup_rss, binary, smoke, idle_n, duration, rounds = sys.argv[1:8]
+smoke = smoke == "1"
+
+def ms(v):
+    if v.endswith("us"): return float(v[:-2]) / 1000
+    if v.endswith("ms"): return float(v[:-2])
+    if v.endswith("s"): return float(v[:-1]) * 1000
+    return float(v)
+
+def num(v):
+    v = v.strip()
+    if v.endswith("k"): return float(v[:-1]) * 1000
+    return float(v)
+
+rows = {}
+for line in open(path):
+    t, r, rps, p50, p99, conn, bulk, idle, cpu = line.rstrip("\n").split("\t")
+    d = rows.setdefault(t, {k: [] for k in ("rps", "p50", "p99", "conn", "bulk", "idle", "cpu")})
+    d["rps"].append(num(rps)); d["p50"].append(ms(p50)); d["p99"].append(ms(p99))
+    d["conn"].append(num(conn)); d["bulk"].append(float(bulk))
+    if idle != "-": d["idle"].append(float(idle))
+    if cpu != "-": d["cpu"].append(float(cpu))
+
+def cell(vals, fmt):
+    if not vals: return "—"
+    med = statistics.median(vals)
+    if len(vals) == 1: return fmt.format(med)
+    return f"{fmt.format(med)} ({fmt.format(min(vals))}–{fmt.format(max(vals))})"
+
+def version(cmd):
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+        return (out.stdout + out.stderr).strip().splitlines()[0]
+    except Exception as e:
+        return f"unknown ({e})"
+
+lines = []
+lines.append("| target | keep-alive rps | p50 ms | p99 ms | conn/s | bulk MB/s | KiB/idle conn | CPU µs/req |")
+lines.append("|---|---|---|---|---|---|---|---|")
+for t in ["direct", "kubegate", "haproxy", "nginx", "envoy"]:
+    if t not in rows: continue
+    d = rows[t]
+    lines.append(f"| {t} | {cell(d['rps'], '{:,.0f}')} | {cell(d['p50'], '{:.2f}')} | {cell(d['p99'], '{:.2f}')} | {cell(d['conn'], '{:,.0f}')} | {cell(d['bulk'], '{:,.0f}')} | {cell(d['idle'], '{:.2f}')} | {cell(d['cpu'], '{:.1f}')} |")
+table = "\n".join(lines)
+
+envoy = subprocess.run(["python3", "-c", "import envoy,os;print(os.path.join(os.path.dirname(envoy.__file__),'_bin','envoy'))"], capture_output=True, text=True).stdout.strip()
+versions = {
+    "kubegate": version(["git", "describe", "--always", "--dirty"]),
+    "haproxy": version(["haproxy", "-v"]),
+    "nginx": version(["nginx", "-v"]),
+    "envoy": version([envoy, "--version"]) if envoy else "not installed",
+    "wrk": version(["wrk", "-v"]),
+}
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+machine = f"{os.cpu_count()} cores ({cpu}), {round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB, {platform.platform()}"
+
+report = f"""# Benchmark results
+
+Command: `bench/run.sh`{' --smoke' if smoke else ''} ({rounds} interleaved round(s), {duration} per figure, {idle_n} idle connections)
+Date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}
+Machine: {machine}
+Versions: {'; '.join(f'{k} {v}' for k, v in versions.items())}
+
+Medians, with min–max over the rounds. wrk, the proxy and the backend share the machine, so
+requests per second are bounded by it; CPU µs per request (the proxy's utime+stime over the
+keep-alive run, divided by requests) is the cleanest comparison.
+
+{table}
+
+kubegate: startup RSS {int(startup_rss)/1024:.1f} MiB, binary {int(binary)/2**20:.1f} MiB.
+"""
+print(report)
+if not smoke:
+    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
+    open(out, "w").write(report)
+    print(f"written to {out}", file=sys.stderr)
