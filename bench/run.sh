@@ -24,6 +24,7 @@ else
 fi
 
 work=$(mktemp -d /tmp/kubegate-bench.XXXXXX)
+chmod 755 "$work"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
@@ -151,6 +152,14 @@ wait_port "$ev"
 targets=(direct kubegate haproxy nginx envoy)
 results=$work/results.tsv
 : > "$results"
+
+# Every target must serve the real bodies before anything is measured through it.
+for t in direct kubegate haproxy nginx envoy; do
+  for f in 1k:1024 1m:1048576; do
+    got=$(curl -s -o /dev/null -w '%{http_code} %{size_download}' "http://127.0.0.1:${listen[$t]}/${f%%:*}")
+    [ "$got" = "200 ${f#*:}" ] || { echo "$t: /${f%%:*} answered '$got', expected '200 ${f#*:}'" >&2; exit 1; }
+  done
+done
 
 measure() { # target round
   local t=$1 r=$2 p=${listen[$1]} out before after reqs
