@@ -298,7 +298,12 @@ impl Gateway {
     }
 
     /// After `timeout`, closes what is still open, unless the state changed meanwhile.
-    fn schedule_drain_deadline(&self, backend: &Arc<Backend>, epoch: u64, timeout: std::time::Duration) {
+    fn schedule_drain_deadline(
+        &self,
+        backend: &Arc<Backend>,
+        epoch: u64,
+        timeout: std::time::Duration,
+    ) {
         let backend = backend.clone();
         let gateway = self.this.clone();
         tokio::spawn(async move {

@@ -201,18 +201,7 @@ impl Conn {
             .body(Full::new(Bytes::from(body.unwrap_or("").to_string())))
             .unwrap();
         let fut = async {
-            // The previous response may still be settling: wait until the connection is ready.
-            let resp = match &mut self.sender {
-                Sender::H1(s) => {
-                    s.ready().await.map_err(io::Error::other)?;
-                    s.send_request(req).await
-                }
-                Sender::H2(s) => {
-                    s.ready().await.map_err(io::Error::other)?;
-                    s.send_request(req).await
-                }
-            }
-            .map_err(io::Error::other)?;
+            let resp = self.send_raw(req).await?;
             let status = resp.status().as_u16();
             let headers = resp.headers().clone();
             let body = resp
@@ -277,6 +266,25 @@ impl Lines {
 }
 
 impl Conn {
+    /// Sends on whichever protocol the connection speaks, once it is ready: the previous
+    /// response may still be settling.
+    async fn send_raw(
+        &mut self,
+        req: http::Request<Full<Bytes>>,
+    ) -> io::Result<http::Response<hyper::body::Incoming>> {
+        match &mut self.sender {
+            Sender::H1(s) => {
+                s.ready().await.map_err(io::Error::other)?;
+                s.send_request(req).await
+            }
+            Sender::H2(s) => {
+                s.ready().await.map_err(io::Error::other)?;
+                s.send_request(req).await
+            }
+        }
+        .map_err(io::Error::other)
+    }
+
     /// `GET path` whose body is read as it arrives.
     pub async fn stream(&mut self, path: &str) -> io::Result<Lines> {
         let uri = match self.sender {
@@ -287,17 +295,7 @@ impl Conn {
             .header(http::header::HOST, "kubernetes")
             .body(Full::new(Bytes::new()))
             .unwrap();
-        let resp = match &mut self.sender {
-            Sender::H1(s) => {
-                s.ready().await.map_err(io::Error::other)?;
-                s.send_request(req).await
-            }
-            Sender::H2(s) => {
-                s.ready().await.map_err(io::Error::other)?;
-                s.send_request(req).await
-            }
-        }
-        .map_err(io::Error::other)?;
+        let resp = self.send_raw(req).await?;
         Ok(Lines {
             status: resp.status().as_u16(),
             body: resp.into_body(),

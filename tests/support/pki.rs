@@ -76,7 +76,12 @@ impl Pki {
         let now = OffsetDateTime::now_utc();
         p.not_before = now + Duration::days(not_before_days);
         p.not_after = now + Duration::days(not_after_days);
-        let cert = p.signed_by(&key, &self.ca, &self.ca_key).unwrap();
+        self.sign(file, p, key)
+    }
+
+    /// Signs `params` with the CA and writes `<file>.crt` and `<file>.key`.
+    fn sign(&self, file: &str, params: CertificateParams, key: KeyPair) -> (PathBuf, PathBuf) {
+        let cert = params.signed_by(&key, &self.ca, &self.ca_key).unwrap();
         let (crt, k) = (
             self.dir.join(format!("{file}.crt")),
             self.dir.join(format!("{file}.key")),
@@ -121,13 +126,6 @@ impl Pki {
         dn.push(DnType::OrganizationName, group);
         p.distinguished_name = dn;
         p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        let cert = p.signed_by(&key, &self.ca, &self.ca_key).unwrap();
-        let (crt, k) = (
-            self.dir.join(format!("{file}.crt")),
-            self.dir.join(format!("{file}.key")),
-        );
-        std::fs::write(&crt, cert.pem()).unwrap();
-        std::fs::write(&k, key.serialize_pem()).unwrap();
-        (crt, k)
+        self.sign(file, p, key)
     }
 }

@@ -42,6 +42,20 @@ impl MemoryStore {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Writes `key` at the next revision and records the change.
+    fn put(&self, inner: &mut Inner, key: &str, value: Vec<u8>, created: bool) -> i64 {
+        inner.revision += 1;
+        let kv = Stored {
+            key: key.to_string(),
+            value,
+            mod_revision: inner.revision,
+        };
+        inner.data.insert(key.to_string(), kv.clone());
+        let rev = inner.revision;
+        self.record(inner, StoreEvent::Put { kv, created });
+        rev
+    }
+
     fn record(&self, inner: &mut Inner, event: StoreEvent) {
         inner.history.push_back(event.clone());
         if inner.history.len() > HISTORY {
@@ -86,16 +100,7 @@ impl Store for MemoryStore {
         if inner.data.contains_key(key) {
             return Err(StoreError::AlreadyExists);
         }
-        inner.revision += 1;
-        let kv = Stored {
-            key: key.to_string(),
-            value,
-            mod_revision: inner.revision,
-        };
-        inner.data.insert(key.to_string(), kv.clone());
-        let rev = inner.revision;
-        self.record(&mut inner, StoreEvent::Put { kv, created: true });
-        Ok(rev)
+        Ok(self.put(&mut inner, key, value, true))
     }
 
     async fn update(
@@ -113,16 +118,7 @@ impl Store for MemoryStore {
         if expected.is_some_and(|e| e != current) {
             return Err(StoreError::Conflict(current));
         }
-        inner.revision += 1;
-        let kv = Stored {
-            key: key.to_string(),
-            value,
-            mod_revision: inner.revision,
-        };
-        inner.data.insert(key.to_string(), kv.clone());
-        let rev = inner.revision;
-        self.record(&mut inner, StoreEvent::Put { kv, created: false });
-        Ok(rev)
+        Ok(self.put(&mut inner, key, value, false))
     }
 
     async fn delete(&self, key: &str) -> Result<(Stored, i64), StoreError> {
