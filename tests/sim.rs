@@ -89,6 +89,16 @@ async fn health_endpoints_match_the_apiserver_byte_for_byte() {
     );
     let r = c.get("/livez").await.unwrap();
     assert_eq!(r.status, 500, "livez has an etcd check too");
+    let r = c
+        .get("/api/v1/namespaces/default/configmaps")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 500, "storage requests fail while etcd is lost");
+    assert!(
+        r.text().contains("etcdserver: request timed out"),
+        "{}",
+        r.text()
+    );
     assert_eq!(c.get("/healthz").await.unwrap().status, 500);
 }
 

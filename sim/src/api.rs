@@ -99,6 +99,20 @@ async fn serve(sim: &Arc<Sim>, peer: Option<User>, req: Request<Incoming>) -> Re
         return watch::serve(sim.clone(), &target, &params, table).await;
     }
     let _inflight = Inflight::new(&sim.inflight);
+    // etcd unreachable (or forced failing): requests that need storage time out against it.
+    if sim
+        .checks
+        .failure(crate::checks::Endpoint::Readyz, "etcd")
+        .is_some()
+    {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        return respond::status(
+            500,
+            "InternalError",
+            "Internal error occurred: etcdserver: request timed out",
+            Some(json!({"causes": [{"message": "etcdserver: request timed out"}]})),
+        );
+    }
     let table = wants_table(&req);
     let dry_run = param("dryRun").is_some();
     let method = req.method().clone();
