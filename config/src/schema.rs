@@ -203,8 +203,8 @@ pub struct DrainConfig {
     pub timeout: Duration,
     /// How long open connections to a backend that fails `/readyz` for another reason (etcd
     /// lost, a stuck check) may live. Such an apiserver will not end them, and clients
-    /// multiplexed on them keep getting errors: after this, they are closed so clients reconnect
-    /// to a ready replica. Shorter failures (a flapping check) leave them alone.
+    /// multiplexed on them keep getting errors: they are closed so clients reconnect to a ready
+    /// replica. Default 0 s: `health.fall` already filters out single failed probes.
     #[serde(with = "crate::duration")]
     pub failing_timeout: Duration,
 }
@@ -213,7 +213,7 @@ impl Default for DrainConfig {
     fn default() -> Self {
         DrainConfig {
             timeout: Duration::from_secs(30),
-            failing_timeout: Duration::from_secs(5),
+            failing_timeout: Duration::ZERO,
         }
     }
 }
