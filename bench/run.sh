@@ -2,14 +2,20 @@
 # Side-by-side proxy benchmark: direct, kubegate, HAProxy, nginx stream, Envoy; interleaved
 # rounds on one machine, each proxy with one worker and logging off. See bench/README.md.
 #
-#   bench/run.sh            full run (release build, 5 rounds) -> bench/results/latest.md
-#   bench/run.sh --smoke    one short round with the debug build (CI keeps the script working)
+#   bench/run.sh              full run (release build, 5 rounds) -> bench/RESULTS.md
+#   bench/run.sh --rounds N   the same with N rounds
+#   bench/run.sh --smoke      one short round with the debug build (CI keeps the script working)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
 smoke=0; rounds=5; duration=5s; idle_n=9000
-if [ "${1:-}" = "--smoke" ]; then smoke=1; rounds=1; duration=1s; idle_n=500; fi
+case "${1:-}" in
+  --smoke) smoke=1; rounds=1; duration=1s; idle_n=500 ;;
+  --rounds) rounds=${2:?--rounds needs a number} ;;
+  "") ;;
+  *) echo "usage: bench/run.sh [--smoke | --rounds N]" >&2; exit 2 ;;
+esac
 
 ./scripts/install-deps >/dev/null
 ./scripts/install-peers >/dev/null
