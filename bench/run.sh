@@ -179,14 +179,20 @@ measure() { # target round
   cpu_us=$(python3 -c "print(f'{($after-$before)*1e6/100/$reqs:.2f}' if '$t'!='direct' else '-')")
   conn=$(wrk -t1 -c50 -d"$duration" -H 'Connection: close' "http://127.0.0.1:$p/1k" | awk '/^Requests\/sec/{print $2}')
   bulk=$(wrk -t1 -c8 -d"$duration" "http://127.0.0.1:$p/1m" | awk '/^Transfer\/sec/{v=$2; if (v ~ /GB/) {sub("GB","",v); v*=1024} else {sub("MB","",v)}; print v}')
+  # Idle memory only in the first round: later rounds would reuse what the allocator kept from
+  # the first one and show nearly nothing.
   idle=-
-  if [ "$t" != direct ]; then idle=$(python3 bench/idle.py "$p" "$idle_n" "${pid[$t]}"); fi
+  if [ "$t" != direct ] && [ "$r" = 1 ]; then idle=$(python3 bench/idle.py "$p" "$idle_n" "${pid[$t]}"); fi
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$r" "$rps" "$p50" "$p99" "$conn" "$bulk" "$idle" "$cpu_us" >> "$results"
   echo "round $r $t: $rps rps, p99 $p99, $conn conn/s, $bulk MB/s, $idle KiB/idle conn, $cpu_us us/req" >&2
 }
 
+cpu_line() { awk '/^cpu /{print $2+$3+$4+$5+$6+$7+$8+$9, $9}' /proc/stat; }
+read -r total0 steal0 < <(cpu_line)
 for r in $(seq 1 "$rounds"); do
   for t in "${targets[@]}"; do measure "$t" "$r"; done
 done
 
-python3 bench/summarize.py "$results" "$kubegate_startup_rss" "$kubegate_binary" "$smoke" "$idle_n" "$duration" "$rounds"
+read -r total1 steal1 < <(cpu_line)
+steal=$(( (steal1 - steal0) * 100 / (total1 - total0 + 1) ))
+python3 bench/summarize.py "$results" "$kubegate_startup_rss" "$kubegate_binary" "$smoke" "$idle_n" "$duration" "$rounds" "$steal"

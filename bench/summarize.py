@@ -2,7 +2,7 @@
 """Turns bench/run.sh's per-round measurements into the results table (medians, min-max)."""
 import datetime, os, platform, statistics, subprocess, sys
 
-path, startup_rss, binary, smoke, idle_n, duration, rounds = sys.argv[1:8]
+path, startup_rss, binary, smoke, idle_n, duration, rounds, steal = sys.argv[1:9]
 smoke = smoke == "1"
 
 def ms(v):
@@ -62,10 +62,10 @@ report = f"""# Benchmark results
 
 Command: `bench/run.sh`{' --smoke' if smoke else ''} ({rounds} interleaved round(s), {duration} per figure, {idle_n} idle connections)
 Date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}
-Machine: {machine}
+Machine: {machine}; CPU steal by the hypervisor during the run: {steal}%
 Versions: {'; '.join(f'{k} {v}' for k, v in versions.items())}
 
-Medians, with min–max over the rounds. wrk, the proxy and the backend share the machine, so
+Medians, with min–max over the rounds (idle memory: first round only, on fresh processes). wrk, the proxy and the backend share the machine, so
 requests per second are bounded by it; CPU µs per request (the proxy's utime+stime over the
 keep-alive run, divided by requests) is the cleanest comparison.
 
