@@ -272,9 +272,6 @@ impl Gateway {
                     tracing::warn!(backend = %name, connections = open, "closing connections to a down backend");
                 }
                 backend.close_all(CloseReason::BackendDown);
-                if t.from == BackendState::Removed {
-                    self.forget_if_drained(backend);
-                }
             }
             BackendState::NotReady | BackendState::Removed => {
                 if open > 0 {
@@ -324,12 +321,6 @@ impl Gateway {
                 }
             }
         });
-    }
-
-    fn forget_if_drained(&self, backend: &Arc<Backend>) {
-        if backend.active_connections() == 0 {
-            self.forget(backend);
-        }
     }
 
     /// Drops a removed backend from the members and its series from the metrics.
