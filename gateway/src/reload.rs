@@ -117,8 +117,6 @@ fn unix_now() -> f64 {
 
 /// Records the initial load as a successful one.
 pub fn record_initial_load(gw: &Gateway) {
-    gw.metrics.reloads.with_label_values(&["success"]);
-    gw.metrics.reloads.with_label_values(&["failure"]);
     gw.metrics.last_reload_ok.set(1);
     gw.metrics.last_reload_success_time.set(unix_now());
 }
