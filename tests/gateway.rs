@@ -6,6 +6,8 @@
 //!    after interval × fall; an open one lives until drain.failing_timeout, then is closed and
 //!    counted.
 //! 3. `shutdown_answer_takes_a_backend_out_after_one_probe`.
+//!    `a_failure_is_confirmed_at_the_fast_interval`: fall counted at fast_interval, not interval.
+//!    `a_flapping_backend_needs_more_passes_each_time`: flap damping doubles the passes needed.
 //! 4. `killed_backend_is_retried_transparently`.
 //! 5. `frozen_backend_connections_are_closed_and_it_returns_after_sigcont`.
 //! 6. `untrusted_certificates_never_become_ready`: unknown CA, name mismatch, expired.
@@ -204,6 +206,68 @@ async fn shutdown_answer_takes_a_backend_out_after_one_probe() {
     assert_eq!(b["failing_checks"], serde_json::json!(["shutdown"]));
     let series = "kubegate_backend_state_transitions_total{backend=\"replica-1\",from=\"ready\",to=\"not_ready\"}";
     assert_eq!(kg.metric(series), 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_is_confirmed_at_the_fast_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let sims = sims(&pki, 2, SimOptions::default());
+    let mut cfg = KubegateConfig::new(&refs(&sims));
+    // At the normal interval, fall 3 would take two more 3 s intervals after the first failure.
+    cfg.interval = "3s";
+    cfg.fast_interval = "100ms";
+    cfg.fall = 3;
+    let kg = Kubegate::start(&pki, &cfg);
+    wait_all_ready(&kg, &sims);
+    sims[0].force_check("etcd", true);
+    let fails = r#"kubegate_backend_probes_total{backend="replica-1",result="fail"}"#;
+    wait_for("the first failed probe", Duration::from_secs(5), || {
+        (kg.metric(fails) >= 1.0).then_some(())
+    });
+    let first_failure = Instant::now();
+    kg.wait_state("replica-1", "not_ready", Duration::from_secs(10));
+    assert!(
+        first_failure.elapsed() < Duration::from_millis(1500),
+        "fall reached {:?} after the first failure",
+        first_failure.elapsed()
+    );
+    assert_eq!(kg.metric(fails), 3.0, "exactly fall probes failed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flapping_backend_needs_more_passes_each_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let sims = sims(&pki, 2, SimOptions::default());
+    let mut cfg = KubegateConfig::new(&refs(&sims));
+    cfg.interval = "200ms";
+    cfg.health_extra = "  flap_damping:\n    window: 1m\n    max_rise: 8\n".into();
+    let kg = Kubegate::start(&pki, &cfg);
+    wait_all_ready(&kg, &sims);
+    let passes = r#"kubegate_backend_probes_total{backend="replica-1",result="pass"}"#;
+    let passes_to_ready = |kg: &Kubegate| {
+        kg.backends()
+            .into_iter()
+            .find(|b| b["name"] == "replica-1")
+            .unwrap()["passes_to_ready"]
+            .as_u64()
+            .unwrap()
+    };
+    // Each fall comes soon after the backend (re)entered ready: 2 -> 4 -> 8 -> 8 (max_rise).
+    for expected in [4, 8, 8] {
+        sims[0].force_check("etcd", true);
+        kg.wait_state("replica-1", "not_ready", Duration::from_secs(5));
+        assert_eq!(passes_to_ready(&kg), expected);
+        let passes_before = kg.metric(passes);
+        sims[0].force_check("etcd", false);
+        kg.wait_state("replica-1", "ready", Duration::from_secs(10));
+        let passed = kg.metric(passes) - passes_before;
+        assert!(
+            passed >= expected as f64,
+            "ready again after {passed} passing probes, {expected} were needed"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -25,6 +25,6 @@ pub use diff::{diff, Change};
 pub use error::{ConfigError, Problem};
 pub use load::{load_file, load_str};
 pub use schema::{
-    AdminConfig, BackendSpec, BalancePolicy, Config, ConnectConfig, DrainConfig, HealthConfig,
-    HealthTls, ListenerSpec, NoReadyBackendPolicy, ShutdownConfig,
+    AdminConfig, BackendSpec, BalancePolicy, Config, ConnectConfig, DrainConfig, FlapDamping,
+    HealthConfig, HealthTls, ListenerSpec, NoReadyBackendPolicy, ShutdownConfig,
 };

@@ -91,6 +91,9 @@ mod tests {
         assert_eq!(c.health.path, "/readyz");
         assert_eq!(c.health.rise, 2);
         assert_eq!(c.health.fall, 2);
+        assert_eq!(c.health.fast_interval.as_millis(), 250);
+        assert_eq!(c.health.flap_damping.max_rise, 16);
+        assert_eq!(c.health.flap_damping.window.as_secs(), 60);
         assert_eq!(c.connect.attempts, 3);
         assert_eq!(c.drain.timeout.as_secs(), 30);
         assert_eq!(c.shutdown.delay.as_secs(), 5);
@@ -148,6 +151,16 @@ mod tests {
         let err = load(&text).unwrap_err();
         let lines: Vec<_> = err.problems().iter().map(|p| p.line).collect();
         assert_eq!(lines, vec![9, 10]);
+    }
+
+    #[test]
+    fn fast_interval_longer_than_interval_points_at_it() {
+        let err = first_error(&MINIMAL.replace(
+            "health:\n",
+            "health:\n  interval: 1s\n  fast_interval: 2s\n",
+        ));
+        assert!(err.starts_with("kubegate.yaml:7:18: "), "{err}");
+        assert!(err.contains("must not be longer than interval"), "{err}");
     }
 
     #[test]

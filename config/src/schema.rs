@@ -96,6 +96,13 @@ pub struct HealthConfig {
     pub rise: u32,
     /// Consecutive failing probes before a `ready` backend is taken out.
     pub fall: u32,
+    /// Time between probes after a `ready` backend failed one, until `fall` is reached or a
+    /// probe passes: a real failure is confirmed within `fall - 1` fast intervals instead of
+    /// whole intervals. Equal to `interval` turns it off.
+    #[serde(with = "crate::duration")]
+    pub fast_interval: Duration,
+    /// Keeps a backend that keeps failing and recovering out for longer.
+    pub flap_damping: FlapDamping,
     /// TLS towards the backend's health endpoint.
     pub tls: HealthTls,
     /// File holding a bearer token sent with each probe (for apiservers without anonymous access).
@@ -110,8 +117,32 @@ impl Default for HealthConfig {
             timeout: Duration::from_secs(1),
             rise: 2,
             fall: 2,
+            fast_interval: Duration::from_millis(250),
+            flap_damping: FlapDamping::default(),
             tls: HealthTls::default(),
             bearer_token_file: None,
+        }
+    }
+}
+
+/// Flap damping: a backend that falls out of `ready` within `window` of entering it needs twice
+/// as many passing probes to return as the last time, up to `max_rise`. Staying ready for
+/// `window` starts it over at `rise`. A planned shutdown (`[-]shutdown`) never counts.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FlapDamping {
+    /// How long a backend must stay ready for its next failure not to count as a flap.
+    #[serde(with = "crate::duration")]
+    pub window: Duration,
+    /// The most passing probes a flapping backend is asked for; at or below `rise`, no damping.
+    pub max_rise: u32,
+}
+
+impl Default for FlapDamping {
+    fn default() -> Self {
+        FlapDamping {
+            window: Duration::from_secs(60),
+            max_rise: 16,
         }
     }
 }

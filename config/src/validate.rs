@@ -86,6 +86,16 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
     positive(&mut bad, "health.timeout", h.timeout);
     at_least_one(&mut bad, "health.rise", h.rise);
     at_least_one(&mut bad, "health.fall", h.fall);
+    positive(&mut bad, "health.fast_interval", h.fast_interval);
+    if h.fast_interval > h.interval {
+        bad(
+            "health.fast_interval".into(),
+            format!(
+                "fast_interval ({:?}) must not be longer than interval ({:?})",
+                h.fast_interval, h.interval
+            ),
+        );
+    }
     if !valid_server_name(&h.tls.server_name) {
         bad(
             "health.tls.server_name".into(),

@@ -110,6 +110,9 @@ pub struct BackendView {
     pub shutting_down: bool,
     /// Skipped after a failed connect until the next probe.
     pub ejected: bool,
+    /// Passing probes in a row it needs to (re)enter `ready`: `health.rise`, or more while it
+    /// flaps (`health.flap_damping`).
+    pub passes_to_ready: u32,
     /// Open proxied connections.
     pub active_connections: i64,
 }
@@ -141,6 +144,7 @@ fn backends_view(gw: &Gateway) -> Vec<BackendView> {
                     .unwrap_or_default(),
                 shutting_down: b.shutting_down(),
                 ejected: b.ejected(),
+                passes_to_ready: b.passes_to_ready(),
                 active_connections: b.active_connections(),
             }
         })

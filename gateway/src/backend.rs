@@ -5,7 +5,7 @@ use crate::metrics::BackendMetrics;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use kubegate_health::{BackendState, CheckerHandle, ProbeRecord};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
@@ -74,6 +74,8 @@ pub struct Backend {
     clock: Instant,
     closer: ArcSwap<Closer>,
     last_probe: ArcSwapOption<ProbeRecord>,
+    /// Passing probes needed to (re)enter `ready`; more than `rise` while it flaps.
+    passes_to_ready: AtomicU32,
     checker: Mutex<Option<CheckerHandle>>,
 }
 
@@ -92,6 +94,7 @@ impl Backend {
             clock: Instant::now(),
             closer: ArcSwap::from_pointee(Closer::default()),
             last_probe: ArcSwapOption::empty(),
+            passes_to_ready: AtomicU32::new(0),
             checker: Mutex::new(None),
         };
         b.touch_since();
@@ -147,6 +150,16 @@ impl Backend {
     pub fn set_last_probe(&self, record: ProbeRecord, shutting_down: bool) {
         self.shutting_down.store(shutting_down, Ordering::Release);
         self.last_probe.store(Some(Arc::new(record)));
+    }
+
+    /// Records the passing probes the checker asks for before `ready`.
+    pub fn set_passes_to_ready(&self, passes: u32) {
+        self.passes_to_ready.store(passes, Ordering::Relaxed);
+    }
+
+    /// Passing probes needed to (re)enter `ready` (0 before the first probe).
+    pub fn passes_to_ready(&self) -> u32 {
+        self.passes_to_ready.load(Ordering::Relaxed)
     }
 
     /// The last probe, if any ran.

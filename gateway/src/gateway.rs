@@ -8,12 +8,13 @@ use crate::metrics::{BackendMetrics, Metrics};
 use arc_swap::ArcSwap;
 use kubegate_config::{BackendSpec, Config};
 use kubegate_health::{
-    spawn_checker, BackendState, HealthObserver, HealthTracker, ProbeOutcome, ProbeRecord, Prober,
-    Transition,
+    spawn_checker, BackendState, HealthObserver, HealthTracker, ProbeIntervals, ProbeOutcome,
+    ProbeRecord, Prober, Thresholds, Transition,
 };
 use std::path::PathBuf;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// Who new connections may go to. Rebuilt on every state change and reload; read lock-free.
@@ -175,11 +176,21 @@ impl Gateway {
 
     fn start_checker(&self, backend: &Arc<Backend>, state: BackendState) {
         let health = &self.config.load().health;
+        let thresholds = Thresholds {
+            rise: health.rise,
+            fall: health.fall,
+            max_rise: health.flap_damping.max_rise,
+            stable_probes: probes_in(health.flap_damping.window, health.interval),
+        };
+        let intervals = ProbeIntervals {
+            interval: health.interval,
+            fast_interval: health.fast_interval,
+        };
         let checker = spawn_checker(
             backend.info().probe_address,
             self.prober.load_full(),
-            health.interval,
-            HealthTracker::resume(state, health.rise, health.fall),
+            intervals,
+            HealthTracker::resume(state, thresholds),
             Arc::new(Observer {
                 backend: Arc::downgrade(backend),
                 gateway: self.this.clone(),
@@ -264,6 +275,7 @@ impl Gateway {
             to = t.to.as_str(),
             reason,
             open_connections = open,
+            passes_to_ready = backend.passes_to_ready(),
             "backend state changed"
         );
         match t.to {
@@ -295,12 +307,7 @@ impl Gateway {
     }
 
     /// After `timeout`, closes what is still open, unless the state changed meanwhile.
-    fn schedule_drain_deadline(
-        &self,
-        backend: &Arc<Backend>,
-        epoch: u64,
-        timeout: std::time::Duration,
-    ) {
+    fn schedule_drain_deadline(&self, backend: &Arc<Backend>, epoch: u64, timeout: Duration) {
         let backend = backend.clone();
         let gateway = self.this.clone();
         tokio::spawn(async move {
@@ -316,7 +323,7 @@ impl Gateway {
             if backend.state() == BackendState::Removed {
                 if let Some(gw) = gateway.upgrade() {
                     // Give the closed connections a moment to deregister, then forget it.
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                     gw.forget(&backend);
                 }
             }
@@ -391,9 +398,21 @@ struct Observer {
 }
 
 impl HealthObserver for Observer {
-    fn probed(&self, record: &ProbeRecord, transition: Option<Transition>, _state: BackendState) {
+    fn probed(
+        &self,
+        record: &ProbeRecord,
+        transition: Option<Transition>,
+        tracker: &HealthTracker,
+    ) {
         if let (Some(gw), Some(b)) = (self.gateway.upgrade(), self.backend.upgrade()) {
+            b.set_passes_to_ready(tracker.rise_needed());
             gw.on_probe(&b, record, transition);
         }
     }
+}
+
+/// How many probes at `interval` fit in `window` (at least one).
+fn probes_in(window: Duration, interval: Duration) -> u32 {
+    let n = window.as_secs_f64() / interval.as_secs_f64().max(1e-3);
+    (n.ceil() as u32).max(1)
 }

@@ -2,7 +2,7 @@
 
 use crate::outcome::ProbeRecord;
 use crate::probe::Prober;
-use crate::state::{BackendState, HealthTracker, Transition};
+use crate::state::{HealthTracker, Transition};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,9 +12,9 @@ use tokio::time::Instant;
 
 /// Receives every probe of one backend, in order, from its checker task.
 pub trait HealthObserver: Send + Sync + 'static {
-    /// One probe finished. `transition` is `Some` exactly when the state changed; `state` is the
-    /// state after it.
-    fn probed(&self, record: &ProbeRecord, transition: Option<Transition>, state: BackendState);
+    /// One probe finished. `transition` is `Some` exactly when the state changed; `tracker` holds
+    /// the state after it.
+    fn probed(&self, record: &ProbeRecord, transition: Option<Transition>, tracker: &HealthTracker);
 }
 
 /// A running checker. Dropping it stops the probes.
@@ -37,13 +37,24 @@ impl Drop for CheckerHandle {
     }
 }
 
-/// Starts probing `addr` every `interval` (±10% jitter so that several gateways and backends do
-/// not probe in lockstep). The first probe starts at once. The next one starts one interval
-/// after the previous one started, or as soon as it ends when a probe took longer than that.
+/// How often a checker probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeIntervals {
+    /// Between probes normally.
+    pub interval: Duration,
+    /// After a `ready` backend failed a probe, until `fall` is reached or a probe passes: a real
+    /// failure is confirmed sooner, and a single lost probe still does not take a backend out.
+    pub fast_interval: Duration,
+}
+
+/// Starts probing `addr` every `intervals.interval` (±10% jitter so that several gateways and
+/// backends do not probe in lockstep). The first probe starts at once. The next one starts one
+/// interval after the previous one started, or as soon as it ends when a probe took longer than
+/// that.
 pub fn spawn_checker(
     addr: SocketAddr,
     prober: Arc<Prober>,
-    interval: Duration,
+    intervals: ProbeIntervals,
     mut tracker: HealthTracker,
     observer: Arc<dyn HealthObserver>,
 ) -> CheckerHandle {
@@ -59,8 +70,13 @@ pub fn spawn_checker(
             let started = Instant::now();
             let record = prober.probe(addr).await;
             let transition = tracker.observe(record.outcome.signal());
-            observer.probed(&record, transition, tracker.state());
-            next = started + jittered(interval);
+            observer.probed(&record, transition, &tracker);
+            let pause = if tracker.confirming_failure() {
+                intervals.fast_interval
+            } else {
+                intervals.interval
+            };
+            next = started + jittered(pause);
         }
     });
     CheckerHandle { wake, task }

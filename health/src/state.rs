@@ -94,36 +94,85 @@ pub struct Transition {
     pub to: BackendState,
 }
 
+/// The counts that decide transitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Thresholds {
+    /// Passing probes in a row before a backend is `ready`.
+    pub rise: u32,
+    /// Failing probes in a row before a `ready` backend is taken out.
+    pub fall: u32,
+    /// The most passing probes a flapping backend is asked for. Each time a backend falls out of
+    /// `ready` within `stable_probes` of entering it, the passes it needs to return double, up to
+    /// this. At or below `rise`, flapping is not damped.
+    pub max_rise: u32,
+    /// Probes a backend must stay `ready` for its next fall not to count as a flap.
+    pub stable_probes: u32,
+}
+
+impl Thresholds {
+    /// Plain thresholds without flap damping.
+    pub fn new(rise: u32, fall: u32) -> Thresholds {
+        Thresholds {
+            rise,
+            fall,
+            max_rise: 0,
+            stable_probes: 0,
+        }
+    }
+}
+
 /// Counts consecutive results and decides the state of one backend.
 #[derive(Debug, Clone)]
 pub struct HealthTracker {
     state: BackendState,
     passes: u32,
     failures: u32,
-    rise: u32,
-    fall: u32,
+    thresholds: Thresholds,
+    /// Probes seen since the backend last entered `ready`.
+    ready_probes: u32,
+    /// Passing probes needed to (re)enter `ready`: `rise`, raised while the backend flaps.
+    rise_needed: u32,
 }
 
 impl HealthTracker {
     /// A new backend: `unknown` until `rise` probes pass.
-    pub fn new(rise: u32, fall: u32) -> HealthTracker {
-        HealthTracker::resume(BackendState::Unknown, rise, fall)
+    pub fn new(thresholds: Thresholds) -> HealthTracker {
+        HealthTracker::resume(BackendState::Unknown, thresholds)
     }
 
     /// Continues from a known state (after a reload changed the thresholds).
-    pub fn resume(state: BackendState, rise: u32, fall: u32) -> HealthTracker {
+    pub fn resume(state: BackendState, thresholds: Thresholds) -> HealthTracker {
+        let thresholds = Thresholds {
+            rise: thresholds.rise.max(1),
+            fall: thresholds.fall.max(1),
+            ..thresholds
+        };
         HealthTracker {
             state,
             passes: 0,
             failures: 0,
-            rise: rise.max(1),
-            fall: fall.max(1),
+            // No history: a resumed `ready` backend counts as stable.
+            ready_probes: u32::MAX,
+            rise_needed: thresholds.rise,
+            thresholds,
         }
     }
 
     /// The current state.
     pub fn state(&self) -> BackendState {
         self.state
+    }
+
+    /// Passing probes in a row the backend needs to (re)enter `ready`: `rise`, or more while it
+    /// flaps.
+    pub fn rise_needed(&self) -> u32 {
+        self.rise_needed
+    }
+
+    /// A `ready` backend failed its last probe but not yet `fall` of them: the checker probes
+    /// sooner, so that a real failure is confirmed quickly.
+    pub fn confirming_failure(&self) -> bool {
+        self.state == BackendState::Ready && self.failures > 0
     }
 
     /// Feeds one probe result; returns the transition it caused, if any.
@@ -139,12 +188,15 @@ impl HealthTracker {
                 self.passes = 0;
             }
         }
-        let fell = self.failures >= self.fall;
+        if self.state == Ready {
+            self.ready_probes = self.ready_probes.saturating_add(1);
+        }
+        let fell = self.failures >= self.thresholds.fall;
         let next = match (self.state, signal) {
             // ## Removed => (Removed): terminal, probes no longer matter.
             (Removed, _) => Removed,
-            // ## any => (Ready) after `rise` passes in a row.
-            (s, ProbeSignal::Pass) if s != Ready && self.passes >= self.rise => Ready,
+            // ## any => (Ready) after `rise` passes in a row (more while it flaps).
+            (s, ProbeSignal::Pass) if s != Ready && self.passes >= self.rise_needed => Ready,
             (s, ProbeSignal::Pass) => s,
             // ## any => (NotReady) at once: a shutting-down apiserver will not recover.
             (
@@ -162,7 +214,30 @@ impl HealthTracker {
             (_, ProbeSignal::Unreachable) if fell => Down,
             (s, ProbeSignal::Unreachable) => s,
         };
+        if self.state == Ready && next != Ready {
+            self.damp(signal);
+        }
+        if next == Ready && self.state != Ready {
+            self.ready_probes = 0;
+        }
         self.move_to(next)
+    }
+
+    /// Sets the passes needed to return after leaving `ready`. A planned shutdown is not a flap:
+    /// the restarted apiserver comes back at `rise`. A backend that was ready for a while also
+    /// starts over at `rise`; one that fell again soon after returning needs twice as many.
+    fn damp(&mut self, signal: ProbeSignal) {
+        let t = self.thresholds;
+        let planned = signal
+            == ProbeSignal::Fail {
+                shutting_down: true,
+            };
+        self.rise_needed =
+            if planned || t.max_rise <= t.rise || self.ready_probes >= t.stable_probes {
+                t.rise
+            } else {
+                self.rise_needed.saturating_mul(2).min(t.max_rise)
+            };
     }
 
     /// The backend was dropped from the configuration.
@@ -209,13 +284,13 @@ mod tests {
     }
 
     fn ready() -> HealthTracker {
-        HealthTracker::resume(Ready, 2, 2)
+        HealthTracker::resume(Ready, Thresholds::new(2, 2))
     }
 
     #[test]
     fn unknown_to_ready_after_rise_passes() {
         assert_eq!(
-            run(HealthTracker::new(2, 2), &[PASS, PASS]),
+            run(HealthTracker::new(Thresholds::new(2, 2)), &[PASS, PASS]),
             [Unknown, Ready]
         );
     }
@@ -223,7 +298,10 @@ mod tests {
     #[test]
     fn a_failure_resets_the_rise_count() {
         assert_eq!(
-            run(HealthTracker::new(2, 3), &[PASS, FAIL, PASS, PASS]),
+            run(
+                HealthTracker::new(Thresholds::new(2, 3)),
+                &[PASS, FAIL, PASS, PASS]
+            ),
             [Unknown, Unknown, Unknown, Ready]
         );
     }
@@ -231,7 +309,7 @@ mod tests {
     #[test]
     fn unknown_to_not_ready_after_fall_failures() {
         assert_eq!(
-            run(HealthTracker::new(2, 2), &[FAIL, FAIL]),
+            run(HealthTracker::new(Thresholds::new(2, 2)), &[FAIL, FAIL]),
             [Unknown, NotReady]
         );
     }
@@ -239,7 +317,7 @@ mod tests {
     #[test]
     fn unknown_to_down_after_fall_unreachable() {
         assert_eq!(
-            run(HealthTracker::new(2, 2), &[GONE, GONE]),
+            run(HealthTracker::new(Thresholds::new(2, 2)), &[GONE, GONE]),
             [Unknown, Down]
         );
     }
@@ -274,25 +352,25 @@ mod tests {
 
     #[test]
     fn not_ready_to_down_when_it_stops_answering() {
-        let t = HealthTracker::resume(NotReady, 2, 2);
+        let t = HealthTracker::resume(NotReady, Thresholds::new(2, 2));
         assert_eq!(run(t, &[GONE, GONE]), [NotReady, Down]);
     }
 
     #[test]
     fn not_ready_to_ready_after_rise_passes() {
-        let t = HealthTracker::resume(NotReady, 2, 2);
+        let t = HealthTracker::resume(NotReady, Thresholds::new(2, 2));
         assert_eq!(run(t, &[PASS, PASS]), [NotReady, Ready]);
     }
 
     #[test]
     fn down_to_not_ready_as_soon_as_it_answers() {
-        let t = HealthTracker::resume(Down, 2, 2);
+        let t = HealthTracker::resume(Down, Thresholds::new(2, 2));
         assert_eq!(run(t, &[FAIL]), [NotReady]);
     }
 
     #[test]
     fn down_to_ready_after_rise_passes() {
-        let t = HealthTracker::resume(Down, 2, 2);
+        let t = HealthTracker::resume(Down, Thresholds::new(2, 2));
         assert_eq!(run(t, &[PASS, PASS]), [Down, Ready]);
     }
 
@@ -315,6 +393,123 @@ mod tests {
         assert!(t.observe(FAIL).is_none());
         assert!(t.observe(FAIL).is_some());
         assert!(t.observe(FAIL).is_none());
+    }
+
+    fn damped() -> HealthTracker {
+        HealthTracker::resume(
+            Ready,
+            Thresholds {
+                rise: 2,
+                fall: 2,
+                max_rise: 8,
+                stable_probes: 10,
+            },
+        )
+    }
+
+    /// Takes a ready tracker out with `fall` failures and returns the passes it then needs.
+    fn fall_out(t: &mut HealthTracker, signal: ProbeSignal) -> u32 {
+        t.observe(signal);
+        t.observe(signal);
+        assert_ne!(t.state(), Ready);
+        t.rise_needed()
+    }
+
+    fn bring_back(t: &mut HealthTracker) {
+        for _ in 0..t.rise_needed() {
+            t.observe(PASS);
+        }
+        assert_eq!(t.state(), Ready);
+    }
+
+    #[test]
+    fn a_first_fall_after_a_stable_period_needs_only_rise() {
+        let mut t = damped();
+        for _ in 0..10 {
+            t.observe(PASS);
+        }
+        assert_eq!(fall_out(&mut t, FAIL), 2);
+    }
+
+    #[test]
+    fn falling_again_soon_after_returning_doubles_the_passes_needed() {
+        let mut t = damped();
+        let mut needed = vec![];
+        for _ in 0..4 {
+            needed.push(fall_out(&mut t, FAIL));
+            bring_back(&mut t);
+        }
+        // Resumed as ready without history: the first fall is not a flap.
+        assert_eq!(needed, [2, 4, 8, 8]);
+    }
+
+    #[test]
+    fn a_flapping_backend_stays_out_until_it_passes_rise_needed_in_a_row() {
+        let mut t = damped();
+        fall_out(&mut t, FAIL);
+        bring_back(&mut t);
+        fall_out(&mut t, FAIL);
+        assert_eq!(run(t.clone(), &[PASS, PASS, PASS]), [NotReady; 3]);
+        assert_eq!(run(t, &[PASS, PASS, PASS, PASS]).last(), Some(&Ready));
+    }
+
+    #[test]
+    fn crashing_soon_after_returning_is_a_flap_too() {
+        let mut t = damped();
+        fall_out(&mut t, FAIL);
+        bring_back(&mut t);
+        assert_eq!(fall_out(&mut t, GONE), 4);
+        assert_eq!(t.state(), Down);
+    }
+
+    #[test]
+    fn staying_ready_for_stable_probes_resets_the_damping() {
+        let mut t = damped();
+        fall_out(&mut t, FAIL);
+        bring_back(&mut t);
+        fall_out(&mut t, FAIL);
+        bring_back(&mut t);
+        assert_eq!(t.rise_needed(), 4);
+        for _ in 0..10 {
+            t.observe(PASS);
+        }
+        assert_eq!(fall_out(&mut t, FAIL), 2);
+    }
+
+    #[test]
+    fn a_planned_shutdown_is_not_a_flap() {
+        let mut t = damped();
+        fall_out(&mut t, FAIL);
+        bring_back(&mut t);
+        assert_eq!(fall_out(&mut t, FAIL), 4);
+        bring_back(&mut t);
+        t.observe(SHUTDOWN);
+        assert_eq!((t.state(), t.rise_needed()), (NotReady, 2));
+    }
+
+    #[test]
+    fn without_max_rise_there_is_no_damping() {
+        let mut t = ready();
+        for _ in 0..3 {
+            assert_eq!(fall_out(&mut t, FAIL), 2);
+            bring_back(&mut t);
+        }
+    }
+
+    #[test]
+    fn only_a_ready_backend_that_failed_is_being_confirmed() {
+        let mut t = ready();
+        assert!(!t.confirming_failure());
+        t.observe(FAIL);
+        assert!(t.confirming_failure());
+        t.observe(PASS);
+        assert!(!t.confirming_failure());
+        t.observe(FAIL);
+        t.observe(FAIL);
+        assert!(
+            !t.confirming_failure(),
+            "not ready: nothing left to confirm"
+        );
     }
 
     #[test]

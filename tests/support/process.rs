@@ -243,6 +243,10 @@ pub struct KubegateConfig {
     pub rise: u32,
     /// `health.fall`.
     pub fall: u32,
+    /// `health.fast_interval`.
+    pub fast_interval: &'static str,
+    /// Extra YAML inside `health:`, indented by two spaces.
+    pub health_extra: String,
     /// `balance`.
     pub balance: &'static str,
     /// `drain.timeout`.
@@ -267,6 +271,8 @@ impl KubegateConfig {
             timeout: "500ms",
             rise: 2,
             fall: 2,
+            fast_interval: "100ms",
+            health_extra: String::new(),
             balance: "least-connections",
             drain: "3s",
             drain_failing: "3s",
@@ -286,11 +292,13 @@ impl KubegateConfig {
             }
         }
         format!(
-            "listeners:\n  - address: {listen}\nbackends:\n{backends}health:\n  interval: {}\n  timeout: {}\n  rise: {}\n  fall: {}\n  tls:\n    ca_file: {}\n    server_name: kubernetes\nbalance: {}\ndrain:\n  timeout: {}\n  failing_timeout: {}\nshutdown:\n  delay: {}\n  grace: {}\nadmin:\n  address: {admin}\n{}",
+            "listeners:\n  - address: {listen}\nbackends:\n{backends}health:\n  interval: {}\n  timeout: {}\n  rise: {}\n  fall: {}\n  fast_interval: {}\n{}  tls:\n    ca_file: {}\n    server_name: kubernetes\nbalance: {}\ndrain:\n  timeout: {}\n  failing_timeout: {}\nshutdown:\n  delay: {}\n  grace: {}\nadmin:\n  address: {admin}\n{}",
             self.interval,
             self.timeout,
             self.rise,
             self.fall,
+            self.fast_interval,
+            self.health_extra,
             ca.display(),
             self.balance,
             self.drain,
