@@ -4,11 +4,12 @@
 use crate::metrics::BackendMetrics;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use kubegate_health::{BackendState, CheckerHandle, ProbeRecord};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio_util::sync::CancellationToken;
+use tokio::task::AbortHandle;
 
 /// Why kubegate itself closed a proxied connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,20 +33,13 @@ impl CloseReason {
     }
 }
 
-/// Closes one generation of connections: every connection registered while this closer was
-/// current holds it, and `close_all` fires it once with a reason.
+/// The open connections of one backend, so that kubegate can close them: each is a task, closed
+/// by aborting it (dropping its sockets). A slot is reserved when the connection registers and
+/// filled once its task is spawned.
 #[derive(Default)]
-pub struct Closer {
-    token: CancellationToken,
-    reason: OnceLock<CloseReason>,
-}
-
-impl Closer {
-    /// Resolves when this generation is closed, with the reason.
-    pub async fn closed(&self) -> CloseReason {
-        self.token.cancelled().await;
-        *self.reason.get().unwrap_or(&CloseReason::BackendDown)
-    }
+struct Registry {
+    next_id: u64,
+    open: HashMap<u64, Option<AbortHandle>>,
 }
 
 /// Names and metric handles, replaced as a whole when a reload renames the backend.
@@ -72,7 +66,7 @@ pub struct Backend {
     /// Passive ejection after a failed connect: skip until this many ms after `clock`.
     ejected_until_ms: AtomicU64,
     clock: Instant,
-    closer: ArcSwap<Closer>,
+    registry: Mutex<Registry>,
     last_probe: ArcSwapOption<ProbeRecord>,
     /// Passing probes needed to (re)enter `ready`; more than `rise` while it flaps.
     passes_to_ready: AtomicU32,
@@ -92,7 +86,7 @@ impl Backend {
             active: AtomicI64::new(0),
             ejected_until_ms: AtomicU64::new(0),
             clock: Instant::now(),
-            closer: ArcSwap::from_pointee(Closer::default()),
+            registry: Mutex::default(),
             last_probe: ArcSwapOption::empty(),
             passes_to_ready: AtomicU32::new(0),
             checker: Mutex::new(None),
@@ -172,27 +166,50 @@ impl Backend {
         self.active.load(Ordering::Relaxed)
     }
 
-    /// Registers a new connection; the returned guard deregisters it when dropped.
+    /// Registers a new connection; the returned guard deregisters it when dropped. Hand the
+    /// connection's task to [`Backend::attach`] once it is spawned.
     pub fn register(self: &Arc<Self>) -> ConnectionGuard {
+        let id = {
+            let mut r = self.registry();
+            let id = r.next_id;
+            r.next_id += 1;
+            r.open.insert(id, None);
+            id
+        };
         self.active.fetch_add(1, Ordering::Relaxed);
         let info = self.info.load_full();
         info.metrics.connections.inc();
         info.metrics.connections_total.inc();
         ConnectionGuard {
+            opened_ms: self.clock.elapsed().as_millis() as u64,
             backend: self.clone(),
-            closer: self.closer.load_full(),
+            id,
             info,
-            opened: Instant::now(),
+        }
+    }
+
+    /// Gives the registry the task that carries connection `id`. A connection closed by
+    /// `close_all` between `register` and now is aborted here.
+    pub fn attach(&self, id: u64, task: AbortHandle) {
+        match self.registry().open.get_mut(&id) {
+            Some(slot) => *slot = Some(task),
+            // Closed meanwhile, or already finished (aborting a finished task does nothing).
+            None => task.abort(),
         }
     }
 
     /// Closes every connection registered so far; later ones are not affected. Returns how many
     /// were open.
-    pub fn close_all(&self, reason: CloseReason) -> i64 {
-        let old = self.closer.swap(Arc::new(Closer::default()));
-        let _ = old.reason.set(reason);
-        old.token.cancel();
-        self.active_connections()
+    pub fn close_all(&self) -> usize {
+        let open = std::mem::take(&mut self.registry().open);
+        for task in open.values().flatten() {
+            task.abort();
+        }
+        open.len()
+    }
+
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Skips this backend for new connections for `d` after a failed connect.
@@ -233,15 +250,17 @@ impl Backend {
 /// One registered connection. Dropping it deregisters the connection and records its lifetime.
 pub struct ConnectionGuard {
     backend: Arc<Backend>,
-    closer: Arc<Closer>,
+    id: u64,
     info: Arc<BackendInfo>,
-    opened: Instant,
+    /// When it opened, in ms of the backend's clock (half the size of an `Instant`: every open
+    /// connection holds one).
+    opened_ms: u64,
 }
 
 impl ConnectionGuard {
-    /// The backend's signal for this connection's generation.
-    pub fn closer(&self) -> &Closer {
-        &self.closer
+    /// The connection's key in its backend's registry.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Metric handles (as they were when the connection opened).
@@ -257,11 +276,18 @@ impl ConnectionGuard {
 
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
+        // The handle is dropped outside the lock.
+        let handle = self.backend.registry().open.remove(&self.id);
+        drop(handle);
         self.backend.active.fetch_sub(1, Ordering::Relaxed);
         self.info.metrics.connections.dec();
-        self.info
-            .metrics
-            .connection_duration
-            .observe(self.opened.elapsed().as_secs_f64());
+        self.info.metrics.connection_duration.observe(
+            self.backend
+                .clock
+                .elapsed()
+                .as_millis()
+                .saturating_sub(self.opened_ms.into()) as f64
+                / 1e3,
+        );
     }
 }

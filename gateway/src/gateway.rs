@@ -15,7 +15,6 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// Who new connections may go to. Rebuilt on every state change and reload; read lock-free.
 #[derive(Default)]
@@ -44,8 +43,6 @@ pub struct Gateway {
     /// Configured backends plus removed ones still draining.
     members: Mutex<Vec<Arc<Backend>>>,
     prober: ArcSwap<Prober>,
-    /// Fires when `shutdown.grace` runs out.
-    grace: CancellationToken,
     this: Weak<Gateway>,
 }
 
@@ -67,7 +64,6 @@ impl Gateway {
             cursor: AtomicUsize::new(0),
             members: Mutex::new(Vec::new()),
             prober: ArcSwap::from_pointee(prober),
-            grace: CancellationToken::new(),
             this: this.clone(),
         })
     }
@@ -283,7 +279,7 @@ impl Gateway {
                 if open > 0 {
                     tracing::warn!(backend = %name, connections = open, "closing connections to a down backend");
                 }
-                backend.close_all(CloseReason::BackendDown);
+                self.close_connections(backend, CloseReason::BackendDown);
             }
             BackendState::NotReady | BackendState::Removed => {
                 if open > 0 {
@@ -315,17 +311,16 @@ impl Gateway {
             if backend.epoch() != epoch {
                 return;
             }
-            let open = backend.close_all(CloseReason::DrainTimeout);
+            let Some(gw) = gateway.upgrade() else { return };
+            let open = gw.close_connections(&backend, CloseReason::DrainTimeout);
             let name = backend.info().name.clone();
             if open > 0 {
                 tracing::warn!(backend = %name, connections = open, ?timeout, "drain timeout: closing connections");
             }
             if backend.state() == BackendState::Removed {
-                if let Some(gw) = gateway.upgrade() {
-                    // Give the closed connections a moment to deregister, then forget it.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    gw.forget(&backend);
-                }
+                // Give the closed connections a moment to deregister, then forget it.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                gw.forget(&backend);
             }
         });
     }
@@ -379,14 +374,21 @@ impl Gateway {
         self.members().iter().map(|b| b.active_connections()).sum()
     }
 
-    /// Fires when shutdown grace runs out.
-    pub fn grace(&self) -> &CancellationToken {
-        &self.grace
-    }
-
     /// Closes every open connection (shutdown grace ran out).
     pub fn close_for_shutdown(&self) {
-        self.grace.cancel();
+        for b in &self.backends() {
+            self.close_connections(b, CloseReason::ShutdownGrace);
+        }
+    }
+
+    /// Closes the connections open to `backend` now and counts them by `reason`.
+    fn close_connections(&self, backend: &Backend, reason: CloseReason) -> usize {
+        let closed = backend.close_all();
+        self.metrics
+            .forced_closes
+            .with_label_values(&[&backend.info().name, reason.as_str()])
+            .inc_by(closed as u64);
+        closed
     }
 }
 

@@ -1,10 +1,11 @@
 //! The L4 passthrough path: pick a ready backend, connect (retrying on another backend), then
-//! copy bytes until either side closes or kubegate closes the connection (backend down, drain
-//! deadline, shutdown grace). TLS passes through untouched.
+//! hand both sockets to a relay task that copies bytes until either side closes or kubegate
+//! closes the connection (backend down, drain deadline, shutdown grace: the task is aborted).
+//! TLS passes through untouched.
 
-use crate::backend::{Backend, CloseReason};
+use crate::backend::Backend;
 use crate::balancer::pick;
-use crate::copy::{bidirectional, End};
+use crate::copy::Relay;
 use crate::gateway::Gateway;
 use async_trait::async_trait;
 use kubegate_config::NoReadyBackendPolicy;
@@ -41,25 +42,13 @@ impl ServerApp for Passthrough {
             }
         };
         let (backend, upstream) = connect(gw).await?;
-        let guard = backend.register();
         let _ = upstream.set_nodelay(true);
-        let m = guard.metrics();
-        let closed_by = tokio::select! {
-            end = bidirectional(&client, &upstream, &m.bytes_to_backend, &m.bytes_to_client) => {
-                if let End::Failed(e) = end {
-                    tracing::debug!(backend = %backend.address, error = %e, "connection ended with an error");
-                }
-                None
-            }
-            reason = guard.closer().closed() => Some(reason),
-            _ = gw.grace().cancelled() => Some(CloseReason::ShutdownGrace),
-        };
-        if let Some(reason) = closed_by {
-            gw.metrics
-                .forced_closes
-                .with_label_values(&[&guard.backend().info().name, reason.as_str()])
-                .inc();
-        }
+        // The relay runs as a task of its own, and this (pingora's) task ends: an open
+        // connection then costs only the relay.
+        let guard = backend.register();
+        let id = guard.id();
+        let task = tokio::spawn(Relay::new(client, upstream, guard));
+        backend.attach(id, task.abort_handle());
         None
     }
 }

@@ -131,8 +131,21 @@ fn main() -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let reports = runtime.block_on(run::run(&plan))?;
+    // Ctrl-C or SIGTERM drops the run: every process it started is ended by PID on the way out.
+    let reports = runtime.block_on(async {
+        tokio::select! {
+            reports = run::run(&plan) => reports.map(Some),
+            signal = interrupted() => {
+                eprintln!("\n{signal}: stopping the processes this run started");
+                Ok(None)
+            }
+        }
+    });
     runtime.shutdown_timeout(Duration::from_secs(1));
+    let Some(reports) = reports? else {
+        eprintln!("interrupted; configs and logs: {}", dir.display());
+        std::process::exit(130);
+    };
     println!("{}", report::markdown(&reports));
     if let Some(path) = common.json {
         std::fs::write(&path, serde_json::to_vec_pretty(&reports)?)?;
@@ -158,4 +171,19 @@ fn main() -> anyhow::Result<()> {
             .join("; ")
     );
     Ok(())
+}
+
+/// Resolves on the first SIGINT or SIGTERM, with its name.
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    }
 }
