@@ -5,6 +5,7 @@
 //! 2. `half_close_still_gets_the_response`
 //! 3. `a_reset_is_passed_on_as_a_reset`: backend reset → client reset, client reset → backend.
 //! 4. `bytes_are_counted_per_direction`
+//! 5. `a_connect_that_hangs_times_out_and_the_next_backend_is_used`
 
 use kubegate_e2e::*;
 use std::io;
@@ -182,4 +183,64 @@ async fn bytes_are_counted_per_direction() {
             && kg.metric(&series("to_client")) == down as f64)
             .then_some(())
     });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_that_hangs_times_out_and_the_next_backend_is_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let sim = Sim::start(&pki, "probe", SimOptions::default());
+    // A listener that never accepts, with a full accept queue: the kernel drops further SYNs, so
+    // a connect to it hangs (as to a partitioned host) instead of being refused.
+    let stuck = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    stuck
+        .bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+    stuck.listen(0).unwrap();
+    let stuck_addr = stuck.local_addr().unwrap().as_socket().unwrap();
+    // With backlog 0 the queue holds one connection.
+    let filler = std::net::TcpStream::connect(stuck_addr).unwrap();
+    let backend = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut cfg = KubegateConfig::new(&[]);
+    cfg.backends = vec![
+        ("stuck".into(), stuck_addr),
+        ("plain".into(), backend.local_addr().unwrap()),
+    ];
+    cfg.balance = "round-robin";
+    cfg.health_addresses.insert("stuck".into(), sim.addr);
+    cfg.health_addresses.insert("plain".into(), sim.addr);
+    cfg.extra = "connect:\n  timeout: 300ms\n".into();
+    let kg = Kubegate::start(&pki, &cfg);
+    kg.wait_state("stuck", "ready", Duration::from_secs(10));
+    kg.wait_state("plain", "ready", Duration::from_secs(10));
+    // Round robin sends one of the first two connections to the stuck backend first.
+    for i in 0..2u8 {
+        let echo = async { echo_once(&backend).await.unwrap() };
+        let client = async {
+            let mut c = TcpStream::connect(kg.listen).await.unwrap();
+            c.write_all(&pattern(100, i)).await.unwrap();
+            c.shutdown().await.unwrap();
+            let mut back = Vec::new();
+            c.read_to_end(&mut back).await.unwrap();
+            assert_eq!(
+                back,
+                pattern(100, i),
+                "connection {i} was carried by the other backend"
+            );
+        };
+        tokio::time::timeout(Duration::from_secs(10), async {
+            tokio::join!(echo, client)
+        })
+        .await
+        .expect("connection carried");
+    }
+    let timeouts = r#"kubegate_backend_connect_errors_total{backend="stuck",reason="timeout"}"#;
+    assert_eq!(kg.metric(timeouts), 1.0);
+    assert_eq!(kg.metric("kubegate_connect_retries_total"), 1.0);
+    drop(filler);
 }

@@ -16,31 +16,31 @@ pub fn pick(
     tried: &[SocketAddr],
     cursor: &AtomicUsize,
 ) -> Option<Arc<Backend>> {
-    let usable = |b: &&Arc<Backend>| !tried.contains(&b.address);
-    let fresh: Vec<&Arc<Backend>> = candidates
-        .iter()
-        .filter(usable)
-        .filter(|b| !b.ejected())
-        .collect();
-    let pool: Vec<&Arc<Backend>> = if fresh.is_empty() {
-        candidates.iter().filter(usable).collect()
-    } else {
-        fresh
+    // No allocation: the candidate list is short, so it is simply walked again when needed.
+    let untried = |b: &Arc<Backend>| !tried.contains(&b.address);
+    let any_fresh = candidates.iter().any(|b| untried(b) && !b.ejected());
+    let eligible = || {
+        candidates
+            .iter()
+            .filter(move |b| untried(b) && !(any_fresh && b.ejected()))
     };
-    if pool.is_empty() {
+    let n = eligible().count();
+    if n == 0 {
         return None;
     }
-    let n = pool.len();
-    let start = cursor.fetch_add(1, Ordering::Relaxed);
+    let start = cursor.fetch_add(1, Ordering::Relaxed) % n;
+    let nth = |k: usize| eligible().nth(k).expect("k < n");
     let chosen = match policy {
-        BalancePolicy::RoundRobin => pool[start % n],
-        BalancePolicy::LeastConnections => (0..n)
-            .map(|i| pool[(start + i) % n])
-            .min_by_key(|b| b.active_connections())
-            .expect("pool is not empty"),
+        BalancePolicy::RoundRobin => nth(start),
+        // Ties go to the first in rotated order, starting at `start`.
+        BalancePolicy::LeastConnections => eligible()
+            .enumerate()
+            .min_by_key(|(i, b)| (b.active_connections(), (i + n - start) % n))
+            .map(|(_, b)| b)
+            .expect("n > 0"),
         BalancePolicy::PowerOfTwo => {
-            let a = pool[fastrand::usize(..n)];
-            let b = pool[fastrand::usize(..n)];
+            let a = nth(fastrand::usize(..n));
+            let b = nth(fastrand::usize(..n));
             if b.active_connections() < a.active_connections() {
                 b
             } else {

@@ -12,13 +12,17 @@ use kubegate_config::NoReadyBackendPolicy;
 use pingora_core::apps::ServerApp;
 use pingora_core::protocols::Stream;
 use pingora_core::server::ShutdownWatch;
+use socket2::{Domain, Protocol, Socket, Type};
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
 use tokio::net::TcpStream;
 
 /// How long a backend whose connect failed is skipped by the balancer before a probe decides.
-const PASSIVE_EJECTION: std::time::Duration = std::time::Duration::from_secs(2);
+const PASSIVE_EJECTION: Duration = Duration::from_secs(2);
 
 /// The pingora application for passthrough listeners.
 pub struct Passthrough {
@@ -33,33 +37,45 @@ impl ServerApp for Passthrough {
         client: Stream,
         _shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
-        let gw = &self.gateway;
-        let client = match crate::fd::into_tcp(client) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot take over the client socket");
-                return None;
-            }
-        };
-        let (backend, upstream) = connect(gw).await?;
-        let _ = upstream.set_nodelay(true);
-        // The relay runs as a task of its own, and this (pingora's) task ends: an open
-        // connection then costs only the relay.
-        let guard = backend.register();
-        let id = guard.id();
-        let task = tokio::spawn(Relay::new(client, upstream, guard));
-        backend.attach(id, task.abort_handle());
+        match crate::fd::into_tcp(client) {
+            // pingora's task (and its copy of the socket) ends here, before the backend connect:
+            // during a burst of new connections only the small connecting tasks pile up.
+            Ok(client) => drop(tokio::spawn(open(self.gateway.clone(), client))),
+            Err(e) => tracing::warn!(error = %e, "cannot take over the client socket"),
+        }
         None
     }
 }
 
+/// Connects `client` to a backend, then hands both sockets to a relay task of their own and
+/// ends: an open connection costs only its relay.
+async fn open(gw: Arc<Gateway>, client: TcpStream) {
+    let Some((backend, upstream)) = connect(&gw).await else {
+        return;
+    };
+    let _ = upstream.set_nodelay(true);
+    let guard = backend.register();
+    let id = guard.id();
+    let task = tokio::spawn(Relay::new(client, upstream, guard));
+    backend.attach(id, task.abort_handle());
+}
+
 /// Chooses and connects a backend, retrying on others; `None` when the client must be closed.
+/// Kept lean: its state is what a connection costs while it connects.
 async fn connect(gw: &Gateway) -> Option<(Arc<Backend>, TcpStream)> {
-    let config = gw.config.load();
-    let table = gw.routing.load();
+    let (policy, attempts, limit, fallback_allowed) = {
+        let c = gw.config.load();
+        (
+            c.balance,
+            c.connect.attempts,
+            c.connect.timeout,
+            c.no_ready_backend == NoReadyBackendPolicy::Alive,
+        )
+    };
+    let table = gw.routing.load_full();
     let candidates = if !table.ready.is_empty() {
         &table.ready
-    } else if config.no_ready_backend == NoReadyBackendPolicy::Alive && !table.fallback.is_empty() {
+    } else if fallback_allowed && !table.fallback.is_empty() {
         gw.metrics.fallback.inc();
         &table.fallback
     } else {
@@ -71,21 +87,19 @@ async fn connect(gw: &Gateway) -> Option<(Arc<Backend>, TcpStream)> {
         return None;
     };
     let mut tried: Vec<SocketAddr> = Vec::new();
-    for attempt in 0..config.connect.attempts {
-        let Some(backend) = pick(config.balance, candidates, &tried, &gw.cursor) else {
+    for attempt in 0..attempts {
+        let Some(backend) = pick(policy, candidates, &tried, &gw.cursor) else {
             break;
         };
         tried.push(backend.address);
         if attempt == 1 {
             gw.metrics.connect_retries.inc();
         }
-        let result =
-            tokio::time::timeout(config.connect.timeout, TcpStream::connect(backend.address)).await;
-        let reason = match result {
-            Ok(Ok(stream)) => return Some((backend, stream)),
-            Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => "refused",
-            Ok(Err(_)) => "error",
-            Err(_) => "timeout",
+        let reason = match dial(backend.address, limit).await {
+            Ok(stream) => return Some((backend, stream)),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => "refused",
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => "timeout",
+            Err(_) => "error",
         };
         let info = backend.info();
         gw.metrics
@@ -101,4 +115,33 @@ async fn connect(gw: &Gateway) -> Option<(Arc<Backend>, TcpStream)> {
         .with_label_values(&["connect_failed"])
         .inc();
     None
+}
+
+/// One TCP connect with a deadline. A non-blocking connect and a wait for writability, rather
+/// than `TcpStream::connect`: no address resolution machinery and no stored waiter, so the
+/// future is a socket and a timer.
+async fn dial(addr: SocketAddr, limit: Duration) -> io::Result<TcpStream> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_nonblocking(true)?;
+    match socket.connect(&addr.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    let stream = TcpStream::from_std(std::net::TcpStream::from(socket))?;
+    let deadline = tokio::time::sleep(limit);
+    tokio::pin!(deadline);
+    std::future::poll_fn(|cx| match stream.poll_write_ready(cx) {
+        Poll::Ready(r) => Poll::Ready(r),
+        Poll::Pending if deadline.as_mut().poll(cx).is_ready() => {
+            Poll::Ready(Err(io::ErrorKind::TimedOut.into()))
+        }
+        Poll::Pending => Poll::Pending,
+    })
+    .await?;
+    // Writable means the handshake ended; SO_ERROR says how.
+    match stream.take_error()? {
+        Some(e) => Err(e),
+        None => Ok(stream),
+    }
 }
