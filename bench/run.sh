@@ -90,6 +90,17 @@ until curl -sf "http://127.0.0.1:$kg_admin/readyz" >/dev/null; do sleep 0.1; don
 kubegate_startup_rss=$(rss_kib "${pid[kubegate]}")
 kubegate_binary=$(stat -c %s "$bin/kubegate")
 
+# The health checker's cost: kubegate's CPU time (schedstat of all its threads, ns) while idle with probes every
+# second, per probe (the probe count comes from its own metrics; the two scrapes are included).
+sched_ns() { cat /proc/"$1"/task/*/schedstat | awk '{s+=$1} END{print s}'; }
+probes() { curl -sf "http://127.0.0.1:$kg_admin/metrics" | awk '/^kubegate_backend_probes_total/{s+=$2} END{print s+0}'; }
+checker_s=$([ $smoke = 1 ] && echo 3 || echo 20)
+n0=$(probes); c0=$(sched_ns "${pid[kubegate]}")
+sleep "$checker_s"
+c1=$(sched_ns "${pid[kubegate]}"); n1=$(probes)
+checker=$(python3 -c "print(f'{($c1-$c0)/($checker_s*1e9)*100:.3f}% of one core, {($c1-$c0)/1e3/max($n1-$n0,1):.0f} µs per probe over {$n1-$n0} probes')")
+echo "health checks while idle: $checker" >&2
+
 hp=$(port)
 cat > "$work/haproxy.cfg" <<CONF
 global
@@ -195,4 +206,4 @@ done
 
 read -r total1 steal1 < <(cpu_line)
 steal=$(( (steal1 - steal0) * 100 / (total1 - total0 + 1) ))
-python3 bench/summarize.py "$results" "$kubegate_startup_rss" "$kubegate_binary" "$smoke" "$idle_n" "$duration" "$rounds" "$steal"
+python3 bench/summarize.py "$results" "$kubegate_startup_rss" "$kubegate_binary" "$smoke" "$idle_n" "$duration" "$rounds" "$steal" "$checker"

@@ -2,7 +2,7 @@
 """Turns bench/run.sh's per-round measurements into the results table (medians, min-max)."""
 import datetime, os, platform, statistics, subprocess, sys
 
-path, startup_rss, binary, smoke, idle_n, duration, rounds, steal = sys.argv[1:9]
+path, startup_rss, binary, smoke, idle_n, duration, rounds, steal, checker = sys.argv[1:10]
 smoke = smoke == "1"
 
 def ms(v):
@@ -71,7 +71,7 @@ keep-alive run, divided by requests) is the cleanest comparison.
 
 {table}
 
-kubegate: startup RSS {int(startup_rss)/1024:.1f} MiB, binary {int(binary)/2**20:.1f} MiB.
+kubegate: startup RSS {int(startup_rss)/1024:.1f} MiB, binary {int(binary)/2**20:.1f} MiB; health checks (one backend, every 1 s) while idle: {checker}.
 """
 print(report)
 if not smoke:

@@ -23,7 +23,13 @@ pub fn into_tcp(stream: Stream) -> io::Result<tokio::net::TcpStream> {
     #[allow(unsafe_code)]
     let owned = unsafe { BorrowedFd::borrow_raw(raw) }.try_clone_to_owned()?;
     drop(stream);
-    let std = std::net::TcpStream::from(owned);
-    std.set_nonblocking(true)?;
-    tokio::net::TcpStream::from_std(std)
+    // O_NONBLOCK is a file status flag, shared by duplicated descriptors: pingora's socket is
+    // non-blocking, so the duplicate already is (checked in debug builds, which the tests run).
+    debug_assert!(
+        socket2::SockRef::from(&owned)
+            .nonblocking()
+            .unwrap_or(false),
+        "pingora handed over a blocking socket"
+    );
+    tokio::net::TcpStream::from_std(std::net::TcpStream::from(owned))
 }

@@ -121,8 +121,12 @@ async fn connect(gw: &Gateway) -> Option<(Arc<Backend>, TcpStream)> {
 /// than `TcpStream::connect`: no address resolution machinery and no stored waiter, so the
 /// future is a socket and a timer.
 async fn dial(addr: SocketAddr, limit: Duration) -> io::Result<TcpStream> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    socket.set_nonblocking(true)?;
+    // Non-blocking from creation (SOCK_NONBLOCK): no separate fcntl.
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM.nonblocking(),
+        Some(Protocol::TCP),
+    )?;
     match socket.connect(&addr.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
