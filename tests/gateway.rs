@@ -15,6 +15,7 @@
 //! 8. `reload_adds_and_removes_backends_and_refuses_bad_files`.
 //! 9. `metrics_pass_promtool`.
 //! 10. `check_reports_file_line_column`.
+//! 11. `an_idle_gateway_sleeps`: no thread wakes every millisecond once connections came.
 
 use kubegate_e2e::*;
 use std::collections::HashMap;
@@ -628,4 +629,34 @@ fn check_reports_file_line_column() {
         "listeners:\n  - address: 127.0.0.1:6443\nbackends:\n  - address: 127.0.0.1:7001\nhealth:\n  tls: {insecure_skip_verify: true}\n",
     );
     assert_eq!(code, Some(0));
+}
+
+/// Names of the threads of process `pid`.
+fn thread_names(pid: i32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_gateway_sleeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let sims = sims(&pki, 1, SimOptions::default());
+    let kg = Kubegate::start(&pki, &KubegateConfig::new(&refs(&sims)));
+    wait_all_ready(&kg, &sims);
+    // The first accepted connection is what starts pingora's fast-timer clock: a thread that
+    // wakes every millisecond for the rest of the process's life (most of an idle kubegate's
+    // CPU, see bench/README.md). kubegate sends those timeouts to tokio's timer instead.
+    let mut c = kg.connect(&pki, false).await.unwrap();
+    assert_eq!(c.get("/version").await.unwrap().status, 200);
+    drop(c);
+    let names = thread_names(kg.proc.pid());
+    assert!(names.iter().any(|n| n == "passthrough"), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n == "Timer thread"),
+        "pingora's millisecond clock thread runs: {names:?}"
+    );
 }

@@ -166,6 +166,11 @@ fn run(config_path: &Path) -> anyhow::Result<()> {
         // pingora's own sleep must never end first.
         grace_period_seconds: Some(365 * 24 * 3600),
         graceful_shutdown_timeout_seconds: Some(1),
+        // pingora's "fast" timers run a thread that wakes every millisecond for as long as the
+        // process lives, started by the first accepted connection (its 60 s handshake timeout).
+        // Timeouts of a second or more go to tokio's timer instead: an idle kubegate then
+        // sleeps.
+        fast_timeout_to_tokio_threshold_seconds: Some(0),
         ..ServerConf::default()
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
