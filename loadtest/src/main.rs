@@ -117,6 +117,10 @@ fn main() -> anyhow::Result<()> {
         Some(d) => d,
         None => std::env::temp_dir().join(format!("kubegate-loadtest-{}", std::process::id())),
     };
+    // Absolute: the paths written into the gateways' configuration files are resolved against
+    // those files' own directories, not against this process's working directory.
+    std::fs::create_dir_all(&dir)?;
+    let dir = std::fs::canonicalize(&dir)?;
     let plan = run::Plan {
         scenarios,
         gateways,
