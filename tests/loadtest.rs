@@ -40,7 +40,14 @@ fn short_rolling_restart_and_freeze_against_kubegate_and_haproxy() {
         // Relative paths, as `scripts/demo` passes them: the configuration files the tool writes
         // must still point at the right certificates.
         .current_dir(dir.path())
-        .args(["--dir", "work", "--json", "report.json", "--plot", "plot.svg"])
+        .args([
+            "--dir",
+            "work",
+            "--json",
+            "report.json",
+            "--plot",
+            "plot.svg",
+        ])
         .output()
         .unwrap();
     let table = String::from_utf8_lossy(&out.stdout);
