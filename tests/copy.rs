@@ -239,8 +239,15 @@ async fn a_connect_that_hangs_times_out_and_the_next_backend_is_used() {
         .await
         .expect("connection carried");
     }
-    let timeouts = r#"kubegate_backend_connect_errors_total{backend="stuck",reason="timeout"}"#;
-    assert_eq!(kg.metric(timeouts), 1.0);
-    assert_eq!(kg.metric("kubegate_connect_retries_total"), 1.0);
+    // Whether the second connection also tries the stuck backend depends on whether a probe
+    // (which passes: its health address is a simulator) cleared the passive ejection in between.
+    let timeouts =
+        kg.metric(r#"kubegate_backend_connect_errors_total{backend="stuck",reason="timeout"}"#);
+    assert!(timeouts >= 1.0, "no connect timed out");
+    assert_eq!(
+        kg.metric("kubegate_connect_retries_total"),
+        timeouts,
+        "every timed-out connect was retried on the other backend"
+    );
     drop(filler);
 }
