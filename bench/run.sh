@@ -19,7 +19,6 @@ esac
 
 ./scripts/install-deps >/dev/null
 ./scripts/install-peers >/dev/null
-command -v wrk >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
 
 if [ $smoke = 1 ]; then
   cargo build --workspace --bins --quiet

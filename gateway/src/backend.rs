@@ -1,5 +1,5 @@
-//! One apiserver replica as the data path sees it: its health state, its open connections and
-//! the signal that closes them. A `Backend` lives across reloads as long as its address stays.
+//! One apiserver replica as the data path sees it: its health state, and the registry of its
+//! open connections through which kubegate closes them. A `Backend` lives across reloads as long as its address stays.
 
 use crate::metrics::BackendMetrics;
 use arc_swap::{ArcSwap, ArcSwapOption};
