@@ -38,6 +38,33 @@ async fn echo_once(listener: &TcpListener) -> io::Result<()> {
     w.shutdown().await
 }
 
+/// Sends `data` through kubegate to an echo on `backend` (sending and receiving at once, so
+/// that large transfers do not stall on full buffers) and returns what came back; panics when
+/// that takes longer than `limit`.
+async fn echo_through(
+    listen: std::net::SocketAddr,
+    backend: &TcpListener,
+    data: &[u8],
+    limit: Duration,
+) -> Vec<u8> {
+    let echo = async { echo_once(backend).await.unwrap() };
+    let client = async {
+        let mut c = TcpStream::connect(listen).await.unwrap();
+        let (mut r, mut w) = c.split();
+        let send = async {
+            w.write_all(data).await.unwrap();
+            w.shutdown().await.unwrap();
+        };
+        let mut back = Vec::new();
+        let recv = async { r.read_to_end(&mut back).await.unwrap() };
+        tokio::join!(send, recv);
+        back
+    };
+    tokio::time::timeout(limit, async { tokio::join!(echo, client).1 })
+        .await
+        .expect("transfer finished")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transfers_are_byte_exact_both_ways() {
     let dir = tempfile::tempdir().unwrap();
@@ -49,26 +76,10 @@ async fn transfers_are_byte_exact_both_ways() {
         .into_iter()
         .enumerate()
     {
-        let echo = async { echo_once(&backend).await.unwrap() };
-        let client = async {
-            let mut c = TcpStream::connect(kg.listen).await.unwrap();
-            let data = pattern(size, i as u8);
-            let (mut r, mut w) = c.split();
-            let send = async {
-                w.write_all(&data).await.unwrap();
-                w.shutdown().await.unwrap();
-            };
-            let mut back = Vec::new();
-            let recv = async { r.read_to_end(&mut back).await.unwrap() };
-            tokio::join!(send, recv);
-            assert_eq!(back.len(), size, "size {size}");
-            assert!(back == data, "size {size}: bytes differ");
-        };
-        tokio::time::timeout(Duration::from_secs(30), async {
-            tokio::join!(echo, client)
-        })
-        .await
-        .expect("transfer finished");
+        let data = pattern(size, i as u8);
+        let back = echo_through(kg.listen, &backend, &data, Duration::from_secs(30)).await;
+        assert_eq!(back.len(), size, "size {size}");
+        assert!(back == data, "size {size}: bytes differ");
     }
 }
 
@@ -220,24 +231,18 @@ async fn a_connect_that_hangs_times_out_and_the_next_backend_is_used() {
     kg.wait_state("plain", "ready", Duration::from_secs(10));
     // Round robin sends one of the first two connections to the stuck backend first.
     for i in 0..2u8 {
-        let echo = async { echo_once(&backend).await.unwrap() };
-        let client = async {
-            let mut c = TcpStream::connect(kg.listen).await.unwrap();
-            c.write_all(&pattern(100, i)).await.unwrap();
-            c.shutdown().await.unwrap();
-            let mut back = Vec::new();
-            c.read_to_end(&mut back).await.unwrap();
-            assert_eq!(
-                back,
-                pattern(100, i),
-                "connection {i} was carried by the other backend"
-            );
-        };
-        tokio::time::timeout(Duration::from_secs(10), async {
-            tokio::join!(echo, client)
-        })
-        .await
-        .expect("connection carried");
+        let back = echo_through(
+            kg.listen,
+            &backend,
+            &pattern(100, i),
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(
+            back,
+            pattern(100, i),
+            "connection {i} was carried by the other backend"
+        );
     }
     // Whether the second connection also tries the stuck backend depends on whether a probe
     // (which passes: its health address is a simulator) cleared the passive ejection in between.
