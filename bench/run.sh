@@ -177,24 +177,36 @@ for t in direct kubegate haproxy nginx envoy; do
   done
 done
 
+# Busy CPU time of the whole machine in ticks (user, nice, system, irq, softirq, steal): work the
+# kernel does for a proxy outside its process (softirqs in other processes, kernel workers) shows
+# up here.
+busy_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat; }
+proxy_ticks() { if [ "$1" = direct ]; then echo 0; else cpu_ticks "${pid[$1]}"; fi; }
+
 measure() { # target round
-  local t=$1 r=$2 p=${listen[$1]} out before after reqs
-  before=$([ "$t" = direct ] && echo 0 || cpu_ticks "${pid[$t]}")
+  local t=$1 r=$2 p=${listen[$1]} out before after busy0 busy1 reqs conns
+  before=$(proxy_ticks "$t"); busy0=$(busy_ticks)
   out=$(wrk -t1 -c50 -d"$duration" --latency "http://127.0.0.1:$p/1k")
-  after=$([ "$t" = direct ] && echo 0 || cpu_ticks "${pid[$t]}")
+  after=$(proxy_ticks "$t"); busy1=$(busy_ticks)
   reqs=$(awk '/requests in/{print $1}' <<<"$out")
   rps=$(awk '/^Requests\/sec/{print $2}' <<<"$out")
   p50=$(awk '$1=="50%"{print $2}' <<<"$out")
   p99=$(awk '$1=="99%"{print $2}' <<<"$out")
   cpu_us=$(python3 -c "print(f'{($after-$before)*1e6/100/$reqs:.2f}' if '$t'!='direct' else '-')")
-  conn=$(wrk -t1 -c50 -d"$duration" -H 'Connection: close' "http://127.0.0.1:$p/1k" | awk '/^Requests\/sec/{print $2}')
+  machine_us=$(python3 -c "print(f'{($busy1-$busy0)*1e6/100/$reqs:.2f}')")
+  before=$(proxy_ticks "$t")
+  out=$(wrk -t1 -c50 -d"$duration" -H 'Connection: close' "http://127.0.0.1:$p/1k")
+  after=$(proxy_ticks "$t")
+  conn=$(awk '/^Requests\/sec/{print $2}' <<<"$out")
+  conns=$(awk '/requests in/{print $1}' <<<"$out")
+  conn_cpu=$(python3 -c "print(f'{($after-$before)*1e6/100/$conns:.1f}' if '$t'!='direct' else '-')")
   bulk=$(wrk -t1 -c8 -d"$duration" "http://127.0.0.1:$p/1m" | awk '/^Transfer\/sec/{v=$2; if (v ~ /GB/) {sub("GB","",v); v*=1024} else {sub("MB","",v)}; print v}')
   # Idle memory only in the first round: later rounds would reuse what the allocator kept from
   # the first one and show nearly nothing.
   idle=-
   if [ "$t" != direct ] && [ "$r" = 1 ]; then idle=$(python3 bench/idle.py "$p" "$idle_n" "${pid[$t]}"); fi
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$r" "$rps" "$p50" "$p99" "$conn" "$bulk" "$idle" "$cpu_us" >> "$results"
-  echo "round $r $t: $rps rps, p99 $p99, $conn conn/s, $bulk MB/s, $idle KiB/idle conn, $cpu_us us/req" >&2
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$r" "$rps" "$p50" "$p99" "$conn" "$bulk" "$idle" "$cpu_us" "$conn_cpu" "$machine_us" >> "$results"
+  echo "round $r $t: $rps rps, p99 $p99, $conn conn/s, $bulk MB/s, $idle KiB/idle conn, $cpu_us us/req, $conn_cpu us/conn, machine $machine_us us/req" >&2
 }
 
 cpu_line() { awk '/^cpu /{print $2+$3+$4+$5+$6+$7+$8+$9, $9}' /proc/stat; }

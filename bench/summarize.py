@@ -18,12 +18,14 @@ def num(v):
 
 rows = {}
 for line in open(path):
-    t, r, rps, p50, p99, conn, bulk, idle, cpu = line.rstrip("\n").split("\t")
-    d = rows.setdefault(t, {k: [] for k in ("rps", "p50", "p99", "conn", "bulk", "idle", "cpu")})
+    t, r, rps, p50, p99, conn, bulk, idle, cpu, conn_cpu, machine = line.rstrip("\n").split("\t")
+    d = rows.setdefault(t, {k: [] for k in ("rps", "p50", "p99", "conn", "bulk", "idle", "cpu", "conn_cpu", "machine")})
     d["rps"].append(num(rps)); d["p50"].append(ms(p50)); d["p99"].append(ms(p99))
     d["conn"].append(num(conn)); d["bulk"].append(float(bulk))
     if idle != "-": d["idle"].append(float(idle))
     if cpu != "-": d["cpu"].append(float(cpu))
+    if conn_cpu != "-": d["conn_cpu"].append(float(conn_cpu))
+    d["machine"].append(float(machine))
 
 def cell(vals, fmt):
     if not vals: return "—"
@@ -39,12 +41,12 @@ def version(cmd):
         return f"unknown ({e})"
 
 lines = []
-lines.append("| target | keep-alive rps | p50 ms | p99 ms | conn/s | bulk MB/s | KiB/idle conn | CPU µs/req |")
-lines.append("|---|---|---|---|---|---|---|---|")
+lines.append("| target | keep-alive rps | p50 ms | p99 ms | conn/s | bulk MB/s | KiB/idle conn | CPU µs/req | CPU µs/conn | machine µs/req |")
+lines.append("|---|---|---|---|---|---|---|---|---|---|")
 for t in ["direct", "kubegate", "haproxy", "nginx", "envoy"]:
     if t not in rows: continue
     d = rows[t]
-    lines.append(f"| {t} | {cell(d['rps'], '{:,.0f}')} | {cell(d['p50'], '{:.2f}')} | {cell(d['p99'], '{:.2f}')} | {cell(d['conn'], '{:,.0f}')} | {cell(d['bulk'], '{:,.0f}')} | {cell(d['idle'], '{:.2f}')} | {cell(d['cpu'], '{:.1f}')} |")
+    lines.append(f"| {t} | {cell(d['rps'], '{:,.0f}')} | {cell(d['p50'], '{:.2f}')} | {cell(d['p99'], '{:.2f}')} | {cell(d['conn'], '{:,.0f}')} | {cell(d['bulk'], '{:,.0f}')} | {cell(d['idle'], '{:.2f}')} | {cell(d['cpu'], '{:.1f}')} | {cell(d['conn_cpu'], '{:.1f}')} | {cell(d['machine'], '{:.1f}')} |")
 table = "\n".join(lines)
 
 envoy = subprocess.run(["python3", "-c", "import envoy,os;print(os.path.join(os.path.dirname(envoy.__file__),'_bin','envoy'))"], capture_output=True, text=True).stdout.strip()
@@ -67,7 +69,10 @@ Versions: {'; '.join(f'{k} {v}' for k, v in versions.items())}
 
 Medians, with min–max over the rounds (idle memory: first round only, on fresh processes). wrk, the proxy and the backend share the machine, so
 requests per second are bounded by it; CPU µs per request (the proxy's utime+stime over the
-keep-alive run, divided by requests) is the cleanest comparison.
+keep-alive run, divided by requests) is the cleanest comparison. CPU µs/conn: the proxy's CPU
+over the `Connection: close` run per connection. Machine µs/req: busy CPU of the whole machine
+(wrk and the backend included) per keep-alive request; its excess over `direct` is everything
+proxying costs, including kernel work done outside the proxy's process.
 
 {table}
 

@@ -647,16 +647,92 @@ async fn an_idle_gateway_sleeps() {
     let sims = sims(&pki, 1, SimOptions::default());
     let kg = Kubegate::start(&pki, &KubegateConfig::new(&refs(&sims)));
     wait_all_ready(&kg, &sims);
-    // The first accepted connection is what starts pingora's fast-timer clock: a thread that
-    // wakes every millisecond for the rest of the process's life (most of an idle kubegate's
-    // CPU, see bench/README.md). kubegate sends those timeouts to tokio's timer instead.
+    // pingora's listening service starts its fast-timer clock with the first accepted
+    // connection: a thread that wakes every millisecond for the rest of the process's life
+    // (most of an idle kubegate's CPU once, see bench/README.md). kubegate accepts itself and
+    // must never start it.
     let mut c = kg.connect(&pki, false).await.unwrap();
     assert_eq!(c.get("/version").await.unwrap().status, 200);
     drop(c);
     let names = thread_names(kg.proc.pid());
-    assert!(names.iter().any(|n| n == "passthrough"), "{names:?}");
+    assert!(names.iter().any(|n| n == "BG passthrough"), "{names:?}");
     assert!(
         !names.iter().any(|n| n == "Timer thread"),
         "pingora's millisecond clock thread runs: {names:?}"
     );
+}
+
+/// Sets the soft open-files limit of process `pid` with util-linux `prlimit` (the hard limit
+/// stays, so that the soft one can be raised again without privileges).
+fn set_nofile(pid: i32, limit: usize) {
+    let status = Command::new("prlimit")
+        .arg(format!("--pid={pid}"))
+        .arg(format!("--nofile={limit}:"))
+        .status()
+        .expect("prlimit runs");
+    assert!(status.success(), "prlimit --pid={pid} --nofile={limit}:");
+}
+
+/// Out of descriptors, kubegate fails accepts and skips probes, but does not blame the backend:
+/// it stays ready and open connections keep working; once descriptors are free it serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_out_of_descriptors_blames_no_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let sims = sims(&pki, 1, SimOptions::default());
+    let kg = Kubegate::start(&pki, &KubegateConfig::new(&refs(&sims)));
+    wait_all_ready(&kg, &sims);
+    let mut open_before = open(&kg, &pki, 1).await.remove(0);
+
+    // No descriptor left: the admin endpoint cannot accept either, so progress is read from
+    // kubegate's log until the limit is raised again.
+    let pid = kg.proc.pid();
+    // Below what is open: a probe's socket counted here and closed since must not leave a
+    // free slot.
+    let in_use = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count();
+    set_nofile(pid, in_use - 2);
+    let waiting = std::net::TcpStream::connect(kg.listen).expect("queued by the kernel");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = kg.log();
+        if log.contains("accept failed") && log.matches("probe not run").count() > 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no failed accept and more than fall probes not run within 10 s; log:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The open connection needs no new descriptor.
+    assert_eq!(open_before.get("/version").await.unwrap().status, 200);
+
+    set_nofile(pid, 4096);
+    assert!(kg.metric("kubegate_accept_errors_total") >= 1.0);
+    assert!(
+        kg.metric(r#"kubegate_backend_probes_total{backend="replica-1",result="not_run"}"#) > 3.0
+    );
+    assert_eq!(kg.state("replica-1").as_deref(), Some("ready"));
+    assert_eq!(
+        kg.metric(r#"kubegate_backend_connections_closed_total{backend="replica-1",reason="backend_down"}"#),
+        0.0
+    );
+    // The queued connection is accepted now, and new ones are served.
+    wait_for(
+        "the queued connection accepted",
+        Duration::from_secs(5),
+        || {
+            (kg.metric(r#"kubegate_backend_connections_total{backend="replica-1"}"#) >= 2.0)
+                .then_some(())
+        },
+    );
+    drop(waiting);
+    let mut after = kg
+        .connect(&pki, false)
+        .await
+        .expect("connect after recovery");
+    assert_eq!(after.get("/version").await.unwrap().status, 200);
+    assert_eq!(open_before.get("/version").await.unwrap().status, 200);
 }

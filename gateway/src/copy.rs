@@ -112,6 +112,7 @@ impl Future for Relay {
             &this.client,
             &this.backend,
             &mut this.to_backend,
+            matches!(this.to_client, Direction::Done),
             &metrics.bytes_to_backend,
         );
         let down = pump(
@@ -119,6 +120,7 @@ impl Future for Relay {
             &this.backend,
             &this.client,
             &mut this.to_client,
+            matches!(this.to_backend, Direction::Done),
             &metrics.bytes_to_client,
         );
         for result in [up, down] {
@@ -162,6 +164,7 @@ fn pump(
     from: &TcpStream,
     to: &TcpStream,
     dir: &mut Direction,
+    other_done: bool,
     counter: &IntCounter,
 ) -> Poll<io::Result<()>> {
     loop {
@@ -174,7 +177,12 @@ fn pump(
                     Ok(0) => {
                         give_back(buf);
                         // Half-close: pass the EOF on, keep the other direction running.
-                        let _ = socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write);
+                        // When the other direction has ended too, the relay ends and closing
+                        // the socket sends the FIN: no `shutdown` needed (both sockets are
+                        // read to EOF, so the close is a clean FIN, not a reset).
+                        if !other_done {
+                            let _ = socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write);
+                        }
                         *dir = Direction::Done;
                     }
                     Ok(filled) => {

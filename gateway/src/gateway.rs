@@ -220,6 +220,12 @@ impl Gateway {
         m.probe_duration
             .with_label_values(&[name])
             .observe(record.latency.as_secs_f64());
+        if let ProbeOutcome::NotRun(detail) = &record.outcome {
+            // Nothing was learned about the backend: its state, failing checks and last probe
+            // stay as they were.
+            tracing::warn!(backend = name, detail = %detail, "probe not run");
+            return;
+        }
         // Failing checks: set the ones failing now, drop the ones that recovered.
         let previous = backend.last_probe();
         let was_failing = previous

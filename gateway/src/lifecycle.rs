@@ -1,7 +1,8 @@
 //! The gateway's own lifecycle: `starting → serving → stopping → draining → exit`.
 //!
-//! pingora stops accepting the moment its shutdown signal resolves and then sleeps; kubegate
-//! drives it through [`ShutdownSequence`] so the order is: SIGTERM → `/readyz` fails at once
+//! pingora shuts its services down (kubegate's accept loops close their listeners) the moment
+//! its shutdown signal resolves and then sleeps; kubegate drives it through
+//! [`ShutdownSequence`] so the order is: SIGTERM → `/readyz` fails at once
 //! (stopping) → listeners keep accepting for `shutdown.delay` → pingora is told to stop
 //! accepting (draining) → open connections may finish until `shutdown.grace` → the rest are
 //! closed and counted → exit 0. A second SIGTERM or SIGINT exits at once with status 1.

@@ -1,13 +1,12 @@
 //! `kubegate`: a readiness-aware, highly available gateway for Kubernetes API servers.
-// Unsafe code is allowed in one place only: `fd.rs`, which duplicates a socket descriptor.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
+mod accept;
 mod admin;
 mod backend;
 mod balancer;
 mod control;
 mod copy;
-mod fd;
 mod gateway;
 mod lifecycle;
 mod metrics;
@@ -20,11 +19,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 use gateway::Gateway;
 use kubegate_config::{load_file, Config};
 use kubegate_health::Prober;
-use pingora_core::listeners::{L4BufferSettings, ListenerConfig};
 use pingora_core::server::configuration::ServerConf;
 use pingora_core::server::{RunArgs, Server};
 use pingora_core::services::background::background_service;
-use pingora_core::services::listening::Service;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -140,19 +137,14 @@ fn run(config_path: &Path) -> anyhow::Result<()> {
         );
     }
     let prober = Prober::new(&config.health)?;
-    check_listeners_free(&config)?;
+    let listeners = bind_listeners(&config)?;
     let admin = std::net::TcpListener::bind(config.admin.address)
         .map_err(|e| anyhow::anyhow!("admin.address {}: {e}", config.admin.address))?;
     admin.set_nonblocking(true)?;
 
     let threads = config.threads;
-    let listeners: Vec<String> = config
-        .listeners
-        .iter()
-        .map(|l| l.address.to_string())
-        .collect();
     tracing::info!(
-        listeners = ?listeners,
+        listeners = ?config.listeners.iter().map(|l| l.address).collect::<Vec<_>>(),
         admin = %config.admin.address,
         backends = config.backends.len(),
         version = env!("CARGO_PKG_VERSION"),
@@ -166,30 +158,18 @@ fn run(config_path: &Path) -> anyhow::Result<()> {
         // pingora's own sleep must never end first.
         grace_period_seconds: Some(365 * 24 * 3600),
         graceful_shutdown_timeout_seconds: Some(1),
-        // pingora's "fast" timers run a thread that wakes every millisecond for as long as the
-        // process lives, started by the first accepted connection (its 60 s handshake timeout).
-        // Timeouts of a second or more go to tokio's timer instead: an idle kubegate then
-        // sleeps.
-        fast_timeout_to_tokio_threshold_seconds: Some(0),
         ..ServerConf::default()
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
 
-    let mut passthrough = Service::new(
-        "passthrough".to_string(),
-        proxy::Passthrough {
+    server.add_service(background_service(
+        "passthrough",
+        accept::Acceptor {
             gateway: gateway.clone(),
+            listeners: Mutex::new(listeners),
         },
-    );
-    for address in &listeners {
-        // Unbuffered: the passthrough path reads the socket itself (see copy.rs), so pingora's
-        // per-connection read and write buffers would only cost memory.
-        passthrough.add_listener(
-            ListenerConfig::tcp(address.as_str()).l4_buffer(L4BufferSettings::unbuffered()),
-        );
-    }
-    server.add_service(passthrough);
+    ));
     server.add_service(background_service(
         "control",
         control::Control {
@@ -203,11 +183,14 @@ fn run(config_path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// pingora panics on a listener it cannot bind; find out first and say which address.
-fn check_listeners_free(config: &Config) -> anyhow::Result<()> {
-    for l in &config.listeners {
-        std::net::TcpListener::bind(l.address)
-            .map_err(|e| anyhow::anyhow!("listeners: {}: {e}", l.address))?;
-    }
-    Ok(())
+/// Binds every listener before pingora starts, so that a taken address fails the start and
+/// names the address.
+fn bind_listeners(config: &Config) -> anyhow::Result<Vec<std::net::TcpListener>> {
+    config
+        .listeners
+        .iter()
+        .map(|l| {
+            accept::bind(l.address).map_err(|e| anyhow::anyhow!("listeners: {}: {e}", l.address))
+        })
+        .collect()
 }

@@ -35,6 +35,9 @@ pub struct Metrics {
     pub connections_total: IntCounterVec,
     /// `kubegate_backend_connect_errors_total{backend,reason}`.
     pub connect_errors: IntCounterVec,
+    /// `kubegate_accept_errors_total`: failed accepts on the listeners (descriptors or memory
+    /// exhausted, connections aborted before they were accepted).
+    pub accept_errors: IntCounter,
     /// `kubegate_connect_retries_total`: client connections that needed another backend.
     pub connect_retries: IntCounter,
     /// `kubegate_backend_bytes_total{backend,direction}`.
@@ -101,6 +104,10 @@ impl Metrics {
             r.register(Box::new(m.clone())).expect("unique metric");
             m
         };
+        let accept_errors = counter(
+            "kubegate_accept_errors_total",
+            "Failed accepts on the listeners (descriptors or memory exhausted, connections aborted before they were accepted).",
+        );
         let connect_retries = counter(
             "kubegate_connect_retries_total",
             "Client connections whose first backend connect failed and were retried on another backend.",
@@ -143,18 +150,19 @@ impl Metrics {
             backends_configured,
             backend_state: gauge_vec(&r, "kubegate_backend_state", "1 for each backend's current health state (unknown, ready, not_ready, down, removed).", &["backend", "state"]),
             state_transitions: counter_vec(&r, "kubegate_backend_state_transitions_total", "Backend health state changes.", &["backend", "from", "to"]),
-            probes: counter_vec(&r, "kubegate_backend_probes_total", "Readiness probes by result (pass, fail, tls_error, refused, timeout, reset, error).", &["backend", "result"]),
+            probes: counter_vec(&r, "kubegate_backend_probes_total", "Readiness probes by result (pass, fail, tls_error, refused, timeout, reset, error, not_run).", &["backend", "result"]),
             probe_duration: histogram_vec(&r, "kubegate_backend_probe_duration_seconds", "Time for one readiness probe: connect, TLS handshake and response.", &["backend"], PROBE_BUCKETS),
             readyz_check_failing: gauge_vec(&r, "kubegate_backend_readyz_check_failing", "1 while the named readyz check of the backend fails in its verbose answer.", &["backend", "check"]),
             connections: gauge_vec(&r, "kubegate_backend_connections", "Open proxied connections per backend.", &["backend"]),
             connections_total: counter_vec(&r, "kubegate_backend_connections_total", "Proxied connections established per backend.", &["backend"]),
             connect_errors: counter_vec(&r, "kubegate_backend_connect_errors_total", "Failed connects to a backend by reason (refused, timeout, error).", &["backend", "reason"]),
+            accept_errors,
             connect_retries,
             bytes: counter_vec(&r, "kubegate_backend_bytes_total", "Bytes proxied per backend; direction is to_backend or to_client.", &["backend", "direction"]),
             connection_duration: histogram_vec(&r, "kubegate_backend_connection_duration_seconds", "Lifetime of proxied connections.", &["backend"], DURATION_BUCKETS),
             drains: counter_vec(&r, "kubegate_backend_drains_total", "Drains started: a backend with open connections stopped being ready or was removed.", &["backend"]),
             forced_closes: counter_vec(&r, "kubegate_backend_connections_closed_total", "Connections kubegate closed itself, by reason (backend_down, drain_timeout, shutdown_grace).", &["backend", "reason"]),
-            refused: counter_vec(&r, "kubegate_connections_refused_total", "Client connections closed without a backend, by reason (no_ready_backend, connect_failed).", &["reason"]),
+            refused: counter_vec(&r, "kubegate_connections_refused_total", "Client connections closed without a backend, by reason (no_ready_backend, connect_failed, out_of_resources).", &["reason"]),
             fallback,
             reloads: counter_vec(&r, "kubegate_config_reloads_total", "Configuration reloads by result (success, failure).", &["result"]),
             last_reload_ok,
@@ -163,7 +171,7 @@ impl Metrics {
         };
         // Series that dashboards and alerts read exist from the start, at 0, instead of
         // appearing with the first event.
-        for reason in ["no_ready_backend", "connect_failed"] {
+        for reason in ["no_ready_backend", "connect_failed", "out_of_resources"] {
             m.refused.with_label_values(&[reason]);
         }
         for result in ["success", "failure"] {

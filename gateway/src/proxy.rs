@@ -7,11 +7,8 @@ use crate::backend::Backend;
 use crate::balancer::pick;
 use crate::copy::Relay;
 use crate::gateway::Gateway;
-use async_trait::async_trait;
 use kubegate_config::NoReadyBackendPolicy;
-use pingora_core::apps::ServerApp;
-use pingora_core::protocols::Stream;
-use pingora_core::server::ShutdownWatch;
+use kubegate_health::out_of_resources;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::future::Future;
 use std::io;
@@ -19,37 +16,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 /// How long a backend whose connect failed is skipped by the balancer before a probe decides.
 const PASSIVE_EJECTION: Duration = Duration::from_secs(2);
 
-/// The pingora application for passthrough listeners.
-pub struct Passthrough {
-    /// Shared gateway state.
-    pub gateway: Arc<Gateway>,
-}
-
-#[async_trait]
-impl ServerApp for Passthrough {
-    async fn process_new(
-        self: &Arc<Self>,
-        client: Stream,
-        _shutdown: &ShutdownWatch,
-    ) -> Option<Stream> {
-        match crate::fd::into_tcp(client) {
-            // pingora's task (and its copy of the socket) ends here, before the backend connect:
-            // during a burst of new connections only the small connecting tasks pile up.
-            Ok(client) => drop(tokio::spawn(open(self.gateway.clone(), client))),
-            Err(e) => tracing::warn!(error = %e, "cannot take over the client socket"),
-        }
-        None
-    }
-}
-
 /// Connects `client` to a backend, then hands both sockets to a relay task of their own and
 /// ends: an open connection costs only its relay.
-async fn open(gw: Arc<Gateway>, client: TcpStream) {
+pub async fn open(gw: Arc<Gateway>, client: TcpStream) {
     let Some((backend, upstream)) = connect(&gw).await else {
         return;
     };
@@ -97,6 +72,16 @@ async fn connect(gw: &Gateway) -> Option<(Arc<Backend>, TcpStream)> {
         }
         let reason = match dial(backend.address, limit).await {
             Ok(stream) => return Some((backend, stream)),
+            // kubegate itself is out of descriptors or memory: no fault of the backend, which
+            // must not be ejected for it, and another backend would fail the same way.
+            Err(e) if out_of_resources(&e) => {
+                gw.metrics
+                    .refused
+                    .with_label_values(&["out_of_resources"])
+                    .inc();
+                tracing::warn!(error = %e, "cannot open a backend socket: closing client connection");
+                return None;
+            }
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => "refused",
             Err(e) if e.kind() == io::ErrorKind::TimedOut => "timeout",
             Err(_) => "error",
@@ -143,7 +128,11 @@ async fn dial(addr: SocketAddr, limit: Duration) -> io::Result<TcpStream> {
         Poll::Pending => Poll::Pending,
     })
     .await?;
-    // Writable means the handshake ended; SO_ERROR says how.
+    // Writable means the handshake ended. Only a failed one also reports an error event, and
+    // only then is SO_ERROR read for the reason: a `getsockopt` saved per connection.
+    if stream.try_io(Interest::ERROR, || Ok(())).is_err() {
+        return Ok(stream);
+    }
     match stream.take_error()? {
         Some(e) => Err(e),
         None => Ok(stream),

@@ -69,7 +69,7 @@ pub fn spawn_checker(
             }
             let started = Instant::now();
             let record = prober.probe(addr).await;
-            let transition = tracker.observe(record.outcome.signal());
+            let transition = record.outcome.signal().and_then(|s| tracker.observe(s));
             observer.probed(&record, transition, &tracker);
             let pause = if tracker.confirming_failure() {
                 intervals.fast_interval

@@ -16,6 +16,6 @@ mod verbose;
 
 pub use checker::{spawn_checker, CheckerHandle, HealthObserver, ProbeIntervals};
 pub use outcome::{ProbeOutcome, ProbeRecord, TlsProblem, UnreachableReason};
-pub use probe::{Prober, ProberError};
+pub use probe::{out_of_resources, Prober, ProberError};
 pub use state::{BackendState, HealthTracker, ProbeSignal, Thresholds, Transition};
 pub use verbose::{parse_verbose, ReadyzReport};

@@ -78,12 +78,16 @@ pub enum ProbeOutcome {
     TlsRejected(TlsProblem, String),
     /// No answer.
     Unreachable(UnreachableReason, String),
+    /// The probe could not start: this process is out of descriptors or memory. It says nothing
+    /// about the backend, whose state stays as it was (were it counted as a failure, a gateway
+    /// short of descriptors would take every backend down and close every connection).
+    NotRun(String),
 }
 
 impl ProbeOutcome {
-    /// What the state machine makes of it.
-    pub fn signal(&self) -> ProbeSignal {
-        match self {
+    /// What the state machine makes of it; `None` when the probe did not run.
+    pub fn signal(&self) -> Option<ProbeSignal> {
+        Some(match self {
             ProbeOutcome::Passed => ProbeSignal::Pass,
             ProbeOutcome::Failed { shutting_down, .. } => ProbeSignal::Fail {
                 shutting_down: *shutting_down,
@@ -92,17 +96,19 @@ impl ProbeOutcome {
                 shutting_down: false,
             },
             ProbeOutcome::Unreachable(..) => ProbeSignal::Unreachable,
-        }
+            ProbeOutcome::NotRun(_) => return None,
+        })
     }
 
     /// Metric label of the result: `pass`, `fail`, `tls_error`, `refused`, `timeout`, `reset`,
-    /// `error`. Bounded set.
+    /// `error`, `not_run`. Bounded set.
     pub fn result_label(&self) -> &'static str {
         match self {
             ProbeOutcome::Passed => "pass",
             ProbeOutcome::Failed { .. } => "fail",
             ProbeOutcome::TlsRejected(..) => "tls_error",
             ProbeOutcome::Unreachable(r, _) => r.as_str(),
+            ProbeOutcome::NotRun(_) => "not_run",
         }
     }
 
@@ -136,6 +142,7 @@ impl ProbeOutcome {
             } => format!("HTTP {status}: failing {}", failing_checks.join(", ")),
             ProbeOutcome::TlsRejected(p, detail) => format!("TLS {}: {detail}", p.as_str()),
             ProbeOutcome::Unreachable(r, detail) => format!("{}: {detail}", r.as_str()),
+            ProbeOutcome::NotRun(detail) => format!("not run (state kept): {detail}"),
         }
     }
 }
@@ -149,4 +156,19 @@ pub struct ProbeRecord {
     pub latency: Duration,
     /// What it found.
     pub outcome: ProbeOutcome,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_probe_that_did_not_run_says_nothing_to_the_state_machine() {
+        let o = ProbeOutcome::NotRun("Too many open files".into());
+        assert_eq!(o.signal(), None);
+        assert_eq!(o.result_label(), "not_run");
+        assert!(o.describe().contains("state kept"), "{}", o.describe());
+        let refused = ProbeOutcome::Unreachable(UnreachableReason::Refused, "refused".into());
+        assert_eq!(refused.signal(), Some(ProbeSignal::Unreachable));
+    }
 }

@@ -155,7 +155,19 @@ fn host_header(name: &ServerName<'_>) -> String {
     }
 }
 
+/// Whether `e` says this process ran out of descriptors or memory (from `socket`, `accept`):
+/// a local condition, no evidence about the peer.
+pub fn out_of_resources(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
 fn unreachable(e: &io::Error) -> ProbeOutcome {
+    if out_of_resources(e) {
+        return ProbeOutcome::NotRun(format!("cannot open a socket: {e}"));
+    }
     let reason = match e.kind() {
         io::ErrorKind::ConnectionRefused => UnreachableReason::Refused,
         io::ErrorKind::TimedOut => UnreachableReason::Timeout,

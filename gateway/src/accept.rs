@@ -1,0 +1,109 @@
+//! Accepting client connections: one accept loop per listener, in a pingora background service.
+//!
+//! kubegate accepts itself instead of through pingora's listening service. pingora wraps every
+//! accepted socket in its own stream type and runs a task per connection; the passthrough path
+//! needs the bare socket (see `copy.rs`), and taking it out of pingora's wrapper meant a
+//! duplicated descriptor, a second epoll registration and a third `close`, plus the wrapper's
+//! allocations and its `getsockopt` on drop: 11 % of kubegate's CPU per new connection
+//! (bench/README.md). The server process, its runtimes and its shutdown stay pingora's.
+//!
+//! The listeners are bound before pingora starts (a taken address fails the start with its
+//! name) and closed when pingora's shutdown watch fires, which the lifecycle delays by
+//! `shutdown.delay`.
+
+use crate::gateway::Gateway;
+use crate::proxy::open;
+use async_trait::async_trait;
+use kubegate_health::out_of_resources;
+use pingora_core::server::ShutdownWatch;
+use pingora_core::services::background::BackgroundService;
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+
+/// Connections the kernel queues before kubegate accepts them (pingora's value): a reconnect
+/// storm after an apiserver restart should queue, not be refused.
+const BACKLOG: i32 = 65_535;
+
+/// Pause after an accept failed for lack of descriptors or memory: the pending connection stays
+/// queued, and retrying at once would only spin.
+const RESOURCE_PAUSE: Duration = Duration::from_millis(100);
+
+/// At most one warning per listener this often while accepts keep failing; the metric counts
+/// every failure.
+const WARNING_EVERY: Duration = Duration::from_secs(10);
+
+/// Binds a listener the way pingora would: address reuse (a restart does not wait for
+/// TIME_WAIT), a deep backlog, non-blocking.
+pub fn bind(address: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let socket = Socket::new(
+        Domain::for_address(address),
+        Type::STREAM.nonblocking(),
+        Some(Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&address.into())?;
+    socket.listen(BACKLOG)?;
+    Ok(socket.into())
+}
+
+/// The passthrough listeners, as a pingora background service.
+pub struct Acceptor {
+    /// Shared gateway state.
+    pub gateway: Arc<Gateway>,
+    /// The bound listeners, taken when the service starts.
+    pub listeners: Mutex<Vec<std::net::TcpListener>>,
+}
+
+#[async_trait]
+impl BackgroundService for Acceptor {
+    async fn start(&self, shutdown: ShutdownWatch) {
+        let listeners =
+            std::mem::take(&mut *self.listeners.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut loops = tokio::task::JoinSet::new();
+        for listener in listeners {
+            match TcpListener::from_std(listener) {
+                Ok(l) => {
+                    loops.spawn(accept_loop(l, self.gateway.clone(), shutdown.clone()));
+                }
+                Err(e) => tracing::error!(error = %e, "cannot register a listener"),
+            }
+        }
+        while loops.join_next().await.is_some() {}
+    }
+}
+
+/// Accepts until pingora's shutdown watch fires, then closes the listener.
+async fn accept_loop(listener: TcpListener, gw: Arc<Gateway>, mut shutdown: ShutdownWatch) {
+    let mut last_warning: Option<Instant> = None;
+    let mut unreported = 0u64;
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.changed() => break,
+        };
+        match accepted {
+            Ok((client, _)) => {
+                // Small writes (TLS records, watch events) leave at once.
+                let _ = client.set_nodelay(true);
+                drop(tokio::spawn(open(gw.clone(), client)));
+            }
+            Err(e) => {
+                gw.metrics.accept_errors.inc();
+                unreported += 1;
+                if last_warning.is_none_or(|t| t.elapsed() >= WARNING_EVERY) {
+                    tracing::warn!(error = %e, failures = unreported, "accept failed");
+                    last_warning = Some(Instant::now());
+                    unreported = 0;
+                }
+                if out_of_resources(&e) {
+                    tokio::time::sleep(RESOURCE_PAUSE).await;
+                }
+            }
+        }
+    }
+    tracing::debug!(address = ?listener.local_addr().ok(), "listener closed");
+}
