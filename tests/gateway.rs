@@ -736,3 +736,65 @@ async fn running_out_of_descriptors_blames_no_backend() {
     assert_eq!(after.get("/version").await.unwrap().status, 200);
     assert_eq!(open_before.get("/version").await.unwrap().status, 200);
 }
+
+/// The keepalive timer the kernel runs on the socket with local port `local` and remote port
+/// `remote` (`/proc/net/tcp`: timer kind 2, expiry in clock ticks of 1/100 s), if any.
+fn keepalive_timer(local: u16, remote: u16) -> Option<Duration> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let port = |addr: &str| u16::from_str_radix(addr.rsplit(':').next()?, 16).ok();
+        if port(f[1])? != local || port(f[2])? != remote {
+            return None;
+        }
+        let (kind, when) = f[5].split_once(':')?;
+        let ticks = u64::from_str_radix(when, 16).ok()?;
+        (kind == "02").then(|| Duration::from_millis(ticks * 10))
+    })
+}
+
+/// Client connections carry TCP keepalive with the configured idle time, so a client that
+/// vanishes is found; a reload changes it for new connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_connections_carry_the_configured_keepalive() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let sims = sims(&pki, 1, SimOptions::default());
+    let mut cfg = KubegateConfig::new(&refs(&sims));
+    cfg.extra = "client_keepalive: {idle: 7s, interval: 2s, count: 3}\n".into();
+    let kg = Kubegate::start(&pki, &cfg);
+    wait_all_ready(&kg, &sims);
+
+    let timer_of = |client: &std::net::TcpStream| {
+        let port = client.local_addr().unwrap().port();
+        wait_for(
+            "kubegate's socket for the client",
+            Duration::from_secs(5),
+            || keepalive_timer(kg.listen.port(), port),
+        )
+    };
+    let first = std::net::TcpStream::connect(kg.listen).unwrap();
+    let left = timer_of(&first);
+    assert!(
+        left > Duration::from_secs(4) && left <= Duration::from_secs(7),
+        "keepalive fires in {left:?}, configured idle 7s"
+    );
+
+    cfg.extra = "client_keepalive: {idle: 30s, interval: 2s, count: 3}\n".into();
+    kg.rewrite(&cfg);
+    wait_for("the reload", Duration::from_secs(10), || {
+        (kg.metric(r#"kubegate_config_reloads_total{result="success"}"#) >= 1.0).then_some(())
+    });
+    // The accept loop applies it to its listener when it next runs; a connection racing it
+    // may still get 7 s, so try a few.
+    let later = wait_for(
+        "a connection with the reloaded keepalive",
+        Duration::from_secs(5),
+        || {
+            let c = std::net::TcpStream::connect(kg.listen).unwrap();
+            let left = timer_of(&c);
+            (left > Duration::from_secs(27)).then_some(left)
+        },
+    );
+    assert!(later <= Duration::from_secs(30), "{later:?}");
+}

@@ -22,8 +22,9 @@ pub enum Change {
     },
     /// Probe settings changed: probers are rebuilt, states are kept.
     HealthChanged,
-    /// A setting read per connection (balance, connect, drain, shutdown, no_ready_backend)
-    /// changed: it applies to the next connection with no further action. Names the key.
+    /// A setting read per connection (balance, connect, client_keepalive, drain, shutdown,
+    /// no_ready_backend) changed: it applies to the next connection with no further action.
+    /// Names the key.
     Setting(&'static str),
     /// A setting that only takes effect at start (listeners, admin, threads). Names the key. A
     /// reload that holds one is refused, so the running process never claims a state it is not in.
@@ -51,13 +52,17 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
     if old.health != new.health {
         changes.push(Change::HealthChanged);
     }
-    let settings: [(&'static str, bool); 5] = [
+    let settings: [(&'static str, bool); 6] = [
         ("balance", old.balance != new.balance),
         (
             "no_ready_backend",
             old.no_ready_backend != new.no_ready_backend,
         ),
         ("connect", old.connect != new.connect),
+        (
+            "client_keepalive",
+            old.client_keepalive != new.client_keepalive,
+        ),
         ("drain", old.drain != new.drain),
         ("shutdown", old.shutdown != new.shutdown),
     ];
@@ -103,6 +108,7 @@ mod tests {
             balance: BalancePolicy::default(),
             no_ready_backend: NoReadyBackendPolicy::default(),
             connect: ConnectConfig::default(),
+            client_keepalive: KeepaliveConfig::default(),
             drain: DrainConfig::default(),
             shutdown: ShutdownConfig::default(),
             admin: AdminConfig::default(),

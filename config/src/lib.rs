@@ -26,5 +26,5 @@ pub use error::{ConfigError, Problem};
 pub use load::{load_file, load_str};
 pub use schema::{
     AdminConfig, BackendSpec, BalancePolicy, Config, ConnectConfig, DrainConfig, FlapDamping,
-    HealthConfig, HealthTls, ListenerSpec, NoReadyBackendPolicy, ShutdownConfig,
+    HealthConfig, HealthTls, KeepaliveConfig, ListenerSpec, NoReadyBackendPolicy, ShutdownConfig,
 };

@@ -164,6 +164,22 @@ mod tests {
     }
 
     #[test]
+    fn keepalive_out_of_the_kernels_range_points_at_it() {
+        let err = first_error(&format!(
+            "{MINIMAL}client_keepalive:\n  idle: 1500ms\n  count: 200\n"
+        ));
+        assert!(err.starts_with("kubegate.yaml:9:9: "), "{err}");
+        assert!(err.contains("whole seconds from 1s to 32767s"), "{err}");
+        let text = format!("{MINIMAL}client_keepalive:\n  count: 200\n");
+        let err = load(&text).unwrap_err().to_string();
+        assert!(err.contains("kubegate.yaml:9:10: "), "{err}");
+        assert!(err.contains("count must be 1..=127"), "{err}");
+        let ok = load(&format!("{MINIMAL}client_keepalive: {{idle: 30s}}\n")).unwrap();
+        assert_eq!(ok.client_keepalive.idle, std::time::Duration::from_secs(30));
+        assert_eq!(ok.client_keepalive.count, 4);
+    }
+
+    #[test]
     fn bad_policy_name_is_an_error() {
         let err = first_error(&format!("{MINIMAL}balance: random\n"));
         assert!(

@@ -29,6 +29,9 @@ pub struct Config {
     /// Connecting to a backend.
     #[serde(default)]
     pub connect: ConnectConfig,
+    /// TCP keepalive on client connections.
+    #[serde(default)]
+    pub client_keepalive: KeepaliveConfig,
     /// Connections to a backend that is no longer ready.
     #[serde(default)]
     pub drain: DrainConfig,
@@ -220,6 +223,36 @@ impl Default for ConnectConfig {
         ConnectConfig {
             timeout: Duration::from_secs(1),
             attempts: 3,
+        }
+    }
+}
+
+/// TCP keepalive on client connections: finds clients that vanished without closing (a node
+/// powered off, a cable pulled, a partition), so that their connections and the apiserver watches
+/// behind them do not stay open forever. A client connected straight to kube-apiserver gets the
+/// same from Go's listener (15 s idle and interval); behind a proxy, the apiserver's probes reach
+/// the proxy, which must probe the client itself. Set on the listening sockets, from which
+/// accepted connections inherit it: no cost per connection.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KeepaliveConfig {
+    /// Idle time before the first probe (whole seconds).
+    #[serde(with = "crate::duration")]
+    pub idle: Duration,
+    /// Time between unanswered probes (whole seconds).
+    #[serde(with = "crate::duration")]
+    pub interval: Duration,
+    /// Unanswered probes after which the connection is dropped: a vanished client is found
+    /// `idle + interval × count` after it last spoke.
+    pub count: u32,
+}
+
+impl Default for KeepaliveConfig {
+    fn default() -> Self {
+        KeepaliveConfig {
+            idle: Duration::from_secs(15),
+            interval: Duration::from_secs(15),
+            count: 4,
         }
     }
 }

@@ -148,6 +148,26 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
         base_dir,
     );
 
+    let k = &config.client_keepalive;
+    // The kernel takes whole seconds, at most 32767 (TCP_KEEPIDLE, TCP_KEEPINTVL), and at most
+    // 127 probes (TCP_KEEPCNT).
+    for (path, d) in [
+        ("client_keepalive.idle", k.idle),
+        ("client_keepalive.interval", k.interval),
+    ] {
+        if d.subsec_nanos() != 0 || !(1..=32767).contains(&d.as_secs()) {
+            bad(
+                path.into(),
+                format!("{path} must be whole seconds from 1s to 32767s, not {d:?}"),
+            );
+        }
+    }
+    if !(1..=127).contains(&k.count) {
+        bad(
+            "client_keepalive.count".into(),
+            format!("client_keepalive.count must be 1..=127, not {}", k.count),
+        );
+    }
     positive(&mut bad, "connect.timeout", config.connect.timeout);
     at_least_one(&mut bad, "connect.attempts", config.connect.attempts);
     if config.threads == 0 || config.threads > 256 {

@@ -9,15 +9,17 @@
 //!
 //! The listeners are bound before pingora starts (a taken address fails the start with its
 //! name) and closed when pingora's shutdown watch fires, which the lifecycle delays by
-//! `shutdown.delay`.
+//! `shutdown.delay`. Options every client connection needs (`TCP_NODELAY`, keepalive) are set
+//! on the listeners, which accepted sockets inherit.
 
 use crate::gateway::Gateway;
 use crate::proxy::open;
 use async_trait::async_trait;
+use kubegate_config::KeepaliveConfig;
 use kubegate_health::out_of_resources;
 use pingora_core::server::ShutdownWatch;
 use pingora_core::services::background::BackgroundService;
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -37,17 +39,30 @@ const RESOURCE_PAUSE: Duration = Duration::from_millis(100);
 const WARNING_EVERY: Duration = Duration::from_secs(10);
 
 /// Binds a listener the way pingora would: address reuse (a restart does not wait for
-/// TIME_WAIT), a deep backlog, non-blocking.
-pub fn bind(address: SocketAddr) -> io::Result<std::net::TcpListener> {
+/// TIME_WAIT), a deep backlog, non-blocking. Accepted sockets inherit the listener's TCP
+/// options, so `TCP_NODELAY` (small writes — TLS records, watch events — leave at once) and the
+/// client keepalive are set here once instead of on every connection.
+pub fn bind(address: SocketAddr, keepalive: &KeepaliveConfig) -> io::Result<std::net::TcpListener> {
     let socket = Socket::new(
         Domain::for_address(address),
         Type::STREAM.nonblocking(),
         Some(Protocol::TCP),
     )?;
     socket.set_reuse_address(true)?;
+    socket.set_tcp_nodelay(true)?;
+    set_keepalive(&socket, keepalive)?;
     socket.bind(&address.into())?;
     socket.listen(BACKLOG)?;
     Ok(socket.into())
+}
+
+fn set_keepalive(socket: &Socket, k: &KeepaliveConfig) -> io::Result<()> {
+    socket.set_tcp_keepalive(
+        &TcpKeepalive::new()
+            .with_time(k.idle)
+            .with_interval(k.interval)
+            .with_retries(k.count),
+    )
 }
 
 /// The passthrough listeners, as a pingora background service.
@@ -78,17 +93,28 @@ impl BackgroundService for Acceptor {
 
 /// Accepts until pingora's shutdown watch fires, then closes the listener.
 async fn accept_loop(listener: TcpListener, gw: Arc<Gateway>, mut shutdown: ShutdownWatch) {
+    let mut keepalive = gw.config.load().client_keepalive.clone();
+    let mut reloads = gw.reloads.subscribe();
     let mut last_warning: Option<Instant> = None;
     let mut unreported = 0u64;
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
+            Ok(()) = reloads.changed() => {
+                // Connections accepted from now on get the reloaded keepalive.
+                let wanted = &gw.config.load().client_keepalive;
+                if *wanted != keepalive {
+                    match set_keepalive(&SockRef::from(&listener), wanted) {
+                        Ok(()) => keepalive = wanted.clone(),
+                        Err(e) => tracing::warn!(error = %e, "cannot set client_keepalive on a listener"),
+                    }
+                }
+                continue;
+            }
             _ = shutdown.changed() => break,
         };
         match accepted {
             Ok((client, _)) => {
-                // Small writes (TLS records, watch events) leave at once.
-                let _ = client.set_nodelay(true);
                 drop(tokio::spawn(open(gw.clone(), client)));
             }
             Err(e) => {

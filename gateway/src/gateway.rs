@@ -40,6 +40,9 @@ pub struct Gateway {
     pub routing: ArcSwap<RoutingTable>,
     /// Rotates balancer choices.
     pub cursor: AtomicUsize,
+    /// Counts applied reloads. Tasks that carry configuration into something they own (the
+    /// accept loops: the listeners' keepalive) wait on it.
+    pub reloads: tokio::sync::watch::Sender<u64>,
     /// Configured backends plus removed ones still draining.
     members: Mutex<Vec<Arc<Backend>>>,
     prober: ArcSwap<Prober>,
@@ -62,6 +65,7 @@ impl Gateway {
             lifecycle,
             routing: ArcSwap::from_pointee(RoutingTable::default()),
             cursor: AtomicUsize::new(0),
+            reloads: tokio::sync::watch::Sender::new(0),
             members: Mutex::new(Vec::new()),
             prober: ArcSwap::from_pointee(prober),
             this: this.clone(),

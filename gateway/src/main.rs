@@ -190,7 +190,8 @@ fn bind_listeners(config: &Config) -> anyhow::Result<Vec<std::net::TcpListener>>
         .listeners
         .iter()
         .map(|l| {
-            accept::bind(l.address).map_err(|e| anyhow::anyhow!("listeners: {}: {e}", l.address))
+            accept::bind(l.address, &config.client_keepalive)
+                .map_err(|e| anyhow::anyhow!("listeners: {}: {e}", l.address))
         })
         .collect()
 }

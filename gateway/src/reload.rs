@@ -80,6 +80,7 @@ fn try_reload(gw: &Gateway) -> Result<Vec<Change>, String> {
     }
     gw.metrics.backends_configured.set(backends_configured);
     gw.rebuild_routing();
+    gw.reloads.send_modify(|n| *n += 1);
     Ok(changes)
 }
 
