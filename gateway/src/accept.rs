@@ -4,7 +4,7 @@
 //! accepted socket in its own stream type and runs a task per connection; the passthrough path
 //! needs the bare socket (see `copy.rs`), and taking it out of pingora's wrapper meant a
 //! duplicated descriptor, a second epoll registration and a third `close`, plus the wrapper's
-//! allocations and its `getsockopt` on drop: 11 % of kubegate's CPU per new connection
+//! allocations and its `getsockopt` on drop: a tenth of kubegate's CPU per new connection
 //! (bench/README.md). The server process, its runtimes and its shutdown stay pingora's.
 //!
 //! The listeners are bound before pingora starts (a taken address fails the start with its
