@@ -177,10 +177,11 @@ for t in direct kubegate haproxy nginx envoy; do
   done
 done
 
-# Busy CPU time of the whole machine in ticks (user, nice, system, irq, softirq, steal): work the
-# kernel does for a proxy outside its process (softirqs in other processes, kernel workers) shows
-# up here.
-busy_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat; }
+# The machine's CPU time in ticks from /proc/stat: total, steal, and busy (user, nice, system,
+# irq, softirq, steal). Work the kernel does for a proxy outside its process (softirqs in other
+# processes, kernel workers) shows up in busy.
+cpu_line() { awk '/^cpu /{print $2+$3+$4+$5+$6+$7+$8+$9, $9, $2+$3+$4+$7+$8+$9}' /proc/stat; }
+busy_ticks() { cpu_line | cut -d' ' -f3; }
 proxy_ticks() { if [ "$1" = direct ]; then echo 0; else cpu_ticks "${pid[$1]}"; fi; }
 
 measure() { # target round
@@ -209,12 +210,11 @@ measure() { # target round
   echo "round $r $t: $rps rps, p99 $p99, $conn conn/s, $bulk MB/s, $idle KiB/idle conn, $cpu_us us/req, $conn_cpu us/conn, machine $machine_us us/req" >&2
 }
 
-cpu_line() { awk '/^cpu /{print $2+$3+$4+$5+$6+$7+$8+$9, $9}' /proc/stat; }
-read -r total0 steal0 < <(cpu_line)
+read -r total0 steal0 _ < <(cpu_line)
 for r in $(seq 1 "$rounds"); do
   for t in "${targets[@]}"; do measure "$t" "$r"; done
 done
 
-read -r total1 steal1 < <(cpu_line)
+read -r total1 steal1 _ < <(cpu_line)
 steal=$(( (steal1 - steal0) * 100 / (total1 - total0 + 1) ))
 python3 bench/summarize.py "$results" "$kubegate_startup_rss" "$kubegate_binary" "$smoke" "$idle_n" "$duration" "$rounds" "$steal" "$checker"
