@@ -9,6 +9,7 @@
 //! Debian's python3-kubernetes. A missing client fails the test, it never skips.
 
 use kubegate_e2e::*;
+use kubegate_process::ChildProcess;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -92,16 +93,17 @@ fn kubectl_scenario(pki: &Pki, server: &str, tag: &str) {
         "{listed}"
     );
 
-    let mut watch = Command::new(kubectl_bin())
-        .arg("--kubeconfig")
-        .arg(&kc)
-        .args(["get", "configmaps", "--watch", "--output-watch-events"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut guard = ChildGuard(Some(watch.id()));
-    let rx = lines_of(&mut watch);
+    let mut watch = ChildProcess::adopt(
+        Command::new(kubectl_bin())
+            .arg("--kubeconfig")
+            .arg(&kc)
+            .args(["get", "configmaps", "--watch", "--output-watch-events"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let rx = lines_of(watch.child_mut().unwrap());
     wait_line(&rx, "the watch's initial listing", |l| l.contains(&name));
     let second = format!("{name}-2");
     kubectl(&kc, &["create", "configmap", &second, "--from-literal=x=y"]);
@@ -112,23 +114,8 @@ fn kubectl_scenario(pki: &Pki, server: &str, tag: &str) {
         l.starts_with("DELETED") && l.contains(&name)
     });
     assert!(event.contains(&name));
-    let _ = watch.kill();
-    let _ = watch.wait();
-    guard.0 = None;
+    watch.kill();
     kubectl(&kc, &["delete", "configmap", &second]);
-}
-
-/// Kills a child by PID if the test fails before it is reaped.
-struct ChildGuard(Option<u32>);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if let Some(pid) = self.0 {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-        }
-    }
 }
 
 fn replicas(pki: &Pki, etcd: &Etcd) -> Vec<Sim> {
@@ -203,15 +190,16 @@ fn python_client_lists_and_watches_through_kubegate() {
         &["create", "configmap", "existing", "--from-literal=a=b"],
     );
 
-    let mut py = Command::new("/usr/bin/python3")
-        .args(["-c", PYTHON_CLIENT])
-        .arg(&kc)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("/usr/bin/python3 with Debian's python3-kubernetes");
-    let mut guard = ChildGuard(Some(py.id()));
-    let rx = lines_of(&mut py);
+    let mut py = ChildProcess::adopt(
+        Command::new("/usr/bin/python3")
+            .args(["-c", PYTHON_CLIENT])
+            .arg(&kc)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("/usr/bin/python3 with Debian's python3-kubernetes"),
+    );
+    let rx = lines_of(py.child_mut().unwrap());
     let list = wait_line(&rx, "the Python client's list", |l| l.starts_with("LIST"));
     assert!(list.starts_with("LIST 1 "), "{list}");
     kubectl(
@@ -222,7 +210,8 @@ fn python_client_lists_and_watches_through_kubegate() {
         l.starts_with("EVENT")
     });
     assert_eq!(event, "EVENT ADDED from-kubectl");
-    let status = py.wait().unwrap();
-    guard.0 = None;
+    let status = py
+        .wait_exit(Duration::from_secs(15))
+        .expect("the Python client ends after its event");
     assert!(status.success());
 }

@@ -32,10 +32,40 @@ pub enum Change {
 }
 
 /// Lists what `new` changes relative to `old`, backends first, in `new`'s order.
+///
+/// Both configurations are taken apart field by field, without `..`: a key added to [`Config`]
+/// does not compile until it is sorted here into a change the gateway applies, a setting read
+/// per connection, or one that needs a restart.
 pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
+    let Config {
+        listeners: old_listeners,
+        backends: old_backends,
+        health: old_health,
+        balance: old_balance,
+        no_ready_backend: old_no_ready_backend,
+        connect: old_connect,
+        client_keepalive: old_client_keepalive,
+        drain: old_drain,
+        shutdown: old_shutdown,
+        admin: old_admin,
+        threads: old_threads,
+    } = old;
+    let Config {
+        listeners,
+        backends,
+        health,
+        balance,
+        no_ready_backend,
+        connect,
+        client_keepalive,
+        drain,
+        shutdown,
+        admin,
+        threads,
+    } = new;
     let mut changes = Vec::new();
-    for b in &new.backends {
-        match old.backends.iter().find(|o| o.address == b.address) {
+    for b in backends {
+        match old_backends.iter().find(|o| o.address == b.address) {
             None => changes.push(Change::BackendAdded(b.clone())),
             Some(o) if o != b => changes.push(Change::BackendUpdated {
                 before: o.clone(),
@@ -44,27 +74,21 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
             Some(_) => {}
         }
     }
-    for o in &old.backends {
-        if !new.backends.iter().any(|b| b.address == o.address) {
+    for o in old_backends {
+        if !backends.iter().any(|b| b.address == o.address) {
             changes.push(Change::BackendRemoved(o.clone()));
         }
     }
-    if old.health != new.health {
+    if old_health != health {
         changes.push(Change::HealthChanged);
     }
-    let settings: [(&'static str, bool); 6] = [
-        ("balance", old.balance != new.balance),
-        (
-            "no_ready_backend",
-            old.no_ready_backend != new.no_ready_backend,
-        ),
-        ("connect", old.connect != new.connect),
-        (
-            "client_keepalive",
-            old.client_keepalive != new.client_keepalive,
-        ),
-        ("drain", old.drain != new.drain),
-        ("shutdown", old.shutdown != new.shutdown),
+    let settings = [
+        ("balance", old_balance != balance),
+        ("no_ready_backend", old_no_ready_backend != no_ready_backend),
+        ("connect", old_connect != connect),
+        ("client_keepalive", old_client_keepalive != client_keepalive),
+        ("drain", old_drain != drain),
+        ("shutdown", old_shutdown != shutdown),
     ];
     changes.extend(
         settings
@@ -72,10 +96,10 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
             .filter(|(_, changed)| *changed)
             .map(|(key, _)| Change::Setting(key)),
     );
-    let restart: [(&'static str, bool); 3] = [
-        ("listeners", old.listeners != new.listeners),
-        ("admin", old.admin != new.admin),
-        ("threads", old.threads != new.threads),
+    let restart = [
+        ("listeners", old_listeners != listeners),
+        ("admin", old_admin != admin),
+        ("threads", old_threads != threads),
     ];
     changes.extend(
         restart

@@ -8,11 +8,11 @@
 //! (bench/README.md). The server process, its runtimes and its shutdown stay pingora's.
 //!
 //! The listeners are bound before pingora starts (a taken address fails the start with its
-//! name) and closed when pingora's shutdown watch fires, which the lifecycle delays by
-//! `shutdown.delay`. Options every client connection needs (`TCP_NODELAY`, keepalive) are set
+//! name) and closed when the lifecycle reaches `draining` (`shutdown.delay` after SIGTERM). Options every client connection needs (`TCP_NODELAY`, keepalive) are set
 //! on the listeners, which accepted sockets inherit.
 
 use crate::gateway::Gateway;
+use crate::lifecycle::Phase;
 use crate::proxy::open;
 use async_trait::async_trait;
 use kubegate_config::KeepaliveConfig;
@@ -75,14 +75,14 @@ pub struct Acceptor {
 
 #[async_trait]
 impl BackgroundService for Acceptor {
-    async fn start(&self, shutdown: ShutdownWatch) {
+    async fn start(&self, _pingora_shutdown: ShutdownWatch) {
         let listeners =
             std::mem::take(&mut *self.listeners.lock().unwrap_or_else(|e| e.into_inner()));
         let mut loops = tokio::task::JoinSet::new();
         for listener in listeners {
             match TcpListener::from_std(listener) {
                 Ok(l) => {
-                    loops.spawn(accept_loop(l, self.gateway.clone(), shutdown.clone()));
+                    loops.spawn(accept_loop(l, self.gateway.clone()));
                 }
                 Err(e) => tracing::error!(error = %e, "cannot register a listener"),
             }
@@ -91,10 +91,14 @@ impl BackgroundService for Acceptor {
     }
 }
 
-/// Accepts until pingora's shutdown watch fires, then closes the listener.
-async fn accept_loop(listener: TcpListener, gw: Arc<Gateway>, mut shutdown: ShutdownWatch) {
-    let mut keepalive = gw.config.load().client_keepalive.clone();
-    let mut reloads = gw.reloads.subscribe();
+/// Accepts until the lifecycle reaches `draining`, then closes the listener.
+async fn accept_loop(listener: TcpListener, gw: Arc<Gateway>) {
+    let mut keepalive = gw.config().load().client_keepalive.clone();
+    let mut reloads = gw.config().subscribe();
+    let mut phase = gw.lifecycle().subscribe();
+    if *phase.borrow() >= Phase::Draining {
+        return;
+    }
     let mut last_warning: Option<Instant> = None;
     let mut unreported = 0u64;
     loop {
@@ -102,7 +106,7 @@ async fn accept_loop(listener: TcpListener, gw: Arc<Gateway>, mut shutdown: Shut
             accepted = listener.accept() => accepted,
             Ok(()) = reloads.changed() => {
                 // Connections accepted from now on get the reloaded keepalive.
-                let wanted = &gw.config.load().client_keepalive;
+                let wanted = &gw.config().load().client_keepalive;
                 if *wanted != keepalive {
                     match set_keepalive(&SockRef::from(&listener), wanted) {
                         Ok(()) => keepalive = wanted.clone(),
@@ -111,14 +115,19 @@ async fn accept_loop(listener: TcpListener, gw: Arc<Gateway>, mut shutdown: Shut
                 }
                 continue;
             }
-            _ = shutdown.changed() => break,
+            Ok(()) = phase.changed() => {
+                if *phase.borrow_and_update() >= Phase::Draining {
+                    break;
+                }
+                continue;
+            }
         };
         match accepted {
             Ok((client, _)) => {
                 drop(tokio::spawn(open(gw.clone(), client)));
             }
             Err(e) => {
-                gw.metrics.accept_errors.inc();
+                gw.metrics().accept_errors.inc();
                 unreported += 1;
                 if last_warning.is_none_or(|t| t.elapsed() >= WARNING_EVERY) {
                     tracing::warn!(error = %e, failures = unreported, "accept failed");

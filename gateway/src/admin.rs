@@ -59,10 +59,10 @@ fn route(gw: &Gateway, req: Request<Incoming>) -> Response<Full<Bytes>> {
                 header::CONTENT_TYPE,
                 "text/plain; version=0.0.4; charset=utf-8",
             )
-            .body(Full::new(Bytes::from(gw.metrics.render())))
+            .body(Full::new(Bytes::from(gw.metrics().render())))
             .expect("valid response"),
         "/debug/backends" => json(&backends_view(gw)),
-        "/debug/config" => json(&**gw.config.load()),
+        "/debug/config" => json(&**gw.config().load()),
         _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
     }
 }
@@ -118,7 +118,8 @@ pub struct BackendView {
 }
 
 fn backends_view(gw: &Gateway) -> Vec<BackendView> {
-    gw.backends()
+    gw.pool()
+        .backends()
         .iter()
         .map(|b| {
             let info = b.info();
@@ -145,7 +146,7 @@ fn backends_view(gw: &Gateway) -> Vec<BackendView> {
                 shutting_down: b.shutting_down(),
                 ejected: b.ejected(),
                 passes_to_ready: b.passes_to_ready(),
-                active_connections: b.active_connections(),
+                active_connections: b.planes().passthrough.open() as i64,
             }
         })
         .collect()

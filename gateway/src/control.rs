@@ -32,8 +32,7 @@ impl BackgroundService for Control {
         reload::record_initial_load(&gw);
         tokio::spawn(admin::serve(admin, gw.clone()));
         tokio::spawn(reload::watch(gw.clone()));
-        gw.lifecycle.advance(Phase::Serving, &gw.metrics);
-        gw.publish_ready();
+        gw.advance(Phase::Serving);
         notify::ready();
         // Keep the service alive; the process ends through the shutdown sequence.
         std::future::pending::<()>().await;

@@ -3,7 +3,7 @@
 //! A [`Relay`] is a hand-written future run as a task of its own, so that an open proxied
 //! connection costs one small task and nothing else: no pingora connection task, no boxed async
 //! state machine, no cancellation futures (kubegate closes a connection by aborting its task, see
-//! `Backend::close_all`).
+//! `Connections::close_all`).
 //!
 //! Readiness first, buffer second: each direction waits for its socket to be readable without
 //! holding memory, then borrows a buffer from a per-thread pool for the read and the write that
@@ -14,7 +14,7 @@
 //! - An error in one direction ends both; a reset is passed on as a reset (SO_LINGER 0), so the
 //!   other peer sees what this one saw instead of a clean end.
 
-use crate::backend::ConnectionGuard;
+use crate::connections::ConnectionGuard;
 use prometheus::IntCounter;
 use std::cell::RefCell;
 use std::future::Future;

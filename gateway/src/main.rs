@@ -3,29 +3,33 @@
 
 mod accept;
 mod admin;
-mod backend;
-mod balancer;
+mod connections;
 mod control;
 mod copy;
+mod events;
 mod gateway;
+mod labels;
 mod lifecycle;
 mod metrics;
 mod notify;
+mod planes;
 mod proxy;
 mod reload;
+mod running;
+mod shutdown;
 mod status;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use gateway::Gateway;
+use gateway::{probe_settings, Gateway};
 use kubegate_config::{load_file, Config};
-use kubegate_health::Prober;
 use pingora_core::server::configuration::ServerConf;
 use pingora_core::server::{RunArgs, Server};
 use pingora_core::services::background::background_service;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 
 #[derive(Parser)]
 #[command(name = "kubegate", version, about)]
@@ -104,7 +108,7 @@ fn main() -> ExitCode {
         Command::Run { config, log_format } => {
             init_logging(log_format);
             match run(&config) {
-                Ok(()) => ExitCode::SUCCESS,
+                Ok(code) => ExitCode::from(code),
                 Err(e) => {
                     tracing::error!("{e:#}");
                     eprintln!("kubegate: {e:#}");
@@ -128,15 +132,15 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-/// Loads, binds, and runs until the shutdown sequence exits the process.
-fn run(config_path: &Path) -> anyhow::Result<()> {
+/// Loads, binds, and runs until the shutdown sequence ends; returns the exit status.
+fn run(config_path: &Path) -> anyhow::Result<u8> {
     let config = load_file(config_path)?;
     if config.health.tls.insecure_skip_verify {
         tracing::warn!(
             "health.tls.insecure_skip_verify is set: backend certificates are not verified"
         );
     }
-    let prober = Prober::new(&config.health)?;
+    let probes = probe_settings(&config)?;
     let listeners = bind_listeners(&config)?;
     let admin = std::net::TcpListener::bind(config.admin.address)
         .map_err(|e| anyhow::anyhow!("admin.address {}: {e}", config.admin.address))?;
@@ -150,14 +154,14 @@ fn run(config_path: &Path) -> anyhow::Result<()> {
         version = env!("CARGO_PKG_VERSION"),
         "kubegate starting"
     );
-    let gateway = Gateway::new(config, config_path.to_path_buf(), prober);
+    let gateway = Gateway::new(config, config_path.to_path_buf(), probes);
 
     let conf = ServerConf {
         threads,
-        // kubegate's shutdown sequence exits the process itself once connections are drained;
-        // pingora's own sleep must never end first.
-        grace_period_seconds: Some(365 * 24 * 3600),
-        graceful_shutdown_timeout_seconds: Some(1),
+        // kubegate's shutdown sequence drains and closes everything itself, then asks pingora
+        // for a fast shutdown: pingora's grace period is never used.
+        grace_period_seconds: Some(0),
+        graceful_shutdown_timeout_seconds: Some(0),
         ..ServerConf::default()
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
@@ -177,10 +181,12 @@ fn run(config_path: &Path) -> anyhow::Result<()> {
             admin: Mutex::new(Some(admin)),
         },
     ));
+    // Exit status of the shutdown sequence; 2 if it never ran to an end.
+    let exit_code = Arc::new(AtomicU8::new(2));
     server.run(RunArgs {
-        shutdown_signal: Box::new(lifecycle::ShutdownSequence { gateway }),
+        shutdown_signal: Box::new(shutdown::ShutdownSequence::new(gateway, exit_code.clone())),
     });
-    Ok(())
+    Ok(exit_code.load(Ordering::Acquire))
 }
 
 /// Binds every listener before pingora starts, so that a taken address fails the start and

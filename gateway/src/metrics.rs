@@ -3,6 +3,8 @@
 //! Label cardinality is bounded by the backend count: per-backend series are removed when a
 //! backend is forgotten, and readyz check names come from a fixed set in the apiserver.
 
+use crate::labels::{ConnectError, Refusal, ReloadResult};
+use kubegate_pool::CloseReason;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
@@ -171,24 +173,43 @@ impl Metrics {
         };
         // Series that dashboards and alerts read exist from the start, at 0, instead of
         // appearing with the first event.
-        for reason in ["no_ready_backend", "connect_failed", "out_of_resources"] {
-            m.refused.with_label_values(&[reason]);
+        for reason in Refusal::ALL {
+            m.refused.with_label_values(&[reason.as_str()]);
         }
-        for result in ["success", "failure"] {
-            m.reloads.with_label_values(&[result]);
+        for result in ReloadResult::ALL {
+            m.reloads.with_label_values(&[result.as_str()]);
         }
         m
     }
 
     /// Creates a new backend's event series at 0.
     pub fn init_backend(&self, backend: &str) {
-        for reason in ["refused", "timeout", "error"] {
-            self.connect_errors.with_label_values(&[backend, reason]);
+        for reason in ConnectError::ALL {
+            self.connect_errors
+                .with_label_values(&[backend, reason.as_str()]);
         }
-        for reason in ["backend_down", "drain_timeout", "shutdown_grace"] {
-            self.forced_closes.with_label_values(&[backend, reason]);
+        for reason in CloseReason::ALL {
+            self.forced_closes
+                .with_label_values(&[backend, reason.as_str()]);
         }
         self.drains.with_label_values(&[backend]);
+    }
+
+    /// Counts a client turned away.
+    pub fn refuse(&self, reason: Refusal) {
+        self.refused.with_label_values(&[reason.as_str()]).inc();
+    }
+
+    /// Counts a failed connect to `backend`.
+    pub fn connect_error(&self, backend: &str, reason: ConnectError) {
+        self.connect_errors
+            .with_label_values(&[backend, reason.as_str()])
+            .inc();
+    }
+
+    /// Counts a reload.
+    pub fn reload(&self, result: ReloadResult) {
+        self.reloads.with_label_values(&[result.as_str()]).inc();
     }
 
     /// The Prometheus text exposition of every family.
@@ -253,7 +274,27 @@ impl<T: prometheus::core::MetricVecBuilder> Forget for prometheus::core::MetricV
     }
 }
 
-/// Handles for the hot path: label lookups done once per backend, not per connection.
+/// Sets a one-hot gauge family: the series of `current` to 1, those of every other value in
+/// `all` to 0. `prefix` holds the labels before the one-hot label (the backend's name, or none).
+pub fn set_one_hot<T: Copy + PartialEq>(
+    family: &IntGaugeVec,
+    prefix: &[&str],
+    all: &[T],
+    current: T,
+    label: impl Fn(T) -> &'static str,
+) {
+    let mut labels: Vec<&str> = prefix.to_vec();
+    labels.push("");
+    for &value in all {
+        *labels.last_mut().expect("one label") = label(value);
+        family
+            .with_label_values(&labels)
+            .set((value == current) as i64);
+    }
+}
+
+/// Handles for the passthrough hot path: label lookups done once per backend, not per
+/// connection.
 pub struct BackendMetrics {
     /// Open connections.
     pub connections: IntGauge,

@@ -3,12 +3,13 @@
 //! closes the connection (backend down, drain deadline, shutdown grace: the task is aborted).
 //! TLS passes through untouched.
 
-use crate::backend::Backend;
-use crate::balancer::pick;
+use crate::connections::Connections;
 use crate::copy::Relay;
 use crate::gateway::Gateway;
-use kubegate_config::NoReadyBackendPolicy;
+use crate::labels::{ConnectError, Refusal};
+use crate::planes::Backend;
 use kubegate_health::out_of_resources;
+use kubegate_pool::{pick, Candidates};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::future::Future;
 use std::io;
@@ -29,76 +30,71 @@ pub async fn open(gw: Arc<Gateway>, client: TcpStream) {
         return;
     };
     let _ = upstream.set_nodelay(true);
-    let guard = backend.register();
+    let guard = Connections::register(&backend);
     let id = guard.id();
     let task = tokio::spawn(Relay::new(client, upstream, guard));
-    backend.attach(id, task.abort_handle());
+    backend.planes().passthrough.attach(id, task.abort_handle());
+}
+
+/// Passthrough's load signal: open connections.
+fn open_connections(b: &Backend) -> u64 {
+    b.planes().passthrough.open() as u64
 }
 
 /// Chooses and connects a backend, retrying on others; `None` when the client must be closed.
 /// Kept lean: its state is what a connection costs while it connects.
 async fn connect(gw: &Gateway) -> Option<(Arc<Backend>, TcpStream)> {
-    let (policy, attempts, limit, fallback_allowed) = {
-        let c = gw.config.load();
+    let (policy, attempts, limit, no_ready) = {
+        let c = gw.config().load();
         (
             c.balance,
             c.connect.attempts,
             c.connect.timeout,
-            c.no_ready_backend == NoReadyBackendPolicy::Alive,
+            c.no_ready_backend,
         )
     };
-    let table = gw.routing.load_full();
-    let candidates = if !table.ready.is_empty() {
-        &table.ready
-    } else if fallback_allowed && !table.fallback.is_empty() {
-        gw.metrics.fallback.inc();
-        &table.fallback
-    } else {
-        gw.metrics
-            .refused
-            .with_label_values(&["no_ready_backend"])
-            .inc();
-        tracing::debug!("no ready backend: closing client connection");
-        return None;
+    let pool = gw.pool();
+    let metrics = gw.metrics();
+    let table = pool.routing();
+    let candidates = match table.candidates(no_ready) {
+        Candidates::Ready(c) => c,
+        Candidates::Fallback(c) => {
+            metrics.fallback.inc();
+            c
+        }
+        Candidates::None => {
+            metrics.refuse(Refusal::NoReadyBackend);
+            tracing::debug!("no ready backend: closing client connection");
+            return None;
+        }
     };
     let mut tried: Vec<SocketAddr> = Vec::new();
     for attempt in 0..attempts {
-        let Some(backend) = pick(policy, candidates, &tried, &gw.cursor) else {
+        let Some(backend) = pick(policy, candidates, &tried, pool.cursor(), &open_connections)
+        else {
             break;
         };
         tried.push(backend.address);
         if attempt == 1 {
-            gw.metrics.connect_retries.inc();
+            metrics.connect_retries.inc();
         }
         let reason = match dial(backend.address, limit).await {
             Ok(stream) => return Some((backend, stream)),
             // kubegate itself is out of descriptors or memory: no fault of the backend, which
             // must not be ejected for it, and another backend would fail the same way.
             Err(e) if out_of_resources(&e) => {
-                gw.metrics
-                    .refused
-                    .with_label_values(&["out_of_resources"])
-                    .inc();
+                metrics.refuse(Refusal::OutOfResources);
                 tracing::warn!(error = %e, "cannot open a backend socket: closing client connection");
                 return None;
             }
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => "refused",
-            Err(e) if e.kind() == io::ErrorKind::TimedOut => "timeout",
-            Err(_) => "error",
+            Err(e) => ConnectError::of(&e),
         };
-        let info = backend.info();
-        gw.metrics
-            .connect_errors
-            .with_label_values(&[&info.name, reason])
-            .inc();
-        tracing::warn!(backend = %info.name, reason, attempt = attempt + 1, "connect to backend failed");
-        backend.eject_for(PASSIVE_EJECTION);
-        backend.probe_soon();
+        let name = backend.info().name.clone();
+        metrics.connect_error(&name, reason);
+        tracing::warn!(backend = %name, reason = reason.as_str(), attempt = attempt + 1, "connect to backend failed");
+        backend.connect_failed(PASSIVE_EJECTION);
     }
-    gw.metrics
-        .refused
-        .with_label_values(&["connect_failed"])
-        .inc();
+    metrics.refuse(Refusal::ConnectFailed);
     None
 }
 

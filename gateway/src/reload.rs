@@ -3,43 +3,42 @@
 //! A reload is all or nothing: the new file is loaded and validated, the changes are listed
 //! (`kubegate_config::diff`), and only if every change can be applied is anything applied. A
 //! refused reload leaves the running configuration as it was, logs why and counts a failure.
+//!
+//! Files are read off the async runtime (the configuration with `tokio::fs`, the files it names
+//! in a blocking task). An editor that rewrites the file in place can be caught half-way; a
+//! changed file that does not load is therefore read once more at the next check and refused
+//! only if it is still the same: the operator sees one refusal for a broken file, none for a
+//! write in progress.
 
-use crate::gateway::Gateway;
+use crate::gateway::{pool_settings, probe_settings, Gateway};
+use crate::labels::ReloadResult;
 use crate::notify;
-use kubegate_config::{diff, load_file, Change};
-use kubegate_health::Prober;
+use kubegate_config::{diff, load_str, Change, Config};
+use kubegate_health::ProbeSettings;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::signal::unix::{signal, SignalKind};
 
 /// How often the config file is checked for changes.
-const POLL: Duration = Duration::from_secs(1);
+const CHECK_EVERY: Duration = Duration::from_secs(1);
 
-/// Applies the file as it is now. Returns the changes applied, or why nothing was.
-pub fn reload(gw: &Gateway, trigger: &str) -> Result<Vec<Change>, String> {
-    notify::reloading();
-    let result = try_reload(gw);
-    notify::reloaded();
-    match &result {
-        Ok(changes) => {
-            gw.metrics.reloads.with_label_values(&["success"]).inc();
-            gw.metrics.last_reload_ok.set(1);
-            gw.metrics.last_reload_success_time.set(unix_now());
-            tracing::info!(trigger, changes = ?changes, "configuration reloaded");
-        }
-        Err(why) => {
-            gw.metrics.reloads.with_label_values(&["failure"]).inc();
-            gw.metrics.last_reload_ok.set(0);
-            tracing::error!(trigger, error = %why, "configuration reload refused; the running configuration stays");
-        }
-    }
-    result
+/// A new configuration, checked and ready to apply: nothing about it can fail any more.
+struct Prepared {
+    config: Config,
+    changes: Vec<Change>,
+    /// New probe settings, when `health` changed.
+    probes: Option<ProbeSettings>,
 }
 
-fn try_reload(gw: &Gateway) -> Result<Vec<Change>, String> {
-    let new = load_file(&gw.config_path).map_err(|e| e.to_string())?;
-    let old = gw.config.load_full();
-    let changes = diff(&old, &new);
+/// Loads `text` (the file at `path`) against the `running` configuration. Blocking: reads the
+/// files the configuration names.
+fn prepare(text: &[u8], path: &Path, running: &Config) -> Result<Prepared, String> {
+    let text =
+        std::str::from_utf8(text).map_err(|e| format!("{}: not UTF-8: {e}", path.display()))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let config = load_str(text, path, base).map_err(|e| e.to_string())?;
+    let changes = diff(running, &config);
     let restart: Vec<&str> = changes
         .iter()
         .filter_map(|c| match c {
@@ -53,57 +52,112 @@ fn try_reload(gw: &Gateway) -> Result<Vec<Change>, String> {
             restart.join(", ")
         ));
     }
-    let health_changed = changes.contains(&Change::HealthChanged);
-    let prober = if health_changed {
-        Some(Prober::new(&new.health).map_err(|e| e.to_string())?)
+    let probes = if changes.contains(&Change::HealthChanged) {
+        Some(probe_settings(&config).map_err(|e| e.to_string())?)
     } else {
         None
     };
-    if new.health.tls.insecure_skip_verify {
+    Ok(Prepared {
+        config,
+        changes,
+        probes,
+    })
+}
+
+/// Puts a prepared configuration in force.
+fn apply(gw: &Gateway, p: Prepared) -> Vec<Change> {
+    if p.config.health.tls.insecure_skip_verify {
         tracing::warn!(
             "health.tls.insecure_skip_verify is set: backend certificates are not verified"
         );
     }
-    let backends_configured = new.backends.len() as i64;
-    gw.config.store(Arc::new(new));
-    if let Some(p) = prober {
-        gw.set_prober(p);
-        gw.restart_checkers();
-    }
-    for change in &changes {
+    let pool = gw.pool();
+    pool.reconfigure(pool_settings(&p.config), p.probes);
+    let configured = p.config.backends.len() as i64;
+    gw.config().replace(p.config);
+    for change in &p.changes {
         match change {
-            Change::BackendAdded(spec) => gw.add_backend(spec),
-            Change::BackendRemoved(spec) => gw.remove_backend(spec),
-            Change::BackendUpdated { before, after } => gw.update_backend(before, after),
+            Change::BackendAdded(spec) => pool.add(spec),
+            Change::BackendRemoved(spec) => pool.remove(spec),
+            Change::BackendUpdated { after, .. } => pool.update(after),
             Change::HealthChanged | Change::Setting(_) | Change::NeedsRestart(_) => {}
         }
     }
-    gw.metrics.backends_configured.set(backends_configured);
-    gw.rebuild_routing();
-    gw.reloads.send_modify(|n| *n += 1);
-    Ok(changes)
+    gw.metrics().backends_configured.set(configured);
+    pool.rebuild_routing();
+    p.changes
+}
+
+/// Loads `text` and applies it if it can be applied whole.
+async fn try_reload(gw: &Gateway, text: Vec<u8>) -> Result<Vec<Change>, String> {
+    let path: PathBuf = gw.config().path().to_path_buf();
+    let running = gw.config().load_full();
+    notify::reloading();
+    let prepared = tokio::task::spawn_blocking(move || prepare(&text, &path, &running))
+        .await
+        .map_err(|e| format!("reload task failed: {e}"))?;
+    let result = prepared.map(|p| apply(gw, p));
+    notify::reloaded();
+    result
+}
+
+fn record(gw: &Gateway, trigger: &str, result: &Result<Vec<Change>, String>) {
+    let m = gw.metrics();
+    match result {
+        Ok(changes) => {
+            m.reload(ReloadResult::Success);
+            m.last_reload_ok.set(1);
+            m.last_reload_success_time.set(unix_now());
+            tracing::info!(trigger, changes = ?changes, "configuration reloaded");
+        }
+        Err(why) => {
+            m.reload(ReloadResult::Failure);
+            m.last_reload_ok.set(0);
+            tracing::error!(trigger, error = %why, "configuration reload refused; the running configuration stays");
+        }
+    }
 }
 
 /// Reloads on SIGHUP and whenever the file's content changes. Runs until the process ends.
 pub async fn watch(gw: Arc<Gateway>) {
     let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
-    // Only content that differs from the last attempt triggers a reload, so a broken file is
+    let path = gw.config().path().to_path_buf();
+    // The content last acted on: a change from it triggers a reload, so a broken file is
     // reported once, not every second.
-    let mut last_seen = std::fs::read(&gw.config_path).ok();
-    let mut tick = tokio::time::interval(POLL);
+    let mut settled = tokio::fs::read(&path).await.ok();
+    // A changed content that did not load, waiting for a second look.
+    let mut unsettled: Option<Vec<u8>> = None;
+    let mut tick = tokio::time::interval(CHECK_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
             _ = hup.recv() => {
-                last_seen = std::fs::read(&gw.config_path).ok();
-                let _ = reload(&gw, "SIGHUP");
+                unsettled = None;
+                match tokio::fs::read(&path).await {
+                    Ok(text) => {
+                        settled = Some(text.clone());
+                        let result = try_reload(&gw, text).await;
+                        record(&gw, "SIGHUP", &result);
+                    }
+                    Err(e) => record(&gw, "SIGHUP", &Err(format!("{}: {e}", path.display()))),
+                }
             }
             _ = tick.tick() => {
-                let now = std::fs::read(&gw.config_path).ok();
-                if now.is_some() && now != last_seen {
-                    last_seen = now;
-                    let _ = reload(&gw, "file changed");
+                let Ok(now) = tokio::fs::read(&path).await else { continue };
+                if Some(&now) == settled.as_ref() {
+                    unsettled = None;
+                    continue;
                 }
+                let second_look = unsettled.as_ref() == Some(&now);
+                let result = try_reload(&gw, now.clone()).await;
+                if result.is_err() && !second_look {
+                    // Possibly caught mid-write: look again at the next check.
+                    unsettled = Some(now);
+                    continue;
+                }
+                record(&gw, "file changed", &result);
+                settled = Some(now);
+                unsettled = None;
             }
         }
     }
@@ -118,6 +172,6 @@ fn unix_now() -> f64 {
 
 /// Records the initial load as a successful one.
 pub fn record_initial_load(gw: &Gateway) {
-    gw.metrics.last_reload_ok.set(1);
-    gw.metrics.last_reload_success_time.set(unix_now());
+    gw.metrics().last_reload_ok.set(1);
+    gw.metrics().last_reload_success_time.set(unix_now());
 }

@@ -1,8 +1,10 @@
-//! The probe loop of one backend.
+//! The probe loop of one backend. It only probes: what a result means is decided by whoever
+//! observes it (the pool runs the backend's [`HealthTracker`](crate::HealthTracker)), which also
+//! says how soon the next probe should come.
 
 use crate::outcome::ProbeRecord;
 use crate::probe::Prober;
-use crate::state::{HealthTracker, Transition};
+use arc_swap::ArcSwap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,17 +12,55 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+/// How soon the next probe of a backend should start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pace {
+    /// After `interval`.
+    Normal,
+    /// After `fast_interval`: a `ready` backend failed a probe and the failure is being
+    /// confirmed.
+    Fast,
+}
+
 /// Receives every probe of one backend, in order, from its checker task.
 pub trait HealthObserver: Send + Sync + 'static {
-    /// One probe finished. `transition` is `Some` exactly when the state changed; `tracker` holds
-    /// the state after it.
-    fn probed(&self, record: &ProbeRecord, transition: Option<Transition>, tracker: &HealthTracker);
+    /// One probe finished; the answer sets the pace of the next one.
+    fn probed(&self, record: &ProbeRecord) -> Pace;
+}
+
+/// What every checker probes with. Shared and swapped whole on a reload, so a change of probe
+/// settings reaches running checkers at their next probe without restarting them.
+pub struct ProbeSettings {
+    /// Probes backends (TLS, path, timeout).
+    pub prober: Prober,
+    /// How often.
+    pub intervals: ProbeIntervals,
+}
+
+/// How often a checker probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeIntervals {
+    /// Between probes normally.
+    pub interval: Duration,
+    /// After a `ready` backend failed a probe, until `fall` is reached or a probe passes: a real
+    /// failure is confirmed sooner, and a single lost probe still does not take a backend out.
+    pub fast_interval: Duration,
+}
+
+impl ProbeIntervals {
+    /// The pause before the next probe at `pace`, before jitter.
+    pub fn at(&self, pace: Pace) -> Duration {
+        match pace {
+            Pace::Normal => self.interval,
+            Pace::Fast => self.fast_interval,
+        }
+    }
 }
 
 /// A running checker. Dropping it stops the probes.
 pub struct CheckerHandle {
     wake: Arc<Notify>,
-    task: JoinHandle<HealthTracker>,
+    task: JoinHandle<()>,
 }
 
 impl CheckerHandle {
@@ -37,25 +77,13 @@ impl Drop for CheckerHandle {
     }
 }
 
-/// How often a checker probes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProbeIntervals {
-    /// Between probes normally.
-    pub interval: Duration,
-    /// After a `ready` backend failed a probe, until `fall` is reached or a probe passes: a real
-    /// failure is confirmed sooner, and a single lost probe still does not take a backend out.
-    pub fast_interval: Duration,
-}
-
-/// Starts probing `addr` every `intervals.interval` (±10% jitter so that several gateways and
-/// backends do not probe in lockstep). The first probe starts at once. The next one starts one
-/// interval after the previous one started, or as soon as it ends when a probe took longer than
-/// that.
+/// Starts probing `addr` with the current `settings`, the next probe one interval (±10% jitter,
+/// so that several gateways and backends do not probe in lockstep) after the previous one
+/// started, or as soon as it ends when a probe took longer than that. The first probe starts
+/// at once.
 pub fn spawn_checker(
     addr: SocketAddr,
-    prober: Arc<Prober>,
-    intervals: ProbeIntervals,
-    mut tracker: HealthTracker,
+    settings: Arc<ArcSwap<ProbeSettings>>,
     observer: Arc<dyn HealthObserver>,
 ) -> CheckerHandle {
     let wake = Arc::new(Notify::new());
@@ -68,15 +96,10 @@ pub fn spawn_checker(
                 _ = woken.notified() => {}
             }
             let started = Instant::now();
-            let record = prober.probe(addr).await;
-            let transition = record.outcome.signal().and_then(|s| tracker.observe(s));
-            observer.probed(&record, transition, &tracker);
-            let pause = if tracker.confirming_failure() {
-                intervals.fast_interval
-            } else {
-                intervals.interval
-            };
-            next = started + jittered(pause);
+            let current = settings.load_full();
+            let record = current.prober.probe(addr).await;
+            let pace = observer.probed(&record);
+            next = started + jittered(current.intervals.at(pace));
         }
     });
     CheckerHandle { wake, task }
@@ -97,5 +120,15 @@ mod tests {
             let j = jittered(base);
             assert!(j >= Duration::from_millis(900) && j <= Duration::from_millis(1100));
         }
+    }
+
+    #[test]
+    fn the_pace_picks_the_interval() {
+        let i = ProbeIntervals {
+            interval: Duration::from_secs(1),
+            fast_interval: Duration::from_millis(250),
+        };
+        assert_eq!(i.at(Pace::Normal), Duration::from_secs(1));
+        assert_eq!(i.at(Pace::Fast), Duration::from_millis(250));
     }
 }

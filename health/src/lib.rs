@@ -1,9 +1,9 @@
 //! Health of apiserver backends: a `/readyz?verbose` prober over TLS, a parser for the verbose
 //! body, and the per-backend state machine (`unknown`, `ready`, `not_ready`, `down`, `removed`).
 //!
-//! The gateway owns what to *do* with a state; this crate only decides the state. Each probe is
-//! reported to a [`HealthObserver`] together with the transition it caused, so every change is
-//! logged and counted exactly once by the observer.
+//! This crate decides states and knows nothing of what a state means for traffic (the pool
+//! decides that). A checker task only probes and hands each result to its [`HealthObserver`],
+//! which runs the backend's [`HealthTracker`] and answers with the [`Pace`] of the next probe.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -14,7 +14,9 @@ mod state;
 mod tls;
 mod verbose;
 
-pub use checker::{spawn_checker, CheckerHandle, HealthObserver, ProbeIntervals};
+pub use checker::{
+    spawn_checker, CheckerHandle, HealthObserver, Pace, ProbeIntervals, ProbeSettings,
+};
 pub use outcome::{ProbeOutcome, ProbeRecord, TlsProblem, UnreachableReason};
 pub use probe::{out_of_resources, Prober, ProberError};
 pub use state::{BackendState, HealthTracker, ProbeSignal, Thresholds, Transition};

@@ -8,9 +8,12 @@
 //! | `down` | no | closed at once |
 //! | `removed` | no | drained, then forgotten |
 //!
-//! All transitions are decided in [`HealthTracker::observe`]; nothing else changes a state
-//! except [`HealthTracker::remove`].
+//! All transitions are decided here, in [`HealthTracker::observe`] (probe results) and
+//! [`HealthTracker::remove`] (dropped from the configuration). Each backend has exactly one
+//! tracker, owned by the pool for as long as the backend's address is configured: a rename or a
+//! change of probe settings keeps its counts and its flap damping.
 
+use crate::checker::Pace;
 use std::fmt;
 
 /// Where one backend stands.
@@ -137,25 +140,43 @@ pub struct HealthTracker {
 impl HealthTracker {
     /// A new backend: `unknown` until `rise` probes pass.
     pub fn new(thresholds: Thresholds) -> HealthTracker {
-        HealthTracker::resume(BackendState::Unknown, thresholds)
-    }
-
-    /// Continues from a known state (after a reload changed the thresholds).
-    pub fn resume(state: BackendState, thresholds: Thresholds) -> HealthTracker {
-        let thresholds = Thresholds {
-            rise: thresholds.rise.max(1),
-            fall: thresholds.fall.max(1),
-            ..thresholds
-        };
+        let thresholds = HealthTracker::sane(thresholds);
         HealthTracker {
-            state,
+            state: BackendState::Unknown,
             passes: 0,
             failures: 0,
-            // No history: a resumed `ready` backend counts as stable.
-            ready_probes: u32::MAX,
+            ready_probes: 0,
             rise_needed: thresholds.rise,
             thresholds,
         }
+    }
+
+    /// Starts from `state` with no history (tests of one arrow of the state table).
+    #[cfg(test)]
+    pub(crate) fn resume(state: BackendState, thresholds: Thresholds) -> HealthTracker {
+        let mut t = HealthTracker::new(thresholds);
+        t.state = state;
+        // No history: a resumed `ready` backend counts as stable.
+        t.ready_probes = u32::MAX;
+        t
+    }
+
+    fn sane(thresholds: Thresholds) -> Thresholds {
+        Thresholds {
+            rise: thresholds.rise.max(1),
+            fall: thresholds.fall.max(1),
+            ..thresholds
+        }
+    }
+
+    /// Applies new thresholds (a reload changed `health`), keeping the state, the counts in
+    /// progress and the flap damping earned so far (capped by the new `max_rise`, and at least
+    /// the new `rise`).
+    pub fn set_thresholds(&mut self, thresholds: Thresholds) {
+        let t = HealthTracker::sane(thresholds);
+        let damped = self.rise_needed.min(t.max_rise.max(t.rise));
+        self.rise_needed = damped.max(t.rise);
+        self.thresholds = t;
     }
 
     /// The current state.
@@ -173,6 +194,15 @@ impl HealthTracker {
     /// sooner, so that a real failure is confirmed quickly.
     pub fn confirming_failure(&self) -> bool {
         self.state == BackendState::Ready && self.failures > 0
+    }
+
+    /// How soon the next probe should come.
+    pub fn pace(&self) -> Pace {
+        if self.confirming_failure() {
+            Pace::Fast
+        } else {
+            Pace::Normal
+        }
     }
 
     /// Feeds one probe result; returns the transition it caused, if any.
@@ -510,6 +540,36 @@ mod tests {
             !t.confirming_failure(),
             "not ready: nothing left to confirm"
         );
+    }
+
+    #[test]
+    fn new_thresholds_keep_the_state_the_counts_and_the_damping() {
+        let mut t = damped();
+        fall_out(&mut t, FAIL);
+        bring_back(&mut t);
+        assert_eq!(fall_out(&mut t, FAIL), 4);
+        t.observe(PASS);
+        // A reload raises fall and keeps damping on: the pass in progress and the 4 stay.
+        t.set_thresholds(Thresholds {
+            rise: 2,
+            fall: 3,
+            max_rise: 8,
+            stable_probes: 10,
+        });
+        assert_eq!((t.state(), t.rise_needed()), (NotReady, 4));
+        assert_eq!(run(t.clone(), &[PASS, PASS]), [NotReady, NotReady]);
+        assert_eq!(run(t.clone(), &[PASS, PASS, PASS]).last(), Some(&Ready));
+        // Turning damping off brings the need down to rise.
+        t.set_thresholds(Thresholds::new(2, 3));
+        assert_eq!(t.rise_needed(), 2);
+    }
+
+    #[test]
+    fn a_ready_backend_failing_once_is_probed_at_the_fast_pace() {
+        let mut t = ready();
+        assert_eq!(t.pace(), Pace::Normal);
+        t.observe(FAIL);
+        assert_eq!(t.pace(), Pace::Fast);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! loopback, each restartable and signalable, so faults are real signals to real processes.
 
 use crate::client::{Client, ClientTls};
-use crate::procs::{free_port, sibling, wait_listening, Proc};
+use crate::procs::{free_port, sibling, spawn, wait_listening, Proc};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -59,7 +59,7 @@ impl ControlPlane {
                 &peer,
             ])
             .args(["--initial-cluster", &format!("lt={peer}")]);
-        let etcd = Proc::spawn(cmd, &dir.join("etcd.log"))?;
+        let etcd = spawn(cmd, &dir.join("etcd.log"))?;
         wait_listening(
             format!("127.0.0.1:{client_port}").parse()?,
             Duration::from_secs(20),
@@ -119,7 +119,7 @@ impl ControlPlane {
             .args(["--shutdown-delay-duration", &self.shutdown_delay])
             .args(["--startup-duration", startup])
             .args(["--replica-name", &r.name]);
-        r.proc = Some(Proc::spawn(cmd, &self.dir.join(format!("{}.log", r.name)))?);
+        r.proc = Some(spawn(cmd, &self.dir.join(format!("{}.log", r.name)))?);
         wait_listening(r.addr, Duration::from_secs(10))
     }
 
@@ -143,7 +143,8 @@ impl ControlPlane {
     /// Sends `sig` to replica `i`.
     pub fn signal(&self, i: usize, sig: i32) {
         if let Some(p) = &self.replicas[i].proc {
-            p.signal(sig);
+            // A replica that already ended has nothing to receive it.
+            let _ = p.signal(sig);
         }
     }
 
@@ -153,7 +154,7 @@ impl ControlPlane {
         let exited = self.replicas[i]
             .proc
             .as_mut()
-            .map(|p| p.wait_exit(limit))
+            .map(|p| p.wait_exit(limit).is_some())
             .unwrap_or(true);
         self.replicas[i].proc = None;
         exited

@@ -10,7 +10,7 @@
 //!
 //! A peer that is not installed is reported as such, never estimated.
 
-use crate::procs::{free_port, sibling, wait_listening, which, Proc};
+use crate::procs::{free_port, sibling, spawn, wait_listening, which, Proc};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -60,7 +60,7 @@ pub fn start(
             "unknown gateway {other}"
         ))),
     }?;
-    let proc = Proc::spawn(cmd, &dir.join(format!("{name}.log"))).map_err(Unavailable::Failed)?;
+    let proc = spawn(cmd, &dir.join(format!("{name}.log"))).map_err(Unavailable::Failed)?;
     wait_listening(listen, Duration::from_secs(15)).map_err(Unavailable::Failed)?;
     Ok(Gateway {
         listen,

@@ -1,73 +1,17 @@
-//! Child processes started by the load test: logged to a file, signalled and ended by PID.
+//! Child processes started by the load test: logged to a file, signalled and ended by PID
+//! (`kubegate-process`), and what finding them needs.
 
-use std::fs::File;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// A child process; SIGKILLed (after a SIGCONT, in case it is stopped) when dropped.
-pub struct Proc {
-    child: Option<Child>,
-}
+/// A child process of the load test, ended by PID when dropped.
+pub use kubegate_process::ChildProcess as Proc;
 
-impl Proc {
-    /// Starts `cmd` with stdout and stderr appended to `log`.
-    pub fn spawn(mut cmd: Command, log: &Path) -> anyhow::Result<Proc> {
-        let out = File::options().create(true).append(true).open(log)?;
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(out.try_clone()?)
-            .stderr(out)
-            .spawn()
-            .map_err(|e| anyhow::anyhow!("start {:?}: {e}", cmd.get_program()))?;
-        Ok(Proc { child: Some(child) })
-    }
-
-    /// Sends a signal by PID.
-    pub fn signal(&self, sig: i32) {
-        if let Some(c) = &self.child {
-            // SAFETY: kill(2) on a PID this process started and has not reaped.
-            unsafe {
-                libc::kill(c.id() as i32, sig);
-            }
-        }
-    }
-
-    /// Waits up to `limit` for the process to exit by itself; true if it did.
-    pub fn wait_exit(&mut self, limit: Duration) -> bool {
-        let Some(child) = self.child.as_mut() else {
-            return true;
-        };
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                self.child = None;
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
-    }
-
-    /// Ends the process now.
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            self.signal(libc::SIGCONT);
-            // SAFETY: as above; the child is reaped right after.
-            unsafe {
-                libc::kill(c.id() as i32, libc::SIGCONT);
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill();
-    }
+/// Starts `cmd` with its output appended to `log`.
+pub fn spawn(mut cmd: Command, log: &Path) -> anyhow::Result<Proc> {
+    Ok(Proc::spawn(&mut cmd, log)?)
 }
 
 /// A loopback port free a moment ago.

@@ -2,10 +2,10 @@
 
 use crate::client::{Conn, Response};
 use crate::pki::Pki;
-use std::fs::File;
+use kubegate_process::ChildProcess;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 /// Path of a workspace binary (`kubegate`, `kubegate-sim`), built by `cargo build --bins`.
@@ -45,53 +45,51 @@ pub fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>
     }
 }
 
-/// A child process, killed by PID when dropped.
+/// A child process with a name, killed by PID when dropped; its log is printed when a test
+/// fails while it runs.
 pub struct Proc {
     name: String,
-    child: Option<Child>,
+    child: ChildProcess,
     log: PathBuf,
 }
 
 impl Proc {
     /// Starts `cmd`, logging stderr and stdout to `log`.
     pub fn spawn(name: &str, mut cmd: Command, log: PathBuf) -> Proc {
-        let out = File::create(&log).unwrap();
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {name}: {e}"));
+        let child =
+            ChildProcess::spawn(&mut cmd, &log).unwrap_or_else(|e| panic!("start {name}: {e}"));
         Proc {
             name: name.to_string(),
-            child: Some(child),
+            child,
             log,
         }
     }
 
     /// The process id.
     pub fn pid(&self) -> i32 {
-        self.child.as_ref().expect("running").id() as i32
+        self.child.pid().expect("running") as i32
     }
 
     /// Sends `sig` (libc::SIGTERM, SIGSTOP, ...) to the process.
     pub fn signal(&self, sig: i32) {
-        signal_pid(self.pid(), sig);
+        self.child
+            .signal(sig)
+            .unwrap_or_else(|e| panic!("signal {sig} to {}: {e}", self.name));
     }
 
     /// Waits for the process to exit by itself within `limit`.
     pub fn wait_exit(&mut self, limit: Duration) -> ExitStatus {
-        let child = self.child.as_mut().expect("running");
-        let status = wait_for(&format!("{} to exit", self.name), limit, || {
-            child.try_wait().unwrap()
-        });
-        self.child = None;
-        status
+        self.child.wait_exit(limit).unwrap_or_else(|| {
+            panic!(
+                "timed out after {limit:?} waiting for {} to exit",
+                self.name
+            )
+        })
     }
 
     /// Still running.
     pub fn running(&mut self) -> bool {
-        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+        self.child.running()
     }
 
     /// The log so far.
@@ -101,29 +99,16 @@ impl Proc {
 
     /// Kills now (SIGKILL) and reaps.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            signal_pid(child.id() as i32, libc::SIGCONT);
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.child.kill();
     }
 }
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        if self.child.is_some() {
-            self.kill();
-            if std::thread::panicking() {
-                eprintln!("---- log of {} ----\n{}", self.name, self.log());
-            }
+        if self.child.running() && std::thread::panicking() {
+            eprintln!("---- log of {} ----\n{}", self.name, self.log());
         }
     }
-}
-
-fn signal_pid(pid: i32, sig: i32) {
-    // SAFETY: kill(2) with a PID this harness started; no memory is shared.
-    let rc = unsafe { libc::kill(pid, sig) };
-    assert_eq!(rc, 0, "kill({pid}, {sig}) failed");
 }
 
 /// How a simulated replica is started.

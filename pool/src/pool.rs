@@ -1,0 +1,384 @@
+//! The pool: the configured backends, the routing table, and the one place where a backend's
+//! state changes and its consequences (drain, close, forget) are set in motion.
+
+use crate::backend::{Backend, BackendInfo, Health};
+use crate::events::PoolEvents;
+use crate::orders::{order_for, CloseReason, Order};
+use crate::planes::DataPlanes;
+use crate::routing::RoutingTable;
+use arc_swap::ArcSwap;
+use kubegate_config::{BackendSpec, DrainConfig};
+use kubegate_health::{
+    spawn_checker, BackendState, HealthObserver, HealthTracker, Pace, ProbeOutcome, ProbeRecord,
+    ProbeSettings, ProbeSignal, Thresholds, Transition,
+};
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// The settings the pool decides with; replaced whole on a reload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolSettings {
+    /// Counts that decide transitions.
+    pub thresholds: Thresholds,
+    /// Drain deadlines.
+    pub drain: DrainConfig,
+}
+
+/// Makes a new backend's data-plane state from its name.
+type PlanesFactory<P> = Box<dyn Fn(&str) -> P + Send + Sync>;
+
+/// Every backend, configured or removed and still draining.
+pub struct Pool<P> {
+    members: Mutex<Vec<Arc<Backend<P>>>>,
+    routing: ArcSwap<RoutingTable<P>>,
+    cursor: AtomicUsize,
+    /// What checkers probe with; `None`: no checkers, probes are fed by hand (unit tests).
+    probes: Option<Arc<ArcSwap<ProbeSettings>>>,
+    settings: ArcSwap<PoolSettings>,
+    events: Arc<dyn PoolEvents>,
+    new_planes: PlanesFactory<P>,
+    /// Woken whenever some backend's work drops to none.
+    idle: Arc<Notify>,
+    this: Weak<Pool<P>>,
+}
+
+impl<P: DataPlanes> Pool<P> {
+    /// An empty pool. `probes`: what checkers probe with (`None` starts no checkers); `events`
+    /// counts decisions; `new_planes` makes a backend's data-plane state from its name.
+    pub fn new(
+        settings: PoolSettings,
+        probes: Option<ProbeSettings>,
+        events: Arc<dyn PoolEvents>,
+        new_planes: impl Fn(&str) -> P + Send + Sync + 'static,
+    ) -> Arc<Pool<P>> {
+        Arc::new_cyclic(|this| Pool {
+            members: Mutex::new(Vec::new()),
+            routing: ArcSwap::from_pointee(RoutingTable::default()),
+            cursor: AtomicUsize::new(0),
+            probes: probes.map(|p| Arc::new(ArcSwap::from_pointee(p))),
+            settings: ArcSwap::from_pointee(settings),
+            events,
+            new_planes: Box::new(new_planes),
+            idle: Arc::new(Notify::new()),
+            this: this.clone(),
+        })
+    }
+
+    fn members(&self) -> MutexGuard<'_, Vec<Arc<Backend<P>>>> {
+        self.members.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every backend, configured or draining after removal.
+    pub fn backends(&self) -> Vec<Arc<Backend<P>>> {
+        self.members().clone()
+    }
+
+    /// Who may get new work, read lock-free; the handle may be kept across awaits (a connect
+    /// and its retries use one table).
+    pub fn routing(&self) -> Arc<RoutingTable<P>> {
+        self.routing.load_full()
+    }
+
+    /// Rotates round-robin picks and breaks least-load ties.
+    pub fn cursor(&self) -> &AtomicUsize {
+        &self.cursor
+    }
+
+    /// Work open on every backend.
+    pub fn open(&self) -> usize {
+        self.members().iter().map(|b| b.planes().open()).sum()
+    }
+
+    /// Adds a backend in `unknown` and starts probing it. Must run inside the runtime that is
+    /// to carry its health checks.
+    pub fn add(&self, spec: &BackendSpec) {
+        let info = BackendInfo {
+            name: spec.display_name(),
+            probe_address: spec.probe_address(),
+        };
+        let tracker = HealthTracker::new(self.settings.load().thresholds);
+        let backend = Arc::new(Backend::new(
+            spec.address,
+            info.clone(),
+            tracker,
+            (self.new_planes)(&info.name),
+            self.idle.clone(),
+        ));
+        self.events.backend_added(&info.name, BackendState::Unknown);
+        self.start_checker(&backend);
+        tracing::info!(backend = %info.name, address = %spec.address, "backend added");
+        // A backend re-added while its old self still drains: the old one keeps draining.
+        self.members().push(backend);
+    }
+
+    /// A kept backend got another name or probe address: its state, tracker and work stay.
+    pub fn update(&self, after: &BackendSpec) {
+        let Some(backend) = self.configured(after.address) else {
+            return;
+        };
+        let info = BackendInfo {
+            name: after.display_name(),
+            probe_address: after.probe_address(),
+        };
+        let old = backend.info().as_ref().clone();
+        backend.set_info(info.clone());
+        if old.name != info.name {
+            backend.planes().renamed(&info.name);
+            self.events
+                .backend_renamed(&old.name, &info.name, backend.state());
+        }
+        if old.probe_address != info.probe_address {
+            self.start_checker(&backend);
+        }
+        tracing::info!(backend = %info.name, previous_name = %old.name, probe_address = %info.probe_address, "backend updated");
+    }
+
+    /// Stops probing a backend and drains it; it is forgotten once its work has ended.
+    pub fn remove(&self, spec: &BackendSpec) {
+        let Some(backend) = self.configured(spec.address) else {
+            return;
+        };
+        let mut health = backend.health();
+        health.checker = None;
+        if let Some(t) = health.tracker.remove() {
+            self.apply(&backend, &mut health, t, "removed from configuration");
+        }
+    }
+
+    /// New thresholds, drain deadlines and probe settings (a reload). Every backend keeps its
+    /// state, its counts in progress and its flap damping; checkers pick up the new probe
+    /// settings at their next probe.
+    pub fn reconfigure(&self, settings: PoolSettings, probes: Option<ProbeSettings>) {
+        if let (Some(shared), Some(p)) = (&self.probes, probes) {
+            shared.store(Arc::new(p));
+        }
+        for b in self.backends() {
+            let mut health = b.health();
+            health.tracker.set_thresholds(settings.thresholds);
+            b.set_passes_to_ready(health.tracker.rise_needed());
+        }
+        self.settings.store(Arc::new(settings));
+    }
+
+    /// Closes all open work (kubegate's shutdown grace ran out); returns how much.
+    pub fn close_all(&self, reason: CloseReason) -> usize {
+        self.backends().iter().map(|b| self.close(b, reason)).sum()
+    }
+
+    /// Returns once no backend has open work.
+    pub async fn idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.open() == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn configured(&self, address: SocketAddr) -> Option<Arc<Backend<P>>> {
+        self.members()
+            .iter()
+            .find(|b| b.address == address && b.state() != BackendState::Removed)
+            .cloned()
+    }
+
+    fn start_checker(&self, backend: &Arc<Backend<P>>) {
+        let Some(probes) = &self.probes else { return };
+        let checker = spawn_checker(
+            backend.info().probe_address,
+            probes.clone(),
+            Arc::new(ProbeSink {
+                pool: self.this.clone(),
+                backend: Arc::downgrade(backend),
+            }),
+        );
+        backend.health().checker = Some(checker);
+    }
+
+    /// One probe of `backend` finished: the tracker decides, the consequences follow. Returns
+    /// the pace of the next probe.
+    pub fn observe(&self, backend: &Arc<Backend<P>>, record: &ProbeRecord) -> Pace {
+        let name = backend.info().name.clone();
+        self.events.probed(&name, record);
+        let mut health = backend.health();
+        let Some(signal) = record.outcome.signal() else {
+            // Nothing was learned about the backend: its state, failing checks and last
+            // probe stay as they were.
+            if let ProbeOutcome::NotRun(detail) = &record.outcome {
+                tracing::warn!(backend = %name, detail = %detail, "probe not run");
+            }
+            return health.tracker.pace();
+        };
+        let failing_before = backend
+            .last_probe()
+            .map(|p| p.outcome.failing_checks().to_vec())
+            .unwrap_or_default();
+        let failing_now = record.outcome.failing_checks();
+        if failing_before != failing_now {
+            self.events
+                .failing_checks(&name, &failing_before, failing_now);
+        }
+        if signal == ProbeSignal::Pass {
+            backend.clear_ejection();
+        }
+        let shutting_down = signal
+            == ProbeSignal::Fail {
+                shutting_down: true,
+            };
+        let was_shutting_down = backend.record_probe(record, shutting_down);
+        let transition = health.tracker.observe(signal);
+        backend.set_passes_to_ready(health.tracker.rise_needed());
+        match transition {
+            Some(t) => self.apply(backend, &mut health, t, &record.outcome.describe()),
+            // A not-ready backend that starts shutting down leaves the fallback set.
+            None if shutting_down != was_shutting_down => self.rebuild_routing(),
+            None => {}
+        }
+        health.tracker.pace()
+    }
+
+    /// Carries out a state change: publish it, log it once, order the data planes, reroute.
+    fn apply(&self, backend: &Arc<Backend<P>>, health: &mut Health, t: Transition, reason: &str) {
+        backend.publish_state(t.to);
+        // Whatever drain was under way belongs to the state just left.
+        if let Some(drain) = health.drain.take() {
+            drain.abort();
+        }
+        let name = backend.info().name.clone();
+        self.events.state_changed(&name, t);
+        let open = backend.planes().open();
+        let drain = self.settings.load().drain.clone();
+        let order = order_for(t.to, backend.shutting_down(), &drain);
+        tracing::info!(
+            backend = %name,
+            from = t.from.as_str(),
+            to = t.to.as_str(),
+            reason,
+            open,
+            order = ?order,
+            passes_to_ready = backend.passes_to_ready(),
+            "backend state changed"
+        );
+        match order {
+            Order::Keep => {}
+            Order::Close(why) => {
+                if open > 0 {
+                    tracing::warn!(backend = %name, open, reason = why.as_str(), "closing work open on the backend");
+                }
+                self.close(backend, why);
+            }
+            Order::Drain { timeout } => {
+                backend.planes().drain();
+                let removed = t.to == BackendState::Removed;
+                if open > 0 {
+                    self.events.drain_started(&name);
+                    health.drain = Some(self.spawn_drain(backend, timeout, removed));
+                } else if removed {
+                    self.forget(backend);
+                }
+            }
+        }
+        self.rebuild_routing();
+    }
+
+    /// The drain of `backend`: open work may finish for `timeout`, then what is left is
+    /// closed. A removed backend is forgotten as soon as its work has ended, by itself or
+    /// closed at the deadline. The task is aborted when the state changes again.
+    fn spawn_drain(
+        &self,
+        backend: &Arc<Backend<P>>,
+        timeout: Duration,
+        removed: bool,
+    ) -> tokio::task::AbortHandle {
+        let backend = backend.clone();
+        let pool = self.this.clone();
+        tokio::spawn(async move {
+            let deadline = tokio::time::sleep(timeout);
+            tokio::pin!(deadline);
+            let expired = tokio::select! {
+                _ = &mut deadline => true,
+                _ = backend.idle(), if removed => false,
+            };
+            let Some(pool) = pool.upgrade() else { return };
+            if expired {
+                let closed = pool.close(&backend, CloseReason::DrainTimeout);
+                if closed > 0 {
+                    tracing::warn!(backend = %backend.info().name, closed, ?timeout, "drain deadline: closing open work");
+                }
+            }
+            if removed {
+                backend.idle().await;
+                pool.forget(&backend);
+            }
+        })
+        .abort_handle()
+    }
+
+    /// Closes the work open on `backend` now and counts it.
+    fn close(&self, backend: &Backend<P>, reason: CloseReason) -> usize {
+        let closed = backend.planes().close(reason);
+        self.events.closed(&backend.info().name, reason, closed);
+        closed
+    }
+
+    /// Drops a removed backend; its metric series go unless a configured backend has its name.
+    fn forget(&self, backend: &Arc<Backend<P>>) {
+        let name = backend.info().name.clone();
+        let name_in_use = {
+            let mut members = self.members();
+            members.retain(|b| !Arc::ptr_eq(b, backend));
+            members.iter().any(|b| b.info().name == name)
+        };
+        if !name_in_use {
+            self.events.forgotten(&name);
+        }
+        tracing::info!(backend = %name, "backend forgotten");
+    }
+
+    /// Recomputes who may get new work.
+    pub fn rebuild_routing(&self) {
+        let table = {
+            let members = self.members();
+            RoutingTable {
+                ready: members
+                    .iter()
+                    .filter(|b| b.state() == BackendState::Ready)
+                    .cloned()
+                    .collect(),
+                fallback: members
+                    .iter()
+                    .filter(|b| b.state() == BackendState::NotReady && !b.shutting_down())
+                    .cloned()
+                    .collect(),
+            }
+        };
+        let ready = table.ready.len();
+        self.routing.store(Arc::new(table));
+        self.events.routing_changed(ready);
+    }
+}
+
+/// Routes one backend's probes into the pool. Weak on both sides: a forgotten backend or a
+/// dropped pool ends the loop's effects without a reference cycle.
+struct ProbeSink<P> {
+    pool: Weak<Pool<P>>,
+    backend: Weak<Backend<P>>,
+}
+
+impl<P: DataPlanes> HealthObserver for ProbeSink<P> {
+    fn probed(&self, record: &ProbeRecord) -> Pace {
+        match (self.pool.upgrade(), self.backend.upgrade()) {
+            (Some(pool), Some(backend)) => pool.observe(&backend, record),
+            _ => Pace::Normal,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
