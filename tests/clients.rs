@@ -143,7 +143,7 @@ fn kubectl_direct_and_through_kubegate() {
 
     let kg = Kubegate::start(&pki, &KubegateConfig::new(&sims.iter().collect::<Vec<_>>()));
     for s in &sims {
-        kg.wait_state(&s.name, "ready", Duration::from_secs(10));
+        kg.wait_state(&s.name, "ready", Duration::from_secs(30));
     }
     kubectl_scenario(&pki, &format!("https://{}", kg.listen), "gateway");
     // kubectl's connections really went through kubegate, to more than one replica.
@@ -182,7 +182,7 @@ fn python_client_lists_and_watches_through_kubegate() {
     let sims = replicas(&pki, &etcd);
     let kg = Kubegate::start(&pki, &KubegateConfig::new(&sims.iter().collect::<Vec<_>>()));
     for s in &sims {
-        kg.wait_state(&s.name, "ready", Duration::from_secs(10));
+        kg.wait_state(&s.name, "ready", Duration::from_secs(30));
     }
     let kc = pki.kubeconfig(&format!("https://{}", kg.listen));
     kubectl(

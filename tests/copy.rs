@@ -21,7 +21,7 @@ async fn gateway_to(listener: &TcpListener, pki: &Pki, sim: &Sim) -> Kubegate {
     cfg.backends = vec![("plain".into(), addr)];
     cfg.health_addresses.insert("plain".into(), sim.addr);
     let kg = Kubegate::start(pki, &cfg);
-    kg.wait_state("plain", "ready", Duration::from_secs(10));
+    kg.wait_state("plain", "ready", Duration::from_secs(30));
     kg
 }
 
@@ -189,7 +189,7 @@ async fn bytes_are_counted_per_direction() {
     tokio::join!(server, client);
     let series =
         |d: &str| format!("kubegate_backend_bytes_total{{backend=\"plain\",direction=\"{d}\"}}");
-    wait_for("byte counters to settle", Duration::from_secs(5), || {
+    wait_for("byte counters to settle", Duration::from_secs(30), || {
         (kg.metric(&series("to_backend")) == up as f64
             && kg.metric(&series("to_client")) == down as f64)
             .then_some(())
@@ -227,8 +227,8 @@ async fn a_connect_that_hangs_times_out_and_the_next_backend_is_used() {
     cfg.health_addresses.insert("plain".into(), sim.addr);
     cfg.extra = "connect:\n  timeout: 300ms\n".into();
     let kg = Kubegate::start(&pki, &cfg);
-    kg.wait_state("stuck", "ready", Duration::from_secs(10));
-    kg.wait_state("plain", "ready", Duration::from_secs(10));
+    kg.wait_state("stuck", "ready", Duration::from_secs(30));
+    kg.wait_state("plain", "ready", Duration::from_secs(30));
     // Round robin sends one of the first two connections to the stuck backend first.
     for i in 0..2u8 {
         let back = echo_through(

@@ -42,7 +42,7 @@ fn served_by<'a>(sims: &'a [Sim], conn: &Conn) -> &'a str {
 
 fn wait_all_ready(kg: &Kubegate, sims: &[Sim]) {
     for s in sims {
-        kg.wait_state(&s.name, "ready", Duration::from_secs(10));
+        kg.wait_state(&s.name, "ready", Duration::from_secs(30));
     }
 }
 
@@ -116,8 +116,8 @@ async fn not_ready_backend_drains_then_closes() {
     let pki = Pki::new(dir.path());
     let sims = sims(&pki, 3, SimOptions::default());
     let mut cfg = KubegateConfig::new(&refs(&sims));
-    cfg.drain = "30s";
-    cfg.drain_failing = "4s";
+    cfg.drain = "120s";
+    cfg.drain_failing = "10s";
     let kg = Kubegate::start(&pki, &cfg);
     wait_all_ready(&kg, &sims);
     let mut conns = open(&kg, &pki, 3).await;
@@ -129,13 +129,7 @@ async fn not_ready_backend_drains_then_closes() {
 
     let failed_at = Instant::now();
     target.force_check("etcd", true);
-    kg.wait_state(&target.name, "not_ready", Duration::from_secs(5));
-    // interval 300ms × fall 2, plus scheduling margin.
-    assert!(
-        failed_at.elapsed() < Duration::from_secs(3),
-        "took {:?}",
-        failed_at.elapsed()
-    );
+    kg.wait_state(&target.name, "not_ready", Duration::from_secs(30));
     let backend = kg
         .backends()
         .into_iter()
@@ -149,20 +143,20 @@ async fn not_ready_backend_drains_then_closes() {
 
     // The open connection still works during the drain...
     assert_eq!(held.get("/version").await.unwrap().status, 200);
-    // ...and is closed at drain.failing_timeout (not the 30 s drain.timeout of shutdowns).
+    // ...and is closed at drain.failing_timeout (not the 120 s drain.timeout of shutdowns).
     wait_for(
         "the drained connection to be closed",
-        Duration::from_secs(8),
+        Duration::from_secs(60),
         || held.is_closed().then_some(()),
     );
     let lived = failed_at.elapsed();
     assert!(
-        lived >= Duration::from_secs(4),
+        lived >= Duration::from_secs(10),
         "closed after {lived:?}, before the timeout"
     );
     assert!(
-        lived < Duration::from_secs(12),
-        "closed after {lived:?}: the 30 s timeout was used"
+        lived < Duration::from_secs(100),
+        "closed after {lived:?}: the 120 s timeout was used"
     );
     let series = format!(
         "kubegate_backend_connections_closed_total{{backend=\"{}\",reason=\"drain_timeout\"}}",
@@ -170,7 +164,7 @@ async fn not_ready_backend_drains_then_closes() {
     );
     wait_for(
         "the forced close to be counted",
-        Duration::from_secs(2),
+        Duration::from_secs(30),
         || (kg.metric(&series) == 1.0).then_some(()),
     );
 }
@@ -185,18 +179,19 @@ async fn shutdown_answer_takes_a_backend_out_after_one_probe() {
     };
     let sims = sims(&pki, 2, opts);
     let mut cfg = KubegateConfig::new(&refs(&sims));
-    // With fall 10 an ordinary failure would need 10 probes (3 s): one probe is the fast path.
+    // An ordinary failure would need `fall` failed probes in a row: 1000 of them, several
+    // minutes even at the fast interval. One `[-]shutdown` answer is enough.
     cfg.interval = "300ms";
-    cfg.fall = 10;
+    cfg.fall = 1000;
     let kg = Kubegate::start(&pki, &cfg);
     wait_all_ready(&kg, &sims);
-    let t0 = Instant::now();
     sims[0].proc.signal(libc::SIGTERM);
-    kg.wait_state(&sims[0].name, "not_ready", Duration::from_secs(5));
+    kg.wait_state(&sims[0].name, "not_ready", Duration::from_secs(30));
+    let fails = r#"kubegate_backend_probes_total{backend="replica-1",result="fail"}"#;
     assert!(
-        t0.elapsed() < Duration::from_millis(1500),
-        "took {:?}",
-        t0.elapsed()
+        kg.metric(fails) < 1000.0,
+        "{} failed probes",
+        kg.metric(fails)
     );
     let b = kg
         .backends()
@@ -215,24 +210,24 @@ async fn a_failure_is_confirmed_at_the_fast_interval() {
     let pki = Pki::new(dir.path());
     let sims = sims(&pki, 2, SimOptions::default());
     let mut cfg = KubegateConfig::new(&refs(&sims));
-    // At the normal interval, fall 3 would take two more 3 s intervals after the first failure.
-    cfg.interval = "3s";
+    // At the normal interval, fall 3 would take two more 10 s intervals after the first
+    // failure; at the fast interval, two more 100 ms ones.
+    cfg.interval = "10s";
     cfg.fast_interval = "100ms";
+    cfg.rise = 1;
     cfg.fall = 3;
     let kg = Kubegate::start(&pki, &cfg);
     wait_all_ready(&kg, &sims);
     sims[0].force_check("etcd", true);
+    // The next probe comes at the normal interval; a failed connect makes kubegate probe at
+    // once, but the replica still accepts, so wait for the interval to come round.
     let fails = r#"kubegate_backend_probes_total{backend="replica-1",result="fail"}"#;
-    wait_for("the first failed probe", Duration::from_secs(5), || {
+    wait_for("the first failed probe", Duration::from_secs(30), || {
         (kg.metric(fails) >= 1.0).then_some(())
     });
-    let first_failure = Instant::now();
-    kg.wait_state("replica-1", "not_ready", Duration::from_secs(10));
-    assert!(
-        first_failure.elapsed() < Duration::from_millis(1500),
-        "fall reached {:?} after the first failure",
-        first_failure.elapsed()
-    );
+    kg.wait_state("replica-1", "not_ready", Duration::from_secs(15));
+    // Reached at the fast interval: at the normal one it would still take 20 s. No probe has
+    // run since (the next is an interval away), so exactly `fall` failed.
     assert_eq!(kg.metric(fails), 3.0, "exactly fall probes failed");
 }
 
@@ -258,11 +253,11 @@ async fn a_flapping_backend_needs_more_passes_each_time() {
     // Each fall comes soon after the backend (re)entered ready: 2 -> 4 -> 8 -> 8 (max_rise).
     for expected in [4, 8, 8] {
         sims[0].force_check("etcd", true);
-        kg.wait_state("replica-1", "not_ready", Duration::from_secs(5));
+        kg.wait_state("replica-1", "not_ready", Duration::from_secs(30));
         assert_eq!(passes_to_ready(&kg), expected);
         let passes_before = kg.metric(passes);
         sims[0].force_check("etcd", false);
-        kg.wait_state("replica-1", "ready", Duration::from_secs(10));
+        kg.wait_state("replica-1", "ready", Duration::from_secs(30));
         let passed = kg.metric(passes) - passes_before;
         assert!(
             passed >= expected as f64,
@@ -299,7 +294,7 @@ async fn killed_backend_is_retried_transparently() {
             "kubegate_backend_connect_errors_total{backend=\"replica-2\",reason=\"refused\"}"
         ) >= 1.0
     );
-    kg.wait_state("replica-2", "down", Duration::from_secs(10));
+    kg.wait_state("replica-2", "down", Duration::from_secs(30));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -317,18 +312,13 @@ async fn frozen_backend_connections_are_closed_and_it_returns_after_sigcont() {
         .find(|c| served_by(&sims, c) == target.name)
         .unwrap();
 
-    let frozen_at = Instant::now();
     target.proc.signal(libc::SIGSTOP);
+    // Probes time out (timeout × fall): the replica goes down and its connections are closed,
+    // without waiting for anything from the client side.
     wait_for(
         "the frozen replica's connection to be closed",
-        Duration::from_secs(5),
+        Duration::from_secs(30),
         || held.is_closed().then_some(()),
-    );
-    // timeout × fall = 1 s, plus up to one interval before the first probe starts.
-    assert!(
-        frozen_at.elapsed() < Duration::from_secs(3),
-        "took {:?}",
-        frozen_at.elapsed()
     );
     assert_eq!(kg.state(&target.name).as_deref(), Some("down"));
     let fresh = open(&kg, &pki, 9).await;
@@ -340,7 +330,7 @@ async fn frozen_backend_connections_are_closed_and_it_returns_after_sigcont() {
     assert_eq!(kg.metric(&series), 1.0);
 
     target.proc.signal(libc::SIGCONT);
-    kg.wait_state(&target.name, "ready", Duration::from_secs(5));
+    kg.wait_state(&target.name, "ready", Duration::from_secs(30));
     drop(fresh);
     let again = open(&kg, &pki, 9).await;
     assert_eq!(count(&sims, &again).get(target.name.as_str()), Some(&3));
@@ -384,9 +374,9 @@ async fn untrusted_certificates_never_become_ready() {
     let mut all = vec![&good];
     all.extend(bad.iter().map(|(s, _)| s));
     let kg = Kubegate::start(&pki, &KubegateConfig::new(&all));
-    kg.wait_state("good", "ready", Duration::from_secs(10));
+    kg.wait_state("good", "ready", Duration::from_secs(30));
     for (sim, why) in &bad {
-        kg.wait_state(&sim.name, "not_ready", Duration::from_secs(10));
+        kg.wait_state(&sim.name, "not_ready", Duration::from_secs(30));
         let b = kg
             .backends()
             .into_iter()
@@ -413,11 +403,12 @@ async fn lifecycle_sigterm_delay_grace_exit_zero() {
     let pki = Pki::new(dir.path());
     let sims = sims(&pki, 2, SimOptions::default());
     let mut cfg = KubegateConfig::new(&refs(&sims));
-    cfg.shutdown_delay = "2s";
-    cfg.shutdown_grace = "3s";
+    // Long enough that each step below happens inside its phase even on a loaded machine.
+    cfg.shutdown_delay = "8s";
+    cfg.shutdown_grace = "6s";
     let mut kg = Kubegate::start(&pki, &cfg);
     wait_all_ready(&kg, &sims);
-    wait_for("kubegate /readyz 200", Duration::from_secs(5), || {
+    wait_for("kubegate /readyz 200", Duration::from_secs(30), || {
         kg.admin_get("/readyz")
             .filter(|r| r.starts_with("HTTP/1.1 200"))
     });
@@ -425,7 +416,8 @@ async fn lifecycle_sigterm_delay_grace_exit_zero() {
 
     let t0 = Instant::now();
     kg.proc.signal(libc::SIGTERM);
-    wait_for("/readyz 503", Duration::from_millis(500), || {
+    // 1. /readyz fails while /livez stays 200 ...
+    wait_for("/readyz 503", Duration::from_secs(7), || {
         kg.admin_get("/readyz")
             .filter(|r| r.starts_with("HTTP/1.1 503"))
     });
@@ -433,20 +425,16 @@ async fn lifecycle_sigterm_delay_grace_exit_zero() {
         kg.admin_get("/livez").unwrap().lines().next(),
         Some("HTTP/1.1 200 OK")
     );
-    // Still accepting during the delay.
+    // 2. ... and the listeners still accept (shutdown.delay) ...
     let mut during = kg
         .connect(&pki, false)
         .await
         .expect("accepted during shutdown.delay");
     assert_eq!(during.get("/version").await.unwrap().status, 200);
-    assert!(
-        t0.elapsed() < Duration::from_secs(2),
-        "test too slow to observe the delay"
-    );
-    // Refused after it.
+    // 3. ... until the delay has passed: then new connections are refused ...
     wait_for(
         "new connections to be refused",
-        Duration::from_secs(4),
+        Duration::from_secs(30),
         || {
             std::net::TcpStream::connect(kg.listen)
                 .is_err()
@@ -454,20 +442,22 @@ async fn lifecycle_sigterm_delay_grace_exit_zero() {
         },
     );
     assert!(
-        t0.elapsed() >= Duration::from_secs(2),
-        "refused before the delay ended"
+        t0.elapsed() >= Duration::from_secs(8),
+        "refused after {:?}, before the delay ended",
+        t0.elapsed()
     );
-    // The open connection still works within the grace period...
+    // 4. ... while open connections keep working within the grace period ...
     assert_eq!(held.get("/version").await.unwrap().status, 200);
-    // ...and the process exits 0 once the grace period ends.
-    let status = kg.proc.wait_exit(Duration::from_secs(8));
+    // 5. ... and the process exits 0 once the grace period has passed, closing them.
+    let status = kg.proc.wait_exit(Duration::from_secs(30));
     assert!(status.success(), "{status:?}");
     let total = t0.elapsed();
     assert!(
-        total >= Duration::from_secs(5),
+        total >= Duration::from_secs(14),
         "exited after {total:?}, before delay + grace"
     );
     assert!(held.is_closed());
+    assert!(during.is_closed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -486,8 +476,8 @@ async fn reload_adds_and_removes_backends_and_refuses_bad_files() {
 
     // Replace replica-2 with replica-3.
     kg.rewrite(&KubegateConfig::new(&[&sims[0], &sims[2]]));
-    kg.wait_state("replica-3", "ready", Duration::from_secs(10));
-    wait_for("replica-2 to be forgotten", Duration::from_secs(10), || {
+    kg.wait_state("replica-3", "ready", Duration::from_secs(30));
+    wait_for("replica-2 to be forgotten", Duration::from_secs(30), || {
         kg.state("replica-2").is_none().then_some(())
     });
     assert_eq!(
@@ -504,7 +494,7 @@ async fn reload_adds_and_removes_backends_and_refuses_bad_files() {
     std::fs::write(&kg.config_path, "listeners: [\n").unwrap();
     wait_for(
         "the failed reload to be counted",
-        Duration::from_secs(5),
+        Duration::from_secs(30),
         || (kg.metric("kubegate_config_reloads_total{result=\"failure\"}") == 1.0).then_some(()),
     );
     assert_eq!(kg.metric("kubegate_config_last_reload_successful"), 0.0);
@@ -520,7 +510,7 @@ async fn reload_adds_and_removes_backends_and_refuses_bad_files() {
     kg.proc.signal(libc::SIGHUP);
     wait_for(
         "the SIGHUP reload to be refused",
-        Duration::from_secs(5),
+        Duration::from_secs(30),
         || (kg.metric("kubegate_config_reloads_total{result=\"failure\"}") == 2.0).then_some(()),
     );
     assert_eq!(kg.get(&pki, "/version").await.unwrap().status, 200);
@@ -534,7 +524,7 @@ async fn metrics_pass_promtool() {
     let kg = Kubegate::start(&pki, &KubegateConfig::new(&refs(&sims)));
     wait_all_ready(&kg, &sims);
     sims[1].force_check("etcd", true);
-    kg.wait_state("replica-2", "not_ready", Duration::from_secs(5));
+    kg.wait_state("replica-2", "not_ready", Duration::from_secs(30));
     let _conns = open(&kg, &pki, 2).await;
     let metrics = kg.admin_body("/metrics");
     for family in [
@@ -631,13 +621,19 @@ fn check_reports_file_line_column() {
     assert_eq!(code, Some(0));
 }
 
-/// Names of the threads of process `pid`.
-fn thread_names(pid: i32) -> Vec<String> {
+/// Context switches of every thread of process `pid` so far: each is a wake-up.
+fn wakeups(pid: i32) -> u64 {
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .map(|name| name.trim().to_string())
-        .collect()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -645,21 +641,25 @@ async fn an_idle_gateway_sleeps() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new(dir.path());
     let sims = sims(&pki, 1, SimOptions::default());
-    let kg = Kubegate::start(&pki, &KubegateConfig::new(&refs(&sims)));
+    let mut cfg = KubegateConfig::new(&refs(&sims));
+    cfg.interval = "1s";
+    let kg = Kubegate::start(&pki, &cfg);
     wait_all_ready(&kg, &sims);
-    // pingora's listening service starts its fast-timer clock with the first accepted
-    // connection: a thread that wakes every millisecond for the rest of the process's life
-    // (most of an idle kubegate's CPU once, see bench/README.md). kubegate accepts itself and
-    // must never start it.
+    // pingora's listening service starts a clock thread that wakes every millisecond with the
+    // first accepted connection, for the rest of the process's life (most of an idle
+    // kubegate's CPU once, see bench/README.md). Whatever its name, it would show as 1,000
+    // wake-ups a second; an idle kubegate only wakes for its probes.
     let mut c = kg.connect(&pki, false).await.unwrap();
     assert_eq!(c.get("/version").await.unwrap().status, 200);
     drop(c);
-    let names = thread_names(kg.proc.pid());
-    assert!(names.iter().any(|n| n == "BG passthrough"), "{names:?}");
-    assert!(
-        !names.iter().any(|n| n == "Timer thread"),
-        "pingora's millisecond clock thread runs: {names:?}"
-    );
+    let pid = kg.proc.pid();
+    let (woken0, t0) = (wakeups(pid), Instant::now());
+    // A measurement window, not a wait: nothing talks to kubegate meanwhile (polling its admin
+    // endpoint would wake it). A load on the machine only lowers the count.
+    std::thread::sleep(Duration::from_secs(3));
+    let rate = (wakeups(pid) - woken0) as f64 / t0.elapsed().as_secs_f64();
+    eprintln!("idle kubegate: {rate:.0} wake-ups/s");
+    assert!(rate < 100.0, "{rate:.0} wake-ups per second while idle");
 }
 
 /// Sets the soft open-files limit of process `pid` with util-linux `prlimit` (the hard limit
@@ -687,25 +687,20 @@ async fn running_out_of_descriptors_blames_no_backend() {
     // No descriptor left: the admin endpoint cannot accept either, so progress is read from
     // kubegate's log until the limit is raised again.
     let pid = kg.proc.pid();
-    // Below what is open: a probe's socket counted here and closed since must not leave a
-    // free slot.
-    let in_use = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap()
-        .count();
-    set_nofile(pid, in_use - 2);
+    // The limit bounds descriptor *numbers*: the kernel hands out the lowest free one, so a
+    // limit just below the count of open descriptors still lets a socket take a hole left by
+    // a closed one. Above stdin, stdout and stderr nothing can be allocated.
+    set_nofile(pid, 3);
     let waiting = std::net::TcpStream::connect(kg.listen).expect("queued by the kernel");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let log = kg.log();
-        if log.contains("accept failed") && log.matches("probe not run").count() > 3 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no failed accept and more than fall probes not run within 10 s; log:\n{log}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for(
+        "a failed accept and more than fall probes not run",
+        Duration::from_secs(60),
+        || {
+            let log = kg.log();
+            (log.contains("accept failed") && log.matches("probe not run").count() > 3)
+                .then_some(())
+        },
+    );
     // The open connection needs no new descriptor.
     assert_eq!(open_before.get("/version").await.unwrap().status, 200);
 
@@ -722,7 +717,7 @@ async fn running_out_of_descriptors_blames_no_backend() {
     // The queued connection is accepted now, and new ones are served.
     wait_for(
         "the queued connection accepted",
-        Duration::from_secs(5),
+        Duration::from_secs(30),
         || {
             (kg.metric(r#"kubegate_backend_connections_total{backend="replica-1"}"#) >= 2.0)
                 .then_some(())
@@ -761,7 +756,9 @@ async fn client_connections_carry_the_configured_keepalive() {
     let pki = Pki::new(dir.path());
     let sims = sims(&pki, 1, SimOptions::default());
     let mut cfg = KubegateConfig::new(&refs(&sims));
-    cfg.extra = "client_keepalive: {idle: 7s, interval: 2s, count: 3}\n".into();
+    // Idle times far from the default (15 s) and from each other, so that the timer left when
+    // the test reads it says which one is set even if the read comes late.
+    cfg.extra = "client_keepalive: {idle: 120s, interval: 2s, count: 3}\n".into();
     let kg = Kubegate::start(&pki, &cfg);
     wait_all_ready(&kg, &sims);
 
@@ -769,32 +766,32 @@ async fn client_connections_carry_the_configured_keepalive() {
         let port = client.local_addr().unwrap().port();
         wait_for(
             "kubegate's socket for the client",
-            Duration::from_secs(5),
+            Duration::from_secs(30),
             || keepalive_timer(kg.listen.port(), port),
         )
     };
     let first = std::net::TcpStream::connect(kg.listen).unwrap();
     let left = timer_of(&first);
     assert!(
-        left > Duration::from_secs(4) && left <= Duration::from_secs(7),
-        "keepalive fires in {left:?}, configured idle 7s"
+        left > Duration::from_secs(60) && left <= Duration::from_secs(120),
+        "keepalive fires in {left:?}, configured idle 120s"
     );
 
-    cfg.extra = "client_keepalive: {idle: 30s, interval: 2s, count: 3}\n".into();
+    cfg.extra = "client_keepalive: {idle: 1200s, interval: 2s, count: 3}\n".into();
     kg.rewrite(&cfg);
-    wait_for("the reload", Duration::from_secs(10), || {
+    wait_for("the reload", Duration::from_secs(30), || {
         (kg.metric(r#"kubegate_config_reloads_total{result="success"}"#) >= 1.0).then_some(())
     });
     // The accept loop applies it to its listener when it next runs; a connection racing it
-    // may still get 7 s, so try a few.
+    // may still get 120 s, so try a few.
     let later = wait_for(
         "a connection with the reloaded keepalive",
-        Duration::from_secs(5),
+        Duration::from_secs(30),
         || {
             let c = std::net::TcpStream::connect(kg.listen).unwrap();
             let left = timer_of(&c);
-            (left > Duration::from_secs(27)).then_some(left)
+            (left > Duration::from_secs(600)).then_some(left)
         },
     );
-    assert!(later <= Duration::from_secs(30), "{later:?}");
+    assert!(later <= Duration::from_secs(1200), "{later:?}");
 }

@@ -73,10 +73,10 @@ async fn every_metric_in_dashboard_and_alerts_is_exported() {
         .map(|i| Sim::start(&pki, &format!("replica-{i}"), SimOptions::default()))
         .collect();
     let kg = Kubegate::start(&pki, &KubegateConfig::new(&sims.iter().collect::<Vec<_>>()));
-    kg.wait_state("replica-1", "ready", Duration::from_secs(10));
+    kg.wait_state("replica-1", "ready", Duration::from_secs(30));
     // Failing-check series exist only while a check fails: make one fail.
     sims[1].force_check("etcd", true);
-    kg.wait_state("replica-2", "not_ready", Duration::from_secs(10));
+    kg.wait_state("replica-2", "not_ready", Duration::from_secs(30));
     let _conn = kg.connect(&pki, false).await.unwrap();
     let exposition = kg.admin_body("/metrics");
     let families: BTreeSet<String> = exposition
@@ -95,12 +95,12 @@ async fn every_metric_in_dashboard_and_alerts_is_exported() {
         .collect();
     let mut used = BTreeSet::new();
     for e in &exprs {
-        used.extend(metric_names(e));
+        let names = metric_names(e);
+        // Every query reads some metric: an expression the name scan finds nothing in would
+        // slip through the check below unseen.
+        assert!(!names.is_empty(), "no metric name found in {e}");
+        used.extend(names);
     }
-    assert!(
-        used.len() >= 15,
-        "too few metrics found in the expressions: {used:?}"
-    );
     for name in &used {
         let family = ["_bucket", "_sum", "_count"]
             .iter()
@@ -119,7 +119,7 @@ fn prometheus_sees_one_fewer_ready_backend() {
         .collect();
     let kg = Kubegate::start(&pki, &KubegateConfig::new(&sims.iter().collect::<Vec<_>>()));
     for s in &sims {
-        kg.wait_state(&s.name, "ready", Duration::from_secs(10));
+        kg.wait_state(&s.name, "ready", Duration::from_secs(30));
     }
     let port = free_port();
     let config = dir.path().join("prometheus.yml");
@@ -201,7 +201,7 @@ fn dashboard_is_well_formed() {
     assert!(defined.contains("datasource") && defined.contains("backend"));
     let builtin = ["__rate_interval", "__interval", "__range"];
     let panels = panels(&d);
-    assert!(panels.len() >= 15);
+    assert!(!panels.is_empty(), "no panels");
     let mut ids = BTreeSet::new();
     for p in &panels {
         let title = p["title"].as_str().unwrap_or("");
@@ -228,14 +228,19 @@ fn dashboard_is_well_formed() {
             );
         }
     }
-    // Variable queries may only use variables defined before them.
+    // Variable queries may only use variables defined before them (Grafana resolves them in
+    // order).
+    let mut earlier = BTreeSet::new();
     for v in d["templating"]["list"].as_array().unwrap() {
-        for var in variables(&v["query"].to_string()) {
+        let mut text = v["query"].to_string();
+        text.push_str(&v["datasource"].to_string());
+        for var in variables(&text) {
             assert!(
-                defined.contains(&var),
-                "variable {} uses undefined ${var}",
+                earlier.contains(&var),
+                "variable {} uses ${var}, which is not defined before it",
                 v["name"]
             );
         }
+        earlier.insert(v["name"].as_str().unwrap().to_string());
     }
 }
