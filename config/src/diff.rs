@@ -22,8 +22,10 @@ pub enum Change {
     },
     /// Probe settings changed: probers are rebuilt, states are kept.
     HealthChanged,
+    /// Terminate mode's upstream TLS or identity changed: new upstream connections use it.
+    UpstreamChanged,
     /// A setting read per connection (balance, connect, client_keepalive, drain, shutdown,
-    /// no_ready_backend) changed: it applies to the next connection with no further action.
+    /// no_ready_backend, terminate) changed: it applies to the next connection with no further action.
     /// Names the key.
     Setting(&'static str),
     /// A setting that only takes effect at start (listeners, admin, threads). Names the key. A
@@ -49,6 +51,8 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         shutdown: old_shutdown,
         admin: old_admin,
         threads: old_threads,
+        terminate: old_terminate,
+        upstream: old_upstream,
     } = old;
     let Config {
         listeners,
@@ -62,6 +66,8 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         shutdown,
         admin,
         threads,
+        terminate,
+        upstream,
     } = new;
     let mut changes = Vec::new();
     for b in backends {
@@ -82,6 +88,9 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
     if old_health != health {
         changes.push(Change::HealthChanged);
     }
+    if old_upstream != upstream {
+        changes.push(Change::UpstreamChanged);
+    }
     let settings = [
         ("balance", old_balance != balance),
         ("no_ready_backend", old_no_ready_backend != no_ready_backend),
@@ -89,6 +98,7 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         ("client_keepalive", old_client_keepalive != client_keepalive),
         ("drain", old_drain != drain),
         ("shutdown", old_shutdown != shutdown),
+        ("terminate", old_terminate != terminate),
     ];
     changes.extend(
         settings
@@ -119,6 +129,8 @@ mod tests {
         Config {
             listeners: vec![ListenerSpec {
                 address: "127.0.0.1:6443".parse().unwrap(),
+                mode: ListenerMode::Passthrough,
+                tls: None,
             }],
             backends: backends
                 .iter()
@@ -137,6 +149,8 @@ mod tests {
             shutdown: ShutdownConfig::default(),
             admin: AdminConfig::default(),
             threads: 1,
+            terminate: TerminateConfig::default(),
+            upstream: UpstreamConfig::default(),
         }
     }
 

@@ -23,8 +23,10 @@ mod validate;
 
 pub use diff::{diff, Change};
 pub use error::{ConfigError, Problem};
-pub use load::{load_file, load_str};
+pub use load::{load_file, load_file_with, load_str, load_str_with, Check};
 pub use schema::{
     AdminConfig, BackendSpec, BalancePolicy, Config, ConnectConfig, DrainConfig, FlapDamping,
-    HealthConfig, HealthTls, KeepaliveConfig, ListenerSpec, NoReadyBackendPolicy, ShutdownConfig,
+    FrontProxy, HealthConfig, HealthTls, KeepaliveConfig, ListenerMode, ListenerSpec, ListenerTls,
+    NoReadyBackendPolicy, ShutdownConfig, TerminateConfig, UpstreamConfig, UpstreamTls,
 };
+pub use validate::Finding;

@@ -3,22 +3,42 @@
 use crate::error::{ConfigError, Problem};
 use crate::locate::PathIndex;
 use crate::schema::Config;
-use crate::validate::validate;
+use crate::validate::{validate, Finding};
 use std::path::Path;
+
+/// Checks a caller adds to validation (the gateway: that certificate files parse and keys
+/// match), run on a configuration whose own validation passed; each finding names the path of
+/// the value it is about, so it is reported with its position like any other.
+pub type Check<'a> = &'a dyn Fn(&Config) -> Vec<Finding>;
 
 /// Reads, parses and validates `path`. Relative file names inside are resolved against the
 /// directory of `path`.
 pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
+    load_file_with(path, &|_| Vec::new())
+}
+
+/// [`load_file`] with the caller's `check` added.
+pub fn load_file_with(path: &Path, check: Check<'_>) -> Result<Config, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_path_buf(),
         source,
     })?;
     let base = path.parent().unwrap_or(Path::new("."));
-    load_str(&text, path, base)
+    load_str_with(&text, path, base, check)
 }
 
 /// Parses and validates `text` as if read from `path`; relative files resolve against `base_dir`.
 pub fn load_str(text: &str, path: &Path, base_dir: &Path) -> Result<Config, ConfigError> {
+    load_str_with(text, path, base_dir, &|_| Vec::new())
+}
+
+/// [`load_str`] with the caller's `check` added.
+pub fn load_str_with(
+    text: &str,
+    path: &Path,
+    base_dir: &Path,
+    check: Check<'_>,
+) -> Result<Config, ConfigError> {
     let invalid = |problems| ConfigError::Invalid {
         path: path.to_path_buf(),
         problems,
@@ -34,7 +54,10 @@ pub fn load_str(text: &str, path: &Path, base_dir: &Path) -> Result<Config, Conf
             message: strip_position(&e.to_string()),
         }])
     })?;
-    let findings = validate(&mut config, base_dir);
+    let mut findings = validate(&mut config, base_dir);
+    if findings.is_empty() {
+        findings = check(&config);
+    }
     if findings.is_empty() {
         return Ok(config);
     }
@@ -177,6 +200,94 @@ mod tests {
         let ok = load(&format!("{MINIMAL}client_keepalive: {{idle: 30s}}\n")).unwrap();
         assert_eq!(ok.client_keepalive.idle, std::time::Duration::from_secs(30));
         assert_eq!(ok.client_keepalive.count, 4);
+    }
+
+    const TERMINATE: &str = "listeners:\n  - address: 127.0.0.1:6443\n    mode: terminate\n    tls:\n      cert_file: ca.crt\n      key_file: ca.crt\nbackends:\n  - address: 127.0.0.1:7001\nhealth:\n  tls:\n    ca_file: ca.crt\n";
+
+    #[test]
+    fn terminate_mode_takes_upstream_tls_from_health_by_default() {
+        let c = load(TERMINATE).unwrap();
+        assert_eq!(c.listeners[0].mode, crate::ListenerMode::Terminate);
+        assert!(c.listeners[0].tls.as_ref().unwrap().cert_file.is_absolute());
+        assert_eq!(c.upstream.tls.ca_file, c.health.tls.ca_file);
+        assert_eq!(c.upstream.tls.server_name.as_deref(), Some("kubernetes"));
+        assert_eq!(c.upstream.max_streams_per_connection, 100);
+        assert_eq!(c.terminate.max_request_body_bytes, 3 * 1024 * 1024);
+        assert!(c.upstream.front_proxy.is_none());
+    }
+
+    #[test]
+    fn tls_on_a_passthrough_listener_is_refused_where_it_stands() {
+        let text = MINIMAL.replace(
+            "  - address: 127.0.0.1:6443\n",
+            "  - address: 127.0.0.1:6443\n    tls: {cert_file: ca.crt, key_file: ca.crt}\n",
+        );
+        let err = first_error(&text);
+        assert!(
+            err.starts_with("kubegate.yaml:3:11: tls is for mode: terminate"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn terminate_without_tls_is_refused_at_its_mode() {
+        let text = MINIMAL.replace(
+            "  - address: 127.0.0.1:6443\n",
+            "  - address: 127.0.0.1:6443\n    mode: terminate\n",
+        );
+        let err = first_error(&text);
+        assert!(
+            err.starts_with("kubegate.yaml:3:11: mode: terminate needs tls"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn verifying_client_certificates_needs_a_front_proxy_identity() {
+        let text = TERMINATE.replace(
+            "      key_file: ca.crt\n",
+            "      key_file: ca.crt\n      client_ca_file: ca.crt\n",
+        );
+        let err = first_error(&text);
+        assert!(
+            err.starts_with(
+                "kubegate.yaml:7:23: verifying client certificates needs upstream.front_proxy"
+            ),
+            "{err}"
+        );
+        let with_identity = format!(
+            "{text}upstream:\n  front_proxy:\n    cert_file: ca.crt\n    key_file: ca.crt\n    username_header: \"X Remote\"\n"
+        );
+        let err = first_error(&with_identity);
+        assert!(
+            err.starts_with("kubegate.yaml:17:22: \"X Remote\" is not an HTTP header name"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_callers_check_is_reported_with_its_position() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.crt"), "pem").unwrap();
+        let check = |c: &Config| {
+            vec![(
+                "listeners[0].tls.key_file".to_string(),
+                format!(
+                    "{} does not match the certificate",
+                    c.listeners[0].tls.as_ref().unwrap().key_file.display()
+                ),
+            )]
+        };
+        let err = load_str_with(
+            TERMINATE,
+            &PathBuf::from("kubegate.yaml"),
+            dir.path(),
+            &check,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("kubegate.yaml:6:17: "), "{err}");
+        assert!(err.ends_with("does not match the certificate"), "{err}");
     }
 
     #[test]

@@ -44,6 +44,12 @@ pub struct Config {
     /// Worker threads that carry proxied connections.
     #[serde(default = "default_threads")]
     pub threads: usize,
+    /// How terminate-mode listeners treat their clients.
+    #[serde(default)]
+    pub terminate: TerminateConfig,
+    /// How terminate mode talks to the backends.
+    #[serde(default)]
+    pub upstream: UpstreamConfig,
 }
 
 /// One listening address.
@@ -52,6 +58,141 @@ pub struct Config {
 pub struct ListenerSpec {
     /// `IP:PORT` to accept client connections on.
     pub address: SocketAddr,
+    /// What kubegate does with the connections it accepts here.
+    #[serde(default)]
+    pub mode: ListenerMode,
+    /// The TLS kubegate terminates (`mode: terminate` only).
+    #[serde(default)]
+    pub tls: Option<ListenerTls>,
+}
+
+/// What a listener does with its connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ListenerMode {
+    /// TLS passes through untouched to one backend per connection (L4). Client certificates
+    /// reach the apiserver as they are.
+    #[default]
+    Passthrough,
+    /// kubegate terminates TLS and balances each request (L7); identity goes upstream by the
+    /// apiserver's front-proxy scheme.
+    Terminate,
+}
+
+/// The TLS a terminate-mode listener serves.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerTls {
+    /// Serving certificate chain (PEM) clients see: SANs of the API endpoint.
+    pub cert_file: PathBuf,
+    /// Its private key (PEM).
+    pub key_file: PathBuf,
+    /// CA (PEM) that verifies client certificates; clients without one are still accepted
+    /// (bearer tokens, anonymous). Unset: client certificates are not asked for.
+    #[serde(default)]
+    pub client_ca_file: Option<PathBuf>,
+}
+
+/// How terminate-mode listeners treat their clients.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TerminateConfig {
+    /// Time a new client connection has to complete its TLS handshake.
+    #[serde(with = "crate::duration")]
+    pub handshake_timeout: Duration,
+    /// Time an HTTP/1.1 client has to send a request's headers.
+    #[serde(with = "crate::duration")]
+    pub header_read_timeout: Duration,
+    /// Streams one HTTP/2 client connection may have open at once.
+    pub max_concurrent_streams: u32,
+    /// Largest request body accepted. Bodies are held whole so that a request the apiserver
+    /// provably did not process can be sent to another replica; larger ones get 413, as the
+    /// apiserver (3 MiB) would answer.
+    pub max_request_body_bytes: u64,
+}
+
+impl Default for TerminateConfig {
+    fn default() -> Self {
+        TerminateConfig {
+            handshake_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(30),
+            max_concurrent_streams: 1000,
+            max_request_body_bytes: 3 * 1024 * 1024,
+        }
+    }
+}
+
+/// How terminate mode talks to the backends.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamConfig {
+    /// TLS towards the apiservers. Unset fields take `health.tls`'s.
+    pub tls: UpstreamTls,
+    /// kubegate's identity toward the apiservers (requestheader authentication). Required when
+    /// a terminate-mode listener verifies client certificates.
+    pub front_proxy: Option<FrontProxy>,
+    /// Requests kubegate sends on one HTTP/2 connection to a backend before it opens another:
+    /// at most the apiserver's `--http2-max-streams-per-connection` (100 by default).
+    pub max_streams_per_connection: u32,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            tls: UpstreamTls::default(),
+            front_proxy: None,
+            max_streams_per_connection: 100,
+        }
+    }
+}
+
+/// TLS settings toward the apiservers in terminate mode.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamTls {
+    /// CA (PEM) that signs the apiservers' serving certificates; default `health.tls.ca_file`.
+    pub ca_file: Option<PathBuf>,
+    /// SNI sent and name verified; default `health.tls.server_name`.
+    pub server_name: Option<String>,
+}
+
+/// kubegate's front-proxy identity: a client certificate from the apiserver's
+/// `--requestheader-client-ca-file`, and the header names of its `--requestheader-*` flags.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FrontProxy {
+    /// Client certificate (PEM); its CN must be in `--requestheader-allowed-names`.
+    pub cert_file: PathBuf,
+    /// Its private key (PEM).
+    pub key_file: PathBuf,
+    /// `--requestheader-username-headers`.
+    #[serde(default = "default_username_header")]
+    pub username_header: String,
+    /// `--requestheader-group-headers`.
+    #[serde(default = "default_group_header")]
+    pub group_header: String,
+    /// `--requestheader-extra-headers-prefix`.
+    #[serde(default = "default_extra_prefix")]
+    pub extra_prefix: String,
+    /// `--requestheader-uid-headers`: never set by kubegate, always stripped from requests.
+    #[serde(default = "default_uid_header")]
+    pub uid_header: String,
+}
+
+fn default_username_header() -> String {
+    "X-Remote-User".into()
+}
+
+fn default_group_header() -> String {
+    "X-Remote-Group".into()
+}
+
+fn default_extra_prefix() -> String {
+    "X-Remote-Extra-".into()
+}
+
+fn default_uid_header() -> String {
+    "X-Remote-Uid".into()
 }
 
 /// One apiserver replica.

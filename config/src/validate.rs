@@ -1,7 +1,7 @@
 //! Checks that serde cannot express: uniqueness, cross-field rules, files that must exist.
 //! Each finding names the path of the offending value; `load` turns that into LINE:COLUMN.
 
-use crate::schema::Config;
+use crate::schema::{Config, ListenerMode};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,7 +21,8 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
         );
     }
     let mut seen = HashSet::new();
-    for (i, l) in config.listeners.iter().enumerate() {
+    let mut verifies_client_certs = None;
+    for (i, l) in config.listeners.iter_mut().enumerate() {
         if !seen.insert(l.address) {
             bad(
                 format!("listeners[{i}].address"),
@@ -34,7 +35,31 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
                 format!("admin address {} is also a listener", l.address),
             );
         }
+        match (l.mode, &mut l.tls) {
+            (ListenerMode::Passthrough, Some(_)) => bad(
+                format!("listeners[{i}].tls"),
+                "tls is for mode: terminate; in passthrough the apiserver's own TLS reaches the client".into(),
+            ),
+            (ListenerMode::Terminate, None) => bad(
+                format!("listeners[{i}].mode"),
+                "mode: terminate needs tls.cert_file and tls.key_file (the certificate clients see)".into(),
+            ),
+            (ListenerMode::Terminate, Some(tls)) => {
+                let at = |key: &str| format!("listeners[{i}].tls.{key}");
+                resolve_path(&mut bad, &at("cert_file"), &mut tls.cert_file, base_dir);
+                resolve_path(&mut bad, &at("key_file"), &mut tls.key_file, base_dir);
+                resolve_file(&mut bad, &at("client_ca_file"), &mut tls.client_ca_file, base_dir);
+                if tls.client_ca_file.is_some() && verifies_client_certs.is_none() {
+                    verifies_client_certs = Some(at("client_ca_file"));
+                }
+            }
+            (ListenerMode::Passthrough, None) => {}
+        }
     }
+    let terminating = config
+        .listeners
+        .iter()
+        .any(|l| l.mode == ListenerMode::Terminate);
 
     if config.backends.is_empty() {
         bad("backends".into(), "at least one backend is required".into());
@@ -168,6 +193,27 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
             format!("client_keepalive.count must be 1..=127, not {}", k.count),
         );
     }
+    if terminating {
+        validate_upstream(config, verifies_client_certs, base_dir, &mut bad);
+    }
+    let t = &config.terminate;
+    positive(&mut bad, "terminate.handshake_timeout", t.handshake_timeout);
+    positive(
+        &mut bad,
+        "terminate.header_read_timeout",
+        t.header_read_timeout,
+    );
+    at_least_one(
+        &mut bad,
+        "terminate.max_concurrent_streams",
+        t.max_concurrent_streams,
+    );
+    if t.max_request_body_bytes == 0 {
+        bad(
+            "terminate.max_request_body_bytes".into(),
+            "terminate.max_request_body_bytes must be at least 1".into(),
+        );
+    }
     positive(&mut bad, "connect.timeout", config.connect.timeout);
     at_least_one(&mut bad, "connect.attempts", config.connect.attempts);
     if config.threads == 0 || config.threads > 256 {
@@ -177,6 +223,93 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
         );
     }
     findings
+}
+
+/// Terminate mode's upstream: TLS defaults taken from `health.tls`, the front-proxy identity
+/// required where client certificates are verified (`verifies_client_certs` names the first
+/// listener that does).
+fn validate_upstream(
+    config: &mut Config,
+    verifies_client_certs: Option<String>,
+    base_dir: &Path,
+    bad: &mut impl FnMut(String, String),
+) {
+    let health_tls = config.health.tls.clone();
+    let u = &mut config.upstream;
+    if u.tls.server_name.is_none() {
+        u.tls.server_name = Some(health_tls.server_name.clone());
+    } else if let Some(name) = u
+        .tls
+        .server_name
+        .as_deref()
+        .filter(|n| !valid_server_name(n))
+    {
+        bad(
+            "upstream.tls.server_name".into(),
+            format!("{name:?} is neither a DNS name nor an IP address"),
+        );
+    }
+    if u.tls.ca_file.is_some() {
+        resolve_file(bad, "upstream.tls.ca_file", &mut u.tls.ca_file, base_dir);
+    } else if health_tls.ca_file.is_some() {
+        // Already resolved with health.tls.
+        u.tls.ca_file = health_tls.ca_file;
+    } else {
+        bad(
+            "upstream.tls".into(),
+            "terminate mode needs upstream.tls.ca_file (health.tls has none to share: it skips verification)".into(),
+        );
+    }
+    match &mut u.front_proxy {
+        Some(fp) => {
+            resolve_path(
+                bad,
+                "upstream.front_proxy.cert_file",
+                &mut fp.cert_file,
+                base_dir,
+            );
+            resolve_path(
+                bad,
+                "upstream.front_proxy.key_file",
+                &mut fp.key_file,
+                base_dir,
+            );
+            for (key, name) in [
+                ("username_header", &fp.username_header),
+                ("group_header", &fp.group_header),
+                ("extra_prefix", &fp.extra_prefix),
+                ("uid_header", &fp.uid_header),
+            ] {
+                if !valid_header_name(name) {
+                    bad(
+                        format!("upstream.front_proxy.{key}"),
+                        format!("{name:?} is not an HTTP header name"),
+                    );
+                }
+            }
+        }
+        None => {
+            if let Some(at) = verifies_client_certs {
+                bad(
+                    at,
+                    "verifying client certificates needs upstream.front_proxy: kubegate passes the identity on with its front-proxy certificate".into(),
+                );
+            }
+        }
+    }
+    at_least_one(
+        bad,
+        "upstream.max_streams_per_connection",
+        u.max_streams_per_connection,
+    );
+}
+
+/// An HTTP header name (RFC 9110 token).
+fn valid_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c))
 }
 
 fn positive(bad: &mut impl FnMut(String, String), path: &str, d: Duration) {
@@ -198,16 +331,27 @@ fn resolve_file(
     file: &mut Option<PathBuf>,
     base_dir: &Path,
 ) {
-    let Some(f) = file else { return };
-    let resolved = if f.is_absolute() {
-        f.clone()
+    if let Some(f) = file {
+        resolve_path(bad, path, f, base_dir);
+    }
+}
+
+/// [`resolve_file`] for a file that must be given.
+fn resolve_path(
+    bad: &mut impl FnMut(String, String),
+    path: &str,
+    file: &mut PathBuf,
+    base_dir: &Path,
+) {
+    let resolved = if file.is_absolute() {
+        file.clone()
     } else {
-        base_dir.join(&*f)
+        base_dir.join(&*file)
     };
     if let Err(e) = std::fs::File::open(&resolved) {
         bad(path.into(), format!("{}: {e}", resolved.display()));
     }
-    *f = resolved;
+    *file = resolved;
 }
 
 fn valid_server_name(name: &str) -> bool {

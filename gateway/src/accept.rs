@@ -1,4 +1,6 @@
-//! Accepting client connections: one accept loop per listener, in a pingora background service.
+//! Accepting client connections: one accept loop per listener, in a pingora background service;
+//! each accepted socket goes to its listener's data plane (passthrough relay or terminate-mode
+//! TLS and HTTP).
 //!
 //! kubegate accepts itself instead of through pingora's listening service. pingora wraps every
 //! accepted socket in its own stream type and runs a task per connection; the passthrough path
@@ -14,6 +16,7 @@
 use crate::gateway::Gateway;
 use crate::lifecycle::Phase;
 use crate::proxy::open;
+use crate::terminate::TerminateListener;
 use async_trait::async_trait;
 use kubegate_config::KeepaliveConfig;
 use kubegate_health::out_of_resources;
@@ -65,12 +68,21 @@ fn set_keepalive(socket: &Socket, k: &KeepaliveConfig) -> io::Result<()> {
     )
 }
 
-/// The passthrough listeners, as a pingora background service.
+/// Where a listener's connections go.
+#[derive(Clone)]
+pub enum Plane {
+    /// Passthrough: a relay to one backend.
+    Passthrough,
+    /// Terminate mode: TLS ends here, requests are balanced.
+    Terminate(Arc<TerminateListener>),
+}
+
+/// The listeners, as a pingora background service.
 pub struct Acceptor {
     /// Shared gateway state.
     pub gateway: Arc<Gateway>,
-    /// The bound listeners, taken when the service starts.
-    pub listeners: Mutex<Vec<std::net::TcpListener>>,
+    /// The bound listeners and their planes, taken when the service starts.
+    pub listeners: Mutex<Vec<(std::net::TcpListener, Plane)>>,
 }
 
 #[async_trait]
@@ -79,10 +91,10 @@ impl BackgroundService for Acceptor {
         let listeners =
             std::mem::take(&mut *self.listeners.lock().unwrap_or_else(|e| e.into_inner()));
         let mut loops = tokio::task::JoinSet::new();
-        for listener in listeners {
+        for (listener, plane) in listeners {
             match TcpListener::from_std(listener) {
                 Ok(l) => {
-                    loops.spawn(accept_loop(l, self.gateway.clone()));
+                    loops.spawn(accept_loop(l, plane, self.gateway.clone()));
                 }
                 Err(e) => tracing::error!(error = %e, "cannot register a listener"),
             }
@@ -92,7 +104,7 @@ impl BackgroundService for Acceptor {
 }
 
 /// Accepts until the lifecycle reaches `draining`, then closes the listener.
-async fn accept_loop(listener: TcpListener, gw: Arc<Gateway>) {
+async fn accept_loop(listener: TcpListener, plane: Plane, gw: Arc<Gateway>) {
     let mut keepalive = gw.config().load().client_keepalive.clone();
     let mut reloads = gw.config().subscribe();
     let mut phase = gw.lifecycle().subscribe();
@@ -123,9 +135,14 @@ async fn accept_loop(listener: TcpListener, gw: Arc<Gateway>) {
             }
         };
         match accepted {
-            Ok((client, _)) => {
-                drop(tokio::spawn(open(gw.clone(), client)));
-            }
+            Ok((client, _)) => match &plane {
+                Plane::Passthrough => drop(tokio::spawn(open(gw.clone(), client))),
+                Plane::Terminate(l) => drop(tokio::spawn(crate::terminate::serve(
+                    gw.clone(),
+                    l.clone(),
+                    client,
+                ))),
+            },
             Err(e) => {
                 gw.metrics().accept_errors.inc();
                 unreported += 1;

@@ -115,6 +115,12 @@ pub struct BackendView {
     pub passes_to_ready: u32,
     /// Open proxied connections.
     pub active_connections: i64,
+    /// Terminate-mode requests in flight (long-running ones included).
+    #[serde(default)]
+    pub requests_in_flight: usize,
+    /// Terminate mode's HTTP/2 connections open for new requests.
+    #[serde(default)]
+    pub upstream_connections: usize,
 }
 
 fn backends_view(gw: &Gateway) -> Vec<BackendView> {
@@ -147,6 +153,8 @@ fn backends_view(gw: &Gateway) -> Vec<BackendView> {
                 ejected: b.ejected(),
                 passes_to_ready: b.passes_to_ready(),
                 active_connections: b.planes().passthrough.open() as i64,
+                requests_in_flight: b.planes().terminate.in_flight(),
+                upstream_connections: b.planes().terminate.connections(),
             }
         })
         .collect()

@@ -32,6 +32,7 @@ impl BackgroundService for Control {
         reload::record_initial_load(&gw);
         tokio::spawn(admin::serve(admin, gw.clone()));
         tokio::spawn(reload::watch(gw.clone()));
+        tokio::spawn(crate::terminate::watch_certificates(gw.clone()));
         gw.advance(Phase::Serving);
         notify::ready();
         // Keep the service alive; the process ends through the shutdown sequence.

@@ -7,6 +7,7 @@ use crate::lifecycle::{Lifecycle, Phase};
 use crate::metrics::Metrics;
 use crate::planes::{Planes, Pool};
 use crate::running::RunningConfig;
+use crate::terminate::TerminateMode;
 use kubegate_config::Config;
 use kubegate_health::{ProbeIntervals, ProbeSettings, Prober, ProberError, Thresholds};
 use kubegate_pool::PoolSettings;
@@ -20,12 +21,18 @@ pub struct Gateway {
     pool: Arc<Pool>,
     lifecycle: Arc<Lifecycle>,
     metrics: Arc<Metrics>,
+    terminate: Option<TerminateMode>,
 }
 
 impl Gateway {
     /// A gateway for `config` (read from `path`) with no backends started yet (see
-    /// [`Gateway::start_backends`]).
-    pub fn new(config: Config, path: PathBuf, probes: ProbeSettings) -> Arc<Gateway> {
+    /// [`Gateway::start_backends`]); `terminate` when a listener terminates TLS.
+    pub fn new(
+        config: Config,
+        path: PathBuf,
+        probes: ProbeSettings,
+        terminate: Option<TerminateMode>,
+    ) -> Arc<Gateway> {
         let metrics = Arc::new(Metrics::new());
         metrics
             .build_info
@@ -42,7 +49,13 @@ impl Gateway {
             pool,
             lifecycle,
             metrics,
+            terminate,
         })
+    }
+
+    /// Terminate mode's shared state, when a listener terminates TLS.
+    pub fn terminate(&self) -> Option<&TerminateMode> {
+        self.terminate.as_ref()
     }
 
     /// The running configuration.

@@ -111,3 +111,80 @@ mod tests {
         );
     }
 }
+
+/// Why a terminate-mode request got an answer from kubegate instead of a backend's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestFailure {
+    /// No backend is ready (and the `no_ready_backend` policy gave none either): 503.
+    NoReadyBackend,
+    /// Every attempt failed before the apiserver processed the request: 503.
+    Unavailable,
+    /// The connection broke after the request was sent and it may not be retried: 502.
+    Broken,
+    /// The body is larger than `terminate.max_request_body_bytes`: 413.
+    BodyTooLarge,
+    /// The client's body could not be read: 400.
+    BadRequest,
+}
+
+impl RequestFailure {
+    /// Every reason.
+    pub const ALL: [RequestFailure; 5] = [
+        RequestFailure::NoReadyBackend,
+        RequestFailure::Unavailable,
+        RequestFailure::Broken,
+        RequestFailure::BodyTooLarge,
+        RequestFailure::BadRequest,
+    ];
+
+    /// Metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestFailure::NoReadyBackend => "no_ready_backend",
+            RequestFailure::Unavailable => "unavailable",
+            RequestFailure::Broken => "broken",
+            RequestFailure::BodyTooLarge => "body_too_large",
+            RequestFailure::BadRequest => "bad_request",
+        }
+    }
+}
+
+/// Whose a terminate-mode request is, as kubegate passes it on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Identity {
+    /// A verified client certificate, sent as `X-Remote-User`/`X-Remote-Group`.
+    ClientCertificate,
+    /// A bearer token, passed untouched.
+    BearerToken,
+    /// Neither.
+    Anonymous,
+}
+
+impl Identity {
+    /// Every kind.
+    pub const ALL: [Identity; 3] = [
+        Identity::ClientCertificate,
+        Identity::BearerToken,
+        Identity::Anonymous,
+    ];
+
+    /// Metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Identity::ClientCertificate => "client_certificate",
+            Identity::BearerToken => "bearer_token",
+            Identity::Anonymous => "anonymous",
+        }
+    }
+}
+
+/// The class of an HTTP status code, as a metric label.
+pub fn code_class(code: http::StatusCode) -> &'static str {
+    match code.as_u16() {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    }
+}

@@ -6,6 +6,7 @@ mod admin;
 mod connections;
 mod control;
 mod copy;
+mod dial;
 mod events;
 mod gateway;
 mod labels;
@@ -18,10 +19,12 @@ mod reload;
 mod running;
 mod shutdown;
 mod status;
+mod terminate;
 
+use accept::Plane;
 use clap::{Parser, Subcommand, ValueEnum};
 use gateway::{probe_settings, Gateway};
-use kubegate_config::{load_file, Config};
+use kubegate_config::{load_file, load_file_with, Config, ListenerMode};
 use pingora_core::server::configuration::ServerConf;
 use pingora_core::server::{RunArgs, Server};
 use pingora_core::services::background::background_service;
@@ -30,6 +33,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
+use terminate::{check_files, TerminateListener, TerminateMode};
 
 #[derive(Parser)]
 #[command(name = "kubegate", version, about)]
@@ -75,7 +79,7 @@ enum LogFormat {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { config } => match load_file(&config) {
+        Command::Check { config } => match load_file_with(&config, &check_files) {
             Ok(_) => {
                 println!("{}: ok", config.display());
                 ExitCode::SUCCESS
@@ -134,7 +138,7 @@ fn init_logging(format: LogFormat) {
 
 /// Loads, binds, and runs until the shutdown sequence ends; returns the exit status.
 fn run(config_path: &Path) -> anyhow::Result<u8> {
-    let config = load_file(config_path)?;
+    let config = load_file_with(config_path, &check_files)?;
     if config.health.tls.insecure_skip_verify {
         tracing::warn!(
             "health.tls.insecure_skip_verify is set: backend certificates are not verified"
@@ -142,6 +146,21 @@ fn run(config_path: &Path) -> anyhow::Result<u8> {
     }
     let probes = probe_settings(&config)?;
     let listeners = bind_listeners(&config)?;
+    let terminating: Vec<Arc<TerminateListener>> = listeners
+        .iter()
+        .filter_map(|(_, plane)| match plane {
+            Plane::Terminate(l) => Some(l.clone()),
+            Plane::Passthrough => None,
+        })
+        .collect();
+    let terminate = if terminating.is_empty() {
+        None
+    } else {
+        Some(
+            TerminateMode::new(&config.upstream, terminating)
+                .map_err(|e| anyhow::anyhow!("upstream: {e}"))?,
+        )
+    };
     let admin = std::net::TcpListener::bind(config.admin.address)
         .map_err(|e| anyhow::anyhow!("admin.address {}: {e}", config.admin.address))?;
     admin.set_nonblocking(true)?;
@@ -154,7 +173,7 @@ fn run(config_path: &Path) -> anyhow::Result<u8> {
         version = env!("CARGO_PKG_VERSION"),
         "kubegate starting"
     );
-    let gateway = Gateway::new(config, config_path.to_path_buf(), probes);
+    let gateway = Gateway::new(config, config_path.to_path_buf(), probes, terminate);
 
     let conf = ServerConf {
         threads,
@@ -168,7 +187,7 @@ fn run(config_path: &Path) -> anyhow::Result<u8> {
     server.bootstrap();
 
     server.add_service(background_service(
-        "passthrough",
+        "listeners",
         accept::Acceptor {
             gateway: gateway.clone(),
             listeners: Mutex::new(listeners),
@@ -189,15 +208,23 @@ fn run(config_path: &Path) -> anyhow::Result<u8> {
     Ok(exit_code.load(Ordering::Acquire))
 }
 
-/// Binds every listener before pingora starts, so that a taken address fails the start and
-/// names the address.
-fn bind_listeners(config: &Config) -> anyhow::Result<Vec<std::net::TcpListener>> {
+/// Binds every listener before pingora starts, so that a taken address or an unusable
+/// certificate fails the start and names the listener.
+fn bind_listeners(config: &Config) -> anyhow::Result<Vec<(std::net::TcpListener, Plane)>> {
     config
         .listeners
         .iter()
         .map(|l| {
-            accept::bind(l.address, &config.client_keepalive)
-                .map_err(|e| anyhow::anyhow!("listeners: {}: {e}", l.address))
+            let plane = match (l.mode, &l.tls) {
+                (ListenerMode::Terminate, Some(tls)) => Plane::Terminate(Arc::new(
+                    TerminateListener::new(tls)
+                        .map_err(|e| anyhow::anyhow!("listeners: {}: {e}", l.address))?,
+                )),
+                _ => Plane::Passthrough,
+            };
+            let socket = accept::bind(l.address, &config.client_keepalive)
+                .map_err(|e| anyhow::anyhow!("listeners: {}: {e}", l.address))?;
+            Ok((socket, plane))
         })
         .collect()
 }

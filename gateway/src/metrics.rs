@@ -3,7 +3,8 @@
 //! Label cardinality is bounded by the backend count: per-backend series are removed when a
 //! backend is forgotten, and readyz check names come from a fixed set in the apiserver.
 
-use crate::labels::{ConnectError, Refusal, ReloadResult};
+use crate::labels::{code_class, ConnectError, Identity, Refusal, ReloadResult, RequestFailure};
+use crate::terminate::Failure;
 use kubegate_pool::CloseReason;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -60,10 +61,39 @@ pub struct Metrics {
     pub last_reload_ok: IntGauge,
     /// `kubegate_config_last_reload_success_timestamp_seconds`.
     pub last_reload_success_time: prometheus::Gauge,
+    /// `kubegate_requests_total{backend,verb,code}` (terminate mode; `code` is the class).
+    pub requests: IntCounterVec,
+    /// `kubegate_request_duration_seconds{verb}`: until response headers, not long-running.
+    pub request_duration: HistogramVec,
+    /// `kubegate_request_retries_total{reason}`: attempts sent to another backend, by the
+    /// failure before.
+    pub request_retries: IntCounterVec,
+    /// `kubegate_requests_failed_total{reason}`: requests kubegate answered itself.
+    pub requests_failed: IntCounterVec,
+    /// `kubegate_requests_by_identity_total{identity}`.
+    pub requests_by_identity: IntCounterVec,
+    /// `kubegate_identity_headers_stripped_total`: identity headers clients sent, removed.
+    pub identity_headers_stripped: IntCounter,
+    /// `kubegate_backend_requests_in_flight{backend}`.
+    pub requests_in_flight: IntGaugeVec,
+    /// `kubegate_backend_long_running_requests{backend}`.
+    pub long_running: IntGaugeVec,
+    /// `kubegate_backend_upstream_connections{backend}`: HTTP/2 connections open for requests.
+    pub upstream_connections: IntGaugeVec,
+    /// `kubegate_client_connections{protocol}`: open terminate-mode client connections.
+    pub client_connections: IntGaugeVec,
+    /// `kubegate_tls_handshake_failures_total{reason}` (terminate-mode clients).
+    pub tls_handshake_failures: IntCounterVec,
+    /// `kubegate_certificate_reloads_total{result}`: serving and front-proxy certificates read
+    /// again after their files changed.
+    pub certificate_reloads: IntCounterVec,
 }
 
 const PROBE_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+const REQUEST_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 const DURATION_BUCKETS: &[f64] = &[
     0.01, 0.1, 1.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 14400.0,
@@ -169,6 +199,22 @@ impl Metrics {
             reloads: counter_vec(&r, "kubegate_config_reloads_total", "Configuration reloads by result (success, failure).", &["result"]),
             last_reload_ok,
             last_reload_success_time,
+            requests: counter_vec(&r, "kubegate_requests_total", "Terminate-mode requests answered by a backend, by verb and status class.", &["backend", "verb", "code"]),
+            request_duration: histogram_vec(&r, "kubegate_request_duration_seconds", "Terminate mode: time from sending a request to a backend to its response headers (requests that are not long-running).", &["verb"], REQUEST_BUCKETS),
+            request_retries: counter_vec(&r, "kubegate_request_retries_total", "Terminate-mode requests sent to another backend, by what failed before (connect_failed, unsent, refused_stream, goaway, shutting_down, reset).", &["reason"]),
+            requests_failed: counter_vec(&r, "kubegate_requests_failed_total", "Terminate-mode requests kubegate answered itself, by reason (no_ready_backend, unavailable, broken, body_too_large, bad_request).", &["reason"]),
+            requests_by_identity: counter_vec(&r, "kubegate_requests_by_identity_total", "Terminate-mode requests by the identity passed on (client_certificate, bearer_token, anonymous).", &["identity"]),
+            identity_headers_stripped: {
+                let m = IntCounter::new("kubegate_identity_headers_stripped_total", "Identity headers (X-Remote-*) clients sent, removed before forwarding.").expect("valid metric");
+                r.register(Box::new(m.clone())).expect("unique metric");
+                m
+            },
+            requests_in_flight: gauge_vec(&r, "kubegate_backend_requests_in_flight", "Terminate-mode requests in flight per backend, long-running ones included.", &["backend"]),
+            long_running: gauge_vec(&r, "kubegate_backend_long_running_requests", "Terminate-mode long-running requests (watches, exec, logs) open per backend.", &["backend"]),
+            upstream_connections: gauge_vec(&r, "kubegate_backend_upstream_connections", "Terminate mode's HTTP/2 connections to each backend open for new requests.", &["backend"]),
+            client_connections: gauge_vec(&r, "kubegate_client_connections", "Open terminate-mode client connections, by protocol (h2, http/1.1).", &["protocol"]),
+            tls_handshake_failures: counter_vec(&r, "kubegate_tls_handshake_failures_total", "Terminate-mode client TLS handshakes that failed (error) or did not finish in time (timeout).", &["reason"]),
+            certificate_reloads: counter_vec(&r, "kubegate_certificate_reloads_total", "Serving and front-proxy certificates read again after their files changed, by result.", &["result"]),
             registry: r,
         };
         // Series that dashboards and alerts read exist from the start, at 0, instead of
@@ -178,8 +224,48 @@ impl Metrics {
         }
         for result in ReloadResult::ALL {
             m.reloads.with_label_values(&[result.as_str()]);
+            m.certificate_reloads.with_label_values(&[result.as_str()]);
+        }
+        for failure in Failure::ALL {
+            m.request_retries.with_label_values(&[failure.as_str()]);
+        }
+        for reason in RequestFailure::ALL {
+            m.requests_failed.with_label_values(&[reason.as_str()]);
+        }
+        for identity in Identity::ALL {
+            m.requests_by_identity
+                .with_label_values(&[identity.as_str()]);
+        }
+        for reason in ["error", "timeout"] {
+            m.tls_handshake_failures.with_label_values(&[reason]);
         }
         m
+    }
+
+    /// Counts a request a backend answered with `code`.
+    pub fn count_request(
+        &self,
+        backend: &str,
+        verb: crate::terminate::Verb,
+        code: http::StatusCode,
+    ) {
+        self.requests
+            .with_label_values(&[backend, verb.as_str(), code_class(code)])
+            .inc();
+    }
+
+    /// Counts a request sent to another backend after `failure`.
+    pub fn request_retry(&self, failure: Failure) {
+        self.request_retries
+            .with_label_values(&[failure.as_str()])
+            .inc();
+    }
+
+    /// Counts a request kubegate answered itself.
+    pub fn request_failed(&self, reason: RequestFailure) {
+        self.requests_failed
+            .with_label_values(&[reason.as_str()])
+            .inc();
     }
 
     /// Creates a new backend's event series at 0.
@@ -241,6 +327,10 @@ impl Metrics {
             &self.connection_duration,
             &self.drains,
             &self.forced_closes,
+            &self.requests,
+            &self.requests_in_flight,
+            &self.long_running,
+            &self.upstream_connections,
         ]);
     }
 }

@@ -5,23 +5,19 @@
 
 use crate::connections::Connections;
 use crate::copy::Relay;
+use crate::dial::dial;
 use crate::gateway::Gateway;
 use crate::labels::{ConnectError, Refusal};
 use crate::planes::Backend;
 use kubegate_health::out_of_resources;
 use kubegate_pool::{pick, Candidates};
-use socket2::{Domain, Protocol, Socket, Type};
-use std::future::Future;
-use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
-use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 /// How long a backend whose connect failed is skipped by the balancer before a probe decides.
-const PASSIVE_EJECTION: Duration = Duration::from_secs(2);
+pub const PASSIVE_EJECTION: Duration = Duration::from_secs(2);
 
 /// Connects `client` to a backend, then hands both sockets to a relay task of their own and
 /// ends: an open connection costs only its relay.
@@ -96,41 +92,4 @@ async fn connect(gw: &Gateway) -> Option<(Arc<Backend>, TcpStream)> {
     }
     metrics.refuse(Refusal::ConnectFailed);
     None
-}
-
-/// One TCP connect with a deadline. A non-blocking connect and a wait for writability, rather
-/// than `TcpStream::connect`: no address resolution machinery and no stored waiter, so the
-/// future is a socket and a timer.
-async fn dial(addr: SocketAddr, limit: Duration) -> io::Result<TcpStream> {
-    // Non-blocking from creation (SOCK_NONBLOCK): no separate fcntl.
-    let socket = Socket::new(
-        Domain::for_address(addr),
-        Type::STREAM.nonblocking(),
-        Some(Protocol::TCP),
-    )?;
-    match socket.connect(&addr.into()) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
-        Err(e) => return Err(e),
-    }
-    let stream = TcpStream::from_std(std::net::TcpStream::from(socket))?;
-    let deadline = tokio::time::sleep(limit);
-    tokio::pin!(deadline);
-    std::future::poll_fn(|cx| match stream.poll_write_ready(cx) {
-        Poll::Ready(r) => Poll::Ready(r),
-        Poll::Pending if deadline.as_mut().poll(cx).is_ready() => {
-            Poll::Ready(Err(io::ErrorKind::TimedOut.into()))
-        }
-        Poll::Pending => Poll::Pending,
-    })
-    .await?;
-    // Writable means the handshake ended. Only a failed one also reports an error event, and
-    // only then is SO_ERROR read for the reason: a `getsockopt` saved per connection.
-    if stream.try_io(Interest::ERROR, || Ok(())).is_err() {
-        return Ok(stream);
-    }
-    match stream.take_error()? {
-        Some(e) => Err(e),
-        None => Ok(stream),
-    }
 }

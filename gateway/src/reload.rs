@@ -13,7 +13,8 @@
 use crate::gateway::{pool_settings, probe_settings, Gateway};
 use crate::labels::ReloadResult;
 use crate::notify;
-use kubegate_config::{diff, load_str, Change, Config};
+use crate::terminate::{check_files, Upstreams};
+use kubegate_config::{diff, load_str_with, Change, Config};
 use kubegate_health::ProbeSettings;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,15 +30,22 @@ struct Prepared {
     changes: Vec<Change>,
     /// New probe settings, when `health` changed.
     probes: Option<ProbeSettings>,
+    /// New upstream TLS and identity for terminate mode, when `upstream` changed.
+    upstreams: Option<Upstreams>,
 }
 
-/// Loads `text` (the file at `path`) against the `running` configuration. Blocking: reads the
-/// files the configuration names.
-fn prepare(text: &[u8], path: &Path, running: &Config) -> Result<Prepared, String> {
+/// Loads `text` (the file at `path`) against the `running` configuration (`terminating`: it
+/// has terminate-mode listeners). Blocking: reads the files the configuration names.
+fn prepare(
+    text: &[u8],
+    path: &Path,
+    running: &Config,
+    terminating: bool,
+) -> Result<Prepared, String> {
     let text =
         std::str::from_utf8(text).map_err(|e| format!("{}: not UTF-8: {e}", path.display()))?;
     let base = path.parent().unwrap_or(Path::new("."));
-    let config = load_str(text, path, base).map_err(|e| e.to_string())?;
+    let config = load_str_with(text, path, base, &check_files).map_err(|e| e.to_string())?;
     let changes = diff(running, &config);
     let restart: Vec<&str> = changes
         .iter()
@@ -57,10 +65,16 @@ fn prepare(text: &[u8], path: &Path, running: &Config) -> Result<Prepared, Strin
     } else {
         None
     };
+    let upstreams = if terminating && changes.contains(&Change::UpstreamChanged) {
+        Some(Upstreams::load(&config.upstream).map_err(|e| format!("upstream: {e}"))?)
+    } else {
+        None
+    };
     Ok(Prepared {
         config,
         changes,
         probes,
+        upstreams,
     })
 }
 
@@ -71,6 +85,9 @@ fn apply(gw: &Gateway, p: Prepared) -> Vec<Change> {
             "health.tls.insecure_skip_verify is set: backend certificates are not verified"
         );
     }
+    if let (Some(terminate), Some(upstreams)) = (gw.terminate(), p.upstreams) {
+        terminate.replace(upstreams);
+    }
     let pool = gw.pool();
     pool.reconfigure(pool_settings(&p.config), p.probes);
     let configured = p.config.backends.len() as i64;
@@ -80,7 +97,10 @@ fn apply(gw: &Gateway, p: Prepared) -> Vec<Change> {
             Change::BackendAdded(spec) => pool.add(spec),
             Change::BackendRemoved(spec) => pool.remove(spec),
             Change::BackendUpdated { after, .. } => pool.update(after),
-            Change::HealthChanged | Change::Setting(_) | Change::NeedsRestart(_) => {}
+            Change::HealthChanged
+            | Change::UpstreamChanged
+            | Change::Setting(_)
+            | Change::NeedsRestart(_) => {}
         }
     }
     gw.metrics().backends_configured.set(configured);
@@ -92,10 +112,12 @@ fn apply(gw: &Gateway, p: Prepared) -> Vec<Change> {
 async fn try_reload(gw: &Gateway, text: Vec<u8>) -> Result<Vec<Change>, String> {
     let path: PathBuf = gw.config().path().to_path_buf();
     let running = gw.config().load_full();
+    let terminating = gw.terminate().is_some();
     notify::reloading();
-    let prepared = tokio::task::spawn_blocking(move || prepare(&text, &path, &running))
-        .await
-        .map_err(|e| format!("reload task failed: {e}"))?;
+    let prepared =
+        tokio::task::spawn_blocking(move || prepare(&text, &path, &running, terminating))
+            .await
+            .map_err(|e| format!("reload task failed: {e}"))?;
     let result = prepared.map(|p| apply(gw, p));
     notify::reloaded();
     result

@@ -2,7 +2,7 @@
 //! endpoints, shutdown filters (429 retry-after / 503 while draining), authorization, then
 //! discovery and the resource handlers.
 
-use crate::auth::{public_path, User};
+use crate::auth::{public_path, PeerCert, User};
 use crate::health::{self, query_params};
 use crate::objects;
 use crate::resources::{self, Target};
@@ -21,19 +21,52 @@ use std::sync::Arc;
 /// Largest request body accepted (the real limit is 3 MiB for most resources).
 const MAX_BODY: usize = 3 * 1024 * 1024;
 
-/// Serves one request for `peer` (the identity from the client certificate, if any).
-pub async fn handle(sim: Arc<Sim>, peer: Option<User>, req: Request<Incoming>) -> Response<Body> {
-    let latency = sim.latency();
-    if !latency.is_zero() {
-        tokio::time::sleep(latency).await;
-    }
+/// Serves one request for `peer` (the client certificate, if any).
+pub async fn handle(
+    sim: Arc<Sim>,
+    peer: Option<&PeerCert>,
+    req: Request<Incoming>,
+) -> Response<Body> {
     serve(&sim, peer, req).await.into_response()
 }
 
-async fn serve(sim: &Arc<Sim>, peer: Option<User>, req: Request<Incoming>) -> Reply {
+async fn serve(sim: &Arc<Sim>, peer: Option<&PeerCert>, req: Request<Incoming>) -> Reply {
     let path = req.uri().path().to_string();
     let query = req.uri().query().map(str::to_string);
     let params = query_params(query.as_deref());
+
+    // Authentication. Unauthenticated and anonymous HTTP/2 connections serve one request
+    // (`UnauthenticatedHTTP2DOSMitigation`): `Connection: close` becomes GOAWAY.
+    let h2 = req.version() == http::Version::HTTP_2;
+    let user = match sim.authenticator.authenticate(peer, req.headers()) {
+        Ok(user) => user,
+        Err(why) => {
+            tracing::debug!(error = %why, "unable to authenticate the request");
+            let reply = respond::status(401, "Unauthorized", "Unauthorized", None);
+            return if h2 {
+                reply.header("connection", "close")
+            } else {
+                reply
+            };
+        }
+    };
+    if h2 && !user.authenticated() {
+        return serve_as(sim, user, req, path, query, params)
+            .await
+            .header("connection", "close");
+    }
+    serve_as(sim, user, req, path, query, params).await
+}
+
+/// The rest of the filter chain, for an authenticated (or anonymous) `user`.
+async fn serve_as(
+    sim: &Arc<Sim>,
+    user: User,
+    req: Request<Incoming>,
+    path: String,
+    query: Option<String>,
+    params: Vec<(String, String)>,
+) -> Reply {
     let param = |k: &str| {
         params
             .iter()
@@ -41,21 +74,14 @@ async fn serve(sim: &Arc<Sim>, peer: Option<User>, req: Request<Incoming>) -> Re
             .map(|(_, v)| v.as_str())
     };
 
-    // Authentication.
-    let authorization = req
-        .headers()
-        .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    let user = peer
-        .or_else(|| sim.tokens.user(authorization))
-        .unwrap_or_else(User::anonymous);
-    if !user.authenticated() && !sim.behaviour.anonymous_auth {
-        return respond::status(401, "Unauthorized", "Unauthorized", None);
-    }
-
-    // Health endpoints are exempt from the shutdown filters.
+    // Health endpoints are exempt from the shutdown filters (and from injected latency: it
+    // models slow request handling, not a slow process).
     if let Some(reply) = health::answer(&sim.checks, &path, query.as_deref()) {
         return reply;
+    }
+    let latency = sim.latency();
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
     }
     let is_watch = param("watch").is_some_and(health::go_bool);
     if sim.retry_after.load(Ordering::Acquire) && path != "/metrics" {
@@ -74,6 +100,9 @@ async fn serve(sim: &Arc<Sim>, peer: Option<User>, req: Request<Incoming>) -> Re
 
     if let Some(reply) = discovery::answer(&path) {
         return reply;
+    }
+    if req.method() == Method::POST && path == "/apis/authentication.k8s.io/v1/selfsubjectreviews" {
+        return self_subject_review(&user);
     }
     let Some(target) = resources::parse(&path) else {
         return respond::status(
@@ -141,6 +170,23 @@ async fn serve(sim: &Arc<Sim>, peer: Option<User>, req: Request<Incoming>) -> Re
         param("labelSelector"),
     )
     .await
+}
+
+/// `kubectl auth whoami`: the user as this replica authenticated it.
+fn self_subject_review(user: &User) -> Reply {
+    Reply::json(
+        StatusCode::CREATED,
+        &json!({
+            "kind": "SelfSubjectReview",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"creationTimestamp": null},
+            "status": {"userInfo": {
+                "username": user.name,
+                "groups": user.groups,
+                "extra": user.extra,
+            }},
+        }),
+    )
 }
 
 fn wants_table(req: &Request<Incoming>) -> bool {

@@ -1,8 +1,14 @@
-//! Who is asking: client certificates (CN = user, O = groups), static bearer tokens
-//! (`--token-auth-file`), or anonymous. Authorization is the default RBAC in miniature:
-//! authenticated users may do anything; anonymous users may read health and `/version`.
+//! Who is asking, decided as kube-apiserver decides it (`pkg/kubeapiserver/authenticator`):
+//! requestheader (a front proxy's certificate plus `X-Remote-*` headers), then client
+//! certificates, then bearer tokens (`--token-auth-file`); the first that succeeds wins. If none
+//! does and any of them failed with an error (a certificate the client CA does not sign, an
+//! unknown token, a front-proxy CN not in `--requestheader-allowed-names`), the request gets
+//! 401 — never anonymous (`union.NewFailOnError`). Otherwise it is anonymous, if allowed.
+//! Authorization is the default RBAC in miniature: authenticated users may do anything;
+//! anonymous users may read health and `/version`.
 
-use std::collections::HashMap;
+use http::header::{HeaderMap, HeaderName};
+use std::collections::{BTreeMap, HashMap};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 /// An authenticated (or anonymous) user.
@@ -12,6 +18,8 @@ pub struct User {
     pub name: String,
     /// Groups, including `system:authenticated` or `system:unauthenticated`.
     pub groups: Vec<String>,
+    /// Extra attributes (from `X-Remote-Extra-*`), keys lower case.
+    pub extra: BTreeMap<String, Vec<String>>,
 }
 
 impl User {
@@ -20,6 +28,18 @@ impl User {
         User {
             name: "system:anonymous".into(),
             groups: vec!["system:unauthenticated".into()],
+            extra: BTreeMap::new(),
+        }
+    }
+
+    fn authenticated_user(name: String, mut groups: Vec<String>) -> User {
+        if !groups.iter().any(|g| g == "system:authenticated") {
+            groups.push("system:authenticated".into());
+        }
+        User {
+            name,
+            groups,
+            extra: BTreeMap::new(),
         }
     }
 
@@ -27,23 +47,205 @@ impl User {
     pub fn authenticated(&self) -> bool {
         self.name != "system:anonymous"
     }
+}
 
-    /// The identity in a verified client certificate (DER).
-    pub fn from_certificate(der: &[u8]) -> Option<User> {
+/// The certificate a client presented (verified by TLS against one of the trusted CAs).
+#[derive(Debug, Clone)]
+pub struct PeerCert {
+    /// Common name.
+    pub common_name: String,
+    /// Organizations.
+    pub organizations: Vec<String>,
+    /// The issuer's distinguished name, DER: tells which CA signed it.
+    pub issuer: Vec<u8>,
+}
+
+impl PeerCert {
+    /// Reads a DER certificate.
+    pub fn from_der(der: &[u8]) -> Option<PeerCert> {
         let (_, cert) = X509Certificate::from_der(der).ok()?;
         let subject = cert.subject();
-        let name = subject
+        let common_name = subject
             .iter_common_name()
-            .next()?
-            .as_str()
-            .ok()?
+            .next()
+            .and_then(|c| c.as_str().ok())
+            .unwrap_or_default()
             .to_string();
-        let mut groups: Vec<String> = subject
+        let organizations = subject
             .iter_organization()
             .filter_map(|o| o.as_str().ok().map(str::to_string))
             .collect();
-        groups.push("system:authenticated".into());
-        Some(User { name, groups })
+        let issuer = cert.issuer().as_raw().to_vec();
+        Some(PeerCert {
+            common_name,
+            organizations,
+            issuer,
+        })
+    }
+}
+
+/// The subject DNs (DER) of the certificates in a CA file.
+pub fn ca_subjects(pem: &[u8]) -> anyhow::Result<Vec<Vec<u8>>> {
+    use rustls_pki_types::pem::PemObject;
+    let mut out = Vec::new();
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(pem) {
+        let cert = cert?;
+        let (_, parsed) =
+            X509Certificate::from_der(&cert).map_err(|e| anyhow::anyhow!("CA certificate: {e}"))?;
+        out.push(parsed.subject().as_raw().to_vec());
+    }
+    Ok(out)
+}
+
+/// `--requestheader-*`: which front proxies are trusted, and the headers they set.
+#[derive(Debug, Clone, Default)]
+pub struct RequestHeader {
+    /// Subjects of `--requestheader-client-ca-file`.
+    pub ca_subjects: Vec<Vec<u8>>,
+    /// `--requestheader-allowed-names` (empty: any certificate from the CA).
+    pub allowed_names: Vec<String>,
+    /// `--requestheader-username-headers`.
+    pub username_headers: Vec<HeaderName>,
+    /// `--requestheader-group-headers`.
+    pub group_headers: Vec<HeaderName>,
+    /// `--requestheader-extra-headers-prefix`, lower case.
+    pub extra_prefixes: Vec<String>,
+}
+
+impl RequestHeader {
+    /// `Ok(None)`: not a front-proxy request (not its CA, or no user header).
+    fn authenticate(&self, peer: &PeerCert, headers: &HeaderMap) -> Result<Option<User>, String> {
+        if !self.ca_subjects.contains(&peer.issuer) {
+            return Ok(None);
+        }
+        if !self.allowed_names.is_empty() && !self.allowed_names.contains(&peer.common_name) {
+            return Err(format!(
+                "requestheader: client certificate CN {:?} is not in --requestheader-allowed-names",
+                peer.common_name
+            ));
+        }
+        // The first non-empty username header wins.
+        let Some(name) = self.username_headers.iter().find_map(|h| {
+            headers
+                .get_all(h)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .find(|v| !v.is_empty())
+                .map(str::to_string)
+        }) else {
+            return Ok(None);
+        };
+        let groups = self
+            .group_headers
+            .iter()
+            .flat_map(|h| headers.get_all(h).iter())
+            .filter_map(|v| v.to_str().ok().map(str::to_string))
+            .collect();
+        let mut user = User::authenticated_user(name, groups);
+        for (k, v) in headers {
+            let key = k.as_str();
+            if let Some(suffix) = self
+                .extra_prefixes
+                .iter()
+                .find_map(|p| key.strip_prefix(p.as_str()))
+            {
+                if let Ok(v) = v.to_str() {
+                    user.extra
+                        .entry(percent_decode(suffix).to_lowercase())
+                        .or_default()
+                        .push(v.to_string());
+                }
+            }
+        }
+        Ok(Some(user))
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], bytes.get(i + 1..i + 3)) {
+            (b'%', Some(hex)) => {
+                match u8::from_str_radix(std::str::from_utf8(hex).unwrap_or("zz"), 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                    }
+                    Err(_) => {
+                        out.push(b'%');
+                        i += 1;
+                    }
+                }
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The authenticators of one replica, in the apiserver's order.
+#[derive(Default)]
+pub struct Authenticator {
+    /// `--requestheader-client-ca-file` and friends.
+    pub request_header: Option<RequestHeader>,
+    /// Subjects of `--client-ca-file`; `None` without one (no x509 authenticator).
+    pub client_ca_subjects: Option<Vec<Vec<u8>>>,
+    /// `--token-auth-file`.
+    pub tokens: Tokens,
+    /// `--anonymous-auth`.
+    pub anonymous: bool,
+}
+
+impl Authenticator {
+    /// Who sent a request with `headers` over a connection that presented `peer`; `Err` means
+    /// 401, with why.
+    pub fn authenticate(
+        &self,
+        peer: Option<&PeerCert>,
+        headers: &HeaderMap,
+    ) -> Result<User, String> {
+        let mut errors = Vec::new();
+        if let (Some(rh), Some(peer)) = (&self.request_header, peer) {
+            match rh.authenticate(peer, headers) {
+                Ok(Some(user)) => return Ok(user),
+                Ok(None) => {}
+                Err(e) => errors.push(e),
+            }
+        }
+        if let (Some(subjects), Some(peer)) = (&self.client_ca_subjects, peer) {
+            if subjects.contains(&peer.issuer) && !peer.common_name.is_empty() {
+                return Ok(User::authenticated_user(
+                    peer.common_name.clone(),
+                    peer.organizations.clone(),
+                ));
+            }
+            errors.push(format!(
+                "verifying certificate CN={} failed: x509: certificate signed by unknown authority",
+                peer.common_name
+            ));
+        }
+        let authorization = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        if let Some(bearer) = authorization.and_then(|a| a.strip_prefix("Bearer ")) {
+            match self.tokens.user(bearer.trim()) {
+                Some(user) => return Ok(user),
+                None => errors.push("invalid bearer token".into()),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors.join("; "));
+        }
+        if self.anonymous {
+            Ok(User::anonymous())
+        } else {
+            Err("anonymous requests are not allowed".into())
+        }
     }
 }
 
@@ -65,7 +267,7 @@ impl Tokens {
                 continue;
             };
             let _uid = fields.next();
-            let mut groups: Vec<String> = fields
+            let groups: Vec<String> = fields
                 .next()
                 .map(|g| {
                     g.trim_matches('"')
@@ -75,21 +277,16 @@ impl Tokens {
                         .collect()
                 })
                 .unwrap_or_default();
-            groups.push("system:authenticated".into());
             map.insert(
                 token.to_string(),
-                User {
-                    name: name.to_string(),
-                    groups,
-                },
+                User::authenticated_user(name.to_string(), groups),
             );
         }
         Tokens(map)
     }
 
-    /// The user a `Bearer` token names.
-    pub fn user(&self, authorization: Option<&str>) -> Option<User> {
-        let token = authorization?.strip_prefix("Bearer ")?.trim();
+    /// The user a bearer token names.
+    pub fn user(&self, token: &str) -> Option<User> {
         self.0.get(token).cloned()
     }
 }
@@ -105,19 +302,114 @@ pub fn public_path(path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                HeaderName::from_bytes(k.to_ascii_lowercase().as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    fn cert(cn: &str, issuer: &[u8]) -> PeerCert {
+        PeerCert {
+            common_name: cn.into(),
+            organizations: vec!["system:masters".into()],
+            issuer: issuer.to_vec(),
+        }
+    }
+
+    fn authenticator() -> Authenticator {
+        Authenticator {
+            request_header: Some(RequestHeader {
+                ca_subjects: vec![b"front-proxy-ca".to_vec()],
+                allowed_names: vec!["front-proxy-client".into()],
+                username_headers: vec![HeaderName::from_static("x-remote-user")],
+                group_headers: vec![HeaderName::from_static("x-remote-group")],
+                extra_prefixes: vec!["x-remote-extra-".into()],
+            }),
+            client_ca_subjects: Some(vec![b"client-ca".to_vec()]),
+            tokens: Tokens::parse("abc,kubegate,uid1,\"system:monitoring,ops\"\n"),
+            anonymous: true,
+        }
+    }
 
     #[test]
     fn token_file_lines_become_users() {
         let t = Tokens::parse("abc,kubegate,uid1,\"system:monitoring,ops\"\n# c\nxyz,bob,2\n");
-        let u = t.user(Some("Bearer abc")).unwrap();
+        let u = t.user("abc").unwrap();
         assert_eq!(u.name, "kubegate");
         assert_eq!(
             u.groups,
             ["system:monitoring", "ops", "system:authenticated"]
         );
-        assert_eq!(t.user(Some("Bearer xyz")).unwrap().name, "bob");
-        assert!(t.user(Some("Bearer nope")).is_none());
-        assert!(t.user(Some("Basic abc")).is_none());
+        assert_eq!(t.user("xyz").unwrap().name, "bob");
+        assert!(t.user("nope").is_none());
+    }
+
+    #[test]
+    fn a_front_proxy_passes_identity_in_headers() {
+        let a = authenticator();
+        let proxy = cert("front-proxy-client", b"front-proxy-ca");
+        let h = headers(&[
+            ("X-Remote-User", "alice"),
+            ("X-Remote-Group", "dev"),
+            ("X-Remote-Group", "ops"),
+            ("X-Remote-Extra-Scopes%2Fa", "x"),
+        ]);
+        let u = a.authenticate(Some(&proxy), &h).unwrap();
+        assert_eq!(u.name, "alice");
+        assert_eq!(u.groups, ["dev", "ops", "system:authenticated"]);
+        assert_eq!(u.extra["scopes/a"], ["x"]);
+    }
+
+    #[test]
+    fn identity_headers_from_anyone_else_are_ignored() {
+        let a = authenticator();
+        let h = headers(&[
+            ("X-Remote-User", "system:admin"),
+            ("X-Remote-Group", "system:masters"),
+        ]);
+        // A client certificate from the client CA: its own identity.
+        let client = cert("bob", b"client-ca");
+        assert_eq!(a.authenticate(Some(&client), &h).unwrap().name, "bob");
+        // No credentials at all: anonymous.
+        assert_eq!(a.authenticate(None, &h).unwrap().name, "system:anonymous");
+    }
+
+    #[test]
+    fn a_front_proxy_cn_not_allowed_is_refused() {
+        let a = authenticator();
+        let other = cert("somebody", b"front-proxy-ca");
+        let err = a
+            .authenticate(Some(&other), &headers(&[("X-Remote-User", "alice")]))
+            .unwrap_err();
+        assert!(
+            err.contains("not in --requestheader-allowed-names"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_front_proxy_without_a_user_header_is_not_anonymous_but_401() {
+        // Its certificate fails the x509 authenticator, and an error refuses anonymous access.
+        let a = authenticator();
+        let proxy = cert("front-proxy-client", b"front-proxy-ca");
+        assert!(a.authenticate(Some(&proxy), &HeaderMap::new()).is_err());
+        // With a valid token it is that token's user.
+        let h = headers(&[("Authorization", "Bearer abc")]);
+        assert_eq!(a.authenticate(Some(&proxy), &h).unwrap().name, "kubegate");
+    }
+
+    #[test]
+    fn an_unknown_token_is_401_not_anonymous() {
+        let a = authenticator();
+        let h = headers(&[("Authorization", "Bearer nope")]);
+        assert!(a.authenticate(None, &h).is_err());
     }
 
     #[test]

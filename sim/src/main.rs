@@ -77,6 +77,24 @@ pub struct ServeArgs {
     /// Static bearer tokens: `token,user,uid,"group1,group2"` per line.
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
+    /// CA that signs front-proxy client certificates (requestheader authentication).
+    #[arg(long)]
+    requestheader_client_ca_file: Option<PathBuf>,
+    /// Common names a front-proxy certificate may have (empty: any from the CA).
+    #[arg(long, value_delimiter = ',')]
+    requestheader_allowed_names: Vec<String>,
+    /// Headers a front proxy names the user in; the first non-empty one wins.
+    #[arg(long, value_delimiter = ',', default_value = "x-remote-user")]
+    requestheader_username_headers: Vec<String>,
+    /// Headers a front proxy names groups in.
+    #[arg(long, value_delimiter = ',', default_value = "x-remote-group")]
+    requestheader_group_headers: Vec<String>,
+    /// Header prefixes a front proxy passes extra attributes in.
+    #[arg(long, value_delimiter = ',', default_value = "x-remote-extra-")]
+    requestheader_extra_headers_prefix: Vec<String>,
+    /// Concurrent streams one HTTP/2 client connection may have.
+    #[arg(long, default_value_t = 100)]
+    http2_max_streams_per_connection: u32,
     /// Allow anonymous requests (then only health paths and /version are authorized).
     #[arg(long, action = ArgAction::Set, default_value_t = true)]
     anonymous_auth: bool,
@@ -140,11 +158,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             args.goaway_chance
         );
     }
-    let tls = server::tls_config(cert, key, args.client_ca_file.as_deref())?;
-    let tokens = match &args.token_auth_file {
-        Some(f) => auth::Tokens::parse(&std::fs::read_to_string(f)?),
-        None => auth::Tokens::default(),
-    };
+    let client_cas: Vec<&std::path::Path> = args
+        .client_ca_file
+        .iter()
+        .chain(&args.requestheader_client_ca_file)
+        .map(PathBuf::as_path)
+        .collect();
+    let tls = server::tls_config(cert, key, &client_cas)?;
+    let authenticator = authenticator(&args)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -165,17 +186,17 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         };
         let sim = Arc::new(Sim {
             behaviour: Behaviour {
-                anonymous_auth: args.anonymous_auth,
                 shutdown_delay: args.shutdown_delay_duration,
                 send_retry_after: args.shutdown_send_retry_after,
                 watch_termination_grace: args.shutdown_watch_termination_grace_period,
                 goaway_chance: args.goaway_chance,
+                max_streams: args.http2_max_streams_per_connection,
                 bookmark_interval: args.bookmark_interval,
                 replica: replica.clone(),
             },
             checks: checks::Checks::default(),
             store,
-            tokens,
+            authenticator,
             inflight: Default::default(),
             latency_ms: Default::default(),
             rejecting: Default::default(),
@@ -214,6 +235,58 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     })?;
     // Open watches die with the process, as a real apiserver's do without a grace period.
     std::process::exit(0);
+}
+
+/// The authenticators the flags configure.
+fn authenticator(args: &ServeArgs) -> anyhow::Result<auth::Authenticator> {
+    let read = |flag: &str, path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| anyhow::anyhow!("{flag} {}: {e}", path.display()))
+    };
+    let header = |name: &String| {
+        http::HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes())
+            .map_err(|e| anyhow::anyhow!("header name {name:?}: {e}"))
+    };
+    let request_header = match &args.requestheader_client_ca_file {
+        Some(ca) => Some(auth::RequestHeader {
+            ca_subjects: auth::ca_subjects(&read("--requestheader-client-ca-file", ca)?)?,
+            allowed_names: args
+                .requestheader_allowed_names
+                .iter()
+                .filter(|n| !n.is_empty())
+                .cloned()
+                .collect(),
+            username_headers: args
+                .requestheader_username_headers
+                .iter()
+                .map(header)
+                .collect::<Result<_, _>>()?,
+            group_headers: args
+                .requestheader_group_headers
+                .iter()
+                .map(header)
+                .collect::<Result<_, _>>()?,
+            extra_prefixes: args
+                .requestheader_extra_headers_prefix
+                .iter()
+                .map(|p| p.to_ascii_lowercase())
+                .collect(),
+        }),
+        None => None,
+    };
+    let client_ca_subjects = match &args.client_ca_file {
+        Some(ca) => Some(auth::ca_subjects(&read("--client-ca-file", ca)?)?),
+        None => None,
+    };
+    let tokens = match &args.token_auth_file {
+        Some(f) => auth::Tokens::parse(&String::from_utf8_lossy(&read("--token-auth-file", f)?)),
+        None => auth::Tokens::default(),
+    };
+    Ok(auth::Authenticator {
+        request_header,
+        client_ca_subjects,
+        tokens,
+        anonymous: args.anonymous_auth,
+    })
 }
 
 /// Keeps the `etcd` checks in line with whether etcd answers.

@@ -2,7 +2,7 @@
 //! GOAWAY, and the shutdown sequence of k8s.io/apiserver's `genericapiserver.go`.
 
 use crate::api;
-use crate::auth::User;
+use crate::auth::PeerCert;
 use crate::state::Sim;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -20,12 +20,10 @@ use tokio::sync::Notify;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-/// Builds the TLS config: the serving pair, and optional client-certificate authentication.
-pub fn tls_config(
-    cert: &Path,
-    key: &Path,
-    client_ca: Option<&Path>,
-) -> anyhow::Result<ServerConfig> {
+/// Builds the TLS config: the serving pair, and client certificates verified against every CA
+/// in `client_cas` (the client CA and the front-proxy CA: which one signed a certificate decides
+/// how it authenticates, see `auth.rs`).
+pub fn tls_config(cert: &Path, key: &Path, client_cas: &[&Path]) -> anyhow::Result<ServerConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .and_then(|it| it.collect())
@@ -34,20 +32,22 @@ pub fn tls_config(
         .map_err(|e| anyhow::anyhow!("--tls-private-key-file {}: {e}", key.display()))?;
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()?;
-    let builder = match client_ca {
-        Some(ca) => {
+    let builder = match client_cas {
+        [] => builder.with_no_client_auth(),
+        cas => {
             let mut roots = RootCertStore::empty();
-            for c in CertificateDer::pem_file_iter(ca)
-                .map_err(|e| anyhow::anyhow!("--client-ca-file {}: {e}", ca.display()))?
-            {
-                roots.add(c?)?;
+            for ca in cas {
+                for c in CertificateDer::pem_file_iter(ca)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", ca.display()))?
+                {
+                    roots.add(c?)?;
+                }
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .allow_unauthenticated()
                 .build()?;
             builder.with_client_cert_verifier(verifier)
         }
-        None => builder.with_no_client_auth(),
     };
     let mut config = builder.with_single_cert(chain, key)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
@@ -87,7 +87,7 @@ pub async fn accept_loop(
                 .1
                 .peer_certificates()
                 .and_then(|c| c.first())
-                .and_then(|c| User::from_certificate(c));
+                .and_then(|c| PeerCert::from_der(c));
             serve_connection(stream, sim, peer).await;
         });
     }
@@ -98,7 +98,7 @@ pub async fn accept_loop(
 async fn serve_connection(
     stream: tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
     sim: Arc<Sim>,
-    peer: Option<User>,
+    peer: Option<PeerCert>,
 ) {
     let goaway = Arc::new(Notify::new());
     let service = {
@@ -111,18 +111,35 @@ async fn serve_connection(
             async move {
                 // --goaway-chance: this HTTP/2 request is the connection's last.
                 let chance = sim.behaviour.goaway_chance;
-                if req.version() == http::Version::HTTP_2
-                    && chance > 0.0
-                    && fastrand::f64() < chance
+                let h2 = req.version() == http::Version::HTTP_2;
+                if h2 && chance > 0.0 && fastrand::f64() < chance {
+                    goaway.notify_one();
+                }
+                let replica = http::HeaderValue::from_str(&sim.behaviour.replica).ok();
+                let mut resp = api::handle(sim, peer.as_ref(), req).await;
+                // Go's HTTP/2 server turns `Connection: close` into GOAWAY (the apiserver sets
+                // it for anonymous and unauthenticated HTTP/2 requests).
+                if h2
+                    && resp
+                        .headers_mut()
+                        .remove(http::header::CONNECTION)
+                        .is_some()
                 {
                     goaway.notify_one();
                 }
-                Ok::<_, std::convert::Infallible>(api::handle(sim, peer, req).await)
+                // Which replica answered, for tests behind a TLS-terminating proxy (where the
+                // serving certificate no longer tells). Not an apiserver header.
+                if let Some(name) = replica {
+                    resp.headers_mut().insert("x-kubegate-sim-replica", name);
+                }
+                Ok::<_, std::convert::Infallible>(resp)
             }
         })
     };
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http2().max_concurrent_streams(100);
+    builder
+        .http2()
+        .max_concurrent_streams(sim.behaviour.max_streams);
     let conn = builder.serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);
     let mut closing = false;

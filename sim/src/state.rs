@@ -1,6 +1,6 @@
 //! One replica's shared state: options, health checks, shutdown phase, store, faults.
 
-use crate::auth::Tokens;
+use crate::auth::Authenticator;
 use crate::checks::Checks;
 use crate::store::Store;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -11,8 +11,6 @@ use tokio_util::sync::CancellationToken;
 /// Behaviour switches, mostly named after kube-apiserver flags.
 #[derive(Debug, Clone)]
 pub struct Behaviour {
-    /// `--anonymous-auth`.
-    pub anonymous_auth: bool,
     /// `--shutdown-delay-duration`.
     pub shutdown_delay: Duration,
     /// `--shutdown-send-retry-after`.
@@ -21,6 +19,8 @@ pub struct Behaviour {
     pub watch_termination_grace: Duration,
     /// `--goaway-chance`.
     pub goaway_chance: f64,
+    /// `--http2-max-streams-per-connection`.
+    pub max_streams: u32,
     /// How often watches with `allowWatchBookmarks` get a BOOKMARK.
     pub bookmark_interval: Duration,
     /// Shown in `/version` and logs.
@@ -35,8 +35,8 @@ pub struct Sim {
     pub checks: Checks,
     /// The object store.
     pub store: Arc<dyn Store>,
-    /// Static bearer tokens.
-    pub tokens: Tokens,
+    /// Who is asking.
+    pub authenticator: Authenticator,
     /// Non-long-running requests being served (shutdown waits for them).
     pub inflight: AtomicI64,
     /// Extra latency for every request, from the fault port.

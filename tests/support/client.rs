@@ -66,9 +66,24 @@ pub fn anonymous_client_config(pki: &Pki, alpn: &[&[u8]]) -> rustls::ClientConfi
 
 /// TLS client settings trusting `pki`'s CA and presenting its admin certificate.
 pub fn tls_client_config(pki: &Pki, alpn: &[&[u8]]) -> rustls::ClientConfig {
+    client_config_as(
+        pki,
+        alpn,
+        &pki.dir().join("admin.crt"),
+        &pki.dir().join("admin.key"),
+    )
+}
+
+/// TLS client settings trusting `pki`'s CA and presenting the certificate in `crt`/`key`.
+pub fn client_config_as(
+    pki: &Pki,
+    alpn: &[&[u8]],
+    crt: &std::path::Path,
+    key: &std::path::Path,
+) -> rustls::ClientConfig {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let chain = vec![CertificateDer::from_pem_file(pki.dir().join("admin.crt")).unwrap()];
-    let key = PrivateKeyDer::from_pem_file(pki.dir().join("admin.key")).unwrap();
+    let chain = vec![CertificateDer::from_pem_file(crt).unwrap()];
+    let key = PrivateKeyDer::from_pem_file(key).unwrap();
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
@@ -95,6 +110,17 @@ impl Conn {
     /// Connects to `addr` (SNI `kubernetes`) and completes the TLS handshake.
     pub async fn open(addr: SocketAddr, pki: &Pki, h2: bool) -> io::Result<Conn> {
         Conn::open_with(addr, tls_client_config(pki, alpn(h2)), h2).await
+    }
+
+    /// Connects presenting the client certificate in `crt`/`key`.
+    pub async fn open_as(
+        addr: SocketAddr,
+        pki: &Pki,
+        h2: bool,
+        crt: &std::path::Path,
+        key: &std::path::Path,
+    ) -> io::Result<Conn> {
+        Conn::open_with(addr, client_config_as(pki, alpn(h2), crt, key), h2).await
     }
 
     /// Connects without a client certificate.

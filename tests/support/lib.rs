@@ -9,7 +9,8 @@ mod pki;
 mod process;
 
 pub use client::{tls_client_config, Conn, Lines, Response};
-pub use pki::Pki;
+pub use pki::{FrontProxyPki, Pki};
 pub use process::{
     bin, free_port, plain_http, wait_for, Etcd, Kubegate, KubegateConfig, Proc, Sim, SimOptions,
+    TerminateFiles,
 };

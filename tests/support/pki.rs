@@ -8,6 +8,16 @@ use rcgen::{
 use std::path::{Path, PathBuf};
 use time::{Duration, OffsetDateTime};
 
+/// The front-proxy CA and kubegate's certificate from it.
+pub struct FrontProxyPki {
+    /// The CA (`--requestheader-client-ca-file`).
+    pub ca: PathBuf,
+    /// kubegate's front-proxy client certificate.
+    pub cert: PathBuf,
+    /// Its key.
+    pub key: PathBuf,
+}
+
 /// A CA and the files it signed, in a temporary directory.
 pub struct Pki {
     dir: PathBuf,
@@ -119,13 +129,51 @@ impl Pki {
 
     /// Writes `<file>.crt`/`.key`: a client certificate for `user` in `group`.
     pub fn client(&self, file: &str, user: &str, group: &str) -> (PathBuf, PathBuf) {
+        self.client_in(file, user, &[group])
+    }
+
+    /// Writes `<file>.crt`/`.key`: a client certificate for `user` in `groups` (one O each).
+    pub fn client_in(&self, file: &str, user: &str, groups: &[&str]) -> (PathBuf, PathBuf) {
         let key = KeyPair::generate().unwrap();
         let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
         let mut dn = DistinguishedName::new();
         dn.push(DnType::CommonName, user);
-        dn.push(DnType::OrganizationName, group);
+        // rcgen keeps one value per attribute type: a second organization goes in under the
+        // same OID (2.5.4.10) as a custom type, which certificates and parsers read as another O.
+        for (i, g) in groups.iter().enumerate() {
+            let kind = match i {
+                0 => DnType::OrganizationName,
+                1 => DnType::CustomDnType(vec![2, 5, 4, 10]),
+                _ => panic!("at most two organizations"),
+            };
+            dn.push(kind, *g);
+        }
         p.distinguished_name = dn;
         p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         self.sign(file, p, key)
+    }
+
+    /// A second CA, in `front-proxy/`, with kubegate's front-proxy client certificate
+    /// (`front-proxy-client.crt`, CN `front-proxy-client`), as kubeadm lays them out.
+    pub fn front_proxy(&self) -> FrontProxyPki {
+        let pki = Pki::new(&self.dir.join("front-proxy"));
+        let (cert, key) = pki.client_in("front-proxy-client", "front-proxy-client", &[]);
+        FrontProxyPki {
+            ca: pki.ca_file(),
+            cert,
+            key,
+        }
+    }
+
+    /// Writes `tokens.csv` for `--token-auth-file` with one token per (token, user, group).
+    pub fn token_file(&self, tokens: &[(&str, &str, &str)]) -> PathBuf {
+        let path = self.dir.join("tokens.csv");
+        let text: String = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, (t, u, g))| format!("{t},{u},uid{i},\"{g}\"\n"))
+            .collect();
+        std::fs::write(&path, text).unwrap();
+        path
     }
 }

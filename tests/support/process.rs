@@ -118,6 +118,8 @@ pub struct SimOptions {
     pub args: Vec<String>,
     /// Serving pair to use instead of the replica's own valid one.
     pub serving: Option<(PathBuf, PathBuf)>,
+    /// Trust this front-proxy CA for requestheader authentication (CN `front-proxy-client`).
+    pub front_proxy_ca: Option<PathBuf>,
 }
 
 /// One `kubegate-sim` replica.
@@ -151,6 +153,11 @@ impl Sim {
             .arg(pki.ca_file())
             .args(["--replica-name", name])
             .args(&opts.args);
+        if let Some(ca) = &opts.front_proxy_ca {
+            cmd.arg("--requestheader-client-ca-file")
+                .arg(ca)
+                .args(["--requestheader-allowed-names", "front-proxy-client"]);
+        }
         let proc = Proc::spawn(name, cmd, pki.dir().join(format!("{name}.log")));
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         wait_for(
@@ -244,6 +251,30 @@ pub struct KubegateConfig {
     pub shutdown_grace: &'static str,
     /// Extra YAML appended as is.
     pub extra: String,
+    /// The listener terminates TLS (L7) with these files.
+    pub terminate: Option<TerminateFiles>,
+}
+
+/// Files of a terminate-mode listener.
+#[derive(Clone)]
+pub struct TerminateFiles {
+    /// Serving certificate and key clients see.
+    pub serving: (PathBuf, PathBuf),
+    /// CA that verifies client certificates.
+    pub client_ca: Option<PathBuf>,
+    /// kubegate's front-proxy certificate and key.
+    pub front_proxy: Option<(PathBuf, PathBuf)>,
+}
+
+impl TerminateFiles {
+    /// kubegate serving `pki`'s names, verifying clients of `pki`'s CA, vouching with `fp`.
+    pub fn new(pki: &Pki, fp: &crate::pki::FrontProxyPki) -> TerminateFiles {
+        TerminateFiles {
+            serving: pki.serving("kubegate"),
+            client_ca: Some(pki.ca_file()),
+            front_proxy: Some((fp.cert.clone(), fp.key.clone())),
+        }
+    }
 }
 
 impl KubegateConfig {
@@ -264,6 +295,7 @@ impl KubegateConfig {
             shutdown_delay: "1s",
             shutdown_grace: "2s",
             extra: String::new(),
+            terminate: None,
         }
     }
 
@@ -276,8 +308,30 @@ impl KubegateConfig {
                 backends.push_str(&format!("    health_address: {h}\n"));
             }
         }
+        let listener = match &self.terminate {
+            None => format!("  - address: {listen}\n"),
+            Some(t) => {
+                let mut l = format!(
+                    "  - address: {listen}\n    mode: terminate\n    tls:\n      cert_file: {}\n      key_file: {}\n",
+                    t.serving.0.display(),
+                    t.serving.1.display()
+                );
+                if let Some(ca) = &t.client_ca {
+                    l.push_str(&format!("      client_ca_file: {}\n", ca.display()));
+                }
+                l
+            }
+        };
+        let upstream = match self.terminate.as_ref().and_then(|t| t.front_proxy.as_ref()) {
+            Some((cert, key)) => format!(
+                "upstream:\n  front_proxy:\n    cert_file: {}\n    key_file: {}\n",
+                cert.display(),
+                key.display()
+            ),
+            None => String::new(),
+        };
         format!(
-            "listeners:\n  - address: {listen}\nbackends:\n{backends}health:\n  interval: {}\n  timeout: {}\n  rise: {}\n  fall: {}\n  fast_interval: {}\n{}  tls:\n    ca_file: {}\n    server_name: kubernetes\nbalance: {}\ndrain:\n  timeout: {}\n  failing_timeout: {}\nshutdown:\n  delay: {}\n  grace: {}\nadmin:\n  address: {admin}\n{}",
+            "listeners:\n{listener}{upstream}backends:\n{backends}health:\n  interval: {}\n  timeout: {}\n  rise: {}\n  fall: {}\n  fast_interval: {}\n{}  tls:\n    ca_file: {}\n    server_name: kubernetes\nbalance: {}\ndrain:\n  timeout: {}\n  failing_timeout: {}\nshutdown:\n  delay: {}\n  grace: {}\nadmin:\n  address: {admin}\n{}",
             self.interval,
             self.timeout,
             self.rise,

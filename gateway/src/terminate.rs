@@ -1,0 +1,91 @@
+//! Terminate mode (L7): kubegate ends the client's TLS, and balances each request over the
+//! pool's ready backends on HTTP/2 connections of its own, with the client's identity passed on
+//! by the apiserver's front-proxy scheme.
+//!
+//! | module | job |
+//! |---|---|
+//! | `listener` | TLS handshake (with a deadline), the client's certificate identity, the HTTP/1.1 or HTTP/2 server, GOAWAY / `Connection: close` when kubegate drains |
+//! | `forward` | one request: identity headers, body held for replay, pick, send, retry where provably unprocessed |
+//! | `upgrade` | exec, attach, port-forward: HTTP/1.1 end to end, 101 passed on, then bytes both ways |
+//! | `upstream` | per backend: HTTP/2 connections, requests in flight (the load signal), drain and close |
+//! | `identity`, `classify`, `retry` | pure rules: identity headers, the apiserver's verbs and long-running requests, when to retry |
+//! | `tls`, `body`, `status` | certificates, response bodies, the `Status` errors kubegate answers itself |
+
+mod body;
+mod certs;
+mod classify;
+mod forward;
+mod identity;
+mod listener;
+mod retry;
+mod status;
+mod tls;
+mod upgrade;
+mod upstream;
+
+pub use certs::watch_certificates;
+pub use classify::Verb;
+pub use listener::{serve, TerminateListener};
+pub use retry::Failure;
+pub use tls::check_files;
+pub use upstream::{Gauges, Upstream};
+
+use arc_swap::ArcSwap;
+use identity::IdentityHeaders;
+use kubegate_config::UpstreamConfig;
+use std::sync::Arc;
+use tls::UpstreamTls;
+
+/// Terminate mode's shared state: its listeners' certificates, how it reaches the backends
+/// and whom it vouches for.
+pub struct TerminateMode {
+    upstream: ArcSwap<Upstreams>,
+    listeners: Vec<Arc<TerminateListener>>,
+}
+
+/// Everything taken from `upstream`, replaced whole on a reload or a certificate change.
+pub struct Upstreams {
+    tls: UpstreamTls,
+    identity: IdentityHeaders,
+}
+
+impl Upstreams {
+    /// Reads the CA and front-proxy files of `upstream` now.
+    pub fn load(upstream: &UpstreamConfig) -> Result<Upstreams, String> {
+        let identity = match &upstream.front_proxy {
+            Some(fp) => IdentityHeaders::new(fp)?,
+            None => IdentityHeaders::default(),
+        };
+        Ok(Upstreams {
+            tls: UpstreamTls::new(upstream)?,
+            identity,
+        })
+    }
+}
+
+impl TerminateMode {
+    /// From `upstream`, serving `listeners`.
+    pub fn new(
+        upstream: &UpstreamConfig,
+        listeners: Vec<Arc<TerminateListener>>,
+    ) -> Result<TerminateMode, String> {
+        Ok(TerminateMode {
+            upstream: ArcSwap::from_pointee(Upstreams::load(upstream)?),
+            listeners,
+        })
+    }
+
+    /// The terminate-mode listeners.
+    pub fn listeners(&self) -> &[Arc<TerminateListener>] {
+        &self.listeners
+    }
+
+    /// New upstream connections use `upstreams`; open ones keep what they were made with.
+    pub fn replace(&self, upstreams: Upstreams) {
+        self.upstream.store(Arc::new(upstreams));
+    }
+
+    fn upstreams(&self) -> Arc<Upstreams> {
+        self.upstream.load_full()
+    }
+}

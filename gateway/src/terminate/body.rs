@@ -1,0 +1,113 @@
+//! The body of a response to a terminate-mode client: either made by kubegate (an error
+//! `Status`), or relayed from a backend while the request counts as in flight there.
+
+use crate::terminate::upstream::{InFlight, Stream};
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// Errors a response body passes on to hyper (which resets the client's stream).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A response body.
+pub enum ResponseBody {
+    /// Made by kubegate, or a backend's small body read whole.
+    Full(Option<Bytes>),
+    /// Streamed from a backend.
+    Relayed(Relayed),
+}
+
+impl ResponseBody {
+    /// A body of `bytes`.
+    pub fn full(bytes: impl Into<Bytes>) -> ResponseBody {
+        let b = bytes.into();
+        ResponseBody::Full((!b.is_empty()).then_some(b))
+    }
+
+    /// No body.
+    pub fn empty() -> ResponseBody {
+        ResponseBody::Full(None)
+    }
+}
+
+/// A backend's response body, relayed. Holds the request's in-flight registration and its
+/// stream slot until the body ends.
+pub struct Relayed {
+    inner: Incoming,
+    /// A watch ends cleanly when its backend goes away, as an apiserver ending it would: the
+    /// client re-watches from its last resourceVersion instead of relisting.
+    end_cleanly_on_error: bool,
+    held: Option<(InFlight, Option<Stream>)>,
+}
+
+impl Relayed {
+    /// Relays `inner`; the registration and the stream slot are released when it ends.
+    pub fn new(
+        inner: Incoming,
+        watch: bool,
+        in_flight: InFlight,
+        stream: Option<Stream>,
+    ) -> Relayed {
+        Relayed {
+            inner,
+            end_cleanly_on_error: watch,
+            held: Some((in_flight, stream)),
+        }
+    }
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            ResponseBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            ResponseBody::Relayed(r) => {
+                let polled = Pin::new(&mut r.inner).poll_frame(cx);
+                match polled {
+                    Poll::Pending => Poll::Pending,
+                    Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame))),
+                    Poll::Ready(None) => {
+                        r.held = None;
+                        Poll::Ready(None)
+                    }
+                    Poll::Ready(Some(Err(e))) => {
+                        let backend = r
+                            .held
+                            .take()
+                            .map(|(f, _)| f.backend().info().name.clone())
+                            .unwrap_or_default();
+                        if r.end_cleanly_on_error {
+                            tracing::debug!(backend, error = %e, "upstream watch broke: ending it cleanly");
+                            Poll::Ready(None)
+                        } else {
+                            tracing::debug!(backend, error = %e, "upstream response broke");
+                            Poll::Ready(Some(Err(e.into())))
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ResponseBody::Full(b) => b.is_none(),
+            ResponseBody::Relayed(r) => r.inner.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ResponseBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            ResponseBody::Full(None) => SizeHint::with_exact(0),
+            ResponseBody::Relayed(r) => r.inner.size_hint(),
+        }
+    }
+}

@@ -1,0 +1,482 @@
+//! One terminate-mode request, from the client's headers to the backend's response:
+//!
+//! 1. Identity: every identity header the client sent is removed; a verified client
+//!    certificate becomes `X-Remote-User`/`X-Remote-Group` (sent over the front-proxy
+//!    certificate); tokens and `Impersonate-*` pass untouched.
+//! 2. The body is read whole (bounded): a retry must be able to send it again.
+//! 3. A backend is picked per request, by requests in flight weighted by latency; a stream is
+//!    taken on one of its HTTP/2 connections, or a connection is opened.
+//! 4. Failures the apiserver provably did not process go to another backend (any verb), as do
+//!    idempotent reads that broke before response headers; a shutting-down apiserver's 429/503
+//!    counts as unprocessed. Nothing is retried once its response headers were forwarded.
+
+use crate::dial::dial;
+use crate::gateway::Gateway;
+use crate::labels::{ConnectError, RequestFailure};
+use crate::planes::Backend;
+use crate::proxy::PASSIVE_EJECTION;
+use crate::terminate::body::{Relayed, ResponseBody};
+use crate::terminate::classify::{classify, RequestClass};
+use crate::terminate::identity::CertIdentity;
+use crate::terminate::retry::{may_retry, Failure};
+use crate::terminate::status::{broken, status, unavailable};
+use crate::terminate::upstream::{H2Conn, Kind, Stream, Upstream, UpstreamBody};
+use crate::terminate::Upstreams;
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use kubegate_config::BalancePolicy;
+use kubegate_pool::{pick, Candidates};
+use rustls::pki_types::ServerName;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The largest 429/503 body read to tell a shutting-down apiserver from a busy one.
+const STATUS_BODY_LIMIT: usize = 16 * 1024;
+
+/// A client connection, as its requests need it.
+pub struct Client {
+    /// The client's address, passed on in `X-Forwarded-For` (the apiserver's audit log reads it).
+    pub addr: SocketAddr,
+    /// The verified client certificate's identity, if any.
+    pub identity: Option<CertIdentity>,
+}
+
+/// Serves one request.
+pub async fn handle(
+    gw: Arc<Gateway>,
+    client: Arc<Client>,
+    req: Request<Incoming>,
+) -> Response<ResponseBody> {
+    let Some(terminate) = gw.terminate() else {
+        return unavailable("terminate mode is not configured");
+    };
+    let upstreams = terminate.upstreams();
+    let class = classify(req.method(), req.uri());
+    if crate::terminate::upgrade::requested(&req) {
+        return crate::terminate::upgrade::proxy(&gw, &upstreams, &client, req, class).await;
+    }
+    let (mut parts, body) = req.into_parts();
+    let kind = prepare_headers(&gw, &upstreams, &client, &mut parts.headers);
+    remove_hop_by_hop(&mut parts.headers);
+    let limit = gw.config().load().terminate.max_request_body_bytes;
+    let body = match Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX))
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            gw.metrics().request_failed(RequestFailure::BodyTooLarge);
+            return status(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "RequestEntityTooLarge",
+                &format!("the request body is larger than {limit} bytes"),
+                None,
+            );
+        }
+        Err(e) => {
+            gw.metrics().request_failed(RequestFailure::BadRequest);
+            return status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                &format!("reading the request body: {e}"),
+                None,
+            );
+        }
+    };
+    let authority = authority(&parts.uri, &parts.headers, &upstreams.tls.server_name);
+    let outgoing = Outgoing {
+        method: parts.method,
+        uri: absolute(&parts.uri, &authority),
+        headers: parts.headers,
+        body,
+        kind,
+    };
+    send(&gw, &upstreams, &outgoing, class).await
+}
+
+/// Removes the client's identity headers and sets the ones kubegate vouches for; adds
+/// `X-Forwarded-For`. Returns which kind of upstream connection the request needs.
+pub fn prepare_headers(
+    gw: &Gateway,
+    upstreams: &Upstreams,
+    client: &Client,
+    headers: &mut HeaderMap,
+) -> Kind {
+    let m = gw.metrics();
+    let stripped = upstreams.identity.strip(headers);
+    if stripped > 0 {
+        m.identity_headers_stripped.inc_by(stripped as u64);
+    }
+    let vouched = match (&client.identity, upstreams.tls.with_identity.is_some()) {
+        (Some(id), true) => upstreams.identity.apply(id, headers),
+        _ => false,
+    };
+    let identity = if vouched {
+        crate::labels::Identity::ClientCertificate
+    } else if headers.contains_key(header::AUTHORIZATION) {
+        crate::labels::Identity::BearerToken
+    } else {
+        crate::labels::Identity::Anonymous
+    };
+    m.requests_by_identity
+        .with_label_values(&[identity.as_str()])
+        .inc();
+    let kind = match identity {
+        crate::labels::Identity::ClientCertificate => Kind::WithIdentity,
+        crate::labels::Identity::BearerToken => Kind::BearerToken,
+        crate::labels::Identity::Anonymous => Kind::Anonymous,
+    };
+    let forwarded = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        Some(before) => format!("{before}, {}", client_ip(client.addr)),
+        None => client_ip(client.addr).to_string(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&forwarded) {
+        headers.insert(HeaderName::from_static("x-forwarded-for"), v);
+    }
+    kind
+}
+
+fn client_ip(addr: SocketAddr) -> IpAddr {
+    addr.ip().to_canonical()
+}
+
+/// Headers that describe one connection, not the request: they never cross a proxy (and
+/// HTTP/2 forbids them).
+pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    let listed: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().to_ascii_lowercase().as_bytes()).ok())
+        .collect();
+    for name in listed {
+        headers.remove(name);
+    }
+    for name in [
+        header::CONNECTION,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+        header::TE,
+        header::HOST,
+        HeaderName::from_static("keep-alive"),
+        HeaderName::from_static("proxy-connection"),
+    ] {
+        headers.remove(name);
+    }
+}
+
+/// The authority the client addressed, else the upstream server name.
+pub fn authority(uri: &Uri, headers: &HeaderMap, server_name: &ServerName<'_>) -> String {
+    uri.authority()
+        .map(|a| a.as_str().to_string())
+        .or_else(|| {
+            headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| server_name.to_str().into_owned())
+}
+
+fn absolute(uri: &Uri, authority: &str) -> Uri {
+    let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    format!("https://{authority}{path}")
+        .parse()
+        .unwrap_or_else(|_| uri.clone())
+}
+
+/// A request ready to send to any backend, as often as retries need.
+struct Outgoing {
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+    kind: Kind,
+}
+
+impl Outgoing {
+    fn build(&self) -> Request<UpstreamBody> {
+        let mut req = Request::new(Full::new(self.body.clone()));
+        *req.method_mut() = self.method.clone();
+        *req.uri_mut() = self.uri.clone();
+        *req.version_mut() = Version::HTTP_2;
+        *req.headers_mut() = self.headers.clone();
+        req
+    }
+}
+
+/// Sends `outgoing` to a backend, retrying where the rules allow.
+async fn send(
+    gw: &Gateway,
+    upstreams: &Upstreams,
+    outgoing: &Outgoing,
+    class: RequestClass,
+) -> Response<ResponseBody> {
+    let (policy, attempts, no_ready) = {
+        let c = gw.config().load();
+        (c.balance, c.connect.attempts, c.no_ready_backend)
+    };
+    let pool = gw.pool();
+    let metrics = gw.metrics();
+    let mut tried: Vec<SocketAddr> = Vec::new();
+    let mut last: Option<Failure> = None;
+    for _ in 0..attempts {
+        let table = pool.routing();
+        let candidates = match table.candidates(no_ready) {
+            Candidates::Ready(c) => c,
+            Candidates::Fallback(c) => {
+                metrics.fallback.inc();
+                c
+            }
+            Candidates::None => break,
+        };
+        let load = load_for(policy);
+        let Some(backend) = pick(policy, candidates, &tried, pool.cursor(), &load) else {
+            break;
+        };
+        tried.push(backend.address);
+        if let Some(failure) = last {
+            metrics.request_retry(failure);
+        }
+        match attempt(gw, upstreams, &backend, outgoing, class).await {
+            Ok(resp) => return resp,
+            Err(failure) => {
+                tracing::debug!(backend = %backend.info().name, failure = failure.as_str(), verb = class.verb.as_str(), "request attempt failed");
+                last = Some(failure);
+                if !may_retry(failure, &class) {
+                    metrics.request_failed(RequestFailure::Broken);
+                    return broken(
+                        "the connection to the apiserver broke after the request was sent: it may have been applied",
+                    );
+                }
+            }
+        }
+    }
+    match last {
+        None => {
+            metrics.request_failed(RequestFailure::NoReadyBackend);
+            unavailable("no apiserver is ready")
+        }
+        Some(_) => {
+            metrics.request_failed(RequestFailure::Unavailable);
+            unavailable("no apiserver could take the request")
+        }
+    }
+}
+
+/// Terminate mode's load signal under `policy`: `least-connections` picks the fewest requests
+/// in flight (ties rotate, so equal replicas share requests evenly); `power-of-two` compares two
+/// replicas by requests in flight weighted by their latency, so a slow replica gets less.
+pub fn load_for(policy: BalancePolicy) -> fn(&Backend) -> u64 {
+    match policy {
+        BalancePolicy::PowerOfTwo => |b| b.planes().terminate.load(),
+        BalancePolicy::LeastConnections | BalancePolicy::RoundRobin => {
+            |b| b.planes().terminate.busy() as u64
+        }
+    }
+}
+
+/// One attempt on `backend`.
+async fn attempt(
+    gw: &Gateway,
+    upstreams: &Upstreams,
+    backend: &Arc<Backend>,
+    outgoing: &Outgoing,
+    class: RequestClass,
+) -> Result<Response<ResponseBody>, Failure> {
+    let stream = stream_to(gw, upstreams, backend, outgoing.kind).await?;
+    let in_flight = Upstream::begin(backend, class.long_running.is_some());
+    let sent = Instant::now();
+    let result = stream.sender().try_send_request(outgoing.build()).await;
+    let resp = match result {
+        Ok(resp) => resp,
+        Err(mut e) => {
+            return Err(if e.take_message().is_some() {
+                Failure::Unsent
+            } else {
+                Failure::of(e.error())
+            })
+        }
+    };
+    let upstream = &backend.planes().terminate;
+    if class.long_running.is_none() {
+        upstream.observe_latency(sent.elapsed());
+        gw.metrics()
+            .request_duration
+            .with_label_values(&[class.verb.as_str()])
+            .observe(sent.elapsed().as_secs_f64());
+    }
+    let code = resp.status();
+    let resp = if code == StatusCode::TOO_MANY_REQUESTS || code == StatusCode::SERVICE_UNAVAILABLE {
+        let (parts, body) = resp.into_parts();
+        let body = read_small(body).await.map_err(|_| Failure::Reset)?;
+        if shutting_down(backend, &body) {
+            return Err(Failure::ShuttingDown);
+        }
+        Response::from_parts(parts, ResponseBody::full(body))
+    } else {
+        let watch = class.long_running == Some(crate::terminate::classify::LongRunning::Watch);
+        resp.map(|body| ResponseBody::Relayed(Relayed::new(body, watch, in_flight, Some(stream))))
+    };
+    gw.metrics()
+        .count_request(&backend.info().name, class.verb, code);
+    Ok(resp)
+}
+
+/// Whether a 429/503 came from an apiserver that is shutting down (rejected before any
+/// handler ran), rather than from priority and fairness or a failing dependency.
+fn shutting_down(backend: &Backend, body: &[u8]) -> bool {
+    backend.shutting_down() || contains(body, b"is shutting down")
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+async fn read_small(body: Incoming) -> Result<Bytes, ()> {
+    let read = Limited::new(body, STATUS_BODY_LIMIT).collect();
+    match tokio::time::timeout(Duration::from_secs(10), read).await {
+        Ok(Ok(b)) => Ok(b.to_bytes()),
+        _ => Err(()),
+    }
+}
+
+/// A stream to `backend` on a connection of `kind`, opening a connection if every one is full.
+async fn stream_to(
+    gw: &Gateway,
+    upstreams: &Upstreams,
+    backend: &Arc<Backend>,
+    kind: Kind,
+) -> Result<Stream, Failure> {
+    let upstream = &backend.planes().terminate;
+    let max = gw.config().load().upstream.max_streams_per_connection;
+    if let Some(s) = upstream.stream(kind, max) {
+        return Ok(s);
+    }
+    let _turn = upstream.dial_turn(kind).await;
+    // Another request may have opened one while this one waited.
+    if let Some(s) = upstream.stream(kind, max) {
+        return Ok(s);
+    }
+    let tls = match kind {
+        Kind::WithIdentity => upstreams.tls.with_identity.clone(),
+        Kind::BearerToken | Kind::Anonymous => Some(upstreams.tls.without_identity.clone()),
+    }
+    .expect("requests carry identity only when a front-proxy certificate is configured");
+    let timeout = gw.config().load().connect.timeout;
+    match dial_h2(
+        backend.address,
+        tls,
+        upstreams.tls.server_name.clone(),
+        timeout,
+    )
+    .await
+    {
+        Ok(conn) => Ok(upstream.add(kind, conn)),
+        Err(e) => {
+            let name = backend.info().name.clone();
+            let reason = ConnectError::of(&e);
+            gw.metrics().connect_error(&name, reason);
+            tracing::warn!(backend = %name, reason = reason.as_str(), error = %e, "upstream connection failed");
+            backend.connect_failed(PASSIVE_EJECTION);
+            Err(Failure::Connect)
+        }
+    }
+}
+
+/// Opens an HTTP/2 connection to `addr` over TLS (`name` as SNI and verified name).
+async fn dial_h2(
+    addr: SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+    name: ServerName<'static>,
+    timeout: Duration,
+) -> io::Result<H2Conn> {
+    let tls = tls_connect(addr, tls, name, timeout).await?;
+    if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
+        return Err(io::Error::other("the backend did not agree to HTTP/2"));
+    }
+    let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        // Large LIST responses: let the window follow the bandwidth-delay product.
+        .adaptive_window(true)
+        .handshake(TokioIo::new(tls))
+        .await
+        .map_err(io::Error::other)?;
+    let task = tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "upstream connection ended");
+        }
+    });
+    Ok(H2Conn::new(sender, task.abort_handle()))
+}
+
+/// TCP and TLS to a backend, both within `timeout`.
+pub async fn tls_connect(
+    addr: SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+    name: ServerName<'static>,
+    timeout: Duration,
+) -> io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let tcp = dial(addr, timeout).await?;
+    let _ = tcp.set_nodelay(true);
+    let connector = tokio_rustls::TlsConnector::from(tls);
+    tokio::time::timeout(timeout, connector.connect(name, tcp))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_never_cross() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, "keep-alive, X-Trace".parse().unwrap());
+        h.insert("x-trace", "1".parse().unwrap());
+        h.insert("keep-alive", "timeout=5".parse().unwrap());
+        h.insert(header::TE, "trailers".parse().unwrap());
+        h.insert(header::HOST, "api:6443".parse().unwrap());
+        h.insert(header::ACCEPT, "application/json".parse().unwrap());
+        remove_hop_by_hop(&mut h);
+        let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["accept"]);
+    }
+
+    #[test]
+    fn the_authority_is_the_clients_then_the_upstream_name() {
+        let name = ServerName::try_from("kubernetes").unwrap();
+        let mut h = HeaderMap::new();
+        assert_eq!(authority(&"/api".parse().unwrap(), &h, &name), "kubernetes");
+        h.insert(header::HOST, "10.0.0.1:6443".parse().unwrap());
+        assert_eq!(
+            authority(&"/api".parse().unwrap(), &h, &name),
+            "10.0.0.1:6443"
+        );
+        let h2: Uri = "https://api.example:443/api".parse().unwrap();
+        assert_eq!(authority(&h2, &h, &name), "api.example:443");
+        assert_eq!(
+            absolute(&"/api/v1?watch=1".parse().unwrap(), "k:6443").to_string(),
+            "https://k:6443/api/v1?watch=1"
+        );
+    }
+
+    #[test]
+    fn a_shutdown_answer_is_told_from_a_busy_one() {
+        assert!(contains(
+            b"The apiserver is shutting down, please try again later.",
+            b"is shutting down"
+        ));
+        assert!(!contains(
+            b"Too many requests, please try again later.",
+            b"is shutting down"
+        ));
+    }
+}

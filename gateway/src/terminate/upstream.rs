@@ -1,0 +1,299 @@
+//! Terminate mode's per-backend state: its HTTP/2 connections, the requests in flight on it, and
+//! how the pool's orders are carried out.
+//!
+//! - Requests share connections up to `upstream.max_streams_per_connection` streams each; a
+//!   request that finds every connection full opens another (the apiserver allows 100 streams
+//!   per connection by default).
+//! - Three kinds of connection: with kubegate's front-proxy certificate (requests carrying
+//!   `X-Remote-*`), and without any, one kind for bearer tokens and one for anonymous requests.
+//!   An apiserver sends GOAWAY after every 401 and every anonymous request on HTTP/2
+//!   (`UnauthenticatedHTTP2DOSMitigation`): kept apart, those goodbyes only cost the
+//!   connections of their own kind.
+//! - Drain: connections leave the pool (no new streams); each closes, with GOAWAY, once its
+//!   streams are done. Close: every connection task is aborted, which ends every stream on it
+//!   at once (a watch then ends cleanly, other requests see a reset), and upgraded connections
+//!   end.
+
+use crate::planes::Backend;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::client::conn::http2::SendRequest;
+use prometheus::IntGauge;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::task::AbortHandle;
+
+/// The body of a request sent upstream: held whole, so a retry can send it again.
+pub type UpstreamBody = Full<Bytes>;
+
+/// Which requests an upstream connection carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Requests carrying `X-Remote-*`, over kubegate's front-proxy certificate.
+    WithIdentity = 0,
+    /// Requests carrying a bearer token; no client certificate.
+    BearerToken = 1,
+    /// Requests carrying no credentials; no client certificate.
+    Anonymous = 2,
+}
+
+/// How many kinds there are.
+const KINDS: usize = 3;
+
+/// One HTTP/2 connection to a backend.
+pub struct H2Conn {
+    sender: SendRequest<UpstreamBody>,
+    streams: AtomicU32,
+    task: AbortHandle,
+}
+
+impl H2Conn {
+    /// A connection whose driving task is `task`.
+    pub fn new(sender: SendRequest<UpstreamBody>, task: AbortHandle) -> H2Conn {
+        H2Conn {
+            sender,
+            streams: AtomicU32::new(0),
+            task,
+        }
+    }
+}
+
+/// A stream reserved on a connection; releases its slot when dropped.
+pub struct Stream {
+    conn: Arc<H2Conn>,
+}
+
+impl Stream {
+    /// The connection's sender (cheap to clone).
+    pub fn sender(&self) -> SendRequest<UpstreamBody> {
+        self.conn.sender.clone()
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.conn.streams.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[derive(Default)]
+struct Conns {
+    /// Connections new streams may use, by [`Kind`].
+    open: [Vec<Arc<H2Conn>>; KINDS],
+    /// Tasks of connections taken out of use by a drain; aborted by a close.
+    retired: Vec<AbortHandle>,
+}
+
+/// The terminate-mode state of one backend.
+pub struct Upstream {
+    conns: Mutex<Conns>,
+    /// Serialises opening connections, so that a burst of requests opens one, not many.
+    dialing: [tokio::sync::Mutex<()>; KINDS],
+    /// Requests in flight, long-running ones included: what a drain waits for.
+    in_flight: AtomicUsize,
+    /// Requests in flight that are not long-running: the load the balancer reads.
+    busy: AtomicUsize,
+    /// Response-header latency, exponentially weighted, in µs (0: none measured yet).
+    latency_us: AtomicU64,
+    /// Bumped by every close: upgraded connections (exec, attach, port-forward), which run on
+    /// their own TCP connections, end when it changes.
+    closes: tokio::sync::watch::Sender<u64>,
+    gauges: arc_swap::ArcSwap<Gauges>,
+}
+
+/// Per-backend gauges, resolved once per name.
+pub struct Gauges {
+    /// `kubegate_backend_requests_in_flight{backend}`.
+    pub in_flight: IntGauge,
+    /// `kubegate_backend_long_running_requests{backend}`.
+    pub long_running: IntGauge,
+    /// `kubegate_backend_upstream_connections{backend}`.
+    pub connections: IntGauge,
+}
+
+impl Upstream {
+    /// No connections yet.
+    pub fn new(gauges: Gauges) -> Upstream {
+        Upstream {
+            conns: Mutex::default(),
+            dialing: Default::default(),
+            in_flight: AtomicUsize::new(0),
+            busy: AtomicUsize::new(0),
+            latency_us: AtomicU64::new(0),
+            closes: tokio::sync::watch::Sender::new(0),
+            gauges: arc_swap::ArcSwap::from_pointee(gauges),
+        }
+    }
+
+    fn conns(&self) -> MutexGuard<'_, Conns> {
+        self.conns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Gauges of a renamed backend.
+    pub fn set_gauges(&self, gauges: Gauges) {
+        self.gauges.store(Arc::new(gauges));
+    }
+
+    /// Requests in flight (long-running ones included).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Requests in flight that are not long-running, weighted by the backend's response latency
+    /// (a slow replica looks busier), in µs of expected waiting.
+    pub fn load(&self) -> u64 {
+        let busy = self.busy.load(Ordering::Relaxed) as u64;
+        let latency = self.latency_us.load(Ordering::Relaxed).max(1);
+        (busy + 1).saturating_mul(latency)
+    }
+
+    /// Requests in flight that are not long-running.
+    pub fn busy(&self) -> usize {
+        self.busy.load(Ordering::Relaxed)
+    }
+
+    /// Records a response-header latency (EWMA, weight 1/8).
+    pub fn observe_latency(&self, d: Duration) {
+        let sample = d.as_micros().min(u64::MAX as u128) as u64;
+        let _ = self
+            .latency_us
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                Some(if old == 0 {
+                    sample
+                } else {
+                    old - old / 8 + sample / 8
+                })
+            });
+    }
+
+    /// Reserves a stream on an open connection of `kind` with fewer than `max` streams.
+    pub fn stream(&self, kind: Kind, max: u32) -> Option<Stream> {
+        let mut conns = self.conns();
+        let list = &mut conns.open[kind as usize];
+        let before = list.len();
+        list.retain(|c| !c.sender.is_closed());
+        let removed = before - list.len();
+        let found = list.iter().find_map(|c| {
+            c.streams
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < max).then_some(n + 1)
+                })
+                .ok()
+                .map(|_| Stream { conn: c.clone() })
+        });
+        drop(conns);
+        if removed > 0 {
+            self.gauges.load().connections.sub(removed as i64);
+        }
+        found
+    }
+
+    /// Serialises opening connections of `kind`.
+    pub async fn dial_turn(&self, kind: Kind) -> tokio::sync::MutexGuard<'_, ()> {
+        self.dialing[kind as usize].lock().await
+    }
+
+    /// Puts a new connection in use and reserves its first stream.
+    pub fn add(&self, kind: Kind, conn: H2Conn) -> Stream {
+        conn.streams.store(1, Ordering::Release);
+        let conn = Arc::new(conn);
+        self.conns().open[kind as usize].push(conn.clone());
+        self.gauges.load().connections.inc();
+        Stream { conn }
+    }
+
+    /// Upstream connections open for new streams.
+    pub fn connections(&self) -> usize {
+        let conns = self.conns();
+        conns.open.iter().map(Vec::len).sum()
+    }
+
+    /// Changes when the backend's work is closed: upgraded connections end then.
+    pub fn closes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.closes.subscribe()
+    }
+
+    /// No new streams: connections close, with GOAWAY, once their streams are done.
+    pub fn drain(&self) {
+        let mut conns = self.conns();
+        let conns = &mut *conns;
+        let mut taken = 0;
+        for list in &mut conns.open {
+            taken += list.len();
+            conns.retired.extend(list.drain(..).map(|c| c.task.clone()));
+        }
+        conns.retired.retain(|t| !t.is_finished());
+        self.gauges.load().connections.sub(taken as i64);
+    }
+
+    /// Ends everything open on the backend now; returns the requests that were in flight.
+    pub fn close(&self) -> usize {
+        let in_flight = self.in_flight();
+        let (open, retired) = {
+            let mut conns = self.conns();
+            (
+                std::mem::take(&mut conns.open),
+                std::mem::take(&mut conns.retired),
+            )
+        };
+        let mut taken = 0;
+        for c in open.iter().flatten() {
+            c.task.abort();
+            taken += 1;
+        }
+        for t in &retired {
+            t.abort();
+        }
+        self.gauges.load().connections.sub(taken);
+        self.closes.send_modify(|n| *n += 1);
+        in_flight
+    }
+
+    /// A request starts on `backend`; the guard ends it.
+    pub fn begin(backend: &Arc<Backend>, long_running: bool) -> InFlight {
+        let this = &backend.planes().terminate;
+        this.in_flight.fetch_add(1, Ordering::AcqRel);
+        let gauges = this.gauges.load_full();
+        gauges.in_flight.inc();
+        if long_running {
+            gauges.long_running.inc();
+        } else {
+            this.busy.fetch_add(1, Ordering::Relaxed);
+        }
+        InFlight {
+            backend: backend.clone(),
+            gauges,
+            long_running,
+        }
+    }
+}
+
+/// One request in flight on a backend.
+pub struct InFlight {
+    backend: Arc<Backend>,
+    gauges: Arc<Gauges>,
+    long_running: bool,
+}
+
+impl InFlight {
+    /// The backend.
+    pub fn backend(&self) -> &Arc<Backend> {
+        &self.backend
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let this = &self.backend.planes().terminate;
+        self.gauges.in_flight.dec();
+        if self.long_running {
+            self.gauges.long_running.dec();
+        } else {
+            this.busy.fetch_sub(1, Ordering::Relaxed);
+        }
+        if this.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.backend.work_ended();
+        }
+    }
+}

@@ -1,0 +1,402 @@
+//! End-to-end tests of terminate mode (L7): real `kubegate` and `kubegate-sim` processes, the
+//! simulator trusting kubegate's front-proxy certificate (requestheader authentication).
+//! Which replica answered is read from the simulator's `X-Kubegate-Sim-Replica` header.
+//!
+//! 1. `identity_comes_from_the_certificate_never_from_headers`: HTTP/1.1 and HTTP/2, with a
+//!    client certificate, a bearer token, and nothing, each sending forged `X-Remote-*`.
+//! 2. `one_http2_connection_spreads_its_requests_over_the_ready_replicas`, and none goes to a
+//!    replica that is not ready.
+//! 3. `a_replica_shutting_down_finishes_its_requests_and_gets_no_new_ones`.
+//! 4. `a_crashed_replicas_reads_are_retried_and_its_writes_reported_never_replayed`.
+//! 5. `a_shutting_down_replicas_429_is_retried_on_another`.
+//! 6. `no_ready_replica_is_a_503_status_the_client_retries`.
+//! 7. `kubegate_drains_its_clients_with_goaway_on_sigterm`.
+
+use kubegate_e2e::*;
+use std::collections::HashMap;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(30);
+
+/// Replicas trusting `fp`'s front-proxy CA, with a token file.
+fn replicas(pki: &Pki, fp: &FrontProxyPki, n: usize, extra: &[&str]) -> Vec<Sim> {
+    let tokens = pki.token_file(&[("tok-ops", "ops-bot", "ops")]);
+    (1..=n)
+        .map(|i| {
+            let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+            args.push("--token-auth-file".into());
+            args.push(tokens.display().to_string());
+            Sim::start(
+                pki,
+                &format!("replica-{i}"),
+                SimOptions {
+                    args,
+                    front_proxy_ca: Some(fp.ca.clone()),
+                    ..Default::default()
+                },
+            )
+        })
+        .collect()
+}
+
+fn terminate_config(pki: &Pki, fp: &FrontProxyPki, sims: &[Sim]) -> KubegateConfig {
+    let mut cfg = KubegateConfig::new(&sims.iter().collect::<Vec<_>>());
+    cfg.terminate = Some(TerminateFiles::new(pki, fp));
+    cfg
+}
+
+fn start(pki: &Pki, cfg: &KubegateConfig, sims: &[Sim]) -> Kubegate {
+    let kg = Kubegate::start(pki, cfg);
+    for s in sims {
+        kg.wait_state(&s.name, "ready", T);
+    }
+    kg
+}
+
+fn replica(r: &Response) -> String {
+    r.header("x-kubegate-sim-replica")
+        .unwrap_or("<none>")
+        .to_string()
+}
+
+const REVIEW: &str =
+    r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview","spec":{}}"#;
+
+const FORGED: &[(&str, &str)] = &[
+    ("X-Remote-User", "system:admin"),
+    ("x-remote-group", "system:masters"),
+    ("X-Remote-Extra-Scopes", "everything"),
+];
+
+/// `kubectl auth whoami`'s request, as (user, groups), with forged identity headers.
+async fn whoami(conn: &mut Conn) -> Result<(String, Vec<String>), Response> {
+    let r = conn
+        .send(
+            "POST",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            FORGED,
+            Some(REVIEW),
+        )
+        .await
+        .expect("an answer");
+    if r.status != 201 {
+        return Err(r);
+    }
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let info = &v["status"]["userInfo"];
+    assert!(
+        info["extra"].as_object().is_none_or(|e| e.is_empty()),
+        "forged extra reached the apiserver: {v}"
+    );
+    Ok((
+        info["username"].as_str().unwrap().to_string(),
+        info["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g.as_str().unwrap().to_string())
+            .collect(),
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_comes_from_the_certificate_never_from_headers() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let fp = pki.front_proxy();
+    let sims = replicas(&pki, &fp, 2, &[]);
+    let kg = start(&pki, &terminate_config(&pki, &fp, &sims), &sims);
+    let (dev_crt, dev_key) = pki.client_in("dev", "dev-user", &["dev", "ops"]);
+    for h2 in [false, true] {
+        // A verified client certificate: CN and each O, whatever the headers say.
+        let mut conn = Conn::open_as(kg.listen, &pki, h2, &dev_crt, &dev_key)
+            .await
+            .unwrap();
+        let (user, groups) = whoami(&mut conn).await.unwrap();
+        assert_eq!(user, "dev-user", "h2={h2}");
+        assert_eq!(groups, ["dev", "ops", "system:authenticated"], "h2={h2}");
+
+        // A bearer token: the token's user, the forged headers gone.
+        let mut conn = Conn::open_anonymous(kg.listen, &pki, h2).await.unwrap();
+        let mut headers = FORGED.to_vec();
+        headers.push(("Authorization", "Bearer tok-ops"));
+        let r = conn
+            .send(
+                "POST",
+                "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                &headers,
+                Some(REVIEW),
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.status, 201, "{}", r.text());
+        assert!(r.text().contains(r#""username":"ops-bot""#), "{}", r.text());
+
+        // Nothing: anonymous, which may not ask who it is (403 naming system:anonymous).
+        let mut conn = Conn::open_anonymous(kg.listen, &pki, h2).await.unwrap();
+        let r = whoami(&mut conn).await.unwrap_err();
+        assert_eq!(r.status, 403, "{}", r.text());
+        assert!(r.text().contains("system:anonymous"), "{}", r.text());
+        // ...and may read /readyz (anonymous stays anonymous upstream, not 401).
+        assert_eq!(conn.get("/readyz").await.unwrap().status, 200);
+    }
+    assert!(kg.metric("kubegate_identity_headers_stripped_total") >= 18.0);
+    for identity in ["client_certificate", "bearer_token", "anonymous"] {
+        let series = format!("kubegate_requests_by_identity_total{{identity=\"{identity}\"}}");
+        assert!(kg.metric(&series) >= 2.0, "{series}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_http2_connection_spreads_its_requests_over_the_ready_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let fp = pki.front_proxy();
+    let sims = replicas(&pki, &fp, 3, &[]);
+    let kg = start(&pki, &terminate_config(&pki, &fp, &sims), &sims);
+    let mut conn = kg.connect(&pki, true).await.unwrap();
+    let mut per: HashMap<String, usize> = HashMap::new();
+    for _ in 0..30 {
+        let r = conn
+            .get("/api/v1/namespaces/default/configmaps")
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        *per.entry(replica(&r)).or_default() += 1;
+    }
+    for s in &sims {
+        let n = per.get(&s.name).copied().unwrap_or(0);
+        assert!(n >= 8, "{} served {n} of 30: {per:?}", s.name);
+    }
+    // One replica stops being ready: the same connection's requests avoid it.
+    sims[1].force_check("etcd", true);
+    kg.wait_state("replica-2", "not_ready", T);
+    for _ in 0..20 {
+        let r = conn.get("/version").await.unwrap();
+        assert_eq!(r.status, 200);
+        assert_ne!(replica(&r), "replica-2");
+    }
+    assert!(
+        kg.metric(r#"kubegate_requests_total{backend="replica-1",code="2xx",verb="list"}"#) >= 8.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_shutting_down_finishes_its_requests_and_gets_no_new_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let fp = pki.front_proxy();
+    let sims = replicas(&pki, &fp, 3, &["--shutdown-delay-duration", "20s"]);
+    let mut cfg = terminate_config(&pki, &fp, &sims);
+    cfg.drain = "60s";
+    let kg = start(&pki, &cfg, &sims);
+    // Every replica takes 4 s per request; three at once land one on each.
+    for s in &sims {
+        s.set_latency_ms(4000);
+    }
+    let mut in_flight = Vec::new();
+    for _ in 0..3 {
+        let mut c = kg.connect(&pki, true).await.unwrap();
+        in_flight.push(tokio::spawn(async move {
+            c.get("/api/v1/namespaces/default/configmaps").await
+        }));
+    }
+    wait_for("three requests in flight", T, || {
+        (kg.metric(r#"kubegate_backend_requests_in_flight{backend="replica-1"}"#) == 1.0)
+            .then_some(())
+    });
+    sims[0].proc.signal(libc::SIGTERM);
+    kg.wait_state("replica-1", "not_ready", T);
+    for s in &sims {
+        s.set_latency_ms(0);
+    }
+    let mut conn = kg.connect(&pki, true).await.unwrap();
+    for _ in 0..20 {
+        let r = conn.get("/version").await.unwrap();
+        assert_eq!(r.status, 200);
+        assert_ne!(
+            replica(&r),
+            "replica-1",
+            "a new request went to the replica shutting down"
+        );
+    }
+    let mut served_by = Vec::new();
+    for t in in_flight {
+        let r = t.await.unwrap().expect("the in-flight request completes");
+        assert_eq!(r.status, 200, "{}", r.text());
+        served_by.push(replica(&r));
+    }
+    served_by.sort();
+    assert_eq!(served_by, ["replica-1", "replica-2", "replica-3"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_replicas_reads_are_retried_and_its_writes_reported_never_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let fp = pki.front_proxy();
+    let etcd = Etcd::start(dir.path());
+    let mut sims = replicas(&pki, &fp, 3, &["--etcd-servers", &etcd.url]);
+    let kg = start(&pki, &terminate_config(&pki, &fp, &sims), &sims);
+    sims[0].set_latency_ms(5000);
+    // Six requests at once, two per replica: the ones on replica-1 wait there.
+    let mut reads = Vec::new();
+    let mut writes = Vec::new();
+    for i in 0..3 {
+        let mut c = kg.connect(&pki, true).await.unwrap();
+        reads.push(tokio::spawn(async move {
+            c.get("/api/v1/namespaces/default/configmaps").await
+        }));
+        let mut c = kg.connect(&pki, true).await.unwrap();
+        writes.push(tokio::spawn(async move {
+            let body = format!(
+                r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"w{i}"}},"data":{{"a":"b"}}}}"#
+            );
+            c.request("POST", "/api/v1/namespaces/default/configmaps", Some(&body))
+                .await
+        }));
+    }
+    wait_for("two requests in flight on replica-1", T, || {
+        (kg.metric(r#"kubegate_backend_requests_in_flight{backend="replica-1"}"#) == 2.0)
+            .then_some(())
+    });
+    sims[0].proc.kill();
+    for r in reads {
+        let r = r.await.unwrap().expect("the read is answered");
+        assert_eq!(r.status, 200, "a read was not retried: {}", r.text());
+        assert_ne!(replica(&r), "replica-1");
+    }
+    let mut broken = Vec::new();
+    for (i, w) in writes.into_iter().enumerate() {
+        let r = w.await.unwrap().expect("the write is answered");
+        match r.status {
+            201 => {}
+            502 => broken.push(i),
+            other => panic!("write w{i}: {other} {}", r.text()),
+        }
+    }
+    assert_eq!(broken.len(), 1, "one write was on the crashed replica");
+    assert!(kg.metric(r#"kubegate_request_retries_total{reason="reset"}"#) >= 1.0);
+    // The broken write was never replayed on another replica.
+    let mut c = kg.connect(&pki, true).await.unwrap();
+    for i in 0..3 {
+        let r = c
+            .get(&format!("/api/v1/namespaces/default/configmaps/w{i}"))
+            .await
+            .unwrap();
+        let expected = if broken.contains(&i) { 404 } else { 200 };
+        assert_eq!(r.status, expected, "w{i}: {}", r.text());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutting_down_replicas_429_is_retried_on_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let fp = pki.front_proxy();
+    let sims = replicas(&pki, &fp, 3, &["--shutdown-send-retry-after"]);
+    let mut cfg = terminate_config(&pki, &fp, &sims);
+    // kubegate must not notice the shutdown through its probes: the 429s are what it sees.
+    cfg.interval = "120s";
+    cfg.fast_interval = "120s";
+    cfg.rise = 1;
+    let kg = start(&pki, &cfg, &sims);
+    // A slow request straight to replica-1 keeps it answering 429 while it drains.
+    sims[0].set_latency_ms(20_000);
+    let mut direct = sims[0].connect(&pki, false).await.unwrap();
+    let slow = tokio::spawn(async move { direct.get("/version").await });
+    sims[0].set_latency_ms(0);
+    sims[0].proc.signal(libc::SIGTERM);
+    let mut probe = sims[0].connect(&pki, false).await.unwrap();
+    wait_for("replica-1 to answer 429", T, || {
+        let rt = tokio::runtime::Handle::current();
+        let r = tokio::task::block_in_place(|| rt.block_on(probe.get("/version"))).ok()?;
+        (r.status == 429).then_some(())
+    });
+    let mut conn = kg.connect(&pki, true).await.unwrap();
+    for i in 0..30 {
+        let r = conn
+            .get("/api/v1/namespaces/default/configmaps")
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200, "request {i}: {}", r.text());
+        assert_ne!(replica(&r), "replica-1");
+    }
+    assert!(kg.metric(r#"kubegate_request_retries_total{reason="shutting_down"}"#) >= 1.0);
+    slow.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_ready_replica_is_a_503_status_the_client_retries() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let fp = pki.front_proxy();
+    let sims = replicas(&pki, &fp, 1, &[]);
+    let mut cfg = terminate_config(&pki, &fp, &sims);
+    cfg.extra = "no_ready_backend: refuse\n".into();
+    let kg = start(&pki, &cfg, &sims);
+    sims[0].force_check("etcd", true);
+    kg.wait_state("replica-1", "not_ready", T);
+    let mut conn = kg.connect(&pki, true).await.unwrap();
+    let r = conn
+        .get("/api/v1/namespaces/default/configmaps")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(
+        (v["kind"].as_str(), v["code"].as_u64()),
+        (Some("Status"), Some(503))
+    );
+    assert_eq!(
+        kg.metric(r#"kubegate_requests_failed_total{reason="no_ready_backend"}"#),
+        1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubegate_drains_its_clients_with_goaway_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let fp = pki.front_proxy();
+    let sims = replicas(&pki, &fp, 2, &[]);
+    let mut cfg = terminate_config(&pki, &fp, &sims);
+    cfg.shutdown_delay = "2s";
+    cfg.shutdown_grace = "20s";
+    let mut kg = start(&pki, &cfg, &sims);
+    let mut idle = kg.connect(&pki, true).await.unwrap();
+    assert_eq!(idle.get("/version").await.unwrap().status, 200);
+    let mut busy = kg.connect(&pki, true).await.unwrap();
+    for s in &sims {
+        s.set_latency_ms(6000);
+    }
+    let slow = tokio::spawn(async move {
+        let r = busy.get("/api/v1/namespaces/default/configmaps").await;
+        (r, busy)
+    });
+    wait_for("a request in flight", T, || {
+        let total: f64 = ["replica-1", "replica-2"]
+            .iter()
+            .map(|b| {
+                kg.metric(&format!(
+                    "kubegate_backend_requests_in_flight{{backend=\"{b}\"}}"
+                ))
+            })
+            .sum();
+        (total == 1.0).then_some(())
+    });
+    kg.proc.signal(libc::SIGTERM);
+    // After the delay the idle HTTP/2 client gets GOAWAY and its connection ends...
+    wait_for("the idle client's connection to end", T, || {
+        idle.is_closed().then_some(())
+    });
+    // ...while the request in flight completes.
+    let (r, busy) = slow.await.unwrap();
+    assert_eq!(r.expect("the in-flight request completes").status, 200);
+    wait_for("the busy client's connection to end", T, || {
+        busy.is_closed().then_some(())
+    });
+    let status = kg.proc.wait_exit(T);
+    assert!(status.success(), "{status:?}");
+}
