@@ -2,8 +2,13 @@
 //! three replicas sharing one etcd.
 //!
 //! 1. `kubectl_direct_and_through_kubegate`: kubectl v1.35 runs `get --raw /readyz?verbose`,
-//!    `create configmap`, `get configmaps`, `get configmaps --watch` (an event arrives), `delete`.
-//! 2. `python_client_lists_and_watches_through_kubegate`: the Python kubernetes client.
+//!    `auth whoami`, `create configmap`, `get configmaps`, `apply` (create, then change),
+//!    `get configmaps --watch` (events arrive), `delete` — straight to a replica and through
+//!    passthrough.
+//! 2. `kubectl_through_terminate_mode_with_a_certificate_and_a_token`: the same through
+//!    terminate mode, with a client certificate and with a bearer token.
+//! 3. `python_client_lists_and_watches_through_kubegate`: the Python kubernetes client,
+//!    through passthrough and terminate mode.
 //!
 //! kubectl comes from `scripts/install-deps` (.tools/bin/kubectl); the Python client from
 //! Debian's python3-kubernetes. A missing client fails the test, it never skips.
@@ -73,18 +78,25 @@ fn wait_line(rx: &mpsc::Receiver<String>, what: &str, pred: impl Fn(&str) -> boo
     }
 }
 
-/// Runs the kubectl scenario against `server`; `tag` keeps object names apart.
-fn kubectl_scenario(pki: &Pki, server: &str, tag: &str) {
-    let kc = pki.kubeconfig(server);
-    let readyz = stdout(&kubectl(&kc, &["get", "--raw", "/readyz?verbose"]));
+/// Runs the kubectl scenario with kubeconfig `kc`, expected to authenticate as `user`; `tag`
+/// keeps object names apart.
+fn kubectl_scenario(kc: &Path, tag: &str, user: &str) {
+    let readyz = stdout(&kubectl(kc, &["get", "--raw", "/readyz?verbose"]));
     assert!(readyz.ends_with("readyz check passed\n"), "{readyz}");
+    let whoami = stdout(&kubectl(kc, &["auth", "whoami"]));
+    assert!(
+        whoami
+            .lines()
+            .any(|l| l.starts_with("Username") && l.trim_end().ends_with(user)),
+        "{whoami}"
+    );
     let name = format!("kubectl-{tag}");
     let created = stdout(&kubectl(
-        &kc,
+        kc,
         &["create", "configmap", &name, "--from-literal=a=b"],
     ));
     assert_eq!(created.trim(), format!("configmap/{name} created"));
-    let listed = stdout(&kubectl(&kc, &["get", "configmaps"]));
+    let listed = stdout(&kubectl(kc, &["get", "configmaps"]));
     assert!(listed.starts_with("NAME"), "{listed}");
     assert!(
         listed
@@ -92,11 +104,28 @@ fn kubectl_scenario(pki: &Pki, server: &str, tag: &str) {
             .any(|l| l.starts_with(&format!("{name} ")) && l.contains(" 1 ")),
         "{listed}"
     );
+    // apply: created, then changed (a strategic merge patch).
+    let manifest = kc.with_file_name(format!("{tag}-applied.yaml"));
+    let applied = format!("{name}-applied");
+    for (value, outcome) in [("1", "created"), ("2", "configured")] {
+        std::fs::write(
+            &manifest,
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {applied}\ndata:\n  v: \"{value}\"\n"),
+        )
+        .unwrap();
+        let out = stdout(&kubectl(kc, &["apply", "-f", manifest.to_str().unwrap()]));
+        assert_eq!(out.trim(), format!("configmap/{applied} {outcome}"));
+    }
+    let data = stdout(&kubectl(
+        kc,
+        &["get", "configmap", &applied, "-o", "jsonpath={.data.v}"],
+    ));
+    assert_eq!(data, "2");
 
     let mut watch = ChildProcess::adopt(
         Command::new(kubectl_bin())
             .arg("--kubeconfig")
-            .arg(&kc)
+            .arg(kc)
             .args(["get", "configmaps", "--watch", "--output-watch-events"])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -106,26 +135,34 @@ fn kubectl_scenario(pki: &Pki, server: &str, tag: &str) {
     let rx = lines_of(watch.child_mut().unwrap());
     wait_line(&rx, "the watch's initial listing", |l| l.contains(&name));
     let second = format!("{name}-2");
-    kubectl(&kc, &["create", "configmap", &second, "--from-literal=x=y"]);
+    kubectl(kc, &["create", "configmap", &second, "--from-literal=x=y"]);
     let event = wait_line(&rx, "the ADDED event", |l| l.contains(&second));
     assert!(event.starts_with("ADDED"), "{event}");
-    kubectl(&kc, &["delete", "configmap", &name]);
+    kubectl(kc, &["delete", "configmap", &name]);
     let event = wait_line(&rx, "the DELETED event", |l| {
         l.starts_with("DELETED") && l.contains(&name)
     });
     assert!(event.contains(&name));
     watch.kill();
-    kubectl(&kc, &["delete", "configmap", &second]);
+    kubectl(kc, &["delete", "configmap", &second, &applied]);
 }
 
-fn replicas(pki: &Pki, etcd: &Etcd) -> Vec<Sim> {
+/// Three replicas on `etcd`, trusting `fp` as their front proxy and `tok-ops` as a token.
+fn replicas(pki: &Pki, etcd: &Etcd, fp: &FrontProxyPki) -> Vec<Sim> {
+    let tokens = pki.token_file(&[("tok-ops", "ops-bot", "ops")]);
     (1..=3)
         .map(|i| {
             Sim::start(
                 pki,
                 &format!("replica-{i}"),
                 SimOptions {
-                    args: vec!["--etcd-servers".into(), etcd.url.clone()],
+                    args: vec![
+                        "--etcd-servers".into(),
+                        etcd.url.clone(),
+                        "--token-auth-file".into(),
+                        tokens.display().to_string(),
+                    ],
+                    front_proxy_ca: Some(fp.ca.clone()),
                     ..Default::default()
                 },
             )
@@ -133,19 +170,32 @@ fn replicas(pki: &Pki, etcd: &Etcd) -> Vec<Sim> {
         .collect()
 }
 
+/// kubegate in front of `sims`, terminating TLS when `terminate`.
+fn gateway(pki: &Pki, fp: &FrontProxyPki, sims: &[Sim], terminate: bool) -> Kubegate {
+    let mut cfg = KubegateConfig::new(&sims.iter().collect::<Vec<_>>());
+    if terminate {
+        cfg.terminate = Some(TerminateFiles::new(pki, fp));
+    }
+    let kg = Kubegate::start(pki, &cfg);
+    for s in sims {
+        kg.wait_state(&s.name, "ready", Duration::from_secs(30));
+    }
+    kg
+}
+
 #[test]
 fn kubectl_direct_and_through_kubegate() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new(dir.path());
+    let fp = pki.front_proxy();
     let etcd = Etcd::start(dir.path());
-    let sims = replicas(&pki, &etcd);
-    kubectl_scenario(&pki, &format!("https://{}", sims[0].addr), "direct");
+    let sims = replicas(&pki, &etcd, &fp);
+    let direct = pki.kubeconfig(&format!("https://{}", sims[0].addr));
+    kubectl_scenario(&direct, "direct", "kubernetes-admin");
 
-    let kg = Kubegate::start(&pki, &KubegateConfig::new(&sims.iter().collect::<Vec<_>>()));
-    for s in &sims {
-        kg.wait_state(&s.name, "ready", Duration::from_secs(30));
-    }
-    kubectl_scenario(&pki, &format!("https://{}", kg.listen), "gateway");
+    let kg = gateway(&pki, &fp, &sims, false);
+    let kc = pki.kubeconfig(&format!("https://{}", kg.listen));
+    kubectl_scenario(&kc, "passthrough", "kubernetes-admin");
     // kubectl's connections really went through kubegate, to more than one replica.
     let used = sims
         .iter()
@@ -157,6 +207,37 @@ fn kubectl_direct_and_through_kubegate() {
         })
         .count();
     assert!(used >= 2, "kubectl connections reached {used} replica(s)");
+}
+
+#[test]
+fn kubectl_through_terminate_mode_with_a_certificate_and_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let fp = pki.front_proxy();
+    let etcd = Etcd::start(dir.path());
+    let sims = replicas(&pki, &etcd, &fp);
+    let kg = gateway(&pki, &fp, &sims, true);
+    let server = format!("https://{}", kg.listen);
+    // The admin's certificate ends at kubegate; the replicas see its identity.
+    kubectl_scenario(
+        &pki.kubeconfig(&server),
+        "terminate-cert",
+        "kubernetes-admin",
+    );
+    // A bearer token passes through to the replicas.
+    kubectl_scenario(
+        &pki.token_kubeconfig(&server, "tok-ops"),
+        "terminate-token",
+        "ops-bot",
+    );
+    // kubectl's requests were spread over the replicas.
+    for s in &sims {
+        let series = format!(
+            "kubegate_requests_total{{backend=\"{}\",code=\"2xx\",verb=\"get\"}}",
+            s.name
+        );
+        assert!(kg.metric(&series) > 0.0, "{series}");
+    }
 }
 
 const PYTHON_CLIENT: &str = r#"
@@ -174,22 +255,13 @@ for ev in w.stream(v1.list_namespaced_config_map, "default",
         break
 "#;
 
-#[test]
-fn python_client_lists_and_watches_through_kubegate() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let etcd = Etcd::start(dir.path());
-    let sims = replicas(&pki, &etcd);
-    let kg = Kubegate::start(&pki, &KubegateConfig::new(&sims.iter().collect::<Vec<_>>()));
-    for s in &sims {
-        kg.wait_state(&s.name, "ready", Duration::from_secs(30));
-    }
+/// Lists and watches with the Python client through `kg`, while kubectl creates an object.
+fn python_client(pki: &Pki, kg: &Kubegate) {
     let kc = pki.kubeconfig(&format!("https://{}", kg.listen));
     kubectl(
         &kc,
         &["create", "configmap", "existing", "--from-literal=a=b"],
     );
-
     let mut py = ChildProcess::adopt(
         Command::new("/usr/bin/python3")
             .args(["-c", PYTHON_CLIENT])
@@ -214,4 +286,17 @@ fn python_client_lists_and_watches_through_kubegate() {
         .wait_exit(Duration::from_secs(15))
         .expect("the Python client ends after its event");
     assert!(status.success());
+}
+
+#[test]
+fn python_client_lists_and_watches_through_kubegate() {
+    for terminate in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = Pki::new(dir.path());
+        let fp = pki.front_proxy();
+        let etcd = Etcd::start(dir.path());
+        let sims = replicas(&pki, &etcd, &fp);
+        let kg = gateway(&pki, &fp, &sims, terminate);
+        python_client(&pki, &kg);
+    }
 }

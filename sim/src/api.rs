@@ -98,7 +98,7 @@ async fn serve_as(
         return forbidden(&user, req.method(), &path);
     }
 
-    if let Some(reply) = discovery::answer(&path) {
+    if let Some(reply) = discovery::answer(&path).or_else(|| crate::openapi::answer(&path)) {
         return reply;
     }
     if req.method() == Method::POST && path == "/apis/authentication.k8s.io/v1/selfsubjectreviews" {
@@ -145,15 +145,20 @@ async fn serve_as(
     let table = wants_table(&req);
     let dry_run = param("dryRun").is_some();
     let method = req.method().clone();
-    let protobuf = req
+    let content_type = req
         .headers()
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| t.starts_with("application/vnd.kubernetes.protobuf"));
+        .unwrap_or("")
+        .to_string();
+    let protobuf = content_type.starts_with("application/vnd.kubernetes.protobuf");
     let mut body = match read_body(req).await {
         Ok(b) => b,
         Err(reply) => return reply,
     };
+    if method == Method::PATCH {
+        return patch(sim, &target, &content_type, &body, dry_run).await;
+    }
     if protobuf && !body.is_empty() && method != Method::DELETE {
         body = match crate::protobuf::decode(&body) {
             Ok(v) => Bytes::from(serde_json::to_vec(&v).expect("json")),
@@ -374,6 +379,71 @@ async fn resource(
             Some(json!({})),
         ),
     }
+}
+
+/// PATCH of one object: read, patch, write back with the read version as precondition (the
+/// apiserver's `GuaranteedUpdate` retries a conflict, and so does this).
+async fn patch(
+    sim: &Sim,
+    target: &Target<'_>,
+    content_type: &str,
+    body: &[u8],
+    dry_run: bool,
+) -> Reply {
+    let (Some(ns), Some(name)) = (target.namespace, target.name) else {
+        return respond::status(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+            Some(json!({})),
+        );
+    };
+    let Some(kind) = crate::patch::PatchType::from_content_type(content_type) else {
+        return respond::status(
+            415,
+            "UnsupportedMediaType",
+            &format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json; got {content_type:?}"),
+            None,
+        );
+    };
+    let r = target.resource;
+    let key = format!("{}{name}", r.prefix(Some(ns)));
+    for _ in 0..5 {
+        let current = match sim.store.get(&key).await {
+            Ok(kv) => objects::from_store(&kv),
+            Err(e) => return store_error(target, name, e),
+        };
+        let version = current["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|v| v.parse::<i64>().ok());
+        let mut patched = match crate::patch::apply(&current, kind, body) {
+            Ok(v) => v,
+            Err(why) => return invalid(target, name, &why),
+        };
+        // Fields the server owns cannot be patched.
+        for owned in ["name", "namespace", "uid", "creationTimestamp"] {
+            patched["metadata"][owned] = current["metadata"][owned].clone();
+        }
+        if let Some(m) = patched["metadata"].as_object_mut() {
+            m.remove("resourceVersion");
+        }
+        if dry_run {
+            return Reply::json(StatusCode::OK, &patched);
+        }
+        match sim
+            .store
+            .update(&key, serde_json::to_vec(&patched).expect("json"), version)
+            .await
+        {
+            Ok(rev) => {
+                patched["metadata"]["resourceVersion"] = json!(rev.to_string());
+                return Reply::json(StatusCode::OK, &patched);
+            }
+            Err(StoreError::Conflict(_)) => continue,
+            Err(e) => return store_error(target, name, e),
+        }
+    }
+    store_error(target, name, StoreError::Conflict(0))
 }
 
 fn deleted(plural: &str, name: &str, obj: &Value) -> Reply {

@@ -12,6 +12,8 @@ mod discovery;
 mod fault;
 mod health;
 mod objects;
+mod openapi;
+mod patch;
 mod protobuf;
 mod resources;
 mod respond;

@@ -127,6 +127,22 @@ impl Pki {
         path
     }
 
+    /// Writes a kubeconfig against `server` that authenticates with a bearer `token`.
+    pub fn token_kubeconfig(&self, server: &str, token: &str) -> PathBuf {
+        use base64::Engine;
+        let ca = base64::engine::general_purpose::STANDARD
+            .encode(std::fs::read(self.ca_file()).unwrap());
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: token\n  user:\n    token: {token}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: token\n    namespace: default\ncurrent-context: test\n"
+        );
+        let path = self.dir.join(format!(
+            "kubeconfig-token-{}",
+            server.rsplit(':').next().unwrap_or("x")
+        ));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
     /// Writes `<file>.crt`/`.key`: a client certificate for `user` in `group`.
     pub fn client(&self, file: &str, user: &str, group: &str) -> (PathBuf, PathBuf) {
         self.client_in(file, user, &[group])
