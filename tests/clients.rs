@@ -9,6 +9,9 @@
 //!    terminate mode, with a client certificate and with a bearer token.
 //! 3. `python_client_lists_and_watches_through_kubegate`: the Python kubernetes client,
 //!    through passthrough and terminate mode.
+//! 4. `exec_port_forward_and_logs_through_kubegate`: `kubectl exec -i` over WebSocket and
+//!    over SPDY (stdin echoed, exit codes), `port-forward` (bytes through) and `logs -f`,
+//!    through passthrough and terminate mode.
 //!
 //! kubectl comes from `scripts/install-deps` (.tools/bin/kubectl); the Python client from
 //! Debian's python3-kubernetes. A missing client fails the test, it never skips.
@@ -298,5 +301,159 @@ fn python_client_lists_and_watches_through_kubegate() {
         let sims = replicas(&pki, &etcd, &fp);
         let kg = gateway(&pki, &fp, &sims, terminate);
         python_client(&pki, &kg);
+    }
+}
+
+/// Runs kubectl with `input` on its stdin and `env` set.
+fn kubectl_input(kc: &Path, args: &[&str], input: &str, env: &[(&str, &str)]) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(kubectl_bin())
+        .arg("--kubeconfig")
+        .arg(kc)
+        .args(["--request-timeout", "20s"])
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let read = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    use std::io::Read;
+    let stdout = read(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = read(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let mut child = ChildProcess::adopt(child);
+    stdin.write_all(input.as_bytes()).unwrap();
+    drop(stdin);
+    let status = child
+        .wait_exit(Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("kubectl {args:?} did not end"));
+    let out = Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    };
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// exec (WebSocket and SPDY), port-forward and `logs -f` through `kg`.
+fn sessions_scenario(kc: &Path) {
+    kubectl(kc, &["run", "p1", "--image=busybox", "--restart=Never"]);
+    // exec over WebSocket (kubectl's default), then over SPDY: stdin comes back.
+    for (protocol, env) in [
+        ("websocket", vec![]),
+        ("spdy", vec![("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")]),
+    ] {
+        let input = format!("through kubegate over {protocol}\n");
+        let out = kubectl_input(kc, &["exec", "-i", "p1", "--", "cat"], &input, &env);
+        assert_eq!(String::from_utf8_lossy(&out.stdout), input, "{protocol}");
+    }
+    // A failing command's exit code reaches kubectl.
+    let out = Command::new(kubectl_bin())
+        .arg("--kubeconfig")
+        .arg(kc)
+        .args(["exec", "p1", "--", "sh", "-c", "exit 3"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // port-forward: bytes to the local port come back from the pod.
+    let port = free_port();
+    let mut forward = ChildProcess::adopt(
+        Command::new(kubectl_bin())
+            .arg("--kubeconfig")
+            .arg(kc)
+            .args(["port-forward", "p1", &format!("{port}:8080")])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let rx = lines_of(forward.child_mut().unwrap());
+    wait_line(&rx, "port-forward to listen", |l| {
+        l.starts_with("Forwarding from 127.0.0.1")
+    });
+    for i in 0..2 {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        let msg = format!("port-forward connection {i}\n");
+        s.write_all(msg.as_bytes()).unwrap();
+        let mut got = vec![0u8; msg.len()];
+        s.read_exact(&mut got).unwrap();
+        assert_eq!(String::from_utf8_lossy(&got), msg);
+    }
+    forward.kill();
+
+    // logs -f: lines keep coming.
+    let mut logs = ChildProcess::adopt(
+        Command::new(kubectl_bin())
+            .arg("--kubeconfig")
+            .arg(kc)
+            .args(["logs", "-f", "p1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let rx = lines_of(logs.child_mut().unwrap());
+    wait_line(&rx, "the fifth log line", |l| {
+        l.starts_with("p1 log line 5")
+    });
+    logs.kill();
+    kubectl(kc, &["delete", "pod", "p1"]);
+}
+
+#[test]
+fn exec_port_forward_and_logs_through_kubegate() {
+    for terminate in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = Pki::new(dir.path());
+        let fp = pki.front_proxy();
+        let etcd = Etcd::start(dir.path());
+        let sims = replicas(&pki, &etcd, &fp);
+        let kg = gateway(&pki, &fp, &sims, terminate);
+        sessions_scenario(&pki.kubeconfig(&format!("https://{}", kg.listen)));
+        if terminate {
+            let long = r#"kubegate_requests_total{backend="replica-1",code="1xx",verb="create"}"#;
+            let upgraded: f64 = sims
+                .iter()
+                .map(|s| {
+                    kg.metric(&long.replace("replica-1", &s.name))
+                        + kg.metric(&long.replace("replica-1", &s.name).replace("create", "get"))
+                })
+                .sum();
+            assert!(upgraded >= 4.0, "upgrades counted: {upgraded}");
+        }
     }
 }

@@ -112,6 +112,22 @@ async fn serve_as(
             Some(json!({})),
         );
     };
+    if let (Some(sub), Some(ns), Some(name)) = (target.subresource, target.namespace, target.name) {
+        if target.resource != &crate::resources::PODS {
+            return respond::status(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+                Some(json!({})),
+            );
+        }
+        let key = format!("{}{name}", target.resource.prefix(Some(ns)));
+        let pod = match sim.store.get(&key).await {
+            Ok(kv) => objects::from_store(&kv),
+            Err(e) => return store_error(&target, name, e),
+        };
+        return crate::pods::subresource(sim, &pod, sub, req, &params);
+    }
     // Until the watch cache is initialised, reads it serves (LIST, WATCH) get 429 with
     // Retry-After: 1, as the apiserver's cacher answers while storage starts.
     if req.method() == Method::GET && target.name.is_none() && !sim.checks.started() {
@@ -319,6 +335,9 @@ async fn resource(
                 Ok(v) => v,
                 Err(why) => return invalid(target, "", &why),
             };
+            if r == &crate::resources::PODS {
+                crate::pods::complete_status(&mut obj);
+            }
             if dry_run {
                 return Reply::json(StatusCode::CREATED, &obj);
             }

@@ -61,8 +61,8 @@ pub const LEASES: Resource = Resource {
     short_names: &[],
 };
 
-/// `pods` (v1): stored as given, no controller acts on them; enough for clients that map and
-/// list pods (`kubectl create --dry-run=client` needs the mapping).
+/// `pods` (v1): created running, with every container ready (no scheduler or kubelet acts on
+/// them); `exec`, `attach`, `portforward` and `log` answer as a kubelet would (`pods.rs`).
 pub const PODS: Resource = Resource {
     group: "",
     version: "v1",
@@ -84,6 +84,8 @@ pub struct Target<'a> {
     pub namespace: Option<&'a str>,
     /// One object, or the collection.
     pub name: Option<&'a str>,
+    /// A subresource of the object (`exec`, `log`, ...).
+    pub subresource: Option<&'a str>,
 }
 
 /// Parses `/api/v1/[namespaces/NS/]PLURAL[/NAME]` and `/apis/G/V/...` alike.
@@ -98,9 +100,10 @@ pub fn parse(path: &str) -> Option<Target<'_>> {
         ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(*ns), rest),
         _ => (None, rest),
     };
-    let (plural, name) = match rest {
-        [plural] => (*plural, None),
-        [plural, name] if namespace.is_some() => (*plural, Some(*name)),
+    let (plural, name, subresource) = match rest {
+        [plural] => (*plural, None, None),
+        [plural, name] if namespace.is_some() => (*plural, Some(*name), None),
+        [plural, name, sub] if namespace.is_some() => (*plural, Some(*name), Some(*sub)),
         _ => return None,
     };
     let resource = ALL
@@ -110,6 +113,7 @@ pub fn parse(path: &str) -> Option<Target<'_>> {
         resource,
         namespace,
         name,
+        subresource,
     })
 }
 
@@ -124,7 +128,8 @@ mod tests {
             Some(Target {
                 resource: &CONFIGMAPS,
                 namespace: Some("default"),
-                name: Some("x")
+                name: Some("x"),
+                subresource: None,
             })
         );
         assert_eq!(
@@ -132,7 +137,8 @@ mod tests {
             Some(Target {
                 resource: &LEASES,
                 namespace: Some("kube-system"),
-                name: None
+                name: None,
+                subresource: None,
             })
         );
         assert_eq!(
@@ -140,7 +146,17 @@ mod tests {
             Some(Target {
                 resource: &CONFIGMAPS,
                 namespace: None,
-                name: None
+                name: None,
+                subresource: None,
+            })
+        );
+        assert_eq!(
+            parse("/api/v1/namespaces/default/pods/p/exec"),
+            Some(Target {
+                resource: &PODS,
+                namespace: Some("default"),
+                name: Some("p"),
+                subresource: Some("exec"),
             })
         );
         assert_eq!(parse("/api/v1/secrets"), None);

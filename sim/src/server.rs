@@ -140,7 +140,7 @@ async fn serve_connection(
     builder
         .http2()
         .max_concurrent_streams(sim.behaviour.max_streams);
-    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
     tokio::pin!(conn);
     let mut closing = false;
     loop {
