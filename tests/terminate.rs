@@ -11,6 +11,8 @@
 //! 5. `a_shutting_down_replicas_429_is_retried_on_another`.
 //! 6. `no_ready_replica_is_a_503_status_the_client_retries`.
 //! 7. `kubegate_drains_its_clients_with_goaway_on_sigterm`.
+//! 8. `check_names_unusable_certificates_with_their_position`.
+//! 9. `a_new_serving_certificate_is_used_for_new_connections`.
 
 use kubegate_e2e::*;
 use std::collections::HashMap;
@@ -237,56 +239,70 @@ async fn a_crashed_replicas_reads_are_retried_and_its_writes_reported_never_repl
     let fp = pki.front_proxy();
     let etcd = Etcd::start(dir.path());
     let mut sims = replicas(&pki, &fp, 3, &["--etcd-servers", &etcd.url]);
-    let kg = start(&pki, &terminate_config(&pki, &fp, &sims), &sims);
-    sims[0].set_latency_ms(5000);
-    // Six requests at once, two per replica: the ones on replica-1 wait there.
-    let mut reads = Vec::new();
-    let mut writes = Vec::new();
-    for i in 0..3 {
+    let mut cfg = terminate_config(&pki, &fp, &sims);
+    // Round-robin keeps sending to replica-1 while it is slow (least-request would avoid it).
+    cfg.balance = "round-robin";
+    let kg = start(&pki, &cfg, &sims);
+    sims[0].set_latency_ms(60_000);
+    let on_replica_1 = r#"kubegate_backend_requests_in_flight{backend="replica-1"}"#;
+    // Reads and writes in turn, one at a time, until replica-1 holds one of each: a request
+    // either comes back at once from another replica or stays in flight on replica-1.
+    let (mut stuck_read, mut stuck_write) = (None, None);
+    let mut answered = Vec::new();
+    for i in 0..12 {
+        if stuck_read.is_some() && stuck_write.is_some() {
+            break;
+        }
+        let write = i % 2 == 1;
+        let before = kg.metric(on_replica_1);
         let mut c = kg.connect(&pki, true).await.unwrap();
-        reads.push(tokio::spawn(async move {
-            c.get("/api/v1/namespaces/default/configmaps").await
-        }));
-        let mut c = kg.connect(&pki, true).await.unwrap();
-        writes.push(tokio::spawn(async move {
-            let body = format!(
-                r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"w{i}"}},"data":{{"a":"b"}}}}"#
-            );
-            c.request("POST", "/api/v1/namespaces/default/configmaps", Some(&body))
-                .await
-        }));
-    }
-    wait_for("two requests in flight on replica-1", T, || {
-        (kg.metric(r#"kubegate_backend_requests_in_flight{backend="replica-1"}"#) == 2.0)
-            .then_some(())
-    });
-    sims[0].proc.kill();
-    for r in reads {
-        let r = r.await.unwrap().expect("the read is answered");
-        assert_eq!(r.status, 200, "a read was not retried: {}", r.text());
-        assert_ne!(replica(&r), "replica-1");
-    }
-    let mut broken = Vec::new();
-    for (i, w) in writes.into_iter().enumerate() {
-        let r = w.await.unwrap().expect("the write is answered");
-        match r.status {
-            201 => {}
-            502 => broken.push(i),
-            other => panic!("write w{i}: {other} {}", r.text()),
+        let task = tokio::spawn(async move {
+            if write {
+                let body = format!(
+                    r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"w{i}"}},"data":{{"a":"b"}}}}"#
+                );
+                c.request("POST", "/api/v1/namespaces/default/configmaps", Some(&body))
+                    .await
+            } else {
+                c.get("/api/v1/namespaces/default/configmaps").await
+            }
+        });
+        let stuck = wait_for("the request answered or held by replica-1", T, || {
+            if kg.metric(on_replica_1) > before {
+                Some(true)
+            } else {
+                task.is_finished().then_some(false)
+            }
+        });
+        match (stuck, write) {
+            (true, false) if stuck_read.is_none() => stuck_read = Some(task),
+            (true, true) if stuck_write.is_none() => stuck_write = Some((i, task)),
+            _ => answered.push(task),
         }
     }
-    assert_eq!(broken.len(), 1, "one write was on the crashed replica");
-    assert!(kg.metric(r#"kubegate_request_retries_total{reason="reset"}"#) >= 1.0);
-    // The broken write was never replayed on another replica.
-    let mut c = kg.connect(&pki, true).await.unwrap();
-    for i in 0..3 {
-        let r = c
-            .get(&format!("/api/v1/namespaces/default/configmaps/w{i}"))
-            .await
-            .unwrap();
-        let expected = if broken.contains(&i) { 404 } else { 200 };
-        assert_eq!(r.status, expected, "w{i}: {}", r.text());
+    let (stuck_read, (w, stuck_write)) = (stuck_read.unwrap(), stuck_write.unwrap());
+    sims[0].proc.kill();
+    let r = stuck_read.await.unwrap().expect("the read is answered");
+    assert_eq!(r.status, 200, "the read was not retried: {}", r.text());
+    assert_ne!(replica(&r), "replica-1");
+    let r = stuck_write.await.unwrap().expect("the write is answered");
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(
+        r.header("retry-after").is_none(),
+        "a write must not be retried by the client either"
+    );
+    for t in answered {
+        let r = t.await.unwrap().unwrap();
+        assert!(r.status == 200 || r.status == 201, "{}", r.text());
     }
+    assert!(kg.metric(r#"kubegate_request_retries_total{reason="reset"}"#) >= 1.0);
+    // The write on the crashed replica was never replayed on another.
+    let mut c = kg.connect(&pki, true).await.unwrap();
+    let r = c
+        .get(&format!("/api/v1/namespaces/default/configmaps/w{w}"))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 404, "w{w}: {}", r.text());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -369,7 +385,7 @@ async fn kubegate_drains_its_clients_with_goaway_on_sigterm() {
     assert_eq!(idle.get("/version").await.unwrap().status, 200);
     let mut busy = kg.connect(&pki, true).await.unwrap();
     for s in &sims {
-        s.set_latency_ms(6000);
+        s.set_latency_ms(15_000);
     }
     let slow = tokio::spawn(async move {
         let r = busy.get("/api/v1/namespaces/default/configmaps").await;
@@ -387,10 +403,15 @@ async fn kubegate_drains_its_clients_with_goaway_on_sigterm() {
         (total == 1.0).then_some(())
     });
     kg.proc.signal(libc::SIGTERM);
-    // After the delay the idle HTTP/2 client gets GOAWAY and its connection ends...
+    // After the delay the idle HTTP/2 client gets GOAWAY and its connection ends, while the
+    // other request is still in flight (not merely when the process exits)...
     wait_for("the idle client's connection to end", T, || {
         idle.is_closed().then_some(())
     });
+    assert!(
+        !slow.is_finished(),
+        "the idle connection ended only with the process"
+    );
     // ...while the request in flight completes.
     let (r, busy) = slow.await.unwrap();
     assert_eq!(r.expect("the in-flight request completes").status, 200);
@@ -399,4 +420,73 @@ async fn kubegate_drains_its_clients_with_goaway_on_sigterm() {
     });
     let status = kg.proc.wait_exit(T);
     assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn check_names_unusable_certificates_with_their_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let fp = pki.front_proxy();
+    let (crt, _) = pki.serving("kubegate");
+    let (_, other_key) = pki.serving("other");
+    let text = format!(
+        "listeners:\n  - address: 127.0.0.1:6443\n    mode: terminate\n    tls:\n      cert_file: {}\n      key_file: {}\nupstream:\n  front_proxy:\n    cert_file: {}\n    key_file: {}\nbackends:\n  - address: 127.0.0.1:7001\nhealth:\n  tls:\n    ca_file: {}\n",
+        crt.display(),
+        other_key.display(),
+        fp.cert.display(),
+        fp.cert.display(),
+        pki.ca_file().display()
+    );
+    let path = dir.path().join("kubegate.yaml");
+    std::fs::write(&path, text).unwrap();
+    let out = std::process::Command::new(bin("kubegate"))
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(
+        lines[0].starts_with(&format!("{}:6:17: ", path.display()))
+            && lines[0].contains("does not belong to"),
+        "{err}"
+    );
+    assert!(
+        lines[1].starts_with(&format!("{}:10:15: ", path.display()))
+            && lines[1].contains("no usable private key"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_serving_certificate_is_used_for_new_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let fp = pki.front_proxy();
+    let sims = replicas(&pki, &fp, 1, &[]);
+    let cfg = terminate_config(&pki, &fp, &sims);
+    let (crt, key) = cfg.terminate.as_ref().unwrap().serving.clone();
+    let kg = start(&pki, &cfg, &sims);
+    let mut before = kg.connect(&pki, true).await.unwrap();
+    let first = before.peer().to_vec();
+    // Rotate: a new pair written in place (key first, as a careless rotation would: a
+    // mismatched pair for a moment is refused and the running certificate stays).
+    let (new_crt, new_key) = pki.serving("kubegate-rotated");
+    std::fs::copy(&new_key, &key).unwrap();
+    std::fs::copy(&new_crt, &crt).unwrap();
+    let rotated = std::fs::read(&new_crt).unwrap();
+    let rotated_der = rustls_pki_types::pem::PemObject::from_pem_slice(&rotated)
+        .map(|c: rustls_pki_types::CertificateDer<'static>| c.to_vec())
+        .unwrap();
+    wait_for("a connection with the rotated certificate", T, || {
+        let rt = tokio::runtime::Handle::current();
+        let conn = tokio::task::block_in_place(|| rt.block_on(kg.connect(&pki, true))).ok()?;
+        (conn.peer() == rotated_der.as_slice()).then_some(())
+    });
+    assert_ne!(first, rotated_der);
+    // The connection made before keeps working.
+    assert_eq!(before.get("/version").await.unwrap().status, 200);
+    assert!(kg.metric(r#"kubegate_certificate_reloads_total{result="success"}"#) >= 1.0);
 }
