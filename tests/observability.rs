@@ -69,16 +69,45 @@ fn metric_names(text: &str) -> BTreeSet<String> {
 async fn every_metric_in_dashboard_and_alerts_is_exported() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new(dir.path());
+    let fp = pki.front_proxy();
     let sims: Vec<Sim> = (1..=2)
-        .map(|i| Sim::start(&pki, &format!("replica-{i}"), SimOptions::default()))
+        .map(|i| {
+            Sim::start(
+                &pki,
+                &format!("replica-{i}"),
+                SimOptions {
+                    front_proxy_ca: Some(fp.ca.clone()),
+                    ..Default::default()
+                },
+            )
+        })
         .collect();
-    let kg = Kubegate::start(&pki, &KubegateConfig::new(&sims.iter().collect::<Vec<_>>()));
+    // Terminate mode: its request series appear with the first request, the passthrough ones
+    // exist from the start.
+    let mut cfg = KubegateConfig::new(&sims.iter().collect::<Vec<_>>());
+    cfg.terminate = Some(TerminateFiles::new(&pki, &fp));
+    let kg = Kubegate::start(&pki, &cfg);
     kg.wait_state("replica-1", "ready", Duration::from_secs(30));
     // Failing-check series exist only while a check fails: make one fail.
     sims[1].force_check("etcd", true);
     kg.wait_state("replica-2", "not_ready", Duration::from_secs(30));
-    let _conn = kg.connect(&pki, false).await.unwrap();
+    let mut conn = kg.connect(&pki, true).await.unwrap();
+    assert_eq!(conn.get("/version").await.unwrap().status, 200);
     let exposition = kg.admin_body("/metrics");
+    // The terminate-mode families follow Prometheus' naming rules too.
+    let path = dir.path().join("metrics.txt");
+    std::fs::write(&path, &exposition).unwrap();
+    let lint = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(&path).unwrap())
+        .output()
+        .expect("promtool (Debian package prometheus) is installed");
+    assert!(
+        lint.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&lint.stdout),
+        String::from_utf8_lossy(&lint.stderr)
+    );
     let families: BTreeSet<String> = exposition
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))

@@ -239,6 +239,9 @@ impl Metrics {
         for reason in ["error", "timeout"] {
             m.tls_handshake_failures.with_label_values(&[reason]);
         }
+        for protocol in ["h2", "http/1.1"] {
+            m.client_connections.with_label_values(&[protocol]);
+        }
         m
     }
 
