@@ -384,8 +384,9 @@ async fn kubegate_drains_its_clients_with_goaway_on_sigterm() {
     let mut idle = kg.connect(&pki, true).await.unwrap();
     assert_eq!(idle.get("/version").await.unwrap().status, 200);
     let mut busy = kg.connect(&pki, true).await.unwrap();
+    // Answered after 8 s (within the test client's 10 s), while the GOAWAY comes at 2 s.
     for s in &sims {
-        s.set_latency_ms(15_000);
+        s.set_latency_ms(8_000);
     }
     let slow = tokio::spawn(async move {
         let r = busy.get("/api/v1/namespaces/default/configmaps").await;

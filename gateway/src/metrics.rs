@@ -87,6 +87,13 @@ pub struct Metrics {
     /// `kubegate_certificate_reloads_total{result}`: serving and front-proxy certificates read
     /// again after their files changed.
     pub certificate_reloads: IntCounterVec,
+    /// `kubegate_watches_open`: terminate-mode watches kubegate follows across backends.
+    pub watches_open: IntGauge,
+    /// `kubegate_watch_resumes_total{cause}`: watches continued on another backend, by what
+    /// stopped the one before.
+    pub watch_resumes: IntCounterVec,
+    /// `kubegate_watches_ended_total{reason}`.
+    pub watches_ended: IntCounterVec,
 }
 
 const PROBE_BUCKETS: &[f64] = &[
@@ -215,6 +222,13 @@ impl Metrics {
             client_connections: gauge_vec(&r, "kubegate_client_connections", "Open terminate-mode client connections, by protocol (h2, http/1.1).", &["protocol"]),
             tls_handshake_failures: counter_vec(&r, "kubegate_tls_handshake_failures_total", "Terminate-mode client TLS handshakes that failed (error) or did not finish in time (timeout).", &["reason"]),
             certificate_reloads: counter_vec(&r, "kubegate_certificate_reloads_total", "Serving and front-proxy certificates read again after their files changed, by result.", &["result"]),
+            watches_open: {
+                let m = IntGauge::new("kubegate_watches_open", "Terminate-mode watches kubegate follows across backends.").expect("valid metric");
+                r.register(Box::new(m.clone())).expect("unique metric");
+                m
+            },
+            watch_resumes: counter_vec(&r, "kubegate_watch_resumes_total", "Watches continued on another backend from their last position, by what stopped the upstream stream (ended, failed, drained).", &["cause"]),
+            watches_ended: counter_vec(&r, "kubegate_watches_ended_total", "Followed watches that ended, by reason (client, timeout, expired, error, not_resumable_*, malformed).", &["reason"]),
             registry: r,
         };
         // Series that dashboards and alerts read exist from the start, at 0, instead of
@@ -241,6 +255,12 @@ impl Metrics {
         }
         for protocol in ["h2", "http/1.1"] {
             m.client_connections.with_label_values(&[protocol]);
+        }
+        for cause in crate::terminate::Break::ALL {
+            m.watch_resumes.with_label_values(&[cause.as_str()]);
+        }
+        for reason in crate::terminate::Ended::ALL {
+            m.watches_ended.with_label_values(&[reason.as_str()]);
         }
         m
     }

@@ -8,6 +8,7 @@
 //! | `forward` | one request: identity headers, body held for replay, pick, send, retry where provably unprocessed |
 //! | `upgrade` | exec, attach, port-forward: HTTP/1.1 end to end, 101 passed on, then bytes both ways |
 //! | `upstream` | per backend: HTTP/2 connections, requests in flight (the load signal), drain and close |
+//! | `watch` | watch continuity: a watch whose replica goes away continues on another from its last position |
 //! | `identity`, `classify`, `retry` | pure rules: identity headers, the apiserver's verbs and long-running requests, when to retry |
 //! | `tls`, `body`, `status` | certificates, response bodies, the `Status` errors kubegate answers itself |
 
@@ -22,6 +23,7 @@ mod status;
 mod tls;
 mod upgrade;
 mod upstream;
+mod watch;
 
 pub use certs::watch_certificates;
 pub use classify::Verb;
@@ -29,6 +31,7 @@ pub use listener::{serve, TerminateListener};
 pub use retry::Failure;
 pub use tls::check_files;
 pub use upstream::{Gauges, Upstream};
+pub use watch::{Break, Ended};
 
 use arc_swap::ArcSwap;
 use identity::IdentityHeaders;

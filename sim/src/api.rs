@@ -140,8 +140,14 @@ async fn serve_as(
         .header("retry-after", "1");
     }
     if is_watch && req.method() == Method::GET {
-        let table = wants_table(&req);
-        return watch::serve(sim.clone(), &target, &params, table).await;
+        let encoding = if wants_table(&req) {
+            watch::Encoding::Table
+        } else if accepts_protobuf(&req) && crate::protobuf::encodes(target.resource.kind) {
+            watch::Encoding::Protobuf
+        } else {
+            watch::Encoding::Json
+        };
+        return watch::serve(sim.clone(), &target, &params, encoding).await;
     }
     let _inflight = Inflight::new(&sim.inflight);
     // etcd unreachable (or forced failing): requests that need storage time out against it.
@@ -208,6 +214,13 @@ fn self_subject_review(user: &User) -> Reply {
             }},
         }),
     )
+}
+
+fn accepts_protobuf(req: &Request<Incoming>) -> bool {
+    req.headers()
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("application/vnd.kubernetes.protobuf"))
 }
 
 fn wants_table(req: &Request<Incoming>) -> bool {

@@ -1,10 +1,12 @@
-//! Reading request bodies in Kubernetes' protobuf encoding, which kubectl and client-go send for
-//! built-in types (`Content-Type: application/vnd.kubernetes.protobuf`). Responses stay JSON,
-//! which those clients also accept.
+//! Kubernetes' protobuf encoding, which kubectl and client-go send for built-in types
+//! (`Content-Type: application/vnd.kubernetes.protobuf`) and which controllers and kubelets ask
+//! watches to be answered in (`Accept: application/vnd.kubernetes.protobuf;stream=watch`).
 //!
-//! The envelope is the magic `k8s\0` followed by a `runtime.Unknown` message whose `raw` field is
-//! the object. Only the fields of ConfigMap, Lease and ObjectMeta the simulator stores are read;
-//! others are skipped by wire type, as protobuf intends.
+//! An object is the magic `k8s\0` followed by a `runtime.Unknown` message whose `raw` field is
+//! the object. A watch stream is a sequence of frames, each a 4-byte big-endian length and a raw
+//! (unwrapped) `metav1.WatchEvent`: `type` (1) and `object` (2, a `RawExtension` whose `raw` (1) is
+//! the wrapped object). Only the fields of ConfigMap, Lease, Status and ObjectMeta the simulator
+//! stores are read and written; others are skipped by wire type, as protobuf intends.
 
 use serde_json::{json, Map, Value};
 
@@ -45,6 +47,181 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
     obj["apiVersion"] = json!(api_version);
     obj["kind"] = json!(kind);
     Ok(obj)
+}
+
+/// Whether [`encode`] can write objects of `kind`.
+pub fn encodes(kind: &str) -> bool {
+    matches!(kind, "ConfigMap" | "Lease")
+}
+
+/// Encodes an object of a kind [`encodes`] accepts, or a `Status`, in the protobuf envelope.
+pub fn encode(obj: &Value) -> Vec<u8> {
+    let kind = obj["kind"].as_str().unwrap_or("");
+    let raw = match kind {
+        "ConfigMap" => encode_config_map(obj),
+        "Lease" => encode_lease(obj),
+        _ => encode_status(obj),
+    };
+    let mut type_meta = Vec::new();
+    put_str(
+        &mut type_meta,
+        1,
+        obj["apiVersion"].as_str().unwrap_or("v1"),
+    );
+    put_str(
+        &mut type_meta,
+        2,
+        if kind.is_empty() { "Status" } else { kind },
+    );
+    let mut unknown = MAGIC.to_vec();
+    put_bytes(&mut unknown, 1, &type_meta);
+    put_bytes(&mut unknown, 2, &raw);
+    put_str(&mut unknown, 3, "");
+    put_str(&mut unknown, 4, "");
+    unknown
+}
+
+/// One watch frame: the length, then the `WatchEvent` carrying the encoded object.
+pub fn watch_frame(event: &str, obj: &Value) -> Vec<u8> {
+    let mut raw_extension = Vec::new();
+    put_bytes(&mut raw_extension, 1, &encode(obj));
+    let mut watch_event = Vec::new();
+    put_str(&mut watch_event, 1, event);
+    put_bytes(&mut watch_event, 2, &raw_extension);
+    let mut frame = (watch_event.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&watch_event);
+    frame
+}
+
+fn encode_config_map(obj: &Value) -> Vec<u8> {
+    use base64::Engine;
+    let mut out = Vec::new();
+    put_bytes(&mut out, 1, &encode_meta(&obj["metadata"]));
+    for (k, v) in obj["data"].as_object().into_iter().flatten() {
+        put_entry(
+            &mut out,
+            2,
+            k.as_bytes(),
+            v.as_str().unwrap_or("").as_bytes(),
+        );
+    }
+    for (k, v) in obj["binaryData"].as_object().into_iter().flatten() {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(v.as_str().unwrap_or(""))
+            .unwrap_or_default();
+        put_entry(&mut out, 3, k.as_bytes(), &bytes);
+    }
+    if let Some(b) = obj["immutable"].as_bool() {
+        put_varint_field(&mut out, 4, b as u64);
+    }
+    out
+}
+
+fn encode_lease(obj: &Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_bytes(&mut out, 1, &encode_meta(&obj["metadata"]));
+    let spec = &obj["spec"];
+    if spec.is_object() {
+        let mut s = Vec::new();
+        if let Some(h) = spec["holderIdentity"].as_str() {
+            put_str(&mut s, 1, h);
+        }
+        if let Some(d) = spec["leaseDurationSeconds"].as_i64() {
+            put_varint_field(&mut s, 2, d as u64);
+        }
+        for (field, key) in [(3, "acquireTime"), (4, "renewTime")] {
+            if let Some(t) = spec[key]
+                .as_str()
+                .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
+            {
+                put_bytes(&mut s, field, &encode_time(t));
+            }
+        }
+        if let Some(n) = spec["leaseTransitions"].as_i64() {
+            put_varint_field(&mut s, 5, n as u64);
+        }
+        put_bytes(&mut out, 2, &s);
+    }
+    out
+}
+
+fn encode_status(obj: &Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_bytes(&mut out, 1, &[]);
+    for (field, key) in [(2, "status"), (3, "message"), (4, "reason")] {
+        put_str(&mut out, field, obj[key].as_str().unwrap_or(""));
+    }
+    put_varint_field(&mut out, 6, obj["code"].as_i64().unwrap_or(0) as u64);
+    out
+}
+
+fn encode_meta(meta: &Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (field, key) in [
+        (1, "name"),
+        (2, "generateName"),
+        (3, "namespace"),
+        (5, "uid"),
+        (6, "resourceVersion"),
+    ] {
+        put_str(&mut out, field, meta[key].as_str().unwrap_or(""));
+    }
+    if let Some(t) = meta["creationTimestamp"]
+        .as_str()
+        .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
+    {
+        put_bytes(&mut out, 8, &encode_time(t));
+    }
+    for (field, key) in [(11, "labels"), (12, "annotations")] {
+        for (k, v) in meta[key].as_object().into_iter().flatten() {
+            put_entry(
+                &mut out,
+                field,
+                k.as_bytes(),
+                v.as_str().unwrap_or("").as_bytes(),
+            );
+        }
+    }
+    out
+}
+
+/// `metav1.Time` and `MicroTime`: seconds (1) and nanoseconds (2) since the epoch.
+fn encode_time(t: std::time::SystemTime) -> Vec<u8> {
+    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let mut out = Vec::new();
+    put_varint_field(&mut out, 1, d.as_secs());
+    put_varint_field(&mut out, 2, u64::from(d.subsec_nanos()));
+    out
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn put_varint_field(out: &mut Vec<u8>, field: u64, v: u64) {
+    put_varint(out, field << 3);
+    put_varint(out, v);
+}
+
+fn put_bytes(out: &mut Vec<u8>, field: u64, b: &[u8]) {
+    put_varint(out, field << 3 | 2);
+    put_varint(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+fn put_str(out: &mut Vec<u8>, field: u64, s: &str) {
+    put_bytes(out, field, s.as_bytes());
+}
+
+fn put_entry(out: &mut Vec<u8>, field: u64, k: &[u8], v: &[u8]) {
+    let mut e = Vec::new();
+    put_bytes(&mut e, 1, k);
+    put_bytes(&mut e, 2, v);
+    put_bytes(out, field, &e);
 }
 
 fn config_map(raw: &[u8]) -> Result<Value, String> {
@@ -296,6 +473,39 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "ConfigMap",
                    "metadata": {"name": "demo", "namespace": "default"},
                    "data": {"hello": "world"}})
+        );
+    }
+
+    #[test]
+    fn objects_and_watch_frames_round_trip() {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "default", "resourceVersion": "42",
+                         "labels": {"x": "y"}},
+            "data": {"k": "v"}});
+        let back = decode(&encode(&cm)).unwrap();
+        assert_eq!(back, cm);
+        let frame = watch_frame("MODIFIED", &cm);
+        let len = u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize;
+        assert_eq!(len, frame.len() - 4);
+        let mut event_type = String::new();
+        let mut object = Vec::new();
+        for f in Fields::new(&frame[4..]) {
+            match f.unwrap() {
+                (1, Wire::Bytes(t)) => event_type = text(t).unwrap(),
+                (2, Wire::Bytes(ext)) => {
+                    for g in Fields::new(ext) {
+                        if let (1, Wire::Bytes(raw)) = g.unwrap() {
+                            object = raw.to_vec();
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(event_type, "MODIFIED");
+        assert_eq!(
+            decode(&object).unwrap()["metadata"]["resourceVersion"],
+            "42"
         );
     }
 

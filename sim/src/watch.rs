@@ -5,6 +5,11 @@
 //! - N compacted away: one ERROR event with a 410 `Expired` Status (the client relists);
 //! - `allowWatchBookmarks`: periodic BOOKMARK events carrying the last resourceVersion;
 //! - `timeoutSeconds`: the stream ends cleanly then (default: 30–60 min, as the apiserver);
+//! - `sendInitialEvents=true` (with `resourceVersionMatch=NotOlderThan`, as the apiserver
+//!   requires): the current objects as ADDED, then a BOOKMARK annotated
+//!   `k8s.io/initial-events-end: "true"`, then changes;
+//! - protobuf (`Accept: application/vnd.kubernetes.protobuf`, for the kinds `protobuf.rs`
+//!   encodes): length-prefixed `WatchEvent` frames instead of JSON lines;
 //! - shutdown with a watch termination grace period ends the stream cleanly.
 
 use crate::objects;
@@ -22,12 +27,23 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
+/// How events are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// One JSON object per line (`application/json`).
+    Json,
+    /// A `Table` per event, JSON (`kubectl get -w`).
+    Table,
+    /// Length-prefixed protobuf `WatchEvent`s.
+    Protobuf,
+}
+
 /// Starts a watch for `target` with the request's query `params`.
 pub async fn serve(
     sim: Arc<Sim>,
     target: &Target<'_>,
     params: &[(String, String)],
-    table: bool,
+    encoding: Encoding,
 ) -> Reply {
     let param = |k: &str| {
         params
@@ -46,10 +62,21 @@ pub async fn serve(
         .map(Duration::from_secs)
         .unwrap_or_else(|| Duration::from_secs(1800 + fastrand::u64(..1800)));
     let requested = param("resourceVersion").filter(|rv| !rv.is_empty() && rv != "0");
+    let initial_events = param("sendInitialEvents").is_some_and(|v| crate::health::go_bool(&v));
+    if initial_events
+        && (param("resourceVersionMatch").as_deref() != Some("NotOlderThan") || !bookmarks)
+    {
+        return respond::status(
+            422,
+            "Invalid",
+            "sendInitialEvents requires resourceVersionMatch=NotOlderThan and allowWatchBookmarks=true",
+            None,
+        );
+    }
 
     let mut initial = Vec::new();
     let start = match requested {
-        Some(rv) => match rv.parse::<i64>() {
+        Some(rv) if !initial_events => match rv.parse::<i64>() {
             Ok(n) => n,
             Err(_) => {
                 return respond::status(
@@ -60,7 +87,8 @@ pub async fn serve(
                 )
             }
         },
-        None => match sim.store.list(&prefix).await {
+        // No version (or `sendInitialEvents`): the current objects first.
+        _ => match sim.store.list(&prefix).await {
             Ok((kvs, revision)) => {
                 initial = kvs.iter().map(objects::from_store).collect();
                 revision
@@ -75,12 +103,12 @@ pub async fn serve(
                 sim: sim.clone(),
                 resource,
                 name_filter,
-                table,
+                encoding,
                 first_table: true,
                 last_revision: start,
                 tx,
             };
-            tokio::spawn(stream.run(initial, events, bookmarks, timeout));
+            tokio::spawn(stream.run(initial, initial_events, events, bookmarks, timeout));
         }
         Err(StoreError::Compacted {
             requested,
@@ -91,7 +119,7 @@ pub async fn serve(
                 "message": format!("too old resource version: {requested} ({compacted})"),
                 "reason": "Expired", "code": 410,
             });
-            let _ = tx.try_send(line("ERROR", &status));
+            let _ = tx.try_send(encode(encoding, "ERROR", &status));
         }
         Err(e) => return unavailable(e),
     }
@@ -100,8 +128,12 @@ pub async fn serve(
             .await
             .map(|b| (Ok::<_, std::io::Error>(Frame::data(b)), rx))
     }));
+    let content_type = match encoding {
+        Encoding::Protobuf => "application/vnd.kubernetes.protobuf;stream=watch",
+        Encoding::Json | Encoding::Table => "application/json",
+    };
     let mut reply = Reply::new(StatusCode::OK, Bytes::new())
-        .header("content-type", "application/json")
+        .header("content-type", content_type)
         .header("cache-control", "no-cache, private");
     reply.stream = Some(body.boxed());
     reply
@@ -116,17 +148,23 @@ fn unavailable(e: StoreError) -> Reply {
     )
 }
 
-fn line(kind: &str, object: &Value) -> Bytes {
-    let mut v = serde_json::to_vec(&json!({"type": kind, "object": object})).expect("json");
-    v.push(b'\n');
-    Bytes::from(v)
+/// One event in `encoding`.
+fn encode(encoding: Encoding, kind: &str, object: &Value) -> Bytes {
+    match encoding {
+        Encoding::Protobuf => Bytes::from(crate::protobuf::watch_frame(kind, object)),
+        Encoding::Json | Encoding::Table => {
+            let mut v = serde_json::to_vec(&json!({"type": kind, "object": object})).expect("json");
+            v.push(b'\n');
+            Bytes::from(v)
+        }
+    }
 }
 
 struct Stream {
     sim: Arc<Sim>,
     resource: &'static Resource,
     name_filter: Option<String>,
-    table: bool,
+    encoding: Encoding,
     first_table: bool,
     last_revision: i64,
     tx: mpsc::Sender<Bytes>,
@@ -136,6 +174,7 @@ impl Stream {
     async fn run(
         mut self,
         initial: Vec<Value>,
+        initial_events_end: bool,
         mut events: crate::store::EventStream,
         bookmarks: bool,
         timeout: Duration,
@@ -152,6 +191,14 @@ impl Stream {
                 break;
             }
         }
+        if open && initial_events_end {
+            let obj = self.bookmark(Some(json!({"k8s.io/initial-events-end": "true"})));
+            open = self
+                .tx
+                .send(encode(self.encoding, "BOOKMARK", &obj))
+                .await
+                .is_ok();
+        }
         while open {
             tokio::select! {
                 e = events.recv() => match e {
@@ -162,19 +209,15 @@ impl Stream {
                             "message": format!("too old resource version: {requested} ({compacted})"),
                             "reason": "Expired", "code": 410,
                         });
-                        let _ = self.tx.send(line("ERROR", &status)).await;
+                        let _ = self.tx.send(encode(self.encoding, "ERROR", &status)).await;
                         open = false;
                     }
                     // Storage gone: end the stream; the client re-watches from its last version.
                     Some(Err(_)) | None => open = false,
                 },
                 _ = bookmark.tick(), if bookmarks => {
-                    let obj = json!({
-                        "kind": self.resource.kind,
-                        "apiVersion": self.resource.api_version(),
-                        "metadata": {"resourceVersion": self.last_revision.to_string()},
-                    });
-                    open = self.tx.send(line("BOOKMARK", &obj)).await.is_ok();
+                    let obj = self.bookmark(None);
+                    open = self.tx.send(encode(self.encoding, "BOOKMARK", &obj)).await.is_ok();
                 }
                 _ = &mut deadline => open = false,
                 _ = self.sim.end_watches.cancelled() => open = false,
@@ -182,6 +225,19 @@ impl Stream {
             }
         }
         self.sim.watches.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// A BOOKMARK's object: the kind with only the resourceVersion (and `annotations`).
+    fn bookmark(&self, annotations: Option<Value>) -> Value {
+        let mut obj = json!({
+            "kind": self.resource.kind,
+            "apiVersion": self.resource.api_version(),
+            "metadata": {"resourceVersion": self.last_revision.to_string()},
+        });
+        if let Some(a) = annotations {
+            obj["metadata"]["annotations"] = a;
+        }
+        obj
     }
 
     async fn forward(&mut self, event: StoreEvent) -> bool {
@@ -204,7 +260,7 @@ impl Stream {
                 return true;
             }
         }
-        let obj = if self.table {
+        let obj = if self.encoding == Encoding::Table {
             let mut t = objects::table(self.resource, &[obj], None);
             if !std::mem::replace(&mut self.first_table, false) {
                 if let Some(map) = t.as_object_mut() {
@@ -215,6 +271,9 @@ impl Stream {
         } else {
             obj
         };
-        self.tx.send(line(kind, &obj)).await.is_ok()
+        self.tx
+            .send(encode(self.encoding, kind, &obj))
+            .await
+            .is_ok()
     }
 }

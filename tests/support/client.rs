@@ -292,9 +292,17 @@ impl Lines {
 }
 
 impl Conn {
+    /// The request target for `path` on this connection's protocol.
+    pub(crate) fn uri(&self, path: &str) -> String {
+        match self.sender {
+            Sender::H1(_) => path.to_string(),
+            Sender::H2(_) => format!("https://kubernetes{path}"),
+        }
+    }
+
     /// Sends on whichever protocol the connection speaks, once it is ready: the previous
     /// response may still be settling.
-    async fn send_raw(
+    pub(crate) async fn send_raw(
         &mut self,
         req: http::Request<Full<Bytes>>,
     ) -> io::Result<http::Response<hyper::body::Incoming>> {

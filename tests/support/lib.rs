@@ -7,6 +7,7 @@
 mod client;
 mod pki;
 mod process;
+mod watch;
 
 pub use client::{tls_client_config, Conn, Lines, Response};
 pub use pki::{FrontProxyPki, Pki};
@@ -14,3 +15,4 @@ pub use process::{
     bin, free_port, plain_http, wait_for, Etcd, Kubegate, KubegateConfig, Proc, Sim, SimOptions,
     TerminateFiles,
 };
+pub use watch::{Watch, WatchEvent};

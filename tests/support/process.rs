@@ -134,6 +134,9 @@ pub struct Sim {
     pub proc: Proc,
     /// DER of its serving certificate, to recognise it from the client side.
     pub cert_der: Vec<u8>,
+    /// How it was started, to start it again on the same address.
+    args: Vec<std::ffi::OsString>,
+    log: PathBuf,
 }
 
 impl Sim {
@@ -142,29 +145,32 @@ impl Sim {
         let port = free_port();
         let fault_port = free_port();
         let (crt, key) = opts.serving.clone().unwrap_or_else(|| pki.serving(name));
-        let mut cmd = Command::new(bin("kubegate-sim"));
-        cmd.args(["--secure-port", &port.to_string()])
-            .args(["--fault-port", &fault_port.to_string()])
-            .arg("--tls-cert-file")
-            .arg(&crt)
-            .arg("--tls-private-key-file")
-            .arg(&key)
-            .arg("--client-ca-file")
-            .arg(pki.ca_file())
-            .args(["--replica-name", name])
-            .args(&opts.args);
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "--secure-port".into(),
+            port.to_string().into(),
+            "--fault-port".into(),
+            fault_port.to_string().into(),
+            "--tls-cert-file".into(),
+            crt.clone().into(),
+            "--tls-private-key-file".into(),
+            key.clone().into(),
+            "--client-ca-file".into(),
+            pki.ca_file().into(),
+            "--replica-name".into(),
+            name.into(),
+        ];
+        args.extend(opts.args.iter().map(Into::into));
         if let Some(ca) = &opts.front_proxy_ca {
-            cmd.arg("--requestheader-client-ca-file")
-                .arg(ca)
-                .args(["--requestheader-allowed-names", "front-proxy-client"]);
+            args.extend([
+                "--requestheader-client-ca-file".into(),
+                ca.clone().into(),
+                "--requestheader-allowed-names".into(),
+                "front-proxy-client".into(),
+            ]);
         }
-        let proc = Proc::spawn(name, cmd, pki.dir().join(format!("{name}.log")));
+        let log = pki.dir().join(format!("{name}.log"));
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        wait_for(
-            &format!("{name} to listen"),
-            Duration::from_secs(10),
-            || TcpStream::connect(addr).ok(),
-        );
+        let proc = Sim::spawn(name, &args, &log, addr);
         let pem = std::fs::read(&crt).unwrap();
         let cert_der = rustls_pki_types::pem::PemObject::from_pem_slice(&pem)
             .map(|c: rustls_pki_types::CertificateDer<'static>| c.to_vec())
@@ -175,7 +181,27 @@ impl Sim {
             fault_port,
             proc,
             cert_der,
+            args,
+            log,
         }
+    }
+
+    fn spawn(name: &str, args: &[std::ffi::OsString], log: &Path, addr: SocketAddr) -> Proc {
+        let mut cmd = Command::new(bin("kubegate-sim"));
+        cmd.args(args);
+        let proc = Proc::spawn(name, cmd, log.to_path_buf());
+        wait_for(
+            &format!("{name} to listen"),
+            Duration::from_secs(30),
+            || TcpStream::connect(addr).ok(),
+        );
+        proc
+    }
+
+    /// Starts the replica again on the same address (after it exited, or kills it first).
+    pub fn restart(&mut self) {
+        self.proc.kill();
+        self.proc = Sim::spawn(&self.name, &self.args, &self.log, self.addr);
     }
 
     /// Forces `check` to fail (true) or pass again (false), through the fault port.

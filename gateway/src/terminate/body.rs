@@ -17,6 +17,8 @@ pub enum ResponseBody {
     Full(Option<Bytes>),
     /// Streamed from a backend.
     Relayed(Relayed),
+    /// A watch followed across backends (`watch.rs`).
+    Watch(crate::terminate::watch::WatchBody),
 }
 
 impl ResponseBody {
@@ -93,6 +95,7 @@ impl Body for ResponseBody {
                     }
                 }
             }
+            ResponseBody::Watch(w) => w.poll_event(cx).map(|e| e.map(|b| Ok(Frame::data(b)))),
         }
     }
 
@@ -100,6 +103,7 @@ impl Body for ResponseBody {
         match self {
             ResponseBody::Full(b) => b.is_none(),
             ResponseBody::Relayed(r) => r.inner.is_end_stream(),
+            ResponseBody::Watch(_) => false,
         }
     }
 
@@ -108,6 +112,7 @@ impl Body for ResponseBody {
             ResponseBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             ResponseBody::Full(None) => SizeHint::with_exact(0),
             ResponseBody::Relayed(r) => r.inner.size_hint(),
+            ResponseBody::Watch(_) => SizeHint::default(),
         }
     }
 }

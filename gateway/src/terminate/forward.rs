@@ -16,11 +16,12 @@ use crate::labels::{ConnectError, RequestFailure};
 use crate::planes::Backend;
 use crate::proxy::PASSIVE_EJECTION;
 use crate::terminate::body::{Relayed, ResponseBody};
-use crate::terminate::classify::{classify, RequestClass};
+use crate::terminate::classify::{classify, RequestClass, Verb};
 use crate::terminate::identity::CertIdentity;
 use crate::terminate::retry::{may_retry, Failure};
 use crate::terminate::status::{broken, status, unavailable};
-use crate::terminate::upstream::{H2Conn, Kind, Stream, Upstream, UpstreamBody};
+use crate::terminate::upstream::{H2Conn, InFlight, Killer, Kind, Stream, Upstream, UpstreamBody};
+use crate::terminate::watch::{self, resumed_query, Framing};
 use crate::terminate::Upstreams;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -90,14 +91,20 @@ pub async fn handle(
         }
     };
     let authority = authority(&parts.uri, &parts.headers, &upstreams.tls.server_name);
-    let outgoing = Outgoing {
+    let mut outgoing = Outgoing {
         method: parts.method,
         uri: absolute(&parts.uri, &authority),
         headers: parts.headers,
         body,
         kind,
+        client_query: parts.uri.query().map(str::to_string),
     };
-    send(&gw, &upstreams, &outgoing, class).await
+    if class.verb == Verb::Watch {
+        // Bookmarks carry positions: asked for upstream whatever the client asked (those it
+        // did not ask for are kept from it).
+        outgoing = outgoing.with_query(&resumed_query(outgoing.client_query(), None, None));
+    }
+    send(gw, upstreams, outgoing, class).await
 }
 
 /// Removes the client's identity headers and sets the ones kubegate vouches for; adds
@@ -193,15 +200,42 @@ fn absolute(uri: &Uri, authority: &str) -> Uri {
 }
 
 /// A request ready to send to any backend, as often as retries need.
-struct Outgoing {
+pub struct Outgoing {
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
     kind: Kind,
+    /// The query the client sent (a watch's upstream query may differ).
+    client_query: Option<String>,
 }
 
 impl Outgoing {
+    /// The query the client sent.
+    pub fn client_query(&self) -> Option<&str> {
+        self.client_query.as_deref()
+    }
+
+    /// The same request with another query.
+    pub fn with_query(&self, query: &str) -> Outgoing {
+        let path = self.uri.path();
+        let pq = if query.is_empty() {
+            path.to_string()
+        } else {
+            format!("{path}?{query}")
+        };
+        let mut parts = self.uri.clone().into_parts();
+        parts.path_and_query = pq.parse().ok();
+        Outgoing {
+            method: self.method.clone(),
+            uri: Uri::from_parts(parts).unwrap_or_else(|_| self.uri.clone()),
+            headers: self.headers.clone(),
+            body: self.body.clone(),
+            kind: self.kind,
+            client_query: self.client_query.clone(),
+        }
+    }
+
     fn build(&self) -> Request<UpstreamBody> {
         let mut req = Request::new(Full::new(self.body.clone()));
         *req.method_mut() = self.method.clone();
@@ -212,20 +246,36 @@ impl Outgoing {
     }
 }
 
-/// Sends `outgoing` to a backend, retrying where the rules allow.
-async fn send(
+/// What an attempt that reached a backend brought back.
+pub enum Answer {
+    /// Response headers, the body still to come, and what the request holds meanwhile.
+    Streaming {
+        /// The backend's response.
+        resp: Response<Incoming>,
+        /// The request's registration on the backend.
+        in_flight: InFlight,
+        /// Its stream slot.
+        stream: Stream,
+    },
+    /// A whole response (a 429/503 read to tell a shutting-down apiserver from a busy one).
+    Whole(Response<ResponseBody>),
+}
+
+/// Sends `outgoing` to backends not in `tried` until one answers or the rules forbid another
+/// try. `Err(None)`: no backend could be picked; `Err(Some(failure))`: the last attempt's.
+pub async fn dispatch(
     gw: &Gateway,
     upstreams: &Upstreams,
     outgoing: &Outgoing,
     class: RequestClass,
-) -> Response<ResponseBody> {
+    tried: &mut Vec<SocketAddr>,
+) -> Result<Answer, Option<Failure>> {
     let (policy, attempts, no_ready) = {
         let c = gw.config().load();
         (c.balance, c.connect.attempts, c.no_ready_backend)
     };
     let pool = gw.pool();
     let metrics = gw.metrics();
-    let mut tried: Vec<SocketAddr> = Vec::new();
     let mut last: Option<Failure> = None;
     for _ in 0..attempts {
         let table = pool.routing();
@@ -238,7 +288,7 @@ async fn send(
             Candidates::None => break,
         };
         let load = load_for(policy);
-        let Some(backend) = pick(policy, candidates, &tried, pool.cursor(), &load) else {
+        let Some(backend) = pick(policy, candidates, tried, pool.cursor(), &load) else {
             break;
         };
         tried.push(backend.address);
@@ -246,25 +296,64 @@ async fn send(
             metrics.request_retry(failure);
         }
         match attempt(gw, upstreams, &backend, outgoing, class).await {
-            Ok(resp) => return resp,
+            Ok(answer) => return Ok(answer),
             Err(failure) => {
                 tracing::debug!(backend = %backend.info().name, failure = failure.as_str(), verb = class.verb.as_str(), "request attempt failed");
                 last = Some(failure);
                 if !may_retry(failure, &class) {
-                    metrics.request_failed(RequestFailure::Broken);
-                    return broken(
-                        "the connection to the apiserver broke after the request was sent: it may have been applied",
-                    );
+                    break;
                 }
             }
         }
     }
-    match last {
-        None => {
+    Err(last)
+}
+
+/// Sends `outgoing` and answers the client.
+async fn send(
+    gw: Arc<Gateway>,
+    upstreams: Arc<Upstreams>,
+    outgoing: Outgoing,
+    class: RequestClass,
+) -> Response<ResponseBody> {
+    let metrics = gw.metrics();
+    match dispatch(&gw, &upstreams, &outgoing, class, &mut Vec::new()).await {
+        Ok(Answer::Whole(resp)) => resp,
+        Ok(Answer::Streaming {
+            resp,
+            in_flight,
+            stream,
+        }) => {
+            let watch = class.verb == Verb::Watch;
+            let framing = resp
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .and_then(Framing::of);
+            match framing {
+                Some(framing) if watch && resp.status() == StatusCode::OK => watch::follow(
+                    gw.clone(),
+                    upstreams.clone(),
+                    outgoing,
+                    class,
+                    resp,
+                    (in_flight, stream),
+                    framing,
+                ),
+                _ => resp.map(|body| {
+                    ResponseBody::Relayed(Relayed::new(body, watch, in_flight, Some(stream)))
+                }),
+            }
+        }
+        Err(None) => {
             metrics.request_failed(RequestFailure::NoReadyBackend);
             unavailable("no apiserver is ready")
         }
-        Some(_) => {
+        Err(Some(failure)) if !may_retry(failure, &class) => {
+            metrics.request_failed(RequestFailure::Broken);
+            broken("the connection to the apiserver broke after the request was sent: it may have been applied")
+        }
+        Err(Some(_)) => {
             metrics.request_failed(RequestFailure::Unavailable);
             unavailable("no apiserver could take the request")
         }
@@ -290,7 +379,7 @@ async fn attempt(
     backend: &Arc<Backend>,
     outgoing: &Outgoing,
     class: RequestClass,
-) -> Result<Response<ResponseBody>, Failure> {
+) -> Result<Answer, Failure> {
     let stream = stream_to(gw, upstreams, backend, outgoing.kind).await?;
     let in_flight = Upstream::begin(backend, class.long_running.is_some());
     let sent = Instant::now();
@@ -314,20 +403,24 @@ async fn attempt(
             .observe(sent.elapsed().as_secs_f64());
     }
     let code = resp.status();
-    let resp = if code == StatusCode::TOO_MANY_REQUESTS || code == StatusCode::SERVICE_UNAVAILABLE {
+    let answer = if code == StatusCode::TOO_MANY_REQUESTS || code == StatusCode::SERVICE_UNAVAILABLE
+    {
         let (parts, body) = resp.into_parts();
         let body = read_small(body).await.map_err(|_| Failure::Reset)?;
         if shutting_down(backend, &body) {
             return Err(Failure::ShuttingDown);
         }
-        Response::from_parts(parts, ResponseBody::full(body))
+        Answer::Whole(Response::from_parts(parts, ResponseBody::full(body)))
     } else {
-        let watch = class.long_running == Some(crate::terminate::classify::LongRunning::Watch);
-        resp.map(|body| ResponseBody::Relayed(Relayed::new(body, watch, in_flight, Some(stream))))
+        Answer::Streaming {
+            resp,
+            in_flight,
+            stream,
+        }
     };
     gw.metrics()
         .count_request(&backend.info().name, class.verb, code);
-    Ok(resp)
+    Ok(answer)
 }
 
 /// Whether a 429/503 came from an apiserver that is shutting down (rejected before any
@@ -398,7 +491,7 @@ async fn dial_h2(
     name: ServerName<'static>,
     timeout: Duration,
 ) -> io::Result<H2Conn> {
-    let tls = tls_connect(addr, tls, name, timeout).await?;
+    let (tls, socket) = tls_connect(addr, tls, name, timeout).await?;
     if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
         return Err(io::Error::other("the backend did not agree to HTTP/2"));
     }
@@ -414,22 +507,33 @@ async fn dial_h2(
             tracing::debug!(error = %e, "upstream connection ended");
         }
     });
-    Ok(H2Conn::new(sender, task.abort_handle()))
+    Ok(H2Conn::new(
+        sender,
+        Killer::new(socket, task.abort_handle()),
+    ))
 }
 
-/// TCP and TLS to a backend, both within `timeout`.
+/// TCP and TLS to a backend, both within `timeout`; with a duplicate of the TCP socket, which
+/// kubegate shuts down to end the connection whatever task drives it.
 pub async fn tls_connect(
     addr: SocketAddr,
     tls: Arc<rustls::ClientConfig>,
     name: ServerName<'static>,
     timeout: Duration,
-) -> io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+) -> io::Result<(
+    tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    std::net::TcpStream,
+)> {
     let tcp = dial(addr, timeout).await?;
     let _ = tcp.set_nodelay(true);
+    let std = tcp.into_std()?;
+    let socket = std.try_clone()?;
+    let tcp = tokio::net::TcpStream::from_std(std)?;
     let connector = tokio_rustls::TlsConnector::from(tls);
-    tokio::time::timeout(timeout, connector.connect(name, tcp))
+    let tls = tokio::time::timeout(timeout, connector.connect(name, tcp))
         .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))?
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
+    Ok((tls, socket))
 }
 
 #[cfg(test)]

@@ -73,7 +73,13 @@ pub async fn proxy(
     let in_flight = Upstream::begin(&backend, true);
     let mut upstream_req = Request::from_parts(parts, Empty::<bytes::Bytes>::new());
     *upstream_req.version_mut() = Version::HTTP_11;
-    let mut resp = match sender.send_request(upstream_req).await {
+    // A backend closed meanwhile (down) may never answer: the close ends the wait too.
+    let mut closes = backend.planes().terminate.closes();
+    let answer = tokio::select! {
+        r = sender.send_request(upstream_req) => r.map_err(|e| e.to_string()),
+        _ = closes.changed() => Err("the backend's work was closed".to_string()),
+    };
+    let mut resp = match answer {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(backend = %backend.info().name, error = %e, "upgrade request failed");
@@ -88,7 +94,6 @@ pub async fn proxy(
         return resp.map(|body| ResponseBody::Relayed(Relayed::new(body, false, in_flight, None)));
     }
     let upstream_side = hyper::upgrade::on(&mut resp);
-    let mut closes = backend.planes().terminate.closes();
     let name = backend.info().name.clone();
     tokio::spawn(async move {
         let tunnel = async {
@@ -161,7 +166,7 @@ async fn connect(
         )
         .await;
         let handshake = match conn {
-            Ok(tls) => hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            Ok((tls, _socket)) => hyper::client::conn::http1::handshake(TokioIo::new(tls))
                 .await
                 .map_err(std::io::Error::other),
             Err(e) => Err(e),

@@ -41,20 +41,45 @@ pub enum Kind {
 /// How many kinds there are.
 const KINDS: usize = 3;
 
+/// Ends an upstream connection from kubegate's side: shuts its TCP socket down (a duplicate
+/// of its descriptor), so that whatever task drives the connection — hyper runs HTTP/2
+/// connections on a task of its own — sees it end, and every stream on it with it.
+pub struct Killer {
+    socket: std::net::TcpStream,
+    /// Finishes when the connection has ended by itself.
+    task: AbortHandle,
+}
+
+impl Killer {
+    /// `socket` is a duplicate of the connection's; `task` ends with the connection.
+    pub fn new(socket: std::net::TcpStream, task: AbortHandle) -> Killer {
+        Killer { socket, task }
+    }
+
+    fn kill(&self) {
+        let _ = self.socket.shutdown(std::net::Shutdown::Both);
+        self.task.abort();
+    }
+
+    fn ended(&self) -> bool {
+        self.task.is_finished()
+    }
+}
+
 /// One HTTP/2 connection to a backend.
 pub struct H2Conn {
     sender: SendRequest<UpstreamBody>,
     streams: AtomicU32,
-    task: AbortHandle,
+    killer: Arc<Killer>,
 }
 
 impl H2Conn {
-    /// A connection whose driving task is `task`.
-    pub fn new(sender: SendRequest<UpstreamBody>, task: AbortHandle) -> H2Conn {
+    /// A connection, ended by `killer`.
+    pub fn new(sender: SendRequest<UpstreamBody>, killer: Killer) -> H2Conn {
         H2Conn {
             sender,
             streams: AtomicU32::new(0),
-            task,
+            killer: Arc::new(killer),
         }
     }
 }
@@ -81,8 +106,9 @@ impl Drop for Stream {
 struct Conns {
     /// Connections new streams may use, by [`Kind`].
     open: [Vec<Arc<H2Conn>>; KINDS],
-    /// Tasks of connections taken out of use by a drain; aborted by a close.
-    retired: Vec<AbortHandle>,
+    /// Connections taken out of use by a drain (each closes once its streams are done), until
+    /// they end; a close ends them at once.
+    retired: Vec<Arc<Killer>>,
 }
 
 /// The terminate-mode state of one backend.
@@ -99,6 +125,8 @@ pub struct Upstream {
     /// Bumped by every close: upgraded connections (exec, attach, port-forward), which run on
     /// their own TCP connections, end when it changes.
     closes: tokio::sync::watch::Sender<u64>,
+    /// Bumped by every drain: followed watches move to another backend when it changes.
+    drains: tokio::sync::watch::Sender<u64>,
     gauges: arc_swap::ArcSwap<Gauges>,
 }
 
@@ -122,6 +150,7 @@ impl Upstream {
             busy: AtomicUsize::new(0),
             latency_us: AtomicU64::new(0),
             closes: tokio::sync::watch::Sender::new(0),
+            drains: tokio::sync::watch::Sender::new(0),
             gauges: arc_swap::ArcSwap::from_pointee(gauges),
         }
     }
@@ -214,6 +243,11 @@ impl Upstream {
         self.closes.subscribe()
     }
 
+    /// Changes when the backend starts draining: followed watches move then.
+    fn drains(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.drains.subscribe()
+    }
+
     /// No new streams: connections close, with GOAWAY, once their streams are done.
     pub fn drain(&self) {
         let mut conns = self.conns();
@@ -221,10 +255,13 @@ impl Upstream {
         let mut taken = 0;
         for list in &mut conns.open {
             taken += list.len();
-            conns.retired.extend(list.drain(..).map(|c| c.task.clone()));
+            conns
+                .retired
+                .extend(list.drain(..).map(|c| c.killer.clone()));
         }
-        conns.retired.retain(|t| !t.is_finished());
+        conns.retired.retain(|k| !k.ended());
         self.gauges.load().connections.sub(taken as i64);
+        self.drains.send_modify(|n| *n += 1);
     }
 
     /// Ends everything open on the backend now; returns the requests that were in flight.
@@ -239,11 +276,11 @@ impl Upstream {
         };
         let mut taken = 0;
         for c in open.iter().flatten() {
-            c.task.abort();
+            c.killer.kill();
             taken += 1;
         }
-        for t in &retired {
-            t.abort();
+        for k in &retired {
+            k.kill();
         }
         self.gauges.load().connections.sub(taken);
         self.closes.send_modify(|n| *n += 1);
@@ -265,6 +302,7 @@ impl Upstream {
             backend: backend.clone(),
             gauges,
             long_running,
+            drains_seen: *this.drains.borrow(),
         }
     }
 }
@@ -274,12 +312,24 @@ pub struct InFlight {
     backend: Arc<Backend>,
     gauges: Arc<Gauges>,
     long_running: bool,
+    /// The backend's drain count when the request began.
+    drains_seen: u64,
 }
 
 impl InFlight {
     /// The backend.
     pub fn backend(&self) -> &Arc<Backend> {
         &self.backend
+    }
+
+    /// Follows the backend's drains: changed if one began since the request did, or when
+    /// the next one does.
+    pub fn drains(&self) -> tokio::sync::watch::Receiver<u64> {
+        let mut rx = self.backend.planes().terminate.drains();
+        if *rx.borrow() != self.drains_seen {
+            rx.mark_changed();
+        }
+        rx
     }
 }
 

@@ -1,0 +1,350 @@
+//! Watch continuity: a watch whose replica goes away — it drains, shuts down, crashes, freezes,
+//! its connection breaks — continues on another replica from the last position the client
+//! received, in the same response: no event lost, none repeated, order kept.
+//!
+//! A task per watch reads the upstream stream event by event (`framing`), forwards whole events
+//! to the client, and keeps the position (`position`). When the upstream stream ends or breaks
+//! for a reason that is not the client's (it left) or the watch's own (its `timeoutSeconds`
+//! passed, an ERROR event such as 410 Expired, which reaches the client as the apiserver sent
+//! it), the same watch is asked of another replica from that position. A watch moves at once
+//! when its replica starts draining, rather than at the drain deadline. Resumes are bounded
+//! per watch; a watch that cannot resume ends cleanly, as an apiserver ending it would.
+
+mod framing;
+mod position;
+
+pub use framing::Framing;
+pub use position::resumed_query;
+
+use crate::gateway::Gateway;
+use crate::planes::Backend;
+use crate::terminate::body::ResponseBody;
+use crate::terminate::classify::RequestClass;
+use crate::terminate::forward::{dispatch, Answer, Outgoing};
+use crate::terminate::upstream::{InFlight, Stream};
+use crate::terminate::Upstreams;
+use bytes::Bytes;
+use framing::{Decoder, Kind};
+use http::Response;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use position::{Asked, Deliver, Progress};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// Resumes one watch may make within [`RESUME_WINDOW`].
+const MAX_RESUMES: usize = 10;
+/// See [`MAX_RESUMES`].
+const RESUME_WINDOW: Duration = Duration::from_secs(60);
+/// Attempts to reopen a broken watch before it is given up (with growing pauses between).
+const REOPEN_ATTEMPTS: u32 = 6;
+/// Events waiting for a slow client.
+const QUEUE: usize = 16;
+
+/// Why a watch ended (a metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The client went away.
+    Client,
+    /// The client's `timeoutSeconds` passed.
+    Timeout,
+    /// An ERROR event with 410 (Expired) reached the client: it relists.
+    Expired,
+    /// Another ERROR event reached the client.
+    Error,
+    /// A listing's events reached the client and no position followed.
+    NoPosition,
+    /// `sendInitialEvents`, broken before they ended.
+    InitialEvents,
+    /// Too many resumes in a minute.
+    Budget,
+    /// No replica took the watch again.
+    NoBackend,
+    /// The stream could not be read as events, or changed encoding.
+    Malformed,
+}
+
+impl Ended {
+    /// Every reason.
+    pub const ALL: [Ended; 9] = [
+        Ended::Client,
+        Ended::Timeout,
+        Ended::Expired,
+        Ended::Error,
+        Ended::NoPosition,
+        Ended::InitialEvents,
+        Ended::Budget,
+        Ended::NoBackend,
+        Ended::Malformed,
+    ];
+
+    /// Metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ended::Client => "client",
+            Ended::Timeout => "timeout",
+            Ended::Expired => "expired",
+            Ended::Error => "error",
+            Ended::NoPosition => "not_resumable_no_position",
+            Ended::InitialEvents => "not_resumable_initial_events",
+            Ended::Budget => "not_resumable_budget",
+            Ended::NoBackend => "not_resumable_no_backend",
+            Ended::Malformed => "malformed",
+        }
+    }
+}
+
+/// Why an upstream stream stopped (what a resume bridged: a metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Break {
+    /// It ended cleanly (the apiserver ended it: shutdown, its own timeout).
+    Ended,
+    /// It broke (reset, connection lost, kubegate closed the backend's work).
+    Failed,
+    /// Its replica started draining: moved before the deadline.
+    Drained,
+}
+
+impl Break {
+    /// Every cause.
+    pub const ALL: [Break; 3] = [Break::Ended, Break::Failed, Break::Drained];
+
+    /// Metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Break::Ended => "ended",
+            Break::Failed => "failed",
+            Break::Drained => "drained",
+        }
+    }
+}
+
+/// The client's side of a followed watch.
+pub struct WatchBody(mpsc::Receiver<Bytes>);
+
+impl WatchBody {
+    /// Polls the next event for the client.
+    pub fn poll_event(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Bytes>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+/// The upstream stream being read, and what it holds on its replica.
+struct Upstream {
+    body: Incoming,
+    backend: Arc<Backend>,
+    held: (InFlight, Stream),
+}
+
+/// Takes over a watch whose first answer came back `200` in a framing kubegate follows, and
+/// answers the client with one response that lasts across replicas.
+pub fn follow(
+    gw: Arc<Gateway>,
+    upstreams: Arc<Upstreams>,
+    outgoing: Outgoing,
+    class: RequestClass,
+    resp: Response<Incoming>,
+    held: (InFlight, Stream),
+    framing: Framing,
+) -> Response<ResponseBody> {
+    let (parts, body) = resp.into_parts();
+    let backend = held.0.backend().clone();
+    let asked = Asked::from_query(outgoing.client_query());
+    let (tx, rx) = mpsc::channel(QUEUE);
+    gw.metrics().watches_open.inc();
+    let upstream = Upstream {
+        body,
+        backend,
+        held,
+    };
+    tokio::spawn(async move {
+        let ended = run(
+            &gw, &upstreams, &outgoing, class, &asked, framing, upstream, tx,
+        )
+        .await;
+        let m = gw.metrics();
+        m.watches_open.dec();
+        m.watches_ended.with_label_values(&[ended.as_str()]).inc();
+        tracing::debug!(reason = ended.as_str(), "watch ended");
+    });
+    Response::from_parts(parts, ResponseBody::Watch(WatchBody(rx)))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    gw: &Gateway,
+    upstreams: &Upstreams,
+    outgoing: &Outgoing,
+    class: RequestClass,
+    asked: &Asked,
+    framing: Framing,
+    mut upstream: Upstream,
+    tx: mpsc::Sender<Bytes>,
+) -> Ended {
+    let started = Instant::now();
+    let mut progress = Progress::new(asked);
+    let mut resumes: VecDeque<Instant> = VecDeque::new();
+    loop {
+        let broke = match pump(&mut upstream, framing, asked, &mut progress, &tx).await {
+            Ok(b) => b,
+            Err(ended) => return ended,
+        };
+        let left = asked.timeout.map(|t| t.saturating_sub(started.elapsed()));
+        if left.is_some_and(|l| l < Duration::from_secs(1)) {
+            return Ended::Timeout;
+        }
+        let from = match progress.resume_from(asked) {
+            Ok(from) => from,
+            Err(position::NotResumable::NoPosition) => return Ended::NoPosition,
+            Err(position::NotResumable::InitialEvents) => return Ended::InitialEvents,
+        };
+        while resumes.front().is_some_and(|t| t.elapsed() > RESUME_WINDOW) {
+            resumes.pop_front();
+        }
+        if resumes.len() >= MAX_RESUMES {
+            return Ended::Budget;
+        }
+        let broken = upstream.backend.address;
+        let name = upstream.backend.info().name.clone();
+        // What was held on the replica is let go before another is asked.
+        drop(upstream);
+        let again = outgoing.with_query(&resumed_query(
+            outgoing.client_query(),
+            from.as_deref(),
+            left,
+        ));
+        upstream = match reopen(gw, upstreams, &again, class, broken, framing, &tx).await {
+            Ok(u) => u,
+            Err(ended) => return ended,
+        };
+        progress.resumed(&from);
+        resumes.push_back(Instant::now());
+        gw.metrics()
+            .watch_resumes
+            .with_label_values(&[broke.as_str()])
+            .inc();
+        tracing::info!(
+            from_backend = %name,
+            to_backend = %upstream.backend.info().name,
+            resource_version = from.as_deref().unwrap_or(""),
+            cause = broke.as_str(),
+            "watch resumed on another backend"
+        );
+    }
+}
+
+/// Forwards events until the upstream stream stops (`Ok`, with why) or the watch is over.
+async fn pump(
+    upstream: &mut Upstream,
+    framing: Framing,
+    asked: &Asked,
+    progress: &mut Progress,
+    tx: &mpsc::Sender<Bytes>,
+) -> Result<Break, Ended> {
+    let mut decoder = Decoder::new(framing);
+    let mut drains = upstream.held.0.drains();
+    loop {
+        tokio::select! {
+            biased;
+            _ = tx.closed() => return Err(Ended::Client),
+            Ok(()) = drains.changed() => return Ok(Break::Drained),
+            frame = upstream.body.frame() => match frame {
+                None => return Ok(Break::Ended),
+                Some(Err(e)) => {
+                    tracing::debug!(backend = %upstream.backend.info().name, error = %e, "upstream watch broke");
+                    return Ok(Break::Failed);
+                }
+                Some(Ok(frame)) => {
+                    let Ok(data) = frame.into_data() else { continue };
+                    decoder.push(&data);
+                    loop {
+                        let event = match decoder.next_event() {
+                            Ok(Some(e)) => e,
+                            Ok(None) => break,
+                            Err(e) => {
+                                tracing::warn!(backend = %upstream.backend.info().name, error = ?e, "watch stream is not a sequence of events");
+                                return Err(Ended::Malformed);
+                            }
+                        };
+                        let bytes = match progress.observe(asked, &event) {
+                            Deliver::Drop => continue,
+                            Deliver::AsIs => event.bytes.clone(),
+                            Deliver::WithoutTableHeader => framing::without_table_header(&event),
+                        };
+                        if tx.send(bytes).await.is_err() {
+                            return Err(Ended::Client);
+                        }
+                        if event.kind == Kind::Error {
+                            return Err(if progress.error == Some(410) { Ended::Expired } else { Ended::Error });
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Asks `again` of a replica other than `broken` (that one too, when it is the only one left),
+/// with growing pauses, until one answers with a watch stream.
+async fn reopen(
+    gw: &Gateway,
+    upstreams: &Upstreams,
+    again: &Outgoing,
+    class: RequestClass,
+    broken: SocketAddr,
+    framing: Framing,
+    tx: &mpsc::Sender<Bytes>,
+) -> Result<Upstream, Ended> {
+    for attempt in 0..REOPEN_ATTEMPTS {
+        if attempt > 0 {
+            let pause = Duration::from_millis(100 << attempt.min(4));
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = tx.closed() => return Err(Ended::Client),
+            }
+        }
+        // Prefer another replica; after two misses, any.
+        let mut tried = if attempt < 2 {
+            vec![broken]
+        } else {
+            Vec::new()
+        };
+        match dispatch(gw, upstreams, again, class, &mut tried).await {
+            Ok(Answer::Streaming {
+                resp,
+                in_flight,
+                stream,
+            }) if resp.status() == http::StatusCode::OK => {
+                let same = resp
+                    .headers()
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(Framing::of)
+                    == Some(framing);
+                if !same {
+                    return Err(Ended::Malformed);
+                }
+                let backend = in_flight.backend().clone();
+                return Ok(Upstream {
+                    body: resp.into_body(),
+                    backend,
+                    held: (in_flight, stream),
+                });
+            }
+            Ok(Answer::Streaming { resp, .. }) => {
+                tracing::debug!(status = %resp.status(), "a replica refused to resume a watch");
+            }
+            Ok(Answer::Whole(resp)) => {
+                tracing::debug!(status = %resp.status(), "a replica refused to resume a watch");
+            }
+            Err(_) => {}
+        }
+    }
+    Err(Ended::NoBackend)
+}

@@ -1,0 +1,351 @@
+//! Watch continuity in terminate mode: a watch whose replica goes away continues on another
+//! replica in the same response, without a gap or a repeat (real replicas on one etcd).
+//!
+//! 1. `json_and_protobuf_watches_continue_across_restarts_and_a_crash`: watches in both
+//!    encodings, over HTTP/2 and HTTP/1.1, see every object created during a rolling restart
+//!    of the replicas and a SIGKILL, once each, in order.
+//! 2. `a_watch_that_cannot_resume_gets_the_apiservers_410`: the position was compacted away
+//!    meanwhile: the client gets the ERROR event an apiserver sends, and its stream ends.
+//! 3. `watches_leave_a_draining_replica_before_it_goes`: they move when its drain starts.
+//! 4. `a_frozen_replicas_requests_and_watches_move_on`: kubegate ends what runs on a replica it
+//!    found down (its connections stay open otherwise): reads are retried, watches resume.
+
+use kubegate_e2e::*;
+use std::collections::HashMap;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(60);
+
+fn replicas(pki: &Pki, fp: &FrontProxyPki, etcd: &Etcd, extra: &[&str]) -> Vec<Sim> {
+    (1..=3)
+        .map(|i| {
+            let mut args: Vec<String> = vec!["--etcd-servers".into(), etcd.url.clone()];
+            args.extend(extra.iter().map(|s| s.to_string()));
+            Sim::start(
+                pki,
+                &format!("replica-{i}"),
+                SimOptions {
+                    args,
+                    front_proxy_ca: Some(fp.ca.clone()),
+                    ..Default::default()
+                },
+            )
+        })
+        .collect()
+}
+
+fn gateway(pki: &Pki, fp: &FrontProxyPki, sims: &[Sim]) -> Kubegate {
+    let mut cfg = KubegateConfig::new(&sims.iter().collect::<Vec<_>>());
+    cfg.terminate = Some(TerminateFiles::new(pki, fp));
+    cfg.drain = "30s";
+    let kg = Kubegate::start(pki, &cfg);
+    for s in sims {
+        kg.wait_state(&s.name, "ready", T);
+    }
+    kg
+}
+
+async fn create(conn: &mut Conn, name: &str) {
+    let body = format!(
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}},"data":{{"a":"b"}}}}"#
+    );
+    let r = conn
+        .request("POST", "/api/v1/namespaces/default/configmaps", Some(&body))
+        .await
+        .expect("create answered");
+    assert_eq!(r.status, 201, "create {name}: {}", r.text());
+}
+
+/// The list's resourceVersion, where the watches start.
+async fn list_version(conn: &mut Conn) -> String {
+    let r = conn
+        .get("/api/v1/namespaces/default/configmaps")
+        .await
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    v["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Watches in flight per backend, from kubegate's metrics.
+fn watches_on(kg: &Kubegate, sims: &[Sim]) -> HashMap<String, f64> {
+    sims.iter()
+        .map(|s| {
+            let series = format!(
+                "kubegate_backend_long_running_requests{{backend=\"{}\"}}",
+                s.name
+            );
+            (s.name.clone(), kg.metric(&series))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_and_protobuf_watches_continue_across_restarts_and_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let fp = pki.front_proxy();
+    let etcd = Etcd::start(dir.path());
+    let mut sims = replicas(&pki, &fp, &etcd, &["--shutdown-delay-duration", "2s"]);
+    let kg = gateway(&pki, &fp, &sims);
+    let mut writer = kg.connect(&pki, true).await.unwrap();
+    let from = list_version(&mut writer).await;
+    let path = format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={from}");
+    // JSON over HTTP/2 and HTTP/1.1, protobuf over HTTP/2.
+    let mut watches = Vec::new();
+    for (h2, protobuf) in [(true, false), (false, false), (true, true)] {
+        let mut c = kg.connect(&pki, h2).await.unwrap();
+        let w = c.watch(&path, protobuf).await.unwrap();
+        assert_eq!(w.status, 200);
+        assert_eq!(w.is_protobuf(), protobuf);
+        watches.push((c, w, Vec::<WatchEvent>::new()));
+    }
+    wait_for("three watches open", T, || {
+        (watches_on(&kg, &sims).values().sum::<f64>() == 3.0).then_some(())
+    });
+
+    let mut created = Vec::new();
+    let mut n = 0;
+    let mut next = |created: &mut Vec<String>| {
+        n += 1;
+        let name = format!("c{n:03}");
+        created.push(name.clone());
+        name
+    };
+    for _ in 0..3 {
+        create(&mut writer, &next(&mut created)).await;
+    }
+    // A rolling restart: each replica is shut down (SIGTERM) and started again, with writes
+    // before and after each.
+    for sim in sims.iter_mut() {
+        sim.proc.signal(libc::SIGTERM);
+        create(&mut writer, &next(&mut created)).await;
+        let status = sim.proc.wait_exit(T);
+        assert!(status.success(), "{status:?}");
+        create(&mut writer, &next(&mut created)).await;
+        sim.restart();
+        kg.wait_state(&sim.name, "ready", T);
+        create(&mut writer, &next(&mut created)).await;
+    }
+    // A crash of a replica holding watches.
+    let held = watches_on(&kg, &sims);
+    let victim = sims
+        .iter()
+        .position(|s| held[&s.name] > 0.0)
+        .expect("some replica holds the watches");
+    sims[victim].proc.kill();
+    for _ in 0..3 {
+        create(&mut writer, &next(&mut created)).await;
+    }
+
+    for (i, (_, w, seen)) in watches.iter_mut().enumerate() {
+        while seen.len() < created.len() {
+            match w.next(T).await {
+                Ok(Some(e)) => seen.push(e),
+                other => panic!(
+                    "watch {i} ended or stalled after {} events: {other:?}",
+                    seen.len()
+                ),
+            }
+        }
+        let names: Vec<&str> = seen.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, created, "watch {i}: every object once, in order");
+        assert!(
+            seen.iter().all(|e| e.kind == "ADDED"),
+            "watch {i}: {seen:?}"
+        );
+        let versions: Vec<u64> = seen
+            .iter()
+            .map(|e| e.resource_version.parse().unwrap())
+            .collect();
+        assert!(
+            versions.windows(2).all(|p| p[0] < p[1]),
+            "watch {i}: {versions:?}"
+        );
+    }
+    let resumed: f64 = ["ended", "failed", "drained"]
+        .iter()
+        .map(|c| kg.metric(&format!("kubegate_watch_resumes_total{{cause=\"{c}\"}}")))
+        .sum();
+    assert!(resumed >= 3.0, "{resumed} resumes");
+    assert_eq!(kg.metric("kubegate_watches_open"), 3.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_that_cannot_resume_gets_the_apiservers_410() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let fp = pki.front_proxy();
+    let etcd = Etcd::start(dir.path());
+    // No bookmarks meanwhile: the watch's position stays where it started.
+    let mut sims = replicas(&pki, &fp, &etcd, &["--bookmark-interval", "1h"]);
+    let kg = gateway(&pki, &fp, &sims);
+    let mut writer = kg.connect(&pki, true).await.unwrap();
+    let from = list_version(&mut writer).await;
+    // A namespace nothing happens in: no event moves the position.
+    let mut c = kg.connect(&pki, true).await.unwrap();
+    let mut w = c
+        .watch(
+            &format!("/api/v1/namespaces/quiet/configmaps?watch=1&resourceVersion={from}"),
+            false,
+        )
+        .await
+        .unwrap();
+    wait_for("the watch open", T, || {
+        (watches_on(&kg, &sims).values().sum::<f64>() == 1.0).then_some(())
+    });
+    // Elsewhere the store moves on, and etcd compacts the watch's position away.
+    for i in 0..5 {
+        create(&mut writer, &format!("busy-{i}")).await;
+    }
+    let now = list_version(&mut writer).await;
+    let host = etcd.url.trim_start_matches("http://").to_string();
+    let compacted = plain_http_post(
+        &host,
+        "/v3/kv/compaction",
+        &format!(r#"{{"revision":"{now}","physical":true}}"#),
+    );
+    assert!(compacted.starts_with("HTTP/1.1 200"), "{compacted}");
+    // The watch's replica goes away: it cannot resume, and says so as the apiserver does.
+    let held = watches_on(&kg, &sims);
+    let victim = sims.iter().position(|s| held[&s.name] > 0.0).unwrap();
+    sims[victim].proc.kill();
+    let e = w.next(T).await.unwrap().expect("an event");
+    assert_eq!((e.kind.as_str(), e.code), ("ERROR", Some(410)), "{e:?}");
+    assert_eq!(
+        w.next(T).await.unwrap(),
+        None,
+        "the stream ends after the ERROR"
+    );
+    wait_for("the 410 counted", T, || {
+        (kg.metric(r#"kubegate_watches_ended_total{reason="expired"}"#) == 1.0).then_some(())
+    });
+}
+
+/// A POST with a JSON body to `host` (plain HTTP), the raw response.
+fn plain_http_post(host: &str, path: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(host).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_leave_a_draining_replica_before_it_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let fp = pki.front_proxy();
+    let etcd = Etcd::start(dir.path());
+    // A replica that serves on for two minutes after SIGTERM (/readyz failing meanwhile).
+    let sims = replicas(&pki, &fp, &etcd, &["--shutdown-delay-duration", "120s"]);
+    let kg = gateway(&pki, &fp, &sims);
+    let mut writer = kg.connect(&pki, true).await.unwrap();
+    let from = list_version(&mut writer).await;
+    let path = format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={from}");
+    let mut watches = Vec::new();
+    for _ in 0..6 {
+        let mut c = kg.connect(&pki, true).await.unwrap();
+        let w = c.watch(&path, false).await.unwrap();
+        watches.push((c, w));
+    }
+    wait_for("six watches open", T, || {
+        (watches_on(&kg, &sims).values().sum::<f64>() == 6.0).then_some(())
+    });
+    let held = watches_on(&kg, &sims);
+    let target = sims.iter().find(|s| held[&s.name] > 0.0).unwrap();
+    target.proc.signal(libc::SIGTERM);
+    // kubegate sees the shutdown on its next probe and moves the watches at once, long before
+    // the drain deadline (30 s) or the replica's exit (120 s).
+    wait_for("the watches to leave the draining replica", T, || {
+        (watches_on(&kg, &sims)[&target.name] == 0.0).then_some(())
+    });
+    assert_eq!(watches_on(&kg, &sims).values().sum::<f64>(), 6.0);
+    assert!(kg.metric(r#"kubegate_watch_resumes_total{cause="drained"}"#) >= 1.0);
+    // And they still see what happens.
+    create(&mut writer, "after-the-move").await;
+    for (_, w) in &mut watches {
+        let e = w.next(T).await.unwrap().expect("an event");
+        assert_eq!(
+            (e.kind.as_str(), e.name.as_str()),
+            ("ADDED", "after-the-move")
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_replicas_requests_and_watches_move_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let fp = pki.front_proxy();
+    let etcd = Etcd::start(dir.path());
+    let sims = replicas(&pki, &fp, &etcd, &[]);
+    let mut cfg = KubegateConfig::new(&sims.iter().collect::<Vec<_>>());
+    cfg.terminate = Some(TerminateFiles::new(&pki, &fp));
+    cfg.balance = "round-robin";
+    let kg = Kubegate::start(&pki, &cfg);
+    for s in &sims {
+        kg.wait_state(&s.name, "ready", T);
+    }
+    let mut writer = kg.connect(&pki, true).await.unwrap();
+    let from = list_version(&mut writer).await;
+    let path = format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={from}");
+    let mut watches = Vec::new();
+    for _ in 0..3 {
+        let mut c = kg.connect(&pki, true).await.unwrap();
+        watches.push((c.watch(&path, false).await.unwrap(), c));
+    }
+    wait_for("a watch on each replica", T, || {
+        watches_on(&kg, &sims)
+            .values()
+            .all(|n| *n == 1.0)
+            .then_some(())
+    });
+    // A read held by replica-1, which then freezes: its TCP connections stay open, so only
+    // kubegate (probes time out: down, close) can end what runs on it.
+    sims[0].set_latency_ms(60_000);
+    let slow = loop {
+        let mut c = kg.connect(&pki, true).await.unwrap();
+        let before = kg.metric(r#"kubegate_backend_requests_in_flight{backend="replica-1"}"#);
+        let task =
+            tokio::spawn(async move { c.get("/api/v1/namespaces/default/configmaps").await });
+        let held = wait_for("the read answered or held", T, || {
+            let now = kg.metric(r#"kubegate_backend_requests_in_flight{backend="replica-1"}"#);
+            if now > before {
+                Some(true)
+            } else {
+                task.is_finished().then_some(false)
+            }
+        });
+        if held {
+            break task;
+        }
+    };
+    sims[0].proc.signal(libc::SIGSTOP);
+    kg.wait_state("replica-1", "down", T);
+    let r = slow.await.unwrap().expect("the read is answered");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_ne!(replica(&r), "replica-1");
+    create(&mut writer, "after-the-freeze").await;
+    for (w, _) in &mut watches {
+        let e = w.next(T).await.unwrap().expect("an event");
+        assert_eq!(
+            (e.kind.as_str(), e.name.as_str()),
+            ("ADDED", "after-the-freeze")
+        );
+    }
+    sims[0].proc.signal(libc::SIGCONT);
+}
+
+fn replica(r: &Response) -> String {
+    r.header("x-kubegate-sim-replica").unwrap_or("").to_string()
+}
