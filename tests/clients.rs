@@ -12,12 +12,16 @@
 //! 4. `exec_port_forward_and_logs_through_kubegate`: `kubectl exec -i` over WebSocket and
 //!    over SPDY (stdin echoed, exit codes), `port-forward` (bytes through) and `logs -f`,
 //!    through passthrough and terminate mode.
+//! 5. `kubectl_watch_and_the_python_client_see_every_change_across_restarts_and_a_crash`:
+//!    `kubectl get --watch` and the Python client's watch through terminate mode keep running
+//!    through a rolling restart and a SIGKILL, each change seen once.
 //!
 //! kubectl comes from `scripts/install-deps` (.tools/bin/kubectl); the Python client from
 //! Debian's python3-kubernetes. A missing client fails the test, it never skips.
 
 use kubegate_e2e::*;
 use kubegate_process::ChildProcess;
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -456,4 +460,172 @@ fn exec_port_forward_and_logs_through_kubegate() {
             assert!(upgraded >= 4.0, "upgrades counted: {upgraded}");
         }
     }
+}
+
+const PYTHON_WATCH: &str = r#"
+import sys
+from kubernetes import client, config, watch
+config.load_kube_config(config_file=sys.argv[1])
+v1 = client.CoreV1Api()
+listed = v1.list_namespaced_config_map("default")
+print("LIST", listed.metadata.resource_version, flush=True)
+w = watch.Watch()
+for ev in w.stream(v1.list_namespaced_config_map, "default",
+                   resource_version=listed.metadata.resource_version, timeout_seconds=300):
+    print("EVENT", ev["type"], ev["object"].metadata.name, flush=True)
+    if ev["object"].metadata.name == "last":
+        break
+"#;
+
+/// `kubectl get --watch` and the Python client's watch, through terminate mode, see every
+/// configmap created while each replica is restarted in turn and the one holding the watches
+/// is killed: both keep running, and each name comes once.
+#[test]
+fn kubectl_watch_and_the_python_client_see_every_change_across_restarts_and_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let fp = pki.front_proxy();
+    let etcd = Etcd::start(dir.path());
+    let tokens = pki.token_file(&[("tok-ops", "ops-bot", "ops")]);
+    let mut sims: Vec<Sim> = (1..=3)
+        .map(|i| {
+            Sim::start(
+                &pki,
+                &format!("replica-{i}"),
+                SimOptions {
+                    args: vec![
+                        "--etcd-servers".into(),
+                        etcd.url.clone(),
+                        "--token-auth-file".into(),
+                        tokens.display().to_string(),
+                        "--shutdown-delay-duration".into(),
+                        "2s".into(),
+                    ],
+                    front_proxy_ca: Some(fp.ca.clone()),
+                    ..Default::default()
+                },
+            )
+        })
+        .collect();
+    let kg = gateway(&pki, &fp, &sims, true);
+    let kc = pki.kubeconfig(&format!("https://{}", kg.listen));
+    kubectl(&kc, &["create", "configmap", "first", "--from-literal=a=b"]);
+
+    let mut watch = ChildProcess::adopt(
+        Command::new(kubectl_bin())
+            .arg("--kubeconfig")
+            .arg(&kc)
+            .args(["get", "configmaps", "--watch", "--output-watch-events"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let kubectl_lines = lines_of(watch.child_mut().unwrap());
+    wait_line(&kubectl_lines, "kubectl's initial listing", |l| {
+        l.contains("first")
+    });
+    let mut py = ChildProcess::adopt(
+        Command::new("/usr/bin/python3")
+            .args(["-c", PYTHON_WATCH])
+            .arg(&kc)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("/usr/bin/python3 with Debian's python3-kubernetes"),
+    );
+    let py_lines = lines_of(py.child_mut().unwrap());
+    wait_line(&py_lines, "the Python client's list", |l| {
+        l.starts_with("LIST")
+    });
+    let long_running = |kg: &Kubegate| -> Vec<f64> {
+        sims_names()
+            .iter()
+            .map(|n| {
+                kg.metric(&format!(
+                    "kubegate_backend_long_running_requests{{backend=\"{n}\"}}"
+                ))
+            })
+            .collect()
+    };
+    wait_for("both watches open", Duration::from_secs(30), || {
+        (long_running(&kg).iter().sum::<f64>() == 2.0).then_some(())
+    });
+
+    let mut created = Vec::new();
+    let mut make = |kc: &Path, created: &mut Vec<String>| {
+        let name = format!("cm-{:02}", created.len() + 1);
+        kubectl(kc, &["create", "configmap", &name, "--from-literal=a=b"]);
+        created.push(name);
+    };
+    for sim in sims.iter_mut() {
+        make(&kc, &mut created);
+        sim.proc.signal(libc::SIGTERM);
+        make(&kc, &mut created);
+        let status = sim.proc.wait_exit(Duration::from_secs(30));
+        assert!(status.success(), "{status:?}");
+        sim.restart();
+        kg.wait_state(&sim.name, "ready", Duration::from_secs(30));
+        make(&kc, &mut created);
+    }
+    let held = long_running(&kg);
+    let victim = held
+        .iter()
+        .position(|n| *n > 0.0)
+        .expect("a replica holds the watches");
+    sims[victim].proc.kill();
+    make(&kc, &mut created);
+    make(&kc, &mut created);
+    kubectl(&kc, &["create", "configmap", "last", "--from-literal=a=b"]);
+    created.push("last".into());
+
+    // kubectl printed each one once, and is still watching.
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while seen.get("last").is_none() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = kubectl_lines
+            .recv_timeout(left)
+            .unwrap_or_else(|e| panic!("kubectl's watch: {e}; seen {seen:?}"));
+        let mut cols = line.split_whitespace();
+        if let (Some(event), Some(name)) = (cols.next(), cols.next()) {
+            if event == "ADDED" && name != "first" {
+                *seen.entry(name.to_string()).or_default() += 1;
+            }
+        }
+    }
+    assert!(watch.running(), "kubectl get --watch ended");
+    for name in &created {
+        assert_eq!(
+            seen.get(name),
+            Some(&1),
+            "{name} in kubectl's watch: {seen:?}"
+        );
+    }
+    assert_eq!(seen.len(), created.len(), "{seen:?}");
+    watch.kill();
+
+    // The Python client saw them once each, in order, and ended by itself at "last".
+    let mut names = Vec::new();
+    loop {
+        let line = wait_line(&py_lines, "the Python client's events", |l| {
+            l.starts_with("EVENT")
+        });
+        let name = line.rsplit(' ').next().unwrap().to_string();
+        assert!(line.starts_with("EVENT ADDED"), "{line}");
+        let done = name == "last";
+        names.push(name);
+        if done {
+            break;
+        }
+    }
+    assert_eq!(names, created);
+    let status = py
+        .wait_exit(Duration::from_secs(15))
+        .expect("the Python client ends after its last event");
+    assert!(status.success());
+}
+
+fn sims_names() -> [&'static str; 3] {
+    ["replica-1", "replica-2", "replica-3"]
 }
