@@ -553,7 +553,7 @@ fn kubectl_watch_and_the_python_client_see_every_change_across_restarts_and_a_cr
     });
 
     let mut created = Vec::new();
-    let mut make = |kc: &Path, created: &mut Vec<String>| {
+    let make = |kc: &Path, created: &mut Vec<String>| {
         let name = format!("cm-{:02}", created.len() + 1);
         kubectl(kc, &["create", "configmap", &name, "--from-literal=a=b"]);
         created.push(name);
