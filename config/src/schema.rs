@@ -337,14 +337,15 @@ pub enum BalancePolicy {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NoReadyBackendPolicy {
-    /// Fall back to backends that answer their probe but are not ready, except those shutting
-    /// down. Default: when every apiserver fails `/readyz` at once (etcd quorum lost, a stuck
-    /// post-start hook) an answer from an apiserver, even an error, beats a refused connection:
-    /// operators can still reach `/readyz?verbose`, and watch caches keep serving. Backends that
-    /// are `down` or shutting down are never used.
+    /// Fall back to backends that answer their probe but are not ready and not shutting down;
+    /// when every one that answers is shutting down, to those (an apiserver serves through its
+    /// shutdown delay). Default: when every apiserver fails `/readyz` at once (etcd quorum
+    /// lost, a stuck post-start hook, all restarted together) an answer from an apiserver, even
+    /// an error, beats a refused connection: operators can still reach `/readyz?verbose`, and
+    /// watch caches keep serving. Backends that are `down` are never used.
     #[default]
     Alive,
-    /// Close the client connection at once.
+    /// Close the client connection at once (terminate mode: answer 503 with a `Status`).
     Refuse,
 }
 

@@ -9,6 +9,9 @@
 //! | `not_ready`, another failing check | drain until `drain.failing_timeout` (0 s: at once) | such an apiserver will not end them, and clients on them keep getting errors |
 //! | `down` | close now | its connections are dead or hanging |
 //! | `removed` | drain until `drain.timeout`, then forget | an operator took it out; it may be fine |
+//!
+//! The pool carries a drain out only while another backend is ready (it waits for one before
+//! ordering it): draining moves work elsewhere, and with none ready there is no elsewhere.
 
 use kubegate_config::DrainConfig;
 use kubegate_health::BackendState;

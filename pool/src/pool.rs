@@ -42,6 +42,9 @@ pub struct Pool<P> {
     new_planes: PlanesFactory<P>,
     /// Woken whenever some backend's work drops to none.
     idle: Arc<Notify>,
+    /// How many backends are ready, published on every rebuild of the routing table: drains
+    /// wait on it (see [`Pool::apply`]).
+    ready: tokio::sync::watch::Sender<usize>,
     this: Weak<Pool<P>>,
 }
 
@@ -63,6 +66,7 @@ impl<P: DataPlanes> Pool<P> {
             events,
             new_planes: Box::new(new_planes),
             idle: Arc::new(Notify::new()),
+            ready: tokio::sync::watch::Sender::new(0),
             this: this.clone(),
         })
     }
@@ -236,7 +240,7 @@ impl<P: DataPlanes> Pool<P> {
         backend.set_passes_to_ready(health.tracker.rise_needed());
         match transition {
             Some(t) => self.apply(backend, &mut health, t, &record.outcome.describe()),
-            // A not-ready backend that starts shutting down leaves the fallback set.
+            // A not-ready backend that starts shutting down moves to the last resort.
             None if shutting_down != was_shutting_down => self.rebuild_routing(),
             None => {}
         }
@@ -273,12 +277,24 @@ impl<P: DataPlanes> Pool<P> {
                 }
                 self.close(backend, why);
             }
+            // A drain moves work to other backends; with none ready there is nowhere better
+            // for it to go (and `no_ready_backend: alive` sends new work here anyway), so the
+            // drain begins when another backend is ready.
+            Order::Drain { timeout }
+                if !self
+                    .members()
+                    .iter()
+                    .any(|b| b.state() == BackendState::Ready) =>
+            {
+                tracing::info!(backend = %name, open, "no other backend is ready: the drain waits for one");
+                health.drain = Some(self.spawn_drain(backend, timeout, t.to, true));
+            }
             Order::Drain { timeout } => {
                 backend.planes().drain();
                 let removed = t.to == BackendState::Removed;
                 if open > 0 {
                     self.events.drain_started(&name);
-                    health.drain = Some(self.spawn_drain(backend, timeout, removed));
+                    health.drain = Some(self.spawn_drain(backend, timeout, t.to, false));
                 } else if removed {
                     self.forget(backend);
                 }
@@ -287,18 +303,33 @@ impl<P: DataPlanes> Pool<P> {
         self.rebuild_routing();
     }
 
-    /// The drain of `backend`: open work may finish for `timeout`, then what is left is
-    /// closed. A removed backend is forgotten as soon as its work has ended, by itself or
-    /// closed at the deadline. The task is aborted when the state changes again.
+    /// The drain of `backend` (entering `to`): open work may finish for `timeout`, then what
+    /// is left is closed. `deferred`: first wait until some backend is ready, then order the
+    /// drain. A removed backend is forgotten as soon as its work has ended, by itself or closed
+    /// at the deadline. The task is aborted when the state changes again.
     fn spawn_drain(
         &self,
         backend: &Arc<Backend<P>>,
         timeout: Duration,
-        removed: bool,
+        to: BackendState,
+        deferred: bool,
     ) -> tokio::task::AbortHandle {
         let backend = backend.clone();
         let pool = self.this.clone();
+        let mut ready = self.ready.subscribe();
+        let removed = to == BackendState::Removed;
         tokio::spawn(async move {
+            if deferred {
+                if ready.wait_for(|n| *n > 0).await.is_err() {
+                    return;
+                }
+                let name = &backend.info().name;
+                tracing::info!(backend = %name, "another backend is ready: the drain begins");
+                backend.planes().drain();
+                if let Some(pool) = pool.upgrade() {
+                    pool.events.drain_started(name);
+                }
+            }
             let deadline = tokio::time::sleep(timeout);
             tokio::pin!(deadline);
             let expired = tokio::select! {
@@ -356,10 +387,16 @@ impl<P: DataPlanes> Pool<P> {
                     .filter(|b| b.state() == BackendState::NotReady && !b.shutting_down())
                     .cloned()
                     .collect(),
+                shutting_down: members
+                    .iter()
+                    .filter(|b| b.state() == BackendState::NotReady && b.shutting_down())
+                    .cloned()
+                    .collect(),
             }
         };
         let ready = table.ready.len();
         self.routing.store(Arc::new(table));
+        self.ready.send_replace(ready);
         self.events.routing_changed(ready);
     }
 }

@@ -12,6 +12,11 @@ pub struct RoutingTable<P> {
     /// `not_ready` backends that still answer and are not shutting down: used only when
     /// `ready` is empty and `no_ready_backend: alive`.
     pub fallback: Vec<Arc<Backend<P>>>,
+    /// `not_ready` backends that are shutting down but still answer: an apiserver keeps
+    /// serving through its shutdown delay, so when every one is shutting down at once they
+    /// are better than nothing. Used only when `ready` and `fallback` are both empty and
+    /// `no_ready_backend: alive`.
+    pub shutting_down: Vec<Arc<Backend<P>>>,
 }
 
 impl<P> Default for RoutingTable<P> {
@@ -19,6 +24,7 @@ impl<P> Default for RoutingTable<P> {
         RoutingTable {
             ready: Vec::new(),
             fallback: Vec::new(),
+            shutting_down: Vec::new(),
         }
     }
 }
@@ -27,7 +33,8 @@ impl<P> Default for RoutingTable<P> {
 pub enum Candidates<'a, P> {
     /// Ready backends.
     Ready(&'a [Arc<Backend<P>>]),
-    /// No backend is ready; these answer and are not shutting down (`no_ready_backend: alive`).
+    /// No backend is ready; these answer (`no_ready_backend: alive`): the ones not shutting
+    /// down, or, when every one that answers is shutting down, those.
     Fallback(&'a [Arc<Backend<P>>]),
     /// Nowhere: refuse the work.
     None,
@@ -38,8 +45,12 @@ impl<P> RoutingTable<P> {
     pub fn candidates(&self, policy: NoReadyBackendPolicy) -> Candidates<'_, P> {
         if !self.ready.is_empty() {
             Candidates::Ready(&self.ready)
-        } else if policy == NoReadyBackendPolicy::Alive && !self.fallback.is_empty() {
+        } else if policy == NoReadyBackendPolicy::Refuse {
+            Candidates::None
+        } else if !self.fallback.is_empty() {
             Candidates::Fallback(&self.fallback)
+        } else if !self.shutting_down.is_empty() {
+            Candidates::Fallback(&self.shutting_down)
         } else {
             Candidates::None
         }

@@ -129,10 +129,11 @@ async fn down_closes_open_work_at_once() {
 async fn a_failing_backend_drains_until_the_failing_timeout() {
     let (pool, events) = pool(drains(30, 5));
     let b = ready_backend(&pool, 1, "a");
+    ready_backend(&pool, 2, "other");
     b.planes().set_open(3);
     probe(&pool, "a", &[fail("etcd"), fail("etcd")]);
     assert_eq!(b.state(), BackendState::NotReady);
-    assert!(pool.routing().ready.is_empty(), "no new work goes there");
+    assert_eq!(pool.routing().ready.len(), 1, "no new work goes there");
     assert_eq!(
         b.planes().drains.load(std::sync::atomic::Ordering::SeqCst),
         1
@@ -153,6 +154,7 @@ async fn a_failing_backend_drains_until_the_failing_timeout() {
 async fn a_shutting_down_backend_drains_until_the_drain_timeout() {
     let (pool, _) = pool(drains(30, 5));
     let b = ready_backend(&pool, 1, "a");
+    ready_backend(&pool, 2, "other");
     b.planes().set_open(2);
     // One `[-]shutdown` answer is enough.
     probe(&pool, "a", &[fail("shutdown")]);
@@ -166,9 +168,61 @@ async fn a_shutting_down_backend_drains_until_the_drain_timeout() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn with_no_other_backend_ready_the_drain_waits_for_one() {
+    let (pool, events) = pool(drains(30, 0));
+    let b = ready_backend(&pool, 1, "a");
+    b.planes().set_open(3);
+    // etcd lost everywhere: there is nowhere better for a's work to go.
+    probe(&pool, "a", &[fail("etcd"), fail("etcd")]);
+    assert_eq!(b.state(), BackendState::NotReady);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    settle().await;
+    assert_eq!(
+        b.planes().drains.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "no drain ordered"
+    );
+    assert!(b.planes().closes().is_empty(), "nothing closed");
+    // Another backend becomes ready: the drain begins, with its whole deadline (0 s here).
+    pool.add(&spec(2, "other"));
+    probe(&pool, "other", &[pass(), pass()]);
+    settle().await;
+    assert_eq!(
+        b.planes().drains.load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    settle().await;
+    assert_eq!(b.planes().closes(), [(CloseReason::DrainTimeout, 3)]);
+    assert_eq!(
+        events_of(&events, &["drain", "closed"]),
+        ["drain a", "closed a drain_timeout 3"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_drain_is_called_off_when_the_backend_is_ready_again() {
+    let (pool, _) = pool(drains(30, 0));
+    let b = ready_backend(&pool, 1, "a");
+    b.planes().set_open(2);
+    probe(&pool, "a", &[fail("etcd"), fail("etcd")]);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    probe(&pool, "a", &[pass(), pass()]);
+    assert_eq!(b.state(), BackendState::Ready);
+    settle().await;
+    assert_eq!(
+        b.planes().drains.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+    assert!(b.planes().closes().is_empty());
+    assert_eq!(b.planes().open(), 2);
+}
+
+#[tokio::test(start_paused = true)]
 async fn returning_to_ready_calls_the_drain_off() {
     let (pool, _) = pool(drains(30, 5));
     let b = ready_backend(&pool, 1, "a");
+    ready_backend(&pool, 2, "other");
     b.planes().set_open(2);
     probe(&pool, "a", &[fail("etcd"), fail("etcd")]);
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -213,16 +267,17 @@ async fn a_removed_backend_without_work_is_forgotten_at_once() {
 async fn a_removed_backend_is_forgotten_when_its_work_ends_before_the_deadline() {
     let (pool, events) = pool(drains(30, 5));
     let b = ready_backend(&pool, 1, "a");
+    ready_backend(&pool, 2, "other");
     b.planes().set_open(1);
     pool.remove(&spec(1, "a"));
     assert_eq!(b.state(), BackendState::Removed);
-    assert!(pool.routing().ready.is_empty());
+    assert_eq!(pool.routing().ready.len(), 1);
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(pool.backends().len(), 1, "still draining");
+    assert_eq!(pool.backends().len(), 2, "still draining");
     b.planes().set_open(0);
     b.work_ended();
     settle().await;
-    assert!(pool.backends().is_empty(), "forgotten once its work ended");
+    assert_eq!(pool.backends().len(), 1, "forgotten once its work ended");
     assert!(b.planes().closes().is_empty(), "nothing had to be closed");
     assert!(events.lines().contains(&"forgotten a".to_string()));
 }
@@ -231,6 +286,7 @@ async fn a_removed_backend_is_forgotten_when_its_work_ends_before_the_deadline()
 async fn a_removed_backend_is_closed_at_the_deadline_then_forgotten() {
     let (pool, events) = pool(drains(30, 5));
     let b = ready_backend(&pool, 1, "a");
+    ready_backend(&pool, 2, "other");
     b.planes().set_open(2);
     pool.remove(&spec(1, "a"));
     tokio::time::sleep(Duration::from_secs(31)).await;
@@ -239,7 +295,7 @@ async fn a_removed_backend_is_closed_at_the_deadline_then_forgotten() {
     // The test planes drop their work when closed; real ones report it as it ends.
     b.work_ended();
     settle().await;
-    assert!(pool.backends().is_empty());
+    assert_eq!(pool.backends().len(), 1);
     assert_eq!(
         events_of(&events, &["closed", "forgotten"]),
         ["closed a drain_timeout 2", "forgotten a"]
@@ -250,17 +306,18 @@ async fn a_removed_backend_is_closed_at_the_deadline_then_forgotten() {
 async fn a_name_still_configured_keeps_its_series_when_its_old_self_is_forgotten() {
     let (pool, events) = pool(drains(30, 5));
     let old = ready_backend(&pool, 1, "a");
+    ready_backend(&pool, 2, "other");
     old.planes().set_open(1);
     pool.remove(&spec(1, "a"));
     // Re-added at the same address while the old one drains: a new backend, unknown.
     pool.add(&spec(1, "a"));
-    assert_eq!(pool.backends().len(), 2);
+    assert_eq!(pool.backends().len(), 3);
     old.planes().set_open(0);
     old.work_ended();
     settle().await;
     let left = pool.backends();
-    assert_eq!(left.len(), 1);
-    assert_eq!(left[0].state(), BackendState::Unknown);
+    assert_eq!(left.len(), 2);
+    assert_eq!(find(&pool, "a").state(), BackendState::Unknown);
     assert!(!events.lines().contains(&"forgotten a".to_string()));
 }
 
@@ -328,7 +385,7 @@ async fn a_rename_keeps_the_backend_and_its_state() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn not_ready_backends_are_the_fallback_unless_shutting_down() {
+async fn not_ready_backends_are_the_fallback_and_shutting_down_ones_the_last_resort() {
     let (pool, _) = pool(drains(30, 0));
     ready_backend(&pool, 1, "a");
     ready_backend(&pool, 2, "b");
@@ -351,10 +408,27 @@ async fn not_ready_backends_are_the_fallback_unless_shutting_down() {
         table.candidates(NoReadyBackendPolicy::Refuse),
         crate::Candidates::None
     ));
-    // `a` starts shutting down without a change of state: it leaves the fallback set.
+    // `a` starts shutting down without a change of state: it leaves the fallback set, and
+    // with every answering backend shutting down, they are the last resort.
     drop(table);
     probe(&pool, "a", &[fail("shutdown")]);
-    assert!(pool.routing().fallback.is_empty());
+    let table = pool.routing();
+    assert!(table.fallback.is_empty());
+    assert!(matches!(
+        table.candidates(NoReadyBackendPolicy::Alive),
+        crate::Candidates::Fallback(f) if f.len() == 2
+    ));
+    assert!(matches!(
+        table.candidates(NoReadyBackendPolicy::Refuse),
+        crate::Candidates::None
+    ));
+    // One that stops answering is not even that.
+    drop(table);
+    probe(&pool, "b", &[gone(), gone()]);
+    assert!(matches!(
+        pool.routing().candidates(NoReadyBackendPolicy::Alive),
+        crate::Candidates::Fallback(f) if f.len() == 1
+    ));
 }
 
 #[tokio::test(start_paused = true)]
