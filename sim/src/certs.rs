@@ -1,5 +1,7 @@
 //! `kubegate-sim certs DIR`: a CA, a serving certificate, client certificates and a kubeconfig,
-//! laid out like a small kubeadm PKI.
+//! laid out like a small kubeadm PKI; a front-proxy CA and its client certificate (what a
+//! TLS-terminating gateway presents to the apiservers), and a serving certificate for such a
+//! gateway.
 
 use anyhow::Context;
 use base64::Engine;
@@ -24,25 +26,16 @@ pub const SERVING_NAMES: &[&str] = &[
 /// Writes the PKI into `dir` and a kubeconfig for `server` (e.g. `https://127.0.0.1:6443`).
 pub fn write(dir: &Path, server: &str) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-    let ca_key = KeyPair::generate()?;
-    let mut ca = CertificateParams::new(Vec::<String>::new())?;
-    ca.distinguished_name = name("kubernetes", None);
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    validity(&mut ca, 3650);
-    let ca_cert = ca.self_signed(&ca_key)?;
-    save(dir, "ca.crt", &ca_cert.pem())?;
-    save(dir, "ca.key", &ca_key.serialize_pem())?;
+    let (ca_cert, ca_key) = authority(dir, "kubernetes", "ca")?;
+    let (fp_cert, fp_key) = authority(dir, "front-proxy-ca", "front-proxy-ca")?;
 
-    let leaf = |names: Vec<String>,
-                cn: &str,
-                org: Option<&str>,
-                usage: ExtendedKeyUsagePurpose,
-                file: &str|
+    let signed = |issuer: &rcgen::Certificate,
+                  issuer_key: &KeyPair,
+                  names: Vec<String>,
+                  cn: &str,
+                  org: Option<&str>,
+                  usage: ExtendedKeyUsagePurpose,
+                  file: &str|
      -> anyhow::Result<(String, String)> {
         let key = KeyPair::generate()?;
         let mut p = CertificateParams::new(names)?;
@@ -53,11 +46,32 @@ pub fn write(dir: &Path, server: &str) -> anyhow::Result<()> {
             KeyUsagePurpose::KeyEncipherment,
         ];
         validity(&mut p, 365);
-        let cert = p.signed_by(&key, &ca_cert, &ca_key)?;
+        let cert = p.signed_by(&key, issuer, issuer_key)?;
         save(dir, &format!("{file}.crt"), &cert.pem())?;
         save(dir, &format!("{file}.key"), &key.serialize_pem())?;
         Ok((cert.pem(), key.serialize_pem()))
     };
+    let leaf = |names, cn: &str, org, usage, file: &str| {
+        signed(&ca_cert, &ca_key, names, cn, org, usage, file)
+    };
+    // kubeadm's front-proxy-client.crt: what a TLS-terminating gateway presents upstream.
+    signed(
+        &fp_cert,
+        &fp_key,
+        vec![],
+        "front-proxy-client",
+        None,
+        ExtendedKeyUsagePurpose::ClientAuth,
+        "front-proxy-client",
+    )?;
+    // What clients of a TLS-terminating gateway see, valid for the apiservers' names.
+    leaf(
+        SERVING_NAMES.iter().map(|s| s.to_string()).collect(),
+        "kubegate",
+        None,
+        ExtendedKeyUsagePurpose::ServerAuth,
+        "gateway",
+    )?;
     leaf(
         SERVING_NAMES.iter().map(|s| s.to_string()).collect(),
         "kube-apiserver",
@@ -92,6 +106,24 @@ pub fn write(dir: &Path, server: &str) -> anyhow::Result<()> {
         &kubeconfig(server, &ca_cert.pem(), &admin_cert, &admin_key),
     )?;
     Ok(())
+}
+
+/// Writes a self-signed CA `<file>.crt`/`.key` with common name `cn`.
+fn authority(dir: &Path, cn: &str, file: &str) -> anyhow::Result<(rcgen::Certificate, KeyPair)> {
+    let key = KeyPair::generate()?;
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.distinguished_name = name(cn, None);
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    validity(&mut ca, 3650);
+    let cert = ca.self_signed(&key)?;
+    save(dir, &format!("{file}.crt"), &cert.pem())?;
+    save(dir, &format!("{file}.key"), &key.serialize_pem())?;
+    Ok((cert, key))
 }
 
 /// A kubeconfig with everything embedded, so it works from any directory.

@@ -126,6 +126,10 @@ pub struct ServeArgs {
     /// Simulator: interval of watch BOOKMARK events.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     bookmark_interval: Duration,
+    /// Simulator: latency added to every API request (health endpoints answer at once); the
+    /// fault port's `/latency` changes it at run time.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    latency: Duration,
     /// Simulator: the replica's name in logs and /debug.
     #[arg(long)]
     replica_name: Option<String>,
@@ -202,7 +206,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             store,
             authenticator,
             inflight: Default::default(),
-            latency_ms: Default::default(),
+            latency_ms: (args.latency.as_millis() as u64).into(),
             rejecting: Default::default(),
             retry_after: Default::default(),
             close_connections: CancellationToken::new(),

@@ -10,7 +10,10 @@
 //!   `k8s.io/initial-events-end: "true"`, then changes;
 //! - protobuf (`Accept: application/vnd.kubernetes.protobuf`, for the kinds `protobuf.rs`
 //!   encodes): length-prefixed `WatchEvent` frames instead of JSON lines;
-//! - shutdown with a watch termination grace period ends the stream cleanly.
+//! - shutdown with a watch termination grace period ends the stream cleanly;
+//! - etcd going away does not end the stream: like the watch cache's reflector, the replica
+//!   re-watches etcd every second from the last revision it sent, and the stream continues
+//!   when etcd is back (a new watch meanwhile fails: the simulator has no cache to serve it).
 
 use crate::objects;
 use crate::resources::{Resource, Target};
@@ -102,6 +105,7 @@ pub async fn serve(
             let stream = Stream {
                 sim: sim.clone(),
                 resource,
+                prefix: prefix.clone(),
                 name_filter,
                 encoding,
                 first_table: true,
@@ -163,6 +167,7 @@ fn encode(encoding: Encoding, kind: &str, object: &Value) -> Bytes {
 struct Stream {
     sim: Arc<Sim>,
     resource: &'static Resource,
+    prefix: String,
     name_filter: Option<String>,
     encoding: Encoding,
     first_table: bool,
@@ -175,10 +180,14 @@ impl Stream {
         mut self,
         initial: Vec<Value>,
         initial_events_end: bool,
-        mut events: crate::store::EventStream,
+        events: crate::store::EventStream,
         bookmarks: bool,
         timeout: Duration,
     ) {
+        // None while etcd is away: the stream stays open and re-watches from the last
+        // revision it sent, as the watch cache's reflector does.
+        let mut events = Some(events);
+        let mut rewatch = tokio::time::interval(Duration::from_secs(1));
         self.sim.watches.fetch_add(1, Ordering::AcqRel);
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
@@ -201,20 +210,28 @@ impl Stream {
         }
         while open {
             tokio::select! {
-                e = events.recv() => match e {
+                e = next(&mut events) => match e {
                     Some(Ok(event)) => open = self.forward(event).await,
                     Some(Err(StoreError::Compacted { requested, compacted })) => {
-                        let status = json!({
-                            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                            "message": format!("too old resource version: {requested} ({compacted})"),
-                            "reason": "Expired", "code": 410,
-                        });
-                        let _ = self.tx.send(encode(self.encoding, "ERROR", &status)).await;
+                        self.expired(requested, compacted).await;
                         open = false;
                     }
-                    // Storage gone: end the stream; the client re-watches from its last version.
-                    Some(Err(_)) | None => open = false,
+                    // etcd went away: keep the client's stream, find etcd again.
+                    Some(Err(_)) | None => {
+                        events = None;
+                        rewatch.reset();
+                    }
                 },
+                _ = rewatch.tick(), if events.is_none() => {
+                    match self.sim.store.watch(&self.prefix, self.last_revision).await {
+                        Ok(again) => events = Some(again),
+                        Err(StoreError::Compacted { requested, compacted }) => {
+                            self.expired(requested, compacted).await;
+                            open = false;
+                        }
+                        Err(_) => {}
+                    }
+                }
                 _ = bookmark.tick(), if bookmarks => {
                     let obj = self.bookmark(None);
                     open = self.tx.send(encode(self.encoding, "BOOKMARK", &obj)).await.is_ok();
@@ -225,6 +242,17 @@ impl Stream {
             }
         }
         self.sim.watches.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Ends the stream as the apiserver does when the position is gone: an ERROR event with
+    /// a 410 Expired Status.
+    async fn expired(&self, requested: i64, compacted: i64) {
+        let status = json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": format!("too old resource version: {requested} ({compacted})"),
+            "reason": "Expired", "code": 410,
+        });
+        let _ = self.tx.send(encode(self.encoding, "ERROR", &status)).await;
     }
 
     /// A BOOKMARK's object: the kind with only the resourceVersion (and `annotations`).
@@ -275,5 +303,15 @@ impl Stream {
             .send(encode(self.encoding, kind, &obj))
             .await
             .is_ok()
+    }
+}
+
+/// The next store event, or never while there is no store watch.
+async fn next(
+    events: &mut Option<crate::store::EventStream>,
+) -> Option<Result<StoreEvent, StoreError>> {
+    match events {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
