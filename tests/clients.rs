@@ -582,7 +582,7 @@ fn kubectl_watch_and_the_python_client_see_every_change_across_restarts_and_a_cr
     // kubectl printed each one once, and is still watching.
     let mut seen: HashMap<String, usize> = HashMap::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while seen.get("last").is_none() {
+    while !seen.contains_key("last") {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         let line = kubectl_lines
             .recv_timeout(left)

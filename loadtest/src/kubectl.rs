@@ -2,7 +2,7 @@
 //! watch. Their failures are what a person at a terminal would have seen.
 
 use crate::client::ErrorClass;
-use crate::record::{Kind, Recorder};
+use crate::record::{Kind, Outcome, Recorder, Write};
 use crate::traffic::tokio_util_like::Stop;
 use crate::traffic::NAMESPACE;
 use std::path::{Path, PathBuf};
@@ -36,6 +36,8 @@ fn classify(stderr: &str) -> ErrorClass {
         ErrorClass::Http429
     } else if s.contains("serviceunavailable")
         || s.contains("internal error")
+        || s.contains("internalerror")
+        || s.contains("bad gateway")
         || s.contains("shutting down")
     {
         ErrorClass::Http5xx
@@ -46,7 +48,7 @@ fn classify(stderr: &str) -> ErrorClass {
     {
         ErrorClass::Reset
     } else {
-        ErrorClass::HttpOther
+        ErrorClass::Other
     }
 }
 
@@ -90,7 +92,21 @@ pub async fn loops(kubectl: PathBuf, kubeconfig: PathBuf, rec: Arc<Recorder>, st
         };
         let started = Instant::now();
         let err = once(&kubectl, &kubeconfig, &args).await;
-        rec.add(Kind::Kubectl, started, err, err);
+        let create = n.is_multiple_of(2);
+        let outcome = Outcome {
+            first: err,
+            last: err,
+            replica: None,
+            ambiguous: create
+                && matches!(
+                    err,
+                    Some(ErrorClass::Reset | ErrorClass::Timeout | ErrorClass::Http5xx)
+                ),
+        };
+        let write = create.then(|| Write::Create {
+            name: args[2].clone(),
+        });
+        rec.add(Kind::Kubectl, started, outcome, write);
         tokio::time::sleep(Duration::from_millis(1000)).await;
     }
 }
@@ -124,8 +140,10 @@ pub async fn watch(kubectl: PathBuf, kubeconfig: PathBuf, rec: Arc<Recorder>, st
                     if !stop.stopped() {
                         // The watch ended under the user: one failure at this moment, not a stall.
                         let started = Instant::now();
-                        let err = Some(if status.map(|s| s.success()).unwrap_or(false) { ErrorClass::Reset } else { ErrorClass::HttpOther });
-                        rec.add(Kind::Kubectl, started, err, err);
+                        let err = Some(if status.map(|s| s.success()).unwrap_or(false) { ErrorClass::Reset } else { ErrorClass::Other });
+                        let outcome = Outcome { first: err, last: err, ..Outcome::default() };
+                        rec.add(Kind::Kubectl, started, outcome, None);
+                        rec.watch_broke();
                     }
                     break;
                 }

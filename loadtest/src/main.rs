@@ -6,12 +6,15 @@ mod client;
 mod control_plane;
 mod gateways;
 mod kubectl;
+mod plot;
 mod procs;
 mod record;
 mod report;
+mod resumes;
 mod run;
 mod scenarios;
 mod traffic;
+mod verify;
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -28,10 +31,13 @@ struct Cli {
 enum Command {
     /// Run scenarios against gateways and report.
     Run {
-        /// Scenarios, comma-separated: rolling-restart, crash, freeze, flap, slow-start, not-ready, or all.
+        /// Scenarios, comma-separated: rolling-restart, rolling-restart-goaway, crash,
+        /// crash-writes, freeze, flap, slow-start, not-ready, all-down, etcd-down, or all.
         #[arg(long, value_delimiter = ',', default_value = "all")]
         scenario: Vec<String>,
-        /// Gateways, comma-separated: kubegate, haproxy-kubeadm, haproxy-tuned, nginx, envoy, or all.
+        /// Gateways, comma-separated: kubegate, haproxy-kubeadm, haproxy-tuned, nginx, envoy
+        /// (the L4 group, `l4`); kubegate-l7, kubegate-l7-refuse, envoy-l7, haproxy-l7 (`l7`);
+        /// or all.
         #[arg(long, value_delimiter = ',', default_value = "all")]
         gateways: Vec<String>,
         /// Short faults (CI): freeze 10 s, crash 5 s, two replicas restarted, ...
@@ -40,7 +46,9 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
-    /// The README's demo: three replicas, kubegate in front, a rolling restart under traffic.
+    /// The README's demo: three replicas, a rolling restart under traffic and real kubectl
+    /// (a `get --watch` among them), once through kubegate passing TCP through and once
+    /// through kubegate terminating TLS, where the watch survives.
     Demo {
         #[command(flatten)]
         common: Common,
@@ -84,7 +92,7 @@ fn main() -> anyhow::Result<()> {
             common,
         } => (
             expand(scenario, scenarios::ALL),
-            expand(gateways, gateways::ALL),
+            gateways::expand(&gateways),
             if short {
                 scenarios::Pace::SHORT
             } else {
@@ -94,7 +102,7 @@ fn main() -> anyhow::Result<()> {
         ),
         Command::Demo { common } => (
             vec!["rolling-restart".to_string()],
-            vec!["kubegate".to_string()],
+            vec!["kubegate".to_string(), "kubegate-l7".to_string()],
             scenarios::Pace::FULL,
             common,
         ),
@@ -108,9 +116,10 @@ fn main() -> anyhow::Result<()> {
     }
     for g in &gateways {
         anyhow::ensure!(
-            gateways::ALL.contains(&g.as_str()),
-            "unknown gateway {g}; known: {}",
-            gateways::ALL.join(", ")
+            gateways::known(g),
+            "unknown gateway {g}; known: {}, {} (groups l4, l7, all)",
+            gateways::L4.join(", "),
+            gateways::L7.join(", ")
         );
     }
     let dir = match common.dir {
@@ -128,7 +137,9 @@ fn main() -> anyhow::Result<()> {
         replicas: common.replicas,
         dir: dir.clone(),
         warmup: Duration::from_secs(3),
-        cooldown: Duration::from_secs(5),
+        // Long enough to measure the replica share in the 10 s from 3 s after the last fault
+        // event.
+        cooldown: Duration::from_secs(14),
         kubectl: !common.no_kubectl,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -156,7 +167,7 @@ fn main() -> anyhow::Result<()> {
         eprintln!("report: {}", path.display());
     }
     if let Some(path) = common.plot {
-        std::fs::write(&path, report::svg(&reports))?;
+        std::fs::write(&path, plot::svg(&reports))?;
         eprintln!("plot: {}", path.display());
     }
     eprintln!("configs and logs: {}", dir.display());

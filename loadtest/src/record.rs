@@ -38,6 +38,38 @@ impl Kind {
     }
 }
 
+/// How one logical request ended, after the client's retries.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Outcome {
+    /// The first attempt's failure, if it failed.
+    pub first: Option<ErrorClass>,
+    /// The failure the client returned after its retries, if any.
+    pub last: Option<ErrorClass>,
+    /// The replica that gave the final answer, when one did.
+    pub replica: Option<usize>,
+    /// A write whose failure does not say whether it was applied: the connection broke or
+    /// timed out, or a 5xx came without `Retry-After`.
+    pub ambiguous: bool,
+}
+
+/// A write that failed ambiguously, and how to find out whether it was applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Write {
+    /// A create of the configmap with this name (nothing else creates it).
+    Create {
+        /// Its name.
+        name: String,
+    },
+    /// A lease renewal carrying this write id in an annotation.
+    LeaseRenewal {
+        /// The lease.
+        lease: String,
+        /// The id the update carried.
+        write_id: String,
+    },
+}
+
 /// One request as the client saw it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Sample {
@@ -51,14 +83,21 @@ pub struct Sample {
     pub first_error: Option<ErrorClass>,
     /// The failure a client-go client would have returned after its retries, if any.
     pub final_error: Option<ErrorClass>,
+    /// The replica that answered, when one did and said so.
+    pub replica: Option<usize>,
+    /// A write whose failure left it unknown whether it was applied.
+    pub ambiguous: bool,
 }
 
-/// Collects samples and watch counters for one run.
+/// Collects samples and watch events for one run.
 pub struct Recorder {
     start: Instant,
     samples: Mutex<Vec<Sample>>,
-    /// Watch streams that broke (not a clean end).
-    pub watch_interruptions: AtomicU64,
+    ambiguous: Mutex<Vec<Write>>,
+    /// Watch streams that ended or failed under a client (ms since the run began).
+    watch_breaks: Mutex<Vec<u64>>,
+    /// Watches the gateway itself continued on another replica, unseen by the client (ms).
+    gateway_resumes: Mutex<Vec<u64>>,
     /// Watches re-opened from their last resourceVersion.
     pub watch_resumes: AtomicU64,
     /// Watches that had to relist (410 Expired).
@@ -67,13 +106,19 @@ pub struct Recorder {
     pub watch_events: AtomicU64,
 }
 
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Recorder {
     /// A recorder whose clock starts now.
     pub fn new(start: Instant) -> Recorder {
         Recorder {
             start,
             samples: Mutex::new(Vec::new()),
-            watch_interruptions: AtomicU64::new(0),
+            ambiguous: Mutex::new(Vec::new()),
+            watch_breaks: Mutex::new(Vec::new()),
+            gateway_resumes: Mutex::new(Vec::new()),
             watch_resumes: AtomicU64::new(0),
             watch_relists: AtomicU64::new(0),
             watch_events: AtomicU64::new(0),
@@ -85,25 +130,24 @@ impl Recorder {
         self.start.elapsed().as_millis() as u64
     }
 
-    /// Records one request that started at `started`.
-    pub fn add(
-        &self,
-        kind: Kind,
-        started: Instant,
-        first_error: Option<ErrorClass>,
-        final_error: Option<ErrorClass>,
-    ) {
+    /// Records one request that started at `started`; an ambiguous write is remembered as
+    /// `write`, to be checked against the store at the end.
+    pub fn add(&self, kind: Kind, started: Instant, outcome: Outcome, write: Option<Write>) {
         let sample = Sample {
             at_ms: started.saturating_duration_since(self.start).as_millis() as u64,
             kind,
             latency_ms: started.elapsed().as_secs_f64() * 1e3,
-            first_error,
-            final_error,
+            first_error: outcome.first,
+            final_error: outcome.last,
+            replica: outcome.replica,
+            ambiguous: outcome.ambiguous,
         };
-        self.samples
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(sample);
+        if outcome.ambiguous {
+            if let Some(w) = write {
+                locked(&self.ambiguous).push(w);
+            }
+        }
+        locked(&self.samples).push(sample);
     }
 
     /// Counts one watch-side event.
@@ -111,11 +155,35 @@ impl Recorder {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A watch stream ended or failed under its client, now.
+    pub fn watch_broke(&self) {
+        let at = self.now_ms();
+        locked(&self.watch_breaks).push(at);
+    }
+
+    /// The gateway continued `n` watches on another replica since its last report.
+    pub fn gateway_resumed(&self, n: u64) {
+        let at = self.now_ms();
+        locked(&self.gateway_resumes).extend(std::iter::repeat_n(at, n as usize));
+    }
+
     /// All samples so far.
     pub fn samples(&self) -> Vec<Sample> {
-        self.samples
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        locked(&self.samples).clone()
+    }
+
+    /// Writes that failed ambiguously.
+    pub fn ambiguous_writes(&self) -> Vec<Write> {
+        locked(&self.ambiguous).clone()
+    }
+
+    /// When watches broke under their clients.
+    pub fn watch_breaks(&self) -> Vec<u64> {
+        locked(&self.watch_breaks).clone()
+    }
+
+    /// When the gateway continued watches itself.
+    pub fn gateway_resumes(&self) -> Vec<u64> {
+        locked(&self.gateway_resumes).clone()
     }
 }

@@ -1,27 +1,50 @@
 //! From samples to numbers: per scenario and gateway, what failed (first attempt and
-//! client-go view), how long clients stalled, what watches went through, how long until
-//! everything was fine again. Rendered as Markdown, JSON and an SVG timeline.
+//! client-go view), which writes were left ambiguous, how long clients stalled, what watches
+//! went through, how requests spread over replicas, how long until everything was fine again.
+//! Rendered as Markdown and JSON; the timeline plot is `plot.rs`.
 
 use crate::record::{Kind, Sample};
+use crate::verify::AmbiguousWrites;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// Width of a timeline bucket.
 pub const BUCKET_MS: u64 = 100;
+/// Width of a replica-share bucket.
+pub const SHARE_BUCKET_MS: u64 = 1000;
+/// How long replica shares are counted.
+pub const SHARE_WINDOW_MS: u64 = 10_000;
+/// Replica shares are counted from this long after the last fault event: every gateway here
+/// takes a ready replica back after two passing checks 1 s apart, and the share measures where
+/// requests go once it could have, not how fast checks are.
+pub const SHARE_DELAY_MS: u64 = 3_000;
 /// A request slower than this counts as a stall when measuring recovery.
 const STALL_MS: f64 = 1000.0;
 
 /// Watch counters of one run.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct WatchReport {
-    /// Streams that broke.
-    pub interruptions: u64,
-    /// Re-opened from the last resourceVersion.
+    /// Watch streams that ended or failed under their clients (informers and `kubectl get
+    /// --watch`), at these times (ms).
+    pub breaks: Vec<u64>,
+    /// Informer watches re-opened from their last resourceVersion.
     pub resumes: u64,
     /// Relisted after 410.
     pub relists: u64,
     /// Events received.
     pub events: u64,
+    /// Watches the gateway continued on another replica itself, unseen by their clients (ms;
+    /// kubegate's terminate mode only).
+    pub gateway_resumes: Vec<u64>,
+}
+
+/// How requests spread over replicas in the 10 s from 3 s after the last fault event.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplicaShare {
+    /// Successful requests answered by each replica.
+    pub requests: Vec<u64>,
+    /// Most over least; 1.0 is perfect, none when a replica served nothing.
+    pub max_over_min: Option<f64>,
 }
 
 /// One scenario against one gateway.
@@ -35,11 +58,15 @@ pub struct RunReport {
     pub status: String,
     /// Requests by kind.
     pub requests: BTreeMap<String, u64>,
-    /// First-attempt failures by error class.
+    /// First-attempt failures by error class, ambiguous writes apart.
     pub first_attempt_failures: BTreeMap<String, u64>,
-    /// Failures a client-go client would have returned, by error class.
+    /// Failures a client-go client would have returned, by error class, ambiguous writes
+    /// apart.
     pub client_go_failures: BTreeMap<String, u64>,
-    /// Failed real kubectl runs (a `get --watch` that ended counts as one), apart from the maps above.
+    /// Writes that failed without saying whether they were applied, checked in the store.
+    pub ambiguous_writes: AmbiguousWrites,
+    /// Failed real kubectl runs (a `get --watch` that ended counts as one), ambiguous creates
+    /// included, apart from the maps above.
     pub kubectl_failures: u64,
     /// Real kubectl runs.
     pub kubectl_runs: u64,
@@ -49,6 +76,11 @@ pub struct RunReport {
     pub watch: WatchReport,
     /// From the first fault to the end of the last failure or stall, ms.
     pub recovery_ms: Option<u64>,
+    /// `all-down` and `etcd-down`: from the first replica ready again to the first request
+    /// completed after it, ms (negative: the gateway served before that).
+    pub served_again_ms: Option<i64>,
+    /// Requests per replica after the last fault event.
+    pub replica_share: Option<ReplicaShare>,
     /// Latency of successful requests, ms.
     pub p50_ms: f64,
     /// Latency of successful requests, ms.
@@ -57,6 +89,8 @@ pub struct RunReport {
     pub events: Vec<(u64, String)>,
     /// Per 100 ms: successes and first-attempt failures.
     pub timeline: Vec<(u64, u64)>,
+    /// Per second: successful requests answered by each replica.
+    pub replica_timeline: Vec<Vec<u64>>,
 }
 
 impl RunReport {
@@ -69,33 +103,48 @@ impl RunReport {
             requests: BTreeMap::new(),
             first_attempt_failures: BTreeMap::new(),
             client_go_failures: BTreeMap::new(),
+            ambiguous_writes: AmbiguousWrites::default(),
             kubectl_failures: 0,
             kubectl_runs: 0,
             longest_stall_ms: 0.0,
             watch: WatchReport::default(),
             recovery_ms: None,
+            served_again_ms: None,
+            replica_share: None,
             p50_ms: 0.0,
             p99_ms: 0.0,
             events: Vec::new(),
             timeline: Vec::new(),
+            replica_timeline: Vec::new(),
         }
     }
 
     /// Computes the numbers from what the clients recorded.
-    pub fn from_samples(
-        scenario: &str,
-        gateway: &str,
-        samples: &[Sample],
-        watch: WatchReport,
-        events: Vec<(u64, String)>,
-        end_ms: u64,
-    ) -> RunReport {
+    pub fn from_samples(run: Run<'_>) -> RunReport {
+        let Run {
+            scenario,
+            gateway,
+            samples,
+            replicas,
+            watch,
+            ambiguous_writes,
+            events,
+            end_ms,
+        } = run;
         let mut r = RunReport::unavailable(scenario, gateway, "ok".into());
         let mut ok_latencies = Vec::new();
         let buckets = (end_ms / BUCKET_MS + 1) as usize;
         r.timeline = vec![(0, 0); buckets];
+        r.replica_timeline = vec![vec![0; replicas]; (end_ms / SHARE_BUCKET_MS + 1) as usize];
         for s in samples {
             *r.requests.entry(s.kind.as_str().into()).or_default() += 1;
+            let done_ms = (s.at_ms as f64 + s.latency_ms) as u64;
+            if let (None, Some(i)) = (s.final_error, s.replica) {
+                let b = (done_ms / SHARE_BUCKET_MS) as usize;
+                if let Some(n) = r.replica_timeline.get_mut(b).and_then(|row| row.get_mut(i)) {
+                    *n += 1;
+                }
+            }
             if s.kind == Kind::Kubectl {
                 // Real kubectl processes are reported on their own: they are not client-go
                 // clients that re-watch, and their runs are not single requests.
@@ -103,19 +152,22 @@ impl RunReport {
                 r.kubectl_failures += s.final_error.is_some() as u64;
                 continue;
             }
-            if let Some(e) = s.first_error {
-                *r.first_attempt_failures
-                    .entry(e.as_str().into())
-                    .or_default() += 1;
+            if !s.ambiguous {
+                if let Some(e) = s.first_error {
+                    *r.first_attempt_failures.entry(e.label()).or_default() += 1;
+                }
+                if let Some(e) = s.final_error {
+                    *r.client_go_failures.entry(e.label()).or_default() += 1;
+                }
             }
-            if let Some(e) = s.final_error {
-                *r.client_go_failures.entry(e.as_str().into()).or_default() += 1;
-            } else {
+            if s.final_error.is_none() {
                 ok_latencies.push(s.latency_ms);
             }
             r.longest_stall_ms = r.longest_stall_ms.max(s.latency_ms);
-            let done = ((s.at_ms as f64 + s.latency_ms) as u64 / BUCKET_MS) as usize;
-            if let Some(b) = r.timeline.get_mut(done.min(buckets - 1)) {
+            if let Some(b) = r
+                .timeline
+                .get_mut(((done_ms / BUCKET_MS) as usize).min(buckets - 1))
+            {
                 if s.first_error.is_some() {
                     b.1 += 1;
                 } else {
@@ -137,15 +189,85 @@ impl RunReport {
                 .max();
             r.recovery_ms = Some(last_bad.map(|t| t.saturating_sub(fault)).unwrap_or(0));
         }
+        r.served_again_ms = served_again(scenario, samples, &events);
+        r.replica_share = replica_share(samples, replicas, &events);
+        r.ambiguous_writes = ambiguous_writes;
         r.watch = watch;
         r.events = events;
         r
     }
 
-    /// client-go-view failures, all classes.
+    /// client-go-view failures, all classes, ambiguous writes apart.
     pub fn client_go_failed(&self) -> u64 {
         self.client_go_failures.values().sum()
     }
+}
+
+/// What one run recorded, for [`RunReport::from_samples`].
+pub struct Run<'a> {
+    /// Scenario.
+    pub scenario: &'a str,
+    /// Gateway.
+    pub gateway: &'a str,
+    /// Every request the clients made.
+    pub samples: &'a [Sample],
+    /// Replicas in the control plane.
+    pub replicas: usize,
+    /// Watch counters.
+    pub watch: WatchReport,
+    /// Ambiguous writes as checked in the store.
+    pub ambiguous_writes: AmbiguousWrites,
+    /// Fault events (ms, what).
+    pub events: Vec<(u64, String)>,
+    /// When traffic stopped, ms.
+    pub end_ms: u64,
+}
+
+/// After every replica was down (`all-down`, or etcd gone in `etcd-down`): from the first
+/// `... ready` event to the first request that completed successfully after it.
+fn served_again(scenario: &str, samples: &[Sample], events: &[(u64, String)]) -> Option<i64> {
+    if scenario != "all-down" && scenario != "etcd-down" {
+        return None;
+    }
+    let first_ready = events
+        .iter()
+        .position(|(_, what)| what.ends_with(" ready"))?;
+    let ready = events[first_ready].0;
+    // Serving can only begin again after the event before it: every replica exited, or
+    // etcd started.
+    let after = events[first_ready.checked_sub(1)?].0;
+    let first_ok = samples
+        .iter()
+        .filter(|s| s.kind != Kind::Kubectl && s.final_error.is_none())
+        .map(|s| (s.at_ms as f64 + s.latency_ms) as u64)
+        .filter(|&done| done > after)
+        .min()?;
+    Some(first_ok as i64 - ready as i64)
+}
+
+/// Requests per replica in the 10 s from 3 s after the last fault event.
+fn replica_share(
+    samples: &[Sample],
+    replicas: usize,
+    events: &[(u64, String)],
+) -> Option<ReplicaShare> {
+    let from = events.last()?.0 + SHARE_DELAY_MS;
+    let mut requests = vec![0u64; replicas];
+    for s in samples {
+        let done = (s.at_ms as f64 + s.latency_ms) as u64;
+        if s.final_error.is_some() || done < from || done > from + SHARE_WINDOW_MS {
+            continue;
+        }
+        if let Some(n) = s.replica.and_then(|i| requests.get_mut(i)) {
+            *n += 1;
+        }
+    }
+    let max = *requests.iter().max()?;
+    let min = *requests.iter().min()?;
+    Some(ReplicaShare {
+        max_over_min: (min > 0).then(|| max as f64 / min as f64),
+        requests,
+    })
 }
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {
@@ -164,112 +286,72 @@ fn classes(m: &BTreeMap<String, u64>) -> String {
     format!("{total} ({})", parts.join(", "))
 }
 
-/// The Markdown table of all runs.
+fn share(s: &Option<ReplicaShare>) -> String {
+    match s {
+        None => "-".into(),
+        Some(s) => {
+            let counts: Vec<String> = s.requests.iter().map(u64::to_string).collect();
+            match s.max_over_min {
+                Some(r) => format!("{r:.2} ({})", counts.join("/")),
+                None => format!("∞ ({})", counts.join("/")),
+            }
+        }
+    }
+}
+
+/// The Markdown table of all runs, and one of the outages' recoveries when there were any.
 pub fn markdown(runs: &[RunReport]) -> String {
     let mut out = String::from(
-        "| scenario | gateway | requests | failed, first attempt | failed, client-go view | kubectl failed | longest stall | watch breaks / resumes / relists | recovery | p50 / p99 |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        "| scenario | gateway | requests | failed, first attempt | failed, client-go view | ambiguous writes (applied) | kubectl failed | watch breaks seen / resumed by gateway / relists | longest stall | recovery | replica share | p50 / p99 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in runs {
         if r.status != "ok" {
             out.push_str(&format!(
-                "| {} | {} | {} | | | | | | | |\n",
+                "| {} | {} | {} | | | | | | | | | |\n",
                 r.scenario, r.gateway, r.status
             ));
             continue;
         }
         let total: u64 = r.requests.values().sum();
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {}/{} | {:.1} s | {} / {} / {} | {} | {:.1} / {:.1} ms |\n",
+            "| {} | {} | {} | {} | {} | {} ({}) | {}/{} | {} / {} / {} | {:.1} s | {} | {} | {:.1} / {:.1} ms |\n",
             r.scenario,
             r.gateway,
             total,
             classes(&r.first_attempt_failures),
             classes(&r.client_go_failures),
+            r.ambiguous_writes.total,
+            r.ambiguous_writes.applied,
             r.kubectl_failures,
             r.kubectl_runs,
-            r.longest_stall_ms / 1e3,
-            r.watch.interruptions,
-            r.watch.resumes,
+            r.watch.breaks.len(),
+            r.watch.gateway_resumes.len(),
             r.watch.relists,
+            r.longest_stall_ms / 1e3,
             r.recovery_ms
                 .map(|m| format!("{:.1} s", m as f64 / 1e3))
                 .unwrap_or_else(|| "-".into()),
+            share(&r.replica_share),
             r.p50_ms,
             r.p99_ms
         ));
     }
-    out
-}
-
-/// An SVG timeline: one row per run, successes up in green and first-attempt failures down in
-/// red per 100 ms, fault events as labelled vertical lines.
-pub fn svg(runs: &[RunReport]) -> String {
-    let runs: Vec<&RunReport> = runs.iter().filter(|r| r.status == "ok").collect();
-    let (left, width, row_h, top) = (190.0, 900.0, 110.0, 30.0);
-    let longest = runs
+    let outages: Vec<&RunReport> = runs
         .iter()
-        .map(|r| r.timeline.len())
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64;
-    let height = top + row_h * runs.len() as f64 + 30.0;
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{height}\" viewBox=\"0 0 {} {height}\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"10\" y=\"18\" font-size=\"13\" font-weight=\"bold\">Requests per 100 ms: completed (green, up) and failed on first attempt (red, down); dashed lines are faults</text>\n",
-        left + width + 20.0,
-        left + width + 20.0
-    );
-    for (row, r) in runs.iter().enumerate() {
-        let y0 = top + row as f64 * row_h;
-        let mid = y0 + row_h * 0.6;
-        let peak = r
-            .timeline
-            .iter()
-            .map(|(ok, bad)| (*ok).max(*bad))
-            .max()
-            .unwrap_or(1)
-            .max(1) as f64;
-        let scale = row_h * 0.45 / peak;
-        let bar = width / longest;
-        s.push_str(&format!(
-            "<text x=\"10\" y=\"{:.1}\" font-weight=\"bold\">{}</text>\n<text x=\"10\" y=\"{:.1}\">{}</text>\n<text x=\"10\" y=\"{:.1}\" fill=\"#b00\">client-go failures: {}</text>\n",
-            mid - 14.0, xml(&r.gateway), mid, xml(&r.scenario), mid + 14.0, r.client_go_failed()
-        ));
-        s.push_str(&format!(
-            "<line x1=\"{left}\" y1=\"{mid:.1}\" x2=\"{:.1}\" y2=\"{mid:.1}\" stroke=\"#999\" stroke-width=\"0.5\"/>\n",
-            left + width
-        ));
-        for (i, (ok, bad)) in r.timeline.iter().enumerate() {
-            let x = left + i as f64 * bar;
-            if *ok > 0 {
-                let h = *ok as f64 * scale;
-                s.push_str(&format!("<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"{:.2}\" height=\"{h:.1}\" fill=\"#2a2\"/>\n", mid - h, bar.max(0.5)));
-            }
-            if *bad > 0 {
-                let h = (*bad as f64 * scale).max(2.0);
-                s.push_str(&format!("<rect x=\"{x:.1}\" y=\"{mid:.1}\" width=\"{:.2}\" height=\"{h:.1}\" fill=\"#d22\"/>\n", bar.max(1.0)));
-            }
-        }
-        for (n, (at, what)) in r.events.iter().enumerate() {
-            let x = left + (*at / BUCKET_MS) as f64 * bar;
-            s.push_str(&format!(
-                "<line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#36c\" stroke-dasharray=\"3,2\"/>\n<text x=\"{:.1}\" y=\"{:.1}\" fill=\"#36c\" font-size=\"9\">{}</text>\n",
-                y0 + 4.0, y0 + row_h - 6.0, x + 2.0, y0 + 12.0 + (n % 3) as f64 * 10.0, xml(what)
+        .filter(|r| r.served_again_ms.is_some())
+        .collect();
+    if !outages.is_empty() {
+        out.push_str("\n| scenario | gateway | first request served after the first replica was ready again |\n|---|---|---|\n");
+        for r in outages {
+            let ms = r.served_again_ms.unwrap_or_default();
+            out.push_str(&format!(
+                "| {} | {} | {}{:.2} s |\n",
+                r.scenario,
+                r.gateway,
+                if ms < 0 { "−" } else { "" },
+                ms.unsigned_abs() as f64 / 1e3
             ));
         }
     }
-    s.push_str(&format!(
-        "<text x=\"{left}\" y=\"{:.1}\">0 s</text><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{:.0} s</text>\n</svg>\n",
-        height - 10.0,
-        left + width,
-        height - 10.0,
-        longest * BUCKET_MS as f64 / 1e3
-    ));
-    s
-}
-
-fn xml(t: &str) -> String {
-    t.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    out
 }

@@ -4,9 +4,10 @@
 use crate::control_plane::ControlPlane;
 use crate::gateways::{self, Unavailable};
 use crate::record::Recorder;
-use crate::report::{RunReport, WatchReport};
+use crate::report::{Run, RunReport, WatchReport};
 use crate::scenarios::{self, Events, Pace};
 use crate::traffic::{self, tokio_util_like::Stop, Target};
+use crate::verify;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -98,7 +99,8 @@ async fn one(
     label: &str,
 ) -> anyhow::Result<RunReport> {
     let _ = std::fs::remove_dir_all(dir);
-    let mut cp = ControlPlane::start(dir, plan.replicas, "5s").await?;
+    let mut cp =
+        ControlPlane::start(dir, plan.replicas, scenarios::replica_settings(scenario)).await?;
     let gw = match gateways::start(gateway, &dir.join("gateway"), &cp.pki(), &cp.addresses()) {
         Ok(g) => g,
         Err(Unavailable::NotInstalled(why)) => {
@@ -136,6 +138,21 @@ async fn one(
         tasks.push(tokio::spawn(traffic::component(
             id,
             target.clone(),
+            rec.clone(),
+            stop.clone(),
+        )));
+    }
+    for id in 0..scenarios::writers(scenario) {
+        tasks.push(tokio::spawn(traffic::writer(
+            id,
+            target.clone(),
+            rec.clone(),
+            stop.clone(),
+        )));
+    }
+    if let (true, Some(admin)) = (gw.terminates, gw.admin) {
+        tasks.push(tokio::spawn(crate::resumes::follow(
+            admin,
             rec.clone(),
             stop.clone(),
         )));
@@ -189,23 +206,28 @@ async fn one(
         let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
     }
     outcome?;
+    progress.show(&format!("{label}: checking ambiguous writes in the store"));
+    let ambiguous_writes = verify::ambiguous(&cp, &rec.ambiguous_writes()).await?;
     let watch = WatchReport {
-        interruptions: rec.watch_interruptions.load(Ordering::Relaxed),
+        breaks: rec.watch_breaks(),
         resumes: rec.watch_resumes.load(Ordering::Relaxed),
         relists: rec.watch_relists.load(Ordering::Relaxed),
         events: rec.watch_events.load(Ordering::Relaxed),
+        gateway_resumes: rec.gateway_resumes(),
     };
     let samples: Vec<_> = rec
         .samples()
         .into_iter()
         .filter(|s| s.at_ms <= end_ms)
         .collect();
-    Ok(RunReport::from_samples(
+    Ok(RunReport::from_samples(Run {
         scenario,
         gateway,
-        &samples,
+        samples: &samples,
+        replicas: plan.replicas,
         watch,
-        events.all(),
+        ambiguous_writes,
+        events: events.all(),
         end_ms,
-    ))
+    }))
 }

@@ -1,19 +1,51 @@
-//! The faults, each bounded in time. Every fault is a real signal to a replica process or a
-//! readyz check forced through its fault port; each is logged with its time for the plot.
+//! The faults, each bounded in time. Every fault is a real signal to a replica or etcd
+//! process or a readyz check forced through its fault port; each is logged with its time for
+//! the plot.
 
-use crate::control_plane::ControlPlane;
+use crate::control_plane::{ControlPlane, ReplicaSettings};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Every scenario the runner knows.
 pub const ALL: &[&str] = &[
     "rolling-restart",
+    "rolling-restart-goaway",
     "crash",
+    "crash-writes",
     "freeze",
     "flap",
     "slow-start",
     "not-ready",
+    "all-down",
+    "etcd-down",
 ];
+
+/// How the replicas run in scenario `name`. In `crash-writes` every API request takes 25 ms
+/// more, as writes do on a loaded etcd, so writes are in flight when the replica dies.
+pub fn replica_settings(name: &str) -> ReplicaSettings {
+    ReplicaSettings {
+        latency: Duration::from_millis(if name == "crash-writes" { 25 } else { 0 }),
+        shutdown_delay: "5s".into(),
+        // kube-apiserver's --goaway-chance: each HTTP/2 request ends its connection with this
+        // probability, which spreads long-lived clients over replicas (and tests gateways'
+        // handling of GOAWAY).
+        goaway_chance: if name == "rolling-restart-goaway" {
+            0.001
+        } else {
+            0.0
+        },
+    }
+}
+
+/// Writers beside the usual traffic in scenario `name`: `crash-writes` keeps writes in
+/// flight when the replica dies.
+pub fn writers(name: &str) -> usize {
+    if name == "crash-writes" {
+        4
+    } else {
+        0
+    }
+}
 
 /// Fault events with their time (ms since the run began).
 #[derive(Default)]
@@ -49,6 +81,8 @@ pub struct Pace {
     pub slow_start: &'static str,
     /// `rolling-restart`: replicas restarted (from the first).
     pub rolling: usize,
+    /// `etcd-down`: how long etcd is stopped.
+    pub etcd_down: Duration,
 }
 
 impl Pace {
@@ -60,6 +94,7 @@ impl Pace {
         flaps: 4,
         slow_start: "10s",
         rolling: usize::MAX,
+        etcd_down: Duration::from_secs(20),
     };
     /// Short runs.
     pub const SHORT: Pace = Pace {
@@ -69,6 +104,7 @@ impl Pace {
         flaps: 2,
         slow_start: "5s",
         rolling: 2,
+        etcd_down: Duration::from_secs(10),
     };
 }
 
@@ -83,7 +119,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let sleep = tokio::time::sleep;
     match name {
-        "rolling-restart" => {
+        "rolling-restart" | "rolling-restart-goaway" => {
             for i in 0..cp.replicas.len().min(pace.rolling) {
                 let r = cp.replicas[i].name.clone();
                 phase(&format!("SIGTERM {r}"));
@@ -99,7 +135,7 @@ pub async fn run(
                 sleep(Duration::from_secs(2)).await;
             }
         }
-        "crash" => {
+        "crash" | "crash-writes" => {
             phase("SIGKILL replica-1");
             events.add(now(), "SIGKILL replica-1");
             cp.kill(0);
@@ -152,7 +188,55 @@ pub async fn run(
             events.add(now(), "replica-1 etcd passes");
             cp.force_check(0, "etcd", false)?;
         }
+        "all-down" => {
+            phase("SIGTERM every replica");
+            events.add(now(), "SIGTERM all");
+            let exited = tokio::task::block_in_place(|| cp.terminate_all(Duration::from_secs(70)));
+            anyhow::ensure!(exited, "a replica did not exit after SIGTERM");
+            events.add(now(), "all exited");
+            phase("restart every replica");
+            for i in 0..cp.replicas.len() {
+                cp.restart(i, "1s")?;
+            }
+            wait_all_ready(cp, events, now, Duration::from_secs(60)).await?;
+        }
+        "etcd-down" => {
+            phase("etcd stopped");
+            events.add(now(), "etcd stopped");
+            let stopped = tokio::task::block_in_place(|| cp.stop_etcd(Duration::from_secs(30)));
+            anyhow::ensure!(stopped, "etcd did not exit after SIGTERM");
+            sleep(pace.etcd_down).await;
+            phase("etcd started");
+            events.add(now(), "etcd started");
+            cp.start_etcd()?;
+            wait_all_ready(cp, events, now, Duration::from_secs(60)).await?;
+        }
         other => anyhow::bail!("unknown scenario {other}; known: {}", ALL.join(", ")),
+    }
+    Ok(())
+}
+
+/// Waits until every replica is ready, logging each as it becomes so.
+async fn wait_all_ready(
+    cp: &ControlPlane,
+    events: &Events,
+    now: &(dyn Fn() -> u64 + Sync),
+    limit: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    let mut ready = vec![false; cp.replicas.len()];
+    while ready.contains(&false) {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "replicas not ready after {limit:?}"
+        );
+        for (i, done) in ready.iter_mut().enumerate() {
+            if !*done && cp.ready(i).await {
+                *done = true;
+                events.add(now(), format!("{} ready", cp.replicas[i].name));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Ok(())
 }

@@ -8,7 +8,7 @@
 //! re-opened from its last resourceVersion; 410 means relist; errors back off 0.8 s.
 
 use crate::client::{Client, ClientTls, ErrorClass, Resp};
-use crate::record::{Kind, Recorder};
+use crate::record::{Kind, Outcome, Recorder, Write};
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
@@ -18,6 +18,8 @@ use tokio_util_like::Stop;
 
 /// Namespace the load test writes in.
 pub const NAMESPACE: &str = "loadtest";
+/// The annotation a lease renewal carries its write id in.
+pub const WRITE_ANNOTATION: &str = "loadtest.kubegate.io/write";
 const MAX_RETRIES: u32 = 10;
 
 /// A minimal stop flag shared by the traffic tasks.
@@ -55,12 +57,12 @@ fn ok_status(r: &Resp) -> Result<(), ErrorClass> {
         200..=299 => Ok(()),
         429 => Err(ErrorClass::Http429),
         500..=599 => Err(ErrorClass::Http5xx),
-        _ => Err(ErrorClass::HttpOther),
+        code => Err(ErrorClass::Http(code)),
     }
 }
 
 /// Runs one logical request with client-go's retry rules on a long-lived connection slot
-/// (reconnecting as the transport would). Returns (first error, final error).
+/// (reconnecting as the transport would).
 async fn client_go(
     target: &Target,
     conn: &mut Option<Client>,
@@ -69,19 +71,29 @@ async fn client_go(
     path: &str,
     body: Option<&str>,
     deadline: Option<Duration>,
-) -> (Option<ErrorClass>, Option<ErrorClass>) {
+) -> Outcome {
     let started = Instant::now();
-    let mut first = None;
+    let mut outcome = Outcome::default();
+    let write = method != "GET";
+    // Ends the request with `error`; `processed_unknown` says whether it leaves the client
+    // unable to tell if a write was applied.
+    let fail = |mut o: Outcome, error: ErrorClass, processed_unknown: bool| {
+        o.first.get_or_insert(error);
+        o.last = Some(error);
+        o.ambiguous = write && processed_unknown;
+        o
+    };
     for attempt in 0..=MAX_RETRIES {
         if conn.as_ref().is_none_or(Client::closed) {
             *conn = match Client::connect(target.addr, &target.tls, h2).await {
                 Ok(c) => Some(c),
                 Err(e) => {
-                    first.get_or_insert(e);
-                    // Refused is not retried; a dial timeout or reset is, for GET.
-                    if e == ErrorClass::Refused || method != "GET" {
-                        return (first, Some(e));
+                    // Refused is not retried; a dial timeout or reset is, for GET. Nothing
+                    // was sent: never ambiguous.
+                    if e == ErrorClass::Refused || write {
+                        return fail(outcome, e, false);
                     }
+                    outcome.first.get_or_insert(e);
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;
                 }
@@ -98,7 +110,10 @@ async fn client_go(
         };
         let (error, retry_after) = match result {
             Ok(r) => match ok_status(&r) {
-                Ok(()) => return (first, None),
+                Ok(()) => {
+                    outcome.replica = r.replica;
+                    return outcome;
+                }
                 Err(e) => (e, r.retry_after),
             },
             Err(e) => {
@@ -106,25 +121,39 @@ async fn client_go(
                 (e, None)
             }
         };
-        first.get_or_insert(error);
+        outcome.first.get_or_insert(error);
         let retry = match (error, retry_after) {
             (ErrorClass::Http429 | ErrorClass::Http5xx, Some(secs)) => {
                 Some(Duration::from_secs(secs))
             }
-            (ErrorClass::Reset, _) if method == "GET" => {
+            (ErrorClass::Reset, _) if !write => {
                 Some(Duration::from_millis(100 * (attempt as u64 + 1)))
             }
             _ => None,
         };
+        let unknown = match error {
+            ErrorClass::Reset | ErrorClass::Timeout => true,
+            ErrorClass::Http5xx => retry_after.is_none(),
+            _ => false,
+        };
         let Some(wait) = retry else {
-            return (first, Some(error));
+            return fail(outcome, error, unknown);
         };
         if deadline.is_some_and(|d| started.elapsed() + wait >= d) {
-            return (first, Some(ErrorClass::Timeout));
+            return fail(outcome, ErrorClass::Timeout, unknown);
         }
         tokio::time::sleep(wait).await;
     }
-    (first, first)
+    let last = outcome.first.unwrap_or(ErrorClass::Other);
+    fail(outcome, last, false)
+}
+
+/// A configmap create with a name nothing else uses, so whether it was applied can be looked
+/// up afterwards.
+fn configmap(name: &str, turn: u64) -> String {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": name}, "data": {"turn": turn.to_string()}})
+    .to_string()
 }
 
 /// A component-like client (controller, scheduler): one long-lived HTTP/2 connection
@@ -132,12 +161,14 @@ async fn client_go(
 pub async fn component(id: usize, target: Target, rec: Arc<Recorder>, stop: Stop) {
     let mut conn = None;
     let ns = NAMESPACE;
-    let lease_path = format!("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/component-{id}");
+    let lease = format!("component-{id}");
+    let lease_path = format!("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{lease}");
+    let configmaps = format!("/api/v1/namespaces/{ns}/configmaps");
     let mut turn = 0u64;
     while !stop.stopped() {
         turn += 1;
         let started = Instant::now();
-        let (kind, outcome) = match turn % 4 {
+        let (kind, outcome, write) = match turn % 4 {
             0 => (
                 Kind::Get,
                 client_go(
@@ -145,67 +176,86 @@ pub async fn component(id: usize, target: Target, rec: Arc<Recorder>, stop: Stop
                     &mut conn,
                     true,
                     "GET",
-                    &format!("/api/v1/namespaces/{ns}/configmaps/seed-{}", id % 3),
+                    &format!("{configmaps}/seed-{}", id % 3),
                     None,
                     None,
                 )
                 .await,
+                None,
             ),
             1 => (
                 Kind::List,
-                client_go(
-                    &target,
-                    &mut conn,
-                    true,
-                    "GET",
-                    &format!("/api/v1/namespaces/{ns}/configmaps"),
-                    None,
-                    None,
-                )
-                .await,
+                client_go(&target, &mut conn, true, "GET", &configmaps, None, None).await,
+                None,
             ),
             2 => {
-                let lease = json!({
+                let write_id = format!("{id}-{turn}");
+                let body = json!({
                     "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": format!("component-{id}"), "namespace": ns},
-                    "spec": {"holderIdentity": format!("component-{id}"), "leaseDurationSeconds": 15,
+                    "metadata": {"name": lease, "namespace": ns,
+                                 "annotations": {WRITE_ANNOTATION: write_id}},
+                    "spec": {"holderIdentity": lease, "leaseDurationSeconds": 15,
                              "renewTime": format!("2026-01-01T00:00:{:02}.000000Z", turn % 60)},
                 });
                 // Leader election renews with a deadline (RenewDeadline 10 s).
-                (
-                    Kind::Update,
-                    client_go(
-                        &target,
-                        &mut conn,
-                        true,
-                        "PUT",
-                        &lease_path,
-                        Some(&lease.to_string()),
-                        Some(Duration::from_secs(10)),
-                    )
-                    .await,
+                let outcome = client_go(
+                    &target,
+                    &mut conn,
+                    true,
+                    "PUT",
+                    &lease_path,
+                    Some(&body.to_string()),
+                    Some(Duration::from_secs(10)),
                 )
+                .await;
+                let write = Write::LeaseRenewal {
+                    lease: lease.clone(),
+                    write_id,
+                };
+                (Kind::Update, outcome, Some(write))
             }
             _ => {
-                let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
-                                "metadata": {"generateName": format!("c{id}-")}, "data": {"turn": turn.to_string()}});
-                (
-                    Kind::Create,
-                    client_go(
-                        &target,
-                        &mut conn,
-                        true,
-                        "POST",
-                        &format!("/api/v1/namespaces/{ns}/configmaps"),
-                        Some(&cm.to_string()),
-                        None,
-                    )
-                    .await,
+                let name = format!("c{id}-{turn}");
+                let outcome = client_go(
+                    &target,
+                    &mut conn,
+                    true,
+                    "POST",
+                    &configmaps,
+                    Some(&configmap(&name, turn)),
+                    None,
                 )
+                .await;
+                (Kind::Create, outcome, Some(Write::Create { name }))
             }
         };
-        rec.add(kind, started, outcome.0, outcome.1);
+        rec.add(kind, started, outcome, write);
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A writer (a busy controller): creates back to back on one long-lived HTTP/2 connection, so
+/// writes are in flight whenever a replica dies.
+pub async fn writer(id: usize, target: Target, rec: Arc<Recorder>, stop: Stop) {
+    let mut conn = None;
+    let path = format!("/api/v1/namespaces/{NAMESPACE}/configmaps");
+    let mut turn = 0u64;
+    while !stop.stopped() {
+        turn += 1;
+        let name = format!("w{id}-{turn}");
+        let started = Instant::now();
+        let outcome = client_go(
+            &target,
+            &mut conn,
+            true,
+            "POST",
+            &path,
+            Some(&configmap(&name, turn)),
+            None,
+        )
+        .await;
+        rec.add(Kind::Create, started, outcome, Some(Write::Create { name }));
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -227,7 +277,7 @@ pub async fn short_lived(id: usize, target: Target, rec: Arc<Recorder>, stop: St
         )
         .await;
         drop(conn);
-        rec.add(Kind::Short, started, outcome.0, outcome.1);
+        rec.add(Kind::Short, started, outcome, None);
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
@@ -265,16 +315,19 @@ pub async fn watcher(target: Target, rec: Arc<Recorder>, stop: Stop) {
             continue;
         };
         let path = format!("{list_path}?watch=1&resourceVersion={from}&allowWatchBookmarks=true&timeoutSeconds=300");
+        // Every way a watch ends before the client stops is a break the client saw: it
+        // failed to open, was refused, or its stream ended.
         let (status, mut body) = match c.watch(&path).await {
             Ok(pair) => pair,
             Err(_) => {
-                Recorder::count(&rec.watch_interruptions);
+                rec.watch_broke();
                 conn = None;
                 tokio::time::sleep(Duration::from_millis(800)).await;
                 continue;
             }
         };
         if status != 200 {
+            rec.watch_broke();
             tokio::time::sleep(Duration::from_millis(800)).await;
             continue;
         }
@@ -313,8 +366,8 @@ pub async fn watcher(target: Target, rec: Arc<Recorder>, stop: Stop) {
         if stop.stopped() {
             return;
         }
+        rec.watch_broke();
         if !ended_cleanly {
-            Recorder::count(&rec.watch_interruptions);
             conn = None;
         }
         if rv.is_some() {
@@ -329,7 +382,7 @@ pub async fn seed(target: &Target) -> anyhow::Result<()> {
     for i in 0..3 {
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("seed-{i}")}, "data": {"seed": "yes"}});
         let path = format!("/api/v1/namespaces/{NAMESPACE}/configmaps");
-        let (_, err) = client_go(
+        let err = client_go(
             target,
             &mut conn,
             true,
@@ -338,13 +391,30 @@ pub async fn seed(target: &Target) -> anyhow::Result<()> {
             Some(&cm.to_string()),
             None,
         )
-        .await;
-        // Already there from an earlier gateway's run on the same etcd: fine.
+        .await
+        .last;
+        // Already there from an earlier attempt: fine.
         anyhow::ensure!(
-            err.is_none() || err == Some(ErrorClass::HttpOther),
+            err.is_none() || err == Some(ErrorClass::Http(409)),
             "seeding failed: {err:?}"
         );
     }
+    // The seeds read back: a gateway that loses the client's identity gets 403 here.
+    let read = client_go(
+        target,
+        &mut conn,
+        true,
+        "GET",
+        &format!("/api/v1/namespaces/{NAMESPACE}/configmaps/seed-0"),
+        None,
+        None,
+    )
+    .await;
+    anyhow::ensure!(
+        read.last.is_none(),
+        "reading a seed failed: {:?} (403: the gateway did not pass the client's identity on)",
+        read.last
+    );
     for id in 0..8 {
         let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": format!("component-{id}")}, "spec": {"holderIdentity": format!("component-{id}")}});
         let path = format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases");
