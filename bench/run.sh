@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
-# Side-by-side proxy benchmark: direct, kubegate, HAProxy, nginx stream, Envoy; interleaved
-# rounds on one machine, each proxy with one worker and logging off. See bench/README.md.
+# Side-by-side proxy benchmark, interleaved rounds on one machine, each proxy with one worker
+# and logging off: passthrough (direct, kubegate, HAProxy, nginx stream, Envoy), then
+# terminate mode (direct, kubegate, Envoy and HAProxy terminating TLS; bench/l7.sh). See
+# bench/README.md.
 #
 #   bench/run.sh              full run (release build, 5 rounds) -> bench/RESULTS.md
 #   bench/run.sh --rounds N   the same with N rounds
 #   bench/run.sh --smoke      one short round with the debug build (CI keeps the script working)
+#   bench/run.sh --only l4    (or l7) one part only; with --smoke or --rounds too
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-smoke=0; rounds=5; duration=5s; idle_n=9000
-case "${1:-}" in
-  --smoke) smoke=1; rounds=1; duration=1s; idle_n=500 ;;
-  --rounds) rounds=${2:?--rounds needs a number} ;;
-  "") ;;
-  *) echo "usage: bench/run.sh [--smoke | --rounds N]" >&2; exit 2 ;;
-esac
+smoke=0; rounds=5; duration=5s; idle_n=9000; parts="l4 l7"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --smoke) smoke=1; rounds=1; duration=1s; idle_n=500 ;;
+    --rounds) rounds=${2:?--rounds needs a number}; shift ;;
+    --only) parts=${2:?--only needs l4 or l7}; shift ;;
+    *) echo "usage: bench/run.sh [--smoke | --rounds N] [--only l4|l7]" >&2; exit 2 ;;
+  esac
+  shift
+done
 
 ./scripts/install-deps >/dev/null
 ./scripts/install-peers >/dev/null
@@ -24,7 +30,7 @@ if [ $smoke = 1 ]; then
   cargo build --workspace --bins --quiet
   bin=$root/target/debug
 else
-  cargo build --release -p kubegate -p kubegate-sim --quiet
+  cargo build --release -p kubegate -p kubegate-sim -p kubegate-loadtest --quiet
   bin=$root/target/release
 fi
 
@@ -211,10 +217,17 @@ measure() { # target round
 }
 
 read -r total0 steal0 _ < <(cpu_line)
-for r in $(seq 1 "$rounds"); do
-  for t in "${targets[@]}"; do measure "$t" "$r"; done
-done
+if [[ " $parts " == *" l4 "* ]]; then
+  for r in $(seq 1 "$rounds"); do
+    for t in "${targets[@]}"; do measure "$t" "$r"; done
+  done
+fi
+results7=/dev/null
+if [[ " $parts " == *" l7 "* ]]; then
+  # shellcheck source=bench/l7.sh
+  source bench/l7.sh
+fi
 
 read -r total1 steal1 _ < <(cpu_line)
 steal=$(( (steal1 - steal0) * 100 / (total1 - total0 + 1) ))
-python3 bench/summarize.py "$results" "$kubegate_startup_rss" "$kubegate_binary" "$smoke" "$idle_n" "$duration" "$rounds" "$steal" "$checker"
+python3 bench/summarize.py "$results" "$kubegate_startup_rss" "$kubegate_binary" "$smoke" "$idle_n" "$duration" "$rounds" "$steal" "$checker" "$results7" "$parts"

@@ -2,7 +2,7 @@
 """Turns bench/run.sh's per-round measurements into the results table (medians, min-max)."""
 import datetime, os, platform, statistics, subprocess, sys
 
-path, startup_rss, binary, smoke, idle_n, duration, rounds, steal, checker = sys.argv[1:10]
+path, startup_rss, binary, smoke, idle_n, duration, rounds, steal, checker, path7, parts = sys.argv[1:12]
 smoke = smoke == "1"
 
 def ms(v):
@@ -47,7 +47,39 @@ for t in ["direct", "kubegate", "haproxy", "nginx", "envoy"]:
     if t not in rows: continue
     d = rows[t]
     lines.append(f"| {t} | {cell(d['rps'], '{:,.0f}')} | {cell(d['p50'], '{:.2f}')} | {cell(d['p99'], '{:.2f}')} | {cell(d['conn'], '{:,.0f}')} | {cell(d['bulk'], '{:,.0f}')} | {cell(d['idle'], '{:.2f}')} | {cell(d['cpu'], '{:.1f}')} | {cell(d['conn_cpu'], '{:.1f}')} | {cell(d['machine'], '{:.1f}')} |")
-table = "\n".join(lines)
+table = "\n".join(lines) if rows else "(not run: `--only l7`)"
+
+# Terminate mode: per-round figures, idle connections and idle watches.
+rows7, idle7, watch7 = {}, {}, {}
+for line in open(path7):
+    f = line.rstrip("\n").split("\t")
+    if f[0] == "idle":
+        idle7[f[1]] = float(f[2])
+    elif f[0] == "watch":
+        watch7[f[1]] = (float(f[2]), float(f[3]))
+    elif f[0] == "round":
+        keys = ("rps", "p50", "p99", "cpu", "h1rps", "h1cpu", "new", "newcpu", "res", "rescpu", "bulk")
+        d = rows7.setdefault(f[1], {k: [] for k in keys})
+        for k, v in zip(keys, f[3:]):
+            if v != "-":
+                d[k].append(num(v))
+l7 = []
+if rows7:
+    l7.append("| target | HTTP/2 rps | p50 ms | p99 ms | CPU µs/req HTTP/2 | HTTP/1.1 rps | CPU µs/req HTTP/1.1 | new TLS conn/s | CPU µs/new conn | resumed conn/s | CPU µs/resumed conn | bulk MB/s | KiB/idle TLS HTTP/2 conn |")
+    l7.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for t in ["direct", "kubegate-l7", "envoy-l7", "haproxy-l7"]:
+        if t not in rows7: continue
+        d = rows7[t]
+        idle = f"{idle7[t]:.1f}" if t in idle7 else "—"
+        l7.append(f"| {t} | {cell(d['rps'], '{:,.0f}')} | {cell(d['p50'], '{:.2f}')} | {cell(d['p99'], '{:.2f}')} | {cell(d['cpu'], '{:.1f}')} | {cell(d['h1rps'], '{:,.0f}')} | {cell(d['h1cpu'], '{:.1f}')} | {cell(d['new'], '{:,.0f}')} | {cell(d['newcpu'], '{:.1f}')} | {cell(d['res'], '{:,.0f}')} | {cell(d['rescpu'], '{:.1f}')} | {cell(d['bulk'], '{:,.0f}')} | {idle} |")
+    if watch7:
+        l7.append("")
+        l7.append("| target | KiB per idle watch | CPU µs per idle watch per second |")
+        l7.append("|---|---|---|")
+        for t in ["kubegate-l7", "envoy-l7", "haproxy-l7"]:
+            if t in watch7:
+                l7.append(f"| {t} | {watch7[t][0]:.2f} | {watch7[t][1]:.3f} |")
+table7 = "\n".join(l7) if l7 else "(not run: `--only l4`)"
 
 envoy = subprocess.run(["python3", "-c", "import envoy,os;print(os.path.join(os.path.dirname(envoy.__file__),'_bin','envoy'))"], capture_output=True, text=True).stdout.strip()
 versions = {
@@ -56,13 +88,14 @@ versions = {
     "nginx": version(["nginx", "-v"]),
     "envoy": version([envoy, "--version"]) if envoy else "not installed",
     "wrk": version(["wrk", "-v"]),
+    "h2load": version(["h2load", "--version"]),
 }
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 machine = f"{os.cpu_count()} cores ({cpu}), {round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB, {platform.platform()}"
 
 report = f"""# Benchmark results
 
-Command: `bench/run.sh`{' --smoke' if smoke else ''} ({rounds} interleaved round(s), {duration} per figure, {idle_n} idle connections)
+Command: `bench/run.sh`{' --smoke' if smoke else ''}{'' if parts == 'l4 l7' else ' --only ' + parts} ({rounds} interleaved round(s), {duration} per figure, {idle_n} idle connections)
 Date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}
 Machine: {machine}; CPU steal by the hypervisor during the run: {steal}%
 Versions: {'; '.join(f'{k} {v}' for k, v in versions.items())}
@@ -77,6 +110,17 @@ proxying costs, including kernel work done outside the proxy's process.
 {table}
 
 kubegate: startup RSS {int(startup_rss)/1024:.1f} MiB, binary {int(binary)/2**20:.1f} MiB; health checks (one backend, every 1 s) while idle: {checker}.
+
+## Terminate mode (L7)
+
+TLS from the client, HTTP/2 upstream over TLS to an nginx backend answering like an apiserver
+(a small JSON object; a 1 MiB JSON list), each proxy in the configuration the failover
+load test gives it, one worker each. HTTP/2: `h2load -c 10 -m 10`; HTTP/1.1: `wrk -t1 -c50`
+over TLS; new and resumed TLS connections: `openssl s_time -new` / `-reuse` (one client
+process, one request per connection); bulk: `h2load -c 8 -m 1` on the list. Idle connections
+and watches on fresh processes; watches ask for bookmarks, as informers do.
+
+{table7}
 """
 print(report)
 if not smoke:

@@ -28,7 +28,8 @@ pub enum Change {
     /// no_ready_backend, terminate) changed: it applies to the next connection with no further action.
     /// Names the key.
     Setting(&'static str),
-    /// A setting that only takes effect at start (listeners, admin, threads). Names the key. A
+    /// A setting that only takes effect at start (listeners, admin, threads, upgrade,
+    /// discovery). Names the key. A
     /// reload that holds one is refused, so the running process never claims a state it is not in.
     NeedsRestart(&'static str),
 }
@@ -53,6 +54,8 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         threads: old_threads,
         terminate: old_terminate,
         upstream: old_upstream,
+        upgrade: old_upgrade,
+        discovery: old_discovery,
     } = old;
     let Config {
         listeners,
@@ -68,6 +71,8 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         threads,
         terminate,
         upstream,
+        upgrade,
+        discovery,
     } = new;
     let mut changes = Vec::new();
     for b in backends {
@@ -110,6 +115,8 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         ("listeners", old_listeners != listeners),
         ("admin", old_admin != admin),
         ("threads", old_threads != threads),
+        ("upgrade", old_upgrade != upgrade),
+        ("discovery", old_discovery != discovery),
     ];
     changes.extend(
         restart
@@ -151,6 +158,8 @@ mod tests {
             threads: 1,
             terminate: TerminateConfig::default(),
             upstream: UpstreamConfig::default(),
+            upgrade: None,
+            discovery: None,
         }
     }
 

@@ -25,8 +25,9 @@ pub use diff::{diff, Change};
 pub use error::{ConfigError, Problem};
 pub use load::{load_file, load_file_with, load_str, load_str_with, Check};
 pub use schema::{
-    AdminConfig, BackendSpec, BalancePolicy, Config, ConnectConfig, DrainConfig, FlapDamping,
-    FrontProxy, HealthConfig, HealthTls, KeepaliveConfig, ListenerMode, ListenerSpec, ListenerTls,
-    NoReadyBackendPolicy, ShutdownConfig, TerminateConfig, UpstreamConfig, UpstreamTls,
+    AdminConfig, BackendSpec, BalancePolicy, Config, ConnectConfig, DiscoveryConfig, DrainConfig,
+    FlapDamping, FrontProxy, HealthConfig, HealthTls, KeepaliveConfig, ListenerMode, ListenerSpec,
+    ListenerTls, NoReadyBackendPolicy, ShutdownConfig, TerminateConfig, UpgradeConfig,
+    UpstreamConfig, UpstreamTls,
 };
 pub use validate::Finding;

@@ -155,6 +155,21 @@ mod tests {
     }
 
     #[test]
+    fn an_admin_token_without_tls_is_refused_at_its_position() {
+        let err = first_error(&format!(
+            "{MINIMAL}admin:\n  address: 127.0.0.1:9444\n  bearer_token_file: ca.crt\n"
+        ));
+        assert!(err.starts_with("kubegate.yaml:10:22: "), "{err}");
+        assert!(err.contains("needs admin.tls"), "{err}");
+        let c = load(&format!(
+            "{MINIMAL}admin:\n  tls:\n    cert_file: ca.crt\n    key_file: ca.crt\n  bearer_token_file: ca.crt\n"
+        ))
+        .unwrap();
+        assert!(c.admin.authenticates());
+        assert_eq!(c.admin.public_paths, ["/livez", "/readyz", "/healthz"]);
+    }
+
+    #[test]
     fn missing_file_is_named() {
         let err = first_error(&MINIMAL.replace("ca.crt", "nope.crt"));
         assert!(err.starts_with("kubegate.yaml:7:14: "), "{err}");

@@ -50,6 +50,43 @@ pub struct Config {
     /// How terminate mode talks to the backends.
     #[serde(default)]
     pub upstream: UpstreamConfig,
+    /// Zero-downtime upgrades of kubegate itself: the listening sockets pass to a new process.
+    #[serde(default)]
+    pub upgrade: Option<UpgradeConfig>,
+    /// Backends from the cluster: the `default/kubernetes` EndpointSlices, read from the
+    /// backends themselves; the static `backends` are the seeds.
+    #[serde(default)]
+    pub discovery: Option<DiscoveryConfig>,
+}
+
+/// How kubegate finds apiservers beyond its static `backends`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiscoveryConfig {
+    /// Credentials that may list and watch `endpointslices` in `default` (client certificate
+    /// or token, and the CA). Its `server` is not used: kubegate asks its backends directly.
+    pub kubeconfig: PathBuf,
+    /// Where the last known list is kept, so a restarted kubegate whose seeds are gone still
+    /// finds the replicas. Unset: nothing is remembered.
+    #[serde(default)]
+    pub state_file: Option<PathBuf>,
+    /// A change is applied once the list has stayed the same this long (an apiserver removes
+    /// and re-adds itself while it starts).
+    #[serde(default = "default_debounce", with = "crate::duration")]
+    pub debounce: Duration,
+}
+
+fn default_debounce() -> Duration {
+    Duration::from_secs(3)
+}
+
+/// Where a running kubegate hands its listening sockets to its successor.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpgradeConfig {
+    /// Unix socket the running process listens on; `kubegate run --upgrade` connects to it,
+    /// receives the listeners (and the admin socket) and takes over without closing them.
+    pub socket: PathBuf,
 }
 
 /// One listening address.
@@ -450,16 +487,47 @@ impl Default for ShutdownConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
-    /// `IP:PORT` for `/livez`, `/readyz`, `/metrics`, `/debug/backends`. Plain HTTP: keep it on
-    /// loopback or a management network.
+    /// `IP:PORT` for `/livez`, `/readyz`, `/metrics`, `/debug/backends`, `/debug/config`.
+    /// Plain HTTP unless `tls` is set: keep it on loopback or a management network.
     pub address: SocketAddr,
+    /// Serve over TLS; with `client_ca_file`, a verified client certificate authenticates.
+    pub tls: Option<ListenerTls>,
+    /// A file of bearer tokens, one per line, any of which authenticates (`Authorization:
+    /// Bearer ...`). Read again on every request, so rotation needs no reload. Needs `tls`.
+    pub bearer_token_file: Option<PathBuf>,
+    /// Paths answered without authentication when authentication is configured: by default the
+    /// probes (`/livez`, `/readyz`, `/healthz`), as the apiserver allows them anonymously.
+    pub public_paths: Vec<String>,
+    /// Connections at once; at the limit a new connection closes the oldest, so idle or slow
+    /// clients cannot keep probes out.
+    pub max_connections: usize,
+    /// Limit for a request's headers to arrive, from the connection's start or the previous
+    /// response.
+    #[serde(with = "crate::duration")]
+    pub header_read_timeout: Duration,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
         AdminConfig {
             address: SocketAddr::from(([127, 0, 0, 1], 9444)),
+            tls: None,
+            bearer_token_file: None,
+            public_paths: ["/livez", "/readyz", "/healthz"].map(String::from).to_vec(),
+            max_connections: 64,
+            header_read_timeout: Duration::from_secs(5),
         }
+    }
+}
+
+impl AdminConfig {
+    /// Whether requests outside `public_paths` must authenticate.
+    pub fn authenticates(&self) -> bool {
+        self.bearer_token_file.is_some()
+            || self
+                .tls
+                .as_ref()
+                .is_some_and(|t| t.client_ca_file.is_some())
     }
 }
 

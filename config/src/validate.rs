@@ -60,6 +60,40 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
         .listeners
         .iter()
         .any(|l| l.mode == ListenerMode::Terminate);
+    validate_admin(&mut bad, &mut config.admin, base_dir);
+    if let Some(d) = &mut config.discovery {
+        resolve_path(
+            &mut bad,
+            "discovery.kubeconfig",
+            &mut d.kubeconfig,
+            base_dir,
+        );
+        if let Some(state) = &mut d.state_file {
+            if state.is_relative() {
+                *state = base_dir.join(&*state);
+            }
+            if !state.parent().is_some_and(Path::is_dir) {
+                bad(
+                    "discovery.state_file".into(),
+                    format!("{}: its directory does not exist", state.display()),
+                );
+            }
+        }
+        positive(&mut bad, "discovery.debounce", d.debounce);
+    }
+    if let Some(u) = &mut config.upgrade {
+        // The socket need not exist (kubegate creates it), its directory must.
+        if u.socket.is_relative() {
+            u.socket = base_dir.join(&u.socket);
+        }
+        match u.socket.parent() {
+            Some(dir) if dir.is_dir() => {}
+            _ => bad(
+                "upgrade.socket".into(),
+                format!("{}: its directory does not exist", u.socket.display()),
+            ),
+        }
+    }
 
     if config.backends.is_empty() {
         bad("backends".into(), "at least one backend is required".into());
@@ -228,6 +262,50 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
 /// Terminate mode's upstream: TLS defaults taken from `health.tls`, the front-proxy identity
 /// required where client certificates are verified (`verifies_client_certs` names the first
 /// listener that does).
+fn validate_admin(
+    bad: &mut impl FnMut(String, String),
+    admin: &mut crate::schema::AdminConfig,
+    base_dir: &Path,
+) {
+    if let Some(tls) = &mut admin.tls {
+        resolve_path(bad, "admin.tls.cert_file", &mut tls.cert_file, base_dir);
+        resolve_path(bad, "admin.tls.key_file", &mut tls.key_file, base_dir);
+        resolve_file(
+            bad,
+            "admin.tls.client_ca_file",
+            &mut tls.client_ca_file,
+            base_dir,
+        );
+    }
+    resolve_file(
+        bad,
+        "admin.bearer_token_file",
+        &mut admin.bearer_token_file,
+        base_dir,
+    );
+    if admin.bearer_token_file.is_some() && admin.tls.is_none() {
+        bad(
+            "admin.bearer_token_file".into(),
+            "a bearer token needs admin.tls: over plain HTTP it can be read off the network".into(),
+        );
+    }
+    for (i, p) in admin.public_paths.iter().enumerate() {
+        if !p.starts_with('/') {
+            bad(
+                format!("admin.public_paths[{i}]"),
+                format!("{p:?} must start with /"),
+            );
+        }
+    }
+    if admin.max_connections == 0 {
+        bad(
+            "admin.max_connections".into(),
+            "at least one connection is needed".into(),
+        );
+    }
+    positive(bad, "admin.header_read_timeout", admin.header_read_timeout);
+}
+
 fn validate_upstream(
     config: &mut Config,
     verifies_client_certs: Option<String>,

@@ -10,7 +10,8 @@
 //! (bench/README.md). The server process, its runtimes and its shutdown stay pingora's.
 //!
 //! The listeners are bound before pingora starts (a taken address fails the start with its
-//! name) and closed when the lifecycle reaches `draining` (`shutdown.delay` after SIGTERM). Options every client connection needs (`TCP_NODELAY`, keepalive) are set
+//! name), or inherited from the process being upgraded, and closed when the lifecycle reaches
+//! `draining` (`shutdown.delay` after SIGTERM) or the sockets went to a successor. Options every client connection needs (`TCP_NODELAY`, keepalive) are set
 //! on the listeners, which accepted sockets inherit.
 
 use crate::gateway::Gateway;
@@ -108,6 +109,14 @@ async fn accept_loop(listener: TcpListener, plane: Plane, gw: Arc<Gateway>) {
     let mut keepalive = gw.config().load().client_keepalive.clone();
     let mut reloads = gw.config().subscribe();
     let mut phase = gw.lifecycle().subscribe();
+    let mut handed_over = gw.lifecycle().handed_over();
+    // A process taking over from its predecessor accepts once it has a backend; until then
+    // the predecessor accepts on the same socket.
+    let mut accepting = gw.lifecycle().accepting();
+    tokio::select! {
+        _ = accepting.wait_for(|a| *a) => {}
+        _ = phase.wait_for(|p| *p >= Phase::Draining) => return,
+    }
     if *phase.borrow() >= Phase::Draining {
         return;
     }
@@ -133,6 +142,8 @@ async fn accept_loop(listener: TcpListener, plane: Plane, gw: Arc<Gateway>) {
                 }
                 continue;
             }
+            // The successor accepts on this socket now; this process's copy closes.
+            _ = handed_over.wait_for(|h| *h) => break,
         };
         match accepted {
             Ok((client, _)) => match &plane {

@@ -26,19 +26,21 @@ pub struct Gateway {
 
 impl Gateway {
     /// A gateway for `config` (read from `path`) with no backends started yet (see
-    /// [`Gateway::start_backends`]); `terminate` when a listener terminates TLS.
+    /// [`Gateway::start_backends`]); `terminate` when a listener terminates TLS; `accepting`
+    /// unless it takes over from a running predecessor.
     pub fn new(
         config: Config,
         path: PathBuf,
         probes: ProbeSettings,
         terminate: Option<TerminateMode>,
+        accepting: bool,
     ) -> Arc<Gateway> {
         let metrics = Arc::new(Metrics::new());
         metrics
             .build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
-        let lifecycle = Arc::new(Lifecycle::new(metrics.clone()));
+        let lifecycle = Arc::new(Lifecycle::new(metrics.clone(), accepting));
         let events = Arc::new(MetricEvents::new(metrics.clone(), lifecycle.clone()));
         let planes_metrics = metrics.clone();
         let pool = Pool::new(pool_settings(&config), Some(probes), events, move |name| {

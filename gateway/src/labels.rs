@@ -30,6 +30,39 @@ impl Refusal {
     }
 }
 
+/// Why the admin endpoint turned a connection or request away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminRefusal {
+    /// `admin.max_connections` were open: the oldest was closed for a new one.
+    Evicted,
+    /// Its TLS handshake or request headers did not arrive within `admin.header_read_timeout`.
+    Timeout,
+    /// Its request headers were larger than the endpoint reads.
+    TooLarge,
+    /// No verified client certificate or valid bearer token for a path that needs one.
+    Unauthorized,
+}
+
+impl AdminRefusal {
+    /// Every reason.
+    pub const ALL: [AdminRefusal; 4] = [
+        AdminRefusal::Evicted,
+        AdminRefusal::Timeout,
+        AdminRefusal::TooLarge,
+        AdminRefusal::Unauthorized,
+    ];
+
+    /// Metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdminRefusal::Evicted => "evicted",
+            AdminRefusal::Timeout => "timeout",
+            AdminRefusal::TooLarge => "too_large",
+            AdminRefusal::Unauthorized => "unauthorized",
+        }
+    }
+}
+
 /// Why a connect to a backend failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnectError {

@@ -38,21 +38,49 @@ impl Phase {
     }
 }
 
-/// The current phase.
+/// The current phase, and where an upgrade of kubegate itself stands.
 pub struct Lifecycle {
     phase: watch::Sender<Phase>,
+    /// The accept loops may accept: from the start, or for a process taking over from its
+    /// predecessor, once it has a backend to send connections to.
+    accepting: watch::Sender<bool>,
+    /// This process handed its listening sockets to a successor (`upgrade.rs`).
+    handed_over: watch::Sender<bool>,
     metrics: Arc<Metrics>,
 }
 
 impl Lifecycle {
-    /// Starts in `starting`.
-    pub fn new(metrics: Arc<Metrics>) -> Lifecycle {
+    /// Starts in `starting`; `accepting` unless the process takes over from a predecessor.
+    pub fn new(metrics: Arc<Metrics>, accepting: bool) -> Lifecycle {
         let l = Lifecycle {
             phase: watch::Sender::new(Phase::Starting),
+            accepting: watch::Sender::new(accepting),
+            handed_over: watch::Sender::new(false),
             metrics,
         };
         l.publish(Phase::Starting);
         l
+    }
+
+    /// Follows whether the accept loops may accept.
+    pub fn accepting(&self) -> watch::Receiver<bool> {
+        self.accepting.subscribe()
+    }
+
+    /// Lets the accept loops accept.
+    pub fn start_accepting(&self) {
+        self.accepting.send_replace(true);
+    }
+
+    /// Follows whether the sockets went to a successor.
+    pub fn handed_over(&self) -> watch::Receiver<bool> {
+        self.handed_over.subscribe()
+    }
+
+    /// The successor accepts now: this process stops accepting and drains (the shutdown
+    /// sequence, without its delay).
+    pub fn hand_over(&self) {
+        self.handed_over.send_replace(true);
     }
 
     /// The current phase.
@@ -110,7 +138,7 @@ mod tests {
 
     #[test]
     fn phases_only_move_forward_and_decide_readiness() {
-        let l = Lifecycle::new(Arc::new(Metrics::new()));
+        let l = Lifecycle::new(Arc::new(Metrics::new()), true);
         assert_eq!(l.readiness(3), Err("starting"));
         assert!(l.advance(Phase::Serving));
         assert_eq!(l.readiness(0), Err("no ready backend"));
@@ -124,7 +152,7 @@ mod tests {
     #[test]
     fn the_phase_gauge_is_one_hot() {
         let m = Arc::new(Metrics::new());
-        let l = Lifecycle::new(m.clone());
+        let l = Lifecycle::new(m.clone(), true);
         l.advance(Phase::Stopping);
         for p in Phase::ALL {
             let v = m.lifecycle_phase.with_label_values(&[p.as_str()]).get();

@@ -3,7 +3,9 @@
 //! Label cardinality is bounded by the backend count: per-backend series are removed when a
 //! backend is forgotten, and readyz check names come from a fixed set in the apiserver.
 
-use crate::labels::{code_class, ConnectError, Identity, Refusal, ReloadResult, RequestFailure};
+use crate::labels::{
+    code_class, AdminRefusal, ConnectError, Identity, Refusal, ReloadResult, RequestFailure,
+};
 use crate::terminate::Failure;
 use kubegate_pool::CloseReason;
 use prometheus::{
@@ -53,6 +55,12 @@ pub struct Metrics {
     pub forced_closes: IntCounterVec,
     /// `kubegate_connections_refused_total{reason}`: client connections closed unserved.
     pub refused: IntCounterVec,
+    /// `kubegate_discovered_backends`: backends in use that came from the endpoint slices.
+    pub discovered_backends: IntGauge,
+    /// `kubegate_discovery_errors_total`: failed attempts to read the endpoint slices.
+    pub discovery_errors: IntCounter,
+    /// `kubegate_admin_refused_total{reason}`: admin connections and requests turned away.
+    pub admin_refused: IntCounterVec,
     /// `kubegate_connections_fallback_total`: connections sent to an alive, not-ready backend.
     pub fallback: IntCounter,
     /// `kubegate_config_reloads_total{result}`.
@@ -202,6 +210,17 @@ impl Metrics {
             drains: counter_vec(&r, "kubegate_backend_drains_total", "Drains started: a backend with open connections stopped being ready or was removed.", &["backend"]),
             forced_closes: counter_vec(&r, "kubegate_backend_connections_closed_total", "Connections kubegate closed itself, by reason (backend_down, drain_timeout, shutdown_grace).", &["backend", "reason"]),
             refused: counter_vec(&r, "kubegate_connections_refused_total", "Client connections closed without a backend, by reason (no_ready_backend, connect_failed, out_of_resources).", &["reason"]),
+            discovered_backends: {
+                let m = IntGauge::new("kubegate_discovered_backends", "Backends in use that came from the default/kubernetes EndpointSlices (not in the static list).").expect("valid metric");
+                r.register(Box::new(m.clone())).expect("unique metric");
+                m
+            },
+            discovery_errors: {
+                let m = IntCounter::new("kubegate_discovery_errors_total", "Failed attempts to list or watch the endpoint slices on a backend.").expect("valid metric");
+                r.register(Box::new(m.clone())).expect("unique metric");
+                m
+            },
+            admin_refused: counter_vec(&r, "kubegate_admin_refused_total", "Admin endpoint connections and requests turned away, by reason (evicted, timeout, too_large, unauthorized).", &["reason"]),
             fallback,
             reloads: counter_vec(&r, "kubegate_config_reloads_total", "Configuration reloads by result (success, failure).", &["result"]),
             last_reload_ok,
@@ -235,6 +254,9 @@ impl Metrics {
         // appearing with the first event.
         for reason in Refusal::ALL {
             m.refused.with_label_values(&[reason.as_str()]);
+        }
+        for reason in AdminRefusal::ALL {
+            m.admin_refused.with_label_values(&[reason.as_str()]);
         }
         for result in ReloadResult::ALL {
             m.reloads.with_label_values(&[result.as_str()]);
@@ -302,6 +324,13 @@ impl Metrics {
                 .with_label_values(&[backend, reason.as_str()]);
         }
         self.drains.with_label_values(&[backend]);
+    }
+
+    /// Counts an admin connection or request turned away.
+    pub fn admin_refused(&self, reason: AdminRefusal) {
+        self.admin_refused
+            .with_label_values(&[reason.as_str()])
+            .inc();
     }
 
     /// Counts a client turned away.

@@ -17,6 +17,15 @@ pub fn reloaded() {
     send("READY=1");
 }
 
+/// Tells systemd this process is the service's main process now (it took over from its
+/// predecessor; the unit needs `NotifyAccess=all` to accept it from a new PID).
+pub fn main_pid() {
+    send(&format!(
+        "MAINPID={}\nREADY=1\nSTATUS=serving",
+        std::process::id()
+    ));
+}
+
 /// Tells systemd the gateway is shutting down.
 pub fn stopping() {
     send("STOPPING=1\nSTATUS=draining");

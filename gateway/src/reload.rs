@@ -10,10 +10,11 @@
 //! only if it is still the same: the operator sees one refusal for a broken file, none for a
 //! write in progress.
 
+use crate::files::check_files;
 use crate::gateway::{pool_settings, probe_settings, Gateway};
 use crate::labels::ReloadResult;
 use crate::notify;
-use crate::terminate::{check_files, Upstreams};
+use crate::terminate::Upstreams;
 use kubegate_config::{diff, load_str_with, Change, Config};
 use kubegate_health::ProbeSettings;
 use std::path::{Path, PathBuf};
@@ -94,6 +95,10 @@ fn apply(gw: &Gateway, p: Prepared) -> Vec<Change> {
     gw.config().replace(p.config);
     for change in &p.changes {
         match change {
+            // Already there when discovery found it first: it is kept, now configured.
+            Change::BackendAdded(spec) if pool.configured(spec.address).is_some() => {
+                pool.update(spec)
+            }
             Change::BackendAdded(spec) => pool.add(spec),
             Change::BackendRemoved(spec) => pool.remove(spec),
             Change::BackendUpdated { after, .. } => pool.update(after),

@@ -6,6 +6,7 @@
 //! finish until `shutdown.grace`, waited on as an event (the pool's work dropping to none) →
 //! the rest is closed and counted → pingora is told to stop at once and `main` returns 0.
 //! A second SIGTERM or SIGINT during the sequence ends it at once: `main` returns 1.
+//! A handover to a successor (`upgrade.rs`) starts the same sequence without the delay.
 
 use crate::gateway::Gateway;
 use crate::lifecycle::Phase;
@@ -41,21 +42,33 @@ impl ShutdownSignalWatch for ShutdownSequence {
         let gw = &self.gateway;
         let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
         let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+        let mut handed_over = gw.lifecycle().handed_over();
         let name = tokio::select! {
             _ = term.recv() => "SIGTERM",
             _ = int.recv() => "SIGINT",
+            _ = handed_over.wait_for(|h| *h) => "upgrade",
         };
         let shutdown = gw.config().load().shutdown.clone();
+        // After a handover the successor already accepts on the same sockets: nothing to
+        // wait for before draining.
+        let delay = if name == "upgrade" {
+            Duration::ZERO
+        } else {
+            shutdown.delay
+        };
         tracing::info!(
             signal = name,
-            delay = ?shutdown.delay,
+            ?delay,
             grace = ?shutdown.grace,
             "shutting down: readyz fails now, listeners close after the delay"
         );
         gw.advance(Phase::Stopping);
-        notify::stopping();
+        // After a handover the service goes on in the successor: not a stop to systemd.
+        if name != "upgrade" {
+            notify::stopping();
+        }
         let sequence = async {
-            tokio::time::sleep(shutdown.delay).await;
+            tokio::time::sleep(delay).await;
             gw.advance(Phase::Draining);
             drain(gw, shutdown.grace).await;
         };

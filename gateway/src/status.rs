@@ -42,14 +42,15 @@ async fn get(addr: SocketAddr, path: &str) -> anyhow::Result<bytes::Bytes> {
 /// Renders rows as an aligned text table.
 pub fn table(rows: &[BackendView]) -> String {
     let header = [
-        "NAME", "ADDRESS", "STATE", "SINCE", "CONNS", "PROBE", "LATENCY", "DETAIL",
+        "NAME", "ADDRESS", "SOURCE", "STATE", "SINCE", "CONNS", "PROBE", "LATENCY", "DETAIL",
     ];
-    let cells: Vec<[String; 8]> = rows
+    let cells: Vec<[String; 9]> = rows
         .iter()
         .map(|r| {
             [
                 r.name.clone(),
                 r.address.clone(),
+                r.source.clone(),
                 r.state.clone(),
                 r.since.clone(),
                 r.active_connections.to_string(),

@@ -13,7 +13,6 @@
 //! | `tls`, `body`, `status` | certificates, response bodies, the `Status` errors kubegate answers itself |
 
 mod body;
-mod certs;
 mod classify;
 mod forward;
 mod identity;
@@ -25,11 +24,9 @@ mod upgrade;
 mod upstream;
 mod watch;
 
-pub use certs::watch_certificates;
 pub use classify::Verb;
 pub use listener::{serve, TerminateListener};
 pub use retry::Failure;
-pub use tls::check_files;
 pub use upstream::{Gauges, Upstream};
 pub use watch::{Break, Ended};
 

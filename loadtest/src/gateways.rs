@@ -88,25 +88,34 @@ pub enum Unavailable {
     Failed(anyhow::Error),
 }
 
-/// Starts gateway `name` in front of `backends`, with its files in `dir`.
-pub fn start(
+/// A gateway's configuration written and its command line made, not started.
+pub struct Prepared {
+    /// Runs the gateway in the foreground.
+    pub command: Command,
+    /// kubegate's admin address (metrics), for kubegate gateways.
+    pub admin: Option<SocketAddr>,
+}
+
+/// Writes gateway `name`'s configuration into `dir`, listening on `listen` in front of
+/// `backends`, and makes its command line. `threads` sets kubegate's worker threads (the peers
+/// always run one worker).
+pub fn prepare(
     name: &str,
     dir: &Path,
     pki: &Path,
     backends: &[SocketAddr],
-) -> Result<Gateway, Unavailable> {
+    listen: SocketAddr,
+    threads: Option<usize>,
+) -> Result<Prepared, Unavailable> {
     std::fs::create_dir_all(dir).map_err(|e| Unavailable::Failed(e.into()))?;
-    let listen: SocketAddr = format!("127.0.0.1:{}", free_port())
-        .parse()
-        .expect("valid address");
     let mut admin = None;
-    let cmd = match name {
+    let command = match name {
         "kubegate" | "kubegate-l7" | "kubegate-l7-refuse" => {
             let a = format!("127.0.0.1:{}", free_port())
                 .parse()
                 .expect("valid address");
             admin = Some(a);
-            kubegate(name, dir, pki, backends, listen, a)
+            kubegate(name, dir, pki, backends, listen, a, threads)
         }
         "haproxy-kubeadm" | "haproxy-tuned" => haproxy(name, dir, pki, backends, listen),
         "haproxy-l7" => haproxy_l7(dir, pki, backends, listen),
@@ -117,12 +126,27 @@ pub fn start(
             "unknown gateway {other}"
         ))),
     }?;
-    let proc = spawn(cmd, &dir.join(format!("{name}.log"))).map_err(Unavailable::Failed)?;
+    Ok(Prepared { command, admin })
+}
+
+/// Starts gateway `name` in front of `backends`, with its files in `dir`.
+pub fn start(
+    name: &str,
+    dir: &Path,
+    pki: &Path,
+    backends: &[SocketAddr],
+) -> Result<Gateway, Unavailable> {
+    let listen: SocketAddr = format!("127.0.0.1:{}", free_port())
+        .parse()
+        .expect("valid address");
+    let prepared = prepare(name, dir, pki, backends, listen, None)?;
+    let proc =
+        spawn(prepared.command, &dir.join(format!("{name}.log"))).map_err(Unavailable::Failed)?;
     wait_listening(listen, Duration::from_secs(15)).map_err(Unavailable::Failed)?;
     Ok(Gateway {
         listen,
         terminates: L7.contains(&name),
-        admin,
+        admin: prepared.admin,
         _proc: proc,
     })
 }
@@ -138,6 +162,7 @@ fn kubegate(
     backends: &[SocketAddr],
     listen: SocketAddr,
     admin: SocketAddr,
+    threads: Option<usize>,
 ) -> Result<Command, Unavailable> {
     let mut text = format!("listeners:\n  - address: {listen}\n");
     if name != "kubegate" {
@@ -154,6 +179,9 @@ fn kubegate(
     }
     if name == "kubegate-l7-refuse" {
         text.push_str("no_ready_backend: refuse\n");
+    }
+    if let Some(n) = threads {
+        text.push_str(&format!("threads: {n}\n"));
     }
     text.push_str("backends:\n");
     for (i, b) in backends.iter().enumerate() {
@@ -493,6 +521,8 @@ fn envoy_l7(
           stream_idle_timeout: 0s
           request_timeout: 0s
           http2_protocol_options: {{max_concurrent_streams: 1000}}
+          # HTTP/1.0 clients (health checkers, openssl s_time) get an answer, not 426.
+          http_protocol_options: {{accept_http_10: true}}
           upgrade_configs:
           - upgrade_type: websocket
           - upgrade_type: SPDY/3.1

@@ -46,6 +46,28 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Writes a gateway's configuration (the same the load test runs) and prints its command
+    /// line, one argument per line, after a first line with kubegate's admin address (or `-`):
+    /// the benchmark runs the peers from here.
+    Gateway {
+        /// The gateway (see `run --gateways`).
+        name: String,
+        /// Where it listens.
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        /// A backend address (repeat for more).
+        #[arg(long = "backend", required = true)]
+        backends: Vec<std::net::SocketAddr>,
+        /// A `kubegate-sim certs` directory.
+        #[arg(long)]
+        pki: PathBuf,
+        /// Where its files go.
+        #[arg(long)]
+        dir: PathBuf,
+        /// kubegate's worker threads.
+        #[arg(long)]
+        threads: Option<usize>,
+    },
     /// The README's demo: three replicas, a rolling restart under traffic and real kubectl
     /// (a `get --watch` among them), once through kubegate passing TCP through and once
     /// through kubegate terminating TLS, where the watch survives.
@@ -100,6 +122,14 @@ fn main() -> anyhow::Result<()> {
             },
             common,
         ),
+        Command::Gateway {
+            name,
+            listen,
+            backends,
+            pki,
+            dir,
+            threads,
+        } => return print_gateway(&name, listen, &backends, &pki, &dir, threads),
         Command::Demo { common } => (
             vec!["rolling-restart".to_string()],
             vec!["kubegate".to_string(), "kubegate-l7".to_string()],
@@ -185,6 +215,34 @@ fn main() -> anyhow::Result<()> {
             .collect::<Vec<_>>()
             .join("; ")
     );
+    Ok(())
+}
+
+/// `kubegate-loadtest gateway`: writes the configuration and prints the command line.
+fn print_gateway(
+    name: &str,
+    listen: std::net::SocketAddr,
+    backends: &[std::net::SocketAddr],
+    pki: &std::path::Path,
+    dir: &std::path::Path,
+    threads: Option<usize>,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(gateways::known(name), "unknown gateway {name}");
+    std::fs::create_dir_all(dir)?;
+    let (pki, dir) = (std::fs::canonicalize(pki)?, std::fs::canonicalize(dir)?);
+    let prepared = match gateways::prepare(name, &dir, &pki, backends, listen, threads) {
+        Ok(p) => p,
+        Err(gateways::Unavailable::NotInstalled(why)) => anyhow::bail!("not installed: {why}"),
+        Err(gateways::Unavailable::Failed(e)) => return Err(e),
+    };
+    let admin = prepared
+        .admin
+        .map_or_else(|| "-".to_string(), |a| a.to_string());
+    println!("{admin}");
+    println!("{}", prepared.command.get_program().to_string_lossy());
+    for arg in prepared.command.get_args() {
+        println!("{}", arg.to_string_lossy());
+    }
     Ok(())
 }
 

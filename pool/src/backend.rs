@@ -13,6 +13,26 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
+/// Where a backend came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendSource {
+    /// The configuration's `backends`.
+    Static,
+    /// The cluster's `default/kubernetes` EndpointSlices (or the state file that remembers
+    /// them).
+    Discovered,
+}
+
+impl BackendSource {
+    /// Label in `/debug/backends` and `kubegate status`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendSource::Static => "static",
+            BackendSource::Discovered => "discovered",
+        }
+    }
+}
+
 /// Names, replaced as a whole when a reload renames the backend or moves its probes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendInfo {
@@ -20,6 +40,8 @@ pub struct BackendInfo {
     pub name: String,
     /// Address probed for readiness.
     pub probe_address: SocketAddr,
+    /// Where it came from.
+    pub source: BackendSource,
 }
 
 /// The backend's health as the pool keeps it: the one tracker that decides its state, and the

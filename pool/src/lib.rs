@@ -31,7 +31,7 @@ mod routing;
 #[cfg(test)]
 mod test_support;
 
-pub use backend::{Backend, BackendInfo};
+pub use backend::{Backend, BackendInfo, BackendSource};
 pub use events::PoolEvents;
 pub use orders::{order_for, CloseReason, Order};
 pub use pick::{pick, Load};

@@ -1,7 +1,7 @@
 //! The pool: the configured backends, the routing table, and the one place where a backend's
 //! state changes and its consequences (drain, close, forget) are set in motion.
 
-use crate::backend::{Backend, BackendInfo, Health};
+use crate::backend::{Backend, BackendInfo, BackendSource, Health};
 use crate::events::PoolEvents;
 use crate::orders::{order_for, CloseReason, Order};
 use crate::planes::DataPlanes;
@@ -99,9 +99,15 @@ impl<P: DataPlanes> Pool<P> {
     /// Adds a backend in `unknown` and starts probing it. Must run inside the runtime that is
     /// to carry its health checks.
     pub fn add(&self, spec: &BackendSpec) {
+        self.add_from(spec, BackendSource::Static);
+    }
+
+    /// Adds a backend that came from `source`.
+    pub fn add_from(&self, spec: &BackendSpec, source: BackendSource) {
         let info = BackendInfo {
             name: spec.display_name(),
             probe_address: spec.probe_address(),
+            source,
         };
         let tracker = HealthTracker::new(self.settings.load().thresholds);
         let backend = Arc::new(Backend::new(
@@ -123,11 +129,12 @@ impl<P: DataPlanes> Pool<P> {
         let Some(backend) = self.configured(after.address) else {
             return;
         };
+        let old = backend.info().as_ref().clone();
         let info = BackendInfo {
             name: after.display_name(),
             probe_address: after.probe_address(),
+            source: old.source,
         };
-        let old = backend.info().as_ref().clone();
         backend.set_info(info.clone());
         if old.name != info.name {
             backend.planes().renamed(&info.name);
@@ -185,7 +192,8 @@ impl<P: DataPlanes> Pool<P> {
         }
     }
 
-    fn configured(&self, address: SocketAddr) -> Option<Arc<Backend<P>>> {
+    /// The backend at `address` that is not being removed, if any.
+    pub fn configured(&self, address: SocketAddr) -> Option<Arc<Backend<P>>> {
         self.members()
             .iter()
             .find(|b| b.address == address && b.state() != BackendState::Removed)

@@ -497,7 +497,8 @@ fn invalid(target: &Target<'_>, name: &str, why: &str) -> Reply {
 }
 
 /// Equality-based label selectors (`a=b,c==d,e!=f`); anything else matches everything.
-fn matches_labels(obj: &Value, selector: Option<&str>) -> bool {
+/// Whether `obj`'s labels satisfy `selector` (`k=v`, `k==v`, `k!=v`, `k`, comma-joined).
+pub(crate) fn matches_labels(obj: &Value, selector: Option<&str>) -> bool {
     let Some(selector) = selector.filter(|s| !s.is_empty()) else {
         return true;
     };

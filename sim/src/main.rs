@@ -16,6 +16,7 @@ mod openapi;
 mod patch;
 mod pods;
 mod protobuf;
+mod reconciler;
 mod resources;
 mod respond;
 mod server;
@@ -69,6 +70,14 @@ pub struct ServeArgs {
     /// Address of the TLS listener (loopback by default: this is a test tool).
     #[arg(long, default_value = "127.0.0.1")]
     bind_address: IpAddr,
+    /// The address this replica puts in the `kubernetes` service's endpoints (default: the
+    /// bind address, or 127.0.0.1 when that is unspecified).
+    #[arg(long)]
+    advertise_address: Option<IpAddr>,
+    /// `lease`: keep the `kubernetes` EndpointSlice as kube-apiserver's lease reconciler does;
+    /// `none`: leave it alone.
+    #[arg(long, default_value = "lease", value_parser = ["lease", "none"])]
+    endpoint_reconciler_type: String,
     /// Serving certificate (PEM).
     #[arg(long)]
     tls_cert_file: Option<PathBuf>,
@@ -201,6 +210,16 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 max_streams: args.http2_max_streams_per_connection,
                 bookmark_interval: args.bookmark_interval,
                 replica: replica.clone(),
+                advertise: (args.endpoint_reconciler_type == "lease").then(|| {
+                    let ip =
+                        args.advertise_address
+                            .unwrap_or(if args.bind_address.is_unspecified() {
+                                IpAddr::from([127, 0, 0, 1])
+                            } else {
+                                args.bind_address
+                            });
+                    SocketAddr::new(ip, args.secure_port)
+                }),
             },
             checks: checks::Checks::default(),
             store,
@@ -229,6 +248,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         });
         if !args.etcd_servers.is_empty() {
             tokio::spawn(watch_storage(sim.clone()));
+        }
+        if let Some(advertise) = sim.behaviour.advertise {
+            tokio::spawn(reconciler::run(sim.clone(), advertise));
         }
         let stop_accepting = CancellationToken::new();
         tokio::spawn(server::accept_loop(

@@ -72,8 +72,19 @@ pub const PODS: Resource = Resource {
     short_names: &["po"],
 };
 
+/// `endpointslices` (discovery.k8s.io/v1): the `default/kubernetes` slice is the lease
+/// reconciler's (`reconciler.rs`).
+pub const ENDPOINTSLICES: Resource = Resource {
+    group: "discovery.k8s.io",
+    version: "v1",
+    plural: "endpointslices",
+    singular: "endpointslice",
+    kind: "EndpointSlice",
+    short_names: &[],
+};
+
 /// Every served resource.
-pub const ALL: [&Resource; 3] = [&CONFIGMAPS, &PODS, &LEASES];
+pub const ALL: [&Resource; 4] = [&CONFIGMAPS, &PODS, &LEASES, &ENDPOINTSLICES];
 
 /// A request path that names a resource.
 #[derive(Debug, PartialEq, Eq)]

@@ -169,6 +169,11 @@ pub async fn shutdown_sequence(sim: Arc<Sim>, stop_accepting: CancellationToken)
     let b = &sim.behaviour;
     // T0: readyz fails at once; everything else is served normally.
     sim.checks.begin_shutdown();
+    // And the replica leaves the `kubernetes` service's endpoints.
+    if let Some(advertise) = sim.behaviour.advertise {
+        let sim = sim.clone();
+        tokio::spawn(async move { crate::reconciler::remove(&sim, advertise).await });
+    }
     tracing::info!(delay = ?b.shutdown_delay, retry_after = b.send_retry_after, "shutdown initiated: readyz fails");
     tokio::spawn(async move {
         tokio::select! {

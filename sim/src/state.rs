@@ -25,6 +25,8 @@ pub struct Behaviour {
     pub bookmark_interval: Duration,
     /// Shown in `/version` and logs.
     pub replica: String,
+    /// `--advertise-address` and `--secure-port`, when the lease reconciler runs.
+    pub advertise: Option<std::net::SocketAddr>,
 }
 
 /// Shared by every connection of the replica.

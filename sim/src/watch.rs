@@ -2,6 +2,7 @@
 //!
 //! - no `resourceVersion` (or `0`): the current objects as ADDED, then changes;
 //! - `resourceVersion=N`: every change after N, from any replica (they share the store);
+//! - `fieldSelector=metadata.name=...` and `labelSelector` (equality terms) filter the events;
 //! - N compacted away: one ERROR event with a 410 `Expired` Status (the client relists);
 //! - `allowWatchBookmarks`: periodic BOOKMARK events carrying the last resourceVersion;
 //! - `timeoutSeconds`: the stream ends cleanly then (default: 30–60 min, as the apiserver);
@@ -59,6 +60,7 @@ pub async fn serve(
     let name_filter = target.name.map(str::to_string).or_else(|| {
         param("fieldSelector").and_then(|f| f.strip_prefix("metadata.name=").map(str::to_string))
     });
+    let label_selector = param("labelSelector").filter(|s| !s.is_empty());
     let bookmarks = param("allowWatchBookmarks").is_some_and(|v| crate::health::go_bool(&v));
     let timeout = param("timeoutSeconds")
         .and_then(|t| t.parse::<u64>().ok())
@@ -107,6 +109,7 @@ pub async fn serve(
                 resource,
                 prefix: prefix.clone(),
                 name_filter,
+                label_selector,
                 encoding,
                 first_table: true,
                 last_revision: start,
@@ -169,6 +172,7 @@ struct Stream {
     resource: &'static Resource,
     prefix: String,
     name_filter: Option<String>,
+    label_selector: Option<String>,
     encoding: Encoding,
     first_table: bool,
     last_revision: i64,
@@ -287,6 +291,9 @@ impl Stream {
             if obj["metadata"]["name"].as_str() != Some(name) {
                 return true;
             }
+        }
+        if !crate::api::matches_labels(&obj, self.label_selector.as_deref()) {
+            return true;
         }
         let obj = if self.encoding == Encoding::Table {
             let mut t = objects::table(self.resource, &[obj], None);

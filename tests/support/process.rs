@@ -120,6 +120,9 @@ pub struct SimOptions {
     pub serving: Option<(PathBuf, PathBuf)>,
     /// Trust this front-proxy CA for requestheader authentication (CN `front-proxy-client`).
     pub front_proxy_ca: Option<PathBuf>,
+    /// Listen (and advertise) on this address instead of a free port on 127.0.0.1: replicas
+    /// of one cluster share a port on distinct loopback addresses.
+    pub address: Option<SocketAddr>,
 }
 
 /// One `kubegate-sim` replica.
@@ -142,12 +145,16 @@ pub struct Sim {
 impl Sim {
     /// Starts replica `name` with certificates from `pki` and waits until it accepts TCP.
     pub fn start(pki: &Pki, name: &str, opts: SimOptions) -> Sim {
-        let port = free_port();
+        let addr = opts
+            .address
+            .unwrap_or_else(|| format!("127.0.0.1:{}", free_port()).parse().unwrap());
         let fault_port = free_port();
         let (crt, key) = opts.serving.clone().unwrap_or_else(|| pki.serving(name));
         let mut args: Vec<std::ffi::OsString> = vec![
+            "--bind-address".into(),
+            addr.ip().to_string().into(),
             "--secure-port".into(),
-            port.to_string().into(),
+            addr.port().to_string().into(),
             "--fault-port".into(),
             fault_port.to_string().into(),
             "--tls-cert-file".into(),
@@ -169,7 +176,6 @@ impl Sim {
             ]);
         }
         let log = pki.dir().join(format!("{name}.log"));
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let proc = Sim::spawn(name, &args, &log, addr);
         let pem = std::fs::read(&crt).unwrap();
         let cert_der = rustls_pki_types::pem::PemObject::from_pem_slice(&pem)

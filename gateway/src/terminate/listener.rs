@@ -5,9 +5,10 @@
 
 use crate::gateway::Gateway;
 use crate::lifecycle::Phase;
+use crate::server_tls::{server_config, ServingCert};
 use crate::terminate::forward::{handle, Client};
 use crate::terminate::identity::CertIdentity;
-use crate::terminate::tls::{server_config, ServingCert};
+use crate::terminate::tls::ALPN;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use kubegate_config::ListenerTls;
@@ -27,22 +28,22 @@ impl TerminateListener {
     /// Loads the serving certificate and client CA now.
     pub fn new(tls: &ListenerTls) -> Result<TerminateListener, String> {
         let serving = Arc::new(ServingCert::load(tls)?);
-        let config = server_config(tls, serving.clone())?;
+        let config = server_config(tls, serving.clone(), &ALPN)?;
         Ok(TerminateListener {
             acceptor: TlsAcceptor::from(Arc::new(config)),
             serving,
             tls: tls.clone(),
         })
     }
+}
 
-    /// The files the serving certificate is read from.
-    pub fn files(&self) -> [&std::path::Path; 2] {
-        [&self.tls.cert_file, &self.tls.key_file]
+impl crate::certs::Reloadable for TerminateListener {
+    fn files(&self) -> Vec<std::path::PathBuf> {
+        vec![self.tls.cert_file.clone(), self.tls.key_file.clone()]
     }
 
-    /// Reads the serving certificate again (its files changed); new connections get it. On
-    /// failure the current one stays.
-    pub fn reload(&self) -> Result<(), String> {
+    /// New connections get the certificate read now; on failure the current one stays.
+    fn reload(&self) -> Result<(), String> {
         self.serving.reload(&self.tls)
     }
 }

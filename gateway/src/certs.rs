@@ -1,8 +1,9 @@
 //! Certificates that follow their files: the serving certificates of terminate-mode listeners
-//! and the front-proxy certificate. Checked every few seconds (size and modification time, read
-//! off the async runtime); a changed pair is loaded and used for new connections, open ones
-//! keep theirs. A pair that does not load (a rotation half done, a key that does not match)
-//! keeps the current one in use, is logged and counted, and is tried again at the next change.
+//! and of the admin endpoint, and the front-proxy certificate. Checked every few seconds (size
+//! and modification time, read off the async runtime); a changed pair is loaded and used for new
+//! connections, open ones keep theirs. A pair that does not load (a rotation half done, a key
+//! that does not match) keeps the current one in use, is logged and counted, and is tried again
+//! at the next change.
 
 use crate::gateway::Gateway;
 use crate::labels::ReloadResult;
@@ -10,6 +11,14 @@ use crate::terminate::Upstreams;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+
+/// A serving certificate read from files that can be read again.
+pub trait Reloadable: Send + Sync {
+    /// The files it is read from, the certificate first.
+    fn files(&self) -> Vec<PathBuf>;
+    /// Reads them again; on failure the current certificate stays.
+    fn reload(&self) -> Result<(), String>;
+}
 
 /// How often certificate files are checked.
 const CHECK_EVERY: Duration = Duration::from_secs(2);
@@ -30,37 +39,37 @@ async fn stamp(paths: &[PathBuf]) -> Vec<Stamp> {
     out
 }
 
-/// Watches every certificate terminate mode uses until the process ends.
-pub async fn watch_certificates(gw: Arc<Gateway>) {
-    let Some(terminate) = gw.terminate() else {
+/// Watches every certificate kubegate serves or presents until the process ends: `serving`
+/// (terminate-mode listeners, the admin endpoint) and terminate mode's front-proxy certificate.
+pub async fn watch_certificates(gw: Arc<Gateway>, serving: Vec<Arc<dyn Reloadable>>) {
+    if serving.is_empty() && gw.terminate().is_none() {
         return;
-    };
-    let serving: Vec<Vec<PathBuf>> = terminate
-        .listeners()
-        .iter()
-        .map(|l| l.files().iter().map(|p| p.to_path_buf()).collect())
-        .collect();
+    }
     let mut serving_seen = Vec::new();
-    for files in &serving {
-        serving_seen.push(stamp(files).await);
+    for s in &serving {
+        serving_seen.push(stamp(&s.files()).await);
     }
     let mut upstream_seen = stamp(&front_proxy_files(&gw)).await;
     let mut tick = tokio::time::interval(CHECK_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tick.tick().await;
-        for (i, files) in serving.iter().enumerate() {
-            let now = stamp(files).await;
+        for (i, s) in serving.iter().enumerate() {
+            let files = s.files();
+            let now = stamp(&files).await;
             if now == serving_seen[i] {
                 continue;
             }
             serving_seen[i] = now;
-            let listener = terminate.listeners()[i].clone();
-            let result = tokio::task::spawn_blocking(move || listener.reload())
+            let s = s.clone();
+            let result = tokio::task::spawn_blocking(move || s.reload())
                 .await
                 .unwrap_or_else(|e| Err(e.to_string()));
             record(&gw, &files[0], result);
         }
+        let Some(terminate) = gw.terminate() else {
+            continue;
+        };
         let files = front_proxy_files(&gw);
         let now = stamp(&files).await;
         if now != upstream_seen {

@@ -1,0 +1,206 @@
+//! The admin endpoint under abuse and with authentication: real `kubegate` and `kubegate-sim`
+//! processes, raw TCP and TLS clients.
+//!
+//! 1. `a_crowd_of_idle_connections_does_not_keep_probes_out`: the oldest connection makes room.
+//! 2. `a_request_head_that_never_ends_is_cut_off`: `admin.header_read_timeout`.
+//! 3. `an_oversized_request_head_is_refused_with_431`.
+//! 4. `with_tls_and_authentication_only_the_probes_are_public`: client certificates, bearer
+//!    tokens (rotated without a reload), `/debug/config` without secrets, plain HTTP refused.
+
+use kubegate_e2e::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(30);
+
+fn open_descriptors(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// A status line's code, from a raw HTTP/1.1 response.
+fn status(raw: &str) -> u16 {
+    raw.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+fn setup(admin: &str) -> (tempfile::TempDir, Pki, Sim, KubegateConfig) {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let sim = Sim::start(&pki, "replica-1", SimOptions::default());
+    let mut cfg = KubegateConfig::new(&[&sim]);
+    // Indented: these lines continue the `admin:` block the configuration ends with.
+    cfg.extra = admin.to_string();
+    (dir, pki, sim, cfg)
+}
+
+#[test]
+fn a_crowd_of_idle_connections_does_not_keep_probes_out() {
+    let (_dir, pki, sim, cfg) = setup("  max_connections: 8\n  header_read_timeout: 20s\n");
+    let kg = Kubegate::start(&pki, &cfg);
+    kg.wait_state(&sim.name, "ready", T);
+    let before = open_descriptors(kg.proc.pid());
+    // 50 clients connect and say nothing; the header timeout is long, so only the limit helps.
+    let idle: Vec<TcpStream> = (0..50)
+        .map(|_| TcpStream::connect(kg.admin).unwrap())
+        .collect();
+    wait_for("idle connections evicted", T, || {
+        (kg.metric(r#"kubegate_admin_refused_total{reason="evicted"}"#) >= 42.0).then_some(())
+    });
+    // A probe still gets its answer, on a connection of its own.
+    let started = Instant::now();
+    let probe = plain_http(kg.admin, "GET", "/readyz");
+    assert_eq!(status(&probe), 200, "{probe}");
+    assert!(started.elapsed() < T);
+    // kubegate holds at most the limit (and the metrics scrape just made) beyond its baseline.
+    let now = open_descriptors(kg.proc.pid());
+    assert!(
+        now <= before + 8 + 2,
+        "{now} descriptors open, {before} before 50 idle admin clients"
+    );
+    drop(idle);
+}
+
+#[test]
+fn a_request_head_that_never_ends_is_cut_off() {
+    let (_dir, pki, _sim, cfg) = setup("  header_read_timeout: 2s\n");
+    let kg = Kubegate::start(&pki, &cfg);
+    let mut slow = TcpStream::connect(kg.admin).unwrap();
+    slow.set_read_timeout(Some(T)).unwrap();
+    slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    // Then nothing more: kubegate ends the connection after 2 s (maybe with a 408 first).
+    let started = Instant::now();
+    let mut rest = Vec::new();
+    let read = slow.read_to_end(&mut rest);
+    assert!(
+        read.is_ok(),
+        "connection closed by kubegate, not by our deadline: {read:?}"
+    );
+    let answer = String::from_utf8_lossy(&rest);
+    assert!(
+        answer.is_empty() || status(&answer) == 408,
+        "nothing served for an unfinished head: {answer}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(1500));
+    wait_for("timeout counted", T, || {
+        (kg.metric(r#"kubegate_admin_refused_total{reason="timeout"}"#) >= 1.0).then_some(())
+    });
+    assert_eq!(status(&plain_http(kg.admin, "GET", "/livez")), 200);
+}
+
+#[test]
+fn an_oversized_request_head_is_refused_with_431() {
+    let (_dir, pki, _sim, cfg) = setup("");
+    let kg = Kubegate::start(&pki, &cfg);
+    let mut s = TcpStream::connect(kg.admin).unwrap();
+    s.set_read_timeout(Some(T)).unwrap();
+    let big = "a".repeat(64 * 1024);
+    // The server may stop reading and answer before the whole head is written.
+    let _ = write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n"
+    );
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert_eq!(status(&answer), 431, "{answer}");
+    assert_eq!(status(&plain_http(kg.admin, "GET", "/livez")), 200);
+    wait_for("too_large counted", T, || {
+        (kg.metric(r#"kubegate_admin_refused_total{reason="too_large"}"#) >= 1.0).then_some(())
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tls_and_authentication_only_the_probes_are_public() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let sim = Sim::start(&pki, "replica-1", SimOptions::default());
+    let (crt, key) = pki.serving("kubegate-admin");
+    let tokens = dir.path().join("admin-tokens");
+    std::fs::write(&tokens, "first-token\n").unwrap();
+    let mut cfg = KubegateConfig::new(&[&sim]);
+    cfg.extra = format!(
+        "  tls:\n    cert_file: {}\n    key_file: {}\n    client_ca_file: {}\n  bearer_token_file: {}\n",
+        crt.display(),
+        key.display(),
+        pki.ca_file().display(),
+        tokens.display()
+    );
+    // The test support reaches /livez over plain HTTP; here the endpoint speaks TLS only.
+    let config_path = dir.path().join("kubegate.yaml");
+    let listen: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let admin: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    std::fs::write(&config_path, cfg.render(listen, admin, &pki.ca_file())).unwrap();
+    let mut cmd = std::process::Command::new(bin("kubegate"));
+    cmd.arg("run").arg("--config").arg(&config_path);
+    let _kg = Proc::spawn("kubegate", cmd, dir.path().join("kubegate.log"));
+
+    let anonymous = || async { Conn::open_anonymous(admin, &pki, false).await };
+    let mut conn = None;
+    for _ in 0..100 {
+        if let Ok(c) = anonymous().await {
+            conn = Some(c);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut anon = conn.expect("the admin endpoint answers over TLS");
+
+    // Probes are public; everything else needs a certificate or a token.
+    assert_eq!(anon.get("/livez").await.unwrap().status, 200);
+    let deadline = Instant::now() + T;
+    while anon.get("/readyz").await.unwrap().status != 200 {
+        assert!(Instant::now() < deadline, "kubegate never became ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let refused = anon.get("/metrics").await.unwrap();
+    assert_eq!(refused.status, 401);
+    assert!(refused
+        .header("www-authenticate")
+        .is_some_and(|v| v.starts_with("Bearer")));
+    let (ccrt, ckey) = pki.client("monitoring", "prometheus", "system:monitoring");
+    let mut with_cert = Conn::open_as(admin, &pki, false, &ccrt, &ckey)
+        .await
+        .unwrap();
+    let metrics = with_cert.get("/metrics").await.unwrap();
+    assert_eq!(metrics.status, 200);
+    assert!(metrics
+        .text()
+        .contains(r#"kubegate_admin_refused_total{reason="unauthorized"} 1"#));
+
+    let bearer = |t: &str| format!("Bearer {t}");
+    let get_with = |token: String| {
+        let pki = &pki;
+        async move {
+            let mut c = Conn::open_anonymous(admin, pki, false).await.unwrap();
+            c.send("GET", "/debug/config", &[("authorization", &token)], None)
+                .await
+                .unwrap()
+        }
+    };
+    let config = get_with(bearer("first-token")).await;
+    assert_eq!(config.status, 200);
+    let text = config.text();
+    assert!(text.contains(&tokens.display().to_string()), "{text}");
+    assert!(
+        !text.contains("first-token"),
+        "a secret in /debug/config: {text}"
+    );
+    assert!(!text.contains("PRIVATE KEY"), "a key in /debug/config");
+    assert_eq!(get_with(bearer("wrong-token")).await.status, 401);
+
+    // A rotated token works at once, without a reload; the old one stops.
+    std::fs::write(&tokens, "second-token\n").unwrap();
+    assert_eq!(get_with(bearer("second-token")).await.status, 200);
+    assert_eq!(get_with(bearer("first-token")).await.status, 401);
+
+    // Plain HTTP gets no answer from a TLS endpoint.
+    let plain = std::thread::spawn(move || plain_http(admin, "GET", "/livez"))
+        .join()
+        .unwrap();
+    assert_ne!(status(&plain), 200, "{plain}");
+}

@@ -1,0 +1,120 @@
+//! Backends from the cluster: replicas on 127.0.0.1–4 sharing one port and one etcd, each
+//! keeping the `default/kubernetes` EndpointSlice with the apiserver's lease reconciler;
+//! kubegate seeded with one of them.
+//!
+//! 1. `kubegate_follows_the_kubernetes_endpoint_slices`: the seed leads to all three; a fourth
+//!    replica is found and used; one shut down is drained and removed; kubegate restarted with
+//!    its seed gone still serves from its state file.
+
+use kubegate_e2e::*;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(60);
+
+fn replica(pki: &Pki, etcd: &Etcd, n: u8, port: u16) -> Sim {
+    Sim::start(
+        pki,
+        &format!("replica-{n}"),
+        SimOptions {
+            args: vec!["--etcd-servers".into(), etcd.url.clone()],
+            address: Some(SocketAddr::from(([127, 0, 0, n], port))),
+            ..Default::default()
+        },
+    )
+}
+
+/// Backends kubegate lists, as (address, source, state).
+fn listed(kg: &Kubegate) -> Vec<(String, String, String)> {
+    let mut out: Vec<_> = kg
+        .backends()
+        .iter()
+        .map(|b| {
+            (
+                b["address"].as_str().unwrap().to_string(),
+                b["source"].as_str().unwrap().to_string(),
+                b["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn ready(kg: &Kubegate, addresses: &[SocketAddr]) -> bool {
+    let l = listed(kg);
+    l.len() == addresses.len()
+        && addresses.iter().all(|a| {
+            l.iter()
+                .any(|(addr, _, state)| *addr == a.to_string() && state == "ready")
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubegate_follows_the_kubernetes_endpoint_slices() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let etcd = Etcd::start(dir.path());
+    let port = free_port();
+    let mut sims: Vec<Sim> = (1..=3).map(|n| replica(&pki, &etcd, n, port)).collect();
+    let addr = |n: u8| SocketAddr::from(([127, 0, 0, n], port));
+
+    let seed = &sims[0];
+    let mut cfg = KubegateConfig::new(&[seed]);
+    let state = dir.path().join("backends.json");
+    cfg.extra = format!(
+        "discovery:\n  kubeconfig: {}\n  state_file: {}\n  debounce: 1s\n",
+        pki.kubeconfig(&format!("https://{}", seed.addr)).display(),
+        state.display()
+    );
+    let mut kg = Kubegate::start(&pki, &cfg);
+
+    // The seed leads to the other two.
+    wait_for("all three replicas ready", T, || {
+        ready(&kg, &[addr(1), addr(2), addr(3)]).then_some(())
+    });
+    let l = listed(&kg);
+    assert_eq!(l[0].1, "static", "{l:?}");
+    assert_eq!(l[1].1, "discovered", "{l:?}");
+    assert_eq!(l[2].1, "discovered", "{l:?}");
+    assert_eq!(kg.metric("kubegate_discovered_backends"), 2.0);
+
+    // A fourth replica joins the cluster: found, probed, used.
+    sims.push(replica(&pki, &etcd, 4, port));
+    wait_for("the fourth replica ready", T, || {
+        ready(&kg, &[addr(1), addr(2), addr(3), addr(4)]).then_some(())
+    });
+
+    // One shuts down: it leaves the slice, and kubegate drains and removes it.
+    sims[1].proc.signal(libc::SIGTERM);
+    wait_for("replica-2 removed", T, || {
+        ready(&kg, &[addr(1), addr(3), addr(4)]).then_some(())
+    });
+    assert!(kg.log().contains("apiserver left the endpoint slices"));
+    let remembered = std::fs::read_to_string(&state).unwrap();
+    assert!(remembered.contains(&addr(4).to_string()), "{remembered}");
+    assert!(!remembered.contains(&addr(2).to_string()), "{remembered}");
+
+    // kubegate restarts while its seed is gone: the state file still leads to the others.
+    kg.proc.signal(libc::SIGTERM);
+    assert!(kg.proc.wait_exit(T).success());
+    sims[0].proc.kill();
+    let kg = Kubegate::start(&pki, &cfg);
+    wait_for("the remembered replicas ready", T, || {
+        let l = listed(&kg);
+        [addr(3), addr(4)]
+            .iter()
+            .all(|a| {
+                l.iter().any(|(x, source, state)| {
+                    *x == a.to_string() && source == "discovered" && state == "ready"
+                })
+            })
+            .then_some(())
+    });
+    let mut c = kg.connect(&pki, true).await.unwrap();
+    let r = c
+        .get("/api/v1/namespaces/default/configmaps")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+}
