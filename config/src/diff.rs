@@ -25,7 +25,7 @@ pub enum Change {
     /// Terminate mode's upstream TLS or identity changed: new upstream connections use it.
     UpstreamChanged,
     /// A setting read per connection (balance, connect, client_keepalive, drain, shutdown,
-    /// no_ready_backend, terminate) changed: it applies to the next connection with no further action.
+    /// no_ready_backend, terminate, limits) changed: it applies to the next connection with no further action.
     /// Names the key.
     Setting(&'static str),
     /// A setting that only takes effect at start (listeners, admin, threads, upgrade,
@@ -48,6 +48,7 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         no_ready_backend: old_no_ready_backend,
         connect: old_connect,
         client_keepalive: old_client_keepalive,
+        limits: old_limits,
         drain: old_drain,
         shutdown: old_shutdown,
         admin: old_admin,
@@ -65,6 +66,7 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         no_ready_backend,
         connect,
         client_keepalive,
+        limits,
         drain,
         shutdown,
         admin,
@@ -101,6 +103,7 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         ("no_ready_backend", old_no_ready_backend != no_ready_backend),
         ("connect", old_connect != connect),
         ("client_keepalive", old_client_keepalive != client_keepalive),
+        ("limits", old_limits != limits),
         ("drain", old_drain != drain),
         ("shutdown", old_shutdown != shutdown),
         ("terminate", old_terminate != terminate),
@@ -152,6 +155,7 @@ mod tests {
             no_ready_backend: NoReadyBackendPolicy::default(),
             connect: ConnectConfig::default(),
             client_keepalive: KeepaliveConfig::default(),
+            limits: LimitsConfig::default(),
             drain: DrainConfig::default(),
             shutdown: ShutdownConfig::default(),
             admin: AdminConfig::default(),

@@ -26,8 +26,8 @@ pub use error::{ConfigError, Problem};
 pub use load::{load_file, load_file_with, load_str, load_str_with, Check};
 pub use schema::{
     AdminConfig, BackendSpec, BalancePolicy, Config, ConnectConfig, DiscoveryConfig, DrainConfig,
-    FlapDamping, FrontProxy, HealthConfig, HealthTls, KeepaliveConfig, ListenerMode, ListenerSpec,
-    ListenerTls, NoReadyBackendPolicy, ShutdownConfig, TerminateConfig, UpgradeConfig,
-    UpstreamConfig, UpstreamTls,
+    FlapDamping, FrontProxy, HealthConfig, HealthTls, KeepaliveConfig, LimitsConfig, ListenerMode,
+    ListenerSpec, ListenerTls, NoReadyBackendPolicy, ShutdownConfig, TerminateConfig,
+    UpgradeConfig, UpstreamConfig, UpstreamTls,
 };
 pub use validate::Finding;

@@ -32,6 +32,9 @@ pub struct Config {
     /// TCP keepalive on client connections.
     #[serde(default)]
     pub client_keepalive: KeepaliveConfig,
+    /// Bounds on what clients can make kubegate hold.
+    #[serde(default)]
+    pub limits: LimitsConfig,
     /// Connections to a backend that is no longer ready.
     #[serde(default)]
     pub drain: DrainConfig,
@@ -130,6 +133,25 @@ pub struct ListenerTls {
     pub client_ca_file: Option<PathBuf>,
 }
 
+/// Bounds on what clients can make kubegate hold, whatever their listener's mode.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Client connections open at once, over every listener. One more is closed as soon as it
+    /// is accepted (counted in `kubegate_client_limit_closes_total{reason="connections"}`), so
+    /// kubegate keeps the descriptors and memory its admin endpoint, probes and existing clients
+    /// need. Set it below the descriptor limit: a passthrough connection takes two.
+    pub max_client_connections: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_client_connections: 20_000,
+        }
+    }
+}
+
 /// How terminate-mode listeners treat their clients.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -146,6 +168,15 @@ pub struct TerminateConfig {
     /// provably did not process can be sent to another replica; larger ones get 413, as the
     /// apiserver (3 MiB) would answer.
     pub max_request_body_bytes: u64,
+    /// Largest request head accepted: the request line or pseudo-headers and every header,
+    /// decoded (HPACK included). Larger ones get 431 (HTTP/1.1) or have their stream refused
+    /// (HTTP/2). Envoy's default is 60 KiB; bearer tokens from OIDC providers run to several
+    /// KiB.
+    pub max_header_list_bytes: u32,
+    /// A client connection on which more than half of at least this many HTTP/2 streams were
+    /// reset by the client within a second of opening is closed (the rapid reset attack,
+    /// CVE-2023-44487; Envoy's premature-reset rule). 0 turns the rule off.
+    pub rapid_reset_min_streams: u32,
 }
 
 impl Default for TerminateConfig {
@@ -155,6 +186,8 @@ impl Default for TerminateConfig {
             header_read_timeout: Duration::from_secs(30),
             max_concurrent_streams: 1000,
             max_request_body_bytes: 3 * 1024 * 1024,
+            max_header_list_bytes: 64 * 1024,
+            rapid_reset_min_streams: 100,
         }
     }
 }

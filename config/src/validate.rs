@@ -242,6 +242,21 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
         "terminate.max_concurrent_streams",
         t.max_concurrent_streams,
     );
+    if t.max_header_list_bytes < 1024 {
+        bad(
+            "terminate.max_header_list_bytes".into(),
+            format!(
+                "terminate.max_header_list_bytes must be at least 1024, not {}",
+                t.max_header_list_bytes
+            ),
+        );
+    }
+    if config.limits.max_client_connections == 0 {
+        bad(
+            "limits.max_client_connections".into(),
+            "limits.max_client_connections must be at least 1".into(),
+        );
+    }
     if t.max_request_body_bytes == 0 {
         bad(
             "terminate.max_request_body_bytes".into(),

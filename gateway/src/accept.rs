@@ -15,6 +15,7 @@
 //! on the listeners, which accepted sockets inherit.
 
 use crate::gateway::Gateway;
+use crate::labels::ClientLimit;
 use crate::lifecycle::Phase;
 use crate::proxy::open;
 use crate::terminate::TerminateListener;
@@ -146,14 +147,25 @@ async fn accept_loop(listener: TcpListener, plane: Plane, gw: Arc<Gateway>) {
             _ = handed_over.wait_for(|h| *h) => break,
         };
         match accepted {
-            Ok((client, _)) => match &plane {
-                Plane::Passthrough => drop(tokio::spawn(open(gw.clone(), client))),
-                Plane::Terminate(l) => drop(tokio::spawn(crate::terminate::serve(
-                    gw.clone(),
-                    l.clone(),
-                    client,
-                ))),
-            },
+            Ok((client, _)) => {
+                let limit = gw.config().load().limits.max_client_connections;
+                let Some(slot) = gw.client_slots().try_take(limit) else {
+                    gw.metrics()
+                        .client_limit_closes
+                        .with_label_values(&[ClientLimit::Connections.as_str()])
+                        .inc();
+                    continue;
+                };
+                match &plane {
+                    Plane::Passthrough => drop(tokio::spawn(open(gw.clone(), client, slot))),
+                    Plane::Terminate(l) => drop(tokio::spawn(crate::terminate::serve(
+                        gw.clone(),
+                        l.clone(),
+                        client,
+                        slot,
+                    ))),
+                }
+            }
             Err(e) => {
                 gw.metrics().accept_errors.inc();
                 unreported += 1;

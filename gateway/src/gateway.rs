@@ -2,6 +2,7 @@
 //! (with the data planes' per-backend state), the lifecycle, and the metrics. Nothing here
 //! decides a backend's state (the pool does) or carries traffic (the data planes do).
 
+use crate::admission::ClientSlots;
 use crate::events::MetricEvents;
 use crate::lifecycle::{Lifecycle, Phase};
 use crate::metrics::Metrics;
@@ -22,6 +23,7 @@ pub struct Gateway {
     lifecycle: Arc<Lifecycle>,
     metrics: Arc<Metrics>,
     terminate: Option<TerminateMode>,
+    client_slots: ClientSlots,
 }
 
 impl Gateway {
@@ -52,12 +54,18 @@ impl Gateway {
             lifecycle,
             metrics,
             terminate,
+            client_slots: ClientSlots::default(),
         })
     }
 
     /// Terminate mode's shared state, when a listener terminates TLS.
     pub fn terminate(&self) -> Option<&TerminateMode> {
         self.terminate.as_ref()
+    }
+
+    /// Client connections open now, over every listener.
+    pub fn client_slots(&self) -> &ClientSlots {
+        &self.client_slots
     }
 
     /// The running configuration.

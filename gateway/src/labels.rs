@@ -30,6 +30,30 @@ impl Refusal {
     }
 }
 
+/// Which limit made kubegate close a client connection to protect itself and its other
+/// clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientLimit {
+    /// `limits.max_client_connections` were open: the new one was closed once accepted.
+    Connections,
+    /// The client reset most of its HTTP/2 streams right after opening them
+    /// (`terminate.rapid_reset_min_streams`).
+    RapidReset,
+}
+
+impl ClientLimit {
+    /// Every reason.
+    pub const ALL: [ClientLimit; 2] = [ClientLimit::Connections, ClientLimit::RapidReset];
+
+    /// Metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientLimit::Connections => "connections",
+            ClientLimit::RapidReset => "rapid_reset",
+        }
+    }
+}
+
 /// Why the admin endpoint turned a connection or request away.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AdminRefusal {

@@ -3,6 +3,7 @@
 
 mod accept;
 mod admin;
+mod admission;
 mod certs;
 mod connections;
 mod control;

@@ -92,6 +92,9 @@ pub struct Metrics {
     pub client_connections: IntGaugeVec,
     /// `kubegate_tls_handshake_failures_total{reason}` (terminate-mode clients).
     pub tls_handshake_failures: IntCounterVec,
+    /// `kubegate_client_limit_closes_total{reason}`: client connections closed because they
+    /// reached a limit (see [`crate::labels::ClientLimit`]).
+    pub client_limit_closes: IntCounterVec,
     /// `kubegate_certificate_reloads_total{result}`: serving and front-proxy certificates read
     /// again after their files changed.
     pub certificate_reloads: IntCounterVec,
@@ -240,6 +243,7 @@ impl Metrics {
             upstream_connections: gauge_vec(&r, "kubegate_backend_upstream_connections", "Terminate mode's HTTP/2 connections to each backend open for new requests.", &["backend"]),
             client_connections: gauge_vec(&r, "kubegate_client_connections", "Open terminate-mode client connections, by protocol (h2, http/1.1).", &["protocol"]),
             tls_handshake_failures: counter_vec(&r, "kubegate_tls_handshake_failures_total", "Terminate-mode client TLS handshakes that failed (error) or did not finish in time (timeout).", &["reason"]),
+            client_limit_closes: counter_vec(&r, "kubegate_client_limit_closes_total", "Client connections kubegate closed to protect itself and its other clients, by limit (connections: limits.max_client_connections were open; rapid_reset: most HTTP/2 streams reset by the client at once).", &["reason"]),
             certificate_reloads: counter_vec(&r, "kubegate_certificate_reloads_total", "Serving and front-proxy certificates read again after their files changed, by result.", &["result"]),
             watches_open: {
                 let m = IntGauge::new("kubegate_watches_open", "Terminate-mode watches kubegate follows across backends.").expect("valid metric");
@@ -274,6 +278,9 @@ impl Metrics {
         }
         for reason in ["error", "timeout"] {
             m.tls_handshake_failures.with_label_values(&[reason]);
+        }
+        for limit in crate::labels::ClientLimit::ALL {
+            m.client_limit_closes.with_label_values(&[limit.as_str()]);
         }
         for protocol in ["h2", "http/1.1"] {
             m.client_connections.with_label_values(&[protocol]);

@@ -3,6 +3,7 @@
 //! closes the connection (backend down, drain deadline, shutdown grace: the task is aborted).
 //! TLS passes through untouched.
 
+use crate::admission::ClientSlot;
 use crate::connections::Connections;
 use crate::copy::Relay;
 use crate::dial::dial;
@@ -21,14 +22,14 @@ pub const PASSIVE_EJECTION: Duration = Duration::from_secs(2);
 
 /// Connects `client` to a backend, then hands both sockets to a relay task of their own and
 /// ends: an open connection costs only its relay.
-pub async fn open(gw: Arc<Gateway>, client: TcpStream) {
+pub async fn open(gw: Arc<Gateway>, client: TcpStream, slot: ClientSlot) {
     let Some((backend, upstream)) = connect(&gw).await else {
         return;
     };
     let _ = upstream.set_nodelay(true);
     let guard = Connections::register(&backend);
     let id = guard.id();
-    let task = tokio::spawn(Relay::new(client, upstream, guard));
+    let task = tokio::spawn(Relay::new(client, upstream, guard, slot));
     backend.planes().passthrough.attach(id, task.abort_handle());
 }
 

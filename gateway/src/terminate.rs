@@ -9,6 +9,7 @@
 //! | `upgrade` | exec, attach, port-forward: HTTP/1.1 end to end, 101 passed on, then bytes both ways |
 //! | `upstream` | per backend: HTTP/2 connections, requests in flight (the load signal), drain and close |
 //! | `watch` | watch continuity: a watch whose replica goes away continues on another from its last position |
+//! | `resets` | the rapid reset rule: a connection whose streams are mostly reset at once is closed |
 //! | `identity`, `classify`, `retry` | pure rules: identity headers, the apiserver's verbs and long-running requests, when to retry |
 //! | `tls`, `body`, `status` | certificates, response bodies, the `Status` errors kubegate answers itself |
 
@@ -17,6 +18,7 @@ mod classify;
 mod forward;
 mod identity;
 mod listener;
+mod resets;
 mod retry;
 mod status;
 mod tls;

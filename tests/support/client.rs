@@ -94,6 +94,24 @@ pub fn client_config_as(
     config
 }
 
+/// A TLS connection to `addr` (SNI `kubernetes`), handshake complete.
+pub async fn tls_connect(
+    addr: SocketAddr,
+    config: rustls::ClientConfig,
+) -> io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timeout"))??;
+    tcp.set_nodelay(true)?;
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        connector.connect(ServerName::try_from("kubernetes").unwrap(), tcp),
+    )
+    .await
+    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timeout"))?
+}
+
 enum Sender {
     H1(hyper::client::conn::http1::SendRequest<Full<Bytes>>),
     H2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
@@ -133,17 +151,7 @@ impl Conn {
         config: rustls::ClientConfig,
         h2: bool,
     ) -> io::Result<Conn> {
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-        let tcp = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr))
-            .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timeout"))??;
-        tcp.set_nodelay(true)?;
-        let tls = tokio::time::timeout(
-            Duration::from_secs(5),
-            connector.connect(ServerName::try_from("kubernetes").unwrap(), tcp),
-        )
-        .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timeout"))??;
+        let tls = tls_connect(addr, config).await?;
         let peer = tls
             .get_ref()
             .1

@@ -5,11 +5,12 @@
 //! failure alike. Waits are conditions with deadlines, never fixed sleeps.
 
 mod client;
+pub mod h2raw;
 mod pki;
 mod process;
 mod watch;
 
-pub use client::{tls_client_config, Conn, Lines, Response};
+pub use client::{tls_client_config, tls_connect, Conn, Lines, Response};
 pub use pki::{FrontProxyPki, Pki};
 pub use process::{
     bin, free_port, plain_http, wait_for, Etcd, Kubegate, KubegateConfig, Proc, Sim, SimOptions,

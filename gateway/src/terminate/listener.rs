@@ -2,12 +2,22 @@
 //! the identity of a verified client certificate, then HTTP/2 (ALPN `h2`) or HTTP/1.1 (ALPN
 //! `http/1.1` or none). When kubegate drains, HTTP/2 clients get GOAWAY and HTTP/1.1 ones
 //! `Connection: close` on their next response; requests in flight finish.
+//!
+//! What one client can make kubegate hold is bounded here: the handshake and the HTTP/1.1
+//! request head each have a deadline; a request head has a size limit in both protocols (HPACK
+//! decoded, so CONTINUATION floods and HPACK bombs stop at it); HTTP/2 has a stream limit, a
+//! send buffer per stream and flow control (a client that never reads stops its streams, not
+//! kubegate's memory); PING and SETTINGS are answered one at a time (h2 stops reading while an
+//! answer is pending, so a flood is held by TCP); and the rapid reset rule (`resets`).
 
+use crate::admission::ClientSlot;
 use crate::gateway::Gateway;
+use crate::labels::ClientLimit;
 use crate::lifecycle::Phase;
 use crate::server_tls::{server_config, ServingCert};
 use crate::terminate::forward::{handle, Client};
 use crate::terminate::identity::CertIdentity;
+use crate::terminate::resets::ResetWatch;
 use crate::terminate::tls::ALPN;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -48,8 +58,13 @@ impl crate::certs::Reloadable for TerminateListener {
     }
 }
 
-/// Serves one accepted client connection until it closes.
-pub async fn serve(gw: Arc<Gateway>, listener: Arc<TerminateListener>, tcp: TcpStream) {
+/// Serves one accepted client connection until it closes; its admission `slot` frees then.
+pub async fn serve(
+    gw: Arc<Gateway>,
+    listener: Arc<TerminateListener>,
+    tcp: TcpStream,
+    _slot: ClientSlot,
+) {
     let Ok(addr) = tcp.peer_addr() else { return };
     let limits = gw.config().load().terminate.clone();
     let metrics = gw.metrics();
@@ -84,23 +99,38 @@ pub async fn serve(gw: Arc<Gateway>, listener: Arc<TerminateListener>, tcp: TcpS
         .client_connections
         .with_label_values(&[if h2 { "h2" } else { "http/1.1" }]);
     gauge.inc();
+    let resets = ResetWatch::new(if h2 {
+        limits.rapid_reset_min_streams
+    } else {
+        0
+    });
     let service = {
         let gw = gw.clone();
+        let resets = resets.clone();
         hyper::service::service_fn(move |req| {
             let gw = gw.clone();
             let client = client.clone();
-            async move { Ok::<_, Infallible>(handle(gw, client, req).await) }
+            let stream = resets.opened();
+            async move {
+                let response = handle(gw, client, req).await;
+                stream.finish();
+                Ok::<_, Infallible>(response)
+            }
         })
     };
+    // hyper's HTTP/1.1 read buffer holds the request head; it cannot be under 8 KiB.
+    let head_limit = usize::try_from(limits.max_header_list_bytes).unwrap_or(usize::MAX);
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(head_limit.max(8192));
     builder
         .http2()
         .timer(TokioTimer::new())
-        .max_concurrent_streams(limits.max_concurrent_streams);
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .max_header_list_size(limits.max_header_list_bytes);
     let builder = if h2 {
         builder.http2_only()
     } else {
@@ -120,6 +150,14 @@ pub async fn serve(gw: Arc<Gateway>, listener: Arc<TerminateListener>, tcp: TcpS
                 if let Err(e) = result {
                     tracing::debug!(client = %addr, error = %e, "client connection ended with an error");
                 }
+                break;
+            }
+            () = resets.tripped() => {
+                metrics
+                    .client_limit_closes
+                    .with_label_values(&[ClientLimit::RapidReset.as_str()])
+                    .inc();
+                tracing::warn!(client = %addr, "closing a client connection that reset most of its streams at once (rapid reset)");
                 break;
             }
             changed = phase.changed(), if !draining => {

@@ -1,0 +1,593 @@
+//! Hostile clients against a real kubegate in terminate mode, one real simulator behind it.
+//! Each attack must be bounded (the offending connection closed or held by flow control,
+//! kubegate's memory bounded), and a well-behaved HTTP/2 client beside it must keep being
+//! served. Each test prints a `FIGURE` line: kubegate's CPU time and RSS across the attack and
+//! the slowest answer the well-behaved client got (figures for the report; the assertions are
+//! only generous bounds).
+//!
+//! 1. `rapid_reset_closes_the_connection_and_others_are_served` (CVE-2023-44487).
+//! 2. `continuation_floods_and_hpack_bombs_stop_at_the_header_limit` (CVE-2024-27316 class).
+//! 3. `ping_and_settings_floods_are_held_by_flow_control`.
+//! 4. `streams_beyond_the_limit_are_refused`.
+//! 5. `slow_handshakes_and_heads_are_cut_and_the_connection_limit_holds` (slowloris).
+//! 6. `oversized_and_invalid_requests_get_clear_errors`.
+
+use kubegate_e2e::h2raw::{self, flag, kind, Ending, RawH2};
+use kubegate_e2e::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const T: Duration = Duration::from_secs(30);
+const RAPID_RESET: &str = "kubegate_client_limit_closes_total{reason=\"rapid_reset\"}";
+const PODS: &str = "/api/v1/namespaces/default/pods";
+
+/// Limits small enough for a test to reach them.
+const LIMITS: &str = "terminate:\n  handshake_timeout: 2s\n  header_read_timeout: 2s\n  max_concurrent_streams: 50\nlimits:\n  max_client_connections: 150\n";
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    pki: Pki,
+    sim: Sim,
+    kg: Kubegate,
+}
+
+fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let fp = pki.front_proxy();
+    let sim = Sim::start(
+        &pki,
+        "replica-1",
+        SimOptions {
+            front_proxy_ca: Some(fp.ca.clone()),
+            ..Default::default()
+        },
+    );
+    let mut cfg = KubegateConfig::new(&[&sim]);
+    cfg.terminate = Some(TerminateFiles::new(&pki, &fp));
+    cfg.extra = LIMITS.into();
+    let kg = Kubegate::start(&pki, &cfg);
+    kg.wait_state("replica-1", "ready", T);
+    Setup {
+        _dir: dir,
+        pki,
+        sim,
+        kg,
+    }
+}
+
+/// CPU time (ms) and RSS (KiB) of a process, from `/proc`.
+fn usage(pid: i32) -> (u64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    (ticks * 10, rss)
+}
+
+/// A well-behaved HTTP/2 client asking every 50 ms while an attack runs.
+struct Bystander {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<(u32, u32, Duration)>,
+}
+
+impl Bystander {
+    async fn start(s: &Setup) -> Bystander {
+        let mut conn = Conn::open(s.kg.listen, &s.pki, true).await.unwrap();
+        assert_eq!(conn.get(PODS).await.unwrap().status, 200);
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let (mut ok, mut failed, mut slowest) = (0, 0, Duration::ZERO);
+            while !flag.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                match tokio::time::timeout(T, conn.get(PODS)).await {
+                    Ok(Ok(r)) if r.status == 200 => ok += 1,
+                    _ => failed += 1,
+                }
+                slowest = slowest.max(t.elapsed());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            (ok, failed, slowest)
+        });
+        Bystander { stop, task }
+    }
+
+    /// Stops asking; asserts every answer was a 200 within a generous bound.
+    async fn finish(self, attack: &str) -> Duration {
+        self.stop.store(true, Ordering::Relaxed);
+        let (ok, failed, slowest) = self.task.await.unwrap();
+        assert_eq!(
+            failed, 0,
+            "{attack}: the well-behaved client failed {failed} times"
+        );
+        assert!(ok > 0, "{attack}: the well-behaved client got no answer");
+        assert!(
+            slowest < Duration::from_secs(10),
+            "{attack}: the well-behaved client waited {slowest:?}"
+        );
+        slowest
+    }
+}
+
+/// Runs `attack` beside a bystander; prints the figures; returns kubegate's RSS growth (KiB).
+async fn measured<F: std::future::Future<Output = ()>>(s: &Setup, name: &str, attack: F) -> u64 {
+    let pid = s.kg.proc.pid();
+    let bystander = Bystander::start(s).await;
+    let (cpu0, rss0) = usage(pid);
+    let started = Instant::now();
+    attack.await;
+    let took = started.elapsed();
+    let (cpu1, rss1) = usage(pid);
+    let slowest = bystander.finish(name).await;
+    println!(
+        "FIGURE attack={name} took_ms={} kubegate_cpu_ms={} rss_kib_before={rss0} rss_kib_after={rss1} bystander_slowest_ms={}",
+        took.as_millis(),
+        cpu1 - cpu0,
+        slowest.as_millis()
+    );
+    rss1.saturating_sub(rss0)
+}
+
+/// A counter's value from kubegate's `/metrics`.
+fn counter(kg: &Kubegate, series: &str) -> f64 {
+    kg.admin_body("/metrics")
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A response HEADERS frame with `:status 200` (HPACK static index 8, how h2 encodes it).
+fn is_200(f: &h2raw::Frame) -> bool {
+    f.kind == kind::HEADERS && f.payload.first() == Some(&0x88)
+}
+
+fn assert_alive(s: &Setup) {
+    assert!(s
+        .kg
+        .admin_get("/livez")
+        .is_some_and(|r| r.starts_with("HTTP/1.1 200")));
+    assert!(!s.kg.proc.log().contains("panicked"), "kubegate panicked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rapid_reset_closes_the_connection_and_others_are_served() {
+    let s = setup();
+    // A burst: HEADERS + RST_STREAM(CANCEL) pairs in batches of 100, as fast as the
+    // connection takes them. h2 itself closes a connection with more than 20 streams reset
+    // before kubegate even saw them (GOAWAY ENHANCE_YOUR_CALM).
+    let mut sent = 0u32;
+    let mut ending = Ending::Open;
+    let growth = measured(&s, "rapid-reset-burst", async {
+        let mut raw = RawH2::connect(s.kg.listen, &s.pki).await.unwrap();
+        let request = h2raw::request_block(PODS, &[]);
+        for batch in 0..100u32 {
+            let mut bytes = Vec::new();
+            for i in 0..100u32 {
+                let id = 1 + 2 * (batch * 100 + i);
+                bytes.extend(h2raw::encode(
+                    kind::HEADERS,
+                    flag::END_HEADERS | flag::END_STREAM,
+                    id,
+                    &request,
+                ));
+                bytes.extend(h2raw::encode(
+                    kind::RST_STREAM,
+                    0,
+                    id,
+                    &h2raw::CANCEL.to_be_bytes(),
+                ));
+            }
+            if raw.write(&bytes).await.is_err() {
+                break;
+            }
+            sent += 100;
+        }
+        ending = raw.ending(T).await;
+    })
+    .await;
+    println!(
+        "rapid reset burst: {sent} of 10000 streams sent before the connection closed ({ending:?})"
+    );
+    assert_ne!(
+        ending,
+        Ending::Open,
+        "the attacking connection is still open"
+    );
+    assert!(growth < 64 * 1024, "kubegate grew by {growth} KiB");
+
+    // Paced, so that kubegate has taken each stream (and asked the replica) before its reset:
+    // h2's limit does not see these; kubegate's rapid reset rule does.
+    s.sim.set_latency_ms(200);
+    let before = counter(&s.kg, RAPID_RESET);
+    let mut sent = 0u32;
+    let mut ending = Ending::Open;
+    let growth = measured(&s, "rapid-reset-paced", async {
+        let mut raw = RawH2::connect(s.kg.listen, &s.pki).await.unwrap();
+        let request = h2raw::request_block(PODS, &[]);
+        for i in 0..1000u32 {
+            let id = 1 + 2 * i;
+            let headers = h2raw::encode(
+                kind::HEADERS,
+                flag::END_HEADERS | flag::END_STREAM,
+                id,
+                &request,
+            );
+            if raw.write(&headers).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            if raw
+                .frame(kind::RST_STREAM, 0, id, &h2raw::CANCEL.to_be_bytes())
+                .await
+                .is_err()
+            {
+                break;
+            }
+            sent += 1;
+        }
+        ending = raw.ending(T).await;
+    })
+    .await;
+    let closes = counter(&s.kg, RAPID_RESET) - before;
+    println!("rapid reset paced: {sent} of 1000 streams sent before the connection closed ({ending:?}); rule fired {closes} times");
+    assert_ne!(
+        ending,
+        Ending::Open,
+        "the attacking connection is still open"
+    );
+    assert_eq!(closes, 1.0, "kubegate's rapid reset rule closed it");
+    assert!(sent < 1000, "every stream was taken");
+    assert!(growth < 64 * 1024, "kubegate grew by {growth} KiB");
+    assert_alive(&s);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continuation_floods_and_hpack_bombs_stop_at_the_header_limit() {
+    let s = setup();
+    let mut sent = 0usize;
+    let mut ending = Ending::Open;
+    let growth = measured(&s, "continuation-flood", async {
+        let mut raw = RawH2::connect(s.kg.listen, &s.pki).await.unwrap();
+        let mut block = h2raw::request_block(PODS, &[]);
+        h2raw::literal("x-pad", &[b'a'; 8000], &mut block);
+        raw.frame(kind::HEADERS, 0, 1, &block).await.unwrap();
+        // Header block fragments that never end: 64 MiB if nothing stops them.
+        let mut fragment = Vec::new();
+        h2raw::literal("x-flood", &[b'b'; 16000], &mut fragment);
+        while sent < 64 << 20 {
+            if raw
+                .frame(kind::CONTINUATION, 0, 1, &fragment)
+                .await
+                .is_err()
+            {
+                break;
+            }
+            sent += fragment.len();
+        }
+        ending = raw.ending(T).await;
+    })
+    .await;
+    println!("continuation flood: {sent} bytes sent, then {ending:?}");
+    assert!(
+        sent < 8 << 20,
+        "kubegate read {sent} bytes of one header block"
+    );
+    assert_ne!(ending, Ending::Open);
+    assert!(growth < 64 * 1024, "kubegate grew by {growth} KiB");
+
+    // HPACK bomb: one 4 KiB header in the dynamic table, referenced 16,000 times in one
+    // 16 KiB block: 64 MiB once decoded.
+    let mut answer = None;
+    let growth = measured(&s, "hpack-bomb", async {
+        let mut raw = RawH2::connect(s.kg.listen, &s.pki).await.unwrap();
+        let mut first = h2raw::request_block(PODS, &[]);
+        h2raw::literal_indexed("x-bomb", &[b'c'; 4000], &mut first);
+        raw.frame(
+            kind::HEADERS,
+            flag::END_HEADERS | flag::END_STREAM,
+            1,
+            &first,
+        )
+        .await
+        .unwrap();
+        let mut bomb = h2raw::request_block(PODS, &[]);
+        for _ in 0..16_000 {
+            h2raw::indexed(62, &mut bomb);
+        }
+        raw.frame(
+            kind::HEADERS,
+            flag::END_HEADERS | flag::END_STREAM,
+            3,
+            &bomb,
+        )
+        .await
+        .unwrap();
+        let deadline = Instant::now() + T;
+        while answer.is_none() && Instant::now() < deadline {
+            match raw.read(T).await {
+                Ok(Some(f))
+                    if f.stream == 3 && (f.kind == kind::HEADERS || f.kind == kind::RST_STREAM) =>
+                {
+                    answer = Some(f)
+                }
+                Ok(Some(f)) if f.kind == kind::GOAWAY => answer = Some(f),
+                Ok(Some(_)) => {}
+                _ => break,
+            }
+        }
+    })
+    .await;
+    let answer = answer.expect("an answer to the bomb");
+    println!(
+        "hpack bomb: answered with frame type {} ({:?})",
+        answer.kind,
+        answer.error_code()
+    );
+    // A 431 response, a refused stream, or the connection told to go away: never served.
+    assert!(
+        !is_200(&answer),
+        "the bomb was answered as a request: {answer:?}"
+    );
+    assert!(growth < 64 * 1024, "kubegate grew by {growth} KiB");
+    assert_alive(&s);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ping_and_settings_floods_are_held_by_flow_control() {
+    let s = setup();
+    for (name, frame) in [
+        ("ping-flood", h2raw::encode(kind::PING, 0, 0, &[7; 8])),
+        (
+            "settings-flood",
+            h2raw::encode(kind::SETTINGS, 0, 0, &[0, 4, 0, 1, 0, 0]),
+        ),
+    ] {
+        let mut written = 0usize;
+        let growth = measured(&s, name, async {
+            let mut raw = RawH2::connect(s.kg.listen, &s.pki).await.unwrap();
+            let batch: Vec<u8> = frame
+                .iter()
+                .copied()
+                .cycle()
+                .take(frame.len() * 1000)
+                .collect();
+            // 200,000 frames, never reading an answer; stop if kubegate stops reading (then
+            // TCP holds the rest) for 3 s.
+            for _ in 0..200 {
+                match tokio::time::timeout(Duration::from_secs(3), raw.write(&batch)).await {
+                    Ok(Ok(())) => written += batch.len(),
+                    _ => break,
+                }
+            }
+        })
+        .await;
+        println!("{name}: {written} bytes written before kubegate stopped reading or closed");
+        assert!(growth < 64 * 1024, "{name}: kubegate grew by {growth} KiB");
+    }
+    assert_alive(&s);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_beyond_the_limit_are_refused() {
+    let s = setup();
+    let mut refused = 0;
+    let growth = measured(&s, "endless-streams", async {
+        let mut raw = RawH2::connect(s.kg.listen, &s.pki).await.unwrap();
+        let watch = format!("{PODS}?watch=1");
+        // 80 watches that never end on a connection allowed 50 streams.
+        for i in 0..80u32 {
+            raw.get(1 + 2 * i, &watch).await.unwrap();
+        }
+        let deadline = Instant::now() + T;
+        while refused < 30 && Instant::now() < deadline {
+            match raw.read(T).await {
+                Ok(Some(f))
+                    if f.kind == kind::RST_STREAM
+                        && f.error_code() == Some(h2raw::REFUSED_STREAM) =>
+                {
+                    refused += 1
+                }
+                Ok(Some(_)) => {}
+                _ => break,
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        refused, 30,
+        "streams over max_concurrent_streams (50) refused"
+    );
+    assert!(growth < 64 * 1024, "kubegate grew by {growth} KiB");
+    assert_alive(&s);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_handshakes_and_heads_are_cut_and_the_connection_limit_holds() {
+    let s = setup();
+    let before = counter(
+        &s.kg,
+        "kubegate_client_limit_closes_total{reason=\"connections\"}",
+    );
+    // 200 connections that never start their TLS handshake, against a limit of 150.
+    let mut idle = Vec::new();
+    for _ in 0..200 {
+        idle.push(tokio::net::TcpStream::connect(s.kg.listen).await.unwrap());
+    }
+    // Each ends: 50 or more at once (over the limit), the rest at the handshake timeout (2 s).
+    let started = Instant::now();
+    let mut ends = Vec::new();
+    for mut c in idle {
+        ends.push(tokio::spawn(async move {
+            let mut b = [0u8; 1];
+            let _ = tokio::time::timeout(T, c.read(&mut b)).await;
+            Instant::now()
+        }));
+    }
+    let mut at_once = 0;
+    let mut last = Duration::ZERO;
+    for e in ends {
+        let at = e.await.unwrap().duration_since(started);
+        if at < Duration::from_millis(1500) {
+            at_once += 1;
+        }
+        last = last.max(at);
+    }
+    let turned_away = counter(
+        &s.kg,
+        "kubegate_client_limit_closes_total{reason=\"connections\"}",
+    ) - before;
+    println!("slowloris TLS: {at_once} closed at once, {turned_away} over the limit, the last closed after {last:?}");
+    assert!(
+        turned_away >= 50.0,
+        "{turned_away} turned away over the limit"
+    );
+    assert!(at_once >= 50, "{at_once} closed at once");
+    assert!(
+        last < Duration::from_secs(20),
+        "idle handshakes held {last:?}"
+    );
+
+    // HTTP/1.1 heads that never end: cut at header_read_timeout (2 s).
+    let mut tls = tls_connect(s.kg.listen, tls_client_config(&s.pki, &[b"http/1.1"]))
+        .await
+        .unwrap();
+    tls.write_all(b"GET /api HTTP/1.1\r\nHost: kubernetes\r\nX-Slow: ")
+        .await
+        .unwrap();
+    let t = Instant::now();
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(T, tls.read_to_end(&mut rest)).await;
+    println!("slowloris head: closed after {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "a slow head held {:?}",
+        t.elapsed()
+    );
+
+    // Once they are gone, a client is served.
+    let mut conn = Conn::open(s.kg.listen, &s.pki, true).await.unwrap();
+    assert_eq!(conn.get(PODS).await.unwrap().status, 200);
+    assert_alive(&s);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_and_invalid_requests_get_clear_errors() {
+    let s = setup();
+    let big = "a".repeat(100 * 1024);
+    // HTTP/1.1: a head over terminate.max_header_list_bytes is a 431.
+    let mut h1 = Conn::open(s.kg.listen, &s.pki, false).await.unwrap();
+    let r = h1.send("GET", PODS, &[("X-Big", big.as_str())], None).await;
+    match r {
+        Ok(r) => assert_eq!(r.status, 431, "an oversized HTTP/1.1 head"),
+        Err(e) => panic!("no answer to an oversized head: {e}"),
+    }
+    // HTTP/2: the stream is refused or answered 431; the connection goes on serving.
+    let mut raw = RawH2::connect(s.kg.listen, &s.pki).await.unwrap();
+    let block = h2raw::request_block(PODS, &[("x-big", big.as_bytes())]);
+    let (first, rest) = block.split_at(16_000);
+    raw.frame(kind::HEADERS, flag::END_STREAM, 1, first)
+        .await
+        .unwrap();
+    let chunks: Vec<&[u8]> = rest.chunks(16_000).collect();
+    for (i, c) in chunks.iter().enumerate() {
+        let flags = if i + 1 == chunks.len() {
+            flag::END_HEADERS
+        } else {
+            0
+        };
+        raw.frame(kind::CONTINUATION, flags, 1, c).await.unwrap();
+    }
+    raw.get(3, PODS).await.unwrap();
+    let (mut stream1, mut stream3) = (None, None);
+    let deadline = Instant::now() + T;
+    while (stream1.is_none() || stream3.is_none()) && Instant::now() < deadline {
+        match raw.read(T).await.unwrap() {
+            Some(f)
+                if f.stream == 1
+                    && stream1.is_none()
+                    && (f.kind == kind::HEADERS || f.kind == kind::RST_STREAM) =>
+            {
+                stream1 = Some(f)
+            }
+            Some(f) if f.stream == 3 && f.kind == kind::HEADERS => stream3 = Some(f),
+            Some(f) if f.kind == kind::GOAWAY => panic!("the connection was closed: {f:?}"),
+            Some(_) => {}
+            None => panic!("the connection was closed"),
+        }
+    }
+    let stream1 = stream1.expect("an answer to the oversized head");
+    assert!(
+        !is_200(&stream1),
+        "the oversized head was served: {stream1:?}"
+    );
+    let stream3 = stream3.expect("the next request is served");
+    assert!(
+        is_200(&stream3),
+        "status 200 on the same connection: {stream3:?}"
+    );
+
+    // A body over terminate.max_request_body_bytes (3 MiB) is a 413 with a Status.
+    let mut h2 = Conn::open(s.kg.listen, &s.pki, true).await.unwrap();
+    let body = "x".repeat(4 << 20);
+    let r = h2
+        .send(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            &[],
+            Some(&body),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 413);
+    assert!(r.text().contains("RequestEntityTooLarge"), "{}", r.text());
+
+    // Garbage: after the TLS handshake in HTTP/1.1 a 400; an invalid HTTP/2 preface closes.
+    let mut tls = tls_connect(s.kg.listen, tls_client_config(&s.pki, &[b"http/1.1"]))
+        .await
+        .unwrap();
+    tls.write_all(b"\x00\x01garbage\xff\r\n\r\n").await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(T, tls.read_to_end(&mut answer)).await;
+    assert!(
+        answer.starts_with(b"HTTP/1.1 400"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    let mut tls = tls_connect(s.kg.listen, tls_client_config(&s.pki, &[b"h2"]))
+        .await
+        .unwrap();
+    tls.write_all(b"GET / HTTP/1.1\r\n\r\n garbage instead of a preface")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let closed = tokio::time::timeout(T, tls.read_to_end(&mut answer)).await;
+    assert!(
+        closed.is_ok(),
+        "an invalid preface left the connection open"
+    );
+    // Garbage instead of a TLS ClientHello: the handshake fails and is counted.
+    let mut tcp = tokio::net::TcpStream::connect(s.kg.listen).await.unwrap();
+    tcp.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let closed = tokio::time::timeout(T, tcp.read_to_end(&mut answer)).await;
+    assert!(closed.is_ok(), "plain HTTP left the connection open");
+    wait_for("the failed handshake counted", T, || {
+        (counter(
+            &s.kg,
+            "kubegate_tls_handshake_failures_total{reason=\"error\"}",
+        ) >= 1.0)
+            .then_some(())
+    });
+    assert_alive(&s);
+}
