@@ -149,7 +149,7 @@ async fn accept_loop(listener: TcpListener, plane: Plane, gw: Arc<Gateway>) {
         match accepted {
             Ok((client, _)) => {
                 let limit = gw.config().load().limits.max_client_connections;
-                let Some(slot) = gw.client_slots().try_take(limit) else {
+                let Some(slot) = crate::admission::try_take(limit) else {
                     gw.metrics()
                         .client_limit_closes
                         .with_label_values(&[ClientLimit::Connections.as_str()])

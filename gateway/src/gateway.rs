@@ -2,7 +2,6 @@
 //! (with the data planes' per-backend state), the lifecycle, and the metrics. Nothing here
 //! decides a backend's state (the pool does) or carries traffic (the data planes do).
 
-use crate::admission::ClientSlots;
 use crate::events::MetricEvents;
 use crate::lifecycle::{Lifecycle, Phase};
 use crate::metrics::Metrics;
@@ -23,7 +22,6 @@ pub struct Gateway {
     lifecycle: Arc<Lifecycle>,
     metrics: Arc<Metrics>,
     terminate: Option<TerminateMode>,
-    client_slots: ClientSlots,
 }
 
 impl Gateway {
@@ -54,18 +52,12 @@ impl Gateway {
             lifecycle,
             metrics,
             terminate,
-            client_slots: ClientSlots::default(),
         })
     }
 
     /// Terminate mode's shared state, when a listener terminates TLS.
     pub fn terminate(&self) -> Option<&TerminateMode> {
         self.terminate.as_ref()
-    }
-
-    /// Client connections open now, over every listener.
-    pub fn client_slots(&self) -> &ClientSlots {
-        &self.client_slots
     }
 
     /// The running configuration.
