@@ -10,13 +10,14 @@
 //! | `upstream` | per backend: HTTP/2 connections, requests in flight (the load signal), drain and close |
 //! | `watch` | watch continuity: a watch whose replica goes away continues on another from its last position |
 //! | `resets` | the rapid reset rule: a connection whose streams are mostly reset at once is closed |
-//! | `identity`, `classify`, `retry` | pure rules: identity headers, the apiserver's verbs and long-running requests, when to retry |
+//! | `retry` | the pure rule of when a request may go to another backend |
+//!
+//! What a request and a watch are on the apiserver's wire (verbs, long-running requests, watch
+//! framing and positions, identity headers) is the `kubegate-wire` crate's.
 //! | `tls`, `body`, `status` | certificates, response bodies, the `Status` errors kubegate answers itself |
 
 mod body;
-mod classify;
 mod forward;
-mod identity;
 mod listener;
 mod resets;
 mod retry;
@@ -26,15 +27,15 @@ mod upgrade;
 mod upstream;
 mod watch;
 
-pub use classify::Verb;
+pub use kubegate_wire::classify::Verb;
 pub use listener::{serve, TerminateListener};
 pub use retry::Failure;
 pub use upstream::{Gauges, Upstream};
 pub use watch::{Break, Ended};
 
 use arc_swap::ArcSwap;
-use identity::IdentityHeaders;
 use kubegate_config::UpstreamConfig;
+use kubegate_wire::identity::IdentityHeaders;
 use std::sync::Arc;
 use tls::UpstreamTls;
 

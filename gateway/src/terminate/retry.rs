@@ -3,7 +3,7 @@
 //! (RFC 9113 §8.7; client-go's own rules in `rest/request.go`). Never once response headers
 //! were forwarded: kubegate only forwards them after deciding.
 
-use crate::terminate::classify::RequestClass;
+use kubegate_wire::classify::RequestClass;
 
 /// How an attempt on one backend failed before response headers reached the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +79,7 @@ pub fn may_retry(failure: Failure, class: &RequestClass) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::terminate::classify::{LongRunning, Verb};
+    use kubegate_wire::classify::{LongRunning, Verb};
 
     fn class(verb: Verb, long_running: Option<LongRunning>) -> RequestClass {
         RequestClass { verb, long_running }

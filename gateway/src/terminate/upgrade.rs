@@ -10,7 +10,6 @@ use crate::labels::{ConnectError, RequestFailure};
 use crate::planes::Backend;
 use crate::proxy::PASSIVE_EJECTION;
 use crate::terminate::body::{Relayed, ResponseBody};
-use crate::terminate::classify::RequestClass;
 use crate::terminate::forward::{prepare_headers, tls_connect, Client};
 use crate::terminate::status::{broken, unavailable};
 use crate::terminate::upstream::{Kind, Upstream};
@@ -21,6 +20,7 @@ use http_body_util::Empty;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use kubegate_pool::{pick, Candidates};
+use kubegate_wire::classify::RequestClass;
 use std::net::SocketAddr;
 use std::sync::Arc;
 

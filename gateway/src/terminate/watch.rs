@@ -10,25 +10,22 @@
 //! when its replica starts draining, rather than at the drain deadline. Resumes are bounded
 //! per watch; a watch that cannot resume ends cleanly, as an apiserver ending it would.
 
-mod framing;
-mod position;
-
-pub use framing::Framing;
-pub use position::resumed_query;
+pub use kubegate_wire::framing::Framing;
+pub use kubegate_wire::position::resumed_query;
 
 use crate::gateway::Gateway;
 use crate::planes::Backend;
 use crate::terminate::body::ResponseBody;
-use crate::terminate::classify::RequestClass;
 use crate::terminate::forward::{dispatch, Answer, Outgoing};
 use crate::terminate::upstream::{InFlight, Stream};
 use crate::terminate::Upstreams;
 use bytes::Bytes;
-use framing::{Decoder, Kind};
 use http::Response;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use position::{Asked, Deliver, Progress};
+use kubegate_wire::classify::RequestClass;
+use kubegate_wire::framing::{self, Decoder, Kind};
+use kubegate_wire::position::{self, Asked, Deliver, Progress};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;

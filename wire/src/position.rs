@@ -8,8 +8,8 @@
 //! first BOOKMARK (the initial-events-end one with `sendInitialEvents`). A watch that broke
 //! before any event reached the client is simply asked for again.
 
-use crate::terminate::classify::{query_flag, query_value};
-use crate::terminate::watch::framing::{Event, Kind};
+use crate::classify::{query_flag, query_value};
+use crate::framing::{Event, Kind};
 use std::time::Duration;
 
 /// What the client asked of its watch.

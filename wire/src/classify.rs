@@ -30,7 +30,6 @@ pub enum Verb {
 
 impl Verb {
     /// Every verb.
-    #[cfg(test)]
     pub const ALL: [Verb; 9] = [
         Verb::Get,
         Verb::List,
