@@ -76,6 +76,9 @@ pub enum FramingError {
 pub struct Decoder {
     framing: Framing,
     buf: BytesMut,
+    /// Bytes of `buf` already searched for a newline: a large JSON event arriving in many
+    /// small reads is scanned once, not once per read.
+    scanned: usize,
 }
 
 impl Decoder {
@@ -84,6 +87,7 @@ impl Decoder {
         Decoder {
             framing,
             buf: BytesMut::new(),
+            scanned: 0,
         }
     }
 
@@ -93,7 +97,6 @@ impl Decoder {
     }
 
     /// Bytes received that do not yet make a whole event.
-    #[cfg(test)]
     pub fn pending(&self) -> usize {
         self.buf.len()
     }
@@ -101,10 +104,17 @@ impl Decoder {
     /// The next whole event, if one has arrived.
     pub fn next_event(&mut self) -> Result<Option<Event>, FramingError> {
         let bytes = match self.framing {
-            Framing::JsonLines => match self.buf.iter().position(|b| *b == b'\n') {
-                Some(end) => self.buf.split_to(end + 1).freeze(),
+            Framing::JsonLines => match self.buf[self.scanned..].iter().position(|b| *b == b'\n') {
+                Some(at) => {
+                    let end = self.scanned + at;
+                    self.scanned = 0;
+                    self.buf.split_to(end + 1).freeze()
+                }
                 None if self.buf.len() > MAX_EVENT => return Err(FramingError::TooLarge),
-                None => return Ok(None),
+                None => {
+                    self.scanned = self.buf.len();
+                    return Ok(None);
+                }
             },
             Framing::Protobuf => {
                 if self.buf.len() < 4 {

@@ -127,6 +127,12 @@ impl Progress {
     /// ask again exactly as the client did (nothing reached it yet).
     pub fn resume_from(&self, asked: &Asked) -> Result<Option<String>, NotResumable> {
         if self.delivered == 0 {
+            // Nothing reached the client, but a BOOKMARK it did not ask for still marks a
+            // position: continuing from it is exact and closer to the replica's window.
+            if let (Some(rv), true, false) = (&self.position, self.positional, asked.initial_events)
+            {
+                return Ok(Some(rv.clone()));
+            }
             return Ok(asked.from.clone());
         }
         if asked.initial_events && !self.initial_events_done {
