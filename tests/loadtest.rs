@@ -1,8 +1,8 @@
 //! Short failover load tests in CI, with real processes and real kubectl alongside: L4
 //! (`rolling-restart` and `freeze` against kubegate and HAProxy in kubeadm's configuration) and
 //! L7 (kubegate's terminate mode through a rolling restart, a crash under writes, a freeze and
-//! every replica going down, beside Envoy terminating TLS). The full matrices are documented
-//! commands (docs/failover.md), not tests.
+//! every replica going down, beside Envoy terminating TLS); and a short soak with faults. The
+//! full matrices and the 30-minute soak are documented commands (docs/failover.md), not tests.
 
 use kubegate_e2e::bin;
 use serde_json::Value;
@@ -232,4 +232,38 @@ fn short_l7_runs_show_nothing_a_client_can_notice_through_terminate_mode() {
         ours <= theirs && (theirs == 0 || ours < theirs),
         "kubegate-l7 {ours}, haproxy-l7 {theirs}: {rr}\n{peer}"
     );
+}
+
+/// A 90-second soak with a fixed fault plan: every acknowledged create is in the store, none is
+/// applied twice, kubegate never restarts, its descriptors return to their baseline, and every
+/// client-visible failure lies inside a fault's window. (The 30-minute soak is a documented
+/// command.)
+#[test]
+fn a_short_soak_loses_nothing_and_kubegate_never_restarts() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(bin("kubegate-loadtest"))
+        .args(["soak", "--duration", "90s", "--seed", "3"])
+        .current_dir(dir.path())
+        .args(["--dir", "work", "--json", "soak.json", "--plot", "soak.svg"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{table}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("soak.json")).unwrap()).unwrap();
+    let checks = report["checks"].as_array().unwrap();
+    assert_eq!(checks.len(), 7, "{table}");
+    assert!(checks.iter().all(|c| c["passed"] == true), "{table}");
+    assert!(report["faults"].as_array().unwrap().len() >= 5, "{table}");
+    for l in report["listeners"].as_array().unwrap() {
+        assert!(l["creates_acknowledged"].as_u64().unwrap() > 100, "{table}");
+        assert!(l["requests"].as_u64().unwrap() > 500, "{table}");
+    }
+    let svg = std::fs::read_to_string(dir.path().join("soak.svg")).unwrap();
+    assert!(svg.contains("descriptors") && svg.contains("<polyline"));
 }

@@ -13,6 +13,7 @@ mod report;
 mod resumes;
 mod run;
 mod scenarios;
+mod soak;
 mod traffic;
 mod verify;
 
@@ -67,6 +68,27 @@ enum Command {
         /// kubegate's worker threads.
         #[arg(long)]
         threads: Option<usize>,
+    },
+    /// One kubegate (passthrough and terminate listeners) in front of replicas on etcd under
+    /// steady traffic and a random fault every few seconds; checks that nothing acknowledged
+    /// is lost, kubegate never restarts, its resources return to baseline, and clients see
+    /// failures only inside fault windows. Exits non-zero when a check fails.
+    Soak {
+        /// How long to inject faults (e.g. 30m, 90s).
+        #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// Seed of the fault plan (the same seed, the same faults in the same order).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Working directory for configs and logs (default: a new temporary directory).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Write the report as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Write the plot (resources over time, fault windows, failures) as SVG.
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
     /// The README's demo: three replicas, a rolling restart under traffic and real kubectl
     /// (a `get --watch` among them), once through kubegate passing TCP through and once
@@ -130,6 +152,13 @@ fn main() -> anyhow::Result<()> {
             dir,
             threads,
         } => return print_gateway(&name, listen, &backends, &pki, &dir, threads),
+        Command::Soak {
+            duration,
+            seed,
+            dir,
+            json,
+            plot,
+        } => return run_soak(duration, seed, dir, json, plot),
         Command::Demo { common } => (
             vec!["rolling-restart".to_string()],
             vec!["kubegate".to_string(), "kubegate-l7".to_string()],
@@ -215,6 +244,56 @@ fn main() -> anyhow::Result<()> {
             .collect::<Vec<_>>()
             .join("; ")
     );
+    Ok(())
+}
+
+/// `kubegate-loadtest soak`.
+fn run_soak(
+    duration: Duration,
+    seed: u64,
+    dir: Option<PathBuf>,
+    json: Option<PathBuf>,
+    plot: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let dir = dir.unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("kubegate-soak-{}", std::process::id()))
+    });
+    std::fs::create_dir_all(&dir)?;
+    let dir = std::fs::canonicalize(&dir)?;
+    let plan = soak::SoakPlan {
+        duration,
+        seed,
+        dir: dir.clone(),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let report = runtime.block_on(async {
+        tokio::select! {
+            report = soak::soak(&plan) => report.map(Some),
+            signal = interrupted() => {
+                eprintln!("\n{signal}: stopping the processes this soak started");
+                Ok(None)
+            }
+        }
+    });
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    let Some(report) = report? else {
+        eprintln!("interrupted; configs and logs: {}", dir.display());
+        std::process::exit(130);
+    };
+    println!("{}", soak::markdown(&report));
+    if let Some(path) = json {
+        std::fs::write(&path, serde_json::to_vec_pretty(&report)?)?;
+        eprintln!("report: {}", path.display());
+    }
+    if let Some(path) = plot {
+        std::fs::write(&path, soak::svg(&report))?;
+        eprintln!("plot: {}", path.display());
+    }
+    eprintln!("configs and logs: {}", dir.display());
+    anyhow::ensure!(report.passed(), "the soak found a check that did not hold");
     Ok(())
 }
 

@@ -94,6 +94,8 @@ pub struct Recorder {
     start: Instant,
     samples: Mutex<Vec<Sample>>,
     ambiguous: Mutex<Vec<Write>>,
+    /// Creates the client saw succeed, by name (the soak checks each is in the store).
+    acknowledged: Mutex<Vec<String>>,
     /// Watch streams that ended or failed under a client (ms since the run began).
     watch_breaks: Mutex<Vec<u64>>,
     /// Watches the gateway itself continued on another replica, unseen by the client (ms).
@@ -117,6 +119,7 @@ impl Recorder {
             start,
             samples: Mutex::new(Vec::new()),
             ambiguous: Mutex::new(Vec::new()),
+            acknowledged: Mutex::new(Vec::new()),
             watch_breaks: Mutex::new(Vec::new()),
             gateway_resumes: Mutex::new(Vec::new()),
             watch_resumes: AtomicU64::new(0),
@@ -142,10 +145,12 @@ impl Recorder {
             replica: outcome.replica,
             ambiguous: outcome.ambiguous,
         };
-        if outcome.ambiguous {
-            if let Some(w) = write {
-                locked(&self.ambiguous).push(w);
+        match write {
+            Some(w) if outcome.ambiguous => locked(&self.ambiguous).push(w),
+            Some(Write::Create { name }) if outcome.last.is_none() => {
+                locked(&self.acknowledged).push(name)
             }
+            _ => {}
         }
         locked(&self.samples).push(sample);
     }
@@ -175,6 +180,11 @@ impl Recorder {
     /// Writes that failed ambiguously.
     pub fn ambiguous_writes(&self) -> Vec<Write> {
         locked(&self.ambiguous).clone()
+    }
+
+    /// Names of the creates the client saw succeed.
+    pub fn acknowledged_creates(&self) -> Vec<String> {
+        locked(&self.acknowledged).clone()
     }
 
     /// When watches broke under their clients.

@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 pub async fn follow(admin: SocketAddr, rec: Arc<Recorder>, stop: Stop) {
     let mut seen = None;
     while !stop.stopped() {
-        if let Some(now) = total(admin).await {
+        if let Some(now) = metric_sum(admin, "kubegate_watch_resumes_total").await {
             let before = *seen.get_or_insert(now);
             if now > before {
                 rec.gateway_resumed(now - before);
@@ -25,8 +25,9 @@ pub async fn follow(admin: SocketAddr, rec: Arc<Recorder>, stop: Stop) {
     }
 }
 
-/// The sum of `kubegate_watch_resumes_total` over its labels.
-async fn total(admin: SocketAddr) -> Option<u64> {
+/// The sum over its labels of metric family `name` (or of the series `name` begins, such as
+/// `kubegate_config_reloads_total{result="failure"`), from kubegate's `/metrics` at `admin`.
+pub async fn metric_sum(admin: SocketAddr, name: &str) -> Option<u64> {
     let read = async {
         let mut s = TcpStream::connect(admin).await.ok()?;
         s.write_all(b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
@@ -41,7 +42,10 @@ async fn total(admin: SocketAddr) -> Option<u64> {
         .ok()??;
     Some(
         text.lines()
-            .filter(|l| l.starts_with("kubegate_watch_resumes_total{"))
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with(['{', '}', ',', ' ']))
+            })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>() as u64,
     )

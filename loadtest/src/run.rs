@@ -148,6 +148,7 @@ async fn one(
             target.clone(),
             rec.clone(),
             stop.clone(),
+            Duration::from_millis(10),
         )));
     }
     if let (true, Some(admin)) = (gw.terminates, gw.admin) {

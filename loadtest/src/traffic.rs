@@ -234,9 +234,9 @@ pub async fn component(id: usize, target: Target, rec: Arc<Recorder>, stop: Stop
     }
 }
 
-/// A writer (a busy controller): creates back to back on one long-lived HTTP/2 connection, so
-/// writes are in flight whenever a replica dies.
-pub async fn writer(id: usize, target: Target, rec: Arc<Recorder>, stop: Stop) {
+/// A writer (a busy controller): creates `pause` apart on one long-lived HTTP/2 connection
+/// (back to back with a short pause, so writes are in flight whenever a replica dies).
+pub async fn writer(id: usize, target: Target, rec: Arc<Recorder>, stop: Stop, pause: Duration) {
     let mut conn = None;
     let path = format!("/api/v1/namespaces/{NAMESPACE}/configmaps");
     let mut turn = 0u64;
@@ -255,7 +255,7 @@ pub async fn writer(id: usize, target: Target, rec: Arc<Recorder>, stop: Stop) {
         )
         .await;
         rec.add(Kind::Create, started, outcome, Some(Write::Create { name }));
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(pause).await;
     }
 }
 

@@ -1,0 +1,281 @@
+//! `kubegate-loadtest soak`: one kubegate (a passthrough and a terminate-mode listener) in
+//! front of replicas on etcd, steady control-plane-like traffic through both, and a random
+//! fault every few seconds for as long as asked. What must hold, checked at the end:
+//!
+//! - every create a client saw succeed is in the store (nothing lost), and no create was
+//!   applied twice (a unique name answered 409 would mean a processed write was sent again);
+//! - kubegate never restarted (one PID throughout, still running);
+//! - its descriptors return to their baseline once the traffic stops, and its RSS stays
+//!   bounded (sampled every 2 s, plotted);
+//! - every failure a client returned (after client-go's retries) started inside a fault's
+//!   window: from the fault's start to [`AFTERMATH`] past its end.
+//!
+//! | module | job |
+//! |---|---|
+//! | `faults` | the fault plan (seeded) and carrying out each fault |
+//! | `sampler` | kubegate's descriptors, RSS and threads over time |
+//! | `verdict` | the checks above, the report and the plot |
+
+mod faults;
+mod sampler;
+mod verdict;
+
+use crate::control_plane::ControlPlane;
+use crate::procs::{free_port, sibling, spawn, wait_listening, Proc};
+use crate::record::Recorder;
+use crate::traffic::{self, tokio_util_like::Stop, Target};
+use faults::{ConfigState, Fault, Window};
+use sampler::Sampler;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+pub use verdict::{markdown, svg, SoakReport};
+
+/// A failure that starts later than this after its fault ended is not explained by it: the
+/// longest a client-go client can take to notice a fault that happened under it (a frozen
+/// replica's request runs into its timeout) and retry.
+pub const AFTERMATH: Duration = Duration::from_secs(20);
+
+/// What to run.
+pub struct SoakPlan {
+    /// How long faults are injected (traffic runs a little longer on each side).
+    pub duration: Duration,
+    /// Seed of the fault plan: the same seed gives the same faults in the same order.
+    pub seed: u64,
+    /// Working directory (configs, logs).
+    pub dir: PathBuf,
+}
+
+/// Where the soaked kubegate listens and what it reads.
+pub struct Layout {
+    /// Passthrough listener.
+    pub passthrough: SocketAddr,
+    /// Terminate-mode listener.
+    pub terminate: SocketAddr,
+    /// Admin endpoint.
+    pub admin: SocketAddr,
+    config: PathBuf,
+    pki: PathBuf,
+    backends: Vec<SocketAddr>,
+}
+
+impl Layout {
+    /// The config text with the first `n` replicas as backends and `drain_timeout`.
+    fn config_text(&self, n: usize, drain_timeout: &str) -> String {
+        let pki = &self.pki;
+        let mut text = format!(
+            "listeners:\n  - address: {}\n  - address: {}\n    mode: terminate\n    tls:\n      cert_file: {}\n      key_file: {}\n      client_ca_file: {}\nupstream:\n  front_proxy:\n    cert_file: {}\n    key_file: {}\nbackends:\n",
+            self.passthrough,
+            self.terminate,
+            pki.join("gateway.crt").display(),
+            pki.join("gateway.key").display(),
+            pki.join("ca.crt").display(),
+            pki.join("front-proxy-client.crt").display(),
+            pki.join("front-proxy-client.key").display(),
+        );
+        for (i, b) in self.backends.iter().take(n).enumerate() {
+            text.push_str(&format!("  - name: replica-{}\n    address: {b}\n", i + 1));
+        }
+        text.push_str(&format!(
+            "health:\n  tls:\n    ca_file: {}\n    server_name: kubernetes\ndrain:\n  timeout: {drain_timeout}\nadmin:\n  address: {}\n",
+            pki.join("ca.crt").display(),
+            self.admin
+        ));
+        text
+    }
+
+    /// Writes the config file (kubegate reloads it when it changes), whole and renamed so
+    /// kubegate never reads half a file.
+    fn write_config(&self, text: &str) -> anyhow::Result<()> {
+        let tmp = self.config.with_extension("tmp");
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, &self.config)?;
+        Ok(())
+    }
+}
+
+/// The kubegate under soak.
+pub struct Soaked {
+    proc: Proc,
+    /// Its addresses and files.
+    pub layout: Layout,
+}
+
+impl Soaked {
+    /// kubegate's PID, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.pid()
+    }
+
+    /// Sends `sig` to kubegate.
+    pub fn signal(&self, sig: i32) -> anyhow::Result<()> {
+        Ok(self.proc.signal(sig)?)
+    }
+}
+
+/// Runs the soak; the report says what held.
+pub async fn soak(plan: &SoakPlan) -> anyhow::Result<SoakReport> {
+    let dir = &plan.dir;
+    let _ = std::fs::remove_dir_all(dir.join("cp"));
+    eprintln!("soak: starting etcd and 4 replicas (kubegate starts with 3)");
+    let mut cp = ControlPlane::start(
+        &dir.join("cp"),
+        4,
+        crate::scenarios::replica_settings("rolling-restart"),
+    )
+    .await?;
+    let mut gw = start_kubegate(dir, &cp)?;
+    let targets = [
+        (
+            "passthrough",
+            Target {
+                addr: gw.layout.passthrough,
+                tls: cp.tls().clone(),
+            },
+        ),
+        (
+            "terminate",
+            Target {
+                addr: gw.layout.terminate,
+                tls: cp.tls().clone(),
+            },
+        ),
+    ];
+    for (_, t) in &targets {
+        wait_serving(t).await?;
+    }
+    let pid = gw
+        .pid()
+        .ok_or_else(|| anyhow::anyhow!("kubegate has no PID"))?;
+    let start = Instant::now();
+    let sampler = Sampler::start(pid, start);
+    // Idle baseline: backends ready, no client yet.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let baseline = sampler.latest();
+
+    let stop = Stop::default();
+    let mut tasks = Vec::new();
+    let mut recorders = Vec::new();
+    for (n, (name, target)) in targets.iter().enumerate() {
+        let rec = Arc::new(Recorder::new(start));
+        // Distinct ids per listener: created names (`w{id}-{turn}`) must never collide, and
+        // components renew the leases `traffic::seed` made (ids 0 to 7).
+        let base = n * 4;
+        for id in 0..2 {
+            tasks.push(tokio::spawn(traffic::component(
+                base + id,
+                target.clone(),
+                rec.clone(),
+                stop.clone(),
+            )));
+        }
+        // A steady controller's pace, so that a 30-minute soak's objects stay listable.
+        tasks.push(tokio::spawn(traffic::writer(
+            base,
+            target.clone(),
+            rec.clone(),
+            stop.clone(),
+            Duration::from_millis(100),
+        )));
+        tasks.push(tokio::spawn(traffic::short_lived(
+            base,
+            target.clone(),
+            rec.clone(),
+            stop.clone(),
+        )));
+        tasks.push(tokio::spawn(traffic::watcher(
+            target.clone(),
+            rec.clone(),
+            stop.clone(),
+        )));
+        recorders.push((*name, rec));
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    let mut rng = fastrand::Rng::with_seed(plan.seed);
+    let mut windows: Vec<Window> = Vec::new();
+    let mut state = ConfigState::INITIAL;
+    let faults_until = Instant::now() + plan.duration;
+    while Instant::now() < faults_until {
+        let fault = Fault::pick(&mut rng, state.backends);
+        let from_ms = start.elapsed().as_millis() as u64;
+        eprintln!("soak: {:>5} s  {}", from_ms / 1000, fault.describe());
+        let outcome = fault.carry_out(&mut cp, &gw, &mut state).await;
+        let to_ms = start.elapsed().as_millis() as u64;
+        windows.push(Window {
+            fault: fault.describe(),
+            kind: fault.kind(),
+            from_ms,
+            to_ms,
+            problem: outcome.err().map(|e| format!("{e:#}")),
+        });
+        // A quiet spell between faults: failures in it are unexplained.
+        let gap = Duration::from_millis(rng.u64(4_000..9_000));
+        tokio::time::sleep(gap).await;
+    }
+    // Traffic a while longer after the last fault, then stop it.
+    tokio::time::sleep(AFTERMATH).await;
+    let end_ms = start.elapsed().as_millis() as u64;
+    stop.stop();
+    for t in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+    }
+    eprintln!("soak: traffic stopped; waiting for kubegate's descriptors to settle");
+    let settled = sampler.settle(baseline.fds, Duration::from_secs(60)).await;
+    let still_running = gw.proc.running() && gw.pid() == Some(pid);
+    eprintln!("soak: checking every acknowledged write in the store");
+    let store = verdict::store_names(&cp).await?;
+    let report = verdict::judge(verdict::Evidence {
+        duration: plan.duration,
+        seed: plan.seed,
+        end_ms,
+        windows,
+        recorders: &recorders,
+        store: &store,
+        samples: sampler.all(),
+        baseline,
+        settled,
+        still_running,
+        pid,
+    });
+    gw.proc.kill();
+    Ok(report)
+}
+
+fn start_kubegate(dir: &Path, cp: &ControlPlane) -> anyhow::Result<Soaked> {
+    let addr =
+        || -> anyhow::Result<SocketAddr> { Ok(format!("127.0.0.1:{}", free_port()).parse()?) };
+    let gw_dir = dir.join("kubegate");
+    std::fs::create_dir_all(&gw_dir)?;
+    let layout = Layout {
+        passthrough: addr()?,
+        terminate: addr()?,
+        admin: addr()?,
+        config: gw_dir.join("kubegate.yaml"),
+        pki: std::fs::canonicalize(cp.pki())?,
+        backends: cp.addresses(),
+    };
+    let initial = ConfigState::INITIAL;
+    layout.write_config(
+        &layout.config_text(initial.backends, faults::DRAIN_TIMEOUTS[initial.drain]),
+    )?;
+    let mut cmd = std::process::Command::new(sibling("kubegate"));
+    cmd.arg("run").arg("--config").arg(&layout.config);
+    let proc = spawn(cmd, &gw_dir.join("kubegate.log"))?;
+    wait_listening(layout.admin, Duration::from_secs(15))?;
+    Ok(Soaked { proc, layout })
+}
+
+/// Waits until `target` passes a request (its backends found ready).
+async fn wait_serving(target: &Target) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while traffic::seed(target).await.is_err() {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "kubegate did not pass traffic within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
