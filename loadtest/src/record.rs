@@ -93,7 +93,8 @@ pub struct Sample {
 pub struct Recorder {
     start: Instant,
     samples: Mutex<Vec<Sample>>,
-    ambiguous: Mutex<Vec<Write>>,
+    /// Ambiguous writes, with when they started (ms).
+    ambiguous: Mutex<Vec<(u64, Write)>>,
     /// Creates the client saw succeed, by name (the soak checks each is in the store).
     acknowledged: Mutex<Vec<String>>,
     /// Watch streams that ended or failed under a client (ms since the run began).
@@ -146,7 +147,7 @@ impl Recorder {
             ambiguous: outcome.ambiguous,
         };
         match write {
-            Some(w) if outcome.ambiguous => locked(&self.ambiguous).push(w),
+            Some(w) if outcome.ambiguous => locked(&self.ambiguous).push((sample.at_ms, w)),
             Some(Write::Create { name }) if outcome.last.is_none() => {
                 locked(&self.acknowledged).push(name)
             }
@@ -177,9 +178,14 @@ impl Recorder {
         locked(&self.samples).clone()
     }
 
-    /// Writes that failed ambiguously.
-    pub fn ambiguous_writes(&self) -> Vec<Write> {
-        locked(&self.ambiguous).clone()
+    /// Writes that failed ambiguously and started by `until_ms` (the report's samples end
+    /// there too: a write started as the traffic was being stopped is in neither).
+    pub fn ambiguous_writes(&self, until_ms: u64) -> Vec<Write> {
+        locked(&self.ambiguous)
+            .iter()
+            .filter(|(at, _)| *at <= until_ms)
+            .map(|(_, w)| w.clone())
+            .collect()
     }
 
     /// Names of the creates the client saw succeed.

@@ -208,7 +208,7 @@ async fn one(
     }
     outcome?;
     progress.show(&format!("{label}: checking ambiguous writes in the store"));
-    let ambiguous_writes = verify::ambiguous(&cp, &rec.ambiguous_writes()).await?;
+    let ambiguous_writes = verify::ambiguous(&cp, &rec.ambiguous_writes(end_ms)).await?;
     let watch = WatchReport {
         breaks: rec.watch_breaks(),
         resumes: rec.watch_resumes.load(Ordering::Relaxed),

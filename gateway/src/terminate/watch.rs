@@ -36,8 +36,13 @@ use tokio::sync::mpsc;
 const MAX_RESUMES: usize = 10;
 /// See [`MAX_RESUMES`].
 const RESUME_WINDOW: Duration = Duration::from_secs(60);
-/// Attempts to reopen a broken watch before it is given up (with growing pauses between).
-const REOPEN_ATTEMPTS: u32 = 6;
+/// How long kubegate keeps asking for a broken watch again (with growing pauses, at most
+/// [`MAX_PAUSE`] apart) before it ends the client's stream. The client sees no event meanwhile,
+/// as with an apiserver whose etcd is away (its watch cache keeps open watches open): every
+/// replica failing `/readyz` at once (etcd down) is outlived without a break.
+const REOPEN_PATIENCE: Duration = Duration::from_secs(60);
+/// The longest pause between two attempts to reopen a watch.
+const MAX_PAUSE: Duration = Duration::from_millis(1600);
 /// Events waiting for a slow client.
 const QUEUE: usize = 16;
 
@@ -211,13 +216,23 @@ async fn run(
         let name = upstream.backend.info().name.clone();
         // What was held on the replica is let go before another is asked.
         drop(upstream);
-        let again = outgoing.with_query(&resumed_query(
-            outgoing.client_query(),
-            from.as_deref(),
-            left,
-        ));
-        upstream = match reopen(gw, upstreams, &again, class, broken, framing, &tx).await {
+        // Asked again with the time left of the client's timeoutSeconds at each attempt.
+        let again = || {
+            let left = asked.timeout.map(|t| t.saturating_sub(started.elapsed()));
+            outgoing.with_query(&resumed_query(
+                outgoing.client_query(),
+                from.as_deref(),
+                left,
+            ))
+        };
+        let patience = left.map_or(REOPEN_PATIENCE, |l| l.min(REOPEN_PATIENCE));
+        upstream = match reopen(gw, upstreams, again, class, broken, framing, &tx, patience).await {
             Ok(u) => u,
+            Err(Ended::NoBackend) if left.is_some_and(|l| l <= REOPEN_PATIENCE) => {
+                // The client's own timeout came first: the watch ends as the apiserver
+                // would end it then.
+                return Ended::Timeout;
+            }
             Err(ended) => return ended,
         };
         progress.resumed(&from);
@@ -287,32 +302,39 @@ async fn pump(
     }
 }
 
-/// Asks `again` of a replica other than `broken` (that one too, when it is the only one left),
-/// with growing pauses, until one answers with a watch stream.
+/// Asks `again()` of a replica other than `broken` (that one too, when it is the only one
+/// left), with growing pauses, until one answers with a watch stream or `patience` runs out.
+#[allow(clippy::too_many_arguments)]
 async fn reopen(
     gw: &Gateway,
     upstreams: &Upstreams,
-    again: &Outgoing,
+    again: impl Fn() -> Outgoing,
     class: RequestClass,
     broken: SocketAddr,
     framing: Framing,
     tx: &mpsc::Sender<Bytes>,
+    patience: Duration,
 ) -> Result<Upstream, Ended> {
-    for attempt in 0..REOPEN_ATTEMPTS {
+    let deadline = Instant::now() + patience;
+    for attempt in 0u32.. {
         if attempt > 0 {
-            let pause = Duration::from_millis(100 << attempt.min(4));
+            let pause = Duration::from_millis(100 << attempt.min(4)).min(MAX_PAUSE);
+            if Instant::now() + pause >= deadline {
+                break;
+            }
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
                 _ = tx.closed() => return Err(Ended::Client),
             }
         }
+        let again = again();
         // Prefer another replica; after two misses, any.
         let mut tried = if attempt < 2 {
             vec![broken]
         } else {
             Vec::new()
         };
-        match dispatch(gw, upstreams, again, class, &mut tried).await {
+        match dispatch(gw, upstreams, &again, class, &mut tried).await {
             Ok(Answer::Streaming {
                 resp,
                 in_flight,

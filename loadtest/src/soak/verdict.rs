@@ -164,7 +164,12 @@ pub async fn store_names(cp: &ControlPlane) -> anyhow::Result<HashSet<String>> {
 pub fn judge(e: Evidence<'_>) -> SoakReport {
     let mut listeners = Vec::new();
     for (name, rec) in e.recorders {
-        let samples = rec.samples();
+        // Requests started once traffic was being stopped are no part of the soak.
+        let samples: Vec<_> = rec
+            .samples()
+            .into_iter()
+            .filter(|s| s.at_ms <= e.end_ms)
+            .collect();
         let mut l = ListenerReport {
             listener: name.to_string(),
             requests: samples.len() as u64,
@@ -177,7 +182,7 @@ pub fn judge(e: Evidence<'_>) -> SoakReport {
             creates_acknowledged: 0,
             creates_lost: Vec::new(),
             creates_applied_twice: 0,
-            ambiguous_writes: rec.ambiguous_writes().len() as u64,
+            ambiguous_writes: rec.ambiguous_writes(e.end_ms).len() as u64,
             longest_stall_ms: samples.iter().map(|s| s.latency_ms).fold(0.0, f64::max),
             failed_by_fault: BTreeMap::new(),
             failed_by_error: BTreeMap::new(),
