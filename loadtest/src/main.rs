@@ -201,25 +201,7 @@ fn main() -> anyhow::Result<()> {
         cooldown: Duration::from_secs(14),
         kubectl: !common.no_kubectl,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    // Ctrl-C or SIGTERM drops the run: every process it started is ended by PID on the way out.
-    let reports = runtime.block_on(async {
-        tokio::select! {
-            reports = run::run(&plan) => reports.map(Some),
-            signal = interrupted() => {
-                eprintln!("\n{signal}: stopping the processes this run started");
-                Ok(None)
-            }
-        }
-    });
-    runtime.shutdown_timeout(Duration::from_secs(1));
-    let Some(reports) = reports? else {
-        eprintln!("interrupted; configs and logs: {}", dir.display());
-        std::process::exit(130);
-    };
+    let reports = until_interrupted(run::run(&plan), &dir)?;
     println!("{}", report::markdown(&reports));
     if let Some(path) = common.json {
         std::fs::write(&path, serde_json::to_vec_pretty(&reports)?)?;
@@ -247,6 +229,35 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs `work` on a two-thread runtime. Ctrl-C or SIGTERM drops it — every process it started
+/// is ended by PID on the way out — and exits 130, naming `dir` where its files are.
+fn until_interrupted<T>(
+    work: impl std::future::Future<Output = anyhow::Result<T>>,
+    dir: &std::path::Path,
+) -> anyhow::Result<T> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let result = runtime.block_on(async {
+        tokio::select! {
+            done = work => done.map(Some),
+            signal = interrupted() => {
+                eprintln!("\n{signal}: stopping the processes this run started");
+                Ok(None)
+            }
+        }
+    });
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match result? {
+        Some(done) => Ok(done),
+        None => {
+            eprintln!("interrupted; configs and logs: {}", dir.display());
+            std::process::exit(130);
+        }
+    }
+}
+
 /// `kubegate-loadtest soak`.
 fn run_soak(
     duration: Duration,
@@ -265,24 +276,7 @@ fn run_soak(
         seed,
         dir: dir.clone(),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let report = runtime.block_on(async {
-        tokio::select! {
-            report = soak::soak(&plan) => report.map(Some),
-            signal = interrupted() => {
-                eprintln!("\n{signal}: stopping the processes this soak started");
-                Ok(None)
-            }
-        }
-    });
-    runtime.shutdown_timeout(Duration::from_secs(1));
-    let Some(report) = report? else {
-        eprintln!("interrupted; configs and logs: {}", dir.display());
-        std::process::exit(130);
-    };
+    let report = until_interrupted(soak::soak(&plan), &dir)?;
     println!("{}", soak::markdown(&report));
     if let Some(path) = json {
         std::fs::write(&path, serde_json::to_vec_pretty(&report)?)?;

@@ -133,40 +133,18 @@ async fn one(
     let start = Instant::now();
     let rec = Arc::new(Recorder::new(start));
     let stop = Stop::default();
-    let mut tasks = Vec::new();
-    for id in 0..3 {
-        tasks.push(tokio::spawn(traffic::component(
-            id,
-            target.clone(),
-            rec.clone(),
-            stop.clone(),
-        )));
-    }
-    for id in 0..scenarios::writers(scenario) {
-        tasks.push(tokio::spawn(traffic::writer(
-            id,
-            target.clone(),
-            rec.clone(),
-            stop.clone(),
-            Duration::from_millis(10),
-        )));
-    }
+    let mix = traffic::Mix {
+        components: 3,
+        writers: scenarios::writers(scenario),
+        writer_pause: Duration::from_millis(10),
+        short_lived: 2,
+        watchers: 2,
+        first_id: 0,
+    };
+    let mut tasks = mix.spawn(&target, &rec, &stop);
     if let (true, Some(admin)) = (gw.terminates, gw.admin) {
         tasks.push(tokio::spawn(crate::resumes::follow(
             admin,
-            rec.clone(),
-            stop.clone(),
-        )));
-    }
-    for id in 0..2 {
-        tasks.push(tokio::spawn(traffic::short_lived(
-            id,
-            target.clone(),
-            rec.clone(),
-            stop.clone(),
-        )));
-        tasks.push(tokio::spawn(traffic::watcher(
-            target.clone(),
             rec.clone(),
             stop.clone(),
         )));

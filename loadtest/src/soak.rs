@@ -160,35 +160,17 @@ pub async fn soak(plan: &SoakPlan) -> anyhow::Result<SoakReport> {
     for (n, (name, target)) in targets.iter().enumerate() {
         let rec = Arc::new(Recorder::new(start));
         // Distinct ids per listener: created names (`w{id}-{turn}`) must never collide, and
-        // components renew the leases `traffic::seed` made (ids 0 to 7).
-        let base = n * 4;
-        for id in 0..2 {
-            tasks.push(tokio::spawn(traffic::component(
-                base + id,
-                target.clone(),
-                rec.clone(),
-                stop.clone(),
-            )));
-        }
-        // A steady controller's pace, so that a 30-minute soak's objects stay listable.
-        tasks.push(tokio::spawn(traffic::writer(
-            base,
-            target.clone(),
-            rec.clone(),
-            stop.clone(),
-            Duration::from_millis(100),
-        )));
-        tasks.push(tokio::spawn(traffic::short_lived(
-            base,
-            target.clone(),
-            rec.clone(),
-            stop.clone(),
-        )));
-        tasks.push(tokio::spawn(traffic::watcher(
-            target.clone(),
-            rec.clone(),
-            stop.clone(),
-        )));
+        // components renew the leases `traffic::seed` made (ids 0 to 7). Writers at a steady
+        // controller's pace, so that a 30-minute soak's objects stay listable.
+        let mix = traffic::Mix {
+            components: 2,
+            writers: 1,
+            writer_pause: Duration::from_millis(100),
+            short_lived: 1,
+            watchers: 1,
+            first_id: n * 4,
+        };
+        tasks.extend(mix.spawn(target, &rec, &stop));
         recorders.push((*name, rec));
     }
     tokio::time::sleep(Duration::from_secs(5)).await;

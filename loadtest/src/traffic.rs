@@ -234,6 +234,64 @@ pub async fn component(id: usize, target: Target, rec: Arc<Recorder>, stop: Stop
     }
 }
 
+/// How many clients of each kind run against one target.
+pub struct Mix {
+    /// [`component`]s.
+    pub components: usize,
+    /// [`writer`]s.
+    pub writers: usize,
+    /// The pause between a writer's creates.
+    pub writer_pause: Duration,
+    /// [`short_lived`] clients.
+    pub short_lived: usize,
+    /// [`watcher`]s.
+    pub watchers: usize,
+    /// Ids start here (they name leases and created objects: two mixes against one store
+    /// need ranges apart).
+    pub first_id: usize,
+}
+
+impl Mix {
+    /// Starts every client; each runs until `stop`.
+    pub fn spawn(
+        &self,
+        target: &Target,
+        rec: &Arc<Recorder>,
+        stop: &Stop,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        let ids = |n: usize| self.first_id..self.first_id + n;
+        let mut tasks = Vec::new();
+        for id in ids(self.components) {
+            tasks.push(tokio::spawn(component(
+                id,
+                target.clone(),
+                rec.clone(),
+                stop.clone(),
+            )));
+        }
+        for id in ids(self.writers) {
+            let (t, r, s) = (target.clone(), rec.clone(), stop.clone());
+            tasks.push(tokio::spawn(writer(id, t, r, s, self.writer_pause)));
+        }
+        for id in ids(self.short_lived) {
+            tasks.push(tokio::spawn(short_lived(
+                id,
+                target.clone(),
+                rec.clone(),
+                stop.clone(),
+            )));
+        }
+        for _ in 0..self.watchers {
+            tasks.push(tokio::spawn(watcher(
+                target.clone(),
+                rec.clone(),
+                stop.clone(),
+            )));
+        }
+        tasks
+    }
+}
+
 /// A writer (a busy controller): creates `pause` apart on one long-lived HTTP/2 connection
 /// (back to back with a short pause, so writes are in flight whenever a replica dies).
 pub async fn writer(id: usize, target: Target, rec: Arc<Recorder>, stop: Stop, pause: Duration) {
