@@ -45,15 +45,30 @@ fn gateway(pki: &Pki, fp: &FrontProxyPki, sims: &[Sim]) -> Kubegate {
     kg
 }
 
+/// Creates configmap `name`. A create in flight on a replica that crashes is ambiguous (502:
+/// "it may have been applied"), and kubegate rightly does not send it again; this client then
+/// does what a careful one does: looks the object up, and creates it only if it is not there.
 async fn create(conn: &mut Conn, name: &str) {
     let body = format!(
         r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}},"data":{{"a":"b"}}}}"#
     );
-    let r = conn
-        .request("POST", "/api/v1/namespaces/default/configmaps", Some(&body))
-        .await
-        .expect("create answered");
-    assert_eq!(r.status, 201, "create {name}: {}", r.text());
+    for _ in 0..3 {
+        let r = conn
+            .request("POST", "/api/v1/namespaces/default/configmaps", Some(&body))
+            .await
+            .expect("create answered");
+        if r.status == 201 {
+            return;
+        }
+        assert_eq!(r.status, 502, "create {name}: {}", r.text());
+        let path = format!("/api/v1/namespaces/default/configmaps/{name}");
+        let found = conn.get(&path).await.expect("get answered");
+        if found.status == 200 {
+            return;
+        }
+        assert_eq!(found.status, 404, "get {name}: {}", found.text());
+    }
+    panic!("create {name}: three ambiguous answers");
 }
 
 /// The list's resourceVersion, where the watches start.

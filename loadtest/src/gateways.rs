@@ -522,7 +522,7 @@ fn envoy_l7(
           request_timeout: 0s
           http2_protocol_options: {{max_concurrent_streams: 1000}}
           # HTTP/1.0 clients (health checkers, openssl s_time) get an answer, not 426.
-          http_protocol_options: {{accept_http_10: true}}
+          http_protocol_options: {{accept_http_10: true, default_host_for_http_10: kubernetes}}
           upgrade_configs:
           - upgrade_type: websocket
           - upgrade_type: SPDY/3.1
@@ -551,6 +551,11 @@ fn envoy_l7(
     # Watches count as active requests, so LEAST_REQUEST would keep requests off the replicas
     # that hold watches: round robin spreads them evenly.
     lb_policy: ROUND_ROBIN
+    # Envoy's default circuit breakers allow 1,024 requests at once per cluster; every watch
+    # of a cluster's components is one, so thousands must fit.
+    circuit_breakers:
+      thresholds:
+      - {{max_connections: 100000, max_pending_requests: 100000, max_requests: 100000}}
     typed_extension_protocol_options:
       envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
         "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions

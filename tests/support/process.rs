@@ -237,16 +237,19 @@ impl Sim {
     }
 }
 
-/// One plain HTTP/1.1 exchange (fault port, admin endpoint), returning the raw response.
+/// One plain HTTP/1.1 exchange (fault port, admin endpoint), returning the raw response:
+/// empty when the server closed the connection without one (a TLS endpoint may close before
+/// the request is even written).
 pub fn plain_http(addr: impl std::net::ToSocketAddrs, method: &str, path: &str) -> String {
     use std::io::{Read, Write};
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(
-        s,
+    let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
+    );
+    if s.write_all(request.as_bytes()).is_err() {
+        return String::new();
+    }
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
     out

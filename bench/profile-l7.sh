@@ -1,0 +1,36 @@
+#!/bin/bash
+# Profiles kubegate in terminate mode (release build, one worker) under `h2load -c 10 -m 10`
+# against a TLS nginx backend: `perf record -g` for 10 s, then the shares by library and the
+# top symbols. Needs perf, nginx, h2load (scripts/install-peers) and a release build
+# (`cargo build --release -p kubegate -p kubegate-sim -p kubegate-loadtest`).
+set -e
+cd "$(dirname "$0")/.."
+bin=target/release
+w=$(mktemp -d /tmp/prof.XXXX); chmod 755 $w
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+$bin/kubegate-sim certs $w/pki >/dev/null
+mkdir -p $w/www; echo '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"small","namespace":"default","resourceVersion":"1000"},"data":{"key":"vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv"}}' > $w/www/small.json
+b=$(port)
+cat > $w/b.conf <<CONF
+worker_processes 1; error_log $w/b.err crit; pid $w/b.pid; events { worker_connections 2000; }
+http { access_log off; default_type application/json; keepalive_requests 1000000; http2_max_concurrent_streams 1000;
+ ssl_certificate $w/pki/apiserver.crt; ssl_certificate_key $w/pki/apiserver.key;
+ server { listen 127.0.0.1:$b ssl http2; location = /readyz { return 200 "ok"; } location = /api/v1/namespaces/default/configmaps/small { alias $w/www/small.json; } } }
+CONF
+nginx -p $w -c $w/b.conf -g 'daemon off; master_process off;' & npid=$!
+kpid=
+trap 'kill $npid $kpid 2>/dev/null || true' EXIT
+p=$(port)
+mapfile -t lines < <($bin/kubegate-loadtest gateway kubegate-l7 --listen 127.0.0.1:$p --backend 127.0.0.1:$b --pki $w/pki --dir $w/kg --threads 1)
+KUBEGATE_LOG=warn "${lines[@]:1}" 2>$w/kg.log & kpid=$!
+until curl -sf "http://${lines[0]}/readyz" >/dev/null; do sleep 0.1; done
+sleep 1
+h2load -c 10 -m 10 -D 3 https://127.0.0.1:$p/api/v1/namespaces/default/configmaps/small >/dev/null
+perf record -F 1999 -g -p $kpid -o $w/perf.data -- sleep 10 2>/dev/null &
+rpid=$!
+h2load -c 10 -m 10 -D 10 https://127.0.0.1:$p/api/v1/namespaces/default/configmaps/small | grep -E "^finished|^requests:"
+wait $rpid || true
+perf report -i $w/perf.data --no-children --sort dso --stdio 2>/dev/null | grep -v "^#" | grep -v "^$" | head -15
+echo ---
+perf report -i $w/perf.data --no-children --sort sym --stdio -g none 2>/dev/null | grep -v "^#" | grep -v "^$" | head -45
+echo $w
