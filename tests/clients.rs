@@ -159,19 +159,16 @@ fn replicas(pki: &Pki, etcd: &Etcd, fp: &FrontProxyPki) -> Vec<Sim> {
     let tokens = pki.token_file(&[("tok-ops", "ops-bot", "ops")]);
     (1..=3)
         .map(|i| {
-            Sim::start(
+            Sim::behind_front_proxy(
                 pki,
+                fp,
                 &format!("replica-{i}"),
-                SimOptions {
-                    args: vec![
-                        "--etcd-servers".into(),
-                        etcd.url.clone(),
-                        "--token-auth-file".into(),
-                        tokens.display().to_string(),
-                    ],
-                    front_proxy_ca: Some(fp.ca.clone()),
-                    ..Default::default()
-                },
+                vec![
+                    "--etcd-servers".into(),
+                    etcd.url.clone(),
+                    "--token-auth-file".into(),
+                    tokens.display().to_string(),
+                ],
             )
         })
         .collect()
@@ -179,10 +176,12 @@ fn replicas(pki: &Pki, etcd: &Etcd, fp: &FrontProxyPki) -> Vec<Sim> {
 
 /// kubegate in front of `sims`, terminating TLS when `terminate`.
 fn gateway(pki: &Pki, fp: &FrontProxyPki, sims: &[Sim], terminate: bool) -> Kubegate {
-    let mut cfg = KubegateConfig::new(&sims.iter().collect::<Vec<_>>());
-    if terminate {
-        cfg.terminate = Some(TerminateFiles::new(pki, fp));
-    }
+    let backends: Vec<&Sim> = sims.iter().collect();
+    let cfg = if terminate {
+        KubegateConfig::terminating(pki, fp, &backends)
+    } else {
+        KubegateConfig::new(&backends)
+    };
     let kg = Kubegate::start(pki, &cfg);
     for s in sims {
         kg.wait_state(&s.name, "ready", Duration::from_secs(30));
@@ -489,21 +488,18 @@ fn kubectl_watch_and_the_python_client_see_every_change_across_restarts_and_a_cr
     let tokens = pki.token_file(&[("tok-ops", "ops-bot", "ops")]);
     let mut sims: Vec<Sim> = (1..=3)
         .map(|i| {
-            Sim::start(
+            Sim::behind_front_proxy(
                 &pki,
+                &fp,
                 &format!("replica-{i}"),
-                SimOptions {
-                    args: vec![
-                        "--etcd-servers".into(),
-                        etcd.url.clone(),
-                        "--token-auth-file".into(),
-                        tokens.display().to_string(),
-                        "--shutdown-delay-duration".into(),
-                        "2s".into(),
-                    ],
-                    front_proxy_ca: Some(fp.ca.clone()),
-                    ..Default::default()
-                },
+                vec![
+                    "--etcd-servers".into(),
+                    etcd.url.clone(),
+                    "--token-auth-file".into(),
+                    tokens.display().to_string(),
+                    "--shutdown-delay-duration".into(),
+                    "2s".into(),
+                ],
             )
         })
         .collect();

@@ -21,22 +21,13 @@ fn replicas(pki: &Pki, fp: &FrontProxyPki, etcd: &Etcd, extra: &[&str]) -> Vec<S
         .map(|i| {
             let mut args: Vec<String> = vec!["--etcd-servers".into(), etcd.url.clone()];
             args.extend(extra.iter().map(|s| s.to_string()));
-            Sim::start(
-                pki,
-                &format!("replica-{i}"),
-                SimOptions {
-                    args,
-                    front_proxy_ca: Some(fp.ca.clone()),
-                    ..Default::default()
-                },
-            )
+            Sim::behind_front_proxy(pki, fp, &format!("replica-{i}"), args)
         })
         .collect()
 }
 
 fn gateway(pki: &Pki, fp: &FrontProxyPki, sims: &[Sim]) -> Kubegate {
-    let mut cfg = KubegateConfig::new(&sims.iter().collect::<Vec<_>>());
-    cfg.terminate = Some(TerminateFiles::new(pki, fp));
+    let mut cfg = KubegateConfig::terminating(pki, fp, &sims.iter().collect::<Vec<_>>());
     cfg.drain = "30s";
     let kg = Kubegate::start(pki, &cfg);
     for s in sims {
@@ -304,8 +295,7 @@ async fn a_frozen_replicas_requests_and_watches_move_on() {
     let fp = pki.front_proxy();
     let etcd = Etcd::start(dir.path());
     let sims = replicas(&pki, &fp, &etcd, &[]);
-    let mut cfg = KubegateConfig::new(&sims.iter().collect::<Vec<_>>());
-    cfg.terminate = Some(TerminateFiles::new(&pki, &fp));
+    let mut cfg = KubegateConfig::terminating(&pki, &fp, &sims.iter().collect::<Vec<_>>());
     cfg.balance = "round-robin";
     let kg = Kubegate::start(&pki, &cfg);
     for s in &sims {

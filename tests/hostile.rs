@@ -37,16 +37,8 @@ fn setup() -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new(dir.path());
     let fp = pki.front_proxy();
-    let sim = Sim::start(
-        &pki,
-        "replica-1",
-        SimOptions {
-            front_proxy_ca: Some(fp.ca.clone()),
-            ..Default::default()
-        },
-    );
-    let mut cfg = KubegateConfig::new(&[&sim]);
-    cfg.terminate = Some(TerminateFiles::new(&pki, &fp));
+    let sim = Sim::behind_front_proxy(&pki, &fp, "replica-1", Vec::new());
+    let mut cfg = KubegateConfig::terminating(&pki, &fp, &[&sim]);
     cfg.extra = LIMITS.into();
     let kg = Kubegate::start(&pki, &cfg);
     kg.wait_state("replica-1", "ready", T);
@@ -206,7 +198,9 @@ async fn rapid_reset_closes_the_connection_and_others_are_served() {
 
     // Paced, so that kubegate has taken each stream (and asked the replica) before its reset:
     // h2's limit does not see these; kubegate's rapid reset rule does.
-    s.sim.set_latency_ms(200);
+    // Answers take 600 ms, so that a reset 2 ms after its HEADERS comes before the answer
+    // even when a loaded machine delays kubegate's reading by hundreds of milliseconds.
+    s.sim.set_latency_ms(600);
     let before = counter(&s.kg, RAPID_RESET);
     let mut sent = 0u32;
     let mut ending = Ending::Open;

@@ -1,7 +1,7 @@
 //! Short failover load tests in CI, with real processes and real kubectl alongside: L4
 //! (`rolling-restart` and `freeze` against kubegate and HAProxy in kubeadm's configuration) and
 //! L7 (kubegate's terminate mode through a rolling restart, a crash under writes, a freeze and
-//! every replica going down, beside Envoy terminating TLS); and a short soak with faults. The
+//! every replica going down, beside HAProxy terminating TLS); and a short soak with faults. The
 //! full matrices and the 30-minute soak are documented commands (docs/failover.md), not tests.
 
 use kubegate_e2e::bin;

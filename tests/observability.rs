@@ -71,21 +71,11 @@ async fn every_metric_in_dashboard_and_alerts_is_exported() {
     let pki = Pki::new(dir.path());
     let fp = pki.front_proxy();
     let sims: Vec<Sim> = (1..=2)
-        .map(|i| {
-            Sim::start(
-                &pki,
-                &format!("replica-{i}"),
-                SimOptions {
-                    front_proxy_ca: Some(fp.ca.clone()),
-                    ..Default::default()
-                },
-            )
-        })
+        .map(|i| Sim::behind_front_proxy(&pki, &fp, &format!("replica-{i}"), Vec::new()))
         .collect();
     // Terminate mode: its request series appear with the first request, the passthrough ones
     // exist from the start.
-    let mut cfg = KubegateConfig::new(&sims.iter().collect::<Vec<_>>());
-    cfg.terminate = Some(TerminateFiles::new(&pki, &fp));
+    let cfg = KubegateConfig::terminating(&pki, &fp, &sims.iter().collect::<Vec<_>>());
     let kg = Kubegate::start(&pki, &cfg);
     kg.wait_state("replica-1", "ready", Duration::from_secs(30));
     // Failing-check series exist only while a check fails: make one fail.

@@ -28,23 +28,13 @@ fn replicas(pki: &Pki, fp: &FrontProxyPki, n: usize, extra: &[&str]) -> Vec<Sim>
             let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
             args.push("--token-auth-file".into());
             args.push(tokens.display().to_string());
-            Sim::start(
-                pki,
-                &format!("replica-{i}"),
-                SimOptions {
-                    args,
-                    front_proxy_ca: Some(fp.ca.clone()),
-                    ..Default::default()
-                },
-            )
+            Sim::behind_front_proxy(pki, fp, &format!("replica-{i}"), args)
         })
         .collect()
 }
 
 fn terminate_config(pki: &Pki, fp: &FrontProxyPki, sims: &[Sim]) -> KubegateConfig {
-    let mut cfg = KubegateConfig::new(&sims.iter().collect::<Vec<_>>());
-    cfg.terminate = Some(TerminateFiles::new(pki, fp));
-    cfg
+    KubegateConfig::terminating(pki, fp, &sims.iter().collect::<Vec<_>>())
 }
 
 fn start(pki: &Pki, cfg: &KubegateConfig, sims: &[Sim]) -> Kubegate {

@@ -143,6 +143,25 @@ pub struct Sim {
 }
 
 impl Sim {
+    /// Starts replica `name` trusting `fp`'s front-proxy CA (requestheader authentication, as
+    /// behind kubegate's terminate mode), with extra flags `args`.
+    pub fn behind_front_proxy(
+        pki: &Pki,
+        fp: &crate::pki::FrontProxyPki,
+        name: &str,
+        args: Vec<String>,
+    ) -> Sim {
+        Sim::start(
+            pki,
+            name,
+            SimOptions {
+                args,
+                front_proxy_ca: Some(fp.ca.clone()),
+                ..Default::default()
+            },
+        )
+    }
+
     /// Starts replica `name` with certificates from `pki` and waits until it accepts TCP.
     pub fn start(pki: &Pki, name: &str, opts: SimOptions) -> Sim {
         let addr = opts
@@ -332,6 +351,14 @@ impl KubegateConfig {
             extra: String::new(),
             terminate: None,
         }
+    }
+
+    /// Terminating TLS in front of `sims` with `pki`'s serving certificate and client CA,
+    /// vouching for clients with `fp`'s front-proxy certificate.
+    pub fn terminating(pki: &Pki, fp: &crate::pki::FrontProxyPki, sims: &[&Sim]) -> KubegateConfig {
+        let mut cfg = KubegateConfig::new(sims);
+        cfg.terminate = Some(TerminateFiles::new(pki, fp));
+        cfg
     }
 
     /// The YAML text, with listener and admin addresses.
