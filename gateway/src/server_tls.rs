@@ -3,39 +3,20 @@
 //! verification. Used by terminate-mode listeners and by the admin endpoint.
 
 use kubegate_config::ListenerTls;
+use kubegate_health::load_certs;
+/// PEM roots are read as the prober reads its CA: one loader for both.
+pub use kubegate_health::load_roots;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::PrivateKeyDer;
 use rustls::server::{ClientHello, ResolvesServerCert, ServerConfig, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
-use rustls::RootCertStore;
 use std::path::Path;
 use std::sync::Arc;
 
 /// The crypto provider every TLS configuration of kubegate uses.
 pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
-}
-
-fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!("{}: no PEM certificate in file", path.display()));
-    }
-    Ok(certs)
-}
-
-/// A root store of every certificate in a PEM file.
-pub fn load_roots(path: &Path) -> Result<RootCertStore, String> {
-    let mut roots = RootCertStore::empty();
-    for cert in load_certs(path)? {
-        roots
-            .add(cert)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-    }
-    Ok(roots)
 }
 
 /// A certificate chain and its key, checked to belong together.

@@ -20,4 +20,5 @@ pub use checker::{
 pub use outcome::{ProbeOutcome, ProbeRecord, TlsProblem, UnreachableReason};
 pub use probe::{out_of_resources, Prober, ProberError};
 pub use state::{BackendState, HealthTracker, ProbeSignal, Thresholds, Transition};
+pub use tls::{load_certs, load_roots};
 pub use verbose::{parse_verbose, ReadyzReport};

@@ -41,7 +41,8 @@ pub fn client_config(tls: &kubegate_config::HealthTls) -> Result<ClientConfig, S
     Ok(config)
 }
 
-fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+/// Every certificate in a PEM file (at least one), errors naming the file.
+pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let certs = CertificateDer::pem_file_iter(path)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
         .map_err(|e| format!("{}: {e}", path.display()))?;
@@ -51,7 +52,8 @@ fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     Ok(certs)
 }
 
-fn load_roots(path: &Path) -> Result<RootCertStore, String> {
+/// A root store of every certificate in a PEM file, errors naming the file.
+pub fn load_roots(path: &Path) -> Result<RootCertStore, String> {
     let mut roots = RootCertStore::empty();
     for cert in load_certs(path)? {
         roots
