@@ -262,21 +262,26 @@ for ev in w.stream(v1.list_namespaced_config_map, "default",
 "#;
 
 /// Lists and watches with the Python client through `kg`, while kubectl creates an object.
+/// `/usr/bin/python3 -c SCRIPT KUBECONFIG` with Debian's python3-kubernetes, its output piped.
+fn python(script: &str, kubeconfig: &Path) -> ChildProcess {
+    ChildProcess::adopt(
+        Command::new("/usr/bin/python3")
+            .args(["-c", script])
+            .arg(kubeconfig)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("/usr/bin/python3 with Debian's python3-kubernetes"),
+    )
+}
+
 fn python_client(pki: &Pki, kg: &Kubegate) {
     let kc = pki.kubeconfig(&format!("https://{}", kg.listen));
     kubectl(
         &kc,
         &["create", "configmap", "existing", "--from-literal=a=b"],
     );
-    let mut py = ChildProcess::adopt(
-        Command::new("/usr/bin/python3")
-            .args(["-c", PYTHON_CLIENT])
-            .arg(&kc)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("/usr/bin/python3 with Debian's python3-kubernetes"),
-    );
+    let mut py = python(PYTHON_CLIENT, &kc);
     let rx = lines_of(py.child_mut().unwrap());
     let list = wait_line(&rx, "the Python client's list", |l| l.starts_with("LIST"));
     assert!(list.starts_with("LIST 1 "), "{list}");
@@ -521,15 +526,7 @@ fn kubectl_watch_and_the_python_client_see_every_change_across_restarts_and_a_cr
     wait_line(&kubectl_lines, "kubectl's initial listing", |l| {
         l.contains("first")
     });
-    let mut py = ChildProcess::adopt(
-        Command::new("/usr/bin/python3")
-            .args(["-c", PYTHON_WATCH])
-            .arg(&kc)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("/usr/bin/python3 with Debian's python3-kubernetes"),
-    );
+    let mut py = python(PYTHON_WATCH, &kc);
     let py_lines = lines_of(py.child_mut().unwrap());
     wait_line(&py_lines, "the Python client's list", |l| {
         l.starts_with("LIST")
