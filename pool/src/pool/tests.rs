@@ -4,6 +4,7 @@
 use super::*;
 use crate::test_support::{EventLog, TestPlanes};
 use kubegate_health::UnreachableReason;
+use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
 fn pool(drain: DrainConfig) -> (Arc<Pool<TestPlanes>>, Arc<EventLog>) {
@@ -85,6 +86,12 @@ async fn settle() {
     }
 }
 
+/// Paused time moves on by `d`, then the tasks it woke run.
+async fn advance(d: Duration) {
+    tokio::time::sleep(d).await;
+    settle().await;
+}
+
 fn events_of(log: &EventLog, prefixes: &[&str]) -> Vec<String> {
     log.lines()
         .into_iter()
@@ -134,15 +141,10 @@ async fn a_failing_backend_drains_until_the_failing_timeout() {
     probe(&pool, "a", &[fail("etcd"), fail("etcd")]);
     assert_eq!(b.state(), BackendState::NotReady);
     assert_eq!(pool.routing().ready.len(), 1, "no new work goes there");
-    assert_eq!(
-        b.planes().drains.load(std::sync::atomic::Ordering::SeqCst),
-        1
-    );
-    tokio::time::sleep(Duration::from_millis(4_900)).await;
-    settle().await;
+    assert_eq!(b.planes().drains.load(Ordering::SeqCst), 1);
+    advance(Duration::from_millis(4_900)).await;
     assert!(b.planes().closes().is_empty(), "closed before the deadline");
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    settle().await;
+    advance(Duration::from_millis(200)).await;
     assert_eq!(b.planes().closes(), [(CloseReason::DrainTimeout, 3)]);
     assert_eq!(
         events_of(&events, &["drain", "closed"]),
@@ -159,11 +161,9 @@ async fn a_shutting_down_backend_drains_until_the_drain_timeout() {
     // One `[-]shutdown` answer is enough.
     probe(&pool, "a", &[fail("shutdown")]);
     assert_eq!(b.state(), BackendState::NotReady);
-    tokio::time::sleep(Duration::from_secs(29)).await;
-    settle().await;
+    advance(Duration::from_secs(29)).await;
     assert!(b.planes().closes().is_empty());
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    settle().await;
+    advance(Duration::from_secs(2)).await;
     assert_eq!(b.planes().closes(), [(CloseReason::DrainTimeout, 2)]);
 }
 
@@ -175,10 +175,9 @@ async fn with_no_other_backend_ready_the_drain_waits_for_one() {
     // etcd lost everywhere: there is nowhere better for a's work to go.
     probe(&pool, "a", &[fail("etcd"), fail("etcd")]);
     assert_eq!(b.state(), BackendState::NotReady);
-    tokio::time::sleep(Duration::from_secs(60)).await;
-    settle().await;
+    advance(Duration::from_secs(60)).await;
     assert_eq!(
-        b.planes().drains.load(std::sync::atomic::Ordering::SeqCst),
+        b.planes().drains.load(Ordering::SeqCst),
         0,
         "no drain ordered"
     );
@@ -187,12 +186,8 @@ async fn with_no_other_backend_ready_the_drain_waits_for_one() {
     pool.add(&spec(2, "other"));
     probe(&pool, "other", &[pass(), pass()]);
     settle().await;
-    assert_eq!(
-        b.planes().drains.load(std::sync::atomic::Ordering::SeqCst),
-        1
-    );
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    settle().await;
+    assert_eq!(b.planes().drains.load(Ordering::SeqCst), 1);
+    advance(Duration::from_millis(10)).await;
     assert_eq!(b.planes().closes(), [(CloseReason::DrainTimeout, 3)]);
     assert_eq!(
         events_of(&events, &["drain", "closed"]),
@@ -210,10 +205,7 @@ async fn a_waiting_drain_is_called_off_when_the_backend_is_ready_again() {
     probe(&pool, "a", &[pass(), pass()]);
     assert_eq!(b.state(), BackendState::Ready);
     settle().await;
-    assert_eq!(
-        b.planes().drains.load(std::sync::atomic::Ordering::SeqCst),
-        0
-    );
+    assert_eq!(b.planes().drains.load(Ordering::SeqCst), 0);
     assert!(b.planes().closes().is_empty());
     assert_eq!(b.planes().open(), 2);
 }
@@ -228,8 +220,7 @@ async fn returning_to_ready_calls_the_drain_off() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     probe(&pool, "a", &[pass(), pass()]);
     assert_eq!(b.state(), BackendState::Ready);
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    settle().await;
+    advance(Duration::from_secs(10)).await;
     assert!(b.planes().closes().is_empty(), "{:?}", b.planes().closes());
     assert_eq!(b.planes().open(), 2);
 }
@@ -239,8 +230,7 @@ async fn a_drain_without_open_work_closes_nothing_later() {
     let (pool, events) = pool(drains(30, 5));
     let b = ready_backend(&pool, 1, "a");
     probe(&pool, "a", &[fail("etcd"), fail("etcd")]);
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    settle().await;
+    advance(Duration::from_secs(10)).await;
     assert!(b.planes().closes().is_empty());
     assert!(events_of(&events, &["drain", "closed"]).is_empty());
 }
@@ -289,8 +279,7 @@ async fn a_removed_backend_is_closed_at_the_deadline_then_forgotten() {
     ready_backend(&pool, 2, "other");
     b.planes().set_open(2);
     pool.remove(&spec(1, "a"));
-    tokio::time::sleep(Duration::from_secs(31)).await;
-    settle().await;
+    advance(Duration::from_secs(31)).await;
     assert_eq!(b.planes().closes(), [(CloseReason::DrainTimeout, 2)]);
     // The test planes drop their work when closed; real ones report it as it ends.
     b.work_ended();
