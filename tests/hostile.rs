@@ -11,6 +11,7 @@
 //! 4. `streams_beyond_the_limit_are_refused`.
 //! 5. `slow_handshakes_and_heads_are_cut_and_the_connection_limit_holds` (slowloris).
 //! 6. `oversized_and_invalid_requests_get_clear_errors`.
+//! 7. `a_client_that_never_reads_stalls_only_itself` (flow control toward the backends).
 
 use kubegate_e2e::h2raw::{self, flag, kind, Ending, RawH2};
 use kubegate_e2e::*;
@@ -22,6 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const T: Duration = Duration::from_secs(30);
 const RAPID_RESET: &str = "kubegate_client_limit_closes_total{reason=\"rapid_reset\"}";
 const PODS: &str = "/api/v1/namespaces/default/pods";
+const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
 
 /// Limits small enough for a test to reach them.
 const LIMITS: &str = "terminate:\n  handshake_timeout: 5s\n  header_read_timeout: 2s\n  max_concurrent_streams: 50\nlimits:\n  max_client_connections: 150\n";
@@ -583,5 +585,48 @@ async fn oversized_and_invalid_requests_get_clear_errors() {
         ) >= 1.0)
             .then_some(())
     });
+    assert_alive(&s);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_stalls_only_itself() {
+    let s = setup();
+    // A LIST of ~1.5 MiB: 48 ConfigMaps of 32 KiB.
+    let mut writer = s.sim.connect(&s.pki, true).await.unwrap();
+    let data = "v".repeat(32 * 1024);
+    for i in 0..48 {
+        let body = format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"big-{i}"}},"data":{{"key":"{data}"}}}}"#
+        );
+        let r = writer
+            .request("POST", CONFIGMAPS, Some(&body))
+            .await
+            .unwrap();
+        assert_eq!(r.status, 201, "creating big-{i}");
+    }
+    let growth = measured(&s, "never-reads", async {
+        // Eight large LISTs on one connection that never reads a byte of them: each stream
+        // stops at the client's window, and what the backend sent meanwhile must not stop
+        // other clients' responses, which share kubegate's upstream connection.
+        let mut raw = RawH2::connect(s.kg.listen, &s.pki).await.unwrap();
+        for i in 0..8u32 {
+            raw.get(1 + 2 * i, CONFIGMAPS).await.unwrap();
+        }
+        let mut other = s.kg.connect(&s.pki, true).await.unwrap();
+        for i in 0..5 {
+            let path = format!("{CONFIGMAPS}/big-{i}");
+            let r = tokio::time::timeout(Duration::from_secs(10), other.get(&path))
+                .await
+                .unwrap_or_else(|_| {
+                    panic!("{path}: no answer within 10 s beside the stalled LISTs")
+                })
+                .unwrap();
+            assert_eq!(r.status, 200, "{path}");
+            assert!(r.body.len() > 32 * 1024, "{path}: the whole object");
+        }
+        drop(raw);
+    })
+    .await;
+    assert!(growth < 64 * 1024, "kubegate grew by {growth} KiB");
     assert_alive(&s);
 }

@@ -23,7 +23,9 @@ use crate::terminate::watch::{self, resumed_query, Framing};
 use crate::terminate::Upstreams;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http_body::Body as _;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -40,12 +42,38 @@ use std::time::{Duration, Instant};
 /// The largest 429/503 body read to tell a shutting-down apiserver from a busy one.
 const STATUS_BODY_LIMIT: usize = 16 * 1024;
 
+/// How much of one response a backend may send before kubegate's client has read it: what a
+/// response whose client stops reading holds in kubegate's memory (a client's stream window
+/// stops the relay, then this one stops the backend). 1 MiB lets a large LIST arrive without
+/// waiting for window updates.
+const UPSTREAM_STREAM_WINDOW: u32 = 1 << 20;
+
+/// The connection window toward a backend covers the windows of all its streams (the largest
+/// HTTP/2 allows), so that a client that stops reading stalls only its own response, never the
+/// others sharing kubegate's connection. (The two windows grew alike with hyper's adaptive
+/// window: one stalled LIST stopped every response on the connection.)
+const UPSTREAM_CONNECTION_WINDOW: u32 = (1 << 31) - 1;
+
 /// A client connection, as its requests need it.
 pub struct Client {
     /// The client's address, passed on in `X-Forwarded-For` (the apiserver's audit log reads it).
     pub addr: SocketAddr,
     /// The verified client certificate's identity, if any.
     pub identity: Option<CertIdentity>,
+    /// `X-Forwarded-For` for a request that carries none: the client's IP, made once.
+    forwarded_for: Option<HeaderValue>,
+}
+
+impl Client {
+    /// A client connecting from `addr`, with the identity of its verified certificate.
+    pub fn new(addr: SocketAddr, identity: Option<CertIdentity>) -> Client {
+        let forwarded_for = HeaderValue::from_str(&client_ip(addr).to_string()).ok();
+        Client {
+            addr,
+            identity,
+            forwarded_for,
+        }
+    }
 }
 
 /// Serves one request.
@@ -60,44 +88,35 @@ pub async fn handle(
     let upstreams = terminate.upstreams();
     let class = classify(req.method(), req.uri());
     if crate::terminate::upgrade::requested(&req) {
-        return crate::terminate::upgrade::proxy(&gw, &upstreams, &client, req, class).await;
+        // Boxed, as every rarely taken path that awaits a large future: a future is as large
+        // as its largest await, and each request's is allocated and moved whole.
+        return Box::pin(crate::terminate::upgrade::proxy(
+            &gw, &upstreams, &client, req, class,
+        ))
+        .await;
     }
     let (mut parts, body) = req.into_parts();
     let kind = prepare_headers(&gw, &upstreams, &client, &mut parts.headers);
+    let client_query = parts.uri.query().map(str::to_string);
+    // Before the hop-by-hop headers go: an HTTP/1.1 client's Host is one of them.
+    let uri = upstream_uri(parts.uri, &parts.headers, &upstreams.tls.server_name);
     remove_hop_by_hop(&mut parts.headers);
-    let limit = gw.config().load().terminate.max_request_body_bytes;
-    let body = match Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX))
-        .collect()
-        .await
-    {
-        Ok(b) => b.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            gw.metrics().request_failed(RequestFailure::BodyTooLarge);
-            return status(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "RequestEntityTooLarge",
-                &format!("the request body is larger than {limit} bytes"),
-                None,
-            );
-        }
-        Err(e) => {
-            gw.metrics().request_failed(RequestFailure::BadRequest);
-            return status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                &format!("reading the request body: {e}"),
-                None,
-            );
+    let body = if body.is_end_stream() {
+        // Most requests (GET, watch, DELETE without options) carry none.
+        Bytes::new()
+    } else {
+        match read_body(&gw, body).await {
+            Ok(body) => body,
+            Err(answer) => return answer,
         }
     };
-    let authority = authority(&parts.uri, &parts.headers, &upstreams.tls.server_name);
     let mut outgoing = Outgoing {
         method: parts.method,
-        uri: absolute(&parts.uri, &authority),
+        uri,
         headers: parts.headers,
         body,
         kind,
-        client_query: parts.uri.query().map(str::to_string),
+        client_query,
     };
     if class.verb == Verb::Watch {
         // Bookmarks carry positions: asked for upstream whatever the client asked (those it
@@ -105,6 +124,35 @@ pub async fn handle(
         outgoing = outgoing.with_query(&resumed_query(outgoing.client_query(), None, None));
     }
     send(gw, upstreams, outgoing, class).await
+}
+
+/// Reads a request body whole (a retry must be able to send it again), up to
+/// `terminate.max_request_body_bytes`; `Err` is the answer for the client. The read is
+/// boxed: only requests with a body pay for its future.
+async fn read_body(gw: &Gateway, body: Incoming) -> Result<Bytes, Response<ResponseBody>> {
+    let limit = gw.config().load().terminate.max_request_body_bytes;
+    let read = Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX)).collect();
+    match Box::pin(read).await {
+        Ok(b) => Ok(b.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            gw.metrics().request_failed(RequestFailure::BodyTooLarge);
+            Err(status(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "RequestEntityTooLarge",
+                &format!("the request body is larger than {limit} bytes"),
+                None,
+            ))
+        }
+        Err(e) => {
+            gw.metrics().request_failed(RequestFailure::BadRequest);
+            Err(status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                &format!("reading the request body: {e}"),
+                None,
+            ))
+        }
+    }
 }
 
 /// Removes the client's identity headers and sets the ones kubegate vouches for; adds
@@ -139,12 +187,15 @@ pub fn prepare_headers(
         crate::labels::Identity::BearerToken => Kind::BearerToken,
         crate::labels::Identity::Anonymous => Kind::Anonymous,
     };
-    let forwarded = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-        Some(before) => format!("{before}, {}", client_ip(client.addr)),
-        None => client_ip(client.addr).to_string(),
+    let forwarded_for = HeaderName::from_static("x-forwarded-for");
+    let forwarded = match headers.get(&forwarded_for).and_then(|v| v.to_str().ok()) {
+        Some(before) => {
+            HeaderValue::from_str(&format!("{before}, {}", client_ip(client.addr))).ok()
+        }
+        None => client.forwarded_for.clone(),
     };
-    if let Ok(v) = HeaderValue::from_str(&forwarded) {
-        headers.insert(HeaderName::from_static("x-forwarded-for"), v);
+    if let Some(v) = forwarded {
+        headers.insert(forwarded_for, v);
     }
     kind
 }
@@ -192,11 +243,22 @@ pub fn authority(uri: &Uri, headers: &HeaderMap, server_name: &ServerName<'_>) -
         .unwrap_or_else(|| server_name.to_str().into_owned())
 }
 
-fn absolute(uri: &Uri, authority: &str) -> Uri {
-    let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-    format!("https://{authority}{path}")
-        .parse()
-        .unwrap_or_else(|_| uri.clone())
+/// The request's URI toward a backend, absolute as HTTP/2 wants it: the client's path and
+/// query, kept as they are (not parsed again), and the authority it addressed (HTTP/2
+/// `:authority`, HTTP/1.1 `Host`), else the upstream server name.
+pub fn upstream_uri(uri: Uri, headers: &HeaderMap, server_name: &ServerName<'_>) -> Uri {
+    let mut parts = uri.into_parts();
+    if parts.authority.is_none() {
+        parts.authority = headers
+            .get(header::HOST)
+            .and_then(|h| Authority::try_from(h.as_bytes()).ok())
+            .or_else(|| Authority::try_from(server_name.to_str().as_ref()).ok());
+    }
+    parts.scheme = Some(Scheme::HTTPS);
+    if parts.path_and_query.is_none() {
+        parts.path_and_query = Some(PathAndQuery::from_static("/"));
+    }
+    Uri::from_parts(parts).unwrap_or_else(|_| Uri::from_static("/"))
 }
 
 /// A request ready to send to any backend, as often as retries need.
@@ -464,12 +526,14 @@ async fn stream_to(
     }
     .expect("requests carry identity only when a front-proxy certificate is configured");
     let timeout = gw.config().load().connect.timeout;
-    match dial_h2(
+    // Boxed: the TLS and HTTP/2 handshakes' future is ~6.5 KB, and every request's future
+    // would otherwise be that large (and moved whole) for a path few requests take.
+    match Box::pin(dial_h2(
         backend.address,
         tls,
         upstreams.tls.server_name.clone(),
         timeout,
-    )
+    ))
     .await
     {
         Ok(conn) => Ok(upstream.add(kind, conn)),
@@ -497,8 +561,8 @@ async fn dial_h2(
     }
     let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())
-        // Large LIST responses: let the window follow the bandwidth-delay product.
-        .adaptive_window(true)
+        .initial_stream_window_size(UPSTREAM_STREAM_WINDOW)
+        .initial_connection_window_size(UPSTREAM_CONNECTION_WINDOW)
         .handshake(TokioIo::new(tls))
         .await
         .map_err(io::Error::other)?;
@@ -566,9 +630,18 @@ mod tests {
         );
         let h2: Uri = "https://api.example:443/api".parse().unwrap();
         assert_eq!(authority(&h2, &h, &name), "api.example:443");
+        let h1 = HeaderMap::new();
         assert_eq!(
-            absolute(&"/api/v1?watch=1".parse().unwrap(), "k:6443").to_string(),
-            "https://k:6443/api/v1?watch=1"
+            upstream_uri("/api/v1?watch=1".parse().unwrap(), &h1, &name).to_string(),
+            "https://kubernetes/api/v1?watch=1"
+        );
+        assert_eq!(
+            upstream_uri("/api/v1?watch=1".parse().unwrap(), &h, &name).to_string(),
+            "https://10.0.0.1:6443/api/v1?watch=1"
+        );
+        assert_eq!(
+            upstream_uri(h2, &h, &name).to_string(),
+            "https://api.example:443/api"
         );
     }
 

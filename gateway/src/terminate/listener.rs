@@ -20,11 +20,13 @@ use crate::terminate::resets::ResetWatch;
 use crate::terminate::tls::ALPN;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use kubegate_config::ListenerTls;
+use kubegate_config::{ListenerTls, TerminateConfig};
 use kubegate_wire::identity::CertIdentity;
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
 /// One terminate-mode listener's TLS.
@@ -68,80 +70,46 @@ pub async fn serve(
     let Ok(addr) = tcp.peer_addr() else { return };
     let limits = gw.config().load().terminate.clone();
     let metrics = gw.metrics();
-    let tls =
-        match tokio::time::timeout(limits.handshake_timeout, listener.acceptor.accept(tcp)).await {
-            Ok(Ok(tls)) => tls,
-            Ok(Err(e)) => {
-                metrics
-                    .tls_handshake_failures
-                    .with_label_values(&["error"])
-                    .inc();
-                tracing::debug!(client = %addr, error = %e, "TLS handshake failed");
-                return;
-            }
-            Err(_) => {
-                metrics
-                    .tls_handshake_failures
-                    .with_label_values(&["timeout"])
-                    .inc();
-                tracing::debug!(client = %addr, "TLS handshake timed out");
-                return;
-            }
+    // The TLS stream is only moved here, never borrowed, so that once the connection took it
+    // over this future keeps no slot (1.2 KB) for it during the connection's life.
+    let Some(Accepted { tls, h2, identity }) = handshake(&gw, &listener, tcp, addr, &limits).await
+    else {
+        return;
+    };
+    // The connection borrows its builder.
+    let builder = builder(&limits, h2);
+    let (conn, resets) = {
+        let client = Arc::new(Client::new(addr, identity));
+        let resets = ResetWatch::new(if h2 {
+            limits.rapid_reset_min_streams
+        } else {
+            0
+        });
+        let service = {
+            let gw = gw.clone();
+            let resets = resets.clone();
+            hyper::service::service_fn(move |req| {
+                let gw = gw.clone();
+                let client = client.clone();
+                let stream = resets.opened();
+                // Boxed once: hyper moves a pointer into the stream's task instead of copying
+                // the request's future, and an open stream such as a watch does not keep an
+                // inline slot for it.
+                let response = Box::pin(handle(gw, client, req));
+                async move {
+                    let response = response.await;
+                    stream.finish();
+                    Ok::<_, Infallible>(response)
+                }
+            })
         };
-    let session = tls.get_ref().1;
-    let identity = session
-        .peer_certificates()
-        .and_then(|chain| chain.first())
-        .and_then(|leaf| CertIdentity::from_der(leaf));
-    let h2 = session.alpn_protocol() == Some(b"h2");
-    let client = Arc::new(Client { addr, identity });
+        let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+        (conn, resets)
+    };
     let gauge = metrics
         .client_connections
         .with_label_values(&[if h2 { "h2" } else { "http/1.1" }]);
     gauge.inc();
-    let resets = ResetWatch::new(if h2 {
-        limits.rapid_reset_min_streams
-    } else {
-        0
-    });
-    let service = {
-        let gw = gw.clone();
-        let resets = resets.clone();
-        hyper::service::service_fn(move |req| {
-            let gw = gw.clone();
-            let client = client.clone();
-            let stream = resets.opened();
-            // The request's future is large (its retries, upstream attempt and watch set-up
-            // hold about 9 KB): boxed once, hyper moves a pointer into the stream's task
-            // instead of copying it (memmove was 14% of kubegate's CPU under h2load), and an
-            // open stream such as a watch does not keep its slot (22 -> 13 KiB per idle watch).
-            let response = Box::pin(handle(gw, client, req));
-            async move {
-                let response = response.await;
-                stream.finish();
-                Ok::<_, Infallible>(response)
-            }
-        })
-    };
-    // hyper's HTTP/1.1 read buffer holds the request head; it cannot be under 8 KiB.
-    let head_limit = usize::try_from(limits.max_header_list_bytes).unwrap_or(usize::MAX);
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
-        .max_buf_size(head_limit.max(8192));
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(limits.max_concurrent_streams)
-        .max_header_list_size(limits.max_header_list_bytes);
-    let builder = if h2 {
-        builder.http2_only()
-    } else {
-        builder.http1_only()
-    };
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
     tokio::pin!(conn);
     let mut phase = gw.lifecycle().subscribe();
     let mut draining = false;
@@ -174,4 +142,73 @@ pub async fn serve(
         }
     }
     gauge.dec();
+}
+
+/// The HTTP server for one client connection: HTTP/2 or HTTP/1.1 only, as ALPN chose.
+fn builder(limits: &TerminateConfig, h2: bool) -> auto::Builder<TokioExecutor> {
+    // hyper's HTTP/1.1 read buffer holds the request head; it cannot be under 8 KiB.
+    let head_limit = usize::try_from(limits.max_header_list_bytes).unwrap_or(usize::MAX);
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(head_limit.max(8192));
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .max_header_list_size(limits.max_header_list_bytes);
+    if h2 {
+        builder.http2_only()
+    } else {
+        builder.http1_only()
+    }
+}
+
+/// A client connection after its TLS handshake.
+struct Accepted {
+    tls: TlsStream<TcpStream>,
+    /// Whether ALPN chose HTTP/2.
+    h2: bool,
+    /// The verified client certificate's identity, if any.
+    identity: Option<CertIdentity>,
+}
+
+/// The TLS handshake within `terminate.handshake_timeout`; failures are counted and logged.
+async fn handshake(
+    gw: &Gateway,
+    listener: &TerminateListener,
+    tcp: TcpStream,
+    addr: SocketAddr,
+    limits: &TerminateConfig,
+) -> Option<Accepted> {
+    let metrics = gw.metrics();
+    match tokio::time::timeout(limits.handshake_timeout, listener.acceptor.accept(tcp)).await {
+        Ok(Ok(tls)) => {
+            let session = tls.get_ref().1;
+            let identity = session
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .and_then(|leaf| CertIdentity::from_der(leaf));
+            let h2 = session.alpn_protocol() == Some(b"h2");
+            Some(Accepted { tls, h2, identity })
+        }
+        Ok(Err(e)) => {
+            metrics
+                .tls_handshake_failures
+                .with_label_values(&["error"])
+                .inc();
+            tracing::debug!(client = %addr, error = %e, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            metrics
+                .tls_handshake_failures
+                .with_label_values(&["timeout"])
+                .inc();
+            tracing::debug!(client = %addr, "TLS handshake timed out");
+            None
+        }
+    }
 }

@@ -50,13 +50,14 @@ pub async fn proxy(
     let (mut parts, _) = req.into_parts();
     let upgrade = parts.headers.get(header::UPGRADE).cloned();
     let kind = prepare_headers(gw, upstreams, client, &mut parts.headers);
-    // Only the two headers that make it an upgrade cross as connection headers.
-    crate::terminate::forward::remove_hop_by_hop(&mut parts.headers);
+    // Before the hop-by-hop headers go: an HTTP/1.1 client's Host is one of them.
     let host = crate::terminate::forward::authority(
         &parts.uri,
         &parts.headers,
         &upstreams.tls.server_name,
     );
+    // Only the two headers that make it an upgrade cross as connection headers.
+    crate::terminate::forward::remove_hop_by_hop(&mut parts.headers);
     if let Ok(h) = HeaderValue::from_str(&host) {
         parts.headers.insert(header::HOST, h);
     }
