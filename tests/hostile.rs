@@ -23,6 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const T: Duration = Duration::from_secs(30);
 const RAPID_RESET: &str = "kubegate_client_limit_closes_total{reason=\"rapid_reset\"}";
 const PODS: &str = "/api/v1/namespaces/default/pods";
+const HEAP: &str = "kubegate_heap_allocated_bytes";
 const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
 
 /// Limits small enough for a test to reach them.
@@ -604,6 +605,8 @@ async fn a_client_that_never_reads_stalls_only_itself() {
             .unwrap();
         assert_eq!(r.status, 201, "creating big-{i}");
     }
+    let heap_before = counter(&s.kg, HEAP);
+    assert!(heap_before > 0.0, "{HEAP} is reported");
     let growth = measured(&s, "never-reads", async {
         // Eight large LISTs on one connection that never reads a byte of them: each stream
         // stops at the client's window, and what the backend sent meanwhile must not stop
@@ -624,6 +627,17 @@ async fn a_client_that_never_reads_stalls_only_itself() {
             assert_eq!(r.status, 200, "{path}");
             assert!(r.body.len() > 32 * 1024, "{path}: the whole object");
         }
+        // What the stalled streams hold is bounded (1 MiB upstream window each) and shows in
+        // the allocator's gauge.
+        let held = counter(&s.kg, HEAP) - heap_before;
+        println!(
+            "never-reads: 8 stalled LISTs hold {:.1} MiB",
+            held / 1048576.0
+        );
+        assert!(
+            (1048576.0..=(24 << 20) as f64).contains(&held),
+            "8 stalled LISTs hold {held} bytes"
+        );
         drop(raw);
     })
     .await;

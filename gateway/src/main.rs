@@ -15,6 +15,7 @@ mod files;
 mod gateway;
 mod labels;
 mod lifecycle;
+mod memory;
 mod metrics;
 mod notify;
 mod planes;
@@ -41,14 +42,6 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use terminate::{TerminateListener, TerminateMode};
-
-/// jemalloc rather than glibc's malloc: terminate mode allocates and frees a few dozen small
-/// objects per request (header maps, frames, futures), and glibc's allocator took ~10% of its
-/// CPU under load; jemalloc cut CPU per request by ~11% at the same memory per idle connection
-/// (mimalloc saved as much CPU but took 48 KiB per idle TLS connection instead of 31; see
-/// bench/README.md).
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[derive(Parser)]
 #[command(name = "kubegate", version, about)]

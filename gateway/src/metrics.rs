@@ -16,6 +16,10 @@ use prometheus::{
 /// The process-wide metric families.
 pub struct Metrics {
     registry: Registry,
+    /// `kubegate_heap_allocated_bytes`: held in allocations (set when scraped).
+    pub heap_allocated: IntGauge,
+    /// `kubegate_heap_resident_bytes`: the allocator's resident pages (set when scraped).
+    pub heap_resident: IntGauge,
     /// `kubegate_build_info{version}`: always 1.
     pub build_info: IntGaugeVec,
     /// `kubegate_lifecycle_phase{phase}`: one-hot.
@@ -193,7 +197,22 @@ impl Metrics {
         .expect("valid metric");
         r.register(Box::new(last_reload_success_time.clone()))
             .expect("unique metric");
+        let gauge = |name: &str, help: &str| {
+            let g = IntGauge::new(name, help).expect("valid metric");
+            r.register(Box::new(g.clone())).expect("unique metric");
+            g
+        };
+        let heap_allocated = gauge(
+            "kubegate_heap_allocated_bytes",
+            "Bytes kubegate holds in heap allocations (the allocator's count, when scraped).",
+        );
+        let heap_resident = gauge(
+            "kubegate_heap_resident_bytes",
+            "Resident bytes of the allocator's pages: allocations, freed memory kept for reuse, metadata (when scraped).",
+        );
         let m = Metrics {
+            heap_allocated,
+            heap_resident,
             build_info: gauge_vec(&r, "kubegate_build_info", "Always 1; labels carry the build.", &["version"]),
             lifecycle_phase: gauge_vec(&r, "kubegate_lifecycle_phase", "1 for the gateway's current lifecycle phase (starting, serving, stopping, draining).", &["phase"]),
             ready,
@@ -359,6 +378,10 @@ impl Metrics {
 
     /// The Prometheus text exposition of every family.
     pub fn render(&self) -> Vec<u8> {
+        if let Some(heap) = crate::memory::heap() {
+            self.heap_allocated.set(heap.allocated as i64);
+            self.heap_resident.set(heap.resident as i64);
+        }
         let mut out = Vec::with_capacity(16 * 1024);
         TextEncoder::new()
             .encode(&self.registry.gather(), &mut out)
