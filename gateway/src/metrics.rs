@@ -170,26 +170,23 @@ impl Metrics {
             "kubegate_connections_fallback_total",
             "Client connections sent to an alive but not-ready backend because no backend was ready (no_ready_backend: alive).",
         );
-        let backends_configured = IntGauge::new(
+        let gauge = |name: &str, help: &str| {
+            let g = IntGauge::new(name, help).expect("valid metric");
+            r.register(Box::new(g.clone())).expect("unique metric");
+            g
+        };
+        let backends_configured = gauge(
             "kubegate_backends_configured",
             "Backends in the running configuration.",
-        )
-        .expect("valid metric");
-        r.register(Box::new(backends_configured.clone()))
-            .expect("unique metric");
-        let ready = IntGauge::new(
+        );
+        let ready = gauge(
             "kubegate_ready",
             "1 while the gateway is serving with at least one ready backend (its /readyz answers 200).",
-        )
-        .expect("valid metric");
-        r.register(Box::new(ready.clone())).expect("unique metric");
-        let last_reload_ok = IntGauge::new(
+        );
+        let last_reload_ok = gauge(
             "kubegate_config_last_reload_successful",
             "1 if the last configuration (re)load succeeded, 0 if it was refused.",
-        )
-        .expect("valid metric");
-        r.register(Box::new(last_reload_ok.clone()))
-            .expect("unique metric");
+        );
         let last_reload_success_time = prometheus::Gauge::new(
             "kubegate_config_last_reload_success_timestamp_seconds",
             "Unix time of the last successful configuration load.",
@@ -197,11 +194,6 @@ impl Metrics {
         .expect("valid metric");
         r.register(Box::new(last_reload_success_time.clone()))
             .expect("unique metric");
-        let gauge = |name: &str, help: &str| {
-            let g = IntGauge::new(name, help).expect("valid metric");
-            r.register(Box::new(g.clone())).expect("unique metric");
-            g
-        };
         let heap_allocated = gauge(
             "kubegate_heap_allocated_bytes",
             "Bytes kubegate holds in heap allocations (the allocator's count, when scraped).",
