@@ -68,9 +68,7 @@ impl Relayed {
             held: Some((in_flight, stream)),
         }
     }
-}
 
-impl Relayed {
     /// The backend's next frame; data frames already received after it are appended up to
     /// [`GATHER_BYTES`].
     fn gather(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
