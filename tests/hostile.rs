@@ -627,7 +627,7 @@ async fn a_client_that_never_reads_stalls_only_itself() {
             assert_eq!(r.status, 200, "{path}");
             assert!(r.body.len() > 32 * 1024, "{path}: the whole object");
         }
-        // What the stalled streams hold is bounded (1 MiB upstream window each) and shows in
+        // What the stalled streams hold is bounded (256 KiB upstream window each) and shows in
         // the allocator's gauge.
         let held = counter(&s.kg, HEAP) - heap_before;
         println!(
