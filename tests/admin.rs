@@ -56,12 +56,12 @@ fn a_crowd_of_idle_connections_does_not_keep_probes_out() {
     let probe = plain_http(kg.admin, "GET", "/readyz");
     assert_eq!(status(&probe), 200, "{probe}");
     assert!(started.elapsed() < T);
-    // kubegate holds at most the limit (and the metrics scrape just made) beyond its baseline.
-    let now = open_descriptors(kg.proc.pid());
-    assert!(
-        now <= before + 8 + 2,
-        "{now} descriptors open, {before} before 50 idle admin clients"
-    );
+    // kubegate holds at most the limit (and the metrics scrape just made) beyond its baseline,
+    // once the evicted connections' tasks have run (counted before they close: on a loaded
+    // machine the closes can lag the counter).
+    wait_for("evicted admin connections closed", T, || {
+        (open_descriptors(kg.proc.pid()) <= before + 8 + 2).then_some(())
+    });
     drop(idle);
 }
 
