@@ -57,11 +57,10 @@ const UPSTREAM_CONNECTION_WINDOW: u32 = (1 << 31) - 1;
 
 /// A client connection, as its requests need it.
 pub struct Client {
-    /// The client's address, passed on in `X-Forwarded-For` (the apiserver's audit log reads it).
-    pub addr: SocketAddr,
     /// The verified client certificate's identity, if any.
     pub identity: Option<CertIdentity>,
-    /// `X-Forwarded-For` for a request that carries none: the client's IP, made once.
+    /// The client's IP as an `X-Forwarded-For` value (the apiserver's audit log reads it),
+    /// made once per connection.
     forwarded_for: Option<HeaderValue>,
 }
 
@@ -70,7 +69,6 @@ impl Client {
     pub fn new(addr: SocketAddr, identity: Option<CertIdentity>) -> Client {
         let forwarded_for = HeaderValue::from_str(&client_ip(addr).to_string()).ok();
         Client {
-            addr,
             identity,
             forwarded_for,
         }
@@ -190,9 +188,11 @@ pub fn prepare_headers(
     };
     let forwarded_for = HeaderName::from_static("x-forwarded-for");
     let forwarded = match headers.get(&forwarded_for).and_then(|v| v.to_str().ok()) {
-        Some(before) => {
-            HeaderValue::from_str(&format!("{before}, {}", client_ip(client.addr))).ok()
-        }
+        Some(before) => client
+            .forwarded_for
+            .as_ref()
+            .and_then(|ip| ip.to_str().ok())
+            .and_then(|ip| HeaderValue::from_str(&format!("{before}, {ip}")).ok()),
         None => client.forwarded_for.clone(),
     };
     if let Some(v) = forwarded {
