@@ -6,18 +6,20 @@
 //! |---|---|
 //! | `listener` | TLS handshake (with a deadline), the client's certificate identity, the HTTP/1.1 or HTTP/2 server, GOAWAY / `Connection: close` when kubegate drains |
 //! | `forward` | one request: identity headers, body held for replay, pick, send, retry where provably unprocessed |
+//! | `h2client` | the HTTP/2 client toward backends, on `h2` directly: a request's own task sends it and waits for its response |
 //! | `upgrade` | exec, attach, port-forward: HTTP/1.1 end to end, 101 passed on, then bytes both ways |
 //! | `upstream` | per backend: HTTP/2 connections, requests in flight (the load signal), drain and close |
 //! | `watch` | watch continuity: a watch whose replica goes away continues on another from its last position |
 //! | `resets` | the rapid reset rule: a connection whose streams are mostly reset at once is closed |
 //! | `retry` | the pure rule of when a request may go to another backend |
+//! | `tls`, `body`, `status` | certificates, response bodies, the `Status` errors kubegate answers itself |
 //!
 //! What a request and a watch are on the apiserver's wire (verbs, long-running requests, watch
 //! framing and positions, identity headers) is the `kubegate-wire` crate's.
-//! | `tls`, `body`, `status` | certificates, response bodies, the `Status` errors kubegate answers itself |
 
 mod body;
 mod forward;
+mod h2client;
 mod listener;
 mod resets;
 mod retry;

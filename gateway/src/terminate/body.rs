@@ -1,10 +1,10 @@
 //! The body of a response to a terminate-mode client: either made by kubegate (an error
 //! `Status`), or relayed from a backend while the request counts as in flight there.
 
+use crate::terminate::h2client::ResponseStream;
 use crate::terminate::upstream::{InFlight, Stream};
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -43,24 +43,19 @@ impl ResponseBody {
 /// A backend's response body, relayed. Holds the request's in-flight registration and its
 /// stream slot until the body ends.
 pub struct Relayed {
-    inner: Incoming,
+    inner: ResponseStream,
     /// What the backend sent after the data gathered into the last frame (the end, trailers,
     /// an error), passed on at the next poll.
-    after_gathered: Option<Option<Result<Frame<Bytes>, hyper::Error>>>,
+    after_gathered: Option<Option<Result<Frame<Bytes>, h2::Error>>>,
     /// A watch ends cleanly when its backend goes away, as an apiserver ending it would: the
     /// client re-watches from its last resourceVersion instead of relisting.
     end_cleanly_on_error: bool,
-    held: Option<(InFlight, Option<Stream>)>,
+    held: Option<(InFlight, Stream)>,
 }
 
 impl Relayed {
     /// Relays `inner`; the registration and the stream slot are released when it ends.
-    pub fn new(
-        inner: Incoming,
-        watch: bool,
-        in_flight: InFlight,
-        stream: Option<Stream>,
-    ) -> Relayed {
+    pub fn new(inner: ResponseStream, watch: bool, in_flight: InFlight, stream: Stream) -> Relayed {
         Relayed {
             inner,
             after_gathered: None,
@@ -71,7 +66,7 @@ impl Relayed {
 
     /// The backend's next frame; data frames already received after it are appended up to
     /// [`GATHER_BYTES`].
-    fn gather(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn gather(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
         let first = match Pin::new(&mut self.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => frame,
             other => return other,

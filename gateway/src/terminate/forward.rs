@@ -16,9 +16,10 @@ use crate::labels::{ConnectError, RequestFailure};
 use crate::planes::Backend;
 use crate::proxy::PASSIVE_EJECTION;
 use crate::terminate::body::{Relayed, ResponseBody};
+use crate::terminate::h2client::{self, ResponseStream, SendError};
 use crate::terminate::retry::{may_retry, Failure};
 use crate::terminate::status::{broken, status, unavailable};
-use crate::terminate::upstream::{H2Conn, InFlight, Killer, Kind, Stream, Upstream, UpstreamBody};
+use crate::terminate::upstream::{H2Conn, InFlight, Killer, Kind, Stream, Upstream};
 use crate::terminate::watch::{self, resumed_query, Framing};
 use crate::terminate::Upstreams;
 use bytes::Bytes;
@@ -26,9 +27,8 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use kubegate_config::BalancePolicy;
 use kubegate_pool::{pick, Candidates};
 use kubegate_wire::classify::{classify, RequestClass, Verb};
@@ -299,8 +299,9 @@ impl Outgoing {
         }
     }
 
-    fn build(&self) -> Request<UpstreamBody> {
-        let mut req = Request::new(Full::new(self.body.clone()));
+    /// The request's head for one attempt (its body is [`Outgoing::body`]).
+    fn head(&self) -> Request<()> {
+        let mut req = Request::new(());
         *req.method_mut() = self.method.clone();
         *req.uri_mut() = self.uri.clone();
         *req.version_mut() = Version::HTTP_2;
@@ -314,7 +315,7 @@ pub enum Answer {
     /// Response headers, the body still to come, and what the request holds meanwhile.
     Streaming {
         /// The backend's response.
-        resp: Response<Incoming>,
+        resp: Response<ResponseStream>,
         /// The request's registration on the backend.
         in_flight: InFlight,
         /// Its stream slot.
@@ -404,7 +405,7 @@ async fn send(
                     framing,
                 ),
                 _ => resp.map(|body| {
-                    ResponseBody::Relayed(Relayed::new(body, watch, in_flight, Some(stream)))
+                    ResponseBody::Relayed(Relayed::new(body, watch, in_flight, stream))
                 }),
             }
         }
@@ -443,18 +444,30 @@ async fn attempt(
     outgoing: &Outgoing,
     class: RequestClass,
 ) -> Result<Answer, Failure> {
-    let stream = stream_to(gw, upstreams, backend, outgoing.kind).await?;
+    let mut stream = stream_to(gw, upstreams, backend, outgoing.kind).await?;
     let in_flight = Upstream::begin(backend, class.long_running.is_some());
-    let sent = Instant::now();
-    let result = stream.sender().try_send_request(outgoing.build()).await;
-    let resp = match result {
-        Ok(resp) => resp,
-        Err(mut e) => {
-            return Err(if e.take_message().is_some() {
-                Failure::Unsent
-            } else {
-                Failure::of(e.error())
-            })
+    let mut sent = Instant::now();
+    let mut refused = false;
+    let resp = loop {
+        match h2client::send(stream.sender(), outgoing.head(), &outgoing.body).await {
+            Ok(resp) => break resp,
+            // Nothing was sent: once more on another connection to the same backend (an
+            // apiserver sends GOAWAY after every anonymous request over HTTP/2), then another
+            // backend.
+            Err(SendError::Refused) => {
+                stream.refused();
+                if std::mem::replace(&mut refused, true) {
+                    return Err(Failure::Unsent);
+                }
+                stream = stream_to(gw, upstreams, backend, outgoing.kind).await?;
+                sent = Instant::now();
+            }
+            Err(SendError::Failed(failure)) => {
+                if failure == Failure::GoAway {
+                    stream.refused();
+                }
+                return Err(failure);
+            }
         }
     };
     let upstream = &backend.planes().terminate;
@@ -496,7 +509,12 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-async fn read_small(body: Incoming) -> Result<Bytes, ()> {
+/// Reads a small answer whole (at most 16 KiB, within 10 s).
+pub async fn read_small<B>(body: B) -> Result<Bytes, ()>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let read = Limited::new(body, STATUS_BODY_LIMIT).collect();
     match tokio::time::timeout(Duration::from_secs(10), read).await {
         Ok(Ok(b)) => Ok(b.to_bytes()),
@@ -560,13 +578,10 @@ async fn dial_h2(
     if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
         return Err(io::Error::other("the backend did not agree to HTTP/2"));
     }
-    let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-        .timer(TokioTimer::new())
-        .initial_stream_window_size(UPSTREAM_STREAM_WINDOW)
-        .initial_connection_window_size(UPSTREAM_CONNECTION_WINDOW)
-        .handshake(TokioIo::new(tls))
-        .await
-        .map_err(io::Error::other)?;
+    let (sender, conn) =
+        h2client::handshake(tls, UPSTREAM_STREAM_WINDOW, UPSTREAM_CONNECTION_WINDOW)
+            .await
+            .map_err(io::Error::other)?;
     let task = tokio::spawn(async move {
         if let Err(e) = conn.await {
             tracing::debug!(error = %e, "upstream connection ended");

@@ -50,22 +50,16 @@ impl Failure {
         !matches!(self, Failure::Reset)
     }
 
-    /// Reads what an error from the upstream HTTP/2 client says about the request.
-    pub fn of(error: &hyper::Error) -> Failure {
-        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-        while let Some(e) = source {
-            if let Some(h2) = e.downcast_ref::<h2::Error>() {
-                if h2.is_remote() && h2.reason() == Some(h2::Reason::REFUSED_STREAM) {
-                    return Failure::RefusedStream;
-                }
-                // Only a graceful GOAWAY fails exactly the streams above its last-stream-id;
-                // one with an error code fails every stream of the connection (h2's
-                // `recv_go_away` vs the connection error).
-                if h2.is_go_away() && h2.is_remote() && h2.reason() == Some(h2::Reason::NO_ERROR) {
-                    return Failure::GoAway;
-                }
-            }
-            source = e.source();
+    /// Reads what an error on an upstream HTTP/2 stream says about the request.
+    pub fn of(error: &h2::Error) -> Failure {
+        if error.is_remote() && error.reason() == Some(h2::Reason::REFUSED_STREAM) {
+            return Failure::RefusedStream;
+        }
+        // Only a graceful GOAWAY fails exactly the streams above its last-stream-id; one with
+        // an error code fails every stream of the connection (h2's `recv_go_away` vs the
+        // connection error).
+        if error.is_go_away() && error.is_remote() && error.reason() == Some(h2::Reason::NO_ERROR) {
+            return Failure::GoAway;
         }
         Failure::Reset
     }

@@ -9,8 +9,8 @@ use crate::gateway::Gateway;
 use crate::labels::{ConnectError, RequestFailure};
 use crate::planes::Backend;
 use crate::proxy::PASSIVE_EJECTION;
-use crate::terminate::body::{Relayed, ResponseBody};
-use crate::terminate::forward::{prepare_headers, tls_connect, Client};
+use crate::terminate::body::ResponseBody;
+use crate::terminate::forward::{prepare_headers, read_small, tls_connect, Client};
 use crate::terminate::status::{broken, unavailable};
 use crate::terminate::upstream::{Kind, Upstream};
 use crate::terminate::Upstreams;
@@ -91,8 +91,15 @@ pub async fn proxy(
     gw.metrics()
         .count_request(&backend.info().name, class.verb, resp.status());
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
-        // Refused (403, 400, ...): the apiserver's answer goes back as it is.
-        return resp.map(|body| ResponseBody::Relayed(Relayed::new(body, false, in_flight, None)));
+        // Refused (403, 400, ...): the apiserver's answer (a small Status) goes back as it is.
+        let (parts, body) = resp.into_parts();
+        return match read_small(body).await {
+            Ok(body) => Response::from_parts(parts, ResponseBody::full(body)),
+            Err(()) => {
+                gw.metrics().request_failed(RequestFailure::Broken);
+                broken("the apiserver's answer to the upgrade broke off")
+            }
+        };
     }
     let upstream_side = hyper::upgrade::on(&mut resp);
     let name = backend.info().name.clone();

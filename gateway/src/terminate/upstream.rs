@@ -15,17 +15,12 @@
 //!   end.
 
 use crate::planes::Backend;
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::client::conn::http2::SendRequest;
+use crate::terminate::h2client::Sender;
 use prometheus::IntGauge;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::task::AbortHandle;
-
-/// The body of a request sent upstream: held whole, so a retry can send it again.
-pub type UpstreamBody = Full<Bytes>;
 
 /// Which requests an upstream connection carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,8 +37,8 @@ pub enum Kind {
 const KINDS: usize = 3;
 
 /// Ends an upstream connection from kubegate's side: shuts its TCP socket down (a duplicate
-/// of its descriptor), so that whatever task drives the connection — hyper runs HTTP/2
-/// connections on a task of its own — sees it end, and every stream on it with it.
+/// of its descriptor), so that the task driving the connection sees it end, and every stream
+/// on it with it.
 pub struct Killer {
     socket: std::net::TcpStream,
     /// Finishes when the connection has ended by itself.
@@ -68,19 +63,27 @@ impl Killer {
 
 /// One HTTP/2 connection to a backend.
 pub struct H2Conn {
-    sender: SendRequest<UpstreamBody>,
+    sender: Sender,
     streams: AtomicU32,
+    /// The connection refused a new stream (it received GOAWAY): it takes no more.
+    refusing: AtomicBool,
     killer: Arc<Killer>,
 }
 
 impl H2Conn {
     /// A connection, ended by `killer`.
-    pub fn new(sender: SendRequest<UpstreamBody>, killer: Killer) -> H2Conn {
+    pub fn new(sender: Sender, killer: Killer) -> H2Conn {
         H2Conn {
             sender,
             streams: AtomicU32::new(0),
+            refusing: AtomicBool::new(false),
             killer: Arc::new(killer),
         }
+    }
+
+    /// Whether new streams may use the connection.
+    fn usable(&self) -> bool {
+        !self.refusing.load(Ordering::Acquire) && !self.killer.ended()
     }
 }
 
@@ -90,9 +93,14 @@ pub struct Stream {
 }
 
 impl Stream {
-    /// The connection's sender (cheap to clone).
-    pub fn sender(&self) -> SendRequest<UpstreamBody> {
-        self.conn.sender.clone()
+    /// The connection's sender.
+    pub fn sender(&self) -> &Sender {
+        &self.conn.sender
+    }
+
+    /// The connection refused this stream: no later request is given it.
+    pub fn refused(&self) {
+        self.conn.refusing.store(true, Ordering::Release);
     }
 }
 
@@ -201,7 +209,7 @@ impl Upstream {
         let mut conns = self.conns();
         let list = &mut conns.open[kind as usize];
         let before = list.len();
-        list.retain(|c| !c.sender.is_closed());
+        list.retain(|c| c.usable());
         let removed = before - list.len();
         let found = list.iter().find_map(|c| {
             c.streams

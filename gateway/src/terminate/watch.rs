@@ -17,12 +17,12 @@ use crate::gateway::Gateway;
 use crate::planes::Backend;
 use crate::terminate::body::ResponseBody;
 use crate::terminate::forward::{dispatch, Answer, Outgoing};
+use crate::terminate::h2client::ResponseStream;
 use crate::terminate::upstream::{InFlight, Stream};
 use crate::terminate::Upstreams;
 use bytes::Bytes;
 use http::Response;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use kubegate_wire::classify::RequestClass;
 use kubegate_wire::framing::{self, Decoder, Kind};
 use kubegate_wire::position::{self, Asked, Deliver, Progress};
@@ -139,7 +139,7 @@ impl WatchBody {
 
 /// The upstream stream being read, and what it holds on its replica.
 struct Upstream {
-    body: Incoming,
+    body: ResponseStream,
     backend: Arc<Backend>,
     held: (InFlight, Stream),
 }
@@ -151,7 +151,7 @@ pub fn follow(
     upstreams: Arc<Upstreams>,
     outgoing: Outgoing,
     class: RequestClass,
-    resp: Response<Incoming>,
+    resp: Response<ResponseStream>,
     held: (InFlight, Stream),
     framing: Framing,
 ) -> Response<ResponseBody> {

@@ -1,0 +1,130 @@
+//! kubegate's HTTP/2 client toward backends, on `h2` directly.
+//!
+//! hyper's HTTP/2 client hands every request to the connection's task over a channel, spawns a
+//! task per request to wait for its response and sends the response back over another channel:
+//! two task hops, a spawn and a move of the request's future per request. Here the request's
+//! own task opens the stream and waits for the response; the connection's task only reads and
+//! writes frames. (The largest share of terminate mode's CPU per request left that was
+//! kubegate's to choose: bench/README.md, "Terminate mode".)
+
+use crate::terminate::retry::Failure;
+use bytes::Bytes;
+use h2::client::SendRequest;
+use h2::RecvStream;
+use http::{Request, Response};
+use http_body::{Body, Frame};
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// Sends requests on one upstream connection (cheap to clone).
+pub type Sender = SendRequest<Bytes>;
+
+/// The largest response header block kubegate accepts from a backend (hyper's client default).
+const MAX_HEADER_LIST_SIZE: u32 = 16 << 10;
+
+/// The HTTP/2 handshake on `io`: returns the sender and the connection, which must be polled
+/// (on a task of its own) for any request to move.
+pub async fn handshake<T>(
+    io: T,
+    stream_window: u32,
+    connection_window: u32,
+) -> Result<(Sender, h2::client::Connection<T, Bytes>), h2::Error>
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    h2::client::Builder::new()
+        .initial_window_size(stream_window)
+        .initial_connection_window_size(connection_window)
+        .max_header_list_size(MAX_HEADER_LIST_SIZE)
+        .enable_push(false)
+        .handshake(io)
+        .await
+}
+
+/// How sending a request on a connection failed.
+pub enum SendError {
+    /// The connection took no new stream (it received GOAWAY, or ended): nothing was sent, and
+    /// the connection will take none.
+    Refused,
+    /// The request was sent, or may have been: what the stream's error says.
+    Failed(Failure),
+}
+
+/// Sends `req` with `body` on `sender`'s connection and waits for the response headers. The
+/// body is handed to `h2` whole; it leaves as the backend's flow-control windows allow (it is
+/// held in memory anyway, for retries, so queueing it costs nothing more).
+pub async fn send(
+    sender: &Sender,
+    req: Request<()>,
+    body: &Bytes,
+) -> Result<Response<ResponseStream>, SendError> {
+    let mut sender = sender.clone();
+    // A fresh clone has no stream of its own waiting to open, so this only reports a
+    // connection that takes no new stream.
+    std::future::poll_fn(|cx| sender.poll_ready(cx))
+        .await
+        .map_err(|_| SendError::Refused)?;
+    let end_of_stream = body.is_empty();
+    let (response, mut stream) = sender
+        .send_request(req, end_of_stream)
+        .map_err(|_| SendError::Refused)?;
+    if !end_of_stream {
+        stream
+            .send_data(body.clone(), true)
+            .map_err(|e| SendError::Failed(Failure::of(&e)))?;
+    }
+    let resp = response
+        .await
+        .map_err(|e| SendError::Failed(Failure::of(&e)))?;
+    Ok(resp.map(ResponseStream::new))
+}
+
+/// A backend's response body: the data, then any trailers. Each piece of data received is
+/// given back to the backend's flow-control windows as it is passed on, so what a response
+/// holds in kubegate is bounded by its stream window while its client reads slowly.
+pub struct ResponseStream {
+    recv: RecvStream,
+    data_ended: bool,
+}
+
+impl ResponseStream {
+    fn new(recv: RecvStream) -> ResponseStream {
+        ResponseStream {
+            recv,
+            data_ended: false,
+        }
+    }
+}
+
+impl Body for ResponseStream {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        let this = &mut *self;
+        if !this.data_ended {
+            match ready!(this.recv.poll_data(cx)) {
+                Some(Ok(data)) => {
+                    // Fails only once the stream has ended, when it no longer matters.
+                    let _ = this.recv.flow_control().release_capacity(data.len());
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => this.data_ended = true,
+            }
+        }
+        Poll::Ready(match ready!(this.recv.poll_trailers(cx)) {
+            Ok(Some(trailers)) => Some(Ok(Frame::trailers(trailers))),
+            Ok(None) => None,
+            Err(e) => Some(Err(e)),
+        })
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.recv.is_end_stream()
+    }
+}
