@@ -13,6 +13,7 @@
 //! 7. `kubegate_drains_its_clients_with_goaway_on_sigterm`.
 //! 8. `check_names_unusable_certificates_with_their_position`.
 //! 9. `a_new_serving_certificate_is_used_for_new_connections`.
+//! 10. `one_replica_answers_every_request_after_the_goaway_each_anonymous_one_brings`.
 
 use kubegate_e2e::*;
 use std::collections::HashMap;
@@ -170,6 +171,48 @@ async fn one_http2_connection_spreads_its_requests_over_the_ready_replicas() {
     }
     assert!(
         kg.metric(r#"kubegate_requests_total{backend="replica-1",code="2xx",verb="list"}"#) >= 8.0
+    );
+}
+
+/// An apiserver closes an HTTP/2 connection with GOAWAY after every anonymous request and every
+/// 401. With one replica, kubegate has no other backend to send the next request to: it must
+/// leave each connection that said goodbye and open another to the same replica, every request
+/// answered as the apiserver answers it (no 503), and the pool must not keep the dead
+/// connections. (Which of kubegate's two ways of noticing the goodbye a request meets — the
+/// connection already ended, or its stream refused by the GOAWAY — depends on timing.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_replica_answers_every_request_after_the_goaway_each_anonymous_one_brings() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let fp = pki.front_proxy();
+    let sims = replicas(&pki, &fp, 1, &[]);
+    let kg = start(&pki, &terminate_config(&pki, &fp, &sims), &sims);
+    let mut conn = Conn::open_anonymous(kg.listen, &pki, true).await.unwrap();
+    for i in 0..30 {
+        let r = conn.get("/readyz").await.unwrap();
+        assert_eq!(r.status, 200, "anonymous request {i}: {}", r.text());
+        let r = conn
+            .send(
+                "GET",
+                "/version",
+                &[("Authorization", "Bearer wrong")],
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            r.status,
+            401,
+            "request {i} with a wrong token: {}",
+            r.text()
+        );
+    }
+    // Connections that said goodbye leave the pool: at most the last one is still counted.
+    let open = kg.metric(r#"kubegate_backend_upstream_connections{backend="replica-1"}"#);
+    assert!(open <= 2.0, "{open} upstream connections kept");
+    assert_eq!(
+        kg.metric(r#"kubegate_requests_total{backend="replica-1",code="2xx",verb="get"}"#),
+        30.0
     );
 }
 

@@ -16,7 +16,7 @@ use crate::labels::{ConnectError, RequestFailure};
 use crate::planes::Backend;
 use crate::proxy::PASSIVE_EJECTION;
 use crate::terminate::body::{Relayed, ResponseBody};
-use crate::terminate::h2client::{self, ResponseStream, SendError};
+use crate::terminate::h2client::{self, ResponseStream};
 use crate::terminate::retry::{may_retry, Failure};
 use crate::terminate::status::{broken, status, unavailable};
 use crate::terminate::upstream::{H2Conn, InFlight, Killer, Kind, Stream, Upstream};
@@ -231,19 +231,6 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// The authority the client addressed, else the upstream server name.
-pub fn authority(uri: &Uri, headers: &HeaderMap, server_name: &ServerName<'_>) -> String {
-    uri.authority()
-        .map(|a| a.as_str().to_string())
-        .or_else(|| {
-            headers
-                .get(header::HOST)
-                .and_then(|h| h.to_str().ok())
-                .map(str::to_string)
-        })
-        .unwrap_or_else(|| server_name.to_str().into_owned())
-}
-
 /// The request's URI toward a backend, absolute as HTTP/2 wants it: the client's path and
 /// query, kept as they are (not parsed again), and the authority it addressed (HTTP/2
 /// `:authority`, HTTP/1.1 `Host`), else the upstream server name.
@@ -253,13 +240,23 @@ pub fn upstream_uri(uri: Uri, headers: &HeaderMap, server_name: &ServerName<'_>)
         parts.authority = headers
             .get(header::HOST)
             .and_then(|h| Authority::try_from(h.as_bytes()).ok())
-            .or_else(|| Authority::try_from(server_name.to_str().as_ref()).ok());
+            .or_else(|| server_authority(server_name));
     }
     parts.scheme = Some(Scheme::HTTPS);
     if parts.path_and_query.is_none() {
         parts.path_and_query = Some(PathAndQuery::from_static("/"));
     }
     Uri::from_parts(parts).unwrap_or_else(|_| Uri::from_static("/"))
+}
+
+/// The upstream server name as an authority (an IPv6 address in brackets).
+fn server_authority(name: &ServerName<'_>) -> Option<Authority> {
+    match name {
+        ServerName::IpAddress(rustls::pki_types::IpAddr::V6(_)) => {
+            Authority::try_from(format!("[{}]", name.to_str())).ok()
+        }
+        _ => Authority::try_from(name.to_str().as_ref()).ok(),
+    }
 }
 
 /// A request ready to send to any backend, as often as retries need.
@@ -449,26 +446,23 @@ async fn attempt(
     let mut sent = Instant::now();
     let mut refused = false;
     let resp = loop {
-        match h2client::send(stream.sender(), outgoing.head(), &outgoing.body).await {
+        let failure = match h2client::send(stream.sender(), outgoing.head(), &outgoing.body).await {
             Ok(resp) => break resp,
-            // Nothing was sent: once more on another connection to the same backend (an
-            // apiserver sends GOAWAY after every anonymous request over HTTP/2), then another
-            // backend.
-            Err(SendError::Refused) => {
-                stream.refused();
-                if std::mem::replace(&mut refused, true) {
-                    return Err(Failure::Unsent);
-                }
-                stream = stream_to(gw, upstreams, backend, outgoing.kind).await?;
-                sent = Instant::now();
-            }
-            Err(SendError::Failed(failure)) => {
-                if failure == Failure::GoAway {
-                    stream.refused();
-                }
-                return Err(failure);
-            }
+            Err(failure) => failure,
+        };
+        // The connection takes no more streams, and did not process this one: once more on
+        // another connection to the same backend (an apiserver sends GOAWAY after every
+        // anonymous request over HTTP/2), unless it is known to be shutting down; then
+        // another backend.
+        let connection_refused = matches!(failure, Failure::Unsent | Failure::GoAway);
+        if connection_refused {
+            stream.refused();
         }
+        if !connection_refused || backend.shutting_down() || std::mem::replace(&mut refused, true) {
+            return Err(failure);
+        }
+        stream = stream_to(gw, upstreams, backend, outgoing.kind).await?;
+        sent = Instant::now();
     };
     let upstream = &backend.planes().terminate;
     if class.long_running.is_none() {
@@ -638,14 +632,8 @@ mod tests {
     fn the_authority_is_the_clients_then_the_upstream_name() {
         let name = ServerName::try_from("kubernetes").unwrap();
         let mut h = HeaderMap::new();
-        assert_eq!(authority(&"/api".parse().unwrap(), &h, &name), "kubernetes");
         h.insert(header::HOST, "10.0.0.1:6443".parse().unwrap());
-        assert_eq!(
-            authority(&"/api".parse().unwrap(), &h, &name),
-            "10.0.0.1:6443"
-        );
         let h2: Uri = "https://api.example:443/api".parse().unwrap();
-        assert_eq!(authority(&h2, &h, &name), "api.example:443");
         let h1 = HeaderMap::new();
         assert_eq!(
             upstream_uri("/api/v1?watch=1".parse().unwrap(), &h1, &name).to_string(),
@@ -658,6 +646,11 @@ mod tests {
         assert_eq!(
             upstream_uri(h2, &h, &name).to_string(),
             "https://api.example:443/api"
+        );
+        let v6 = ServerName::try_from("::1").unwrap();
+        assert_eq!(
+            upstream_uri("/api".parse().unwrap(), &h1, &v6).to_string(),
+            "https://[::1]/api"
         );
     }
 

@@ -42,42 +42,43 @@ where
         .await
 }
 
-/// How sending a request on a connection failed.
-pub enum SendError {
-    /// The connection took no new stream (it received GOAWAY, or ended): nothing was sent, and
-    /// the connection will take none.
-    Refused,
-    /// The request was sent, or may have been: what the stream's error says.
-    Failed(Failure),
-}
-
 /// Sends `req` with `body` on `sender`'s connection and waits for the response headers. The
 /// body is handed to `h2` whole; it leaves as the backend's flow-control windows allow (it is
 /// held in memory anyway, for retries, so queueing it costs nothing more).
+/// [`Failure::Unsent`]: the connection took no new stream (it received GOAWAY, or ended), and
+/// will take none.
 pub async fn send(
     sender: &Sender,
     req: Request<()>,
     body: &Bytes,
-) -> Result<Response<ResponseStream>, SendError> {
+) -> Result<Response<ResponseStream>, Failure> {
     let mut sender = sender.clone();
     // A fresh clone has no stream of its own waiting to open, so this only reports a
     // connection that takes no new stream.
     std::future::poll_fn(|cx| sender.poll_ready(cx))
         .await
-        .map_err(|_| SendError::Refused)?;
+        .map_err(unsent)?;
     let end_of_stream = body.is_empty();
-    let (response, mut stream) = sender
-        .send_request(req, end_of_stream)
-        .map_err(|_| SendError::Refused)?;
+    let (response, mut stream) = sender.send_request(req, end_of_stream).map_err(unsent)?;
     if !end_of_stream {
         stream
             .send_data(body.clone(), true)
-            .map_err(|e| SendError::Failed(Failure::of(&e)))?;
+            .map_err(|e| Failure::of(&e))?;
     }
-    let resp = response
-        .await
-        .map_err(|e| SendError::Failed(Failure::of(&e)))?;
+    let resp = response.await.map_err(|e| Failure::of(&e))?;
     Ok(resp.map(ResponseStream::new))
+}
+
+/// Why `h2` did not open a stream: the connection's error (GOAWAY received, I/O failed, a
+/// protocol error), or a request `h2` will not send — which no connection would send either,
+/// so it is not held against the connection, and the request is not retried as unprocessed.
+fn unsent(e: h2::Error) -> Failure {
+    if e.is_go_away() || e.is_io() || e.reason().is_some() {
+        Failure::Unsent
+    } else {
+        tracing::warn!(error = %e, "an upstream request could not be sent");
+        Failure::Reset
+    }
 }
 
 /// A backend's response body: the data, then any trailers. Each piece of data received is

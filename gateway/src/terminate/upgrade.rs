@@ -10,7 +10,7 @@ use crate::labels::{ConnectError, RequestFailure};
 use crate::planes::Backend;
 use crate::proxy::PASSIVE_EJECTION;
 use crate::terminate::body::ResponseBody;
-use crate::terminate::forward::{prepare_headers, read_small, tls_connect, Client};
+use crate::terminate::forward::{prepare_headers, read_small, tls_connect, upstream_uri, Client};
 use crate::terminate::status::{broken, unavailable};
 use crate::terminate::upstream::{Kind, Upstream};
 use crate::terminate::Upstreams;
@@ -51,15 +51,17 @@ pub async fn proxy(
     let upgrade = parts.headers.get(header::UPGRADE).cloned();
     let kind = prepare_headers(gw, upstreams, client, &mut parts.headers);
     // Before the hop-by-hop headers go: an HTTP/1.1 client's Host is one of them.
-    let host = crate::terminate::forward::authority(
-        &parts.uri,
+    let uri = upstream_uri(
+        parts.uri.clone(),
         &parts.headers,
         &upstreams.tls.server_name,
     );
     // Only the two headers that make it an upgrade cross as connection headers.
     crate::terminate::forward::remove_hop_by_hop(&mut parts.headers);
-    if let Ok(h) = HeaderValue::from_str(&host) {
-        parts.headers.insert(header::HOST, h);
+    if let Some(host) = uri.authority() {
+        if let Ok(h) = HeaderValue::from_str(host.as_str()) {
+            parts.headers.insert(header::HOST, h);
+        }
     }
     parts
         .headers
