@@ -109,6 +109,7 @@ pub async fn handle(
             Err(answer) => return answer,
         }
     };
+    set_content_length(&parts.method, &mut parts.headers, body.len());
     let mut outgoing = Outgoing {
         method: parts.method,
         uri,
@@ -203,6 +204,21 @@ pub fn prepare_headers(
 
 fn client_ip(addr: SocketAddr) -> IpAddr {
     addr.ip().to_canonical()
+}
+
+/// Gives a request whose body kubegate holds whole a `Content-Length` if the client sent none
+/// (HTTP/1.1 chunked; HTTP/2 may omit it), as hyper's client did: the apiserver's body limit
+/// reads it before the body.
+fn set_content_length(method: &Method, headers: &mut HeaderMap, len: usize) {
+    let payload_defined = !matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::DELETE | Method::CONNECT
+    );
+    if len > 0 || payload_defined {
+        headers
+            .entry(header::CONTENT_LENGTH)
+            .or_insert_with(|| HeaderValue::from(len));
+    }
 }
 
 /// Headers that describe one connection, not the request: they never cross a proxy (and
@@ -652,6 +668,23 @@ mod tests {
             upstream_uri("/api".parse().unwrap(), &h1, &v6).to_string(),
             "https://[::1]/api"
         );
+    }
+
+    #[test]
+    fn a_held_body_gets_a_content_length_unless_the_client_gave_one() {
+        let mut h = HeaderMap::new();
+        set_content_length(&Method::POST, &mut h, 12);
+        assert_eq!(h[header::CONTENT_LENGTH], "12");
+        let mut h = HeaderMap::new();
+        set_content_length(&Method::POST, &mut h, 0);
+        assert_eq!(h[header::CONTENT_LENGTH], "0");
+        let mut h = HeaderMap::new();
+        set_content_length(&Method::GET, &mut h, 0);
+        assert!(h.get(header::CONTENT_LENGTH).is_none());
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_LENGTH, "12".parse().unwrap());
+        set_content_length(&Method::PATCH, &mut h, 12);
+        assert_eq!(h.get_all(header::CONTENT_LENGTH).iter().count(), 1);
     }
 
     #[test]
