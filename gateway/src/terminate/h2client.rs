@@ -23,6 +23,11 @@ pub type Sender = SendRequest<Bytes>;
 /// The largest response header block kubegate accepts from a backend (hyper's client default).
 const MAX_HEADER_LIST_SIZE: u32 = 16 << 10;
 
+/// Streams kubegate may open before the backend's SETTINGS say how many it allows: the
+/// apiserver's default (and hyper's client's), so that a burst on a new connection waits in h2
+/// instead of being refused.
+const INITIAL_MAX_SEND_STREAMS: usize = 100;
+
 /// The HTTP/2 handshake on `io`: returns the sender and the connection, which must be polled
 /// (on a task of its own) for any request to move.
 pub async fn handshake<T>(
@@ -37,6 +42,7 @@ where
         .initial_window_size(stream_window)
         .initial_connection_window_size(connection_window)
         .max_header_list_size(MAX_HEADER_LIST_SIZE)
+        .initial_max_send_streams(INITIAL_MAX_SEND_STREAMS)
         .enable_push(false)
         .handshake(io)
         .await
