@@ -58,12 +58,9 @@ pub async fn send(
     req: Request<()>,
     body: &Bytes,
 ) -> Result<Response<ResponseStream>, Failure> {
+    // A fresh clone has no stream of its own waiting to open, so `poll_ready` is not needed:
+    // it would only check what `send_request` checks (a connection error, stream ids left).
     let mut sender = sender.clone();
-    // A fresh clone has no stream of its own waiting to open, so this only reports a
-    // connection that takes no new stream.
-    std::future::poll_fn(|cx| sender.poll_ready(cx))
-        .await
-        .map_err(unsent)?;
     let end_of_stream = body.is_empty();
     let (response, mut stream) = sender.send_request(req, end_of_stream).map_err(unsent)?;
     if !end_of_stream {

@@ -10,7 +10,7 @@ use kubegate_wire::classify::RequestClass;
 pub enum Failure {
     /// TCP, TLS or the HTTP/2 handshake failed: nothing was sent.
     Connect,
-    /// The connection handed the request back unsent (closed before it was written).
+    /// The connection took no new stream (it had received GOAWAY, or ended): nothing was sent.
     Unsent,
     /// `RST_STREAM` with `REFUSED_STREAM`: refused before any processing.
     RefusedStream,
