@@ -93,7 +93,8 @@ where
             final_flush_done: false,
             encoder: Encoder {
                 hpack: hpack::Encoder::default(),
-                buf: Cursor::new(BytesMut::with_capacity(DEFAULT_BUFFER_CAPACITY)),
+                // kubegate: allocated when a frame is buffered, released once written.
+                buf: Cursor::new(BytesMut::new()),
                 next: None,
                 last_data_frame: None,
                 max_frame_size: frame::DEFAULT_MAX_FRAME_SIZE,
@@ -206,6 +207,7 @@ where
             Some(Next::Data(frame)) => {
                 self.last_data_frame = Some(frame);
                 debug_assert!(self.is_empty());
+                self.release_buf();
                 ControlFlow::Break
             }
             Some(Next::Continuation(frame)) => {
@@ -216,13 +218,26 @@ where
                 }
                 ControlFlow::Continue
             }
-            None => ControlFlow::Break,
+            None => {
+                self.release_buf();
+                ControlFlow::Break
+            }
         }
+    }
+
+    /// kubegate: everything buffered is written; an idle connection keeps no write buffer
+    /// (`buffer` allocates one for the next frame).
+    fn release_buf(&mut self) {
+        *self.buf.get_mut() = BytesMut::new();
     }
 
     fn buffer(&mut self, item: Frame<B>) -> Result<(), UserError> {
         // Ensure that we have enough capacity to accept the write.
         assert!(self.has_capacity());
+        if self.buf.get_ref().capacity() == 0 {
+            // kubegate: the buffer released when the last write finished.
+            self.buf.get_mut().reserve(DEFAULT_BUFFER_CAPACITY);
+        }
         let span = tracing::trace_span!("FramedWrite::buffer", frame = ?item);
         let _e = span.enter();
 
@@ -307,9 +322,11 @@ where
     }
 
     fn has_capacity(&self) -> bool {
+        // kubegate: no buffer means a whole one will be allocated for the frame.
         self.next.is_none()
-            && (self.buf.get_ref().capacity() - self.buf.get_ref().len()
-                >= self.min_buffer_capacity)
+            && (self.buf.get_ref().capacity() == 0
+                || self.buf.get_ref().capacity() - self.buf.get_ref().len()
+                    >= self.min_buffer_capacity)
     }
 
     fn is_empty(&self) -> bool {

@@ -1,11 +1,13 @@
 mod error;
 mod framed_read;
 mod framed_write;
+mod lazy_read;
 
 pub use self::error::{SendError, UserError};
 
 use self::framed_read::FramedRead;
 use self::framed_write::FramedWrite;
+use self::lazy_read::LazyRead;
 
 use crate::frame::{self, Data, Frame};
 use crate::proto::Error;
@@ -47,7 +49,8 @@ where
             .length_field_length(3)
             .length_adjustment(9)
             .num_skip(0) // Don't skip the header
-            .new_read(framed_write);
+            .new_codec();
+        let delimited = LazyRead::new(framed_write, delimited);
 
         let mut inner = FramedRead::new(delimited);
 

@@ -158,7 +158,8 @@ impl Decoder {
             max_size_update: None,
             last_max_update: size,
             table: Table::new(size),
-            buffer: BytesMut::with_capacity(4096),
+            // kubegate: allocated for a header block with Huffman strings, released after it.
+            buffer: BytesMut::new(),
         }
     }
 
@@ -174,7 +175,18 @@ impl Decoder {
     }
 
     /// Decodes the headers found in the given buffer.
-    pub fn decode<F>(
+    pub fn decode<F>(&mut self, src: &mut Cursor<&mut BytesMut>, f: F) -> Result<(), DecoderError>
+    where
+        F: FnMut(Header) -> ControlFlow<()>,
+    {
+        let decoded = self.decode_block(src, f);
+        // kubegate: the strings decoded into the buffer were split off it and keep what they
+        // use; an idle connection keeps none of it.
+        self.buffer = BytesMut::new();
+        decoded
+    }
+
+    fn decode_block<F>(
         &mut self,
         src: &mut Cursor<&mut BytesMut>,
         mut f: F,
@@ -214,8 +226,9 @@ impl Decoder {
                     can_resize = false;
                     let entry = self.decode_literal(src, true)?;
 
-                    // Insert the header into the table
-                    self.table.insert(entry.clone());
+                    // Insert the header into the table (kubegate: a copy, so that the entry
+                    // does not keep the frame it came in alive as long as it is in the table)
+                    self.table.insert(entry.detached());
                     consume(src);
 
                     if f(entry).is_break() {
@@ -333,6 +346,10 @@ impl Decoder {
 
         let offset = (buf.position() - old_pos) as usize;
         if huff {
+            if self.buffer.capacity() == 0 {
+                // kubegate: one allocation for the header block's strings.
+                self.buffer.reserve(4096);
+            }
             let ret = {
                 let raw = &buf.chunk()[..len];
                 huffman::decode(raw, &mut self.buffer).map(|buf| StringMarker {

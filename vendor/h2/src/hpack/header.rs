@@ -102,6 +102,18 @@ impl Header {
         }
     }
 
+    /// kubegate: the header with its own copy of any bytes it shares with the frame it was
+    /// decoded from (field values are copied when decoded; pseudo-header values are not).
+    pub fn detached(&self) -> Header {
+        match self {
+            Header::Authority(v) => Header::Authority(BytesStr::from(v.as_str())),
+            Header::Scheme(v) => Header::Scheme(BytesStr::from(v.as_str())),
+            Header::Path(v) => Header::Path(BytesStr::from(v.as_str())),
+            Header::Protocol(v) => Header::Protocol(Protocol::from(v.as_str())),
+            other => other.clone(),
+        }
+    }
+
     pub fn len(&self) -> usize {
         match *self {
             Header::Field {
