@@ -188,6 +188,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
+        let signals = server::StopSignals::install()?;
         let addr = SocketAddr::new(args.bind_address, args.secure_port);
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -260,7 +261,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             stop_accepting.clone(),
         ));
         tracing::info!(%addr, replica, etcd = ?args.etcd_servers, "serving");
-        server::shutdown_sequence(sim, stop_accepting).await;
+        server::shutdown_sequence(sim, stop_accepting, signals).await;
         anyhow::Ok(())
     })?;
     // Open watches die with the process, as a real apiserver's do without a grace period.

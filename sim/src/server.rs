@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::Notify;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
@@ -158,13 +158,32 @@ async fn serve_connection(
     }
 }
 
+/// SIGTERM and SIGINT, taken over from their default (exit at once).
+pub struct StopSignals {
+    term: Signal,
+    int: Signal,
+}
+
+impl StopSignals {
+    /// Installs the handlers. Called before the listener is bound: a SIGTERM sent as soon as
+    /// the port accepts must start the shutdown sequence, not kill the process.
+    pub fn install() -> std::io::Result<StopSignals> {
+        Ok(StopSignals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+}
+
 /// Waits for SIGTERM/SIGINT and runs the shutdown sequence; returns when the process may exit 0.
-pub async fn shutdown_sequence(sim: Arc<Sim>, stop_accepting: CancellationToken) {
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+pub async fn shutdown_sequence(
+    sim: Arc<Sim>,
+    stop_accepting: CancellationToken,
+    mut signals: StopSignals,
+) {
     tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+        _ = signals.term.recv() => {}
+        _ = signals.int.recv() => {}
     }
     let b = &sim.behaviour;
     // T0: readyz fails at once; everything else is served normally.
@@ -177,8 +196,8 @@ pub async fn shutdown_sequence(sim: Arc<Sim>, stop_accepting: CancellationToken)
     tracing::info!(delay = ?b.shutdown_delay, retry_after = b.send_retry_after, "shutdown initiated: readyz fails");
     tokio::spawn(async move {
         tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
+            _ = signals.term.recv() => {}
+            _ = signals.int.recv() => {}
         }
         tracing::warn!("second signal: exiting at once");
         std::process::exit(1);
