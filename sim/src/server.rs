@@ -173,6 +173,14 @@ impl StopSignals {
             int: signal(SignalKind::interrupt())?,
         })
     }
+
+    /// Completes at the next SIGTERM or SIGINT.
+    async fn received(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
 }
 
 /// Waits for SIGTERM/SIGINT and runs the shutdown sequence; returns when the process may exit 0.
@@ -181,10 +189,7 @@ pub async fn shutdown_sequence(
     stop_accepting: CancellationToken,
     mut signals: StopSignals,
 ) {
-    tokio::select! {
-        _ = signals.term.recv() => {}
-        _ = signals.int.recv() => {}
-    }
+    signals.received().await;
     let b = &sim.behaviour;
     // T0: readyz fails at once; everything else is served normally.
     sim.checks.begin_shutdown();
@@ -195,10 +200,7 @@ pub async fn shutdown_sequence(
     }
     tracing::info!(delay = ?b.shutdown_delay, retry_after = b.send_retry_after, "shutdown initiated: readyz fails");
     tokio::spawn(async move {
-        tokio::select! {
-            _ = signals.term.recv() => {}
-            _ = signals.int.recv() => {}
-        }
+        signals.received().await;
         tracing::warn!("second signal: exiting at once");
         std::process::exit(1);
     });
