@@ -6,12 +6,14 @@
 use crate::labels::{
     code_class, AdminRefusal, ConnectError, Identity, Refusal, ReloadResult, RequestFailure,
 };
-use crate::terminate::Failure;
+use crate::terminate::{Failure, Verb};
 use kubegate_pool::CloseReason;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
+use std::sync::OnceLock;
+use std::time::Duration;
 
 /// The process-wide metric families.
 pub struct Metrics {
@@ -84,6 +86,11 @@ pub struct Metrics {
     pub requests_failed: IntCounterVec,
     /// `kubegate_requests_by_identity_total{identity}`.
     pub requests_by_identity: IntCounterVec,
+    /// `requests_by_identity`'s series by `Identity as usize`: counted for every request,
+    /// without a label lookup.
+    identity_series: [IntCounter; Identity::ALL.len()],
+    /// `request_duration`'s series by `Verb as usize`, each made on first use.
+    duration_series: [OnceLock<Histogram>; Verb::ALL.len()],
     /// `kubegate_identity_headers_stripped_total`: identity headers clients sent, removed.
     pub identity_headers_stripped: IntCounter,
     /// `kubegate_backend_requests_in_flight{backend}`.
@@ -166,6 +173,7 @@ impl Metrics {
             "kubegate_connect_retries_total",
             "Client connections whose first backend connect failed and were retried on another backend.",
         );
+        let requests_by_identity = counter_vec(&r, "kubegate_requests_by_identity_total", "Terminate-mode requests by the identity passed on (client_certificate, bearer_token, anonymous).", &["identity"]);
         let fallback = counter(
             "kubegate_connections_fallback_total",
             "Client connections sent to an alive but not-ready backend because no backend was ready (no_ready_backend: alive).",
@@ -243,7 +251,9 @@ impl Metrics {
             request_duration: histogram_vec(&r, "kubegate_request_duration_seconds", "Terminate mode: time from sending a request to a backend to its response headers (requests that are not long-running).", &["verb"], REQUEST_BUCKETS),
             request_retries: counter_vec(&r, "kubegate_request_retries_total", "Terminate-mode requests sent to another backend, by what failed before (connect_failed, unsent, refused_stream, goaway, shutting_down, reset).", &["reason"]),
             requests_failed: counter_vec(&r, "kubegate_requests_failed_total", "Terminate-mode requests kubegate answered itself, by reason (no_ready_backend, unavailable, broken, body_too_large, bad_request).", &["reason"]),
-            requests_by_identity: counter_vec(&r, "kubegate_requests_by_identity_total", "Terminate-mode requests by the identity passed on (client_certificate, bearer_token, anonymous).", &["identity"]),
+            identity_series: Identity::ALL.map(|i| requests_by_identity.with_label_values(&[i.as_str()])),
+            requests_by_identity,
+            duration_series: Default::default(),
             identity_headers_stripped: {
                 let m = IntCounter::new("kubegate_identity_headers_stripped_total", "Identity headers (X-Remote-*) clients sent, removed before forwarding.").expect("valid metric");
                 r.register(Box::new(m.clone())).expect("unique metric");
@@ -283,10 +293,6 @@ impl Metrics {
         for reason in RequestFailure::ALL {
             m.requests_failed.with_label_values(&[reason.as_str()]);
         }
-        for identity in Identity::ALL {
-            m.requests_by_identity
-                .with_label_values(&[identity.as_str()]);
-        }
         for reason in ["error", "timeout"] {
             m.tls_handshake_failures.with_label_values(&[reason]);
         }
@@ -303,6 +309,18 @@ impl Metrics {
             m.watches_ended.with_label_values(&[reason.as_str()]);
         }
         m
+    }
+
+    /// Counts a request by the identity passed on for it.
+    pub fn count_identity(&self, identity: Identity) {
+        self.identity_series[identity as usize].inc();
+    }
+
+    /// Observes the time a backend took to send a `verb` request's response headers.
+    pub fn observe_request_duration(&self, verb: Verb, took: Duration) {
+        self.duration_series[verb as usize]
+            .get_or_init(|| self.request_duration.with_label_values(&[verb.as_str()]))
+            .observe(took.as_secs_f64());
     }
 
     /// Counts a request a backend answered with `code`.
@@ -482,5 +500,38 @@ impl BackendMetrics {
             bytes_to_client: m.bytes.with_label_values(&[backend, "to_client"]),
             connection_duration: m.connection_duration.with_label_values(&[backend]),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The series arrays are indexed by discriminant: each `ALL` must list its enum in
+    /// declaration order.
+    #[test]
+    fn series_arrays_are_indexed_in_declaration_order() {
+        for (i, identity) in Identity::ALL.into_iter().enumerate() {
+            assert_eq!(identity as usize, i, "{identity:?}");
+        }
+        for (i, verb) in Verb::ALL.into_iter().enumerate() {
+            assert_eq!(verb as usize, i, "{verb:?}");
+        }
+        let m = Metrics::new();
+        m.count_identity(Identity::BearerToken);
+        m.observe_request_duration(Verb::List, Duration::from_millis(3));
+        let text = String::from_utf8(m.render()).unwrap();
+        assert!(
+            text.contains("kubegate_requests_by_identity_total{identity=\"bearer_token\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kubegate_request_duration_seconds_count{verb=\"list\"} 1"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("verb=\"get\""),
+            "a verb's series appears with its first request"
+        );
     }
 }

@@ -89,9 +89,9 @@ pub struct RequestClass {
 pub fn classify(method: &Method, uri: &Uri) -> RequestClass {
     let path = uri.path();
     let watch_param = query_flag(uri.query(), "watch");
-    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let segments = Segments::of(path);
     // /api/v1/... or /apis/GROUP/VERSION/...
-    let rest: Option<&[&str]> = match parts.as_slice() {
+    let rest: Option<&[&str]> = match segments.as_slice() {
         ["api", _version, rest @ ..] => Some(rest),
         ["apis", _group, _version, rest @ ..] => Some(rest),
         _ => None,
@@ -141,6 +141,37 @@ pub fn classify(method: &Method, uri: &Uri) -> RequestClass {
         _ => None,
     };
     RequestClass { verb, long_running }
+}
+
+/// A path's first [`Segments::MAX`] segments, on the stack: classifying runs for every
+/// request, and a `Vec` of them was one allocation each.
+struct Segments<'a> {
+    parts: [&'a str; Segments::MAX],
+    len: usize,
+}
+
+impl<'a> Segments<'a> {
+    /// Enough for every pattern `classify` matches: `/apis/GROUP/VERSION` (3), a path verb
+    /// (1), `namespaces/NS/RESOURCE/NAME/SUB` (5), and one more, so that a longer path never
+    /// looks like a shorter one to a pattern of fixed length (those are at most 8 segments;
+    /// the longer ones end in `..`).
+    const MAX: usize = 10;
+
+    fn of(path: &'a str) -> Segments<'a> {
+        let mut s = Segments {
+            parts: [""; Segments::MAX],
+            len: 0,
+        };
+        for part in path.trim_matches('/').split('/').take(Segments::MAX) {
+            s.parts[s.len] = part;
+            s.len += 1;
+        }
+        s
+    }
+
+    fn as_slice(&self) -> &[&'a str] {
+        &self.parts[..self.len]
+    }
 }
 
 fn method_verb(method: &Method, named: bool) -> Verb {
@@ -290,6 +321,19 @@ mod tests {
             (
                 Method::GET,
                 "/api/v1/proxy/namespaces/default/pods/p",
+                Verb::Get,
+                Some(Session),
+            ),
+            // Longer than the segments classify keeps: read by its first ten.
+            (
+                Method::GET,
+                "/apis/apps/v1/watch/namespaces/default/services/s/proxy/a/b/c/d",
+                Verb::Watch,
+                Some(Watch),
+            ),
+            (
+                Method::GET,
+                "/apis/g/v1/proxy/namespaces/default/services/s/x/y/z",
                 Verb::Get,
                 Some(Session),
             ),

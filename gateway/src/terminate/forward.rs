@@ -99,7 +99,14 @@ pub async fn handle(
     let client_query = parts.uri.query().map(str::to_string);
     // Before the hop-by-hop headers go: an HTTP/1.1 client's Host is one of them.
     let uri = upstream_uri(parts.uri, &parts.headers, &upstreams.tls.server_name);
-    remove_hop_by_hop(&mut parts.headers);
+    if parts.version == Version::HTTP_2 {
+        // h2 refuses a request with any other connection-specific header (a malformed
+        // stream), so only these two can be there.
+        parts.headers.remove(header::HOST);
+        parts.headers.remove(header::TE);
+    } else {
+        remove_hop_by_hop(&mut parts.headers);
+    }
     let body = if body.is_end_stream() {
         // Most requests (GET, watch, DELETE without options) carry none.
         Bytes::new()
@@ -179,9 +186,7 @@ pub fn prepare_headers(
     } else {
         crate::labels::Identity::Anonymous
     };
-    m.requests_by_identity
-        .with_label_values(&[identity.as_str()])
-        .inc();
+    m.count_identity(identity);
     let kind = match identity {
         crate::labels::Identity::ClientCertificate => Kind::WithIdentity,
         crate::labels::Identity::BearerToken => Kind::BearerToken,
@@ -482,11 +487,9 @@ async fn attempt(
     };
     let upstream = &backend.planes().terminate;
     if class.long_running.is_none() {
-        upstream.observe_latency(sent.elapsed());
-        gw.metrics()
-            .request_duration
-            .with_label_values(&[class.verb.as_str()])
-            .observe(sent.elapsed().as_secs_f64());
+        let took = sent.elapsed();
+        upstream.observe_latency(took);
+        gw.metrics().observe_request_duration(class.verb, took);
     }
     let code = resp.status();
     let answer = if code == StatusCode::TOO_MANY_REQUESTS || code == StatusCode::SERVICE_UNAVAILABLE
