@@ -84,10 +84,8 @@ pub struct Metrics {
     pub request_retries: IntCounterVec,
     /// `kubegate_requests_failed_total{reason}`: requests kubegate answered itself.
     pub requests_failed: IntCounterVec,
-    /// `kubegate_requests_by_identity_total{identity}`.
-    pub requests_by_identity: IntCounterVec,
-    /// `requests_by_identity`'s series by `Identity as usize`: counted for every request,
-    /// without a label lookup.
+    /// `kubegate_requests_by_identity_total{identity}`'s series by `Identity as usize`: counted
+    /// for every request, without a label lookup.
     identity_series: [IntCounter; Identity::ALL.len()],
     /// `request_duration`'s series by `Verb as usize`, each made on first use.
     duration_series: [OnceLock<Histogram>; Verb::ALL.len()],
@@ -252,7 +250,6 @@ impl Metrics {
             request_retries: counter_vec(&r, "kubegate_request_retries_total", "Terminate-mode requests sent to another backend, by what failed before (connect_failed, unsent, refused_stream, goaway, shutting_down, reset).", &["reason"]),
             requests_failed: counter_vec(&r, "kubegate_requests_failed_total", "Terminate-mode requests kubegate answered itself, by reason (no_ready_backend, unavailable, broken, body_too_large, bad_request).", &["reason"]),
             identity_series: Identity::ALL.map(|i| requests_by_identity.with_label_values(&[i.as_str()])),
-            requests_by_identity,
             duration_series: Default::default(),
             identity_headers_stripped: {
                 let m = IntCounter::new("kubegate_identity_headers_stripped_total", "Identity headers (X-Remote-*) clients sent, removed before forwarding.").expect("valid metric");
