@@ -99,14 +99,7 @@ pub async fn handle(
     let client_query = parts.uri.query().map(str::to_string);
     // Before the hop-by-hop headers go: an HTTP/1.1 client's Host is one of them.
     let uri = upstream_uri(parts.uri, &parts.headers, &upstreams.tls.server_name);
-    if parts.version == Version::HTTP_2 {
-        // h2 refuses a request with any other connection-specific header (a malformed
-        // stream), so only these two can be there.
-        parts.headers.remove(header::HOST);
-        parts.headers.remove(header::TE);
-    } else {
-        remove_hop_by_hop(&mut parts.headers);
-    }
+    remove_hop_by_hop(parts.version, &mut parts.headers);
     let body = if body.is_end_stream() {
         // Most requests (GET, watch, DELETE without options) carry none.
         Bytes::new()
@@ -227,8 +220,15 @@ fn set_content_length(method: &Method, headers: &mut HeaderMap, len: usize) {
 }
 
 /// Headers that describe one connection, not the request: they never cross a proxy (and
-/// HTTP/2 forbids them).
-pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
+/// HTTP/2 forbids them), from a request of `version`.
+pub fn remove_hop_by_hop(version: Version, headers: &mut HeaderMap) {
+    if version == Version::HTTP_2 {
+        // h2 refuses a request carrying any other connection-specific header (a malformed
+        // stream), so only these two can be there; the scan below runs for every request.
+        headers.remove(header::HOST);
+        headers.remove(header::TE);
+        return;
+    }
     let listed: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -642,9 +642,17 @@ mod tests {
         h.insert(header::TE, "trailers".parse().unwrap());
         h.insert(header::HOST, "api:6443".parse().unwrap());
         h.insert(header::ACCEPT, "application/json".parse().unwrap());
-        remove_hop_by_hop(&mut h);
+        let mut from_h2 = h.clone();
+        from_h2.remove(header::CONNECTION);
+        from_h2.remove("keep-alive");
+        remove_hop_by_hop(Version::HTTP_11, &mut h);
         let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
         assert_eq!(left, ["accept"]);
+        // What h2 lets through in a request: Host and `TE: trailers` go.
+        remove_hop_by_hop(Version::HTTP_2, &mut from_h2);
+        let mut left: Vec<_> = from_h2.keys().map(|k| k.as_str()).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["accept", "x-trace"]);
     }
 
     #[test]

@@ -57,7 +57,7 @@ pub async fn proxy(
         &upstreams.tls.server_name,
     );
     // Only the two headers that make it an upgrade cross as connection headers.
-    crate::terminate::forward::remove_hop_by_hop(&mut parts.headers);
+    crate::terminate::forward::remove_hop_by_hop(parts.version, &mut parts.headers);
     if let Some(host) = uri.authority() {
         if let Ok(h) = HeaderValue::from_str(host.as_str()) {
             parts.headers.insert(header::HOST, h);
