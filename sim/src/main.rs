@@ -240,13 +240,19 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             tokio::spawn(fault::serve(fault, sim.clone()));
         }
         // Post-start hooks finish after the startup duration; the listener is open before.
-        let starting = sim.clone();
+        // Without one they are finished before the listener opens: a task spawned to finish
+        // them could run after the first /readyz on a busy machine.
         let startup = args.startup_duration;
-        tokio::spawn(async move {
-            tokio::time::sleep(startup).await;
-            starting.checks.finish_startup();
-            tracing::info!("post-start hooks finished");
-        });
+        if startup.is_zero() {
+            sim.checks.finish_startup();
+        } else {
+            let starting = sim.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(startup).await;
+                starting.checks.finish_startup();
+                tracing::info!("post-start hooks finished");
+            });
+        }
         if !args.etcd_servers.is_empty() {
             tokio::spawn(watch_storage(sim.clone()));
         }
