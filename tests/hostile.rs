@@ -80,9 +80,16 @@ impl Bystander {
         assert_eq!(conn.get(PODS).await.unwrap().status, 200);
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        // The attack starts once the first request is on its way: on a busy machine the task
+        // could otherwise first run after a short attack ended, and ask nothing.
+        let (asking, asked) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(async move {
             let (mut ok, mut failed, mut slowest) = (0, 0, Duration::ZERO);
-            while !flag.load(Ordering::Relaxed) {
+            let mut asking = Some(asking);
+            while asking.is_some() || !flag.load(Ordering::Relaxed) {
+                if let Some(asking) = asking.take() {
+                    let _ = asking.send(());
+                }
                 let t = Instant::now();
                 match tokio::time::timeout(T, conn.get(PODS)).await {
                     Ok(Ok(r)) if r.status == 200 => ok += 1,
@@ -93,6 +100,7 @@ impl Bystander {
             }
             (ok, failed, slowest)
         });
+        asked.await.expect("the bystander task runs");
         Bystander { stop, task }
     }
 
