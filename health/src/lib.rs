@@ -18,7 +18,6 @@ pub use checker::{
     spawn_checker, CheckerHandle, HealthObserver, Pace, ProbeIntervals, ProbeSettings,
 };
 pub use outcome::{ProbeOutcome, ProbeRecord, TlsProblem, UnreachableReason};
-pub use probe::{out_of_resources, Prober, ProberError};
+pub use probe::{Prober, ProberError};
 pub use state::{BackendState, HealthTracker, ProbeSignal, Thresholds, Transition};
-pub use tls::{load_certs, load_roots};
 pub use verbose::{parse_verbose, ReadyzReport};

@@ -10,6 +10,7 @@ use crate::verbose::parse_verbose;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::rt::TokioIo;
+use kubegate_net::out_of_resources;
 use rustls::pki_types::ServerName;
 use std::io;
 use std::net::SocketAddr;
@@ -153,15 +154,6 @@ fn host_header(name: &ServerName<'_>) -> String {
         ServerName::IpAddress(ip) => std::net::IpAddr::from(*ip).to_string(),
         _ => "kubernetes".into(),
     }
-}
-
-/// Whether `e` says this process ran out of descriptors or memory (from `socket`, `accept`):
-/// a local condition, no evidence about the peer.
-pub fn out_of_resources(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
-    )
 }
 
 fn unreachable(e: &io::Error) -> ProbeOutcome {

@@ -1,17 +1,16 @@
 //! The rustls client configuration for probes, built from `health.tls`.
 
 use crate::outcome::TlsProblem;
+use kubegate_net::tls::{load_certs, load_key, load_roots, provider};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore};
-use std::path::Path;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{CertificateError, ClientConfig, DigitallySignedStruct};
 use std::sync::Arc;
 
 /// Builds the client config. Errors name the file and what is wrong with it.
 pub fn client_config(tls: &kubegate_config::HealthTls) -> Result<ClientConfig, String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = provider();
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
@@ -29,8 +28,7 @@ pub fn client_config(tls: &kubegate_config::HealthTls) -> Result<ClientConfig, S
     let mut config = match (&tls.client_cert_file, &tls.client_key_file) {
         (Some(cert), Some(key)) => {
             let chain = load_certs(cert)?;
-            let key = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| format!("{}: no usable private key: {e}", key.display()))?;
+            let key = load_key(key)?;
             builder
                 .with_client_auth_cert(chain, key)
                 .map_err(|e| format!("{}: {e}", cert.display()))?
@@ -39,28 +37,6 @@ pub fn client_config(tls: &kubegate_config::HealthTls) -> Result<ClientConfig, S
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
-}
-
-/// Every certificate in a PEM file (at least one), errors naming the file.
-pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!("{}: no PEM certificate in file", path.display()));
-    }
-    Ok(certs)
-}
-
-/// A root store of every certificate in a PEM file, errors naming the file.
-pub fn load_roots(path: &Path) -> Result<RootCertStore, String> {
-    let mut roots = RootCertStore::empty();
-    for cert in load_certs(path)? {
-        roots
-            .add(cert)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-    }
-    Ok(roots)
 }
 
 /// Names a handshake failure. Certificate problems keep their specific cause.

@@ -1,12 +1,21 @@
-//! The body of a response to a terminate-mode client: either made by kubegate (an error
-//! `Status`), or relayed from a backend while the request counts as in flight there.
+//! The body of a response to a terminate-mode client: made by kubegate (an error `Status`),
+//! relayed from a backend while the request counts as in flight there, or the events of a
+//! watch followed across backends. And small answers read whole.
 
+use crate::state::Stream;
 use crate::terminate::h2client::ResponseStream;
-use crate::terminate::upstream::{InFlight, Stream};
+use crate::terminate::in_flight::InFlight;
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
+use http_body_util::{BodyExt, Limited};
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// The largest small answer read whole: a 429/503 read to tell a shutting-down apiserver from
+/// a busy one, a refused upgrade's `Status`.
+const SMALL_BODY_LIMIT: usize = 16 * 1024;
 
 /// Errors a response body passes on to hyper (which resets the client's stream).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -24,7 +33,7 @@ pub enum ResponseBody {
     /// Streamed from a backend.
     Relayed(Relayed),
     /// A watch followed across backends (`watch.rs`).
-    Watch(crate::terminate::watch::WatchBody),
+    Watch(WatchBody),
 }
 
 impl ResponseBody {
@@ -37,6 +46,29 @@ impl ResponseBody {
     /// No body.
     pub fn empty() -> ResponseBody {
         ResponseBody::Full(None)
+    }
+}
+
+/// The client's side of a followed watch: its events, as the watch's task forwards them.
+pub struct WatchBody(mpsc::Receiver<Bytes>);
+
+impl WatchBody {
+    /// The events `events` receives.
+    pub fn new(events: mpsc::Receiver<Bytes>) -> WatchBody {
+        WatchBody(events)
+    }
+}
+
+/// Reads a small answer whole (at most 16 KiB, within 10 s).
+pub async fn read_small<B>(body: B) -> Result<Bytes, ()>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let read = Limited::new(body, SMALL_BODY_LIMIT).collect();
+    match tokio::time::timeout(Duration::from_secs(10), read).await {
+        Ok(Ok(b)) => Ok(b.to_bytes()),
+        _ => Err(()),
     }
 }
 
@@ -143,7 +175,7 @@ impl Body for ResponseBody {
                     }
                 }
             }
-            ResponseBody::Watch(w) => w.poll_event(cx).map(|e| e.map(|b| Ok(Frame::data(b)))),
+            ResponseBody::Watch(w) => w.0.poll_recv(cx).map(|e| e.map(|b| Ok(Frame::data(b)))),
         }
     }
 

@@ -7,7 +7,8 @@
 //! writes frames. (The largest share of terminate mode's CPU per request left that was
 //! kubegate's to choose: bench/README.md, "Terminate mode".)
 
-use crate::terminate::retry::Failure;
+use crate::telemetry::AttemptFailure;
+use crate::terminate::retry::failure_of;
 use bytes::Bytes;
 use h2::client::SendRequest;
 use h2::RecvStream;
@@ -16,6 +17,11 @@ use http_body::{Body, Frame};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite};
+
+/// The h2 linked is kubegate's patched one (`vendor/h2/KUBEGATE.md`): this names a constant
+/// only the patch has, so a dependency that pulls in a newer h2 — which makes Cargo ignore
+/// `[patch.crates-io]` with only a warning — fails the build instead of dropping the patch.
+const _: &str = h2::KUBEGATE_PATCH;
 
 /// Sends requests on one upstream connection (cheap to clone).
 pub type Sender = SendRequest<Bytes>;
@@ -51,13 +57,13 @@ where
 /// Sends `req` with `body` on `sender`'s connection and waits for the response headers. The
 /// body is handed to `h2` whole; it leaves as the backend's flow-control windows allow (it is
 /// held in memory anyway, for retries, so queueing it costs nothing more).
-/// [`Failure::Unsent`]: the connection took no new stream (it received GOAWAY, or ended), and
+/// [`AttemptFailure::Unsent`]: the connection took no new stream (it received GOAWAY, or ended), and
 /// will take none.
 pub async fn send(
     sender: &Sender,
     req: Request<()>,
     body: &Bytes,
-) -> Result<Response<ResponseStream>, Failure> {
+) -> Result<Response<ResponseStream>, AttemptFailure> {
     // A fresh clone has no stream of its own waiting to open, so `poll_ready` is not needed:
     // it would only check what `send_request` checks (a connection error, stream ids left).
     let mut sender = sender.clone();
@@ -66,21 +72,21 @@ pub async fn send(
     if !end_of_stream {
         stream
             .send_data(body.clone(), true)
-            .map_err(|e| Failure::of(&e))?;
+            .map_err(|e| failure_of(&e))?;
     }
-    let resp = response.await.map_err(|e| Failure::of(&e))?;
+    let resp = response.await.map_err(|e| failure_of(&e))?;
     Ok(resp.map(ResponseStream::new))
 }
 
 /// Why `h2` did not open a stream: the connection's error (GOAWAY received, I/O failed, a
 /// protocol error), or a request `h2` will not send — which no connection would send either,
 /// so it is not held against the connection, and the request is not retried as unprocessed.
-fn unsent(e: h2::Error) -> Failure {
+fn unsent(e: h2::Error) -> AttemptFailure {
     if e.is_go_away() || e.is_io() || e.reason().is_some() {
-        Failure::Unsent
+        AttemptFailure::Unsent
     } else {
         tracing::warn!(error = %e, "an upstream request could not be sent");
-        Failure::Reset
+        AttemptFailure::Reset
     }
 }
 

@@ -10,17 +10,18 @@
 //! kubegate's memory); PING and SETTINGS are answered one at a time (h2 stops reading while an
 //! answer is pending, so a flood is held by TCP); and the rapid reset rule (`resets`).
 
-use crate::admission::ClientSlot;
-use crate::gateway::Gateway;
-use crate::labels::ClientLimit;
-use crate::lifecycle::Phase;
-use crate::server_tls::{server_config, ServingCert};
-use crate::terminate::forward::{handle, Client};
+use crate::net::{ClientSlot, Serve};
+use crate::state::{Gateway, Phase};
+use crate::telemetry::{ClientLimit, ClientProtocol, HandshakeFailure};
+use crate::terminate::handle::handle;
+use crate::terminate::mode::TerminateMode;
+use crate::terminate::request::Client;
 use crate::terminate::resets::ResetWatch;
 use crate::terminate::tls::ALPN;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use kubegate_config::{ListenerTls, TerminateConfig};
+use kubegate_net::tls::{server_config, ServingCert};
 use kubegate_wire::identity::CertIdentity;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -29,39 +30,39 @@ use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
-/// One terminate-mode listener's TLS.
+/// One terminate-mode listener: its TLS, and terminate mode's shared state.
 pub struct TerminateListener {
     acceptor: TlsAcceptor,
     serving: Arc<ServingCert>,
-    tls: ListenerTls,
+    mode: Arc<TerminateMode>,
 }
 
 impl TerminateListener {
     /// Loads the serving certificate and client CA now.
-    pub fn new(tls: &ListenerTls) -> Result<TerminateListener, String> {
-        let serving = Arc::new(ServingCert::load(tls)?);
-        let config = server_config(tls, serving.clone(), &ALPN)?;
+    pub fn new(tls: &ListenerTls, mode: Arc<TerminateMode>) -> Result<TerminateListener, String> {
+        let serving = Arc::new(ServingCert::load(&tls.cert_file, &tls.key_file)?);
+        let config = server_config(serving.clone(), tls.client_ca_file.as_deref(), &ALPN)?;
         Ok(TerminateListener {
             acceptor: TlsAcceptor::from(Arc::new(config)),
             serving,
-            tls: tls.clone(),
+            mode,
         })
+    }
+
+    /// Its serving certificate, which follows its files (the control plane watches them).
+    pub fn serving(&self) -> &Arc<ServingCert> {
+        &self.serving
     }
 }
 
-impl crate::certs::Reloadable for TerminateListener {
-    fn files(&self) -> Vec<std::path::PathBuf> {
-        vec![self.tls.cert_file.clone(), self.tls.key_file.clone()]
-    }
-
-    /// New connections get the certificate read now; on failure the current one stays.
-    fn reload(&self) -> Result<(), String> {
-        self.serving.reload(&self.tls)
+impl Serve for Arc<TerminateListener> {
+    fn serve(&self, gw: &Arc<Gateway>, client: TcpStream, slot: ClientSlot) {
+        drop(tokio::spawn(serve(gw.clone(), self.clone(), client, slot)));
     }
 }
 
 /// Serves one accepted client connection until it closes; its admission `slot` frees then.
-pub async fn serve(
+async fn serve(
     gw: Arc<Gateway>,
     listener: Arc<TerminateListener>,
     tcp: TcpStream,
@@ -87,6 +88,7 @@ pub async fn serve(
         });
         let service = {
             let gw = gw.clone();
+            let mode = listener.mode.clone();
             let resets = resets.clone();
             hyper::service::service_fn(move |req| {
                 let gw = gw.clone();
@@ -95,7 +97,7 @@ pub async fn serve(
                 // Boxed once: hyper moves a pointer into the stream's task instead of copying
                 // the request's future, and an open stream such as a watch does not keep an
                 // inline slot for it.
-                let response = Box::pin(handle(gw, client, req));
+                let response = Box::pin(handle(gw, mode.clone(), client, req));
                 async move {
                     let response = response.await;
                     stream.finish();
@@ -106,9 +108,11 @@ pub async fn serve(
         let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
         (conn, resets)
     };
-    let gauge = metrics
-        .client_connections
-        .with_label_values(&[if h2 { "h2" } else { "http/1.1" }]);
+    let gauge = metrics.terminate.client_connections(if h2 {
+        ClientProtocol::H2
+    } else {
+        ClientProtocol::Http1
+    });
     gauge.inc();
     tokio::pin!(conn);
     let mut phase = gw.lifecycle().subscribe();
@@ -126,10 +130,7 @@ pub async fn serve(
                 break;
             }
             () = resets.tripped() => {
-                metrics
-                    .client_limit_closes
-                    .with_label_values(&[ClientLimit::RapidReset.as_str()])
-                    .inc();
+                metrics.net.limit_closed(ClientLimit::RapidReset);
                 tracing::warn!(client = %addr, "closing a client connection that reset most of its streams at once (rapid reset)");
                 break;
             }
@@ -195,18 +196,14 @@ async fn handshake(
             Some(Accepted { tls, h2, identity })
         }
         Ok(Err(e)) => {
-            metrics
-                .tls_handshake_failures
-                .with_label_values(&["error"])
-                .inc();
+            metrics.terminate.handshake_failed(HandshakeFailure::Error);
             tracing::debug!(client = %addr, error = %e, "TLS handshake failed");
             None
         }
         Err(_) => {
             metrics
-                .tls_handshake_failures
-                .with_label_values(&["timeout"])
-                .inc();
+                .terminate
+                .handshake_failed(HandshakeFailure::Timeout);
             tracing::debug!(client = %addr, "TLS handshake timed out");
             None
         }

@@ -1,6 +1,6 @@
 //! Terminate mode's TLS: how kubegate reaches the apiservers (their CA and name, and
 //! kubegate's front-proxy certificate). What clients see (a serving certificate that follows
-//! its files, optional client-certificate verification) is `server_tls.rs`, shared with the
+//! its files, optional client-certificate verification) is `kubegate_net::tls`, shared with the
 //! admin endpoint.
 //!
 //! Requests that carry an identity kubegate vouches for (`X-Remote-*` from a verified client
@@ -10,8 +10,8 @@
 //! access (`union.NewFailOnError`): an anonymous `/readyz` sent with the front-proxy
 //! certificate would get 401 instead of an answer.
 
-use crate::server_tls::{certified_key, load_roots, provider};
 use kubegate_config::UpstreamConfig;
+use kubegate_net::tls::{certified_key, load_roots, provider};
 use rustls::client::ClientConfig;
 use rustls::pki_types::ServerName;
 use rustls::sign::CertifiedKey;

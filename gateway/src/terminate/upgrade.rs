@@ -5,24 +5,26 @@
 //! backend's work (down, drain deadline, shutdown grace). Only a failed connect is retried: an
 //! upgrade request that reached an apiserver may have started a process.
 
-use crate::gateway::Gateway;
-use crate::labels::{ConnectError, RequestFailure};
-use crate::planes::Backend;
-use crate::proxy::PASSIVE_EJECTION;
-use crate::terminate::body::ResponseBody;
-use crate::terminate::forward::{prepare_headers, read_small, tls_connect, upstream_uri, Client};
+use crate::net::{connect_failed, place, Attempt};
+use crate::state::{Backend, Gateway, Kind};
+use crate::telemetry::RequestFailure;
+use crate::terminate::body::{read_small, ResponseBody};
+use crate::terminate::connect::tls_connect;
+use crate::terminate::dispatch::load_for;
+use crate::terminate::in_flight::InFlight;
+use crate::terminate::mode::Upstreams;
+use crate::terminate::request::{Client, Shaper};
 use crate::terminate::status::{broken, unavailable};
-use crate::terminate::upstream::{Kind, Upstream};
-use crate::terminate::Upstreams;
-use http::header::{self, HeaderValue};
+use http::header;
 use http::{Request, Response, StatusCode, Version};
 use http_body_util::Empty;
 use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
-use kubegate_pool::{pick, Candidates};
+use kubegate_config::BalancePolicy;
 use kubegate_wire::classify::RequestClass;
-use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// An HTTP/1.1 request asking to switch protocols.
 pub fn requested(req: &Request<Incoming>) -> bool {
@@ -48,32 +50,13 @@ pub async fn proxy(
     // Resolves once kubegate's 101 has been written to the client.
     let client_side = hyper::upgrade::on(&mut req);
     let (mut parts, _) = req.into_parts();
-    let upgrade = parts.headers.get(header::UPGRADE).cloned();
-    let kind = prepare_headers(gw, upstreams, client, &mut parts.headers);
-    // Before the hop-by-hop headers go: an HTTP/1.1 client's Host is one of them.
-    let uri = upstream_uri(
-        parts.uri.clone(),
-        &parts.headers,
-        &upstreams.tls.server_name,
-    );
-    // Only the two headers that make it an upgrade cross as connection headers.
-    crate::terminate::forward::remove_hop_by_hop(parts.version, &mut parts.headers);
-    if let Some(host) = uri.authority() {
-        if let Ok(h) = HeaderValue::from_str(host.as_str()) {
-            parts.headers.insert(header::HOST, h);
-        }
-    }
-    parts
-        .headers
-        .insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    if let Some(u) = upgrade {
-        parts.headers.insert(header::UPGRADE, u);
-    }
+    let metrics = &gw.metrics().terminate;
+    let kind = Shaper::new(upstreams, metrics).upgrade(client, &mut parts);
     let Some((backend, mut sender)) = connect(gw, upstreams, kind).await else {
-        gw.metrics().request_failed(RequestFailure::Unavailable);
+        metrics.request_failed(RequestFailure::Unavailable);
         return unavailable("no apiserver could take the request");
     };
-    let in_flight = Upstream::begin(&backend, true);
+    let in_flight = InFlight::begin(&backend, true);
     let mut upstream_req = Request::from_parts(parts, Empty::<bytes::Bytes>::new());
     *upstream_req.version_mut() = Version::HTTP_11;
     // A backend closed meanwhile (down) may never answer: the close ends the wait too.
@@ -86,19 +69,18 @@ pub async fn proxy(
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(backend = %backend.info().name, error = %e, "upgrade request failed");
-            gw.metrics().request_failed(RequestFailure::Broken);
+            metrics.request_failed(RequestFailure::Broken);
             return broken("the connection to the apiserver broke during the upgrade");
         }
     };
-    gw.metrics()
-        .count_request(&backend.info().name, class.verb, resp.status());
+    metrics.count_request(&backend.info().name, class.verb, resp.status());
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
         // Refused (403, 400, ...): the apiserver's answer (a small Status) goes back as it is.
         let (parts, body) = resp.into_parts();
         return match read_small(body).await {
             Ok(body) => Response::from_parts(parts, ResponseBody::full(body)),
             Err(()) => {
-                gw.metrics().request_failed(RequestFailure::Broken);
+                metrics.request_failed(RequestFailure::Broken);
                 broken("the apiserver's answer to the upgrade broke off")
             }
         };
@@ -135,66 +117,63 @@ async fn connect(
     gw: &Gateway,
     upstreams: &Upstreams,
     kind: Kind,
-) -> Option<(
-    Arc<Backend>,
-    hyper::client::conn::http1::SendRequest<Empty<bytes::Bytes>>,
-)> {
-    let (policy, attempts, no_ready, timeout) = {
-        let c = gw.config().load();
-        (
-            c.balance,
-            c.connect.attempts,
-            c.no_ready_backend,
-            c.connect.timeout,
-        )
-    };
-    let pool = gw.pool();
+) -> Option<(Arc<Backend>, SendRequest<Empty<bytes::Bytes>>)> {
     let tls = match kind {
         Kind::WithIdentity => upstreams.tls.with_identity_h1.clone()?,
         Kind::BearerToken | Kind::Anonymous => upstreams.tls.without_identity_h1.clone(),
     };
-    let mut tried: Vec<SocketAddr> = Vec::new();
-    for _ in 0..attempts {
-        let table = pool.routing();
-        let candidates = match table.candidates(no_ready) {
-            Candidates::Ready(c) | Candidates::Fallback(c) => c,
-            Candidates::None => return None,
-        };
-        let backend = pick(
-            policy,
-            candidates,
-            &tried,
-            pool.cursor(),
-            &crate::terminate::forward::load_for(policy),
-        )?;
-        tried.push(backend.address);
-        let conn = tls_connect(
-            backend.address,
-            tls.clone(),
-            upstreams.tls.server_name.clone(),
-            timeout,
-        )
-        .await;
-        let handshake = match conn {
-            Ok((tls, _socket)) => hyper::client::conn::http1::handshake(TokioIo::new(tls))
-                .await
-                .map_err(std::io::Error::other),
-            Err(e) => Err(e),
-        };
+    let mut connects = Connects {
+        gw,
+        upstreams,
+        tls,
+        timeout: gw.config().load().connect.timeout,
+    };
+    place(gw, &mut connects, &mut Vec::new()).await.ok()
+}
+
+/// An upgrade's connects, as the placing loop runs them: only a failed connect is tried on
+/// another backend (an upgrade request that reached an apiserver may have started a process).
+struct Connects<'a> {
+    gw: &'a Gateway,
+    upstreams: &'a Upstreams,
+    tls: Arc<rustls::ClientConfig>,
+    timeout: Duration,
+}
+
+impl Attempt for Connects<'_> {
+    type Output = SendRequest<Empty<bytes::Bytes>>;
+    type Failure = ();
+
+    fn load(policy: BalancePolicy) -> fn(&Backend) -> u64 {
+        load_for(policy)
+    }
+
+    async fn attempt(&mut self, backend: &Arc<Backend>) -> Result<Self::Output, ()> {
+        let name = self.upstreams.tls.server_name.clone();
+        let handshake =
+            match tls_connect(backend.address, self.tls.clone(), name, self.timeout).await {
+                Ok((tls, _socket)) => hyper::client::conn::http1::handshake(TokioIo::new(tls))
+                    .await
+                    .map_err(std::io::Error::other),
+                Err(e) => Err(e),
+            };
         match handshake {
             Ok((sender, conn)) => {
                 tokio::spawn(async move {
                     let _ = conn.with_upgrades().await;
                 });
-                return Some((backend, sender));
+                Ok(sender)
             }
             Err(e) => {
-                let name = backend.info().name.clone();
-                gw.metrics().connect_error(&name, ConnectError::of(&e));
-                tracing::warn!(backend = %name, error = %e, "upstream connection for an upgrade failed");
-                backend.connect_failed(PASSIVE_EJECTION);
+                connect_failed(self.gw, backend, &e, "upgrade");
+                Err(())
             }
         }
     }
-    None
+
+    fn may_try_another(&self, _: ()) -> bool {
+        true
+    }
+
+    fn retrying(&mut self, _: ()) {}
 }

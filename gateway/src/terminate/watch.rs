@@ -10,22 +10,20 @@
 //! when its replica starts draining, rather than at the drain deadline. Resumes are bounded
 //! per watch; a watch that cannot resume ends cleanly, as an apiserver ending it would.
 
-pub use kubegate_wire::framing::Framing;
-pub use kubegate_wire::position::resumed_query;
-
-use crate::gateway::Gateway;
-use crate::planes::Backend;
-use crate::terminate::body::ResponseBody;
-use crate::terminate::forward::{dispatch, Answer, Outgoing};
+use crate::state::{Backend, Gateway, Stream};
+use crate::telemetry::{WatchBreak, WatchEnd};
+use crate::terminate::body::{ResponseBody, WatchBody};
+use crate::terminate::dispatch::{dispatch, Answer};
 use crate::terminate::h2client::ResponseStream;
-use crate::terminate::upstream::{InFlight, Stream};
-use crate::terminate::Upstreams;
+use crate::terminate::in_flight::InFlight;
+use crate::terminate::mode::Upstreams;
+use crate::terminate::request::Outgoing;
 use bytes::Bytes;
 use http::Response;
 use http_body_util::BodyExt;
 use kubegate_wire::classify::RequestClass;
-use kubegate_wire::framing::{self, Decoder, Kind};
-use kubegate_wire::position::{self, Asked, Deliver, Progress};
+use kubegate_wire::framing::{self, Decoder, Framing, Kind};
+use kubegate_wire::position::{self, resumed_query, Asked, Deliver, Progress};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -45,97 +43,6 @@ const REOPEN_PATIENCE: Duration = Duration::from_secs(60);
 const MAX_PAUSE: Duration = Duration::from_millis(1600);
 /// Events waiting for a slow client.
 const QUEUE: usize = 16;
-
-/// Why a watch ended (a metric label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
-    /// The client went away.
-    Client,
-    /// The client's `timeoutSeconds` passed.
-    Timeout,
-    /// An ERROR event with 410 (Expired) reached the client: it relists.
-    Expired,
-    /// Another ERROR event reached the client.
-    Error,
-    /// A listing's events reached the client and no position followed.
-    NoPosition,
-    /// `sendInitialEvents`, broken before they ended.
-    InitialEvents,
-    /// Too many resumes in a minute.
-    Budget,
-    /// No replica took the watch again.
-    NoBackend,
-    /// The stream could not be read as events, or changed encoding.
-    Malformed,
-}
-
-impl Ended {
-    /// Every reason.
-    pub const ALL: [Ended; 9] = [
-        Ended::Client,
-        Ended::Timeout,
-        Ended::Expired,
-        Ended::Error,
-        Ended::NoPosition,
-        Ended::InitialEvents,
-        Ended::Budget,
-        Ended::NoBackend,
-        Ended::Malformed,
-    ];
-
-    /// Metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Ended::Client => "client",
-            Ended::Timeout => "timeout",
-            Ended::Expired => "expired",
-            Ended::Error => "error",
-            Ended::NoPosition => "not_resumable_no_position",
-            Ended::InitialEvents => "not_resumable_initial_events",
-            Ended::Budget => "not_resumable_budget",
-            Ended::NoBackend => "not_resumable_no_backend",
-            Ended::Malformed => "malformed",
-        }
-    }
-}
-
-/// Why an upstream stream stopped (what a resume bridged: a metric label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Break {
-    /// It ended cleanly (the apiserver ended it: shutdown, its own timeout).
-    Ended,
-    /// It broke (reset, connection lost, kubegate closed the backend's work).
-    Failed,
-    /// Its replica started draining: moved before the deadline.
-    Drained,
-}
-
-impl Break {
-    /// Every cause.
-    pub const ALL: [Break; 3] = [Break::Ended, Break::Failed, Break::Drained];
-
-    /// Metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Break::Ended => "ended",
-            Break::Failed => "failed",
-            Break::Drained => "drained",
-        }
-    }
-}
-
-/// The client's side of a followed watch.
-pub struct WatchBody(mpsc::Receiver<Bytes>);
-
-impl WatchBody {
-    /// Polls the next event for the client.
-    pub fn poll_event(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Bytes>> {
-        self.0.poll_recv(cx)
-    }
-}
 
 /// The upstream stream being read, and what it holds on its replica.
 struct Upstream {
@@ -159,7 +66,7 @@ pub fn follow(
     let backend = held.0.backend().clone();
     let asked = Asked::from_query(outgoing.client_query());
     let (tx, rx) = mpsc::channel(QUEUE);
-    gw.metrics().watches_open.inc();
+    gw.metrics().terminate.watches_open.inc();
     let upstream = Upstream {
         body,
         backend,
@@ -170,12 +77,12 @@ pub fn follow(
             &gw, &upstreams, &outgoing, class, &asked, framing, upstream, tx,
         )
         .await;
-        let m = gw.metrics();
+        let m = &gw.metrics().terminate;
         m.watches_open.dec();
-        m.watches_ended.with_label_values(&[ended.as_str()]).inc();
+        m.watch_ended(ended);
         tracing::debug!(reason = ended.as_str(), "watch ended");
     });
-    Response::from_parts(parts, ResponseBody::Watch(WatchBody(rx)))
+    Response::from_parts(parts, ResponseBody::Watch(WatchBody::new(rx)))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -188,7 +95,7 @@ async fn run(
     framing: Framing,
     mut upstream: Upstream,
     tx: mpsc::Sender<Bytes>,
-) -> Ended {
+) -> WatchEnd {
     let started = Instant::now();
     let mut progress = Progress::new(asked);
     let mut resumes: VecDeque<Instant> = VecDeque::new();
@@ -199,18 +106,18 @@ async fn run(
         };
         let left = asked.timeout.map(|t| t.saturating_sub(started.elapsed()));
         if left.is_some_and(|l| l < Duration::from_secs(1)) {
-            return Ended::Timeout;
+            return WatchEnd::Timeout;
         }
         let from = match progress.resume_from(asked) {
             Ok(from) => from,
-            Err(position::NotResumable::NoPosition) => return Ended::NoPosition,
-            Err(position::NotResumable::InitialEvents) => return Ended::InitialEvents,
+            Err(position::NotResumable::NoPosition) => return WatchEnd::NoPosition,
+            Err(position::NotResumable::InitialEvents) => return WatchEnd::InitialEvents,
         };
         while resumes.front().is_some_and(|t| t.elapsed() > RESUME_WINDOW) {
             resumes.pop_front();
         }
         if resumes.len() >= MAX_RESUMES {
-            return Ended::Budget;
+            return WatchEnd::Budget;
         }
         let broken = upstream.backend.address;
         let name = upstream.backend.info().name.clone();
@@ -228,19 +135,16 @@ async fn run(
         let patience = left.map_or(REOPEN_PATIENCE, |l| l.min(REOPEN_PATIENCE));
         upstream = match reopen(gw, upstreams, again, class, broken, framing, &tx, patience).await {
             Ok(u) => u,
-            Err(Ended::NoBackend) if left.is_some_and(|l| l <= REOPEN_PATIENCE) => {
+            Err(WatchEnd::NoBackend) if left.is_some_and(|l| l <= REOPEN_PATIENCE) => {
                 // The client's own timeout came first: the watch ends as the apiserver
                 // would end it then.
-                return Ended::Timeout;
+                return WatchEnd::Timeout;
             }
             Err(ended) => return ended,
         };
         progress.resumed(&from);
         resumes.push_back(Instant::now());
-        gw.metrics()
-            .watch_resumes
-            .with_label_values(&[broke.as_str()])
-            .inc();
+        gw.metrics().terminate.watch_resumed(broke);
         tracing::info!(
             from_backend = %name,
             to_backend = %upstream.backend.info().name,
@@ -258,19 +162,19 @@ async fn pump(
     asked: &Asked,
     progress: &mut Progress,
     tx: &mpsc::Sender<Bytes>,
-) -> Result<Break, Ended> {
+) -> Result<WatchBreak, WatchEnd> {
     let mut decoder = Decoder::new(framing);
     let mut drains = upstream.held.0.drains();
     loop {
         tokio::select! {
             biased;
-            _ = tx.closed() => return Err(Ended::Client),
-            Ok(()) = drains.changed() => return Ok(Break::Drained),
+            _ = tx.closed() => return Err(WatchEnd::Client),
+            Ok(()) = drains.changed() => return Ok(WatchBreak::Drained),
             frame = upstream.body.frame() => match frame {
-                None => return Ok(Break::Ended),
+                None => return Ok(WatchBreak::Ended),
                 Some(Err(e)) => {
                     tracing::debug!(backend = %upstream.backend.info().name, error = %e, "upstream watch broke");
-                    return Ok(Break::Failed);
+                    return Ok(WatchBreak::Failed);
                 }
                 Some(Ok(frame)) => {
                     let Ok(data) = frame.into_data() else { continue };
@@ -281,7 +185,7 @@ async fn pump(
                             Ok(None) => break,
                             Err(e) => {
                                 tracing::warn!(backend = %upstream.backend.info().name, error = ?e, "watch stream is not a sequence of events");
-                                return Err(Ended::Malformed);
+                                return Err(WatchEnd::Malformed);
                             }
                         };
                         let bytes = match progress.observe(asked, &event) {
@@ -290,10 +194,10 @@ async fn pump(
                             Deliver::WithoutTableHeader => framing::without_table_header(&event),
                         };
                         if tx.send(bytes).await.is_err() {
-                            return Err(Ended::Client);
+                            return Err(WatchEnd::Client);
                         }
                         if event.kind == Kind::Error {
-                            return Err(if progress.error == Some(410) { Ended::Expired } else { Ended::Error });
+                            return Err(if progress.error == Some(410) { WatchEnd::Expired } else { WatchEnd::Error });
                         }
                     }
                 }
@@ -314,7 +218,7 @@ async fn reopen(
     framing: Framing,
     tx: &mpsc::Sender<Bytes>,
     patience: Duration,
-) -> Result<Upstream, Ended> {
+) -> Result<Upstream, WatchEnd> {
     let deadline = Instant::now() + patience;
     for attempt in 0u32.. {
         if attempt > 0 {
@@ -324,7 +228,7 @@ async fn reopen(
             }
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
-                _ = tx.closed() => return Err(Ended::Client),
+                _ = tx.closed() => return Err(WatchEnd::Client),
             }
         }
         let again = again();
@@ -347,7 +251,7 @@ async fn reopen(
                     .and_then(Framing::of)
                     == Some(framing);
                 if !same {
-                    return Err(Ended::Malformed);
+                    return Err(WatchEnd::Malformed);
                 }
                 let backend = in_flight.backend().clone();
                 return Ok(Upstream {
@@ -365,5 +269,5 @@ async fn reopen(
             Err(_) => {}
         }
     }
-    Err(Ended::NoBackend)
+    Err(WatchEnd::NoBackend)
 }

@@ -162,3 +162,9 @@ impl<T, F: FnMut(&mut Context<'_>) -> Poll<T>> Future for PollFn<F> {
         (self.0)(cx)
     }
 }
+
+/// kubegate: this is h2 with kubegate's memory patch (`KUBEGATE.md`): per-connection buffers
+/// only while bytes move. kubegate names this constant, so a build that links any other h2 —
+/// Cargo ignores `[patch.crates-io]`, with only a warning, once a dependency needs a newer
+/// h2 than this one — fails instead of silently losing the patch.
+pub const KUBEGATE_PATCH: &str = "per-connection buffers only while bytes move, 1";

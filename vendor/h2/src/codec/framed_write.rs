@@ -393,3 +393,41 @@ mod unstable {
         }
     }
 }
+
+#[cfg(test)]
+mod kubegate_tests {
+    use super::*;
+
+    fn writer() -> FramedWrite<Vec<u8>, bytes::Bytes> {
+        FramedWrite::new(Vec::new())
+    }
+
+    /// kubegate: an idle connection keeps no write buffer — none before the first frame, one
+    /// while a frame waits, none once everything buffered is written.
+    #[test]
+    fn the_write_buffer_exists_only_while_a_frame_waits() {
+        let mut w = writer();
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert_eq!(w.encoder.buf.get_ref().capacity(), 0, "a new connection");
+        assert!(w.poll_ready(&mut cx).is_ready());
+        w.buffer(frame::Ping::new([1; 8]).into()).unwrap();
+        assert!(w.encoder.buf.get_ref().capacity() >= DEFAULT_BUFFER_CAPACITY);
+        assert!(matches!(w.flush(&mut cx), Poll::Ready(Ok(()))));
+        assert_eq!(w.encoder.buf.get_ref().capacity(), 0, "after the write");
+        assert_eq!(w.inner.len(), frame::HEADER_LEN + 8, "the frame was written");
+    }
+
+    /// kubegate: the same after a DATA frame whose payload is written from the frame itself
+    /// (chained after the header in the buffer).
+    #[test]
+    fn a_chained_data_frame_leaves_no_write_buffer() {
+        let mut w = writer();
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(w.poll_ready(&mut cx).is_ready());
+        let payload = bytes::Bytes::from(vec![7u8; 4096]);
+        w.buffer(frame::Data::new(1.into(), payload).into()).unwrap();
+        assert!(matches!(w.flush(&mut cx), Poll::Ready(Ok(()))));
+        assert_eq!(w.encoder.buf.get_ref().capacity(), 0);
+        assert_eq!(w.inner.len(), frame::HEADER_LEN + 4096);
+    }
+}

@@ -221,6 +221,28 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
     }
 
+    /// kubegate: an idle connection keeps no read buffer — none before the first read, none
+    /// once the frames that came were handed out.
+    #[test]
+    fn no_read_buffer_outlives_the_frames_it_held() {
+        let codec = length_delimited::Builder::new()
+            .big_endian()
+            .length_field_length(3)
+            .length_adjustment(9)
+            .num_skip(0)
+            .new_codec();
+        let wire = [frame(b"one"), frame(b"two")].concat();
+        let mut read = LazyRead::new(Chunks(vec![wire].into()), codec);
+        assert_eq!(read.buf.capacity(), 0, "a new connection");
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let first = read.poll_frame(&mut cx);
+        assert!(matches!(first, Poll::Ready(Some(Ok(_)))));
+        assert!(read.buf.capacity() > 0, "the second frame waits in the buffer");
+        let second = read.poll_frame(&mut cx);
+        assert!(matches!(second, Poll::Ready(Some(Ok(_)))));
+        assert_eq!(read.buf.capacity(), 0, "both frames handed out");
+    }
+
     #[test]
     fn first_frame_end_covers_the_frame_cut_short() {
         // Two whole frames (9 + 0, 9 + 3 bytes).

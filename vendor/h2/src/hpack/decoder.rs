@@ -913,6 +913,31 @@ mod test {
         }
     }
 
+    /// kubegate: the Huffman scratch buffer lives for one header block: none before, none
+    /// after, whatever the block held.
+    #[test]
+    fn no_scratch_buffer_outlives_a_header_block() {
+        let mut de = Decoder::new(4096);
+        assert_eq!(de.buffer.capacity(), 0, "a new decoder");
+        let (name, value) = (huff_encode(b"x-test"), huff_encode(b"a value"));
+        let mut buf = BytesMut::new();
+        // A literal with incremental indexing, Huffman-coded name and value.
+        buf.extend([0b01000000, 0x80 | name.len() as u8]);
+        buf.extend(name);
+        buf.extend([0x80 | value.len() as u8]);
+        buf.extend(value);
+        let mut res = vec![];
+        de.decode(&mut Cursor::new(&mut buf), |h| {
+            res.push(h);
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        assert_eq!(res.len(), 1);
+        assert_eq!(de.buffer.capacity(), 0, "after the block");
+        // The table keeps its own copy of the entry.
+        assert_eq!(de.table.size(), 32 + 6 + 7);
+    }
+
     fn huff_encode(src: &[u8]) -> BytesMut {
         let mut buf = BytesMut::new();
         huffman::encode(src, &mut buf);

@@ -1,0 +1,160 @@
+//! Everything that can fail at start, done before pingora starts so that a taken address or
+//! an unusable file fails the start and names what: the configuration loaded and checked, the
+//! listening sockets bound or taken over from the running kubegate (`--upgrade`), the admin
+//! socket, certificates, discovery credentials.
+
+use crate::control::{self, upgrade, AdminTls, ControlParts, UpgradeState};
+use crate::net::{self, Serve};
+use crate::passthrough::Passthrough;
+use crate::state::{probe_settings, Gateway};
+use crate::terminate::{TerminateListener, TerminateMode};
+use kubegate_config::{load_file_with, Config, ListenerMode};
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::Arc;
+
+/// A gateway ready to serve.
+pub struct Prepared {
+    /// The shared state.
+    pub gateway: Arc<Gateway>,
+    /// The listening sockets, each with its plane.
+    pub listeners: Vec<(TcpListener, Arc<dyn Serve>)>,
+    /// What the control plane starts with.
+    pub control: ControlParts,
+    /// Worker threads for the listeners.
+    pub threads: usize,
+}
+
+/// Loads `config_path` and prepares a gateway for it; with `upgrade`, on the sockets of the
+/// kubegate running on `upgrade.socket`.
+pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
+    let config = load_file_with(config_path, &control::check_files)?;
+    let mut inherited = match (&config.upgrade, upgrade) {
+        (Some(u), true) => Some(upgrade::take_over(&u.socket)?),
+        (None, true) => anyhow::bail!("--upgrade needs upgrade.socket in the configuration"),
+        (_, false) => None,
+    };
+    // Without --upgrade the socket is claimed now: a kubegate already running there is an
+    // error. With it, it is claimed once the predecessor let go (control/service.rs).
+    let upgrade_socket = match (&config.upgrade, &inherited) {
+        (Some(u), None) => Some(upgrade::bind(&u.socket)?),
+        _ => None,
+    };
+    if config.health.tls.insecure_skip_verify {
+        tracing::warn!(
+            "health.tls.insecure_skip_verify is set: backend certificates are not verified"
+        );
+    }
+    let probes = probe_settings(&config)?;
+    let terminate = if config
+        .listeners
+        .iter()
+        .any(|l| l.mode == ListenerMode::Terminate)
+    {
+        Some(Arc::new(
+            TerminateMode::new(&config.upstream).map_err(|e| anyhow::anyhow!("upstream: {e}"))?,
+        ))
+    } else {
+        None
+    };
+    let (listeners, serving) = bind_listeners(&config, inherited.as_mut(), terminate.as_ref())?;
+    let admin = match inherited
+        .as_mut()
+        .and_then(|i| i.take(config.admin.address))
+    {
+        Some(admin) => admin,
+        None => TcpListener::bind(config.admin.address)
+            .map_err(|e| anyhow::anyhow!("admin.address {}: {e}", config.admin.address))?,
+    };
+    admin.set_nonblocking(true)?;
+    // Duplicates of every listening socket, for a successor to take over.
+    let mut sockets = upgrade::Sockets::default();
+    if config.upgrade.is_some() {
+        for (l, _) in &listeners {
+            sockets.keep(l)?;
+        }
+        sockets.keep(&admin)?;
+    }
+    let admin_tls = match &config.admin.tls {
+        Some(tls) => Some(Arc::new(
+            AdminTls::new(tls).map_err(|e| anyhow::anyhow!("admin.tls: {e}"))?,
+        )),
+        None => None,
+    };
+    tracing::info!(
+        listeners = ?config.listeners.iter().map(|l| l.address).collect::<Vec<_>>(),
+        admin = %config.admin.address,
+        backends = config.backends.len(),
+        version = env!("CARGO_PKG_VERSION"),
+        "kubegate starting"
+    );
+    let discovery = match &config.discovery {
+        Some(d) => Some((
+            d.clone(),
+            control::load_credentials(&d.kubeconfig, config.health.tls.ca_file.as_deref())
+                .map_err(|e| anyhow::anyhow!("discovery.kubeconfig: {e}"))?,
+        )),
+        None => None,
+    };
+    // A process taking over accepts once it has a backend; until then its predecessor does.
+    let accepting = inherited.is_none();
+    let upgrade = config.upgrade.as_ref().map(|u| UpgradeState {
+        path: u.socket.clone(),
+        socket: upgrade_socket,
+        sockets,
+        predecessor: inherited.map(upgrade::Inherited::into_stream),
+    });
+    let threads = config.threads;
+    let gateway = Gateway::new(config, config_path.to_path_buf(), probes, accepting);
+    Ok(Prepared {
+        gateway,
+        listeners,
+        control: ControlParts {
+            admin,
+            admin_tls,
+            terminate,
+            serving,
+            upgrade,
+            discovery,
+        },
+        threads,
+    })
+}
+
+/// Binds every listener (or takes it from `inherited`), each with its plane; and the serving
+/// certificates of the terminate-mode ones.
+#[allow(clippy::type_complexity)]
+fn bind_listeners(
+    config: &Config,
+    mut inherited: Option<&mut upgrade::Inherited>,
+    terminate: Option<&Arc<TerminateMode>>,
+) -> anyhow::Result<(
+    Vec<(TcpListener, Arc<dyn Serve>)>,
+    Vec<Arc<kubegate_net::tls::ServingCert>>,
+)> {
+    let mut listeners = Vec::new();
+    let mut serving = Vec::new();
+    for l in &config.listeners {
+        let plane: Arc<dyn Serve> = match (l.mode, &l.tls, terminate) {
+            (ListenerMode::Terminate, Some(tls), Some(mode)) => {
+                let listener = Arc::new(
+                    TerminateListener::new(tls, mode.clone())
+                        .map_err(|e| anyhow::anyhow!("listeners: {}: {e}", l.address))?,
+                );
+                serving.push(listener.serving().clone());
+                Arc::new(listener)
+            }
+            _ => Arc::new(Passthrough),
+        };
+        let socket = match inherited.as_deref_mut().and_then(|i| i.take(l.address)) {
+            Some(s) => {
+                s.set_nonblocking(true)?;
+                s
+            }
+            None => net::bind(l.address, &config.client_keepalive)
+                .map_err(|e| anyhow::anyhow!("listeners: {}: {e}", l.address))?,
+        };
+        listeners.push((socket, plane));
+    }
+    Ok((listeners, serving))
+}

@@ -1,0 +1,339 @@
+//! The admin endpoint: `/livez`, `/readyz`, `/metrics`, `/debug/backends`, `/debug/config`.
+//!
+//! HTTP/1.1, over TLS when `admin.tls` is set; it keeps answering through `stopping` and
+//! `draining` so probes and scrapes see the shutdown happen. `/livez` is 200 until the process
+//! exits.
+//!
+//! Hardened so that whoever reaches the port cannot keep probes out or read more than they
+//! should: at most `admin.max_connections` at once, a new one closing the oldest (an idle or
+//! slow client holds a slot only until newer ones need it); request headers within
+//! `admin.header_read_timeout` and 16 KiB; only GET and HEAD. With a client CA or a bearer
+//! token file configured, everything but `admin.public_paths` (the probes, by default) needs a
+//! verified client certificate or one of the tokens.
+
+use crate::state::Gateway;
+use crate::telemetry::AdminRefusal;
+use bytes::Bytes;
+use http::{header, Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use kubegate_config::{AdminConfig, ListenerTls};
+use kubegate_net::tls::{server_config, ServingCert};
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, UNIX_EPOCH};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::task::AbortHandle;
+use tokio_rustls::TlsAcceptor;
+
+/// Largest request head the admin endpoint reads.
+const MAX_HEAD: usize = 16 * 1024;
+
+/// The admin endpoint's TLS: its serving certificate follows its files.
+pub struct AdminTls {
+    acceptor: TlsAcceptor,
+    serving: Arc<ServingCert>,
+}
+
+impl AdminTls {
+    /// Loads `admin.tls` now.
+    pub fn new(tls: &ListenerTls) -> Result<AdminTls, String> {
+        let serving = Arc::new(ServingCert::load(&tls.cert_file, &tls.key_file)?);
+        let config = server_config(
+            serving.clone(),
+            tls.client_ca_file.as_deref(),
+            &[b"http/1.1"],
+        )?;
+        Ok(AdminTls {
+            acceptor: TlsAcceptor::from(Arc::new(config)),
+            serving,
+        })
+    }
+
+    /// Its serving certificate, which follows its files.
+    pub fn serving(&self) -> &Arc<ServingCert> {
+        &self.serving
+    }
+}
+
+/// The connections open on the admin endpoint, oldest first.
+#[derive(Default)]
+struct Open {
+    next: AtomicU64,
+    tasks: Mutex<VecDeque<(u64, AbortHandle)>>,
+}
+
+impl Open {
+    fn tasks(&self) -> std::sync::MutexGuard<'_, VecDeque<(u64, AbortHandle)>> {
+        self.tasks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Serves admin requests on `listener` until the process ends.
+pub async fn serve(listener: TcpListener, tls: Option<Arc<AdminTls>>, gw: Arc<Gateway>) {
+    let settings = gw.config().load().admin.clone();
+    let open = Arc::new(Open::default());
+    let mut handed_over = gw.lifecycle().handed_over();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            // The successor answers on this socket now.
+            _ = handed_over.wait_for(|h| *h) => return,
+        };
+        let (stream, _) = match accepted {
+            Ok(pair) => pair,
+            Err(e) => {
+                tracing::warn!(error = %e, "admin accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let id = open.next.fetch_add(1, Ordering::Relaxed);
+        let (gw2, tls, open2, settings2) =
+            (gw.clone(), tls.clone(), open.clone(), settings.clone());
+        let task = tokio::spawn(async move {
+            match tls {
+                None => connection(stream, false, &gw2, &settings2).await,
+                Some(tls) => {
+                    let handshake = tls.acceptor.accept(stream);
+                    match tokio::time::timeout(settings2.header_read_timeout, handshake).await {
+                        Ok(Ok(stream)) => {
+                            let verified = stream.get_ref().1.peer_certificates().is_some();
+                            connection(stream, verified, &gw2, &settings2).await
+                        }
+                        Ok(Err(_)) => {}
+                        Err(_) => gw2.metrics().control.admin_refused(AdminRefusal::Timeout),
+                    }
+                }
+            }
+            open2.tasks().retain(|(i, _)| *i != id);
+        });
+        let mut tasks = open.tasks();
+        tasks.push_back((id, task.abort_handle()));
+        while tasks.len() > settings.max_connections {
+            if let Some((_, oldest)) = tasks.pop_front() {
+                oldest.abort();
+                gw.metrics().control.admin_refused(AdminRefusal::Evicted);
+            }
+        }
+    }
+}
+
+/// Serves HTTP/1.1 on one connection; `verified`: it presented a client certificate the
+/// admin CA verified.
+async fn connection<S>(stream: S, verified: bool, gw: &Arc<Gateway>, settings: &AdminConfig)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let gw2 = gw.clone();
+    let service = hyper::service::service_fn(move |req| {
+        let gw = gw2.clone();
+        async move { Ok::<_, Infallible>(route(&gw, req, verified).await) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(settings.header_read_timeout)
+        .max_buf_size(MAX_HEAD)
+        .serve_connection(TokioIo::new(stream), service);
+    if let Err(e) = conn.await {
+        if e.is_timeout() {
+            gw.metrics().control.admin_refused(AdminRefusal::Timeout);
+        } else if e.is_parse_too_large() {
+            gw.metrics().control.admin_refused(AdminRefusal::TooLarge);
+        }
+    }
+}
+
+async fn route(gw: &Gateway, req: Request<Incoming>, verified: bool) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n".into());
+    }
+    let admin = gw.config().load().admin.clone();
+    let path = req.uri().path();
+    let public = admin.public_paths.iter().any(|p| p == path);
+    if admin.authenticates() && !public && !verified && !token_matches(&admin, &req).await {
+        gw.metrics()
+            .control
+            .admin_refused(AdminRefusal::Unauthorized);
+        let mut resp = text(StatusCode::UNAUTHORIZED, "unauthorized\n".into());
+        resp.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer realm=\"kubegate\""),
+        );
+        return resp;
+    }
+    match path {
+        "/livez" | "/healthz" => text(StatusCode::OK, "ok".into()),
+        "/readyz" => match gw.ready() {
+            Ok(()) => text(StatusCode::OK, "ok".into()),
+            Err(why) => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: {why}\n"),
+            ),
+        },
+        "/metrics" => Response::builder()
+            .header(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )
+            .body(Full::new(Bytes::from(gw.metrics().render())))
+            .expect("valid response"),
+        "/debug/backends" => json(&backends_view(gw)),
+        // File paths only: no key, token or certificate content is ever in the configuration.
+        "/debug/config" => json(&**gw.config().load()),
+        _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
+    }
+}
+
+/// Whether the request's bearer token is one of the token file's lines. The file is read
+/// for every such request (admin traffic is a scrape every few seconds), so a rotation needs
+/// no reload; a file that cannot be read matches nothing.
+async fn token_matches(admin: &AdminConfig, req: &Request<Incoming>) -> bool {
+    let (Some(file), Some(given)) = (
+        &admin.bearer_token_file,
+        req.headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim),
+    ) else {
+        return false;
+    };
+    let Ok(tokens) = tokio::fs::read_to_string(file).await else {
+        tracing::warn!(file = %file.display(), "admin.bearer_token_file cannot be read");
+        return false;
+    };
+    // Every line is compared in full, so the time taken says nothing about how close a guess was.
+    tokens
+        .lines()
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .fold(false, |found, t| {
+            constant_time_eq(t.as_bytes(), given.as_bytes()) | found
+        })
+}
+
+/// Compares two byte strings in time that depends on their lengths only.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        diff |= usize::from(a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0));
+    }
+    diff == 0
+}
+
+fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(Full::new(Bytes::from(body)))
+        .expect("valid response")
+}
+
+fn json<T: Serialize + ?Sized>(value: &T) -> Response<Full<Bytes>> {
+    let body = serde_json::to_vec_pretty(value).expect("serializable");
+    Response::builder()
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .expect("valid response")
+}
+
+/// One row of `/debug/backends`; `kubegate status` reads the same shape.
+#[derive(Serialize, serde::Deserialize, Debug)]
+pub struct BackendView {
+    /// Name in logs and metrics.
+    pub name: String,
+    /// Where connections go.
+    pub address: String,
+    /// Where probes go.
+    pub probe_address: String,
+    /// Where it came from: `static` (the configuration) or `discovered`.
+    #[serde(default)]
+    pub source: String,
+    /// Health state.
+    pub state: String,
+    /// When the state began (RFC 3339).
+    pub since: String,
+    /// Result label of the last probe (`pass`, `fail`, `tls_error`, `timeout`, ...).
+    pub last_probe_result: Option<String>,
+    /// What the last probe found, in words.
+    pub last_probe_detail: Option<String>,
+    /// Duration of the last probe in milliseconds.
+    pub last_probe_latency_ms: Option<f64>,
+    /// When the last probe started (RFC 3339).
+    pub last_probe_at: Option<String>,
+    /// Failing readyz checks in the last verbose answer.
+    pub failing_checks: Vec<String>,
+    /// The last answer said `[-]shutdown`.
+    pub shutting_down: bool,
+    /// Skipped after a failed connect until the next probe.
+    pub ejected: bool,
+    /// Passing probes in a row it needs to (re)enter `ready`: `health.rise`, or more while it
+    /// flaps (`health.flap_damping`).
+    pub passes_to_ready: u32,
+    /// Open proxied connections.
+    pub active_connections: i64,
+    /// Terminate-mode requests in flight (long-running ones included).
+    #[serde(default)]
+    pub requests_in_flight: usize,
+    /// Terminate mode's HTTP/2 connections open for new requests.
+    #[serde(default)]
+    pub upstream_connections: usize,
+}
+
+fn backends_view(gw: &Gateway) -> Vec<BackendView> {
+    gw.pool()
+        .backends()
+        .iter()
+        .map(|b| {
+            let info = b.info();
+            let probe = b.last_probe();
+            BackendView {
+                name: info.name.clone(),
+                address: b.address.to_string(),
+                probe_address: info.probe_address.to_string(),
+                source: info.source.as_str().into(),
+                state: b.state().as_str().into(),
+                since: humantime::format_rfc3339_millis(
+                    UNIX_EPOCH + Duration::from_millis(b.since_unix_ms()),
+                )
+                .to_string(),
+                last_probe_result: probe.as_ref().map(|p| p.outcome.result_label().into()),
+                last_probe_detail: probe.as_ref().map(|p| p.outcome.describe()),
+                last_probe_latency_ms: probe.as_ref().map(|p| p.latency.as_secs_f64() * 1e3),
+                last_probe_at: probe
+                    .as_ref()
+                    .map(|p| humantime::format_rfc3339_millis(p.at).to_string()),
+                failing_checks: probe
+                    .as_ref()
+                    .map(|p| p.outcome.failing_checks().to_vec())
+                    .unwrap_or_default(),
+                shutting_down: b.shutting_down(),
+                ejected: b.ejected(),
+                passes_to_ready: b.passes_to_ready(),
+                active_connections: b.planes().passthrough.open() as i64,
+                requests_in_flight: b.planes().terminate.in_flight(),
+                upstream_connections: b.planes().terminate.connections(),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn tokens_compare_equal_only_when_identical() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+        assert!(!constant_time_eq(b"", b"x"));
+        assert!(constant_time_eq(b"", b""));
+    }
+}

@@ -1,0 +1,122 @@
+//! Certificates that follow their files: the serving certificates of terminate-mode listeners
+//! and of the admin endpoint, and the front-proxy certificate. Checked every few seconds (size
+//! and modification time, read off the async runtime); a changed pair is loaded and used for new
+//! connections, open ones keep theirs. A pair that does not load (a rotation half done, a key
+//! that does not match) keeps the current one in use, is logged and counted, and is tried again
+//! at the next change.
+
+use crate::state::Gateway;
+use crate::telemetry::ReloadResult;
+use crate::terminate::{TerminateMode, Upstreams};
+use kubegate_net::tls::ServingCert;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// How often certificate files are checked.
+const CHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// What identifies a file's content cheaply: size and modification time.
+type Stamp = Option<(u64, SystemTime)>;
+
+/// The certificates to follow.
+pub struct Watched {
+    /// Serving certificates (terminate-mode listeners, the admin endpoint).
+    pub serving: Vec<Arc<ServingCert>>,
+    /// Terminate mode, whose front-proxy certificate (`upstream.front_proxy`) is followed.
+    pub terminate: Option<Arc<TerminateMode>>,
+}
+
+async fn stamp(paths: &[&Path]) -> Vec<Stamp> {
+    let mut out = Vec::with_capacity(paths.len());
+    for p in paths {
+        out.push(
+            tokio::fs::metadata(p)
+                .await
+                .ok()
+                .and_then(|m| Some((m.len(), m.modified().ok()?))),
+        );
+    }
+    out
+}
+
+/// Watches every certificate kubegate serves or presents until the process ends.
+pub async fn watch_certificates(gw: Arc<Gateway>, watched: Watched) {
+    let Watched { serving, terminate } = watched;
+    if serving.is_empty() && terminate.is_none() {
+        return;
+    }
+    let mut serving_seen = Vec::new();
+    for s in &serving {
+        serving_seen.push(stamp(&s.files()).await);
+    }
+    let mut upstream_seen = stamp(&paths(&front_proxy_files(&gw))).await;
+    let mut tick = tokio::time::interval(CHECK_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        for (i, s) in serving.iter().enumerate() {
+            let now = stamp(&s.files()).await;
+            if now == serving_seen[i] {
+                continue;
+            }
+            serving_seen[i] = now;
+            let cert = s.clone();
+            let result = tokio::task::spawn_blocking(move || cert.reload())
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()));
+            record(&gw, s.files()[0], result);
+        }
+        let Some(terminate) = &terminate else {
+            continue;
+        };
+        let files = front_proxy_files(&gw);
+        let now = stamp(&paths(&files)).await;
+        if now != upstream_seen {
+            upstream_seen = now;
+            let upstream = gw.config().load().upstream.clone();
+            let result = tokio::task::spawn_blocking(move || Upstreams::load(&upstream))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()))
+                .map(|u| terminate.replace(u));
+            record(
+                &gw,
+                files
+                    .first()
+                    .map(PathBuf::as_path)
+                    .unwrap_or(Path::new("-")),
+                result,
+            );
+        }
+    }
+}
+
+fn front_proxy_files(gw: &Gateway) -> Vec<PathBuf> {
+    gw.config()
+        .load()
+        .upstream
+        .front_proxy
+        .as_ref()
+        .map(|fp| vec![fp.cert_file.clone(), fp.key_file.clone()])
+        .unwrap_or_default()
+}
+
+fn paths(files: &[PathBuf]) -> Vec<&Path> {
+    files.iter().map(PathBuf::as_path).collect()
+}
+
+fn record(gw: &Gateway, file: &Path, result: Result<(), String>) {
+    let label = match &result {
+        Ok(()) => ReloadResult::Success,
+        Err(_) => ReloadResult::Failure,
+    };
+    gw.metrics().control.certificate_reload(label);
+    match result {
+        Ok(()) => {
+            tracing::info!(file = %file.display(), "certificate reloaded: new connections use it")
+        }
+        Err(e) => {
+            tracing::error!(file = %file.display(), error = %e, "certificate reload failed; the current one stays")
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! Reloading the configuration on SIGHUP or when the file changes.
+//!
+//! A reload is all or nothing: the new file is loaded and validated, the changes are listed
+//! (`kubegate_config::diff`), and only if every change can be applied is anything applied. A
+//! refused reload leaves the running configuration as it was, logs why and counts a failure.
+//!
+//! Files are read off the async runtime (the configuration with `tokio::fs`, the files it names
+//! in a blocking task). An editor that rewrites the file in place can be caught half-way; a
+//! changed file that does not load is therefore read once more at the next check and refused
+//! only if it is still the same: the operator sees one refusal for a broken file, none for a
+//! write in progress.
+
+use crate::control::files::check_files;
+use crate::control::notify;
+use crate::state::{pool_settings, probe_settings, Gateway};
+use crate::telemetry::ReloadResult;
+use crate::terminate::{TerminateMode, Upstreams};
+use kubegate_config::{diff, load_str_with, Change, Config};
+use kubegate_health::ProbeSettings;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::signal::unix::{signal, SignalKind};
+
+/// How often the config file is checked for changes.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// A new configuration, checked and ready to apply: nothing about it can fail any more.
+struct Prepared {
+    config: Config,
+    changes: Vec<Change>,
+    /// New probe settings, when `health` changed.
+    probes: Option<ProbeSettings>,
+    /// New upstream TLS and identity for terminate mode, when `upstream` changed.
+    upstreams: Option<Upstreams>,
+}
+
+/// Loads `text` (the file at `path`) against the `running` configuration (`terminating`: it
+/// has terminate-mode listeners). Blocking: reads the files the configuration names.
+fn prepare(
+    text: &[u8],
+    path: &Path,
+    running: &Config,
+    terminating: bool,
+) -> Result<Prepared, String> {
+    let text =
+        std::str::from_utf8(text).map_err(|e| format!("{}: not UTF-8: {e}", path.display()))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let config = load_str_with(text, path, base, &check_files).map_err(|e| e.to_string())?;
+    let changes = diff(running, &config);
+    let restart: Vec<&str> = changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::NeedsRestart(key) => Some(*key),
+            _ => None,
+        })
+        .collect();
+    if !restart.is_empty() {
+        return Err(format!(
+            "{} cannot change while running; restart kubegate to apply",
+            restart.join(", ")
+        ));
+    }
+    let probes = if changes.contains(&Change::HealthChanged) {
+        Some(probe_settings(&config).map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
+    let upstreams = if terminating && changes.contains(&Change::UpstreamChanged) {
+        Some(Upstreams::load(&config.upstream).map_err(|e| format!("upstream: {e}"))?)
+    } else {
+        None
+    };
+    Ok(Prepared {
+        config,
+        changes,
+        probes,
+        upstreams,
+    })
+}
+
+/// Puts a prepared configuration in force.
+fn apply(gw: &Gateway, terminate: Option<&TerminateMode>, p: Prepared) -> Vec<Change> {
+    if p.config.health.tls.insecure_skip_verify {
+        tracing::warn!(
+            "health.tls.insecure_skip_verify is set: backend certificates are not verified"
+        );
+    }
+    if let (Some(terminate), Some(upstreams)) = (terminate, p.upstreams) {
+        terminate.replace(upstreams);
+    }
+    let pool = gw.pool();
+    pool.reconfigure(pool_settings(&p.config), p.probes);
+    let configured = p.config.backends.len() as i64;
+    gw.config().replace(p.config);
+    for change in &p.changes {
+        match change {
+            // Already there when discovery found it first: it is kept, now configured.
+            Change::BackendAdded(spec) if pool.configured(spec.address).is_some() => {
+                pool.update(spec)
+            }
+            Change::BackendAdded(spec) => pool.add(spec),
+            Change::BackendRemoved(spec) => pool.remove(spec),
+            Change::BackendUpdated { after, .. } => pool.update(after),
+            Change::HealthChanged
+            | Change::UpstreamChanged
+            | Change::Setting(_)
+            | Change::NeedsRestart(_) => {}
+        }
+    }
+    gw.metrics().control.backends_configured.set(configured);
+    pool.rebuild_routing();
+    p.changes
+}
+
+/// Loads `text` and applies it if it can be applied whole.
+async fn try_reload(
+    gw: &Gateway,
+    terminate: Option<&TerminateMode>,
+    text: Vec<u8>,
+) -> Result<Vec<Change>, String> {
+    let path: PathBuf = gw.config().path().to_path_buf();
+    let running = gw.config().load_full();
+    let terminating = terminate.is_some();
+    notify::reloading();
+    let prepared =
+        tokio::task::spawn_blocking(move || prepare(&text, &path, &running, terminating))
+            .await
+            .map_err(|e| format!("reload task failed: {e}"))?;
+    let result = prepared.map(|p| apply(gw, terminate, p));
+    notify::reloaded();
+    result
+}
+
+fn record(gw: &Gateway, trigger: &str, result: &Result<Vec<Change>, String>) {
+    let m = &gw.metrics().control;
+    match result {
+        Ok(changes) => {
+            m.reload(ReloadResult::Success);
+            m.last_reload_ok.set(1);
+            m.last_reload_success_time.set(unix_now());
+            tracing::info!(trigger, changes = ?changes, "configuration reloaded");
+        }
+        Err(why) => {
+            m.reload(ReloadResult::Failure);
+            m.last_reload_ok.set(0);
+            tracing::error!(trigger, error = %why, "configuration reload refused; the running configuration stays");
+        }
+    }
+}
+
+/// Reloads on SIGHUP and whenever the file's content changes (with `terminate`, terminate
+/// mode's upstream settings too). Runs until the process ends.
+pub async fn watch(gw: Arc<Gateway>, terminate: Option<Arc<TerminateMode>>) {
+    let terminate = terminate.as_deref();
+    let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
+    let path = gw.config().path().to_path_buf();
+    // The content last acted on: a change from it triggers a reload, so a broken file is
+    // reported once, not every second.
+    let mut settled = tokio::fs::read(&path).await.ok();
+    // A changed content that did not load, waiting for a second look.
+    let mut unsettled: Option<Vec<u8>> = None;
+    let mut tick = tokio::time::interval(CHECK_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = hup.recv() => {
+                unsettled = None;
+                match tokio::fs::read(&path).await {
+                    Ok(text) => {
+                        settled = Some(text.clone());
+                        let result = try_reload(&gw, terminate, text).await;
+                        record(&gw, "SIGHUP", &result);
+                    }
+                    Err(e) => record(&gw, "SIGHUP", &Err(format!("{}: {e}", path.display()))),
+                }
+            }
+            _ = tick.tick() => {
+                let Ok(now) = tokio::fs::read(&path).await else { continue };
+                if Some(&now) == settled.as_ref() {
+                    unsettled = None;
+                    continue;
+                }
+                let second_look = unsettled.as_ref() == Some(&now);
+                let result = try_reload(&gw, terminate, now.clone()).await;
+                if result.is_err() && !second_look {
+                    // Possibly caught mid-write: look again at the next check.
+                    unsettled = Some(now);
+                    continue;
+                }
+                record(&gw, "file changed", &result);
+                settled = Some(now);
+                unsettled = None;
+            }
+        }
+    }
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Records the initial load as a successful one.
+pub fn record_initial_load(gw: &Gateway) {
+    let m = &gw.metrics().control;
+    m.last_reload_ok.set(1);
+    m.last_reload_success_time.set(unix_now());
+}

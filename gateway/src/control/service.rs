@@ -1,0 +1,159 @@
+//! The control runtime: health checks, the admin endpoint, the reload and certificate
+//! watchers, discovery and the upgrade socket, in a pingora background service of their own so
+//! a busy data path never delays a probe.
+
+use crate::control::admin::{self, AdminTls};
+use crate::control::certs::{watch_certificates, Watched};
+use crate::control::discovery::{self, Credentials};
+use crate::control::{notify, reload, upgrade};
+use crate::state::{Gateway, Phase};
+use crate::terminate::TerminateMode;
+use async_trait::async_trait;
+use kubegate_config::DiscoveryConfig;
+use pingora_core::server::ShutdownWatch;
+use pingora_core::services::background::BackgroundService;
+use std::sync::{Arc, Mutex};
+
+/// What the control tasks start with, prepared (and checked) before pingora starts so that a
+/// taken port or an unusable file fails the start cleanly.
+pub struct ControlParts {
+    /// The admin socket, bound.
+    pub admin: std::net::TcpListener,
+    /// The admin endpoint's TLS.
+    pub admin_tls: Option<Arc<AdminTls>>,
+    /// Terminate mode's shared state, when a listener terminates TLS: reloads and the
+    /// front-proxy certificate replace its upstream settings.
+    pub terminate: Option<Arc<TerminateMode>>,
+    /// The serving certificates of terminate-mode listeners, which follow their files.
+    pub serving: Vec<Arc<kubegate_net::tls::ServingCert>>,
+    /// With `upgrade.socket` configured: what this process hands over, and what it took over.
+    pub upgrade: Option<UpgradeState>,
+    /// With `discovery` configured: its settings and credentials.
+    pub discovery: Option<(DiscoveryConfig, Credentials)>,
+}
+
+/// Starts the control tasks when pingora starts its services.
+pub struct Control {
+    gateway: Arc<Gateway>,
+    parts: Mutex<Option<ControlParts>>,
+}
+
+impl Control {
+    /// The control service of `gateway`, starting with `parts`.
+    pub fn new(gateway: Arc<Gateway>, parts: ControlParts) -> Control {
+        Control {
+            gateway,
+            parts: Mutex::new(Some(parts)),
+        }
+    }
+}
+
+/// Upgrades of kubegate itself, as this process starts (`upgrade.rs`).
+pub struct UpgradeState {
+    /// `upgrade.socket`.
+    pub path: std::path::PathBuf,
+    /// The socket, already bound (a process that did not take over from another).
+    pub socket: Option<std::os::unix::net::UnixListener>,
+    /// Duplicates of this process's listening sockets, for its successor.
+    pub sockets: upgrade::Sockets,
+    /// The connection to the predecessor this process takes over from.
+    pub predecessor: Option<std::os::unix::net::UnixStream>,
+}
+
+#[async_trait]
+impl BackgroundService for Control {
+    async fn start(&self, _shutdown: ShutdownWatch) {
+        let gw = self.gateway.clone();
+        let parts = self
+            .parts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .expect("control starts once");
+        let admin = tokio::net::TcpListener::from_std(parts.admin).expect("admin listener");
+        gw.start_backends();
+        if let Some((settings, creds)) = parts.discovery {
+            let name = gw.config().load().health.tls.server_name.clone();
+            tokio::spawn(discovery::run(gw.clone(), settings, creds, name));
+        }
+        reload::record_initial_load(&gw);
+        tokio::spawn(admin::serve(admin, parts.admin_tls.clone(), gw.clone()));
+        tokio::spawn(reload::watch(gw.clone(), parts.terminate.clone()));
+        let mut serving = parts.serving;
+        if let Some(t) = &parts.admin_tls {
+            serving.push(t.serving().clone());
+        }
+        tokio::spawn(watch_certificates(
+            gw.clone(),
+            Watched {
+                serving,
+                terminate: parts.terminate,
+            },
+        ));
+        if let Some(state) = parts.upgrade {
+            tokio::spawn(upgrades(gw.clone(), state));
+        }
+        gw.advance(Phase::Serving);
+        notify::ready();
+        // Keep the service alive; the process ends through the shutdown sequence.
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Takes over from the predecessor, if there is one, then waits for a successor.
+async fn upgrades(gw: Arc<Gateway>, state: UpgradeState) {
+    let UpgradeState {
+        path,
+        socket,
+        sockets,
+        predecessor,
+    } = state;
+    let socket = match (socket, predecessor) {
+        (Some(socket), _) => socket,
+        (None, Some(predecessor)) => {
+            take_over(&gw, predecessor).await;
+            // The predecessor removed its socket before confirming: claim the path.
+            let claim = {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || upgrade::bind(&path)).await
+            };
+            match claim {
+                Ok(Ok(socket)) => socket,
+                Ok(Err(e)) => {
+                    tracing::error!(error = %format!("{e:#}"), "upgrade: cannot claim the socket; no further upgrade possible");
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+        (None, None) => return,
+    };
+    std::thread::spawn(move || upgrade::serve(socket, path, sockets, gw));
+}
+
+/// Accepts once a backend can take the connections (the predecessor accepts meanwhile), then
+/// lets the predecessor go.
+async fn take_over(gw: &Gateway, predecessor: std::os::unix::net::UnixStream) {
+    let pool = gw.pool();
+    let ready = async {
+        while pool.routing().ready.is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    if tokio::time::timeout(upgrade::READY_WAIT, ready)
+        .await
+        .is_err()
+    {
+        tracing::warn!("upgrade: no backend ready yet; accepting anyway");
+    }
+    gw.lifecycle().start_accepting();
+    // Before the predecessor may exit, so systemd follows this process instead.
+    notify::main_pid();
+    match tokio::task::spawn_blocking(move || upgrade::complete(predecessor)).await {
+        Ok(Ok(())) => tracing::info!("upgrade: took over; the old process drains"),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %format!("{e:#}"), "upgrade: the old process did not confirm; serving anyway")
+        }
+        Err(e) => tracing::warn!(error = %e, "upgrade: handshake task failed"),
+    }
+}

@@ -1,0 +1,16 @@
+//! The L4 passthrough plane: TLS passes through untouched. A new connection is placed on a
+//! ready backend (connect, retried on another), registered with that backend, and both sockets
+//! go to a relay task that copies bytes until either side closes or kubegate closes the
+//! connection (backend down, drain deadline, shutdown grace: the task is aborted).
+//!
+//! | module | job |
+//! |---|---|
+//! | `proxy` | the plane's entry: place the connection, register it, spawn its relay |
+//! | `guard` | a relay's registration with its backend, released when the relay ends |
+//! | `copy` | `Relay`: the hand-written future that copies both ways |
+
+mod copy;
+mod guard;
+mod proxy;
+
+pub use proxy::Passthrough;

@@ -1,0 +1,18 @@
+//! The gateway's shared state, below both data planes and the control plane: the running
+//! configuration, the backends (the pool, with what each data plane keeps per backend), the
+//! gateway's own lifecycle, and the metrics. Each part has a narrow interface; nothing here
+//! carries traffic.
+
+mod backends;
+mod gateway;
+mod lifecycle;
+mod running;
+mod settings;
+
+pub use backends::{
+    Backend, Gauges, H2Conn, Killer, Kind, Planes, Pool, Registered, Relays, Stream, Upstream,
+};
+pub use gateway::Gateway;
+pub use lifecycle::{Lifecycle, Phase};
+pub use running::RunningConfig;
+pub use settings::{pool_settings, probe_settings};

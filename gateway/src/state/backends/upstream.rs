@@ -1,0 +1,322 @@
+//! Terminate mode's per-backend state: its HTTP/2 connections, the requests in flight on it, and
+//! how the pool's orders are carried out. A request holds its place here through terminate
+//! mode's `InFlight`.
+//!
+//! - Requests share connections up to `upstream.max_streams_per_connection` streams each; a
+//!   request that finds every connection full opens another (the apiserver allows 100 streams
+//!   per connection by default).
+//! - Three kinds of connection: with kubegate's front-proxy certificate (requests carrying
+//!   `X-Remote-*`), and without any, one kind for bearer tokens and one for anonymous requests.
+//!   An apiserver sends GOAWAY after every 401 and every anonymous request on HTTP/2
+//!   (`UnauthenticatedHTTP2DOSMitigation`): kept apart, those goodbyes only cost the
+//!   connections of their own kind.
+//! - Drain: connections leave the pool (no new streams); each closes, with GOAWAY, once its
+//!   streams are done. Close: every connection task is aborted, which ends every stream on it
+//!   at once (a watch then ends cleanly, other requests see a reset), and upgraded connections
+//!   end.
+
+use bytes::Bytes;
+use h2::client::SendRequest;
+use prometheus::IntGauge;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::task::AbortHandle;
+
+/// Which requests an upstream connection carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Requests carrying `X-Remote-*`, over kubegate's front-proxy certificate.
+    WithIdentity = 0,
+    /// Requests carrying a bearer token; no client certificate.
+    BearerToken = 1,
+    /// Requests carrying no credentials; no client certificate.
+    Anonymous = 2,
+}
+
+/// How many kinds there are.
+const KINDS: usize = 3;
+
+/// Ends an upstream connection from kubegate's side: shuts its TCP socket down (a duplicate
+/// of its descriptor), so that the task driving the connection sees it end, and every stream
+/// on it with it.
+pub struct Killer {
+    socket: std::net::TcpStream,
+    /// Finishes when the connection has ended by itself.
+    task: AbortHandle,
+}
+
+impl Killer {
+    /// `socket` is a duplicate of the connection's; `task` ends with the connection.
+    pub fn new(socket: std::net::TcpStream, task: AbortHandle) -> Killer {
+        Killer { socket, task }
+    }
+
+    fn kill(&self) {
+        let _ = self.socket.shutdown(std::net::Shutdown::Both);
+        self.task.abort();
+    }
+
+    fn ended(&self) -> bool {
+        self.task.is_finished()
+    }
+}
+
+/// One HTTP/2 connection to a backend.
+pub struct H2Conn {
+    sender: SendRequest<Bytes>,
+    streams: AtomicU32,
+    /// The connection refused a new stream (it received GOAWAY): it takes no more.
+    refusing: AtomicBool,
+    killer: Arc<Killer>,
+}
+
+impl H2Conn {
+    /// A connection, ended by `killer`.
+    pub fn new(sender: SendRequest<Bytes>, killer: Killer) -> H2Conn {
+        H2Conn {
+            sender,
+            streams: AtomicU32::new(0),
+            refusing: AtomicBool::new(false),
+            killer: Arc::new(killer),
+        }
+    }
+
+    /// Whether new streams may use the connection.
+    fn usable(&self) -> bool {
+        !self.refusing.load(Ordering::Acquire) && !self.killer.ended()
+    }
+}
+
+/// A stream reserved on a connection; releases its slot when dropped.
+pub struct Stream {
+    conn: Arc<H2Conn>,
+}
+
+impl Stream {
+    /// The connection's sender.
+    pub fn sender(&self) -> &SendRequest<Bytes> {
+        &self.conn.sender
+    }
+
+    /// The connection refused this stream: no later request is given it.
+    pub fn refused(&self) {
+        self.conn.refusing.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.conn.streams.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[derive(Default)]
+struct Conns {
+    /// Connections new streams may use, by [`Kind`].
+    open: [Vec<Arc<H2Conn>>; KINDS],
+    /// Connections taken out of use by a drain (each closes once its streams are done), until
+    /// they end; a close ends them at once.
+    retired: Vec<Arc<Killer>>,
+}
+
+/// The terminate-mode state of one backend.
+pub struct Upstream {
+    conns: Mutex<Conns>,
+    /// Serialises opening connections, so that a burst of requests opens one, not many.
+    dialing: [tokio::sync::Mutex<()>; KINDS],
+    /// Requests in flight, long-running ones included: what a drain waits for.
+    in_flight: AtomicUsize,
+    /// Requests in flight that are not long-running: the load the balancer reads.
+    busy: AtomicUsize,
+    /// Response-header latency, exponentially weighted, in µs (0: none measured yet).
+    latency_us: AtomicU64,
+    /// Bumped by every close: upgraded connections (exec, attach, port-forward), which run on
+    /// their own TCP connections, end when it changes.
+    closes: tokio::sync::watch::Sender<u64>,
+    /// Bumped by every drain: followed watches move to another backend when it changes.
+    drains: tokio::sync::watch::Sender<u64>,
+    gauges: arc_swap::ArcSwap<Gauges>,
+}
+
+/// Per-backend gauges, resolved once per name.
+pub struct Gauges {
+    /// `kubegate_backend_requests_in_flight{backend}`.
+    pub in_flight: IntGauge,
+    /// `kubegate_backend_long_running_requests{backend}`.
+    pub long_running: IntGauge,
+    /// `kubegate_backend_upstream_connections{backend}`.
+    pub connections: IntGauge,
+}
+
+impl Upstream {
+    /// No connections yet.
+    pub fn new(gauges: Gauges) -> Upstream {
+        Upstream {
+            conns: Mutex::default(),
+            dialing: Default::default(),
+            in_flight: AtomicUsize::new(0),
+            busy: AtomicUsize::new(0),
+            latency_us: AtomicU64::new(0),
+            closes: tokio::sync::watch::Sender::new(0),
+            drains: tokio::sync::watch::Sender::new(0),
+            gauges: arc_swap::ArcSwap::from_pointee(gauges),
+        }
+    }
+
+    fn conns(&self) -> MutexGuard<'_, Conns> {
+        self.conns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Gauges of a renamed backend.
+    pub fn set_gauges(&self, gauges: Gauges) {
+        self.gauges.store(Arc::new(gauges));
+    }
+
+    /// Requests in flight (long-running ones included).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Requests in flight that are not long-running, weighted by the backend's response latency
+    /// (a slow replica looks busier), in µs of expected waiting.
+    pub fn load(&self) -> u64 {
+        let busy = self.busy.load(Ordering::Relaxed) as u64;
+        let latency = self.latency_us.load(Ordering::Relaxed).max(1);
+        (busy + 1).saturating_mul(latency)
+    }
+
+    /// Requests in flight that are not long-running.
+    pub fn busy(&self) -> usize {
+        self.busy.load(Ordering::Relaxed)
+    }
+
+    /// Records a response-header latency (EWMA, weight 1/8).
+    pub fn observe_latency(&self, d: Duration) {
+        let sample = d.as_micros().min(u64::MAX as u128) as u64;
+        let _ = self
+            .latency_us
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                Some(if old == 0 {
+                    sample
+                } else {
+                    old - old / 8 + sample / 8
+                })
+            });
+    }
+
+    /// Reserves a stream on an open connection of `kind` with fewer than `max` streams.
+    pub fn stream(&self, kind: Kind, max: u32) -> Option<Stream> {
+        let mut conns = self.conns();
+        let list = &mut conns.open[kind as usize];
+        let before = list.len();
+        list.retain(|c| c.usable());
+        let removed = before - list.len();
+        let found = list.iter().find_map(|c| {
+            c.streams
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < max).then_some(n + 1)
+                })
+                .ok()
+                .map(|_| Stream { conn: c.clone() })
+        });
+        drop(conns);
+        if removed > 0 {
+            self.gauges.load().connections.sub(removed as i64);
+        }
+        found
+    }
+
+    /// Serialises opening connections of `kind`.
+    pub async fn dial_turn(&self, kind: Kind) -> tokio::sync::MutexGuard<'_, ()> {
+        self.dialing[kind as usize].lock().await
+    }
+
+    /// Puts a new connection in use and reserves its first stream.
+    pub fn add(&self, kind: Kind, conn: H2Conn) -> Stream {
+        conn.streams.store(1, Ordering::Release);
+        let conn = Arc::new(conn);
+        self.conns().open[kind as usize].push(conn.clone());
+        self.gauges.load().connections.inc();
+        Stream { conn }
+    }
+
+    /// Upstream connections open for new streams.
+    pub fn connections(&self) -> usize {
+        let conns = self.conns();
+        conns.open.iter().map(Vec::len).sum()
+    }
+
+    /// Changes when the backend's work is closed: upgraded connections end then.
+    pub fn closes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.closes.subscribe()
+    }
+
+    /// Changes when the backend starts draining: followed watches move then.
+    pub fn drains(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.drains.subscribe()
+    }
+
+    /// No new streams: connections close, with GOAWAY, once their streams are done.
+    pub fn drain(&self) {
+        let mut conns = self.conns();
+        let conns = &mut *conns;
+        let mut taken = 0;
+        for list in &mut conns.open {
+            taken += list.len();
+            conns
+                .retired
+                .extend(list.drain(..).map(|c| c.killer.clone()));
+        }
+        conns.retired.retain(|k| !k.ended());
+        self.gauges.load().connections.sub(taken as i64);
+        self.drains.send_modify(|n| *n += 1);
+    }
+
+    /// Ends everything open on the backend now; returns the requests that were in flight.
+    pub fn close(&self) -> usize {
+        let in_flight = self.in_flight();
+        let (open, retired) = {
+            let mut conns = self.conns();
+            (
+                std::mem::take(&mut conns.open),
+                std::mem::take(&mut conns.retired),
+            )
+        };
+        let mut taken = 0;
+        for c in open.iter().flatten() {
+            c.killer.kill();
+            taken += 1;
+        }
+        for k in &retired {
+            k.kill();
+        }
+        self.gauges.load().connections.sub(taken);
+        self.closes.send_modify(|n| *n += 1);
+        in_flight
+    }
+
+    /// A request starts: returns the gauges it counts in and the drain count now.
+    pub fn request_started(&self, long_running: bool) -> (Arc<Gauges>, u64) {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        let gauges = self.gauges.load_full();
+        gauges.in_flight.inc();
+        if long_running {
+            gauges.long_running.inc();
+        } else {
+            self.busy.fetch_add(1, Ordering::Relaxed);
+        }
+        (gauges, *self.drains.borrow())
+    }
+
+    /// A request that started with `gauges` ended; returns whether it was the last in flight.
+    pub fn request_ended(&self, gauges: &Gauges, long_running: bool) -> bool {
+        gauges.in_flight.dec();
+        if long_running {
+            gauges.long_running.dec();
+        } else {
+            self.busy.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+}

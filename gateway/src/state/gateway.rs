@@ -1,0 +1,102 @@
+//! The gateway's parts, each with its own job: the running configuration, the backend pool
+//! (with the data planes' per-backend state), the lifecycle, and the metrics. Nothing here
+//! decides a backend's state (the pool does) or carries traffic (the data planes do).
+
+use crate::state::backends::{Planes, Pool};
+use crate::state::lifecycle::{Lifecycle, Phase};
+use crate::state::running::RunningConfig;
+use crate::state::settings::pool_settings;
+use crate::telemetry::{MetricEvents, Metrics};
+use kubegate_config::Config;
+use kubegate_health::ProbeSettings;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The gateway's shared state.
+pub struct Gateway {
+    config: RunningConfig,
+    pool: Arc<Pool>,
+    lifecycle: Arc<Lifecycle>,
+    metrics: Arc<Metrics>,
+}
+
+impl Gateway {
+    /// A gateway for `config` (read from `path`) with no backends started yet (see
+    /// [`Gateway::start_backends`]); `accepting` unless it takes over from a running
+    /// predecessor.
+    pub fn new(
+        config: Config,
+        path: PathBuf,
+        probes: ProbeSettings,
+        accepting: bool,
+    ) -> Arc<Gateway> {
+        let metrics = Arc::new(Metrics::new());
+        metrics
+            .gateway
+            .build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        let lifecycle = Arc::new(Lifecycle::new(metrics.clone(), accepting));
+        let readiness = {
+            let lifecycle = lifecycle.clone();
+            Box::new(move |ready: usize| lifecycle.readiness(ready).is_ok())
+        };
+        let events = Arc::new(MetricEvents::new(metrics.clone(), readiness));
+        let planes_metrics = metrics.clone();
+        let pool = Pool::new(pool_settings(&config), Some(probes), events, move |name| {
+            Planes::new(planes_metrics.clone(), name)
+        });
+        Arc::new(Gateway {
+            config: RunningConfig::new(config, path),
+            pool,
+            lifecycle,
+            metrics,
+        })
+    }
+
+    /// The running configuration.
+    pub fn config(&self) -> &RunningConfig {
+        &self.config
+    }
+
+    /// The backends.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Every metric.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The gateway's phase.
+    pub fn lifecycle(&self) -> &Lifecycle {
+        &self.lifecycle
+    }
+
+    /// Creates the configured backends and starts their checkers. Must run inside the runtime
+    /// that is to carry the health checks.
+    pub fn start_backends(&self) {
+        let config = self.config.load_full();
+        for spec in &config.backends {
+            self.pool.add(spec);
+        }
+        self.metrics
+            .control
+            .backends_configured
+            .set(config.backends.len() as i64);
+        self.pool.rebuild_routing();
+    }
+
+    /// Moves the lifecycle forward and republishes readiness.
+    pub fn advance(&self, phase: Phase) {
+        if self.lifecycle.advance(phase) {
+            self.metrics.gateway.ready.set(self.ready().is_ok() as i64);
+        }
+    }
+
+    /// Ready to take traffic: serving, with at least one ready backend.
+    pub fn ready(&self) -> Result<(), &'static str> {
+        self.lifecycle.readiness(self.pool.routing().ready.len())
+    }
+}

@@ -1,0 +1,101 @@
+//! The pool's decisions, counted: kubegate's implementation of `PoolEvents`.
+
+use crate::telemetry::metrics::{set_one_hot, Metrics};
+use kubegate_health::{BackendState, ProbeRecord, Transition};
+use kubegate_pool::{CloseReason, PoolEvents};
+use std::sync::Arc;
+
+/// Whether the gateway takes traffic with `ready` backends ready (the lifecycle decides).
+pub type Readiness = Box<dyn Fn(usize) -> bool + Send + Sync>;
+
+/// Turns pool decisions into metric updates.
+pub struct MetricEvents {
+    metrics: Arc<Metrics>,
+    readiness: Readiness,
+}
+
+impl MetricEvents {
+    /// Counts into `metrics`; `kubegate_ready` follows `readiness` of the ready backend count.
+    pub fn new(metrics: Arc<Metrics>, readiness: Readiness) -> MetricEvents {
+        MetricEvents { metrics, readiness }
+    }
+
+    fn publish_state(&self, name: &str, state: BackendState) {
+        set_one_hot(
+            &self.metrics.backends.state,
+            &[name],
+            &BackendState::ALL,
+            state,
+            BackendState::as_str,
+        );
+    }
+}
+
+impl PoolEvents for MetricEvents {
+    fn backend_added(&self, name: &str, state: BackendState) {
+        self.metrics.init_backend(name);
+        self.publish_state(name, state);
+    }
+
+    fn backend_renamed(&self, old: &str, new: &str, state: BackendState) {
+        self.metrics.forget_backend(old);
+        self.metrics.init_backend(new);
+        self.publish_state(new, state);
+    }
+
+    fn probed(&self, name: &str, record: &ProbeRecord) {
+        let m = &self.metrics.backends;
+        m.probes
+            .with_label_values(&[name, record.outcome.result_label()])
+            .inc();
+        m.probe_duration
+            .with_label_values(&[name])
+            .observe(record.latency.as_secs_f64());
+    }
+
+    fn failing_checks(&self, name: &str, before: &[String], now: &[String]) {
+        let family = &self.metrics.backends.readyz_check_failing;
+        for check in before.iter().filter(|c| !now.contains(c)) {
+            let _ = family.remove_label_values(&[name, check]);
+        }
+        for check in now {
+            family.with_label_values(&[name, check]).set(1);
+        }
+    }
+
+    fn state_changed(&self, name: &str, t: Transition) {
+        self.publish_state(name, t.to);
+        self.metrics
+            .backends
+            .state_transitions
+            .with_label_values(&[name, t.from.as_str(), t.to.as_str()])
+            .inc();
+    }
+
+    fn drain_started(&self, name: &str) {
+        self.metrics
+            .backends
+            .drains
+            .with_label_values(&[name])
+            .inc();
+    }
+
+    fn closed(&self, name: &str, reason: CloseReason, count: usize) {
+        self.metrics
+            .backends
+            .forced_closes
+            .with_label_values(&[name, reason.as_str()])
+            .inc_by(count as u64);
+    }
+
+    fn forgotten(&self, name: &str) {
+        self.metrics.forget_backend(name);
+    }
+
+    fn routing_changed(&self, ready: usize) {
+        self.metrics
+            .gateway
+            .ready
+            .set((self.readiness)(ready) as i64);
+    }
+}

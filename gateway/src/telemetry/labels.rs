@@ -1,0 +1,258 @@
+//! Typed metric labels: each reason a decision can have is an enum, so the series created at 0
+//! on start and the values recorded later come from one list and cannot drift apart. Every
+//! label enum of the gateway lives here; the planes record them, telemetry owns their names.
+
+/// A label enum: its variants with their label values, `ALL` (declaration order: series
+/// arrays are indexed by it) and `as_str`.
+macro_rules! label {
+    ($(#[$meta:meta])* pub enum $name:ident {
+        $($(#[$vmeta:meta])* $variant:ident => $label:literal,)+
+    }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: [$name; [$($label),+].len()] = [$($name::$variant),+];
+
+            /// Metric label.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $label,)+
+                }
+            }
+        }
+    };
+}
+
+label! {
+    /// Why a client connection (or request) was turned away without reaching a backend.
+    pub enum Refusal {
+        /// No backend is ready (and the `no_ready_backend` policy gave none either).
+        NoReadyBackend => "no_ready_backend",
+        /// Every backend tried failed to connect.
+        ConnectFailed => "connect_failed",
+        /// kubegate itself is out of descriptors or memory.
+        OutOfResources => "out_of_resources",
+    }
+}
+
+label! {
+    /// Which limit made kubegate close a client connection to protect itself and its other
+    /// clients.
+    pub enum ClientLimit {
+        /// `limits.max_client_connections` were open: the new one was closed once accepted.
+        Connections => "connections",
+        /// The client reset most of its HTTP/2 streams right after opening them
+        /// (`terminate.rapid_reset_min_streams`).
+        RapidReset => "rapid_reset",
+    }
+}
+
+label! {
+    /// Why the admin endpoint turned a connection or request away.
+    pub enum AdminRefusal {
+        /// `admin.max_connections` were open: the oldest was closed for a new one.
+        Evicted => "evicted",
+        /// Its TLS handshake or request headers did not arrive within
+        /// `admin.header_read_timeout`.
+        Timeout => "timeout",
+        /// Its request headers were larger than the endpoint reads.
+        TooLarge => "too_large",
+        /// No verified client certificate or valid bearer token for a path that needs one.
+        Unauthorized => "unauthorized",
+    }
+}
+
+label! {
+    /// Why a connect to a backend failed.
+    pub enum ConnectError {
+        /// Nothing listens (connection refused).
+        Refused => "refused",
+        /// No answer within `connect.timeout`.
+        Timeout => "timeout",
+        /// Anything else (unreachable, reset, a failed TLS handshake upstream).
+        Error => "error",
+    }
+}
+
+impl ConnectError {
+    /// Classifies an I/O error of a connect.
+    pub fn of(e: &std::io::Error) -> ConnectError {
+        match e.kind() {
+            std::io::ErrorKind::ConnectionRefused => ConnectError::Refused,
+            std::io::ErrorKind::TimedOut => ConnectError::Timeout,
+            _ => ConnectError::Error,
+        }
+    }
+}
+
+label! {
+    /// How a configuration or certificate reload ended.
+    pub enum ReloadResult {
+        /// Applied.
+        Success => "success",
+        /// Refused; the running configuration (or certificate) stays.
+        Failure => "failure",
+    }
+}
+
+label! {
+    /// Why a terminate-mode request got an answer from kubegate instead of a backend's.
+    pub enum RequestFailure {
+        /// No backend is ready (and the `no_ready_backend` policy gave none either): 503.
+        NoReadyBackend => "no_ready_backend",
+        /// Every attempt failed before the apiserver processed the request: 503.
+        Unavailable => "unavailable",
+        /// The connection broke after the request was sent and it may not be retried: 502.
+        Broken => "broken",
+        /// The body is larger than `terminate.max_request_body_bytes`: 413.
+        BodyTooLarge => "body_too_large",
+        /// The client's body could not be read: 400.
+        BadRequest => "bad_request",
+    }
+}
+
+label! {
+    /// Whose a terminate-mode request is, as kubegate passes it on.
+    pub enum Identity {
+        /// A verified client certificate, sent as `X-Remote-User`/`X-Remote-Group`.
+        ClientCertificate => "client_certificate",
+        /// A bearer token, passed untouched.
+        BearerToken => "bearer_token",
+        /// Neither.
+        Anonymous => "anonymous",
+    }
+}
+
+label! {
+    /// How an attempt on one backend failed before response headers reached the client
+    /// (terminate mode; `terminate/retry.rs` decides what may be tried again).
+    pub enum AttemptFailure {
+        /// TCP, TLS or the HTTP/2 handshake failed: nothing was sent.
+        Connect => "connect_failed",
+        /// The connection took no new stream (it had received GOAWAY, or ended): nothing was
+        /// sent.
+        Unsent => "unsent",
+        /// `RST_STREAM` with `REFUSED_STREAM`: refused before any processing.
+        RefusedStream => "refused_stream",
+        /// A graceful `GOAWAY` (`NO_ERROR`) whose last-stream-id is below this stream's.
+        GoAway => "goaway",
+        /// 429 or 503 "the apiserver is shutting down": rejected before any handler ran.
+        ShuttingDown => "shutting_down",
+        /// The stream or connection broke after the request was sent: it may have been
+        /// processed.
+        Reset => "reset",
+    }
+}
+
+impl AttemptFailure {
+    /// The apiserver provably did not process the request.
+    pub fn unprocessed(self) -> bool {
+        !matches!(self, AttemptFailure::Reset)
+    }
+}
+
+label! {
+    /// Why a followed watch ended (terminate mode).
+    pub enum WatchEnd {
+        /// The client went away.
+        Client => "client",
+        /// The client's `timeoutSeconds` passed.
+        Timeout => "timeout",
+        /// An ERROR event with 410 (Expired) reached the client: it relists.
+        Expired => "expired",
+        /// Another ERROR event reached the client.
+        Error => "error",
+        /// A listing's events reached the client and no position followed.
+        NoPosition => "not_resumable_no_position",
+        /// `sendInitialEvents`, broken before they ended.
+        InitialEvents => "not_resumable_initial_events",
+        /// Too many resumes in a minute.
+        Budget => "not_resumable_budget",
+        /// No replica took the watch again.
+        NoBackend => "not_resumable_no_backend",
+        /// The stream could not be read as events, or changed encoding.
+        Malformed => "malformed",
+    }
+}
+
+label! {
+    /// Why a followed watch's upstream stream stopped (what a resume bridged).
+    pub enum WatchBreak {
+        /// It ended cleanly (the apiserver ended it: shutdown, its own timeout).
+        Ended => "ended",
+        /// It broke (reset, connection lost, kubegate closed the backend's work).
+        Failed => "failed",
+        /// Its replica started draining: moved before the deadline.
+        Drained => "drained",
+    }
+}
+
+label! {
+    /// How a terminate-mode client's TLS handshake failed.
+    pub enum HandshakeFailure {
+        /// The handshake failed (bad certificate, protocol error, the client left).
+        Error => "error",
+        /// It did not finish within `terminate.handshake_timeout`.
+        Timeout => "timeout",
+    }
+}
+
+label! {
+    /// The HTTP version a terminate-mode client connection speaks.
+    pub enum ClientProtocol {
+        /// HTTP/2 (ALPN `h2`).
+        H2 => "h2",
+        /// HTTP/1.1.
+        Http1 => "http/1.1",
+    }
+}
+
+/// The class of an HTTP status code, as a metric label.
+pub fn code_class(code: http::StatusCode) -> &'static str {
+    match code.as_u16() {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_errors_are_classified_by_kind() {
+        use std::io::{Error, ErrorKind};
+        assert_eq!(
+            ConnectError::of(&Error::from(ErrorKind::ConnectionRefused)),
+            ConnectError::Refused
+        );
+        assert_eq!(
+            ConnectError::of(&Error::from(ErrorKind::TimedOut)),
+            ConnectError::Timeout
+        );
+        assert_eq!(
+            ConnectError::of(&Error::from(ErrorKind::ConnectionReset)),
+            ConnectError::Error
+        );
+    }
+
+    #[test]
+    fn all_lists_every_value_in_declaration_order_with_its_label() {
+        for (i, f) in AttemptFailure::ALL.into_iter().enumerate() {
+            assert_eq!(f as usize, i);
+        }
+        assert_eq!(AttemptFailure::ALL.len(), 6);
+        assert_eq!(WatchEnd::NoPosition.as_str(), "not_resumable_no_position");
+        assert_eq!(ClientProtocol::Http1.as_str(), "http/1.1");
+        assert!(AttemptFailure::GoAway.unprocessed());
+        assert!(!AttemptFailure::Reset.unprocessed());
+    }
+}

@@ -1,0 +1,76 @@
+//! The control side: configuration reloads, certificates that follow their files, the admin
+//! endpoint, discovery.
+
+use crate::telemetry::labels::{AdminRefusal, ReloadResult};
+use crate::telemetry::metrics::register::{counter, counter_vec, gauge};
+use prometheus::{Gauge, IntCounter, IntCounterVec, IntGauge, Registry};
+
+/// Recorded by the control plane.
+pub struct ControlMetrics {
+    /// `kubegate_backends_configured`.
+    pub backends_configured: IntGauge,
+    /// `kubegate_config_reloads_total{result}`.
+    reloads: IntCounterVec,
+    /// `kubegate_config_last_reload_successful`.
+    pub last_reload_ok: IntGauge,
+    /// `kubegate_config_last_reload_success_timestamp_seconds`.
+    pub last_reload_success_time: Gauge,
+    /// `kubegate_certificate_reloads_total{result}`: serving and front-proxy certificates read
+    /// again after their files changed.
+    certificate_reloads: IntCounterVec,
+    /// `kubegate_admin_refused_total{reason}`: admin connections and requests turned away.
+    admin_refused: IntCounterVec,
+    /// `kubegate_discovered_backends`: backends in use that came from the endpoint slices.
+    pub discovered_backends: IntGauge,
+    /// `kubegate_discovery_errors_total`: failed attempts to read the endpoint slices.
+    pub discovery_errors: IntCounter,
+}
+
+impl ControlMetrics {
+    pub(super) fn new(r: &Registry) -> ControlMetrics {
+        let last_reload_success_time = Gauge::new(
+            "kubegate_config_last_reload_success_timestamp_seconds",
+            "Unix time of the last successful configuration load.",
+        )
+        .expect("valid metric");
+        r.register(Box::new(last_reload_success_time.clone()))
+            .expect("unique metric");
+        let m = ControlMetrics {
+            backends_configured: gauge(r, "kubegate_backends_configured", "Backends in the running configuration."),
+            reloads: counter_vec(r, "kubegate_config_reloads_total", "Configuration reloads by result (success, failure).", &["result"]),
+            last_reload_ok: gauge(r, "kubegate_config_last_reload_successful", "1 if the last configuration (re)load succeeded, 0 if it was refused."),
+            last_reload_success_time,
+            certificate_reloads: counter_vec(r, "kubegate_certificate_reloads_total", "Serving and front-proxy certificates read again after their files changed, by result.", &["result"]),
+            admin_refused: counter_vec(r, "kubegate_admin_refused_total", "Admin endpoint connections and requests turned away, by reason (evicted, timeout, too_large, unauthorized).", &["reason"]),
+            discovered_backends: gauge(r, "kubegate_discovered_backends", "Backends in use that came from the default/kubernetes EndpointSlices (not in the static list)."),
+            discovery_errors: counter(r, "kubegate_discovery_errors_total", "Failed attempts to list or watch the endpoint slices on a backend."),
+        };
+        for reason in AdminRefusal::ALL {
+            m.admin_refused.with_label_values(&[reason.as_str()]);
+        }
+        for result in ReloadResult::ALL {
+            m.reloads.with_label_values(&[result.as_str()]);
+            m.certificate_reloads.with_label_values(&[result.as_str()]);
+        }
+        m
+    }
+
+    /// Counts a configuration reload.
+    pub fn reload(&self, result: ReloadResult) {
+        self.reloads.with_label_values(&[result.as_str()]).inc();
+    }
+
+    /// Counts a certificate read again.
+    pub fn certificate_reload(&self, result: ReloadResult) {
+        self.certificate_reloads
+            .with_label_values(&[result.as_str()])
+            .inc();
+    }
+
+    /// Counts an admin connection or request turned away.
+    pub fn admin_refused(&self, reason: AdminRefusal) {
+        self.admin_refused
+            .with_label_values(&[reason.as_str()])
+            .inc();
+    }
+}

@@ -1,0 +1,38 @@
+//! The gateway process itself: its build, lifecycle phase, readiness and heap.
+
+use crate::telemetry::metrics::register::{gauge, gauge_vec};
+use prometheus::{IntGauge, IntGaugeVec, Registry};
+
+/// Recorded by start-up, the lifecycle and the allocator.
+pub struct GatewayMetrics {
+    /// `kubegate_build_info{version}`: always 1.
+    pub build_info: IntGaugeVec,
+    /// `kubegate_lifecycle_phase{phase}`: one-hot.
+    pub lifecycle_phase: IntGaugeVec,
+    /// `kubegate_ready`: 1 while the admin `/readyz` answers 200.
+    pub ready: IntGauge,
+    /// `kubegate_heap_allocated_bytes`: held in allocations (set when scraped).
+    pub heap_allocated: IntGauge,
+    /// `kubegate_heap_resident_bytes`: the allocator's resident pages (set when scraped).
+    pub heap_resident: IntGauge,
+}
+
+impl GatewayMetrics {
+    pub(super) fn new(r: &Registry) -> GatewayMetrics {
+        GatewayMetrics {
+            build_info: gauge_vec(r, "kubegate_build_info", "Always 1; labels carry the build.", &["version"]),
+            lifecycle_phase: gauge_vec(r, "kubegate_lifecycle_phase", "1 for the gateway's current lifecycle phase (starting, serving, stopping, draining).", &["phase"]),
+            ready: gauge(r, "kubegate_ready", "1 while the gateway is serving with at least one ready backend (its /readyz answers 200)."),
+            heap_allocated: gauge(r, "kubegate_heap_allocated_bytes", "Bytes kubegate holds in heap allocations (the allocator's count, when scraped)."),
+            heap_resident: gauge(r, "kubegate_heap_resident_bytes", "Resident bytes of the allocator's pages: allocations, freed memory kept for reuse, metadata (when scraped)."),
+        }
+    }
+
+    /// Reads the allocator's figures now (they are only refreshed when scraped).
+    pub(super) fn refresh_heap(&self) {
+        if let Some(heap) = crate::telemetry::memory::heap() {
+            self.heap_allocated.set(heap.allocated as i64);
+            self.heap_resident.set(heap.resident as i64);
+        }
+    }
+}

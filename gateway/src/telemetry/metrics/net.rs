@@ -1,0 +1,75 @@
+//! The network plumbing both planes share: accepting clients, admitting them, connecting to
+//! backends.
+
+use crate::telemetry::labels::{ClientLimit, ConnectError, Refusal};
+use crate::telemetry::metrics::register::{counter, counter_vec, forget_in};
+use prometheus::{IntCounter, IntCounterVec, Registry};
+
+/// Recorded by the accept loops, admission and the connect loop.
+pub struct NetMetrics {
+    /// `kubegate_accept_errors_total`: failed accepts on the listeners (descriptors or memory
+    /// exhausted, connections aborted before they were accepted).
+    pub accept_errors: IntCounter,
+    /// `kubegate_client_limit_closes_total{reason}`: client connections closed because they
+    /// reached a limit (see [`ClientLimit`]).
+    client_limit_closes: IntCounterVec,
+    /// `kubegate_backend_connect_errors_total{backend,reason}`.
+    connect_errors: IntCounterVec,
+    /// `kubegate_connect_retries_total`: client connections that needed another backend.
+    pub connect_retries: IntCounter,
+    /// `kubegate_connections_fallback_total`: connections sent to an alive, not-ready backend.
+    pub fallback: IntCounter,
+    /// `kubegate_connections_refused_total{reason}`: client connections closed unserved.
+    refused: IntCounterVec,
+}
+
+impl NetMetrics {
+    pub(super) fn new(r: &Registry) -> NetMetrics {
+        let m = NetMetrics {
+            accept_errors: counter(r, "kubegate_accept_errors_total", "Failed accepts on the listeners (descriptors or memory exhausted, connections aborted before they were accepted)."),
+            client_limit_closes: counter_vec(r, "kubegate_client_limit_closes_total", "Client connections kubegate closed to protect itself and its other clients, by limit (connections: limits.max_client_connections were open; rapid_reset: most HTTP/2 streams reset by the client at once).", &["reason"]),
+            connect_errors: counter_vec(r, "kubegate_backend_connect_errors_total", "Failed connects to a backend by reason (refused, timeout, error).", &["backend", "reason"]),
+            connect_retries: counter(r, "kubegate_connect_retries_total", "Client connections whose first backend connect failed and were retried on another backend."),
+            fallback: counter(r, "kubegate_connections_fallback_total", "Client connections sent to an alive but not-ready backend because no backend was ready (no_ready_backend: alive)."),
+            refused: counter_vec(r, "kubegate_connections_refused_total", "Client connections closed without a backend, by reason (no_ready_backend, connect_failed, out_of_resources).", &["reason"]),
+        };
+        // Series that dashboards and alerts read exist from the start, at 0.
+        for reason in Refusal::ALL {
+            m.refused.with_label_values(&[reason.as_str()]);
+        }
+        for limit in ClientLimit::ALL {
+            m.client_limit_closes.with_label_values(&[limit.as_str()]);
+        }
+        m
+    }
+
+    pub(super) fn init_backend(&self, backend: &str) {
+        for reason in ConnectError::ALL {
+            self.connect_errors
+                .with_label_values(&[backend, reason.as_str()]);
+        }
+    }
+
+    pub(super) fn forget(&self, backend: &str) {
+        forget_in(&[&self.connect_errors], backend);
+    }
+
+    /// Counts a client connection closed because it reached `limit`.
+    pub fn limit_closed(&self, limit: ClientLimit) {
+        self.client_limit_closes
+            .with_label_values(&[limit.as_str()])
+            .inc();
+    }
+
+    /// Counts a client turned away.
+    pub fn refuse(&self, reason: Refusal) {
+        self.refused.with_label_values(&[reason.as_str()]).inc();
+    }
+
+    /// Counts a failed connect to `backend`.
+    pub fn connect_error(&self, backend: &str, reason: ConnectError) {
+        self.connect_errors
+            .with_label_values(&[backend, reason.as_str()])
+            .inc();
+    }
+}

@@ -1,0 +1,81 @@
+//! Registering metric families once, and forgetting a backend's series.
+
+use prometheus::{
+    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
+
+/// A counter, registered.
+pub fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
+    let m = IntCounter::new(name, help).expect("valid metric");
+    r.register(Box::new(m.clone())).expect("unique metric");
+    m
+}
+
+/// A gauge, registered.
+pub fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
+    let m = IntGauge::new(name, help).expect("valid metric");
+    r.register(Box::new(m.clone())).expect("unique metric");
+    m
+}
+
+/// A gauge family, registered.
+pub fn gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let m = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+    r.register(Box::new(m.clone())).expect("unique metric");
+    m
+}
+
+/// A counter family, registered.
+pub fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let m = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+    r.register(Box::new(m.clone())).expect("unique metric");
+    m
+}
+
+/// A histogram family, registered.
+pub fn histogram_vec(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+    buckets: &[f64],
+) -> HistogramVec {
+    let m = HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+        labels,
+    )
+    .expect("valid metric");
+    r.register(Box::new(m.clone())).expect("unique metric");
+    m
+}
+
+/// Removes every series whose `backend` label is the given name.
+pub trait Forget {
+    /// Removes `backend`'s series.
+    fn forget(&self, backend: &str);
+}
+
+impl<T: prometheus::core::MetricVecBuilder> Forget for prometheus::core::MetricVec<T> {
+    fn forget(&self, backend: &str) {
+        use prometheus::core::Collector;
+        for family in self.collect() {
+            for metric in family.get_metric() {
+                let labels: std::collections::HashMap<&str, &str> = metric
+                    .get_label()
+                    .iter()
+                    .map(|l| (l.name(), l.value()))
+                    .collect();
+                if labels.get("backend") == Some(&backend) {
+                    let _ = self.remove(&labels);
+                }
+            }
+        }
+    }
+}
+
+/// Forgets `backend` in each of `families`.
+pub fn forget_in(families: &[&dyn Forget], backend: &str) {
+    for f in families {
+        f.forget(backend);
+    }
+}

@@ -1,0 +1,211 @@
+//! Terminate mode: client connections, requests and how they were answered, upstream
+//! connections and requests in flight per backend, followed watches.
+
+use crate::telemetry::labels::{
+    code_class, AttemptFailure, ClientProtocol, HandshakeFailure, Identity, RequestFailure,
+    WatchBreak, WatchEnd,
+};
+use crate::telemetry::metrics::register::{
+    counter, counter_vec, forget_in, gauge, gauge_vec, histogram_vec,
+};
+use kubegate_wire::classify::Verb;
+use prometheus::{
+    Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry,
+};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+const REQUEST_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// Recorded by the terminate plane.
+pub struct TerminateMetrics {
+    /// `kubegate_requests_total{backend,verb,code}` (`code` is the class).
+    requests: IntCounterVec,
+    /// `kubegate_request_duration_seconds{verb}`: until response headers, not long-running.
+    request_duration: HistogramVec,
+    /// `request_duration`'s series by `Verb as usize`, each made on first use.
+    duration_series: [OnceLock<Histogram>; Verb::ALL.len()],
+    /// `kubegate_request_retries_total{reason}`: attempts sent to another backend, by the
+    /// failure before.
+    request_retries: IntCounterVec,
+    /// `kubegate_requests_failed_total{reason}`: requests kubegate answered itself.
+    requests_failed: IntCounterVec,
+    /// `kubegate_requests_by_identity_total{identity}`'s series by `Identity as usize`:
+    /// counted for every request, without a label lookup.
+    identity_series: [IntCounter; Identity::ALL.len()],
+    /// `kubegate_identity_headers_stripped_total`: identity headers clients sent, removed.
+    pub identity_headers_stripped: IntCounter,
+    /// `kubegate_backend_requests_in_flight{backend}`.
+    pub requests_in_flight: IntGaugeVec,
+    /// `kubegate_backend_long_running_requests{backend}`.
+    pub long_running: IntGaugeVec,
+    /// `kubegate_backend_upstream_connections{backend}`: HTTP/2 connections open for requests.
+    pub upstream_connections: IntGaugeVec,
+    /// `kubegate_client_connections{protocol}`: open terminate-mode client connections.
+    client_connections: IntGaugeVec,
+    /// `kubegate_tls_handshake_failures_total{reason}` (terminate-mode clients).
+    tls_handshake_failures: IntCounterVec,
+    /// `kubegate_watches_open`: terminate-mode watches kubegate follows across backends.
+    pub watches_open: IntGauge,
+    /// `kubegate_watch_resumes_total{cause}`: watches continued on another backend, by what
+    /// stopped the one before.
+    watch_resumes: IntCounterVec,
+    /// `kubegate_watches_ended_total{reason}`.
+    watches_ended: IntCounterVec,
+}
+
+impl TerminateMetrics {
+    pub(super) fn new(r: &Registry) -> TerminateMetrics {
+        let by_identity = counter_vec(r, "kubegate_requests_by_identity_total", "Terminate-mode requests by the identity passed on (client_certificate, bearer_token, anonymous).", &["identity"]);
+        let m = TerminateMetrics {
+            requests: counter_vec(r, "kubegate_requests_total", "Terminate-mode requests answered by a backend, by verb and status class.", &["backend", "verb", "code"]),
+            request_duration: histogram_vec(r, "kubegate_request_duration_seconds", "Terminate mode: time from sending a request to a backend to its response headers (requests that are not long-running).", &["verb"], REQUEST_BUCKETS),
+            duration_series: Default::default(),
+            request_retries: counter_vec(r, "kubegate_request_retries_total", "Terminate-mode requests sent to another backend, by what failed before (connect_failed, unsent, refused_stream, goaway, shutting_down, reset).", &["reason"]),
+            requests_failed: counter_vec(r, "kubegate_requests_failed_total", "Terminate-mode requests kubegate answered itself, by reason (no_ready_backend, unavailable, broken, body_too_large, bad_request).", &["reason"]),
+            identity_series: Identity::ALL.map(|i| by_identity.with_label_values(&[i.as_str()])),
+            identity_headers_stripped: counter(r, "kubegate_identity_headers_stripped_total", "Identity headers (X-Remote-*) clients sent, removed before forwarding."),
+            requests_in_flight: gauge_vec(r, "kubegate_backend_requests_in_flight", "Terminate-mode requests in flight per backend, long-running ones included.", &["backend"]),
+            long_running: gauge_vec(r, "kubegate_backend_long_running_requests", "Terminate-mode long-running requests (watches, exec, logs) open per backend.", &["backend"]),
+            upstream_connections: gauge_vec(r, "kubegate_backend_upstream_connections", "Terminate mode's HTTP/2 connections to each backend open for new requests.", &["backend"]),
+            client_connections: gauge_vec(r, "kubegate_client_connections", "Open terminate-mode client connections, by protocol (h2, http/1.1).", &["protocol"]),
+            tls_handshake_failures: counter_vec(r, "kubegate_tls_handshake_failures_total", "Terminate-mode client TLS handshakes that failed (error) or did not finish in time (timeout).", &["reason"]),
+            watches_open: gauge(r, "kubegate_watches_open", "Terminate-mode watches kubegate follows across backends."),
+            watch_resumes: counter_vec(r, "kubegate_watch_resumes_total", "Watches continued on another backend from their last position, by what stopped the upstream stream (ended, failed, drained).", &["cause"]),
+            watches_ended: counter_vec(r, "kubegate_watches_ended_total", "Followed watches that ended, by reason (client, timeout, expired, error, not_resumable_*, malformed).", &["reason"]),
+        };
+        for failure in AttemptFailure::ALL {
+            m.request_retries.with_label_values(&[failure.as_str()]);
+        }
+        for reason in RequestFailure::ALL {
+            m.requests_failed.with_label_values(&[reason.as_str()]);
+        }
+        for reason in HandshakeFailure::ALL {
+            m.tls_handshake_failures
+                .with_label_values(&[reason.as_str()]);
+        }
+        for protocol in ClientProtocol::ALL {
+            m.client_connections.with_label_values(&[protocol.as_str()]);
+        }
+        for cause in WatchBreak::ALL {
+            m.watch_resumes.with_label_values(&[cause.as_str()]);
+        }
+        for reason in WatchEnd::ALL {
+            m.watches_ended.with_label_values(&[reason.as_str()]);
+        }
+        m
+    }
+
+    pub(super) fn forget(&self, backend: &str) {
+        forget_in(
+            &[
+                &self.requests,
+                &self.requests_in_flight,
+                &self.long_running,
+                &self.upstream_connections,
+            ],
+            backend,
+        );
+    }
+
+    /// Counts a request by the identity passed on for it.
+    pub fn count_identity(&self, identity: Identity) {
+        self.identity_series[identity as usize].inc();
+    }
+
+    /// Observes the time a backend took to send a `verb` request's response headers.
+    pub fn observe_request_duration(&self, verb: Verb, took: Duration) {
+        self.duration_series[verb as usize]
+            .get_or_init(|| self.request_duration.with_label_values(&[verb.as_str()]))
+            .observe(took.as_secs_f64());
+    }
+
+    /// Counts a request a backend answered with `code`.
+    pub fn count_request(&self, backend: &str, verb: Verb, code: http::StatusCode) {
+        self.requests
+            .with_label_values(&[backend, verb.as_str(), code_class(code)])
+            .inc();
+    }
+
+    /// Counts a request sent to another backend after `failure`.
+    pub fn request_retry(&self, failure: AttemptFailure) {
+        self.request_retries
+            .with_label_values(&[failure.as_str()])
+            .inc();
+    }
+
+    /// Counts a request kubegate answered itself.
+    pub fn request_failed(&self, reason: RequestFailure) {
+        self.requests_failed
+            .with_label_values(&[reason.as_str()])
+            .inc();
+    }
+
+    /// The open client connections gauge of `protocol`.
+    pub fn client_connections(&self, protocol: ClientProtocol) -> IntGauge {
+        self.client_connections
+            .with_label_values(&[protocol.as_str()])
+    }
+
+    /// Counts a client TLS handshake that failed.
+    pub fn handshake_failed(&self, reason: HandshakeFailure) {
+        self.tls_handshake_failures
+            .with_label_values(&[reason.as_str()])
+            .inc();
+    }
+
+    /// Counts a watch continued on another backend after `cause`.
+    pub fn watch_resumed(&self, cause: WatchBreak) {
+        self.watch_resumes
+            .with_label_values(&[cause.as_str()])
+            .inc();
+    }
+
+    /// Counts a followed watch that ended.
+    pub fn watch_ended(&self, reason: WatchEnd) {
+        self.watches_ended
+            .with_label_values(&[reason.as_str()])
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The series arrays are indexed by discriminant: each `ALL` must list its enum in
+    /// declaration order.
+    #[test]
+    fn series_arrays_are_indexed_in_declaration_order() {
+        for (i, identity) in Identity::ALL.into_iter().enumerate() {
+            assert_eq!(identity as usize, i, "{identity:?}");
+        }
+        for (i, verb) in Verb::ALL.into_iter().enumerate() {
+            assert_eq!(verb as usize, i, "{verb:?}");
+        }
+        let r = Registry::new();
+        let m = TerminateMetrics::new(&r);
+        m.count_identity(Identity::BearerToken);
+        m.observe_request_duration(Verb::List, Duration::from_millis(3));
+        let mut out = Vec::new();
+        use prometheus::Encoder;
+        prometheus::TextEncoder::new()
+            .encode(&r.gather(), &mut out)
+            .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("kubegate_requests_by_identity_total{identity=\"bearer_token\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kubegate_request_duration_seconds_count{verb=\"list\"} 1"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("verb=\"get\""),
+            "a verb's series appears with its first request"
+        );
+    }
+}

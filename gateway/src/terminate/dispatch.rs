@@ -1,0 +1,192 @@
+//! Where a terminate-mode request goes and what comes back: the request is placed on a
+//! backend by requests in flight (`net::place`); a stream is taken on one of that backend's
+//! HTTP/2 connections and the request sent; the response headers come back, or the attempt
+//! fails and `may_retry` decides whether another backend is tried. Failures the apiserver
+//! provably did not process go to another backend (any verb), as do idempotent reads that
+//! broke before response headers; a shutting-down apiserver's 429/503 counts as unprocessed.
+//! Nothing is retried once its response headers were forwarded.
+
+use crate::net::{place, Attempt, Unplaced};
+use crate::state::{Backend, Gateway, Stream};
+use crate::telemetry::AttemptFailure;
+use crate::terminate::body::{read_small, ResponseBody};
+use crate::terminate::connect::stream_to;
+use crate::terminate::h2client::{self, ResponseStream};
+use crate::terminate::in_flight::InFlight;
+use crate::terminate::mode::Upstreams;
+use crate::terminate::request::Outgoing;
+use crate::terminate::retry::may_retry;
+use http::{Response, StatusCode};
+use kubegate_config::BalancePolicy;
+use kubegate_wire::classify::RequestClass;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What an attempt that reached a backend brought back.
+pub enum Answer {
+    /// Response headers, the body still to come, and what the request holds meanwhile.
+    Streaming {
+        /// The backend's response.
+        resp: Response<ResponseStream>,
+        /// The request's registration on the backend.
+        in_flight: InFlight,
+        /// Its stream slot.
+        stream: Stream,
+    },
+    /// A whole response (a 429/503 read to tell a shutting-down apiserver from a busy one).
+    Whole(Response<ResponseBody>),
+}
+
+/// Sends `outgoing` to backends not in `tried` until one answers or the rules forbid another
+/// try. `NoBackend`: no backend could be picked; `Failed`: the last attempt's failure.
+pub async fn dispatch(
+    gw: &Gateway,
+    upstreams: &Upstreams,
+    outgoing: &Outgoing,
+    class: RequestClass,
+    tried: &mut Vec<SocketAddr>,
+) -> Result<Answer, Unplaced<AttemptFailure>> {
+    let mut forward = Forward {
+        gw,
+        upstreams,
+        outgoing,
+        class,
+    };
+    place(gw, &mut forward, tried)
+        .await
+        .map(|(_, answer)| answer)
+}
+
+/// One request's attempts, as the placing loop runs them.
+struct Forward<'a> {
+    gw: &'a Gateway,
+    upstreams: &'a Upstreams,
+    outgoing: &'a Outgoing,
+    class: RequestClass,
+}
+
+impl Attempt for Forward<'_> {
+    type Output = Answer;
+    type Failure = AttemptFailure;
+
+    fn load(policy: BalancePolicy) -> fn(&Backend) -> u64 {
+        load_for(policy)
+    }
+
+    async fn attempt(&mut self, backend: &Arc<Backend>) -> Result<Answer, AttemptFailure> {
+        let result = attempt(self.gw, self.upstreams, backend, self.outgoing, self.class).await;
+        if let Err(failure) = result {
+            tracing::debug!(backend = %backend.info().name, failure = failure.as_str(), verb = self.class.verb.as_str(), "request attempt failed");
+        }
+        result
+    }
+
+    fn may_try_another(&self, failure: AttemptFailure) -> bool {
+        may_retry(failure, &self.class)
+    }
+
+    fn retrying(&mut self, failure: AttemptFailure) {
+        self.gw.metrics().terminate.request_retry(failure);
+    }
+}
+
+/// in flight (ties rotate, so equal replicas share requests evenly); `power-of-two` compares two
+/// replicas by requests in flight weighted by their latency, so a slow replica gets less.
+pub fn load_for(policy: BalancePolicy) -> fn(&Backend) -> u64 {
+    match policy {
+        BalancePolicy::PowerOfTwo => |b| b.planes().terminate.load(),
+        BalancePolicy::LeastConnections | BalancePolicy::RoundRobin => {
+            |b| b.planes().terminate.busy() as u64
+        }
+    }
+}
+
+/// One attempt on `backend`.
+async fn attempt(
+    gw: &Gateway,
+    upstreams: &Upstreams,
+    backend: &Arc<Backend>,
+    outgoing: &Outgoing,
+    class: RequestClass,
+) -> Result<Answer, AttemptFailure> {
+    let mut stream = stream_to(gw, upstreams, backend, outgoing.kind()).await?;
+    let in_flight = InFlight::begin(backend, class.long_running.is_some());
+    let mut sent = Instant::now();
+    let mut refused = false;
+    let resp = loop {
+        let failure = match h2client::send(stream.sender(), outgoing.head(), outgoing.body()).await
+        {
+            Ok(resp) => break resp,
+            Err(failure) => failure,
+        };
+        // The connection takes no more streams, and did not process this one: once more on
+        // another connection to the same backend (an apiserver sends GOAWAY after every
+        // anonymous request over HTTP/2), unless it is known to be shutting down; then
+        // another backend.
+        let connection_refused = matches!(failure, AttemptFailure::Unsent | AttemptFailure::GoAway);
+        if connection_refused {
+            stream.refused();
+        }
+        if !connection_refused || backend.shutting_down() || std::mem::replace(&mut refused, true) {
+            return Err(failure);
+        }
+        stream = stream_to(gw, upstreams, backend, outgoing.kind()).await?;
+        sent = Instant::now();
+    };
+    let upstream = &backend.planes().terminate;
+    if class.long_running.is_none() {
+        let took = sent.elapsed();
+        upstream.observe_latency(took);
+        gw.metrics()
+            .terminate
+            .observe_request_duration(class.verb, took);
+    }
+    let code = resp.status();
+    let answer = if code == StatusCode::TOO_MANY_REQUESTS || code == StatusCode::SERVICE_UNAVAILABLE
+    {
+        let (parts, body) = resp.into_parts();
+        let body = read_small(body).await.map_err(|_| AttemptFailure::Reset)?;
+        if shutting_down(backend, &body) {
+            return Err(AttemptFailure::ShuttingDown);
+        }
+        Answer::Whole(Response::from_parts(parts, ResponseBody::full(body)))
+    } else {
+        Answer::Streaming {
+            resp,
+            in_flight,
+            stream,
+        }
+    };
+    gw.metrics()
+        .terminate
+        .count_request(&backend.info().name, class.verb, code);
+    Ok(answer)
+}
+
+/// Whether a 429/503 came from an apiserver that is shutting down (rejected before any
+/// handler ran), rather than from priority and fairness or a failing dependency.
+fn shutting_down(backend: &Backend, body: &[u8]) -> bool {
+    backend.shutting_down() || contains(body, b"is shutting down")
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shutdown_answer_is_told_from_a_busy_one() {
+        assert!(contains(
+            b"The apiserver is shutting down, please try again later.",
+            b"is shutting down"
+        ));
+        assert!(!contains(
+            b"Too many requests, please try again later.",
+            b"is shutting down"
+        ));
+    }
+}

@@ -1,0 +1,140 @@
+//! One terminate-mode request, from the client's head to the answer: an upgrade goes its own
+//! way (`upgrade`); otherwise the body is read whole (bounded: a retry must be able to send it
+//! again), the request shaped for the backends (`request`), placed and sent (`dispatch`), and
+//! a watch's response followed across backends (`watch`).
+
+use crate::net::Unplaced;
+use crate::state::Gateway;
+use crate::telemetry::RequestFailure;
+use crate::terminate::body::{Relayed, ResponseBody};
+use crate::terminate::dispatch::{dispatch, Answer};
+use crate::terminate::mode::{TerminateMode, Upstreams};
+use crate::terminate::request::{Client, Outgoing, Shaper};
+use crate::terminate::retry::may_retry;
+use crate::terminate::status::{broken, status, unavailable};
+use crate::terminate::{upgrade, watch};
+use bytes::Bytes;
+use http::header;
+use http::{Request, Response, StatusCode};
+use http_body::Body as _;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use kubegate_wire::classify::{classify, RequestClass, Verb};
+use kubegate_wire::framing::Framing;
+use kubegate_wire::position::resumed_query;
+use std::sync::Arc;
+
+/// Serves one request.
+pub async fn handle(
+    gw: Arc<Gateway>,
+    mode: Arc<TerminateMode>,
+    client: Arc<Client>,
+    req: Request<Incoming>,
+) -> Response<ResponseBody> {
+    let upstreams = mode.upstreams();
+    let class = classify(req.method(), req.uri());
+    if upgrade::requested(&req) {
+        // Boxed, as every rarely taken path that awaits a large future: a future is as large
+        // as its largest await, and each request's is allocated and moved whole.
+        return Box::pin(upgrade::proxy(&gw, &upstreams, &client, req, class)).await;
+    }
+    let (parts, body) = req.into_parts();
+    let body = if body.is_end_stream() {
+        // Most requests (GET, watch, DELETE without options) carry none.
+        Bytes::new()
+    } else {
+        match read_body(&gw, body).await {
+            Ok(body) => body,
+            Err(answer) => return answer,
+        }
+    };
+    let mut outgoing =
+        Shaper::new(&upstreams, &gw.metrics().terminate).request(&client, parts, body);
+    if class.verb == Verb::Watch {
+        // Bookmarks carry positions: asked for upstream whatever the client asked (those it
+        // did not ask for are kept from it).
+        outgoing = outgoing.with_query(&resumed_query(outgoing.client_query(), None, None));
+    }
+    send(gw, upstreams, outgoing, class).await
+}
+
+/// Reads a request body whole (a retry must be able to send it again), up to
+/// `terminate.max_request_body_bytes`; `Err` is the answer for the client. The read is
+/// boxed: only requests with a body pay for its future.
+async fn read_body(gw: &Gateway, body: Incoming) -> Result<Bytes, Response<ResponseBody>> {
+    let limit = gw.config().load().terminate.max_request_body_bytes;
+    let read = Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX)).collect();
+    let metrics = &gw.metrics().terminate;
+    match Box::pin(read).await {
+        Ok(b) => Ok(b.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            metrics.request_failed(RequestFailure::BodyTooLarge);
+            Err(status(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "RequestEntityTooLarge",
+                &format!("the request body is larger than {limit} bytes"),
+                None,
+            ))
+        }
+        Err(e) => {
+            metrics.request_failed(RequestFailure::BadRequest);
+            Err(status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                &format!("reading the request body: {e}"),
+                None,
+            ))
+        }
+    }
+}
+
+/// Sends `outgoing` and answers the client.
+async fn send(
+    gw: Arc<Gateway>,
+    upstreams: Arc<Upstreams>,
+    outgoing: Outgoing,
+    class: RequestClass,
+) -> Response<ResponseBody> {
+    let metrics = &gw.metrics().terminate;
+    match dispatch(&gw, &upstreams, &outgoing, class, &mut Vec::new()).await {
+        Ok(Answer::Whole(resp)) => resp,
+        Ok(Answer::Streaming {
+            resp,
+            in_flight,
+            stream,
+        }) => {
+            let watch = class.verb == Verb::Watch;
+            let framing = resp
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .and_then(Framing::of);
+            match framing {
+                Some(framing) if watch && resp.status() == StatusCode::OK => watch::follow(
+                    gw.clone(),
+                    upstreams.clone(),
+                    outgoing,
+                    class,
+                    resp,
+                    (in_flight, stream),
+                    framing,
+                ),
+                _ => resp.map(|body| {
+                    ResponseBody::Relayed(Relayed::new(body, watch, in_flight, stream))
+                }),
+            }
+        }
+        Err(Unplaced::NoBackend) => {
+            metrics.request_failed(RequestFailure::NoReadyBackend);
+            unavailable("no apiserver is ready")
+        }
+        Err(Unplaced::Failed(failure)) if !may_retry(failure, &class) => {
+            metrics.request_failed(RequestFailure::Broken);
+            broken("the connection to the apiserver broke after the request was sent: it may have been applied")
+        }
+        Err(Unplaced::Failed(_)) => {
+            metrics.request_failed(RequestFailure::Unavailable);
+            unavailable("no apiserver could take the request")
+        }
+    }
+}

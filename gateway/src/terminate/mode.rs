@@ -1,0 +1,54 @@
+//! Terminate mode's shared state: how it reaches the backends and whom it vouches for,
+//! replaced whole when the configuration or the front-proxy certificate changes.
+
+use crate::terminate::tls::UpstreamTls;
+use arc_swap::ArcSwap;
+use kubegate_config::UpstreamConfig;
+use kubegate_wire::identity::IdentityHeaders;
+use std::sync::Arc;
+
+/// Shared by every terminate-mode listener.
+pub struct TerminateMode {
+    upstream: ArcSwap<Upstreams>,
+}
+
+/// Everything taken from `upstream`, replaced whole on a reload or a certificate change.
+pub struct Upstreams {
+    /// Client TLS toward the backends.
+    pub(crate) tls: UpstreamTls,
+    /// The front-proxy header names.
+    pub(crate) identity: IdentityHeaders,
+}
+
+impl Upstreams {
+    /// Reads the CA and front-proxy files of `upstream` now.
+    pub fn load(upstream: &UpstreamConfig) -> Result<Upstreams, String> {
+        let identity = match &upstream.front_proxy {
+            Some(fp) => IdentityHeaders::new(fp)?,
+            None => IdentityHeaders::default(),
+        };
+        Ok(Upstreams {
+            tls: UpstreamTls::new(upstream)?,
+            identity,
+        })
+    }
+}
+
+impl TerminateMode {
+    /// From `upstream`.
+    pub fn new(upstream: &UpstreamConfig) -> Result<TerminateMode, String> {
+        Ok(TerminateMode {
+            upstream: ArcSwap::from_pointee(Upstreams::load(upstream)?),
+        })
+    }
+
+    /// New upstream connections use `upstreams`; open ones keep what they were made with.
+    pub fn replace(&self, upstreams: Upstreams) {
+        self.upstream.store(Arc::new(upstreams));
+    }
+
+    /// What new requests use.
+    pub fn upstreams(&self) -> Arc<Upstreams> {
+        self.upstream.load_full()
+    }
+}

@@ -1,0 +1,360 @@
+//! Shaping a client's request for the backends (terminate mode): what kubegate removes, adds
+//! and vouches for, the URI HTTP/2 wants, and the request held whole so a retry can send it
+//! again.
+//!
+//! 1. Identity: every identity header the client sent is removed; a verified client
+//!    certificate becomes `X-Remote-User`/`X-Remote-Group` (sent over the front-proxy
+//!    certificate); tokens and `Impersonate-*` pass untouched. `X-Forwarded-For` gets the
+//!    client's address.
+//! 2. Connection-specific headers never cross; the URI is made absolute.
+//! 3. A held body gets a `Content-Length` when the client sent none.
+//!
+//! Pure functions of the request and the upstream settings (no I/O), reached by the fuzz
+//! targets through [`Shaper`].
+
+use crate::state::Kind;
+use crate::telemetry::{Identity, TerminateMetrics};
+use crate::terminate::mode::Upstreams;
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::request::Parts;
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{Method, Request, Uri, Version};
+use kubegate_wire::identity::{CertIdentity, IdentityHeaders};
+use rustls::pki_types::ServerName;
+use std::net::{IpAddr, SocketAddr};
+
+/// A client connection, as its requests need it.
+pub struct Client {
+    /// The verified client certificate's identity, if any.
+    pub identity: Option<CertIdentity>,
+    /// The client's IP as an `X-Forwarded-For` value (the apiserver's audit log reads it),
+    /// made once per connection.
+    forwarded_for: Option<HeaderValue>,
+}
+
+impl Client {
+    /// A client connecting from `addr`, with the identity of its verified certificate.
+    pub fn new(addr: SocketAddr, identity: Option<CertIdentity>) -> Client {
+        let forwarded_for = HeaderValue::from_str(&client_ip(addr).to_string()).ok();
+        Client {
+            identity,
+            forwarded_for,
+        }
+    }
+}
+
+/// What shaping a request needs: terminate mode's identity headers, whether it vouches for
+/// verified clients (a front-proxy certificate is configured), the upstream server name, and
+/// where stripped headers and identities are counted.
+pub struct Shaper<'a> {
+    /// The front-proxy header names.
+    pub identity: &'a IdentityHeaders,
+    /// A front-proxy certificate is configured: verified client identities are passed on.
+    pub vouches: bool,
+    /// The upstream server name (the authority when the client named none).
+    pub server_name: &'a ServerName<'static>,
+    /// Where identities and stripped headers are counted.
+    pub metrics: &'a TerminateMetrics,
+}
+
+impl<'a> Shaper<'a> {
+    /// Shaping for `upstreams`, counted in `metrics`.
+    pub fn new(upstreams: &'a Upstreams, metrics: &'a TerminateMetrics) -> Shaper<'a> {
+        Shaper {
+            identity: &upstreams.identity,
+            vouches: upstreams.tls.with_identity.is_some(),
+            server_name: &upstreams.tls.server_name,
+            metrics,
+        }
+    }
+
+    /// The request of `client` with head `parts` and body `body` (read whole), as the
+    /// backends get it.
+    pub fn request(&self, client: &Client, mut parts: Parts, body: Bytes) -> Outgoing {
+        let kind = self.headers(client, &mut parts.headers);
+        let client_query = parts.uri.query().map(str::to_string);
+        // Before the hop-by-hop headers go: an HTTP/1.1 client's Host is one of them.
+        let uri = upstream_uri(parts.uri, &parts.headers, self.server_name);
+        remove_hop_by_hop(parts.version, &mut parts.headers);
+        set_content_length(&parts.method, &mut parts.headers, body.len());
+        Outgoing {
+            method: parts.method,
+            uri,
+            headers: parts.headers,
+            body,
+            kind,
+            client_query,
+        }
+    }
+
+    /// Shapes the head of an upgrade request (exec, attach, port-forward) in place: identity,
+    /// and only the two headers that make it an upgrade cross as connection headers. Returns
+    /// the kind of connection it needs.
+    pub fn upgrade(&self, client: &Client, parts: &mut Parts) -> Kind {
+        let upgrade = parts.headers.get(header::UPGRADE).cloned();
+        let kind = self.headers(client, &mut parts.headers);
+        // Before the hop-by-hop headers go: an HTTP/1.1 client's Host is one of them.
+        let uri = upstream_uri(parts.uri.clone(), &parts.headers, self.server_name);
+        remove_hop_by_hop(parts.version, &mut parts.headers);
+        if let Some(host) = uri.authority() {
+            if let Ok(h) = HeaderValue::from_str(host.as_str()) {
+                parts.headers.insert(header::HOST, h);
+            }
+        }
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        if let Some(u) = upgrade {
+            parts.headers.insert(header::UPGRADE, u);
+        }
+        kind
+    }
+
+    /// Removes the client's identity headers and sets the ones kubegate vouches for; adds
+    /// `X-Forwarded-For`. Returns which kind of upstream connection the request needs.
+    pub fn headers(&self, client: &Client, headers: &mut HeaderMap) -> Kind {
+        let m = self.metrics;
+        let stripped = self.identity.strip(headers);
+        if stripped > 0 {
+            m.identity_headers_stripped.inc_by(stripped as u64);
+        }
+        let vouched = match (&client.identity, self.vouches) {
+            (Some(id), true) => self.identity.apply(id, headers),
+            _ => false,
+        };
+        let identity = if vouched {
+            Identity::ClientCertificate
+        } else if headers.contains_key(header::AUTHORIZATION) {
+            Identity::BearerToken
+        } else {
+            Identity::Anonymous
+        };
+        m.count_identity(identity);
+        let kind = match identity {
+            Identity::ClientCertificate => Kind::WithIdentity,
+            Identity::BearerToken => Kind::BearerToken,
+            Identity::Anonymous => Kind::Anonymous,
+        };
+        let forwarded_for = HeaderName::from_static("x-forwarded-for");
+        let forwarded = match headers.get(&forwarded_for).and_then(|v| v.to_str().ok()) {
+            Some(before) => client
+                .forwarded_for
+                .as_ref()
+                .and_then(|ip| ip.to_str().ok())
+                .and_then(|ip| HeaderValue::from_str(&format!("{before}, {ip}")).ok()),
+            None => client.forwarded_for.clone(),
+        };
+        if let Some(v) = forwarded {
+            headers.insert(forwarded_for, v);
+        }
+        kind
+    }
+}
+
+fn client_ip(addr: SocketAddr) -> IpAddr {
+    addr.ip().to_canonical()
+}
+
+/// Gives a request whose body kubegate holds whole a `Content-Length` if the client sent none
+/// (HTTP/1.1 chunked; HTTP/2 may omit it), as hyper's client did: the apiserver's body limit
+/// reads it before the body.
+pub fn set_content_length(method: &Method, headers: &mut HeaderMap, len: usize) {
+    let payload_defined = !matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::DELETE | Method::CONNECT
+    );
+    if len > 0 || payload_defined {
+        headers
+            .entry(header::CONTENT_LENGTH)
+            .or_insert_with(|| HeaderValue::from(len));
+    }
+}
+
+/// Headers that describe one connection, not the request: they never cross a proxy (and
+/// HTTP/2 forbids them), from a request of `version`.
+pub fn remove_hop_by_hop(version: Version, headers: &mut HeaderMap) {
+    if version == Version::HTTP_2 {
+        // h2 refuses a request carrying any other connection-specific header (a malformed
+        // stream), so only these two can be there; the scan below runs for every request.
+        headers.remove(header::HOST);
+        headers.remove(header::TE);
+        return;
+    }
+    let listed: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().to_ascii_lowercase().as_bytes()).ok())
+        .collect();
+    for name in listed {
+        headers.remove(name);
+    }
+    for name in [
+        header::CONNECTION,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+        header::TE,
+        header::HOST,
+        HeaderName::from_static("keep-alive"),
+        HeaderName::from_static("proxy-connection"),
+    ] {
+        headers.remove(name);
+    }
+}
+
+/// The request's URI toward a backend, absolute as HTTP/2 wants it: the client's path and
+/// query, kept as they are (not parsed again), and the authority it addressed (HTTP/2
+/// `:authority`, HTTP/1.1 `Host`), else the upstream server name.
+pub fn upstream_uri(uri: Uri, headers: &HeaderMap, server_name: &ServerName<'_>) -> Uri {
+    let mut parts = uri.into_parts();
+    if parts.authority.is_none() {
+        parts.authority = headers
+            .get(header::HOST)
+            .and_then(|h| Authority::try_from(h.as_bytes()).ok())
+            .or_else(|| server_authority(server_name));
+    }
+    parts.scheme = Some(Scheme::HTTPS);
+    if parts.path_and_query.is_none() {
+        parts.path_and_query = Some(PathAndQuery::from_static("/"));
+    }
+    Uri::from_parts(parts).unwrap_or_else(|_| Uri::from_static("/"))
+}
+
+/// The upstream server name as an authority (an IPv6 address in brackets).
+fn server_authority(name: &ServerName<'_>) -> Option<Authority> {
+    match name {
+        ServerName::IpAddress(rustls::pki_types::IpAddr::V6(_)) => {
+            Authority::try_from(format!("[{}]", name.to_str())).ok()
+        }
+        _ => Authority::try_from(name.to_str().as_ref()).ok(),
+    }
+}
+/// A request ready to send to any backend, as often as retries need.
+pub struct Outgoing {
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+    kind: Kind,
+    /// The query the client sent (a watch's upstream query may differ).
+    client_query: Option<String>,
+}
+
+impl Outgoing {
+    /// The body, held whole.
+    pub fn body(&self) -> &Bytes {
+        &self.body
+    }
+
+    /// Which kind of upstream connection it needs.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The query the client sent.
+    pub fn client_query(&self) -> Option<&str> {
+        self.client_query.as_deref()
+    }
+
+    /// The same request with another query.
+    pub fn with_query(&self, query: &str) -> Outgoing {
+        let path = self.uri.path();
+        let pq = if query.is_empty() {
+            path.to_string()
+        } else {
+            format!("{path}?{query}")
+        };
+        let mut parts = self.uri.clone().into_parts();
+        parts.path_and_query = pq.parse().ok();
+        Outgoing {
+            method: self.method.clone(),
+            uri: Uri::from_parts(parts).unwrap_or_else(|_| self.uri.clone()),
+            headers: self.headers.clone(),
+            body: self.body.clone(),
+            kind: self.kind,
+            client_query: self.client_query.clone(),
+        }
+    }
+
+    /// The request's head for one attempt (its body is [`Outgoing::body`]).
+    pub fn head(&self) -> Request<()> {
+        let mut req = Request::new(());
+        *req.method_mut() = self.method.clone();
+        *req.uri_mut() = self.uri.clone();
+        *req.version_mut() = Version::HTTP_2;
+        *req.headers_mut() = self.headers.clone();
+        req
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_never_cross() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, "keep-alive, X-Trace".parse().unwrap());
+        h.insert("x-trace", "1".parse().unwrap());
+        h.insert("keep-alive", "timeout=5".parse().unwrap());
+        h.insert(header::TE, "trailers".parse().unwrap());
+        h.insert(header::HOST, "api:6443".parse().unwrap());
+        h.insert(header::ACCEPT, "application/json".parse().unwrap());
+        let mut from_h2 = h.clone();
+        from_h2.remove(header::CONNECTION);
+        from_h2.remove("keep-alive");
+        remove_hop_by_hop(Version::HTTP_11, &mut h);
+        let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["accept"]);
+        // What h2 lets through in a request: Host and `TE: trailers` go.
+        remove_hop_by_hop(Version::HTTP_2, &mut from_h2);
+        let mut left: Vec<_> = from_h2.keys().map(|k| k.as_str()).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["accept", "x-trace"]);
+    }
+
+    #[test]
+    fn the_authority_is_the_clients_then_the_upstream_name() {
+        let name = ServerName::try_from("kubernetes").unwrap();
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, "10.0.0.1:6443".parse().unwrap());
+        let h2: Uri = "https://api.example:443/api".parse().unwrap();
+        let h1 = HeaderMap::new();
+        assert_eq!(
+            upstream_uri("/api/v1?watch=1".parse().unwrap(), &h1, &name).to_string(),
+            "https://kubernetes/api/v1?watch=1"
+        );
+        assert_eq!(
+            upstream_uri("/api/v1?watch=1".parse().unwrap(), &h, &name).to_string(),
+            "https://10.0.0.1:6443/api/v1?watch=1"
+        );
+        assert_eq!(
+            upstream_uri(h2, &h, &name).to_string(),
+            "https://api.example:443/api"
+        );
+        let v6 = ServerName::try_from("::1").unwrap();
+        assert_eq!(
+            upstream_uri("/api".parse().unwrap(), &h1, &v6).to_string(),
+            "https://[::1]/api"
+        );
+    }
+
+    #[test]
+    fn a_held_body_gets_a_content_length_unless_the_client_gave_one() {
+        let mut h = HeaderMap::new();
+        set_content_length(&Method::POST, &mut h, 12);
+        assert_eq!(h[header::CONTENT_LENGTH], "12");
+        let mut h = HeaderMap::new();
+        set_content_length(&Method::POST, &mut h, 0);
+        assert_eq!(h[header::CONTENT_LENGTH], "0");
+        let mut h = HeaderMap::new();
+        set_content_length(&Method::GET, &mut h, 0);
+        assert!(h.get(header::CONTENT_LENGTH).is_none());
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_LENGTH, "12".parse().unwrap());
+        set_content_length(&Method::PATCH, &mut h, 12);
+        assert_eq!(h.get_all(header::CONTENT_LENGTH).iter().count(), 1);
+    }
+}

@@ -1,0 +1,29 @@
+//! TLS material, read in one place: every certificate, root store and key kubegate uses — for
+//! probes, terminate-mode listeners and upstream connections, the admin endpoint and discovery —
+//! is read here, with errors that name the file (or the kubeconfig field) and what is wrong.
+//!
+//! | item | job |
+//! |---|---|
+//! | [`provider`] | the one crypto provider (ring), built once |
+//! | `pem` | certificates, root stores and private keys from a PEM file or PEM bytes; a key checked against its certificate |
+//! | `serving` | a serving certificate that follows its files, and the server config around it |
+
+mod pem;
+mod serving;
+
+pub use pem::{
+    certified_key, certified_key_from_pem, certs_from_pem, key_from_pem, load_certs, load_key,
+    load_roots, roots_from_pem,
+};
+pub use serving::{server_config, ServingCert};
+
+use rustls::crypto::CryptoProvider;
+use std::sync::{Arc, OnceLock};
+
+/// The crypto provider every TLS configuration of kubegate uses (ring), built once.
+pub fn provider() -> Arc<CryptoProvider> {
+    static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
+    PROVIDER
+        .get_or_init(|| Arc::new(rustls::crypto::ring::default_provider()))
+        .clone()
+}
