@@ -28,21 +28,20 @@ fn status(raw: &str) -> u16 {
         .unwrap_or(0)
 }
 
-fn setup(admin: &str) -> (tempfile::TempDir, Pki, Sim, KubegateConfig) {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let sim = Sim::start(&pki, "replica-1", SimOptions::default());
-    let mut cfg = KubegateConfig::new(&[&sim]);
-    // Indented: these lines continue the `admin:` block the configuration ends with.
-    cfg.extra = admin.to_string();
-    (dir, pki, sim, cfg)
+/// One replica, kubegate in front with its admin endpoint configured by `admin`.
+fn setup(admin: impl FnOnce(&mut kubegate_config::AdminConfig) + 'static) -> Started {
+    Cluster::new()
+        .configure(|cfg| admin(&mut cfg.admin))
+        .start()
 }
 
 #[test]
 fn a_crowd_of_idle_connections_does_not_keep_probes_out() {
-    let (_dir, pki, sim, cfg) = setup("  max_connections: 8\n  header_read_timeout: 20s\n");
-    let kg = Kubegate::start(&pki, &cfg);
-    kg.wait_state(&sim.name, "ready", T);
+    let bed = setup(|admin| {
+        admin.max_connections = 8;
+        admin.header_read_timeout = secs(20);
+    });
+    let kg = &bed.kg;
     let before = open_descriptors(kg.proc.pid());
     // 50 clients connect and say nothing; the header timeout is long, so only the limit helps.
     let idle: Vec<TcpStream> = (0..50)
@@ -67,8 +66,8 @@ fn a_crowd_of_idle_connections_does_not_keep_probes_out() {
 
 #[test]
 fn a_request_head_that_never_ends_is_cut_off() {
-    let (_dir, pki, _sim, cfg) = setup("  header_read_timeout: 2s\n");
-    let kg = Kubegate::start(&pki, &cfg);
+    let bed = setup(|admin| admin.header_read_timeout = secs(2));
+    let kg = &bed.kg;
     let mut slow = TcpStream::connect(kg.admin).unwrap();
     slow.set_read_timeout(Some(T)).unwrap();
     slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
@@ -95,8 +94,8 @@ fn a_request_head_that_never_ends_is_cut_off() {
 
 #[test]
 fn an_oversized_request_head_is_refused_with_431() {
-    let (_dir, pki, _sim, cfg) = setup("");
-    let kg = Kubegate::start(&pki, &cfg);
+    let bed = setup(|_| {});
+    let kg = &bed.kg;
     let mut s = TcpStream::connect(kg.admin).unwrap();
     s.set_read_timeout(Some(T)).unwrap();
     let big = "a".repeat(64 * 1024);
@@ -123,13 +122,12 @@ async fn with_tls_and_authentication_only_the_probes_are_public() {
     let tokens = dir.path().join("admin-tokens");
     std::fs::write(&tokens, "first-token\n").unwrap();
     let mut cfg = KubegateConfig::new(&[&sim]);
-    cfg.extra = format!(
-        "  tls:\n    cert_file: {}\n    key_file: {}\n    client_ca_file: {}\n  bearer_token_file: {}\n",
-        crt.display(),
-        key.display(),
-        pki.ca_file().display(),
-        tokens.display()
-    );
+    cfg.admin.tls = Some(kubegate_config::ListenerTls {
+        cert_file: crt,
+        key_file: key,
+        client_ca_file: Some(pki.ca_file()),
+    });
+    cfg.admin.bearer_token_file = Some(tokens.clone());
     // The test support reaches /livez over plain HTTP; here the endpoint speaks TLS only.
     let config_path = dir.path().join("kubegate.yaml");
     let listen: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();

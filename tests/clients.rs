@@ -20,7 +20,7 @@
 //! Debian's python3-kubernetes. A missing client fails the test, it never skips.
 
 use kubegate_e2e::*;
-use kubegate_process::ChildProcess;
+use kubegate_testbed::ChildProcess;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -154,52 +154,24 @@ fn kubectl_scenario(kc: &Path, tag: &str, user: &str) {
     kubectl(kc, &["delete", "configmap", &second, &applied]);
 }
 
-/// Three replicas on `etcd`, trusting `fp` as their front proxy and `tok-ops` as a token.
-fn replicas(pki: &Pki, etcd: &Etcd, fp: &FrontProxyPki) -> Vec<Sim> {
-    let tokens = pki.token_file(&[("tok-ops", "ops-bot", "ops")]);
-    (1..=3)
-        .map(|i| {
-            Sim::behind_front_proxy(
-                pki,
-                fp,
-                &format!("replica-{i}"),
-                vec![
-                    "--etcd-servers".into(),
-                    etcd.url.clone(),
-                    "--token-auth-file".into(),
-                    tokens.display().to_string(),
-                ],
-            )
-        })
-        .collect()
-}
-
-/// kubegate in front of `sims`, terminating TLS when `terminate`.
-fn gateway(pki: &Pki, fp: &FrontProxyPki, sims: &[Sim], terminate: bool) -> Kubegate {
-    let backends: Vec<&Sim> = sims.iter().collect();
-    let cfg = if terminate {
-        KubegateConfig::terminating(pki, fp, &backends)
-    } else {
-        KubegateConfig::new(&backends)
-    };
-    let kg = Kubegate::start(pki, &cfg);
-    for s in sims {
-        kg.wait_state(&s.name, "ready", Duration::from_secs(30));
-    }
-    kg
+/// Three replicas on one etcd, accepting `tok-ops` as a token, with extra flags `args`;
+/// kubegate in front, terminating TLS when `terminate`.
+fn cluster(terminate: bool, args: &[&str]) -> Started {
+    let bed = Cluster::new()
+        .replicas(3)
+        .etcd()
+        .tokens(&[("tok-ops", "ops-bot", "ops")])
+        .sim_args(args);
+    if terminate { bed.terminate() } else { bed }.start()
 }
 
 #[test]
 fn kubectl_direct_and_through_kubegate() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let fp = pki.front_proxy();
-    let etcd = Etcd::start(dir.path());
-    let sims = replicas(&pki, &etcd, &fp);
+    let bed = cluster(false, &[]);
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
     let direct = pki.kubeconfig(&format!("https://{}", sims[0].addr));
     kubectl_scenario(&direct, "direct", "kubernetes-admin");
 
-    let kg = gateway(&pki, &fp, &sims, false);
     let kc = pki.kubeconfig(&format!("https://{}", kg.listen));
     kubectl_scenario(&kc, "passthrough", "kubernetes-admin");
     // kubectl's connections really went through kubegate, to more than one replica.
@@ -217,12 +189,8 @@ fn kubectl_direct_and_through_kubegate() {
 
 #[test]
 fn kubectl_through_terminate_mode_with_a_certificate_and_a_token() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let fp = pki.front_proxy();
-    let etcd = Etcd::start(dir.path());
-    let sims = replicas(&pki, &etcd, &fp);
-    let kg = gateway(&pki, &fp, &sims, true);
+    let bed = cluster(true, &[]);
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
     let server = format!("https://{}", kg.listen);
     // The admin's certificate ends at kubegate; the replicas see its identity.
     kubectl_scenario(
@@ -237,7 +205,7 @@ fn kubectl_through_terminate_mode_with_a_certificate_and_a_token() {
         "ops-bot",
     );
     // kubectl's requests were spread over the replicas.
-    for s in &sims {
+    for s in sims.iter() {
         let series = format!(
             "kubegate_requests_total{{backend=\"{}\",code=\"2xx\",verb=\"get\"}}",
             s.name
@@ -302,13 +270,9 @@ fn python_client(pki: &Pki, kg: &Kubegate) {
 #[test]
 fn python_client_lists_and_watches_through_kubegate() {
     for terminate in [false, true] {
-        let dir = tempfile::tempdir().unwrap();
-        let pki = Pki::new(dir.path());
-        let fp = pki.front_proxy();
-        let etcd = Etcd::start(dir.path());
-        let sims = replicas(&pki, &etcd, &fp);
-        let kg = gateway(&pki, &fp, &sims, terminate);
-        python_client(&pki, &kg);
+        let bed = cluster(terminate, &[]);
+        let (kg, pki) = (&bed.kg, &bed.pki);
+        python_client(pki, kg);
     }
 }
 
@@ -445,12 +409,8 @@ fn sessions_scenario(kc: &Path) {
 #[test]
 fn exec_port_forward_and_logs_through_kubegate() {
     for terminate in [false, true] {
-        let dir = tempfile::tempdir().unwrap();
-        let pki = Pki::new(dir.path());
-        let fp = pki.front_proxy();
-        let etcd = Etcd::start(dir.path());
-        let sims = replicas(&pki, &etcd, &fp);
-        let kg = gateway(&pki, &fp, &sims, terminate);
+        let bed = cluster(terminate, &[]);
+        let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
         sessions_scenario(&pki.kubeconfig(&format!("https://{}", kg.listen)));
         if terminate {
             let long = r#"kubegate_requests_total{backend="replica-1",code="1xx",verb="create"}"#;
@@ -486,29 +446,8 @@ for ev in w.stream(v1.list_namespaced_config_map, "default",
 /// is killed: both keep running, and each name comes once.
 #[test]
 fn kubectl_watch_and_the_python_client_see_every_change_across_restarts_and_a_crash() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let fp = pki.front_proxy();
-    let etcd = Etcd::start(dir.path());
-    let tokens = pki.token_file(&[("tok-ops", "ops-bot", "ops")]);
-    let mut sims: Vec<Sim> = (1..=3)
-        .map(|i| {
-            Sim::behind_front_proxy(
-                &pki,
-                &fp,
-                &format!("replica-{i}"),
-                vec![
-                    "--etcd-servers".into(),
-                    etcd.url.clone(),
-                    "--token-auth-file".into(),
-                    tokens.display().to_string(),
-                    "--shutdown-delay-duration".into(),
-                    "2s".into(),
-                ],
-            )
-        })
-        .collect();
-    let kg = gateway(&pki, &fp, &sims, true);
+    let mut bed = cluster(true, &["--shutdown-delay-duration", "2s"]);
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &mut bed.sims);
     let kc = pki.kubeconfig(&format!("https://{}", kg.listen));
     kubectl(&kc, &["create", "configmap", "first", "--from-literal=a=b"]);
 
@@ -542,7 +481,7 @@ fn kubectl_watch_and_the_python_client_see_every_change_across_restarts_and_a_cr
             .collect()
     };
     wait_for("both watches open", Duration::from_secs(30), || {
-        (long_running(&kg).iter().sum::<f64>() == 2.0).then_some(())
+        (long_running(kg).iter().sum::<f64>() == 2.0).then_some(())
     });
 
     let mut created = Vec::new();
@@ -553,20 +492,20 @@ fn kubectl_watch_and_the_python_client_see_every_change_across_restarts_and_a_cr
     };
     for sim in sims.iter_mut() {
         make(&kc, &mut created);
-        sim.proc.signal(libc::SIGTERM);
+        sim.signal(libc::SIGTERM);
         make(&kc, &mut created);
-        let status = sim.proc.wait_exit(Duration::from_secs(30));
+        let status = sim.wait_exit(Duration::from_secs(30));
         assert!(status.success(), "{status:?}");
         sim.restart();
         kg.wait_state(&sim.name, "ready", Duration::from_secs(30));
         make(&kc, &mut created);
     }
-    let held = long_running(&kg);
+    let held = long_running(kg);
     let victim = held
         .iter()
         .position(|n| *n > 0.0)
         .expect("a replica holds the watches");
-    sims[victim].proc.kill();
+    sims[victim].kill();
     make(&kc, &mut created);
     make(&kc, &mut created);
     kubectl(&kc, &["create", "configmap", "last", "--from-literal=a=b"]);

@@ -16,24 +16,16 @@ use std::time::Duration;
 
 const T: Duration = Duration::from_secs(60);
 
-fn replicas(pki: &Pki, fp: &FrontProxyPki, etcd: &Etcd, extra: &[&str]) -> Vec<Sim> {
-    (1..=3)
-        .map(|i| {
-            let mut args: Vec<String> = vec!["--etcd-servers".into(), etcd.url.clone()];
-            args.extend(extra.iter().map(|s| s.to_string()));
-            Sim::behind_front_proxy(pki, fp, &format!("replica-{i}"), args)
-        })
-        .collect()
-}
-
-fn gateway(pki: &Pki, fp: &FrontProxyPki, sims: &[Sim]) -> Kubegate {
-    let mut cfg = KubegateConfig::terminating(pki, fp, &sims.iter().collect::<Vec<_>>());
-    cfg.drain = "30s";
-    let kg = Kubegate::start(pki, &cfg);
-    for s in sims {
-        kg.wait_state(&s.name, "ready", T);
-    }
-    kg
+/// Three replicas on one etcd (each started with `args`), kubegate terminating in front with
+/// a drain long enough that watches visibly leave a draining replica before its deadline.
+fn cluster(args: &[&str]) -> Started {
+    Cluster::new()
+        .replicas(3)
+        .etcd()
+        .terminate()
+        .sim_args(args)
+        .configure(|cfg| cfg.drain.timeout = secs(30))
+        .start()
 }
 
 /// Creates configmap `name`. A create in flight on a replica that crashes is ambiguous (502:
@@ -90,26 +82,22 @@ fn watches_on(kg: &Kubegate, sims: &[Sim]) -> HashMap<String, f64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_and_protobuf_watches_continue_across_restarts_and_a_crash() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let fp = pki.front_proxy();
-    let etcd = Etcd::start(dir.path());
-    let mut sims = replicas(&pki, &fp, &etcd, &["--shutdown-delay-duration", "2s"]);
-    let kg = gateway(&pki, &fp, &sims);
-    let mut writer = kg.connect(&pki, true).await.unwrap();
+    let mut bed = cluster(&["--shutdown-delay-duration", "2s"]);
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &mut bed.sims);
+    let mut writer = kg.connect(pki, true).await.unwrap();
     let from = list_version(&mut writer).await;
     let path = format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={from}");
     // JSON over HTTP/2 and HTTP/1.1, protobuf over HTTP/2.
     let mut watches = Vec::new();
     for (h2, protobuf) in [(true, false), (false, false), (true, true)] {
-        let mut c = kg.connect(&pki, h2).await.unwrap();
+        let mut c = kg.connect(pki, h2).await.unwrap();
         let w = c.watch(&path, protobuf).await.unwrap();
         assert_eq!(w.status, 200);
         assert_eq!(w.is_protobuf(), protobuf);
         watches.push((c, w, Vec::<WatchEvent>::new()));
     }
     wait_for("three watches open", T, || {
-        (watches_on(&kg, &sims).values().sum::<f64>() == 3.0).then_some(())
+        (watches_on(kg, sims).values().sum::<f64>() == 3.0).then_some(())
     });
 
     let mut created = Vec::new();
@@ -126,9 +114,9 @@ async fn json_and_protobuf_watches_continue_across_restarts_and_a_crash() {
     // A rolling restart: each replica is shut down (SIGTERM) and started again, with writes
     // before and after each.
     for sim in sims.iter_mut() {
-        sim.proc.signal(libc::SIGTERM);
+        sim.signal(libc::SIGTERM);
         create(&mut writer, &next(&mut created)).await;
-        let status = sim.proc.wait_exit(T);
+        let status = sim.wait_exit(T);
         assert!(status.success(), "{status:?}");
         create(&mut writer, &next(&mut created)).await;
         sim.restart();
@@ -136,12 +124,12 @@ async fn json_and_protobuf_watches_continue_across_restarts_and_a_crash() {
         create(&mut writer, &next(&mut created)).await;
     }
     // A crash of a replica holding watches.
-    let held = watches_on(&kg, &sims);
+    let held = watches_on(kg, sims);
     let victim = sims
         .iter()
         .position(|s| held[&s.name] > 0.0)
         .expect("some replica holds the watches");
-    sims[victim].proc.kill();
+    sims[victim].kill();
     for _ in 0..3 {
         create(&mut writer, &next(&mut created)).await;
     }
@@ -181,17 +169,13 @@ async fn json_and_protobuf_watches_continue_across_restarts_and_a_crash() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_that_cannot_resume_gets_the_apiservers_410() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let fp = pki.front_proxy();
-    let etcd = Etcd::start(dir.path());
     // No bookmarks meanwhile: the watch's position stays where it started.
-    let mut sims = replicas(&pki, &fp, &etcd, &["--bookmark-interval", "1h"]);
-    let kg = gateway(&pki, &fp, &sims);
-    let mut writer = kg.connect(&pki, true).await.unwrap();
+    let mut bed = cluster(&["--bookmark-interval", "1h"]);
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &mut bed.sims);
+    let mut writer = kg.connect(pki, true).await.unwrap();
     let from = list_version(&mut writer).await;
     // A namespace nothing happens in: no event moves the position.
-    let mut c = kg.connect(&pki, true).await.unwrap();
+    let mut c = kg.connect(pki, true).await.unwrap();
     let mut w = c
         .watch(
             &format!("/api/v1/namespaces/quiet/configmaps?watch=1&resourceVersion={from}"),
@@ -200,14 +184,20 @@ async fn a_watch_that_cannot_resume_gets_the_apiservers_410() {
         .await
         .unwrap();
     wait_for("the watch open", T, || {
-        (watches_on(&kg, &sims).values().sum::<f64>() == 1.0).then_some(())
+        (watches_on(kg, sims).values().sum::<f64>() == 1.0).then_some(())
     });
     // Elsewhere the store moves on, and etcd compacts the watch's position away.
     for i in 0..5 {
         create(&mut writer, &format!("busy-{i}")).await;
     }
     let now = list_version(&mut writer).await;
-    let host = etcd.url.trim_start_matches("http://").to_string();
+    let host = bed
+        .etcd
+        .as_ref()
+        .unwrap()
+        .url()
+        .trim_start_matches("http://")
+        .to_string();
     let compacted = plain_http_post(
         &host,
         "/v3/kv/compaction",
@@ -215,9 +205,9 @@ async fn a_watch_that_cannot_resume_gets_the_apiservers_410() {
     );
     assert!(compacted.starts_with("HTTP/1.1 200"), "{compacted}");
     // The watch's replica goes away: it cannot resume, and says so as the apiserver does.
-    let held = watches_on(&kg, &sims);
+    let held = watches_on(kg, sims);
     let victim = sims.iter().position(|s| held[&s.name] > 0.0).unwrap();
-    sims[victim].proc.kill();
+    sims[victim].kill();
     let e = w.next(T).await.unwrap().expect("an event");
     assert_eq!((e.kind.as_str(), e.code), ("ERROR", Some(410)), "{e:?}");
     assert_eq!(
@@ -248,34 +238,30 @@ fn plain_http_post(host: &str, path: &str, body: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watches_leave_a_draining_replica_before_it_goes() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let fp = pki.front_proxy();
-    let etcd = Etcd::start(dir.path());
     // A replica that serves on for two minutes after SIGTERM (/readyz failing meanwhile).
-    let sims = replicas(&pki, &fp, &etcd, &["--shutdown-delay-duration", "120s"]);
-    let kg = gateway(&pki, &fp, &sims);
-    let mut writer = kg.connect(&pki, true).await.unwrap();
+    let bed = cluster(&["--shutdown-delay-duration", "120s"]);
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
+    let mut writer = kg.connect(pki, true).await.unwrap();
     let from = list_version(&mut writer).await;
     let path = format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={from}");
     let mut watches = Vec::new();
     for _ in 0..6 {
-        let mut c = kg.connect(&pki, true).await.unwrap();
+        let mut c = kg.connect(pki, true).await.unwrap();
         let w = c.watch(&path, false).await.unwrap();
         watches.push((c, w));
     }
     wait_for("six watches open", T, || {
-        (watches_on(&kg, &sims).values().sum::<f64>() == 6.0).then_some(())
+        (watches_on(kg, sims).values().sum::<f64>() == 6.0).then_some(())
     });
-    let held = watches_on(&kg, &sims);
+    let held = watches_on(kg, sims);
     let target = sims.iter().find(|s| held[&s.name] > 0.0).unwrap();
-    target.proc.signal(libc::SIGTERM);
+    target.signal(libc::SIGTERM);
     // kubegate sees the shutdown on its next probe and moves the watches at once, long before
     // the drain deadline (30 s) or the replica's exit (120 s).
     wait_for("the watches to leave the draining replica", T, || {
-        (watches_on(&kg, &sims)[&target.name] == 0.0).then_some(())
+        (watches_on(kg, sims)[&target.name] == 0.0).then_some(())
     });
-    assert_eq!(watches_on(&kg, &sims).values().sum::<f64>(), 6.0);
+    assert_eq!(watches_on(kg, sims).values().sum::<f64>(), 6.0);
     assert!(kg.metric(r#"kubegate_watch_resumes_total{cause="drained"}"#) >= 1.0);
     // And they still see what happens.
     create(&mut writer, "after-the-move").await;
@@ -290,27 +276,23 @@ async fn watches_leave_a_draining_replica_before_it_goes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_replicas_requests_and_watches_move_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let fp = pki.front_proxy();
-    let etcd = Etcd::start(dir.path());
-    let sims = replicas(&pki, &fp, &etcd, &[]);
-    let mut cfg = KubegateConfig::terminating(&pki, &fp, &sims.iter().collect::<Vec<_>>());
-    cfg.balance = "round-robin";
-    let kg = Kubegate::start(&pki, &cfg);
-    for s in &sims {
-        kg.wait_state(&s.name, "ready", T);
-    }
-    let mut writer = kg.connect(&pki, true).await.unwrap();
+    let bed = Cluster::new()
+        .replicas(3)
+        .etcd()
+        .terminate()
+        .configure(|cfg| cfg.balance = kubegate_config::BalancePolicy::RoundRobin)
+        .start();
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
+    let mut writer = kg.connect(pki, true).await.unwrap();
     let from = list_version(&mut writer).await;
     let path = format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={from}");
     let mut watches = Vec::new();
     for _ in 0..3 {
-        let mut c = kg.connect(&pki, true).await.unwrap();
+        let mut c = kg.connect(pki, true).await.unwrap();
         watches.push((c.watch(&path, false).await.unwrap(), c));
     }
     wait_for("a watch on each replica", T, || {
-        watches_on(&kg, &sims)
+        watches_on(kg, sims)
             .values()
             .all(|n| *n == 1.0)
             .then_some(())
@@ -319,7 +301,7 @@ async fn a_frozen_replicas_requests_and_watches_move_on() {
     // kubegate (probes time out: down, close) can end what runs on it.
     sims[0].set_latency_ms(60_000);
     let slow = loop {
-        let mut c = kg.connect(&pki, true).await.unwrap();
+        let mut c = kg.connect(pki, true).await.unwrap();
         let before = kg.metric(r#"kubegate_backend_requests_in_flight{backend="replica-1"}"#);
         let task =
             tokio::spawn(async move { c.get("/api/v1/namespaces/default/configmaps").await });
@@ -335,7 +317,7 @@ async fn a_frozen_replicas_requests_and_watches_move_on() {
             break task;
         }
     };
-    sims[0].proc.signal(libc::SIGSTOP);
+    sims[0].signal(libc::SIGSTOP);
     kg.wait_state("replica-1", "down", T);
     let r = slow.await.unwrap().expect("the read is answered");
     assert_eq!(r.status, 200, "{}", r.text());
@@ -348,7 +330,7 @@ async fn a_frozen_replicas_requests_and_watches_move_on() {
             ("ADDED", "after-the-freeze")
         );
     }
-    sims[0].proc.signal(libc::SIGCONT);
+    sims[0].signal(libc::SIGCONT);
 }
 
 fn replica(r: &Response) -> String {

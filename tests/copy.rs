@@ -18,8 +18,8 @@ use tokio::net::{TcpListener, TcpStream};
 async fn gateway_to(listener: &TcpListener, pki: &Pki, sim: &Sim) -> Kubegate {
     let addr = listener.local_addr().unwrap();
     let mut cfg = KubegateConfig::new(&[]);
-    cfg.backends = vec![("plain".into(), addr)];
-    cfg.health_addresses.insert("plain".into(), sim.addr);
+    cfg.set_backends(&[("plain", addr)]);
+    cfg.backends[0].health_address = Some(sim.addr);
     let kg = Kubegate::start(pki, &cfg);
     kg.wait_state("plain", "ready", Duration::from_secs(30));
     kg
@@ -218,14 +218,15 @@ async fn a_connect_that_hangs_times_out_and_the_next_backend_is_used() {
     let filler = std::net::TcpStream::connect(stuck_addr).unwrap();
     let backend = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let mut cfg = KubegateConfig::new(&[]);
-    cfg.backends = vec![
-        ("stuck".into(), stuck_addr),
-        ("plain".into(), backend.local_addr().unwrap()),
-    ];
-    cfg.balance = "round-robin";
-    cfg.health_addresses.insert("stuck".into(), sim.addr);
-    cfg.health_addresses.insert("plain".into(), sim.addr);
-    cfg.extra = "connect:\n  timeout: 300ms\n".into();
+    cfg.set_backends(&[
+        ("stuck", stuck_addr),
+        ("plain", backend.local_addr().unwrap()),
+    ]);
+    for b in &mut cfg.backends {
+        b.health_address = Some(sim.addr);
+    }
+    cfg.balance = kubegate_config::BalancePolicy::RoundRobin;
+    cfg.connect.timeout = ms(300);
     let kg = Kubegate::start(&pki, &cfg);
     kg.wait_state("stuck", "ready", Duration::from_secs(30));
     kg.wait_state("plain", "ready", Duration::from_secs(30));

@@ -17,7 +17,7 @@ fn replica(pki: &Pki, etcd: &Etcd, n: u8, port: u16) -> Sim {
         pki,
         &format!("replica-{n}"),
         SimOptions {
-            args: vec!["--etcd-servers".into(), etcd.url.clone()],
+            etcd: Some(etcd.url()),
             address: Some(SocketAddr::from(([127, 0, 0, n], port))),
             ..Default::default()
         },
@@ -54,7 +54,7 @@ fn ready(kg: &Kubegate, addresses: &[SocketAddr]) -> bool {
 async fn kubegate_follows_the_kubernetes_endpoint_slices() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new(dir.path());
-    let etcd = Etcd::start(dir.path());
+    let etcd = etcd(dir.path());
     let port = free_port();
     let mut sims: Vec<Sim> = (1..=3).map(|n| replica(&pki, &etcd, n, port)).collect();
     let addr = |n: u8| SocketAddr::from(([127, 0, 0, n], port));
@@ -62,11 +62,11 @@ async fn kubegate_follows_the_kubernetes_endpoint_slices() {
     let seed = &sims[0];
     let mut cfg = KubegateConfig::new(&[seed]);
     let state = dir.path().join("backends.json");
-    cfg.extra = format!(
-        "discovery:\n  kubeconfig: {}\n  state_file: {}\n  debounce: 1s\n",
-        pki.kubeconfig(&format!("https://{}", seed.addr)).display(),
-        state.display()
-    );
+    cfg.discovery = Some(kubegate_config::DiscoveryConfig {
+        kubeconfig: pki.kubeconfig(&format!("https://{}", seed.addr)),
+        state_file: Some(state.clone()),
+        debounce: secs(1),
+    });
     let mut kg = Kubegate::start(&pki, &cfg);
 
     // The seed leads to the other two.
@@ -86,7 +86,7 @@ async fn kubegate_follows_the_kubernetes_endpoint_slices() {
     });
 
     // One shuts down: it leaves the slice, and kubegate drains and removes it.
-    sims[1].proc.signal(libc::SIGTERM);
+    sims[1].signal(libc::SIGTERM);
     wait_for("replica-2 removed", T, || {
         ready(&kg, &[addr(1), addr(3), addr(4)]).then_some(())
     });
@@ -101,7 +101,7 @@ async fn kubegate_follows_the_kubernetes_endpoint_slices() {
     // kubegate restarts while its seed is gone: the state file still leads to the others.
     kg.proc.signal(libc::SIGTERM);
     assert!(kg.proc.wait_exit(T).success());
-    sims[0].proc.kill();
+    sims[0].kill();
     let kg = Kubegate::start(&pki, &cfg);
     wait_for("the remembered replicas ready", T, || {
         let l = listed(&kg);

@@ -17,19 +17,16 @@
 //! 10. `check_reports_file_line_column`.
 //! 11. `an_idle_gateway_sleeps`: no thread wakes every millisecond once connections came.
 
+use kubegate_config::BalancePolicy;
 use kubegate_e2e::*;
 use std::collections::HashMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn sims(pki: &Pki, n: usize, opts: SimOptions) -> Vec<Sim> {
+fn sims(pki: &Pki, n: usize) -> Vec<Sim> {
     (1..=n)
-        .map(|i| Sim::start(pki, &format!("replica-{i}"), opts.clone()))
+        .map(|i| Sim::start(pki, &format!("replica-{i}"), SimOptions::default()))
         .collect()
-}
-
-fn refs(sims: &[Sim]) -> Vec<&Sim> {
-    sims.iter().collect()
 }
 
 /// Which replica served a connection, from the certificate it presented.
@@ -72,13 +69,13 @@ fn count<'a>(sims: &'a [Sim], conns: &[Conn]) -> HashMap<&'a str, usize> {
 async fn spreads_connections_by_policy() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new(dir.path());
-    let sims = sims(&pki, 3, SimOptions::default());
+    let sims = sims(&pki, 3);
     for (policy, n) in [
-        ("least-connections", 30),
-        ("round-robin", 30),
-        ("power-of-two", 60),
+        (BalancePolicy::LeastConnections, 30),
+        (BalancePolicy::RoundRobin, 30),
+        (BalancePolicy::PowerOfTwo, 60),
     ] {
-        let mut cfg = KubegateConfig::new(&refs(&sims));
+        let mut cfg = KubegateConfig::new(&sims.iter().collect::<Vec<_>>());
         cfg.balance = policy;
         let kg = Kubegate::start(&pki, &cfg);
         wait_all_ready(&kg, &sims);
@@ -93,11 +90,11 @@ async fn spreads_connections_by_policy() {
         );
         match policy {
             // Held connections with rotating ties: exactly even.
-            "least-connections" | "round-robin" => {
-                assert_eq!((min, max), (n / 3, n / 3), "{policy}: {per:?}")
+            BalancePolicy::LeastConnections | BalancePolicy::RoundRobin => {
+                assert_eq!((min, max), (n / 3, n / 3), "{policy:?}: {per:?}")
             }
             // Two random choices, the emptier wins: never far from even.
-            _ => assert!(max - min <= 6 && min > 0, "{policy}: {per:?}"),
+            _ => assert!(max - min <= 6 && min > 0, "{policy:?}: {per:?}"),
         }
         for s in &sims {
             let series = format!("kubegate_backend_connections{{backend=\"{}\"}}", s.name);
@@ -112,19 +109,19 @@ async fn spreads_connections_by_policy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn not_ready_backend_drains_then_closes() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let sims = sims(&pki, 3, SimOptions::default());
-    let mut cfg = KubegateConfig::new(&refs(&sims));
-    cfg.drain = "120s";
-    cfg.drain_failing = "10s";
-    let kg = Kubegate::start(&pki, &cfg);
-    wait_all_ready(&kg, &sims);
-    let mut conns = open(&kg, &pki, 3).await;
+    let bed = Cluster::new()
+        .replicas(3)
+        .configure(|cfg| {
+            cfg.drain.timeout = secs(120);
+            cfg.drain.failing_timeout = secs(10);
+        })
+        .start();
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
+    let mut conns = open(kg, pki, 3).await;
     let target = &sims[0];
     let mut held = conns
         .drain(..)
-        .find(|c| served_by(&sims, c) == target.name)
+        .find(|c| served_by(sims, c) == target.name)
         .expect("least-connections put one connection on each replica");
 
     let failed_at = Instant::now();
@@ -138,8 +135,8 @@ async fn not_ready_backend_drains_then_closes() {
     assert_eq!(backend["failing_checks"], serde_json::json!(["etcd"]));
 
     // No new connection lands on it.
-    let fresh = open(&kg, &pki, 12).await;
-    assert!(!count(&sims, &fresh).contains_key(target.name.as_str()));
+    let fresh = open(kg, pki, 12).await;
+    assert!(!count(sims, &fresh).contains_key(target.name.as_str()));
 
     // The open connection still works during the drain...
     assert_eq!(held.get("/version").await.unwrap().status, 200);
@@ -171,21 +168,15 @@ async fn not_ready_backend_drains_then_closes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_answer_takes_a_backend_out_after_one_probe() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let opts = SimOptions {
-        args: vec!["--shutdown-delay-duration".into(), "20s".into()],
-        ..Default::default()
-    };
-    let sims = sims(&pki, 2, opts);
-    let mut cfg = KubegateConfig::new(&refs(&sims));
-    // An ordinary failure would need `fall` failed probes in a row: 1000 of them, several
-    // minutes even at the fast interval. One `[-]shutdown` answer is enough.
-    cfg.interval = "300ms";
-    cfg.fall = 1000;
-    let kg = Kubegate::start(&pki, &cfg);
-    wait_all_ready(&kg, &sims);
-    sims[0].proc.signal(libc::SIGTERM);
+    let bed = Cluster::new()
+        .replicas(2)
+        .sim_args(&["--shutdown-delay-duration", "20s"])
+        // An ordinary failure would need `fall` failed probes in a row: 1000 of them, several
+        // minutes even at the fast interval. One `[-]shutdown` answer is enough.
+        .configure(|cfg| cfg.health.fall = 1000)
+        .start();
+    let (kg, sims) = (&bed.kg, &bed.sims);
+    sims[0].signal(libc::SIGTERM);
     kg.wait_state(&sims[0].name, "not_ready", Duration::from_secs(30));
     let fails = r#"kubegate_backend_probes_total{backend="replica-1",result="fail"}"#;
     assert!(
@@ -206,18 +197,18 @@ async fn shutdown_answer_takes_a_backend_out_after_one_probe() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failure_is_confirmed_at_the_fast_interval() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let sims = sims(&pki, 2, SimOptions::default());
-    let mut cfg = KubegateConfig::new(&refs(&sims));
     // At the normal interval, fall 3 would take two more 10 s intervals after the first
     // failure; at the fast interval, two more 100 ms ones.
-    cfg.interval = "10s";
-    cfg.fast_interval = "100ms";
-    cfg.rise = 1;
-    cfg.fall = 3;
-    let kg = Kubegate::start(&pki, &cfg);
-    wait_all_ready(&kg, &sims);
+    let bed = Cluster::new()
+        .replicas(2)
+        .configure(|cfg| {
+            cfg.health.interval = secs(10);
+            cfg.health.fast_interval = ms(100);
+            cfg.health.rise = 1;
+            cfg.health.fall = 3;
+        })
+        .start();
+    let (kg, sims) = (&bed.kg, &bed.sims);
     sims[0].force_check("etcd", true);
     // The next probe comes at the normal interval; a failed connect makes kubegate probe at
     // once, but the replica still accepts, so wait for the interval to come round.
@@ -233,14 +224,15 @@ async fn a_failure_is_confirmed_at_the_fast_interval() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flapping_backend_needs_more_passes_each_time() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let sims = sims(&pki, 2, SimOptions::default());
-    let mut cfg = KubegateConfig::new(&refs(&sims));
-    cfg.interval = "200ms";
-    cfg.health_extra = "  flap_damping:\n    window: 1m\n    max_rise: 8\n".into();
-    let kg = Kubegate::start(&pki, &cfg);
-    wait_all_ready(&kg, &sims);
+    let bed = Cluster::new()
+        .replicas(2)
+        .configure(|cfg| {
+            cfg.health.interval = ms(200);
+            cfg.health.flap_damping.window = secs(60);
+            cfg.health.flap_damping.max_rise = 8;
+        })
+        .start();
+    let (kg, sims) = (&bed.kg, &bed.sims);
     let passes = r#"kubegate_backend_probes_total{backend="replica-1",result="pass"}"#;
     let passes_to_ready = |kg: &Kubegate| {
         kg.backends()
@@ -254,7 +246,7 @@ async fn a_flapping_backend_needs_more_passes_each_time() {
     for expected in [4, 8, 8] {
         sims[0].force_check("etcd", true);
         kg.wait_state("replica-1", "not_ready", Duration::from_secs(30));
-        assert_eq!(passes_to_ready(&kg), expected);
+        assert_eq!(passes_to_ready(kg), expected);
         let passes_before = kg.metric(passes);
         sims[0].force_check("etcd", false);
         kg.wait_state("replica-1", "ready", Duration::from_secs(30));
@@ -268,20 +260,20 @@ async fn a_flapping_backend_needs_more_passes_each_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_backend_is_retried_transparently() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let mut sims = sims(&pki, 3, SimOptions::default());
-    let mut cfg = KubegateConfig::new(&refs(&sims));
-    cfg.balance = "round-robin";
-    cfg.interval = "2s";
-    cfg.rise = 1;
-    let kg = Kubegate::start(&pki, &cfg);
-    wait_all_ready(&kg, &sims);
-    sims[1].proc.kill();
+    let mut bed = Cluster::new()
+        .replicas(3)
+        .configure(|cfg| {
+            cfg.balance = BalancePolicy::RoundRobin;
+            cfg.health.interval = secs(2);
+            cfg.health.rise = 1;
+        })
+        .start();
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &mut bed.sims);
+    sims[1].kill();
     // Round robin reaches the dead replica within the first three connections, long before
     // the 2 s probe interval notices: every client must still succeed.
     for i in 0..30 {
-        let resp = kg.get(&pki, "/version").await;
+        let resp = kg.get(pki, "/version").await;
         assert_eq!(
             resp.map(|r| r.status).unwrap_or(0),
             200,
@@ -299,20 +291,17 @@ async fn killed_backend_is_retried_transparently() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_backend_connections_are_closed_and_it_returns_after_sigcont() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let sims = sims(&pki, 3, SimOptions::default());
-    let cfg = KubegateConfig::new(&refs(&sims)); // interval 300ms, timeout 500ms, fall 2
-    let kg = Kubegate::start(&pki, &cfg);
-    wait_all_ready(&kg, &sims);
-    let conns = open(&kg, &pki, 3).await;
+    // Probes every 300 ms, timeout 500 ms, fall 2.
+    let bed = Cluster::new().replicas(3).start();
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
+    let conns = open(kg, pki, 3).await;
     let target = &sims[2];
     let held = conns
         .into_iter()
-        .find(|c| served_by(&sims, c) == target.name)
+        .find(|c| served_by(sims, c) == target.name)
         .unwrap();
 
-    target.proc.signal(libc::SIGSTOP);
+    target.signal(libc::SIGSTOP);
     // Probes time out (timeout × fall): the replica goes down and its connections are closed,
     // without waiting for anything from the client side.
     wait_for(
@@ -321,19 +310,19 @@ async fn frozen_backend_connections_are_closed_and_it_returns_after_sigcont() {
         || held.is_closed().then_some(()),
     );
     assert_eq!(kg.state(&target.name).as_deref(), Some("down"));
-    let fresh = open(&kg, &pki, 9).await;
-    assert!(!count(&sims, &fresh).contains_key(target.name.as_str()));
+    let fresh = open(kg, pki, 9).await;
+    assert!(!count(sims, &fresh).contains_key(target.name.as_str()));
     let series = format!(
         "kubegate_backend_connections_closed_total{{backend=\"{}\",reason=\"backend_down\"}}",
         target.name
     );
     assert_eq!(kg.metric(&series), 1.0);
 
-    target.proc.signal(libc::SIGCONT);
+    target.signal(libc::SIGCONT);
     kg.wait_state(&target.name, "ready", Duration::from_secs(30));
     drop(fresh);
-    let again = open(&kg, &pki, 9).await;
-    assert_eq!(count(&sims, &again).get(target.name.as_str()), Some(&3));
+    let again = open(kg, pki, 9).await;
+    assert_eq!(count(sims, &again).get(target.name.as_str()), Some(&3));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -399,20 +388,20 @@ async fn untrusted_certificates_never_become_ready() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lifecycle_sigterm_delay_grace_exit_zero() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let sims = sims(&pki, 2, SimOptions::default());
-    let mut cfg = KubegateConfig::new(&refs(&sims));
     // Long enough that each step below happens inside its phase even on a loaded machine.
-    cfg.shutdown_delay = "8s";
-    cfg.shutdown_grace = "6s";
-    let mut kg = Kubegate::start(&pki, &cfg);
-    wait_all_ready(&kg, &sims);
+    let mut bed = Cluster::new()
+        .replicas(2)
+        .configure(|cfg| {
+            cfg.shutdown.delay = secs(8);
+            cfg.shutdown.grace = secs(6);
+        })
+        .start();
+    let (kg, pki) = (&mut bed.kg, &bed.pki);
     wait_for("kubegate /readyz 200", Duration::from_secs(30), || {
         kg.admin_get("/readyz")
             .filter(|r| r.starts_with("HTTP/1.1 200"))
     });
-    let mut held = open(&kg, &pki, 1).await.pop().unwrap();
+    let mut held = open(kg, pki, 1).await.pop().unwrap();
 
     let t0 = Instant::now();
     kg.proc.signal(libc::SIGTERM);
@@ -427,7 +416,7 @@ async fn lifecycle_sigterm_delay_grace_exit_zero() {
     );
     // 2. ... and the listeners still accept (shutdown.delay) ...
     let mut during = kg
-        .connect(&pki, false)
+        .connect(pki, false)
         .await
         .expect("accepted during shutdown.delay");
     assert_eq!(during.get("/version").await.unwrap().status, 200);
@@ -464,7 +453,7 @@ async fn lifecycle_sigterm_delay_grace_exit_zero() {
 async fn reload_adds_and_removes_backends_and_refuses_bad_files() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new(dir.path());
-    let sims = sims(&pki, 3, SimOptions::default());
+    let sims = sims(&pki, 3);
     let cfg = KubegateConfig::new(&[&sims[0], &sims[1]]);
     let kg = Kubegate::start(&pki, &cfg);
     wait_all_ready(&kg, &sims[..2]);
@@ -518,14 +507,11 @@ async fn reload_adds_and_removes_backends_and_refuses_bad_files() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_pass_promtool() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let sims = sims(&pki, 2, SimOptions::default());
-    let kg = Kubegate::start(&pki, &KubegateConfig::new(&refs(&sims)));
-    wait_all_ready(&kg, &sims);
+    let bed = Cluster::new().replicas(2).start();
+    let (kg, pki, sims, dir) = (&bed.kg, &bed.pki, &bed.sims, &bed.dir);
     sims[1].force_check("etcd", true);
     kg.wait_state("replica-2", "not_ready", Duration::from_secs(30));
-    let _conns = open(&kg, &pki, 2).await;
+    let _conns = open(kg, pki, 2).await;
     let metrics = kg.admin_body("/metrics");
     for family in [
         "kubegate_build_info",
@@ -638,18 +624,15 @@ fn wakeups(pid: i32) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_gateway_sleeps() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let sims = sims(&pki, 1, SimOptions::default());
-    let mut cfg = KubegateConfig::new(&refs(&sims));
-    cfg.interval = "1s";
-    let kg = Kubegate::start(&pki, &cfg);
-    wait_all_ready(&kg, &sims);
+    let bed = Cluster::new()
+        .configure(|cfg| cfg.health.interval = secs(1))
+        .start();
+    let (kg, pki) = (&bed.kg, &bed.pki);
     // pingora's listening service starts a clock thread that wakes every millisecond with the
     // first accepted connection, for the rest of the process's life (most of an idle
     // kubegate's CPU once, see bench/README.md). Whatever its name, it would show as 1,000
     // wake-ups a second; an idle kubegate only wakes for its probes.
-    let mut c = kg.connect(&pki, false).await.unwrap();
+    let mut c = kg.connect(pki, false).await.unwrap();
     assert_eq!(c.get("/version").await.unwrap().status, 200);
     drop(c);
     let pid = kg.proc.pid();
@@ -677,12 +660,9 @@ fn set_nofile(pid: i32, limit: usize) {
 /// it stays ready and open connections keep working; once descriptors are free it serves again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn running_out_of_descriptors_blames_no_backend() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let sims = sims(&pki, 1, SimOptions::default());
-    let kg = Kubegate::start(&pki, &KubegateConfig::new(&refs(&sims)));
-    wait_all_ready(&kg, &sims);
-    let mut open_before = open(&kg, &pki, 1).await.remove(0);
+    let bed = Cluster::new().start();
+    let (kg, pki) = (&bed.kg, &bed.pki);
+    let mut open_before = open(kg, pki, 1).await.remove(0);
 
     // No descriptor left: the admin endpoint cannot accept either, so progress is read from
     // kubegate's log until the limit is raised again.
@@ -725,7 +705,7 @@ async fn running_out_of_descriptors_blames_no_backend() {
     );
     drop(waiting);
     let mut after = kg
-        .connect(&pki, false)
+        .connect(pki, false)
         .await
         .expect("connect after recovery");
     assert_eq!(after.get("/version").await.unwrap().status, 200);
@@ -752,15 +732,17 @@ fn keepalive_timer(local: u16, remote: u16) -> Option<Duration> {
 /// vanishes is found; a reload changes it for new connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_connections_carry_the_configured_keepalive() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let sims = sims(&pki, 1, SimOptions::default());
-    let mut cfg = KubegateConfig::new(&refs(&sims));
     // Idle times far from the default (15 s) and from each other, so that the timer left when
     // the test reads it says which one is set even if the read comes late.
-    cfg.extra = "client_keepalive: {idle: 120s, interval: 2s, count: 3}\n".into();
-    let kg = Kubegate::start(&pki, &cfg);
-    wait_all_ready(&kg, &sims);
+    let keepalive = |idle| kubegate_config::KeepaliveConfig {
+        idle,
+        interval: secs(2),
+        count: 3,
+    };
+    let bed = Cluster::new()
+        .configure(move |cfg| cfg.client_keepalive = keepalive(secs(120)))
+        .start();
+    let (kg, mut cfg) = (&bed.kg, bed.config.clone());
 
     let timer_of = |client: &std::net::TcpStream| {
         let port = client.local_addr().unwrap().port();
@@ -777,7 +759,7 @@ async fn client_connections_carry_the_configured_keepalive() {
         "keepalive fires in {left:?}, configured idle 120s"
     );
 
-    cfg.extra = "client_keepalive: {idle: 1200s, interval: 2s, count: 3}\n".into();
+    cfg.client_keepalive = keepalive(secs(1200));
     kg.rewrite(&cfg);
     wait_for("the reload", Duration::from_secs(30), || {
         (kg.metric(r#"kubegate_config_reloads_total{result="success"}"#) >= 1.0).then_some(())

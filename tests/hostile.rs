@@ -26,31 +26,17 @@ const PODS: &str = "/api/v1/namespaces/default/pods";
 const HEAP: &str = "kubegate_heap_allocated_bytes";
 const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
 
-/// Limits small enough for a test to reach them.
-const LIMITS: &str = "terminate:\n  handshake_timeout: 5s\n  header_read_timeout: 2s\n  max_concurrent_streams: 50\nlimits:\n  max_client_connections: 150\n";
-
-struct Setup {
-    _dir: tempfile::TempDir,
-    pki: Pki,
-    sim: Sim,
-    kg: Kubegate,
-}
-
-fn setup() -> Setup {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let fp = pki.front_proxy();
-    let sim = Sim::behind_front_proxy(&pki, &fp, "replica-1", Vec::new());
-    let mut cfg = KubegateConfig::terminating(&pki, &fp, &[&sim]);
-    cfg.extra = LIMITS.into();
-    let kg = Kubegate::start(&pki, &cfg);
-    kg.wait_state("replica-1", "ready", T);
-    Setup {
-        _dir: dir,
-        pki,
-        sim,
-        kg,
-    }
+/// One replica, kubegate terminating in front with limits small enough for a test to reach.
+fn setup() -> Started {
+    Cluster::new()
+        .terminate()
+        .configure(|cfg| {
+            cfg.terminate.handshake_timeout = secs(5);
+            cfg.terminate.header_read_timeout = secs(2);
+            cfg.terminate.max_concurrent_streams = 50;
+            cfg.limits.max_client_connections = 150;
+        })
+        .start()
 }
 
 /// CPU time (ms) and RSS (KiB) of a process, from `/proc`.
@@ -75,7 +61,7 @@ struct Bystander {
 }
 
 impl Bystander {
-    async fn start(s: &Setup) -> Bystander {
+    async fn start(s: &Started) -> Bystander {
         let mut conn = Conn::open(s.kg.listen, &s.pki, true).await.unwrap();
         assert_eq!(conn.get(PODS).await.unwrap().status, 200);
         let stop = Arc::new(AtomicBool::new(false));
@@ -122,7 +108,7 @@ impl Bystander {
 }
 
 /// Runs `attack` beside a bystander; prints the figures; returns kubegate's RSS growth (KiB).
-async fn measured<F: std::future::Future<Output = ()>>(s: &Setup, name: &str, attack: F) -> u64 {
+async fn measured<F: std::future::Future<Output = ()>>(s: &Started, name: &str, attack: F) -> u64 {
     let pid = s.kg.proc.pid();
     let bystander = Bystander::start(s).await;
     let (cpu0, rss0) = usage(pid);
@@ -153,7 +139,7 @@ fn is_200(f: &h2raw::Frame) -> bool {
     f.kind == kind::HEADERS && f.payload.first() == Some(&0x88)
 }
 
-fn assert_alive(s: &Setup) {
+fn assert_alive(s: &Started) {
     assert!(s
         .kg
         .admin_get("/livez")
@@ -211,7 +197,7 @@ async fn rapid_reset_closes_the_connection_and_others_are_served() {
     // h2's limit does not see these; kubegate's rapid reset rule does.
     // Answers take 600 ms, so that a reset 2 ms after its HEADERS comes before the answer
     // even when a loaded machine delays kubegate's reading by hundreds of milliseconds.
-    s.sim.set_latency_ms(600);
+    s.sims[0].set_latency_ms(600);
     let before = counter(&s.kg, RAPID_RESET);
     let mut sent = 0u32;
     let mut ending = Ending::Open;
@@ -601,7 +587,7 @@ async fn oversized_and_invalid_requests_get_clear_errors() {
 async fn a_client_that_never_reads_stalls_only_itself() {
     let s = setup();
     // A LIST of ~1.5 MiB: 48 ConfigMaps of 32 KiB.
-    let mut writer = s.sim.connect(&s.pki, true).await.unwrap();
+    let mut writer = s.sims[0].connect(&s.pki, true).await.unwrap();
     let data = "v".repeat(32 * 1024);
     for i in 0..48 {
         let body = format!(
@@ -661,7 +647,7 @@ async fn a_client_that_never_reads_stalls_only_itself() {
 async fn idle_http2_connections_hold_no_codec_buffers() {
     const IDLE: usize = 100;
     let s = setup();
-    async fn answered(s: &Setup) -> Conn {
+    async fn answered(s: &Started) -> Conn {
         let mut c = s.kg.connect(&s.pki, true).await.unwrap();
         assert_eq!(c.get(CONFIGMAPS).await.unwrap().status, 200);
         c

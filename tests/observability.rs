@@ -67,21 +67,14 @@ fn metric_names(text: &str) -> BTreeSet<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_in_dashboard_and_alerts_is_exported() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let fp = pki.front_proxy();
-    let sims: Vec<Sim> = (1..=2)
-        .map(|i| Sim::behind_front_proxy(&pki, &fp, &format!("replica-{i}"), Vec::new()))
-        .collect();
     // Terminate mode: its request series appear with the first request, the passthrough ones
     // exist from the start.
-    let cfg = KubegateConfig::terminating(&pki, &fp, &sims.iter().collect::<Vec<_>>());
-    let kg = Kubegate::start(&pki, &cfg);
-    kg.wait_state("replica-1", "ready", Duration::from_secs(30));
+    let bed = Cluster::new().replicas(2).terminate().start();
+    let (kg, pki, sims, dir) = (&bed.kg, &bed.pki, &bed.sims, &bed.dir);
     // Failing-check series exist only while a check fails: make one fail.
     sims[1].force_check("etcd", true);
     kg.wait_state("replica-2", "not_ready", Duration::from_secs(30));
-    let mut conn = kg.connect(&pki, true).await.unwrap();
+    let mut conn = kg.connect(pki, true).await.unwrap();
     assert_eq!(conn.get("/version").await.unwrap().status, 200);
     let exposition = kg.admin_body("/metrics");
     // The terminate-mode families follow Prometheus' naming rules too.
@@ -131,15 +124,8 @@ async fn every_metric_in_dashboard_and_alerts_is_exported() {
 
 #[test]
 fn prometheus_sees_one_fewer_ready_backend() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let sims: Vec<Sim> = (1..=3)
-        .map(|i| Sim::start(&pki, &format!("replica-{i}"), SimOptions::default()))
-        .collect();
-    let kg = Kubegate::start(&pki, &KubegateConfig::new(&sims.iter().collect::<Vec<_>>()));
-    for s in &sims {
-        kg.wait_state(&s.name, "ready", Duration::from_secs(30));
-    }
+    let bed = Cluster::new().replicas(3).start();
+    let (kg, dir, sims) = (&bed.kg, &bed.dir, &bed.sims);
     let port = free_port();
     let config = dir.path().join("prometheus.yml");
     std::fs::write(

@@ -147,7 +147,7 @@ async fn sigterm_default_mode_sequence() {
     assert_eq!(h2.get("/version").await.unwrap().status, 200);
 
     let t0 = Instant::now();
-    sim.proc.signal(libc::SIGTERM);
+    sim.signal(libc::SIGTERM);
     // readyz fails with [-]shutdown while the listener is still open (checked next)...
     wait_for("readyz to fail", Duration::from_secs(7), || {
         let rt = tokio::runtime::Handle::current();
@@ -192,7 +192,7 @@ async fn sigterm_default_mode_sequence() {
     wait_for("the HTTP/2 connection to close", T, || {
         h2.is_closed().then_some(())
     });
-    let status = sim.proc.wait_exit(T);
+    let status = sim.wait_exit(T);
     assert_eq!(status.code(), Some(0));
 }
 
@@ -209,7 +209,7 @@ async fn sigterm_retry_after_mode_answers_429() {
             "--shutdown-send-retry-after=true",
         ],
     );
-    sim.proc.signal(libc::SIGTERM);
+    sim.signal(libc::SIGTERM);
     let r = wait_for("429 after the delay", T, || {
         let rt = tokio::runtime::Handle::current();
         tokio::task::block_in_place(|| {
@@ -239,15 +239,15 @@ async fn second_sigterm_exits_at_once_with_status_1() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new(dir.path());
     let mut sim = start(&pki, "a", &["--shutdown-delay-duration", "30s"]);
-    sim.proc.signal(libc::SIGTERM);
+    sim.signal(libc::SIGTERM);
     let mut c = sim.connect(&pki, false).await.unwrap();
     wait_for("shutdown to begin", T, || {
         let rt = tokio::runtime::Handle::current();
         let r = tokio::task::block_in_place(|| rt.block_on(c.get("/readyz"))).unwrap();
         (r.status == 500).then_some(())
     });
-    sim.proc.signal(libc::SIGTERM);
-    assert_eq!(sim.proc.wait_exit(T).code(), Some(1));
+    sim.signal(libc::SIGTERM);
+    assert_eq!(sim.wait_exit(T).code(), Some(1));
 }
 
 async fn create(c: &mut Conn, name: &str) -> i64 {
@@ -288,9 +288,9 @@ fn event(v: &Value) -> (String, String, i64) {
 async fn watch_resumes_on_another_replica_through_etcd() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new(dir.path());
-    let etcd = Etcd::start(dir.path());
-    let mut a = start(&pki, "a", &["--etcd-servers", &etcd.url]);
-    let b = start(&pki, "b", &["--etcd-servers", &etcd.url]);
+    let etcd = etcd(dir.path());
+    let mut a = start(&pki, "a", &["--etcd-servers", &etcd.url()]);
+    let b = start(&pki, "b", &["--etcd-servers", &etcd.url()]);
     let mut on_b = b.connect(&pki, true).await.unwrap();
     let rv0 = create(&mut on_b, "before").await;
 
@@ -311,7 +311,7 @@ async fn watch_resumes_on_another_replica_through_etcd() {
     let last = e2.2;
 
     // Replica A goes away; changes keep happening through B.
-    a.proc.kill();
+    a.kill();
     create(&mut on_b, "three").await;
     let del = on_b
         .request("DELETE", "/api/v1/namespaces/default/configmaps/one", None)

@@ -21,29 +21,20 @@ use std::time::Duration;
 
 const T: Duration = Duration::from_secs(30);
 
-/// Replicas trusting `fp`'s front-proxy CA, with a token file.
-fn replicas(pki: &Pki, fp: &FrontProxyPki, n: usize, extra: &[&str]) -> Vec<Sim> {
-    let tokens = pki.token_file(&[("tok-ops", "ops-bot", "ops")]);
-    (1..=n)
-        .map(|i| {
-            let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-            args.push("--token-auth-file".into());
-            args.push(tokens.display().to_string());
-            Sim::behind_front_proxy(pki, fp, &format!("replica-{i}"), args)
-        })
-        .collect()
-}
-
-fn terminate_config(pki: &Pki, fp: &FrontProxyPki, sims: &[Sim]) -> KubegateConfig {
-    KubegateConfig::terminating(pki, fp, &sims.iter().collect::<Vec<_>>())
-}
-
-fn start(pki: &Pki, cfg: &KubegateConfig, sims: &[Sim]) -> Kubegate {
-    let kg = Kubegate::start(pki, cfg);
-    for s in sims {
-        kg.wait_state(&s.name, "ready", T);
-    }
-    kg
+/// `n` replicas (each started with `args`, accepting the token `tok-ops`), kubegate
+/// terminating in front, configured by `configure`.
+fn cluster(
+    n: usize,
+    args: &[&str],
+    configure: impl FnOnce(&mut KubegateConfig) + 'static,
+) -> Started {
+    Cluster::new()
+        .replicas(n)
+        .terminate()
+        .tokens(&[("tok-ops", "ops-bot", "ops")])
+        .sim_args(args)
+        .configure(configure)
+        .start()
 }
 
 fn replica(r: &Response) -> String {
@@ -94,15 +85,12 @@ async fn whoami(conn: &mut Conn) -> Result<(String, Vec<String>), Response> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identity_comes_from_the_certificate_never_from_headers() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let fp = pki.front_proxy();
-    let sims = replicas(&pki, &fp, 2, &[]);
-    let kg = start(&pki, &terminate_config(&pki, &fp, &sims), &sims);
+    let bed = cluster(2, &[], |_| {});
+    let (kg, pki) = (&bed.kg, &bed.pki);
     let (dev_crt, dev_key) = pki.client_in("dev", "dev-user", &["dev", "ops"]);
     for h2 in [false, true] {
         // A verified client certificate: CN and each O, whatever the headers say.
-        let mut conn = Conn::open_as(kg.listen, &pki, h2, &dev_crt, &dev_key)
+        let mut conn = Conn::open_as(kg.listen, pki, h2, &dev_crt, &dev_key)
             .await
             .unwrap();
         let (user, groups) = whoami(&mut conn).await.unwrap();
@@ -110,7 +98,7 @@ async fn identity_comes_from_the_certificate_never_from_headers() {
         assert_eq!(groups, ["dev", "ops", "system:authenticated"], "h2={h2}");
 
         // A bearer token: the token's user, the forged headers gone.
-        let mut conn = Conn::open_anonymous(kg.listen, &pki, h2).await.unwrap();
+        let mut conn = Conn::open_anonymous(kg.listen, pki, h2).await.unwrap();
         let mut headers = FORGED.to_vec();
         headers.push(("Authorization", "Bearer tok-ops"));
         let r = conn
@@ -126,7 +114,7 @@ async fn identity_comes_from_the_certificate_never_from_headers() {
         assert!(r.text().contains(r#""username":"ops-bot""#), "{}", r.text());
 
         // Nothing: anonymous, which may not ask who it is (403 naming system:anonymous).
-        let mut conn = Conn::open_anonymous(kg.listen, &pki, h2).await.unwrap();
+        let mut conn = Conn::open_anonymous(kg.listen, pki, h2).await.unwrap();
         let r = whoami(&mut conn).await.unwrap_err();
         assert_eq!(r.status, 403, "{}", r.text());
         assert!(r.text().contains("system:anonymous"), "{}", r.text());
@@ -142,12 +130,9 @@ async fn identity_comes_from_the_certificate_never_from_headers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_http2_connection_spreads_its_requests_over_the_ready_replicas() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let fp = pki.front_proxy();
-    let sims = replicas(&pki, &fp, 3, &[]);
-    let kg = start(&pki, &terminate_config(&pki, &fp, &sims), &sims);
-    let mut conn = kg.connect(&pki, true).await.unwrap();
+    let bed = cluster(3, &[], |_| {});
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
+    let mut conn = kg.connect(pki, true).await.unwrap();
     let mut per: HashMap<String, usize> = HashMap::new();
     for _ in 0..30 {
         let r = conn
@@ -157,7 +142,7 @@ async fn one_http2_connection_spreads_its_requests_over_the_ready_replicas() {
         assert_eq!(r.status, 200, "{}", r.text());
         *per.entry(replica(&r)).or_default() += 1;
     }
-    for s in &sims {
+    for s in sims.iter() {
         let n = per.get(&s.name).copied().unwrap_or(0);
         assert!(n >= 8, "{} served {n} of 30: {per:?}", s.name);
     }
@@ -182,12 +167,9 @@ async fn one_http2_connection_spreads_its_requests_over_the_ready_replicas() {
 /// connection already ended, or its stream refused by the GOAWAY — depends on timing.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_replica_answers_every_request_after_the_goaway_each_anonymous_one_brings() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let fp = pki.front_proxy();
-    let sims = replicas(&pki, &fp, 1, &[]);
-    let kg = start(&pki, &terminate_config(&pki, &fp, &sims), &sims);
-    let mut conn = Conn::open_anonymous(kg.listen, &pki, true).await.unwrap();
+    let bed = cluster(1, &[], |_| {});
+    let (kg, pki) = (&bed.kg, &bed.pki);
+    let mut conn = Conn::open_anonymous(kg.listen, pki, true).await.unwrap();
     for i in 0..30 {
         let r = conn.get("/readyz").await.unwrap();
         assert_eq!(r.status, 200, "anonymous request {i}: {}", r.text());
@@ -218,20 +200,17 @@ async fn one_replica_answers_every_request_after_the_goaway_each_anonymous_one_b
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_shutting_down_finishes_its_requests_and_gets_no_new_ones() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let fp = pki.front_proxy();
-    let sims = replicas(&pki, &fp, 3, &["--shutdown-delay-duration", "20s"]);
-    let mut cfg = terminate_config(&pki, &fp, &sims);
-    cfg.drain = "60s";
-    let kg = start(&pki, &cfg, &sims);
+    let bed = cluster(3, &["--shutdown-delay-duration", "20s"], |cfg| {
+        cfg.drain.timeout = secs(60)
+    });
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
     // Every replica takes 4 s per request; three at once land one on each.
-    for s in &sims {
+    for s in sims.iter() {
         s.set_latency_ms(4000);
     }
     let mut in_flight = Vec::new();
     for _ in 0..3 {
-        let mut c = kg.connect(&pki, true).await.unwrap();
+        let mut c = kg.connect(pki, true).await.unwrap();
         in_flight.push(tokio::spawn(async move {
             c.get("/api/v1/namespaces/default/configmaps").await
         }));
@@ -240,12 +219,12 @@ async fn a_replica_shutting_down_finishes_its_requests_and_gets_no_new_ones() {
         (kg.metric(r#"kubegate_backend_requests_in_flight{backend="replica-1"}"#) == 1.0)
             .then_some(())
     });
-    sims[0].proc.signal(libc::SIGTERM);
+    sims[0].signal(libc::SIGTERM);
     kg.wait_state("replica-1", "not_ready", T);
-    for s in &sims {
+    for s in sims.iter() {
         s.set_latency_ms(0);
     }
-    let mut conn = kg.connect(&pki, true).await.unwrap();
+    let mut conn = kg.connect(pki, true).await.unwrap();
     for _ in 0..20 {
         let r = conn.get("/version").await.unwrap();
         assert_eq!(r.status, 200);
@@ -267,15 +246,14 @@ async fn a_replica_shutting_down_finishes_its_requests_and_gets_no_new_ones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_replicas_reads_are_retried_and_its_writes_reported_never_replayed() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let fp = pki.front_proxy();
-    let etcd = Etcd::start(dir.path());
-    let mut sims = replicas(&pki, &fp, 3, &["--etcd-servers", &etcd.url]);
-    let mut cfg = terminate_config(&pki, &fp, &sims);
     // Round-robin keeps sending to replica-1 while it is slow (least-request would avoid it).
-    cfg.balance = "round-robin";
-    let kg = start(&pki, &cfg, &sims);
+    let mut bed = Cluster::new()
+        .replicas(3)
+        .etcd()
+        .terminate()
+        .configure(|cfg| cfg.balance = kubegate_config::BalancePolicy::RoundRobin)
+        .start();
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &mut bed.sims);
     sims[0].set_latency_ms(60_000);
     let on_replica_1 = r#"kubegate_backend_requests_in_flight{backend="replica-1"}"#;
     // Reads and writes in turn, one at a time, until replica-1 holds one of each: a request
@@ -288,7 +266,7 @@ async fn a_crashed_replicas_reads_are_retried_and_its_writes_reported_never_repl
         }
         let write = i % 2 == 1;
         let before = kg.metric(on_replica_1);
-        let mut c = kg.connect(&pki, true).await.unwrap();
+        let mut c = kg.connect(pki, true).await.unwrap();
         let task = tokio::spawn(async move {
             if write {
                 let body = format!(
@@ -314,7 +292,7 @@ async fn a_crashed_replicas_reads_are_retried_and_its_writes_reported_never_repl
         }
     }
     let (stuck_read, (w, stuck_write)) = (stuck_read.unwrap(), stuck_write.unwrap());
-    sims[0].proc.kill();
+    sims[0].kill();
     let r = stuck_read.await.unwrap().expect("the read is answered");
     assert_eq!(r.status, 200, "the read was not retried: {}", r.text());
     assert_ne!(replica(&r), "replica-1");
@@ -330,7 +308,7 @@ async fn a_crashed_replicas_reads_are_retried_and_its_writes_reported_never_repl
     }
     assert!(kg.metric(r#"kubegate_request_retries_total{reason="reset"}"#) >= 1.0);
     // The write on the crashed replica was never replayed on another.
-    let mut c = kg.connect(&pki, true).await.unwrap();
+    let mut c = kg.connect(pki, true).await.unwrap();
     let r = c
         .get(&format!("/api/v1/namespaces/default/configmaps/w{w}"))
         .await
@@ -340,29 +318,26 @@ async fn a_crashed_replicas_reads_are_retried_and_its_writes_reported_never_repl
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutting_down_replicas_429_is_retried_on_another() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let fp = pki.front_proxy();
-    let sims = replicas(&pki, &fp, 3, &["--shutdown-send-retry-after"]);
-    let mut cfg = terminate_config(&pki, &fp, &sims);
     // kubegate must not notice the shutdown through its probes: the 429s are what it sees.
-    cfg.interval = "120s";
-    cfg.fast_interval = "120s";
-    cfg.rise = 1;
-    let kg = start(&pki, &cfg, &sims);
+    let bed = cluster(3, &["--shutdown-send-retry-after"], |cfg| {
+        cfg.health.interval = secs(120);
+        cfg.health.fast_interval = secs(120);
+        cfg.health.rise = 1;
+    });
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
     // A slow request straight to replica-1 keeps it answering 429 while it drains.
     sims[0].set_latency_ms(20_000);
-    let mut direct = sims[0].connect(&pki, false).await.unwrap();
+    let mut direct = sims[0].connect(pki, false).await.unwrap();
     let slow = tokio::spawn(async move { direct.get("/version").await });
     sims[0].set_latency_ms(0);
-    sims[0].proc.signal(libc::SIGTERM);
-    let mut probe = sims[0].connect(&pki, false).await.unwrap();
+    sims[0].signal(libc::SIGTERM);
+    let mut probe = sims[0].connect(pki, false).await.unwrap();
     wait_for("replica-1 to answer 429", T, || {
         let rt = tokio::runtime::Handle::current();
         let r = tokio::task::block_in_place(|| rt.block_on(probe.get("/version"))).ok()?;
         (r.status == 429).then_some(())
     });
-    let mut conn = kg.connect(&pki, true).await.unwrap();
+    let mut conn = kg.connect(pki, true).await.unwrap();
     for i in 0..30 {
         let r = conn
             .get("/api/v1/namespaces/default/configmaps")
@@ -377,16 +352,13 @@ async fn a_shutting_down_replicas_429_is_retried_on_another() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_ready_replica_is_a_503_status_the_client_retries() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let fp = pki.front_proxy();
-    let sims = replicas(&pki, &fp, 1, &[]);
-    let mut cfg = terminate_config(&pki, &fp, &sims);
-    cfg.extra = "no_ready_backend: refuse\n".into();
-    let kg = start(&pki, &cfg, &sims);
+    let bed = cluster(1, &[], |cfg| {
+        cfg.no_ready_backend = kubegate_config::NoReadyBackendPolicy::Refuse
+    });
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
     sims[0].force_check("etcd", true);
     kg.wait_state("replica-1", "not_ready", T);
-    let mut conn = kg.connect(&pki, true).await.unwrap();
+    let mut conn = kg.connect(pki, true).await.unwrap();
     let r = conn
         .get("/api/v1/namespaces/default/configmaps")
         .await
@@ -406,19 +378,16 @@ async fn no_ready_replica_is_a_503_status_the_client_retries() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubegate_drains_its_clients_with_goaway_on_sigterm() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let fp = pki.front_proxy();
-    let sims = replicas(&pki, &fp, 2, &[]);
-    let mut cfg = terminate_config(&pki, &fp, &sims);
-    cfg.shutdown_delay = "2s";
-    cfg.shutdown_grace = "20s";
-    let mut kg = start(&pki, &cfg, &sims);
-    let mut idle = kg.connect(&pki, true).await.unwrap();
+    let mut bed = cluster(2, &[], |cfg| {
+        cfg.shutdown.delay = secs(2);
+        cfg.shutdown.grace = secs(20);
+    });
+    let (kg, pki, sims) = (&mut bed.kg, &bed.pki, &bed.sims);
+    let mut idle = kg.connect(pki, true).await.unwrap();
     assert_eq!(idle.get("/version").await.unwrap().status, 200);
-    let mut busy = kg.connect(&pki, true).await.unwrap();
+    let mut busy = kg.connect(pki, true).await.unwrap();
     // Answered after 8 s (within the test client's 10 s), while the GOAWAY comes at 2 s.
-    for s in &sims {
+    for s in sims.iter() {
         s.set_latency_ms(8_000);
     }
     let slow = tokio::spawn(async move {
@@ -496,14 +465,11 @@ fn check_names_unusable_certificates_with_their_position() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_serving_certificate_is_used_for_new_connections() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let fp = pki.front_proxy();
-    let sims = replicas(&pki, &fp, 1, &[]);
-    let cfg = terminate_config(&pki, &fp, &sims);
-    let (crt, key) = cfg.terminate.as_ref().unwrap().serving.clone();
-    let kg = start(&pki, &cfg, &sims);
-    let mut before = kg.connect(&pki, true).await.unwrap();
+    let bed = cluster(1, &[], |_| {});
+    let (kg, pki) = (&bed.kg, &bed.pki);
+    let tls = bed.config.listeners[0].tls.clone().unwrap();
+    let (crt, key) = (tls.cert_file, tls.key_file);
+    let mut before = kg.connect(pki, true).await.unwrap();
     let first = before.peer().to_vec();
     // Rotate: a new pair written in place (key first, as a careless rotation would: a
     // mismatched pair for a moment is refused and the running certificate stays).
@@ -516,7 +482,7 @@ async fn a_new_serving_certificate_is_used_for_new_connections() {
         .unwrap();
     wait_for("a connection with the rotated certificate", T, || {
         let rt = tokio::runtime::Handle::current();
-        let conn = tokio::task::block_in_place(|| rt.block_on(kg.connect(&pki, true))).ok()?;
+        let conn = tokio::task::block_in_place(|| rt.block_on(kg.connect(pki, true))).ok()?;
         (conn.peer() == rotated_der.as_slice()).then_some(())
     });
     assert_ne!(first, rotated_der);

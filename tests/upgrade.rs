@@ -22,11 +22,10 @@ fn setup() -> (tempfile::TempDir, Pki, Vec<Sim>, KubegateConfig) {
         .map(|i| Sim::start(&pki, &format!("replica-{i}"), SimOptions::default()))
         .collect();
     let mut cfg = KubegateConfig::new(&sims.iter().collect::<Vec<_>>());
-    cfg.shutdown_grace = "3s";
-    cfg.extra = format!(
-        "upgrade:\n  socket: {}\n",
-        dir.path().join("upgrade.sock").display()
-    );
+    cfg.shutdown.grace = secs(3);
+    cfg.upgrade = Some(kubegate_config::UpgradeConfig {
+        socket: dir.path().join("upgrade.sock"),
+    });
     (dir, pki, sims, cfg)
 }
 
@@ -186,7 +185,7 @@ fn a_successor_that_dies_before_taking_over_changes_nothing() {
     for s in &sims {
         kg.wait_state(&s.name, "ready", T);
     }
-    cfg.backends = vec![("nowhere".into(), "127.0.0.1:1".parse().unwrap())];
+    cfg.set_backends(&[("nowhere", "127.0.0.1:1".parse().unwrap())]);
     // The same file: the running process refuses the reload (listeners unchanged, but a
     // reload is not what this is about) — write a second file for the successor.
     let other = kg.config_path.with_extension("successor.yaml");

@@ -126,6 +126,34 @@ mod tests {
     }
 
     #[test]
+    fn new_is_what_a_minimal_file_loads_as_and_to_yaml_loads_back_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.crt"), "pem").unwrap();
+        let load = |text: &str| load_str(text, &PathBuf::from("kubegate.yaml"), dir.path());
+        let c = load(MINIMAL).unwrap();
+        let mut built = Config::new(
+            vec![crate::ListenerSpec::passthrough(
+                "127.0.0.1:6443".parse().unwrap(),
+            )],
+            vec![crate::BackendSpec {
+                name: None,
+                address: "127.0.0.1:7001".parse().unwrap(),
+                health_address: None,
+            }],
+        );
+        built.health.tls.ca_file = c.health.tls.ca_file.clone();
+        assert_eq!(built, c);
+        // Every key written out, as the test bed writes its files.
+        let mut changed = c.clone();
+        changed.health.interval = std::time::Duration::from_millis(300);
+        changed.drain.failing_timeout = std::time::Duration::from_millis(1500);
+        changed.upgrade = Some(crate::UpgradeConfig {
+            socket: "/run/kubegate.sock".into(),
+        });
+        assert_eq!(load(&changed.to_yaml()).unwrap(), changed);
+    }
+
+    #[test]
     fn unknown_key_is_named_with_its_position() {
         let err = first_error(&format!("{MINIMAL}balanse: round-robin\n"));
         assert!(

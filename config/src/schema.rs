@@ -62,6 +62,59 @@ pub struct Config {
     pub discovery: Option<DiscoveryConfig>,
 }
 
+impl Config {
+    /// A configuration with `listeners` and `backends` and every other key at its default:
+    /// what a file with only those two keys loads as.
+    pub fn new(listeners: Vec<ListenerSpec>, backends: Vec<BackendSpec>) -> Config {
+        Config {
+            listeners,
+            backends,
+            health: HealthConfig::default(),
+            balance: BalancePolicy::default(),
+            no_ready_backend: NoReadyBackendPolicy::default(),
+            connect: ConnectConfig::default(),
+            client_keepalive: KeepaliveConfig::default(),
+            limits: LimitsConfig::default(),
+            drain: DrainConfig::default(),
+            shutdown: ShutdownConfig::default(),
+            admin: AdminConfig::default(),
+            threads: default_threads(),
+            terminate: TerminateConfig::default(),
+            upstream: UpstreamConfig::default(),
+            upgrade: None,
+            discovery: None,
+        }
+    }
+
+    /// The configuration as a YAML file kubegate loads back to the same value (what the test
+    /// bed writes; `/debug/config` shows the same fields).
+    pub fn to_yaml(&self) -> String {
+        serde_yaml_ng::to_string(self).expect("a configuration serializes")
+    }
+}
+
+impl ListenerSpec {
+    /// A passthrough listener on `address`.
+    pub fn passthrough(address: SocketAddr) -> ListenerSpec {
+        ListenerSpec {
+            address,
+            mode: ListenerMode::Passthrough,
+            tls: None,
+        }
+    }
+}
+
+impl BackendSpec {
+    /// Backend `name` at `address`, probed there.
+    pub fn named(name: &str, address: SocketAddr) -> BackendSpec {
+        BackendSpec {
+            name: Some(name.to_string()),
+            address,
+            health_address: None,
+        }
+    }
+}
+
 /// How kubegate finds apiservers beyond its static `backends`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -247,6 +300,21 @@ pub struct FrontProxy {
     /// `--requestheader-uid-headers`: never set by kubegate, always stripped from requests.
     #[serde(default = "default_uid_header")]
     pub uid_header: String,
+}
+
+impl FrontProxy {
+    /// kubegate's front-proxy certificate `cert_file` with its key, and kubeadm's header names
+    /// (the defaults).
+    pub fn new(cert_file: PathBuf, key_file: PathBuf) -> FrontProxy {
+        FrontProxy {
+            cert_file,
+            key_file,
+            username_header: default_username_header(),
+            group_header: default_group_header(),
+            extra_prefix: default_extra_prefix(),
+            uid_header: default_uid_header(),
+        }
+    }
 }
 
 fn default_username_header() -> String {

@@ -22,7 +22,9 @@
 //!
 //! A peer that is not installed is reported as such, never estimated.
 
-use crate::procs::{free_port, sibling, spawn, wait_listening, which, Proc};
+use kubegate_testbed::bins::{binary, which};
+use kubegate_testbed::kubegate::{self as config, TerminateFiles};
+use kubegate_testbed::{free_addr, free_port, wait_listening, ChildProcess as Proc};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -111,9 +113,7 @@ pub fn prepare(
     let mut admin = None;
     let command = match name {
         "kubegate" | "kubegate-l7" | "kubegate-l7-refuse" => {
-            let a = format!("127.0.0.1:{}", free_port())
-                .parse()
-                .expect("valid address");
+            let a = free_addr();
             admin = Some(a);
             kubegate(name, dir, pki, backends, listen, a, threads)
         }
@@ -136,12 +136,10 @@ pub fn start(
     pki: &Path,
     backends: &[SocketAddr],
 ) -> Result<Gateway, Unavailable> {
-    let listen: SocketAddr = format!("127.0.0.1:{}", free_port())
-        .parse()
-        .expect("valid address");
-    let prepared = prepare(name, dir, pki, backends, listen, None)?;
-    let proc =
-        spawn(prepared.command, &dir.join(format!("{name}.log"))).map_err(Unavailable::Failed)?;
+    let listen = free_addr();
+    let mut prepared = prepare(name, dir, pki, backends, listen, None)?;
+    let proc = Proc::spawn(&mut prepared.command, &dir.join(format!("{name}.log")))
+        .map_err(|e| Unavailable::Failed(e.into()))?;
     wait_listening(listen, Duration::from_secs(15)).map_err(Unavailable::Failed)?;
     Ok(Gateway {
         listen,
@@ -164,36 +162,26 @@ fn kubegate(
     admin: SocketAddr,
     threads: Option<usize>,
 ) -> Result<Command, Unavailable> {
-    let mut text = format!("listeners:\n  - address: {listen}\n");
+    let backends: Vec<(String, SocketAddr)> = backends
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (format!("replica-{}", i + 1), *b))
+        .collect();
+    let mut c = config::config(listen, admin, &backends, &pki.join("ca.crt"));
     if name != "kubegate" {
         // Terminate mode: the gateway's own serving certificate, client certificates from
         // the cluster CA, the front-proxy certificate upstream.
-        text.push_str(&format!(
-            "    mode: terminate\n    tls:\n      cert_file: {}\n      key_file: {}\n      client_ca_file: {}\nupstream:\n  front_proxy:\n    cert_file: {}\n    key_file: {}\n",
-            pki.join("gateway.crt").display(),
-            pki.join("gateway.key").display(),
-            pki.join("ca.crt").display(),
-            pki.join("front-proxy-client.crt").display(),
-            pki.join("front-proxy-client.key").display(),
-        ));
+        config::terminate(&mut c, &TerminateFiles::kubeadm(pki));
     }
     if name == "kubegate-l7-refuse" {
-        text.push_str("no_ready_backend: refuse\n");
+        c.no_ready_backend = kubegate_config::NoReadyBackendPolicy::Refuse;
     }
     if let Some(n) = threads {
-        text.push_str(&format!("threads: {n}\n"));
+        c.threads = n;
     }
-    text.push_str("backends:\n");
-    for (i, b) in backends.iter().enumerate() {
-        text.push_str(&format!("  - name: replica-{}\n    address: {b}\n", i + 1));
-    }
-    text.push_str(&format!(
-        "health:\n  tls:\n    ca_file: {}\n    server_name: kubernetes\nadmin:\n  address: {admin}\n",
-        pki.join("ca.crt").display(),
-    ));
     let path = dir.join("kubegate.yaml");
-    write_config(&path, &text)?;
-    let mut cmd = Command::new(sibling("kubegate"));
+    config::write(&c, &path).map_err(Unavailable::Failed)?;
+    let mut cmd = Command::new(binary("kubegate"));
     cmd.arg("run").arg("--config").arg(path);
     Ok(cmd)
 }

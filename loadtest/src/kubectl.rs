@@ -23,7 +23,7 @@ pub fn find() -> Option<PathBuf> {
             return Some(candidate);
         }
     }
-    crate::procs::which("kubectl")
+    kubegate_testbed::bins::which("kubectl")
 }
 
 fn classify(stderr: &str) -> ErrorClass {

@@ -7,7 +7,6 @@ mod control_plane;
 mod gateways;
 mod kubectl;
 mod plot;
-mod procs;
 mod record;
 mod report;
 mod resumes;

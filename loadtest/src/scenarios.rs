@@ -121,7 +121,7 @@ pub async fn run(
     match name {
         "rolling-restart" | "rolling-restart-goaway" => {
             for i in 0..cp.replicas.len().min(pace.rolling) {
-                let r = cp.replicas[i].name.clone();
+                let r = cp.replicas[i].name().to_string();
                 phase(&format!("SIGTERM {r}"));
                 events.add(now(), format!("SIGTERM {r}"));
                 let exited =
@@ -233,7 +233,7 @@ async fn wait_all_ready(
         for (i, done) in ready.iter_mut().enumerate() {
             if !*done && cp.ready(i).await {
                 *done = true;
-                events.add(now(), format!("{} ready", cp.replicas[i].name));
+                events.add(now(), format!("{} ready", cp.replicas[i].name()));
             }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

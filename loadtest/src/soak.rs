@@ -21,10 +21,12 @@ mod sampler;
 mod verdict;
 
 use crate::control_plane::ControlPlane;
-use crate::procs::{free_port, sibling, spawn, wait_listening, Proc};
 use crate::record::Recorder;
 use crate::traffic::{self, tokio_util_like::Stop, Target};
 use faults::{ConfigState, Fault, Window};
+use kubegate_config::{Config, ListenerSpec};
+use kubegate_testbed::kubegate::{self as config, TerminateFiles};
+use kubegate_testbed::{binary, free_addr, wait_listening, ChildProcess as Proc};
 use sampler::Sampler;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -61,28 +63,23 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// The config text with the first `n` replicas as backends and `drain_timeout`.
-    fn config_text(&self, n: usize, drain_timeout: &str) -> String {
+    /// The configuration with the first `n` replicas as backends and `drain_timeout`: a
+    /// passthrough listener and a terminate-mode one.
+    fn config(&self, n: usize, drain_timeout: Duration) -> Config {
         let pki = &self.pki;
-        let mut text = format!(
-            "listeners:\n  - address: {}\n  - address: {}\n    mode: terminate\n    tls:\n      cert_file: {}\n      key_file: {}\n      client_ca_file: {}\nupstream:\n  front_proxy:\n    cert_file: {}\n    key_file: {}\nbackends:\n",
-            self.passthrough,
-            self.terminate,
-            pki.join("gateway.crt").display(),
-            pki.join("gateway.key").display(),
-            pki.join("ca.crt").display(),
-            pki.join("front-proxy-client.crt").display(),
-            pki.join("front-proxy-client.key").display(),
-        );
-        for (i, b) in self.backends.iter().take(n).enumerate() {
-            text.push_str(&format!("  - name: replica-{}\n    address: {b}\n", i + 1));
-        }
-        text.push_str(&format!(
-            "health:\n  tls:\n    ca_file: {}\n    server_name: kubernetes\ndrain:\n  timeout: {drain_timeout}\nadmin:\n  address: {}\n",
-            pki.join("ca.crt").display(),
-            self.admin
-        ));
-        text
+        let backends: Vec<(String, SocketAddr)> = self
+            .backends
+            .iter()
+            .take(n)
+            .enumerate()
+            .map(|(i, b)| (format!("replica-{}", i + 1), *b))
+            .collect();
+        let mut c = config::config(self.terminate, self.admin, &backends, &pki.join("ca.crt"));
+        config::terminate(&mut c, &TerminateFiles::kubeadm(pki));
+        c.listeners
+            .insert(0, ListenerSpec::passthrough(self.passthrough));
+        c.drain.timeout = drain_timeout;
+        c
     }
 
     /// Writes the config file (kubegate reloads it when it changes), whole and renamed so
@@ -226,25 +223,25 @@ pub async fn soak(plan: &SoakPlan) -> anyhow::Result<SoakReport> {
 }
 
 fn start_kubegate(dir: &Path, cp: &ControlPlane) -> anyhow::Result<Soaked> {
-    let addr =
-        || -> anyhow::Result<SocketAddr> { Ok(format!("127.0.0.1:{}", free_port()).parse()?) };
     let gw_dir = dir.join("kubegate");
     std::fs::create_dir_all(&gw_dir)?;
     let layout = Layout {
-        passthrough: addr()?,
-        terminate: addr()?,
-        admin: addr()?,
+        passthrough: free_addr(),
+        terminate: free_addr(),
+        admin: free_addr(),
         config: gw_dir.join("kubegate.yaml"),
         pki: std::fs::canonicalize(cp.pki())?,
         backends: cp.addresses(),
     };
     let initial = ConfigState::INITIAL;
     layout.write_config(
-        &layout.config_text(initial.backends, faults::DRAIN_TIMEOUTS[initial.drain]),
+        &layout
+            .config(initial.backends, faults::DRAIN_TIMEOUTS[initial.drain])
+            .to_yaml(),
     )?;
-    let mut cmd = std::process::Command::new(sibling("kubegate"));
+    let mut cmd = std::process::Command::new(binary("kubegate"));
     cmd.arg("run").arg("--config").arg(&layout.config);
-    let proc = spawn(cmd, &gw_dir.join("kubegate.log"))?;
+    let proc = Proc::spawn(&mut cmd, &gw_dir.join("kubegate.log"))?;
     wait_listening(layout.admin, Duration::from_secs(15))?;
     Ok(Soaked { proc, layout })
 }

@@ -1,14 +1,15 @@
 //! `kubegate-sim cluster`: etcd and N replica processes on loopback, plus a kubegate config and
-//! a kubeconfig for them. Each replica is its own OS process, so SIGTERM, SIGKILL and SIGSTOP are
-//! real. Ctrl-C (or SIGTERM) stops everything it started, by PID.
+//! a kubeconfig for them — the test bed's etcd, replicas and PKI, on fixed ports so that a
+//! person can type them. Each replica is its own OS process, so SIGTERM, SIGKILL and SIGSTOP
+//! are real. Ctrl-C (or SIGTERM) stops everything it started, by PID.
 
-use anyhow::{bail, Context};
 use clap::Args;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use kubegate_testbed::kubegate as config;
+use kubegate_testbed::pki::write_kubeadm_layout;
+use kubegate_testbed::{Etcd, Replica, ReplicaFlags};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
 
 /// Options of `kubegate-sim cluster`.
 #[derive(Args, Debug)]
@@ -42,116 +43,86 @@ pub struct ClusterArgs {
     startup_duration: String,
 }
 
+/// How long each process may take to stop after SIGTERM before it is killed.
+const STOP: Duration = Duration::from_secs(10);
+
+/// What runs.
+#[derive(Default)]
+struct Running {
+    etcd: Option<Etcd>,
+    replicas: Vec<Replica>,
+}
+
 /// Runs the cluster until SIGINT/SIGTERM.
 pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
     let dir = std::path::absolute(&args.dir)?;
     std::fs::create_dir_all(dir.join("logs"))?;
     let pki = dir.join("pki");
-    crate::certs::write(&pki, &format!("https://{}", args.gateway_listen))?;
+    write_kubeadm_layout(&pki, &format!("https://{}", args.gateway_listen))?;
     std::fs::copy(pki.join("kubeconfig"), dir.join("kubeconfig"))?;
 
-    let mut children: Vec<(String, Child)> = Vec::new();
-    let result = start_all(&args, &dir, &mut children).and_then(|()| wait_for_signal());
-    stop_all(&mut children);
+    let mut running = Running::default();
+    let result = start_all(&args, &dir, &mut running).and_then(|()| wait_for_signal());
+    stop_all(running);
     result
 }
 
 fn start_all(
     args: &ClusterArgs,
-    dir: &Path,
-    children: &mut Vec<(String, Child)>,
+    dir: &std::path::Path,
+    running: &mut Running,
 ) -> anyhow::Result<()> {
-    let mut etcd_url = None;
+    let loopback = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
     if !args.no_etcd {
-        let url = format!("http://127.0.0.1:{}", args.etcd_port);
-        let peer = format!("http://127.0.0.1:{}", args.etcd_port + 1);
-        let data = dir.join("etcd");
-        let log = std::fs::File::create(dir.join("logs/etcd.log"))?;
-        let child = Command::new("etcd")
-            .args(["--name", "sim", "--data-dir"])
-            .arg(&data)
-            .args([
-                "--listen-client-urls",
-                &url,
-                "--advertise-client-urls",
-                &url,
-            ])
-            .args([
-                "--listen-peer-urls",
-                &peer,
-                "--initial-advertise-peer-urls",
-                &peer,
-            ])
-            .args(["--initial-cluster", &format!("sim={peer}")])
-            .args([
-                "--auto-compaction-mode",
-                "periodic",
-                "--auto-compaction-retention",
-                "5m",
-            ])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .context("start etcd (Debian package etcd-server)")?;
-        children.push(("etcd".into(), child));
-        wait_http_ok(args.etcd_port, "/health", Duration::from_secs(20))
-            .context("etcd did not become healthy")?;
-        eprintln!("etcd      {url}");
-        etcd_url = Some(url);
+        let etcd = Etcd::new(dir)
+            .ports(loopback(args.etcd_port), loopback(args.etcd_port + 1))
+            .compaction("5m")
+            .start()?;
+        eprintln!("etcd      {}", etcd.url());
+        running.etcd = Some(etcd);
     }
-    let exe = std::env::current_exe()?;
     let pki = dir.join("pki");
-    let mut backends = String::new();
+    let mut backends = Vec::new();
     let mut replicas = Vec::new();
     for i in 0..args.replicas {
-        let port = args.base_port + i;
-        let fault = args.base_port + 100 + i;
         let name = format!("replica-{}", i + 1);
-        let log = std::fs::File::create(dir.join(format!("logs/{name}.log")))?;
-        let mut cmd = Command::new(&exe);
-        cmd.args([
-            "--secure-port",
-            &port.to_string(),
-            "--fault-port",
-            &fault.to_string(),
-        ])
-        .arg("--tls-cert-file")
-        .arg(pki.join("apiserver.crt"))
-        .arg("--tls-private-key-file")
-        .arg(pki.join("apiserver.key"))
-        .arg("--client-ca-file")
-        .arg(pki.join("ca.crt"))
-        .args(["--shutdown-delay-duration", &args.shutdown_delay_duration])
-        .args(["--startup-duration", &args.startup_duration])
-        .args(["--replica-name", &name])
-        .stdout(Stdio::null())
-        .stderr(log);
-        if let Some(url) = &etcd_url {
-            cmd.args(["--etcd-servers", url]);
-        }
-        let child = cmd.spawn().with_context(|| format!("start {name}"))?;
+        let mut flags = ReplicaFlags::new(
+            &name,
+            (pki.join("apiserver.crt"), pki.join("apiserver.key")),
+            &pki.join("ca.crt"),
+        );
+        flags.address = loopback(args.base_port + i);
+        flags.fault_port = args.base_port + 100 + i;
+        flags.etcd = running.etcd.as_ref().map(Etcd::url);
+        flags.shutdown_delay = Some(args.shutdown_delay_duration.clone());
+        flags.startup = Some(args.startup_duration.clone());
+        let replica = Replica::start(flags, &dir.join(format!("logs/{name}.log")))?;
         eprintln!(
-            "{name} https://127.0.0.1:{port}  (fault port {fault}, pid {})",
-            child.id()
+            "{name} https://{}  (fault port {}, pid {})",
+            replica.addr(),
+            replica.flags.fault_port,
+            replica.pid().unwrap_or(0)
         );
         replicas.push(serde_json::json!({
-            "name": name, "address": format!("127.0.0.1:{port}"),
-            "fault_port": fault, "pid": child.id(),
+            "name": name, "address": replica.addr().to_string(),
+            "fault_port": replica.flags.fault_port, "pid": replica.pid(),
         }));
-        children.push((name.clone(), child));
-        backends.push_str(&format!(
-            "  - name: {name}\n    address: 127.0.0.1:{port}\n"
-        ));
+        backends.push((name, replica.addr()));
+        running.replicas.push(replica);
     }
-    for i in 0..args.replicas {
-        wait_port(args.base_port + i, Duration::from_secs(10))?;
-    }
-    let config = format!(
-        "# Written by kubegate-sim cluster: kubegate in front of the simulated replicas.\nlisteners:\n  - address: {}\nbackends:\n{backends}health:\n  interval: 1s\n  timeout: 1s\n  rise: 2\n  fall: 2\n  tls:\n    ca_file: pki/ca.crt\n    server_name: kubernetes\nshutdown:\n  delay: 2s\n  grace: 10s\nadmin:\n  address: {}\n",
-        args.gateway_listen, args.gateway_admin
+    let mut gateway = config::config(
+        args.gateway_listen,
+        args.gateway_admin,
+        &backends,
+        &pki.join("ca.crt"),
     );
-    std::fs::write(dir.join("kubegate.yaml"), config)?;
-    let state = serde_json::json!({"etcd": etcd_url, "replicas": replicas});
+    gateway.shutdown.delay = Duration::from_secs(2);
+    gateway.shutdown.grace = Duration::from_secs(10);
+    config::write(&gateway, &dir.join("kubegate.yaml"))?;
+    let state = serde_json::json!({
+        "etcd": running.etcd.as_ref().map(Etcd::url),
+        "replicas": replicas,
+    });
     std::fs::write(
         dir.join("cluster.json"),
         serde_json::to_string_pretty(&state)?,
@@ -180,56 +151,22 @@ fn wait_for_signal() -> anyhow::Result<()> {
     })
 }
 
-/// SIGTERM to each child by PID, then SIGKILL to what is left after a few seconds.
-fn stop_all(children: &mut [(String, Child)]) {
-    for (_, child) in children.iter() {
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
+/// SIGTERM to each replica by PID, then etcd; whatever does not stop within [`STOP`] is
+/// killed.
+fn stop_all(running: Running) {
+    let Running { etcd, mut replicas } = running;
+    for r in &replicas {
+        let _ = r.signal(libc::SIGTERM);
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    for (name, child) in children.iter_mut().rev() {
-        loop {
-            match child.try_wait() {
-                Ok(Some(_)) => break,
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(50))
-                }
-                _ => {
-                    eprintln!("{name} did not stop: killing");
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break;
-                }
-            }
+    for r in &mut replicas {
+        if r.running() && r.wait_exit(STOP).is_none() {
+            eprintln!("{} did not stop: killing", r.name());
+        }
+        r.kill();
+    }
+    if let Some(mut etcd) = etcd {
+        if !etcd.stop(STOP) {
+            eprintln!("etcd did not stop: killing");
         }
     }
-}
-
-fn wait_port(port: u16, limit: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    bail!("nothing listens on 127.0.0.1:{port} after {limit:?}")
-}
-
-fn wait_http_ok(port: u16, path: &str, limit: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
-            let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-            let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-            let mut out = String::new();
-            let _ = s.read_to_string(&mut out);
-            if out.starts_with("HTTP/1.0 200") || out.starts_with("HTTP/1.1 200") {
-                return Ok(());
-            }
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    bail!("http://127.0.0.1:{port}{path} not healthy after {limit:?}")
 }

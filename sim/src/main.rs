@@ -5,7 +5,6 @@
 
 mod api;
 mod auth;
-mod certs;
 mod checks;
 mod cluster;
 mod discovery;
@@ -156,7 +155,7 @@ fn main() -> anyhow::Result<()> {
         .init();
     match cli.command {
         Some(Command::Certs { dir, server }) => {
-            certs::write(&dir, &server)?;
+            kubegate_testbed::pki::write_kubeadm_layout(&dir, &server)?;
             println!("wrote certificates and kubeconfig to {}", dir.display());
             Ok(())
         }

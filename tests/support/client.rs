@@ -1,9 +1,9 @@
 //! A real TLS client (HTTP/1.1 or HTTP/2 by ALPN) with the admin client certificate.
 
-use crate::pki::Pki;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use kubegate_testbed::Pki;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use std::io;

@@ -6,7 +6,7 @@
 //! and indexed references to it).
 
 use crate::client::{tls_client_config, tls_connect};
-use crate::pki::Pki;
+use kubegate_testbed::Pki;
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -1,19 +1,28 @@
 //! The end-to-end test harness: real `kubegate` and `kubegate-sim` processes on loopback,
-//! certificates generated per test, and clients that speak real TLS.
+//! certificates generated per test, and clients that speak real TLS — on the test bed
+//! (`kubegate-testbed`) the load test and `kubegate-sim cluster` share.
 //!
 //! Every process started here is killed by its PID when its handle drops, on success and on
 //! failure alike. Waits are conditions with deadlines, never fixed sleeps.
 
 mod client;
+mod cluster;
 pub mod h2raw;
-mod pki;
-mod process;
+mod kubegate;
+mod proc;
+mod sim;
 mod watch;
 
 pub use client::{tls_client_config, tls_connect, Conn, Lines, Response};
-pub use pki::{FrontProxyPki, Pki};
-pub use process::{
-    bin, free_port, plain_http, wait_for, Etcd, Kubegate, KubegateConfig, Proc, Sim, SimOptions,
-    TerminateFiles,
-};
+pub use cluster::{Cluster, Started};
+pub use kubegate::{bin, ms, secs, terminate_files, wait_for, Kubegate, KubegateConfig};
+pub use kubegate_testbed::kubegate::TerminateFiles;
+pub use kubegate_testbed::{free_port, plain_http, Etcd, FrontProxyPki, Pki};
+pub use proc::Proc;
+pub use sim::{Sim, SimOptions};
 pub use watch::{Watch, WatchEvent};
+
+/// etcd with its data in `dir`, started.
+pub fn etcd(dir: &std::path::Path) -> Etcd {
+    Etcd::new(dir).start().unwrap_or_else(|e| panic!("{e:#}"))
+}

@@ -72,11 +72,12 @@ impl<'a> Shaper<'a> {
     /// The request of `client` with head `parts` and body `body` (read whole), as the
     /// backends get it.
     pub fn request(&self, client: &Client, mut parts: Parts, body: Bytes) -> Outgoing {
-        let kind = self.headers(client, &mut parts.headers);
         let client_query = parts.uri.query().map(str::to_string);
         // Before the hop-by-hop headers go: an HTTP/1.1 client's Host is one of them.
         let uri = upstream_uri(parts.uri, &parts.headers, self.server_name);
+        // Before kubegate sets its own headers: a client's `Connection` could name them.
         remove_hop_by_hop(parts.version, &mut parts.headers);
+        let kind = self.headers(client, &mut parts.headers);
         set_content_length(&parts.method, &mut parts.headers, body.len());
         Outgoing {
             method: parts.method,
@@ -93,10 +94,11 @@ impl<'a> Shaper<'a> {
     /// the kind of connection it needs.
     pub fn upgrade(&self, client: &Client, parts: &mut Parts) -> Kind {
         let upgrade = parts.headers.get(header::UPGRADE).cloned();
-        let kind = self.headers(client, &mut parts.headers);
         // Before the hop-by-hop headers go: an HTTP/1.1 client's Host is one of them.
         let uri = upstream_uri(parts.uri.clone(), &parts.headers, self.server_name);
+        // Before kubegate sets its own headers: a client's `Connection` could name them.
         remove_hop_by_hop(parts.version, &mut parts.headers);
+        let kind = self.headers(client, &mut parts.headers);
         if let Some(host) = uri.authority() {
             if let Ok(h) = HeaderValue::from_str(host.as_str()) {
                 parts.headers.insert(header::HOST, h);
@@ -313,6 +315,40 @@ mod tests {
         let mut left: Vec<_> = from_h2.keys().map(|k| k.as_str()).collect();
         left.sort_unstable();
         assert_eq!(left, ["accept", "x-trace"]);
+    }
+
+    /// Found by the `request_shaping` fuzz target: a client's `Connection` header named
+    /// `X-Forwarded-For`, and the header kubegate had just set went with the hop-by-hop ones.
+    #[test]
+    fn a_connection_header_cannot_remove_what_kubegate_sets() {
+        let fp = kubegate_config::FrontProxy::new("a".into(), "b".into());
+        let identity = IdentityHeaders::new(&fp).unwrap();
+        let name = ServerName::try_from("kubernetes").unwrap();
+        let metrics = TerminateMetrics::new(&prometheus::Registry::new());
+        let shaper = Shaper {
+            identity: &identity,
+            vouches: true,
+            server_name: &name,
+            metrics: &metrics,
+        };
+        let cert = CertIdentity {
+            user: "alice".into(),
+            groups: vec!["dev".into()],
+        };
+        let client = Client::new("192.0.2.7:4000".parse().unwrap(), Some(cert));
+        let req = Request::get("/api")
+            .header(
+                header::CONNECTION,
+                "x-forwarded-for, X-Remote-User, x-remote-group",
+            )
+            .body(())
+            .unwrap();
+        let (parts, ()) = req.into_parts();
+        let out = shaper.request(&client, parts, Bytes::new());
+        let h = out.head().headers().clone();
+        assert_eq!(h["x-forwarded-for"], "192.0.2.7");
+        assert_eq!(h["x-remote-user"], "alice");
+        assert_eq!(h["x-remote-group"], "dev");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use serde::Serialize;
 use std::time::{Duration, Instant};
 
 /// `drain.timeout` values a valid reload switches between.
-pub const DRAIN_TIMEOUTS: [&str; 2] = ["30s", "31s"];
+pub const DRAIN_TIMEOUTS: [Duration; 2] = [Duration::from_secs(30), Duration::from_secs(31)];
 
 /// Replicas faults are injected into: the three kubegate always has (the fourth comes and
 /// goes as a backend).
@@ -221,7 +221,8 @@ impl Fault {
 
 fn config(gw: &Soaked, state: &ConfigState) -> String {
     gw.layout
-        .config_text(state.backends, DRAIN_TIMEOUTS[state.drain])
+        .config(state.backends, DRAIN_TIMEOUTS[state.drain])
+        .to_yaml()
 }
 
 async fn reloads(gw: &Soaked, result: &str) -> u64 {

@@ -27,7 +27,8 @@ pub struct BackendMetrics {
 }
 
 impl BackendMetrics {
-    pub(super) fn new(r: &Registry) -> BackendMetrics {
+    /// Registers the group's families in `r`.
+    pub fn new(r: &Registry) -> BackendMetrics {
         BackendMetrics {
             state: gauge_vec(r, "kubegate_backend_state", "1 for each backend's current health state (unknown, ready, not_ready, down, removed).", &["backend", "state"]),
             state_transitions: counter_vec(r, "kubegate_backend_state_transitions_total", "Backend health state changes.", &["backend", "from", "to"]),

@@ -27,7 +27,8 @@ pub struct ControlMetrics {
 }
 
 impl ControlMetrics {
-    pub(super) fn new(r: &Registry) -> ControlMetrics {
+    /// Registers the group's families in `r`.
+    pub fn new(r: &Registry) -> ControlMetrics {
         let last_reload_success_time = Gauge::new(
             "kubegate_config_last_reload_success_timestamp_seconds",
             "Unix time of the last successful configuration load.",

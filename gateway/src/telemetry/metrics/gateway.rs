@@ -18,7 +18,8 @@ pub struct GatewayMetrics {
 }
 
 impl GatewayMetrics {
-    pub(super) fn new(r: &Registry) -> GatewayMetrics {
+    /// Registers the group's families in `r`.
+    pub fn new(r: &Registry) -> GatewayMetrics {
         GatewayMetrics {
             build_info: gauge_vec(r, "kubegate_build_info", "Always 1; labels carry the build.", &["version"]),
             lifecycle_phase: gauge_vec(r, "kubegate_lifecycle_phase", "1 for the gateway's current lifecycle phase (starting, serving, stopping, draining).", &["phase"]),

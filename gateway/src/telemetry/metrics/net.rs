@@ -24,7 +24,8 @@ pub struct NetMetrics {
 }
 
 impl NetMetrics {
-    pub(super) fn new(r: &Registry) -> NetMetrics {
+    /// Registers the group's families in `r`.
+    pub fn new(r: &Registry) -> NetMetrics {
         let m = NetMetrics {
             accept_errors: counter(r, "kubegate_accept_errors_total", "Failed accepts on the listeners (descriptors or memory exhausted, connections aborted before they were accepted)."),
             client_limit_closes: counter_vec(r, "kubegate_client_limit_closes_total", "Client connections kubegate closed to protect itself and its other clients, by limit (connections: limits.max_client_connections were open; rapid_reset: most HTTP/2 streams reset by the client at once).", &["reason"]),

@@ -22,7 +22,8 @@ pub struct PassthroughMetrics {
 }
 
 impl PassthroughMetrics {
-    pub(super) fn new(r: &Registry) -> PassthroughMetrics {
+    /// Registers the group's families in `r`.
+    pub fn new(r: &Registry) -> PassthroughMetrics {
         PassthroughMetrics {
             connections: gauge_vec(
                 r,

@@ -57,7 +57,8 @@ pub struct TerminateMetrics {
 }
 
 impl TerminateMetrics {
-    pub(super) fn new(r: &Registry) -> TerminateMetrics {
+    /// Registers the group's families in `r`.
+    pub fn new(r: &Registry) -> TerminateMetrics {
         let by_identity = counter_vec(r, "kubegate_requests_by_identity_total", "Terminate-mode requests by the identity passed on (client_certificate, bearer_token, anonymous).", &["identity"]);
         let m = TerminateMetrics {
             requests: counter_vec(r, "kubegate_requests_total", "Terminate-mode requests answered by a backend, by verb and status class.", &["backend", "verb", "code"]),

@@ -1,0 +1,47 @@
+//! Loopback ports: a free one, waiting until something listens, one plain HTTP/1.1 exchange
+//! (a fault port, an admin endpoint, etcd's `/health`).
+
+use crate::wait::wait_until;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// `127.0.0.1` with a port that was free a moment ago.
+pub fn free_addr() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], free_port()))
+}
+
+/// Waits until something accepts TCP on `addr`.
+pub fn wait_listening(addr: SocketAddr, limit: Duration) -> anyhow::Result<()> {
+    wait_until(&format!("something to listen on {addr}"), limit, || {
+        TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()
+    })?;
+    Ok(())
+}
+
+/// One plain HTTP/1.1 exchange, returning the raw response: empty when the server closed the
+/// connection without one (a TLS endpoint may close before the request is even written), or
+/// when nothing listens.
+pub fn plain_http(addr: impl ToSocketAddrs, method: &str, path: &str) -> String {
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    if s.write_all(request.as_bytes()).is_err() {
+        return String::new();
+    }
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}

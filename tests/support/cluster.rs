@@ -1,0 +1,168 @@
+//! A whole set-up in a few lines: a folder, a PKI, replicas (on a shared etcd, trusting a
+//! front-proxy CA when kubegate terminates TLS), kubegate in front of them, and the wait until
+//! kubegate finds every replica ready.
+//!
+//! ```ignore
+//! let mut c = Cluster::new().replicas(3).etcd().terminate().start();
+//! let (kg, pki) = (&c.kg, &c.pki);
+//! c.sims[0].kill();
+//! ```
+
+use crate::kubegate::{Kubegate, KubegateConfig};
+use crate::sim::{Sim, SimOptions};
+use kubegate_testbed::{Etcd, FrontProxyPki, Pki};
+use std::time::Duration;
+
+/// How long kubegate may take to find a replica ready.
+const READY: Duration = Duration::from_secs(30);
+
+/// A change to kubegate's configuration, made before it starts.
+type Configure = Box<dyn FnOnce(&mut KubegateConfig)>;
+
+/// What to start.
+pub struct Cluster {
+    replicas: usize,
+    etcd: bool,
+    terminate: bool,
+    sim_args: Vec<String>,
+    tokens: Vec<(String, String, String)>,
+    configure: Vec<Configure>,
+}
+
+/// A started set-up. Dropped in field order: kubegate, then the replicas, etcd, the folder.
+pub struct Started {
+    /// kubegate.
+    pub kg: Kubegate,
+    /// The replicas, `replica-1`, `replica-2`, ...
+    pub sims: Vec<Sim>,
+    /// The etcd the replicas share, if asked for.
+    pub etcd: Option<Etcd>,
+    /// The front-proxy CA and kubegate's certificate, when terminating.
+    pub fp: Option<FrontProxyPki>,
+    /// The PKI.
+    pub pki: Pki,
+    /// The configuration kubegate was started with.
+    pub config: KubegateConfig,
+    /// The folder holding every file and log.
+    pub dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// One replica with an in-memory store, kubegate in passthrough mode in front.
+    pub fn new() -> Cluster {
+        Cluster {
+            replicas: 1,
+            etcd: false,
+            terminate: false,
+            sim_args: Vec::new(),
+            tokens: Vec::new(),
+            configure: Vec::new(),
+        }
+    }
+
+    /// `n` replicas.
+    pub fn replicas(mut self, n: usize) -> Cluster {
+        self.replicas = n;
+        self
+    }
+
+    /// The replicas share one etcd.
+    pub fn etcd(mut self) -> Cluster {
+        self.etcd = true;
+        self
+    }
+
+    /// kubegate terminates TLS; the replicas trust its front-proxy certificate.
+    pub fn terminate(mut self) -> Cluster {
+        self.terminate = true;
+        self
+    }
+
+    /// Extra flags for every replica.
+    pub fn sim_args(mut self, args: &[&str]) -> Cluster {
+        self.sim_args.extend(args.iter().map(|s| s.to_string()));
+        self
+    }
+
+    /// Every replica accepts these bearer tokens: (token, user, group).
+    pub fn tokens(mut self, tokens: &[(&str, &str, &str)]) -> Cluster {
+        self.tokens.extend(
+            tokens
+                .iter()
+                .map(|(t, u, g)| (t.to_string(), u.to_string(), g.to_string())),
+        );
+        self
+    }
+
+    /// Changes kubegate's configuration before it starts.
+    pub fn configure(mut self, f: impl FnOnce(&mut KubegateConfig) + 'static) -> Cluster {
+        self.configure.push(Box::new(f));
+        self
+    }
+
+    /// Starts everything, and waits until kubegate finds every replica ready.
+    pub fn start(self) -> Started {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let pki = Pki::new(dir.path());
+        let fp = self.terminate.then(|| pki.front_proxy());
+        let etcd = self.etcd.then(|| crate::etcd(dir.path()));
+        let mut args = self.sim_args;
+        if !self.tokens.is_empty() {
+            let tokens: Vec<(&str, &str, &str)> = self
+                .tokens
+                .iter()
+                .map(|(t, u, g)| (t.as_str(), u.as_str(), g.as_str()))
+                .collect();
+            args.push("--token-auth-file".into());
+            args.push(pki.token_file(&tokens).display().to_string());
+        }
+        let sims: Vec<Sim> = (1..=self.replicas)
+            .map(|i| {
+                Sim::start(
+                    &pki,
+                    &format!("replica-{i}"),
+                    SimOptions {
+                        args: args.clone(),
+                        front_proxy_ca: fp.as_ref().map(|fp| fp.ca.clone()),
+                        etcd: etcd.as_ref().map(Etcd::url),
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect();
+        let refs: Vec<&Sim> = sims.iter().collect();
+        let mut config = match &fp {
+            Some(fp) => KubegateConfig::terminating(&pki, fp, &refs),
+            None => KubegateConfig::new(&refs),
+        };
+        for f in self.configure {
+            f(&mut config);
+        }
+        let kg = Kubegate::start(&pki, &config);
+        for s in &sims {
+            kg.wait_state(&s.name, "ready", READY);
+        }
+        Started {
+            kg,
+            sims,
+            etcd,
+            fp,
+            pki,
+            config,
+            dir,
+        }
+    }
+}
+
+impl Default for Cluster {
+    fn default() -> Self {
+        Cluster::new()
+    }
+}
+
+impl Started {
+    /// The front-proxy files (panics unless terminating).
+    pub fn front_proxy(&self) -> &FrontProxyPki {
+        self.fp.as_ref().expect("started terminating")
+    }
+}

@@ -1,0 +1,222 @@
+//! kubegate for a test: its configuration (the test bed's, from the config crate's types,
+//! with settings tuned for tests), and the running process with what a test asks of it.
+
+use crate::client::{Conn, Response};
+use crate::proc::Proc;
+use crate::sim::Sim;
+use kubegate_config::{BackendSpec, BalancePolicy, Config};
+use kubegate_testbed::kubegate::{self, TerminateFiles};
+use kubegate_testbed::{free_addr, plain_http, FrontProxyPki, Pki};
+use std::net::{SocketAddr, TcpStream};
+use std::ops::{Deref, DerefMut};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// Path of a workspace binary (`kubegate`, `kubegate-sim`), built by `cargo build --bins`.
+pub fn bin(name: &str) -> PathBuf {
+    kubegate_testbed::binary(name)
+}
+
+/// Polls `f` until it returns `Some`, or panics naming `what` after `limit`.
+pub fn wait_for<T>(what: &str, limit: Duration, f: impl FnMut() -> Option<T>) -> T {
+    kubegate_testbed::wait_until(what, limit, f).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Milliseconds, for the configuration's durations.
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Seconds, for the configuration's durations.
+pub fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// A kubegate configuration for a test: the config crate's own [`Config`] (reached through
+/// `Deref`), with listener, admin address and CA filled in when kubegate starts.
+#[derive(Clone)]
+pub struct KubegateConfig(pub Config);
+
+impl Deref for KubegateConfig {
+    type Target = Config;
+    fn deref(&self) -> &Config {
+        &self.0
+    }
+}
+
+impl DerefMut for KubegateConfig {
+    fn deref_mut(&mut self) -> &mut Config {
+        &mut self.0
+    }
+}
+
+impl KubegateConfig {
+    /// kubegate in front of `sims`, with defaults tuned for tests: fast probes (300 ms, 100 ms
+    /// once one failed, 500 ms timeout), short drains (3 s), a quick shutdown (1 s delay, 2 s
+    /// grace).
+    pub fn new(sims: &[&Sim]) -> KubegateConfig {
+        let backends: Vec<(String, SocketAddr)> =
+            sims.iter().map(|s| (s.name.clone(), s.addr)).collect();
+        // Addresses and CA are the running test's, set by `Kubegate::start`.
+        let unset = SocketAddr::from(([127, 0, 0, 1], 0));
+        let mut c = kubegate::config(unset, unset, &backends, Path::new(""));
+        c.health.interval = ms(300);
+        c.health.timeout = ms(500);
+        c.health.fast_interval = ms(100);
+        c.balance = BalancePolicy::LeastConnections;
+        c.drain.timeout = secs(3);
+        c.drain.failing_timeout = secs(3);
+        c.shutdown.delay = secs(1);
+        c.shutdown.grace = secs(2);
+        KubegateConfig(c)
+    }
+
+    /// Terminating TLS in front of `sims` with `pki`'s serving certificate and client CA,
+    /// vouching for clients with `fp`'s front-proxy certificate.
+    pub fn terminating(pki: &Pki, fp: &FrontProxyPki, sims: &[&Sim]) -> KubegateConfig {
+        let mut cfg = KubegateConfig::new(sims);
+        kubegate::terminate(&mut cfg, &terminate_files(pki, fp));
+        cfg
+    }
+
+    /// Backends instead of the replicas: (name, address) pairs.
+    pub fn set_backends(&mut self, backends: &[(&str, SocketAddr)]) {
+        self.backends = backends
+            .iter()
+            .map(|(name, addr)| BackendSpec::named(name, *addr))
+            .collect();
+    }
+
+    /// The YAML text, with listener and admin addresses and the CA.
+    pub fn render(&self, listen: SocketAddr, admin: SocketAddr, ca: &Path) -> String {
+        let mut c = self.0.clone();
+        c.listeners[0].address = listen;
+        c.admin.address = admin;
+        c.health.tls.ca_file = Some(ca.to_path_buf());
+        c.to_yaml()
+    }
+}
+
+/// kubegate serving `pki`'s names, verifying clients of `pki`'s CA, vouching with `fp`.
+pub fn terminate_files(pki: &Pki, fp: &FrontProxyPki) -> TerminateFiles {
+    TerminateFiles {
+        serving: pki.serving("kubegate"),
+        client_ca: Some(pki.ca_file()),
+        front_proxy: Some((fp.cert.clone(), fp.key.clone())),
+    }
+}
+
+/// A running kubegate.
+pub struct Kubegate {
+    /// Client listener.
+    pub listen: SocketAddr,
+    /// Admin endpoint.
+    pub admin: SocketAddr,
+    /// The config file (rewrite it to reload).
+    pub config_path: PathBuf,
+    /// The process.
+    pub proc: Proc,
+    ca: PathBuf,
+}
+
+impl Kubegate {
+    /// Starts kubegate with `config` and waits for its admin endpoint.
+    pub fn start(pki: &Pki, config: &KubegateConfig) -> Kubegate {
+        Kubegate::start_with_env(pki, config, &[])
+    }
+
+    /// Like [`Kubegate::start`], with extra environment variables.
+    pub fn start_with_env(pki: &Pki, config: &KubegateConfig, env: &[(&str, &Path)]) -> Kubegate {
+        let listen = free_addr();
+        let admin = free_addr();
+        let config_path = pki.dir().join(format!("kubegate-{}.yaml", listen.port()));
+        std::fs::write(&config_path, config.render(listen, admin, &pki.ca_file())).unwrap();
+        let mut cmd = Command::new(bin("kubegate"));
+        cmd.arg("run").arg("--config").arg(&config_path);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let proc = Proc::spawn(
+            "kubegate",
+            cmd,
+            pki.dir().join(format!("kubegate-{}.log", listen.port())),
+        );
+        let kg = Kubegate {
+            listen,
+            admin,
+            config_path,
+            proc,
+            ca: pki.ca_file(),
+        };
+        wait_for("kubegate admin /livez", Duration::from_secs(10), || {
+            kg.admin_get("/livez")
+                .filter(|r| r.starts_with("HTTP/1.1 200"))
+        });
+        kg
+    }
+
+    /// Rewrites the config file (the file watcher reloads it).
+    pub fn rewrite(&self, config: &KubegateConfig) {
+        let text = config.render(self.listen, self.admin, &self.ca);
+        std::fs::write(&self.config_path, text).unwrap();
+    }
+
+    /// Raw admin response, or `None` if the endpoint does not answer.
+    pub fn admin_get(&self, path: &str) -> Option<String> {
+        TcpStream::connect(self.admin).ok()?;
+        Some(plain_http(self.admin, "GET", path))
+    }
+
+    /// The body of an admin path.
+    pub fn admin_body(&self, path: &str) -> String {
+        let raw = self.admin_get(path).expect("admin endpoint answers");
+        raw.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default()
+    }
+
+    /// `/debug/backends` as JSON.
+    pub fn backends(&self) -> Vec<serde_json::Value> {
+        serde_json::from_str(&self.admin_body("/debug/backends")).expect("backends JSON")
+    }
+
+    /// State of backend `name`.
+    pub fn state(&self, name: &str) -> Option<String> {
+        self.backends()
+            .into_iter()
+            .find(|b| b["name"] == name)
+            .and_then(|b| b["state"].as_str().map(str::to_string))
+    }
+
+    /// Waits until backend `name` is in `state`.
+    pub fn wait_state(&self, name: &str, state: &str, limit: Duration) {
+        wait_for(&format!("{name} to be {state}"), limit, || {
+            (self.state(name).as_deref() == Some(state)).then_some(())
+        });
+    }
+
+    /// The value of one metric sample (`name{labels}` exactly as exported), 0 if absent.
+    pub fn metric(&self, series: &str) -> f64 {
+        self.admin_body("/metrics")
+            .lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')))
+            .map(|v| v.trim().parse().unwrap())
+            .unwrap_or(0.0)
+    }
+
+    /// kubegate's log so far.
+    pub fn log(&self) -> String {
+        self.proc.log()
+    }
+
+    /// A TLS connection through kubegate (HTTP/1.1 unless `h2`).
+    pub async fn connect(&self, pki: &Pki, h2: bool) -> std::io::Result<Conn> {
+        Conn::open(self.listen, pki, h2).await
+    }
+
+    /// One `GET path` on a fresh connection through kubegate.
+    pub async fn get(&self, pki: &Pki, path: &str) -> std::io::Result<Response> {
+        self.connect(pki, false).await?.get(path).await
+    }
+}

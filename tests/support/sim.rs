@@ -1,0 +1,146 @@
+//! One `kubegate-sim` replica of a test: the test bed's replica, plus what a test reads of it
+//! (its certificate, to tell from the client side which replica answered) and panicking
+//! helpers.
+
+use crate::client::Conn;
+use kubegate_testbed::{Pki, Replica, ReplicaFlags};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+/// How a simulated replica is started.
+#[derive(Clone, Default)]
+pub struct SimOptions {
+    /// Extra flags, e.g. `["--shutdown-delay-duration", "2s"]`.
+    pub args: Vec<String>,
+    /// Serving pair to use instead of the replica's own valid one.
+    pub serving: Option<(PathBuf, PathBuf)>,
+    /// Trust this front-proxy CA for requestheader authentication (CN `front-proxy-client`).
+    pub front_proxy_ca: Option<PathBuf>,
+    /// Store in this etcd (`--etcd-servers`) instead of in memory.
+    pub etcd: Option<String>,
+    /// Listen (and advertise) on this address instead of a free port on 127.0.0.1: replicas
+    /// of one cluster share a port on distinct loopback addresses.
+    pub address: Option<SocketAddr>,
+}
+
+/// One replica.
+pub struct Sim {
+    /// Replica name (also its serving certificate's common name).
+    pub name: String,
+    /// TLS address.
+    pub addr: SocketAddr,
+    /// Fault port.
+    pub fault_port: u16,
+    /// DER of its serving certificate, to recognise it from the client side.
+    pub cert_der: Vec<u8>,
+    replica: Replica,
+}
+
+impl Sim {
+    /// Starts replica `name` trusting `fp`'s front-proxy CA (requestheader authentication, as
+    /// behind kubegate's terminate mode), with extra flags `args`.
+    pub fn behind_front_proxy(
+        pki: &Pki,
+        fp: &kubegate_testbed::FrontProxyPki,
+        name: &str,
+        args: Vec<String>,
+    ) -> Sim {
+        Sim::start(
+            pki,
+            name,
+            SimOptions {
+                args,
+                front_proxy_ca: Some(fp.ca.clone()),
+                ..Default::default()
+            },
+        )
+    }
+
+    /// Starts replica `name` with certificates from `pki` and waits until it accepts TCP.
+    pub fn start(pki: &Pki, name: &str, opts: SimOptions) -> Sim {
+        let serving = opts.serving.clone().unwrap_or_else(|| pki.serving(name));
+        let mut flags = ReplicaFlags::new(name, serving, &pki.ca_file());
+        if let Some(a) = opts.address {
+            flags.address = a;
+        }
+        flags.front_proxy_ca = opts.front_proxy_ca;
+        flags.etcd = opts.etcd;
+        flags.extra = opts.args;
+        let pem = std::fs::read(&flags.serving.0).unwrap();
+        let cert_der = rustls_pki_types::pem::PemObject::from_pem_slice(&pem)
+            .map(|c: rustls_pki_types::CertificateDer<'static>| c.to_vec())
+            .unwrap();
+        let log = pki.dir().join(format!("{name}.log"));
+        let replica = Replica::start(flags, &log).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        Sim {
+            name: name.to_string(),
+            addr: replica.addr(),
+            fault_port: replica.flags.fault_port,
+            cert_der,
+            replica,
+        }
+    }
+
+    /// Starts the replica again on the same address (killed first if it still runs).
+    pub fn restart(&mut self) {
+        self.replica
+            .restart()
+            .unwrap_or_else(|e| panic!("restart {}: {e:#}", self.name));
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> i32 {
+        self.replica.pid().expect("running") as i32
+    }
+
+    /// Sends `sig` (libc::SIGTERM, SIGSTOP, ...).
+    pub fn signal(&self, sig: i32) {
+        self.replica
+            .signal(sig)
+            .unwrap_or_else(|e| panic!("signal {sig} to {}: {e}", self.name));
+    }
+
+    /// Waits for the replica to exit by itself within `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> ExitStatus {
+        self.replica.wait_exit(limit).unwrap_or_else(|| {
+            panic!(
+                "timed out after {limit:?} waiting for {} to exit",
+                self.name
+            )
+        })
+    }
+
+    /// Kills now (SIGKILL) and reaps.
+    pub fn kill(&mut self) {
+        self.replica.kill();
+    }
+
+    /// Forces `check` to fail (true) or pass again (false), through the fault port.
+    pub fn force_check(&self, check: &str, failing: bool) {
+        self.replica
+            .force_check(check, failing)
+            .unwrap_or_else(|e| panic!("{e:#}"));
+    }
+
+    /// Adds latency to every request.
+    pub fn set_latency_ms(&self, ms: u64) {
+        self.replica
+            .set_latency_ms(ms)
+            .unwrap_or_else(|e| panic!("{e:#}"));
+    }
+
+    /// A TLS connection straight to this replica.
+    pub async fn connect(&self, pki: &Pki, h2: bool) -> std::io::Result<Conn> {
+        Conn::open(self.addr, pki, h2).await
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        if self.replica.running() && std::thread::panicking() {
+            eprintln!("---- log of {} ----\n{}", self.name, self.replica.log());
+        }
+    }
+}
