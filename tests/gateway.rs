@@ -777,3 +777,91 @@ async fn client_connections_carry_the_configured_keepalive() {
     );
     assert!(later <= Duration::from_secs(1200), "{later:?}");
 }
+
+/// The open-files limits of process `pid`: (soft, hard), from `/proc/PID/limits`.
+fn nofile(pid: i32) -> (u64, u64) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let f: Vec<&str> = line.split_whitespace().collect();
+    (f[3].parse().unwrap(), f[4].parse().unwrap())
+}
+
+/// Started with a soft open-files limit of 1024 (what containers commonly get: about 500
+/// passthrough connections), kubegate raises it to the hard limit and serves 5,000 connections
+/// at once; `process_open_fds` follows them up and back down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_soft_descriptor_limit_of_1024_is_raised_and_5000_connections_are_served() {
+    const N: usize = 5_000;
+    let me = std::process::id() as i32;
+    let (_, hard) = nofile(me);
+    assert!(
+        hard >= 2 * N as u64 + 1024,
+        "the hard open-files limit ({hard}) is too low for this test"
+    );
+    // The replica (and this test's clients) need the room: only raised, never lowered, so
+    // the tests running beside this one are not affected.
+    set_nofile(me, hard as usize);
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let sim = Sim::start(&pki, "replica-1", SimOptions::default());
+    let soft = format!("--nofile=1024:{hard}");
+    let kg = Kubegate::start_under(
+        &pki,
+        &KubegateConfig::new(&[&sim]),
+        &[],
+        &["prlimit", &soft],
+    );
+    kg.wait_state("replica-1", "ready", Duration::from_secs(30));
+    assert_eq!(
+        nofile(kg.proc.pid()),
+        (hard, hard),
+        "raised to the hard limit"
+    );
+    assert!(kg.log().contains("soft_before=1024"), "{}", kg.log());
+    assert_eq!(
+        kg.metric("kubegate_client_connection_limit"),
+        ((hard - 256) / 2).min(20_000) as f64
+    );
+    let idle_fds = kg.metric("process_open_fds");
+
+    // 5,000 TLS connections through kubegate to the replica, 100 handshakes at a time; each
+    // handshake proves the connection reached the replica.
+    let pki = std::sync::Arc::new(pki);
+    let listen = kg.listen;
+    let mut conns = Vec::with_capacity(N);
+    for _ in 0..N / 100 {
+        let batch: Vec<_> = (0..100)
+            .map(|_| {
+                let pki = pki.clone();
+                tokio::spawn(async move { Conn::open(listen, &pki, false).await })
+            })
+            .collect();
+        for t in batch {
+            conns.push(t.await.unwrap().expect("a connection through kubegate"));
+        }
+    }
+    let series = r#"kubegate_backend_connections{backend="replica-1"}"#;
+    assert_eq!(kg.metric(series), N as f64);
+    let fds = kg.metric("process_open_fds");
+    assert!(
+        fds >= idle_fds + 2.0 * N as f64,
+        "{fds} descriptors open with {N} connections (idle: {idle_fds})"
+    );
+    assert!(
+        kg.metric("process_max_fds") >= hard as f64,
+        "process_max_fds shows the raised limit"
+    );
+    drop(conns);
+    wait_for(
+        "the connections' descriptors closed",
+        Duration::from_secs(60),
+        || (kg.metric("process_open_fds") < idle_fds + 100.0).then_some(()),
+    );
+    assert_eq!(
+        kg.metric(r#"kubegate_client_limit_closes_total{reason="connections"}"#),
+        0.0
+    );
+}

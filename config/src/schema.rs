@@ -597,7 +597,8 @@ pub struct AdminConfig {
     /// Bearer ...`). Read again on every request, so rotation needs no reload. Needs `tls`.
     pub bearer_token_file: Option<PathBuf>,
     /// Paths answered without authentication when authentication is configured: by default the
-    /// probes (`/livez`, `/readyz`, `/healthz`), as the apiserver allows them anonymously.
+    /// probes (`/livez`, `/readyz` and its checks, `/healthz`), as the apiserver allows them
+    /// anonymously.
     pub public_paths: Vec<String>,
     /// Connections at once; at the limit a new connection closes the oldest, so idle or slow
     /// clients cannot keep probes out.
@@ -614,7 +615,15 @@ impl Default for AdminConfig {
             address: SocketAddr::from(([127, 0, 0, 1], 9444)),
             tls: None,
             bearer_token_file: None,
-            public_paths: ["/livez", "/readyz", "/healthz"].map(String::from).to_vec(),
+            public_paths: [
+                "/livez",
+                "/readyz",
+                "/readyz/lifecycle",
+                "/readyz/backends",
+                "/healthz",
+            ]
+            .map(String::from)
+            .to_vec(),
             max_connections: 64,
             header_read_timeout: Duration::from_secs(5),
         }

@@ -3,6 +3,7 @@
 //! credentials read — before pingora starts (`prepare`); then pingora's server runs the
 //! listeners and the control plane until the shutdown sequence ends (`serve`, `shutdown`).
 
+mod descriptors;
 mod prepare;
 mod serve;
 mod shutdown;

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "kubegate", version, about)]
+#[command(name = "kubegate", version = kubegate::telemetry::build::LONG_VERSION, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -1,7 +1,8 @@
 //! What kubegate reports about itself: every metric family (grouped by who records them), the
-//! typed label values every plane records with, the pool's decisions turned into metrics, and
-//! the allocator with its figures. Nothing here decides anything or carries traffic.
+//! typed label values every plane records with, the pool's decisions turned into metrics, the
+//! allocator with its figures, and what this binary is (version, commit). Nothing here decides anything or carries traffic.
 
+pub mod build;
 mod events;
 mod labels;
 pub mod memory;

@@ -30,9 +30,11 @@ pub struct ReplicaFlags {
     pub serving: (PathBuf, PathBuf),
     /// `--client-ca-file`.
     pub client_ca: PathBuf,
-    /// `--requestheader-client-ca-file`, with `--requestheader-allowed-names`
-    /// ([`FRONT_PROXY_CN`]) and kubeadm's header names.
+    /// `--requestheader-client-ca-file`, with kubeadm's header names.
     pub front_proxy_ca: Option<PathBuf>,
+    /// `--requestheader-allowed-names` (with a front-proxy CA): [`FRONT_PROXY_CN`], as
+    /// kubeadm sets it, unless changed.
+    pub front_proxy_names: Vec<String>,
     /// `--etcd-servers`; none: an in-memory store of its own.
     pub etcd: Option<String>,
     /// `--shutdown-delay-duration`.
@@ -57,6 +59,7 @@ impl ReplicaFlags {
             serving,
             client_ca: client_ca.to_path_buf(),
             front_proxy_ca: None,
+            front_proxy_names: vec![FRONT_PROXY_CN.to_string()],
             etcd: None,
             shutdown_delay: None,
             goaway_chance: None,
@@ -82,7 +85,10 @@ impl ReplicaFlags {
         flag("replica-name", self.name.clone().into());
         if let Some(ca) = &self.front_proxy_ca {
             flag("requestheader-client-ca-file", ca.clone().into());
-            flag("requestheader-allowed-names", FRONT_PROXY_CN.into());
+            flag(
+                "requestheader-allowed-names",
+                self.front_proxy_names.join(",").into(),
+            );
             flag("requestheader-username-headers", "X-Remote-User".into());
             flag("requestheader-group-headers", "X-Remote-Group".into());
             flag(

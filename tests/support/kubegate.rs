@@ -128,11 +128,29 @@ impl Kubegate {
 
     /// Like [`Kubegate::start`], with extra environment variables.
     pub fn start_with_env(pki: &Pki, config: &KubegateConfig, env: &[(&str, &Path)]) -> Kubegate {
+        Kubegate::start_under(pki, config, env, &[])
+    }
+
+    /// Like [`Kubegate::start_with_env`], run by `wrapper` (a command and its arguments that
+    /// runs the rest, e.g. `prlimit --nofile=1024:`).
+    pub fn start_under(
+        pki: &Pki,
+        config: &KubegateConfig,
+        env: &[(&str, &Path)],
+        wrapper: &[&str],
+    ) -> Kubegate {
         let listen = free_addr();
         let admin = free_addr();
         let config_path = pki.dir().join(format!("kubegate-{}.yaml", listen.port()));
         std::fs::write(&config_path, config.render(listen, admin, &pki.ca_file())).unwrap();
-        let mut cmd = Command::new(bin("kubegate"));
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(bin("kubegate"));
+                c
+            }
+            None => Command::new(bin("kubegate")),
+        };
         cmd.arg("run").arg("--config").arg(&config_path);
         for (k, v) in env {
             cmd.env(k, v);

@@ -7,6 +7,7 @@
 
 mod client;
 mod cluster;
+mod container;
 pub mod h2raw;
 mod kubegate;
 mod proc;
@@ -15,6 +16,7 @@ mod watch;
 
 pub use client::{tls_client_config, tls_connect, Conn, Lines, Response};
 pub use cluster::{Cluster, Started};
+pub use container::{Container, ContainerSpec};
 pub use kubegate::{bin, ms, secs, terminate_files, wait_for, Kubegate, KubegateConfig};
 pub use kubegate_testbed::kubegate::TerminateFiles;
 pub use kubegate_testbed::{free_port, plain_http, Etcd, FrontProxyPki, Pki};

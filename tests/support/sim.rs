@@ -18,6 +18,9 @@ pub struct SimOptions {
     pub serving: Option<(PathBuf, PathBuf)>,
     /// Trust this front-proxy CA for requestheader authentication (CN `front-proxy-client`).
     pub front_proxy_ca: Option<PathBuf>,
+    /// Common names the front-proxy CA's certificates may have (default: kubeadm's
+    /// `front-proxy-client`).
+    pub front_proxy_names: Option<Vec<String>>,
     /// Store in this etcd (`--etcd-servers`) instead of in memory.
     pub etcd: Option<String>,
     /// Listen (and advertise) on this address instead of a free port on 127.0.0.1: replicas
@@ -66,6 +69,9 @@ impl Sim {
             flags.address = a;
         }
         flags.front_proxy_ca = opts.front_proxy_ca;
+        if let Some(names) = opts.front_proxy_names {
+            flags.front_proxy_names = names;
+        }
         flags.etcd = opts.etcd;
         flags.extra = opts.args;
         let pem = std::fs::read(&flags.serving.0).unwrap();

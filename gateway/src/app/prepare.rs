@@ -3,6 +3,7 @@
 //! listening sockets bound or taken over from the running kubegate (`--upgrade`), the admin
 //! socket, certificates, discovery credentials.
 
+use crate::app::descriptors;
 use crate::control::{self, upgrade, AdminTls, ControlParts, UpgradeState};
 use crate::net::{self, Serve};
 use crate::passthrough::Passthrough;
@@ -29,6 +30,7 @@ pub struct Prepared {
 /// kubegate running on `upgrade.socket`.
 pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
     let config = load_file_with(config_path, &control::check_files)?;
+    let descriptors = descriptors::raise();
     let mut inherited = match (&config.upgrade, upgrade) {
         (Some(u), true) => Some(upgrade::take_over(&u.socket)?),
         (None, true) => anyhow::bail!("--upgrade needs upgrade.socket in the configuration"),
@@ -85,7 +87,8 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
         listeners = ?config.listeners.iter().map(|l| l.address).collect::<Vec<_>>(),
         admin = %config.admin.address,
         backends = config.backends.len(),
-        version = env!("CARGO_PKG_VERSION"),
+        version = crate::telemetry::build::VERSION,
+        commit = crate::telemetry::build::COMMIT,
         "kubegate starting"
     );
     let discovery = match &config.discovery {
@@ -105,7 +108,13 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
         predecessor: inherited.map(upgrade::Inherited::into_stream),
     });
     let threads = config.threads;
-    let gateway = Gateway::new(config, config_path.to_path_buf(), probes, accepting);
+    let gateway = Gateway::new(
+        config,
+        config_path.to_path_buf(),
+        probes,
+        accepting,
+        descriptors.client_capacity(),
+    );
     Ok(Prepared {
         gateway,
         listeners,

@@ -1,4 +1,5 @@
-//! The admin endpoint: `/livez`, `/readyz`, `/metrics`, `/debug/backends`, `/debug/config`.
+//! The admin endpoint: `/livez`, `/readyz` (and its checks, `/readyz/lifecycle`,
+//! `/readyz/backends`), `/metrics`, `/debug/backends`, `/debug/config`.
 //!
 //! HTTP/1.1, over TLS when `admin.tls` is set; it keeps answering through `stopping` and
 //! `draining` so probes and scrapes see the shutdown happen. `/livez` is 200 until the process
@@ -11,7 +12,7 @@
 //! token file configured, everything but `admin.public_paths` (the probes, by default) needs a
 //! verified client certificate or one of the tokens.
 
-use crate::state::Gateway;
+use crate::state::{Gateway, Phase};
 use crate::telemetry::AdminRefusal;
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
@@ -169,13 +170,9 @@ async fn route(gw: &Gateway, req: Request<Incoming>, verified: bool) -> Response
     }
     match path {
         "/livez" | "/healthz" => text(StatusCode::OK, "ok".into()),
-        "/readyz" => match gw.ready() {
-            Ok(()) => text(StatusCode::OK, "ok".into()),
-            Err(why) => text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("not ready: {why}\n"),
-            ),
-        },
+        "/readyz" => readyz(gw, None, verbose(&req)),
+        "/readyz/lifecycle" => readyz(gw, Some(Check::Lifecycle), verbose(&req)),
+        "/readyz/backends" => readyz(gw, Some(Check::Backends), verbose(&req)),
         "/metrics" => Response::builder()
             .header(
                 header::CONTENT_TYPE,
@@ -187,6 +184,76 @@ async fn route(gw: &Gateway, req: Request<Incoming>, verified: bool) -> Response
         // File paths only: no key, token or certificate content is ever in the configuration.
         "/debug/config" => json(&**gw.config().load()),
         _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
+    }
+}
+
+/// The checks `/readyz` is made of, each also on its own path (`/readyz/<name>`), as the
+/// apiserver's are: keepalived gives the VIP up when `lifecycle` fails (kubegate stopping) and
+/// only lowers its priority when `backends` does (every node fails that one together when the
+/// apiservers do).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Check {
+    /// kubegate is serving: not starting, not shutting down.
+    Lifecycle,
+    /// At least one backend is ready.
+    Backends,
+}
+
+impl Check {
+    const ALL: [Check; 2] = [Check::Lifecycle, Check::Backends];
+
+    fn name(self) -> &'static str {
+        match self {
+            Check::Lifecycle => "lifecycle",
+            Check::Backends => "backends",
+        }
+    }
+
+    fn run(self, gw: &Gateway) -> Result<(), &'static str> {
+        match self {
+            Check::Lifecycle => match gw.lifecycle().phase() {
+                Phase::Serving => Ok(()),
+                Phase::Starting => Err("starting"),
+                Phase::Stopping | Phase::Draining => Err("shutting down"),
+            },
+            Check::Backends if gw.pool().routing().ready.is_empty() => Err("no ready backend"),
+            Check::Backends => Ok(()),
+        }
+    }
+}
+
+fn verbose(req: &Request<Incoming>) -> bool {
+    req.uri().query().is_some_and(|q| {
+        q.split('&')
+            .any(|p| p == "verbose" || p.starts_with("verbose="))
+    })
+}
+
+/// `/readyz` (every check) or one check, answered as the apiserver answers: `ok`, or with
+/// `verbose` (and always on failure) one `[+]`/`[-]` line per check.
+fn readyz(gw: &Gateway, only: Option<Check>, verbose: bool) -> Response<Full<Bytes>> {
+    let checks: Vec<(Check, Result<(), &str>)> = Check::ALL
+        .into_iter()
+        .filter(|c| only.is_none_or(|o| o == *c))
+        .map(|c| (c, c.run(gw)))
+        .collect();
+    let passed = checks.iter().all(|(_, r)| r.is_ok());
+    if passed && !verbose {
+        return text(StatusCode::OK, "ok".into());
+    }
+    let mut body = String::new();
+    for (c, r) in &checks {
+        match r {
+            Ok(()) => body.push_str(&format!("[+]{} ok\n", c.name())),
+            Err(why) => body.push_str(&format!("[-]{} failed: {why}\n", c.name())),
+        }
+    }
+    if passed {
+        body.push_str("readyz check passed\n");
+        text(StatusCode::OK, body)
+    } else {
+        body.push_str("readyz check failed\n");
+        text(StatusCode::SERVICE_UNAVAILABLE, body)
     }
 }
 

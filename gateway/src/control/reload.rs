@@ -109,6 +109,7 @@ fn apply(gw: &Gateway, terminate: Option<&TerminateMode>, p: Prepared) -> Vec<Ch
         }
     }
     gw.metrics().control.backends_configured.set(configured);
+    gw.publish_client_limit();
     pool.rebuild_routing();
     p.changes
 }

@@ -156,8 +156,7 @@ async fn accept_loop(listener: TcpListener, plane: Arc<dyn Serve>, gw: Arc<Gatew
         };
         match accepted {
             Ok((client, _)) => {
-                let limit = gw.config().load().limits.max_client_connections;
-                let Some(slot) = admission::try_take(limit) else {
+                let Some(slot) = admission::try_take(gw.client_limit()) else {
                     gw.metrics().net.limit_closed(ClientLimit::Connections);
                     continue;
                 };

@@ -18,24 +18,23 @@ pub struct Gateway {
     pool: Arc<Pool>,
     lifecycle: Arc<Lifecycle>,
     metrics: Arc<Metrics>,
+    /// Client connections the open-files limit leaves room for.
+    client_capacity: usize,
 }
 
 impl Gateway {
     /// A gateway for `config` (read from `path`) with no backends started yet (see
     /// [`Gateway::start_backends`]); `accepting` unless it takes over from a running
-    /// predecessor.
+    /// predecessor; room for `client_capacity` client connections in its descriptors.
     pub fn new(
         config: Config,
         path: PathBuf,
         probes: ProbeSettings,
         accepting: bool,
+        client_capacity: usize,
     ) -> Arc<Gateway> {
         let metrics = Arc::new(Metrics::new());
-        metrics
-            .gateway
-            .build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION")])
-            .set(1);
+        metrics.gateway.publish_build();
         let lifecycle = Arc::new(Lifecycle::new(metrics.clone(), accepting));
         let readiness = {
             let lifecycle = lifecycle.clone();
@@ -46,12 +45,43 @@ impl Gateway {
         let pool = Pool::new(pool_settings(&config), Some(probes), events, move |name| {
             Planes::new(planes_metrics.clone(), name)
         });
-        Arc::new(Gateway {
+        let gw = Arc::new(Gateway {
             config: RunningConfig::new(config, path),
             pool,
             lifecycle,
             metrics,
-        })
+            client_capacity,
+        });
+        gw.publish_client_limit();
+        gw
+    }
+
+    /// Client connections admitted at once: `limits.max_client_connections`, held to what the
+    /// open-files limit leaves room for.
+    pub fn client_limit(&self) -> usize {
+        self.config
+            .load()
+            .limits
+            .max_client_connections
+            .min(self.client_capacity)
+    }
+
+    /// Publishes the client limit in force (at start and after each reload); warns when the
+    /// open-files limit holds the configured one down.
+    pub fn publish_client_limit(&self) {
+        let configured = self.config.load().limits.max_client_connections;
+        let limit = self.client_limit();
+        if limit < configured {
+            tracing::warn!(
+                configured,
+                limit,
+                "limits.max_client_connections does not fit the open-files limit: at most {limit} client connections (raise the hard RLIMIT_NOFILE, e.g. LimitNOFILE= or the container runtime's ulimit)"
+            );
+        }
+        self.metrics
+            .net
+            .client_connection_limit
+            .set(i64::try_from(limit).unwrap_or(i64::MAX));
     }
 
     /// The running configuration.

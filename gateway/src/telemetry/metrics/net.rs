@@ -2,14 +2,17 @@
 //! backends.
 
 use crate::telemetry::labels::{ClientLimit, ConnectError, Refusal};
-use crate::telemetry::metrics::register::{counter, counter_vec, forget_in};
-use prometheus::{IntCounter, IntCounterVec, Registry};
+use crate::telemetry::metrics::register::{counter, counter_vec, forget_in, gauge};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Registry};
 
 /// Recorded by the accept loops, admission and the connect loop.
 pub struct NetMetrics {
     /// `kubegate_accept_errors_total`: failed accepts on the listeners (descriptors or memory
     /// exhausted, connections aborted before they were accepted).
     pub accept_errors: IntCounter,
+    /// `kubegate_client_connection_limit`: client connections admitted at once (the configured
+    /// limit, held to what the open-files limit leaves room for).
+    pub client_connection_limit: IntGauge,
     /// `kubegate_client_limit_closes_total{reason}`: client connections closed because they
     /// reached a limit (see [`ClientLimit`]).
     client_limit_closes: IntCounterVec,
@@ -28,6 +31,7 @@ impl NetMetrics {
     pub fn new(r: &Registry) -> NetMetrics {
         let m = NetMetrics {
             accept_errors: counter(r, "kubegate_accept_errors_total", "Failed accepts on the listeners (descriptors or memory exhausted, connections aborted before they were accepted)."),
+            client_connection_limit: gauge(r, "kubegate_client_connection_limit", "Client connections admitted at once: limits.max_client_connections, held to what the open-files limit leaves room for."),
             client_limit_closes: counter_vec(r, "kubegate_client_limit_closes_total", "Client connections kubegate closed to protect itself and its other clients, by limit (connections: limits.max_client_connections were open; rapid_reset: most HTTP/2 streams reset by the client at once).", &["reason"]),
             connect_errors: counter_vec(r, "kubegate_backend_connect_errors_total", "Failed connects to a backend by reason (refused, timeout, error).", &["backend", "reason"]),
             connect_retries: counter(r, "kubegate_connect_retries_total", "Client connections whose first backend connect failed and were retried on another backend."),
