@@ -1,0 +1,268 @@
+//! The keepalived set-up of `deploy/keepalived/keepalived.conf`, run with keepalived itself:
+//! two nodes as network namespaces on one bridge (VRRP between them), each with a simulated
+//! apiserver, kubegate (the static pod's configuration) and keepalived with the shipped file
+//! (only the VIP changed, to a link-local address: nothing leaves this machine's namespaces).
+//!
+//! 1. `the_vip_follows_kubegate_and_rides_out_an_outage_every_node_sees`:
+//!    a. the node holding the VIP alone sees no ready apiserver: the VIP moves;
+//!    b. every apiserver fails /readyz for every node: the VIP stays where it is;
+//!    c. kubegate on the node holding the VIP stops: the VIP moves within its shutdown delay.
+
+use kubegate_e2e::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(60);
+const VIP: &str = "169.254.77.100";
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn ip(args: &[&str]) -> String {
+    let out = Command::new("ip").args(args).output().expect("iproute2's ip");
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A process started in its own process group inside a namespace, ended (with every process
+/// it started, keepalived's VRRP child among them) through that group when dropped.
+struct Group {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl Group {
+    fn spawn(ns: &str, program: &Path, args: &[&str], log: PathBuf) -> Group {
+        use std::os::unix::process::CommandExt;
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .arg(program)
+            .args(args)
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        Group { child, log }
+    }
+
+    fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .args([sig, "--", &format!("-{}", self.child.id())])
+            .status();
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("---- {} ----\n{}", self.log.display(), self.log());
+        }
+        self.signal("-KILL");
+        let _ = self.child.wait();
+    }
+}
+
+/// One node: a network namespace with `eth0` on the bridge, and what runs in it.
+struct NodeNs {
+    ns: String,
+    procs: Vec<Group>,
+}
+
+impl NodeNs {
+    /// HTTP GET (or POST) on the namespace's loopback; the status line's code, 0 on failure.
+    fn http(&self, method: &str, url: &str) -> u16 {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.ns, "curl", "-s", "-k", "-o", "/dev/null"])
+            .args(["-w", "%{http_code}", "--max-time", "2", "-X", method, url])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).parse().unwrap_or(0)
+    }
+
+    fn holds_vip(&self) -> bool {
+        ip(&["-n", &self.ns, "-4", "addr", "show", "dev", "eth0"]).contains(VIP)
+    }
+}
+
+/// The namespaces, deleted (after what runs in them) when dropped.
+struct Lab {
+    switch: String,
+    nodes: Vec<NodeNs>,
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            n.procs.clear();
+            let _ = Command::new("ip").args(["netns", "del", &n.ns]).status();
+        }
+        let _ = Command::new("ip").args(["netns", "del", &self.switch]).status();
+    }
+}
+
+fn lab(n: usize) -> Lab {
+    let id = std::process::id();
+    let switch = format!("kgsw-{id}");
+    ip(&["netns", "add", &switch]);
+    ip(&["-n", &switch, "link", "add", "br0", "type", "bridge"]);
+    ip(&["-n", &switch, "link", "set", "br0", "up"]);
+    let mut nodes = Vec::new();
+    for i in 0..n {
+        let ns = format!("kgn{i}-{id}");
+        ip(&["netns", "add", &ns]);
+        let (inner, outer) = (format!("kgi{i}-{id}"), format!("kgo{i}-{id}"));
+        ip(&["link", "add", &inner, "type", "veth", "peer", "name", &outer]);
+        ip(&["link", "set", &inner, "netns", &ns]);
+        ip(&["link", "set", &outer, "netns", &switch]);
+        ip(&["-n", &ns, "link", "set", &inner, "name", "eth0"]);
+        ip(&["-n", &ns, "addr", "add", &format!("169.254.77.{}/24", i + 1), "dev", "eth0"]);
+        ip(&["-n", &ns, "link", "set", "eth0", "up"]);
+        ip(&["-n", &ns, "link", "set", "lo", "up"]);
+        ip(&["-n", &switch, "link", "set", &outer, "master", "br0"]);
+        ip(&["-n", &switch, "link", "set", &outer, "up"]);
+        nodes.push(NodeNs {
+            ns,
+            procs: Vec::new(),
+        });
+    }
+    Lab { switch, nodes }
+}
+
+#[test]
+fn the_vip_follows_kubegate_and_rides_out_an_outage_every_node_sees() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let (crt, key) = pki.serving("replica");
+    let mut lab = lab(2);
+    let shipped = std::fs::read_to_string(repo("deploy/keepalived/keepalived.conf")).unwrap();
+    assert!(shipped.contains("192.0.2.10/24"));
+    let keepalived_conf = shipped.replace("192.0.2.10/24", &format!("{VIP}/24"));
+    let (api, fault) = (17443, 17543);
+    for (i, node) in lab.nodes.iter_mut().enumerate() {
+        let d = dir.path().join(format!("node-{i}"));
+        std::fs::create_dir_all(&d).unwrap();
+        // The apiserver this node's kubegate sees, on the node's own loopback.
+        let sim = Group::spawn(
+            &node.ns,
+            &bin("kubegate-sim"),
+            &[
+                "--secure-port", &api.to_string(), "--fault-port", &fault.to_string(),
+                "--tls-cert-file", crt.to_str().unwrap(),
+                "--tls-private-key-file", key.to_str().unwrap(),
+                "--client-ca-file", pki.ca_file().to_str().unwrap(),
+                "--replica-name", &format!("replica-{i}"),
+            ],
+            d.join("sim.log"),
+        );
+        node.procs.push(sim);
+        // kubegate with the static pod's configuration: admin on 127.0.0.1:9444, as the
+        // keepalived file expects.
+        let mut c: kubegate_config::Config = serde_yaml_ng::from_str(
+            &std::fs::read_to_string(repo("deploy/static-pod/kubegate-config.yaml")).unwrap(),
+        )
+        .unwrap();
+        c.backends = vec![kubegate_config::BackendSpec::named(
+            "apiserver",
+            format!("127.0.0.1:{api}").parse().unwrap(),
+        )];
+        c.health.tls.ca_file = Some(pki.ca_file());
+        let config = d.join("kubegate.yaml");
+        std::fs::write(&config, c.to_yaml()).unwrap();
+        node.procs.push(Group::spawn(
+            &node.ns,
+            &bin("kubegate"),
+            &["run", "--config", config.to_str().unwrap()],
+            d.join("kubegate.log"),
+        ));
+        wait_for(&format!("{}: kubegate /readyz 200", node.ns), T, || {
+            (node.http("GET", "http://127.0.0.1:9444/readyz") == 200).then_some(())
+        });
+        let conf = d.join("keepalived.conf");
+        std::fs::write(&conf, &keepalived_conf).unwrap();
+        let keepalived = Command::new("sh")
+            .args(["-c", "command -v keepalived"])
+            .output()
+            .unwrap();
+        let keepalived = PathBuf::from(String::from_utf8_lossy(&keepalived.stdout).trim());
+        assert!(keepalived.is_file(), "keepalived (Debian package) is installed");
+        node.procs.push(Group::spawn(
+            &node.ns,
+            &keepalived,
+            &[
+                "--dont-fork", "--log-console", "--log-detail", "--vrrp",
+                "--use-file", conf.to_str().unwrap(),
+                "--pid", d.join("keepalived.pid").to_str().unwrap(),
+                "--vrrp_pid", d.join("vrrp.pid").to_str().unwrap(),
+            ],
+            d.join("keepalived.log"),
+        ));
+    }
+    let holder = |lab: &Lab| -> Option<usize> {
+        let held: Vec<usize> = (0..lab.nodes.len())
+            .filter(|&i| lab.nodes[i].holds_vip())
+            .collect();
+        (held.len() == 1).then(|| held[0])
+    };
+    let first = wait_for("one node to hold the VIP", T, || holder(&lab));
+    let other = 1 - first;
+
+    // a. The holder alone sees no ready apiserver: its priority falls, the other takes over.
+    let fail = format!("http://127.0.0.1:{fault}/fail?check=etcd");
+    let pass = format!("http://127.0.0.1:{fault}/pass?check=etcd");
+    assert_eq!(lab.nodes[first].http("POST", &fail), 200);
+    wait_for("the VIP on the node that sees a ready apiserver", T, || {
+        (holder(&lab) == Some(other)).then_some(())
+    });
+
+    // b. Every apiserver fails for every node: both priorities fall alike, the VIP stays.
+    assert_eq!(lab.nodes[other].http("POST", &fail), 200);
+    for node in &lab.nodes {
+        wait_for("both kubegates to see no ready apiserver", T, || {
+            (node.http("GET", "http://127.0.0.1:9444/readyz/backends") == 503).then_some(())
+        });
+    }
+    // Once keepalived has lowered its own priority (the script's fall is two 1 s checks), an
+    // equal priority never preempts: three more advertisement intervals change nothing.
+    let lowered = |i: usize| {
+        let log = lab.nodes[i].procs[2].log();
+        log.lines()
+            .filter(|l| l.contains("Changing effective priority"))
+            .next_back()
+            .is_some_and(|l| l.ends_with("to 50"))
+    };
+    wait_for("both nodes' keepalived to lower its priority", T, || {
+        (lowered(first) && lowered(other)).then_some(())
+    });
+    for _ in 0..30 {
+        assert_eq!(holder(&lab), Some(other), "the VIP stays while every node sees the outage");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for node in &lab.nodes {
+        assert_eq!(node.http("POST", &pass), 200);
+    }
+    for node in &lab.nodes {
+        wait_for("both kubegates ready again", T, || {
+            (node.http("GET", "http://127.0.0.1:9444/readyz") == 200).then_some(())
+        });
+    }
+
+    // c. kubegate on the holder stops: /readyz/lifecycle fails at once, keepalived goes to
+    // FAULT, the VIP moves while kubegate still accepts (shutdown.delay).
+    lab.nodes[other].procs[1].signal("-TERM");
+    wait_for("the VIP back on the first node", T, || {
+        (holder(&lab) == Some(first)).then_some(())
+    });
+}
