@@ -21,7 +21,10 @@ fn repo(path: &str) -> PathBuf {
 }
 
 fn ip(args: &[&str]) -> String {
-    let out = Command::new("ip").args(args).output().expect("iproute2's ip");
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("iproute2's ip");
     assert!(
         out.status.success(),
         "ip {args:?}: {}",
@@ -85,7 +88,16 @@ impl NodeNs {
     /// HTTP GET (or POST) on the namespace's loopback; the status line's code, 0 on failure.
     fn http(&self, method: &str, url: &str) -> u16 {
         let out = Command::new("ip")
-            .args(["netns", "exec", &self.ns, "curl", "-s", "-k", "-o", "/dev/null"])
+            .args([
+                "netns",
+                "exec",
+                &self.ns,
+                "curl",
+                "-s",
+                "-k",
+                "-o",
+                "/dev/null",
+            ])
             .args(["-w", "%{http_code}", "--max-time", "2", "-X", method, url])
             .output()
             .unwrap();
@@ -109,7 +121,9 @@ impl Drop for Lab {
             n.procs.clear();
             let _ = Command::new("ip").args(["netns", "del", &n.ns]).status();
         }
-        let _ = Command::new("ip").args(["netns", "del", &self.switch]).status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.switch])
+            .status();
     }
 }
 
@@ -124,11 +138,21 @@ fn lab(n: usize) -> Lab {
         let ns = format!("kgn{i}-{id}");
         ip(&["netns", "add", &ns]);
         let (inner, outer) = (format!("kgi{i}-{id}"), format!("kgo{i}-{id}"));
-        ip(&["link", "add", &inner, "type", "veth", "peer", "name", &outer]);
+        ip(&[
+            "link", "add", &inner, "type", "veth", "peer", "name", &outer,
+        ]);
         ip(&["link", "set", &inner, "netns", &ns]);
         ip(&["link", "set", &outer, "netns", &switch]);
         ip(&["-n", &ns, "link", "set", &inner, "name", "eth0"]);
-        ip(&["-n", &ns, "addr", "add", &format!("169.254.77.{}/24", i + 1), "dev", "eth0"]);
+        ip(&[
+            "-n",
+            &ns,
+            "addr",
+            "add",
+            &format!("169.254.77.{}/24", i + 1),
+            "dev",
+            "eth0",
+        ]);
         ip(&["-n", &ns, "link", "set", "eth0", "up"]);
         ip(&["-n", &ns, "link", "set", "lo", "up"]);
         ip(&["-n", &switch, "link", "set", &outer, "master", "br0"]);
@@ -159,11 +183,18 @@ fn the_vip_follows_kubegate_and_rides_out_an_outage_every_node_sees() {
             &node.ns,
             &bin("kubegate-sim"),
             &[
-                "--secure-port", &api.to_string(), "--fault-port", &fault.to_string(),
-                "--tls-cert-file", crt.to_str().unwrap(),
-                "--tls-private-key-file", key.to_str().unwrap(),
-                "--client-ca-file", pki.ca_file().to_str().unwrap(),
-                "--replica-name", &format!("replica-{i}"),
+                "--secure-port",
+                &api.to_string(),
+                "--fault-port",
+                &fault.to_string(),
+                "--tls-cert-file",
+                crt.to_str().unwrap(),
+                "--tls-private-key-file",
+                key.to_str().unwrap(),
+                "--client-ca-file",
+                pki.ca_file().to_str().unwrap(),
+                "--replica-name",
+                &format!("replica-{i}"),
             ],
             d.join("sim.log"),
         );
@@ -197,15 +228,24 @@ fn the_vip_follows_kubegate_and_rides_out_an_outage_every_node_sees() {
             .output()
             .unwrap();
         let keepalived = PathBuf::from(String::from_utf8_lossy(&keepalived.stdout).trim());
-        assert!(keepalived.is_file(), "keepalived (Debian package) is installed");
+        assert!(
+            keepalived.is_file(),
+            "keepalived (Debian package) is installed"
+        );
         node.procs.push(Group::spawn(
             &node.ns,
             &keepalived,
             &[
-                "--dont-fork", "--log-console", "--log-detail", "--vrrp",
-                "--use-file", conf.to_str().unwrap(),
-                "--pid", d.join("keepalived.pid").to_str().unwrap(),
-                "--vrrp_pid", d.join("vrrp.pid").to_str().unwrap(),
+                "--dont-fork",
+                "--log-console",
+                "--log-detail",
+                "--vrrp",
+                "--use-file",
+                conf.to_str().unwrap(),
+                "--pid",
+                d.join("keepalived.pid").to_str().unwrap(),
+                "--vrrp_pid",
+                d.join("vrrp.pid").to_str().unwrap(),
             ],
             d.join("keepalived.log"),
         ));
@@ -247,7 +287,11 @@ fn the_vip_follows_kubegate_and_rides_out_an_outage_every_node_sees() {
         (lowered(first) && lowered(other)).then_some(())
     });
     for _ in 0..30 {
-        assert_eq!(holder(&lab), Some(other), "the VIP stays while every node sees the outage");
+        assert_eq!(
+            holder(&lab),
+            Some(other),
+            "the VIP stays while every node sees the outage"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     for node in &lab.nodes {

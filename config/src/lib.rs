@@ -19,6 +19,7 @@ mod error;
 mod load;
 mod locate;
 mod schema;
+mod since;
 mod validate;
 
 pub use diff::{diff, Change};
@@ -30,4 +31,5 @@ pub use schema::{
     ListenerSpec, ListenerTls, NoReadyBackendPolicy, ShutdownConfig, TerminateConfig,
     UpgradeConfig, UpstreamConfig, UpstreamTls,
 };
+pub use since::{keys_newer_than, parse_version, version_text, Version, ADDED};
 pub use validate::Finding;

@@ -194,7 +194,16 @@ mod tests {
         ))
         .unwrap();
         assert!(c.admin.authenticates());
-        assert_eq!(c.admin.public_paths, ["/livez", "/readyz", "/healthz"]);
+        assert_eq!(
+            c.admin.public_paths,
+            [
+                "/livez",
+                "/readyz",
+                "/readyz/lifecycle",
+                "/readyz/backends",
+                "/healthz"
+            ]
+        );
     }
 
     #[test]

@@ -27,6 +27,14 @@ impl PathIndex {
         }
     }
 
+    /// Every key written in the document, as a path (`listeners[0].tls.cert_file`), with the
+    /// key's position; in no particular order.
+    pub fn keys(&self) -> impl Iterator<Item = (&str, (usize, usize))> {
+        self.positions
+            .iter()
+            .filter_map(|(k, p)| Some((k.strip_prefix("key:")?, *p)))
+    }
+
     /// Position of `path`'s value, or of its nearest ancestor that exists, or 1:1.
     pub fn position(&self, path: &str) -> (usize, usize) {
         let mut current = path;

@@ -644,3 +644,46 @@ impl AdminConfig {
 fn default_threads() -> usize {
     1
 }
+
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::*;
+
+    /// A configuration with every optional part present and every list non-empty: every key
+    /// the schema has appears when it is written out.
+    pub fn every_part() -> Config {
+        let tls = ListenerTls {
+            cert_file: "c".into(),
+            key_file: "k".into(),
+            client_ca_file: Some("ca".into()),
+        };
+        let mut c = Config::new(
+            vec![ListenerSpec {
+                address: "127.0.0.1:6443".parse().unwrap(),
+                mode: ListenerMode::Terminate,
+                tls: Some(tls.clone()),
+            }],
+            vec![BackendSpec {
+                name: Some("a".into()),
+                address: "127.0.0.1:7001".parse().unwrap(),
+                health_address: Some("127.0.0.1:7002".parse().unwrap()),
+            }],
+        );
+        c.health.tls.ca_file = Some("ca".into());
+        c.health.tls.client_cert_file = Some("c".into());
+        c.health.tls.client_key_file = Some("k".into());
+        c.health.bearer_token_file = Some("t".into());
+        c.admin.tls = Some(tls);
+        c.admin.bearer_token_file = Some("t".into());
+        c.upstream.tls.ca_file = Some("ca".into());
+        c.upstream.tls.server_name = Some("kubernetes".into());
+        c.upstream.front_proxy = Some(FrontProxy::new("c".into(), "k".into()));
+        c.upgrade = Some(UpgradeConfig { socket: "s".into() });
+        c.discovery = Some(DiscoveryConfig {
+            kubeconfig: "k".into(),
+            state_file: Some("s".into()),
+            debounce: Duration::from_secs(3),
+        });
+        c
+    }
+}

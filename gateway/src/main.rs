@@ -36,6 +36,10 @@ enum Command {
         /// Configuration file (YAML).
         #[arg(long, short)]
         config: PathBuf,
+        /// Also check that kubegate VERSION (an older release, before a rollback) accepts
+        /// the file: every key it does not know is named, and the check fails.
+        #[arg(long, value_name = "VERSION")]
+        compat: Option<String>,
     },
     /// Print the backends of a running gateway as a table.
     Status {
@@ -57,16 +61,7 @@ enum LogFormat {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { config } => match load_file_with(&config, &check_files) {
-            Ok(_) => {
-                println!("{}: ok", config.display());
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("{e}");
-                ExitCode::from(2)
-            }
-        },
+        Command::Check { config, compat } => check(&config, compat.as_deref()),
         Command::Status { admin, config } => {
             let admin = match (admin, config) {
                 (Some(a), _) => a,
@@ -110,6 +105,40 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// `kubegate check`: the file loads and validates (its files too); with `compat`, release
+/// `compat` knows every key it uses.
+fn check(path: &std::path::Path, compat: Option<&str>) -> ExitCode {
+    if let Err(e) = load_file_with(path, &check_files) {
+        eprintln!("{e}");
+        return ExitCode::from(2);
+    }
+    let Some(older) = compat else {
+        println!("{}: ok", path.display());
+        return ExitCode::SUCCESS;
+    };
+    let older = match kubegate_config::parse_version(older) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("kubegate check --compat: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let newer = kubegate_config::keys_newer_than(&text, older);
+    if newer.is_empty() {
+        println!(
+            "{}: ok, also for kubegate {}",
+            path.display(),
+            kubegate_config::version_text(older)
+        );
+        return ExitCode::SUCCESS;
+    }
+    for p in newer {
+        eprintln!("{}:{}:{}: {}", path.display(), p.line, p.column, p.message);
+    }
+    ExitCode::from(2)
 }
 
 fn init_logging(format: LogFormat) {
