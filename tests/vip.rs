@@ -279,8 +279,7 @@ fn the_vip_follows_kubegate_and_rides_out_an_outage_every_node_sees() {
     let lowered = |i: usize| {
         let log = lab.nodes[i].procs[2].log();
         log.lines()
-            .filter(|l| l.contains("Changing effective priority"))
-            .next_back()
+            .rfind(|l| l.contains("Changing effective priority"))
             .is_some_and(|l| l.ends_with("to 50"))
     };
     wait_for("both nodes' keepalived to lower its priority", T, || {
