@@ -122,10 +122,72 @@ async fn identity_comes_from_the_certificate_never_from_headers() {
         assert_eq!(conn.get("/readyz").await.unwrap().status, 200);
     }
     assert!(kg.metric("kubegate_identity_headers_stripped_total") >= 18.0);
+
+    // A verified certificate that names no user: 401, never an anonymous request.
+    let (nameless_crt, nameless_key) = pki.client_in("nameless", "", &["dev"]);
+    let mut conn = Conn::open_as(kg.listen, pki, true, &nameless_crt, &nameless_key)
+        .await
+        .unwrap();
+    let r = conn
+        .get("/api/v1/namespaces/default/configmaps")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert!(r.text().contains("no common name"), "{}", r.text());
+    assert!(kg.metric(r#"kubegate_requests_failed_total{reason="unauthenticated"}"#) >= 1.0);
+
+    // X-Forwarded-For: a client's own list is replaced by the address kubegate saw.
+    let mut conn = kg.connect(pki, true).await.unwrap();
+    let r = conn
+        .send("GET", "/version", &[("X-Forwarded-For", "6.6.6.6")], None)
+        .await
+        .unwrap();
+    assert_eq!(r.header("x-kubegate-sim-forwarded-for"), Some("127.0.0.1"));
     for identity in ["client_certificate", "bearer_token", "anonymous"] {
         let series = format!("kubegate_requests_by_identity_total{{identity=\"{identity}\"}}");
         assert!(kg.metric(&series) >= 2.0, "{series}");
     }
+}
+
+/// Replicas reading two group headers, kubegate configured with both: a client cannot add a
+/// group through the second (the class of kcp's GHSA-c8w2-fgvx-vhv4); a proxy in
+/// `terminate.trusted_proxies` keeps its `X-Forwarded-For`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_configured_identity_header_is_stripped_and_trusted_proxies_keep_their_forwarded_for()
+{
+    let bed = cluster(
+        1,
+        &["--requestheader-group-headers", "X-Other-Group"],
+        |cfg| {
+            let fp = cfg.upstream.front_proxy.as_mut().unwrap();
+            fp.group_headers = vec!["X-Remote-Group".into(), "X-Other-Group".into()];
+            cfg.terminate.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
+        },
+    );
+    let (kg, pki) = (&bed.kg, &bed.pki);
+    let (dev_crt, dev_key) = pki.client_in("dev", "dev-user", &["dev"]);
+    let mut conn = Conn::open_as(kg.listen, pki, true, &dev_crt, &dev_key)
+        .await
+        .unwrap();
+    let r = conn
+        .send(
+            "POST",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            &[
+                ("X-Other-Group", "system:masters"),
+                ("X-Forwarded-For", "203.0.113.9"),
+            ],
+            Some(REVIEW),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert!(!r.text().contains("system:masters"), "{}", r.text());
+    assert!(r.text().contains(r#""dev""#), "{}", r.text());
+    assert_eq!(
+        r.header("x-kubegate-sim-forwarded-for"),
+        Some("203.0.113.9, 127.0.0.1")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

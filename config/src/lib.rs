@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod cidr;
 mod diff;
 mod duration;
 mod error;
@@ -22,6 +23,7 @@ mod schema;
 mod since;
 mod validate;
 
+pub use cidr::Cidr;
 pub use diff::{diff, Change};
 pub use error::{ConfigError, Problem};
 pub use load::{load_file, load_file_with, load_str, load_str_with, Check};

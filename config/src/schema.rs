@@ -230,6 +230,11 @@ pub struct TerminateConfig {
     /// reset by the client within a second of opening is closed (the rapid reset attack,
     /// CVE-2023-44487; Envoy's premature-reset rule). 0 turns the rule off.
     pub rapid_reset_min_streams: u32,
+    /// Clients whose `X-Forwarded-For` is kept (kubegate appends the client's address): other
+    /// proxies in front of kubegate. From any other client the header is replaced by the
+    /// client's address, so the first address the apiserver's audit log shows is not the
+    /// client's to choose.
+    pub trusted_proxies: Vec<crate::Cidr>,
 }
 
 impl Default for TerminateConfig {
@@ -241,6 +246,7 @@ impl Default for TerminateConfig {
             max_request_body_bytes: 3 * 1024 * 1024,
             max_header_list_bytes: 64 * 1024,
             rapid_reset_min_streams: 100,
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -281,6 +287,8 @@ pub struct UpstreamTls {
 
 /// kubegate's front-proxy identity: a client certificate from the apiserver's
 /// `--requestheader-client-ca-file`, and the header names of its `--requestheader-*` flags.
+/// Every name is stripped from every client request (and every `X-Remote-*` header whatever
+/// the names); the first username and group header carry the identity kubegate vouches for.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FrontProxy {
@@ -288,18 +296,32 @@ pub struct FrontProxy {
     pub cert_file: PathBuf,
     /// Its private key (PEM).
     pub key_file: PathBuf,
-    /// `--requestheader-username-headers`.
-    #[serde(default = "default_username_header")]
-    pub username_header: String,
-    /// `--requestheader-group-headers`.
-    #[serde(default = "default_group_header")]
-    pub group_header: String,
-    /// `--requestheader-extra-headers-prefix`.
-    #[serde(default = "default_extra_prefix")]
-    pub extra_prefix: String,
-    /// `--requestheader-uid-headers`: never set by kubegate, always stripped from requests.
-    #[serde(default = "default_uid_header")]
-    pub uid_header: String,
+    /// `--requestheader-username-headers`: each stripped, the first set to the user.
+    #[serde(default = "default_username_headers")]
+    pub username_headers: Vec<String>,
+    /// `--requestheader-group-headers`: each stripped, the first set to each group.
+    #[serde(default = "default_group_headers")]
+    pub group_headers: Vec<String>,
+    /// `--requestheader-extra-headers-prefix`: headers with any of them stripped (kubegate
+    /// sends no extra: a certificate carries none).
+    #[serde(default = "default_extra_prefixes")]
+    pub extra_prefixes: Vec<String>,
+    /// `--requestheader-uid-headers`: stripped from every request; kubegate sends no UID (a
+    /// certificate carries none).
+    #[serde(default = "default_uid_headers")]
+    pub uid_headers: Vec<String>,
+    /// 0.1.0's one name of `username_headers`; still accepted (not with it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username_header: Option<String>,
+    /// 0.1.0's one name of `group_headers`; still accepted (not with it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_header: Option<String>,
+    /// 0.1.0's one prefix of `extra_prefixes`; still accepted (not with it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_prefix: Option<String>,
+    /// 0.1.0's one name of `uid_headers`; still accepted (not with it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid_header: Option<String>,
 }
 
 impl FrontProxy {
@@ -309,28 +331,32 @@ impl FrontProxy {
         FrontProxy {
             cert_file,
             key_file,
-            username_header: default_username_header(),
-            group_header: default_group_header(),
-            extra_prefix: default_extra_prefix(),
-            uid_header: default_uid_header(),
+            username_headers: default_username_headers(),
+            group_headers: default_group_headers(),
+            extra_prefixes: default_extra_prefixes(),
+            uid_headers: default_uid_headers(),
+            username_header: None,
+            group_header: None,
+            extra_prefix: None,
+            uid_header: None,
         }
     }
 }
 
-fn default_username_header() -> String {
-    "X-Remote-User".into()
+fn default_username_headers() -> Vec<String> {
+    vec!["X-Remote-User".into()]
 }
 
-fn default_group_header() -> String {
-    "X-Remote-Group".into()
+fn default_group_headers() -> Vec<String> {
+    vec!["X-Remote-Group".into()]
 }
 
-fn default_extra_prefix() -> String {
-    "X-Remote-Extra-".into()
+fn default_extra_prefixes() -> Vec<String> {
+    vec!["X-Remote-Extra-".into()]
 }
 
-fn default_uid_header() -> String {
-    "X-Remote-Uid".into()
+fn default_uid_headers() -> Vec<String> {
+    vec!["X-Remote-Uid".into()]
 }
 
 /// One apiserver replica.

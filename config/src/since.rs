@@ -15,7 +15,13 @@ pub type Version = (u32, u32, u32);
 
 /// Keys added after 0.1.0, by path (`[]` stands for any list index), with the release that
 /// added them.
-pub const ADDED: &[(&str, Version)] = &[];
+pub const ADDED: &[(&str, Version)] = &[
+    ("upstream.front_proxy.username_headers", (0, 2, 0)),
+    ("upstream.front_proxy.group_headers", (0, 2, 0)),
+    ("upstream.front_proxy.extra_prefixes", (0, 2, 0)),
+    ("upstream.front_proxy.uid_headers", (0, 2, 0)),
+    ("terminate.trusted_proxies", (0, 2, 0)),
+];
 
 /// Reads `1.2.3` (a leading `v` allowed).
 pub fn parse_version(text: &str) -> Result<Version, String> {

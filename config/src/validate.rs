@@ -367,17 +367,66 @@ fn validate_upstream(
                 &mut fp.key_file,
                 base_dir,
             );
-            for (key, name) in [
-                ("username_header", &fp.username_header),
-                ("group_header", &fp.group_header),
-                ("extra_prefix", &fp.extra_prefix),
-                ("uid_header", &fp.uid_header),
+            // 0.1.0's single names become one-name lists; a file names each list one way.
+            for (single, list, key, default, at_least_one) in [
+                (
+                    &mut fp.username_header,
+                    &mut fp.username_headers,
+                    "username_header",
+                    "X-Remote-User",
+                    true,
+                ),
+                (
+                    &mut fp.group_header,
+                    &mut fp.group_headers,
+                    "group_header",
+                    "X-Remote-Group",
+                    true,
+                ),
+                (
+                    &mut fp.extra_prefix,
+                    &mut fp.extra_prefixes,
+                    "extra_prefix",
+                    "X-Remote-Extra-",
+                    false,
+                ),
+                (
+                    &mut fp.uid_header,
+                    &mut fp.uid_headers,
+                    "uid_header",
+                    "X-Remote-Uid",
+                    false,
+                ),
             ] {
-                if !valid_header_name(name) {
+                let at = |i: usize| format!("upstream.front_proxy.{key}s[{i}]");
+                let names: Vec<(String, String)> = match single.take() {
+                    Some(name) => {
+                        let at = format!("upstream.front_proxy.{key}");
+                        if list.as_slice() != [default] {
+                            bad(
+                                at.clone(),
+                                format!("{key} and {key}s both set: write the list only"),
+                            );
+                        }
+                        *list = vec![name.clone()];
+                        vec![(at, name)]
+                    }
+                    None => list
+                        .iter()
+                        .enumerate()
+                        .map(|(i, n)| (at(i), n.clone()))
+                        .collect(),
+                };
+                if at_least_one && names.is_empty() {
                     bad(
-                        format!("upstream.front_proxy.{key}"),
-                        format!("{name:?} is not an HTTP header name"),
+                        format!("upstream.front_proxy.{key}s"),
+                        "needs at least one name: the first carries the identity".into(),
                     );
+                }
+                for (at, name) in names {
+                    if !valid_header_name(&name) {
+                        bad(at, format!("{name:?} is not an HTTP header name"));
+                    }
                 }
             }
         }

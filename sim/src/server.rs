@@ -116,6 +116,17 @@ async fn serve_connection(
                     goaway.notify_one();
                 }
                 let replica = http::HeaderValue::from_str(&sim.behaviour.replica).ok();
+                // The client addresses the audit log would record, for tests of what a proxy
+                // passes on. Not an apiserver header.
+                let forwarded: Vec<&str> = req
+                    .headers()
+                    .get_all("x-forwarded-for")
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .collect();
+                let forwarded = (!forwarded.is_empty())
+                    .then(|| http::HeaderValue::from_str(&forwarded.join(", ")).ok())
+                    .flatten();
                 let mut resp = api::handle(sim, peer.as_ref(), req).await;
                 // Go's HTTP/2 server turns `Connection: close` into GOAWAY (the apiserver sets
                 // it for anonymous and unauthenticated HTTP/2 requests).
@@ -131,6 +142,9 @@ async fn serve_connection(
                 // serving certificate no longer tells). Not an apiserver header.
                 if let Some(name) = replica {
                     resp.headers_mut().insert("x-kubegate-sim-replica", name);
+                }
+                if let Some(f) = forwarded {
+                    resp.headers_mut().insert("x-kubegate-sim-forwarded-for", f);
                 }
                 Ok::<_, std::convert::Infallible>(resp)
             }

@@ -85,16 +85,50 @@ pub struct RequestClass {
     pub long_running: Option<LongRunning>,
 }
 
+/// What a request addresses, as the apiserver's `RequestInfo` and RBAC see it, borrowed from
+/// its path (no allocation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Target<'a> {
+    /// The API group: `Some("")` for the core group (`/api`), `Some(group)` for `/apis/GROUP`,
+    /// `None` for a non-resource path (`/healthz`, `/version`, `/apis`).
+    pub api_group: Option<&'a str>,
+    /// The API version (`v1`), with `api_group`.
+    pub api_version: &'a str,
+    /// The namespace of a namespaced request.
+    pub namespace: Option<&'a str>,
+    /// The resource (`pods`).
+    pub resource: Option<&'a str>,
+    /// The subresource (`status`, `log`, `exec`).
+    pub subresource: Option<&'a str>,
+    /// The object's name.
+    pub name: Option<&'a str>,
+}
+
+/// A request, classified, with what it addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestInfo<'a> {
+    /// Its verb and whether it is long-running.
+    pub class: RequestClass,
+    /// What it addresses.
+    pub target: Target<'a>,
+}
+
 /// Classifies a request by method and URI.
 pub fn classify(method: &Method, uri: &Uri) -> RequestClass {
+    request_info(method, uri).class
+}
+
+/// Classifies a request and reads what it addresses, as the apiserver's `RequestInfoFactory`
+/// does.
+pub fn request_info<'a>(method: &Method, uri: &'a Uri) -> RequestInfo<'a> {
     let path = uri.path();
     let watch_param = query_flag(uri.query(), "watch");
     let segments = Segments::of(path);
     // /api/v1/... or /apis/GROUP/VERSION/...
-    let rest: Option<&[&str]> = match segments.as_slice() {
-        ["api", _version, rest @ ..] => Some(rest),
-        ["apis", _group, _version, rest @ ..] => Some(rest),
-        _ => None,
+    let (group, version, rest): (&str, &str, Option<&[&str]>) = match segments.as_slice() {
+        ["api", version, rest @ ..] => ("", version, Some(rest)),
+        ["apis", group, version, rest @ ..] => (group, version, Some(rest)),
+        _ => ("", "", None),
     };
     let Some(mut rest) = rest else {
         let long_running = path
@@ -104,7 +138,10 @@ pub fn classify(method: &Method, uri: &Uri) -> RequestClass {
             Method::GET | Method::HEAD => Verb::Get,
             _ => method_verb(method, true),
         };
-        return RequestClass { verb, long_running };
+        return RequestInfo {
+            class: RequestClass { verb, long_running },
+            target: Target::default(),
+        };
     };
     // Deprecated path verbs: /api/v1/watch/..., /api/v1/proxy/...
     let mut path_verb = None;
@@ -114,19 +151,22 @@ pub fn classify(method: &Method, uri: &Uri) -> RequestClass {
             rest = tail;
         }
     }
-    let (name, subresource) = match rest {
-        // The namespace object's own subresources.
-        ["namespaces", name, sub @ ("status" | "finalize")] => (Some(*name), Some(*sub)),
-        ["namespaces", _ns, _resource, name, sub, ..] => (Some(*name), Some(*sub)),
-        ["namespaces", _ns, _resource, name] => (Some(*name), None),
-        ["namespaces", _ns, _resource] => (None, None),
-        // The namespace object itself: /namespaces/NAME
-        ["namespaces", name] => (Some(*name), None),
-        [_resource, name, sub, ..] => (Some(*name), Some(*sub)),
-        [_resource, name] => (Some(*name), None),
-        _ => (None, None),
-    };
-    let name = name.filter(|n| !n.is_empty());
+    let mut namespace = None;
+    if let ["namespaces", ns, tail @ ..] = rest {
+        namespace = Some(*ns);
+        // Another step that is not one of the namespace object's own subresources names a
+        // resource in the namespace.
+        if !tail.is_empty() && !matches!(tail[0], "status" | "finalize") {
+            rest = tail;
+        }
+    }
+    let resource = rest.first().copied().filter(|r| !r.is_empty());
+    let name = rest.get(1).copied().filter(|n| !n.is_empty());
+    // The deprecated proxy verb takes everything after the name as the proxied path.
+    let subresource = rest
+        .get(2)
+        .copied()
+        .filter(|s| !s.is_empty() && path_verb != Some("proxy"));
     let verb = match (method, path_verb) {
         (_, Some("watch")) => Verb::Watch,
         (&Method::GET | &Method::HEAD, _) if watch_param => Verb::Watch,
@@ -140,7 +180,17 @@ pub fn classify(method: &Method, uri: &Uri) -> RequestClass {
         (_, _, Some("log")) => Some(LongRunning::Log),
         _ => None,
     };
-    RequestClass { verb, long_running }
+    RequestInfo {
+        class: RequestClass { verb, long_running },
+        target: Target {
+            api_group: Some(group),
+            api_version: version,
+            namespace,
+            resource,
+            subresource,
+            name,
+        },
+    }
 }
 
 /// A path's first [`Segments::MAX`] segments, on the stack: classifying runs for every
@@ -203,6 +253,76 @@ pub fn query_value<'a>(query: Option<&'a str>, key: &str) -> Option<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn target(method: Method, uri: &str) -> Target<'static> {
+        let uri: &'static Uri = Box::leak(Box::new(uri.parse().unwrap()));
+        request_info(&method, uri).target
+    }
+
+    #[test]
+    fn targets_as_the_apiservers_request_info_reads_them() {
+        let t = target(
+            Method::GET,
+            "/api/v1/namespaces/default/pods/p1/log?follow=1",
+        );
+        assert_eq!(
+            (
+                t.api_group,
+                t.api_version,
+                t.namespace,
+                t.resource,
+                t.name,
+                t.subresource
+            ),
+            (
+                Some(""),
+                "v1",
+                Some("default"),
+                Some("pods"),
+                Some("p1"),
+                Some("log")
+            )
+        );
+        let t = target(
+            Method::GET,
+            "/apis/apps/v1/namespaces/kube-system/deployments",
+        );
+        assert_eq!(
+            (t.api_group, t.namespace, t.resource, t.name),
+            (Some("apps"), Some("kube-system"), Some("deployments"), None)
+        );
+        // The namespace object itself, and its own subresources.
+        let t = target(Method::GET, "/api/v1/namespaces/foo");
+        assert_eq!(
+            (t.namespace, t.resource, t.name),
+            (Some("foo"), Some("namespaces"), Some("foo"))
+        );
+        let t = target(Method::PUT, "/api/v1/namespaces/foo/finalize");
+        assert_eq!(
+            (t.resource, t.name, t.subresource),
+            (Some("namespaces"), Some("foo"), Some("finalize"))
+        );
+        // Cluster-scoped, the deprecated watch path, a non-resource path.
+        let t = target(
+            Method::GET,
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles/admin",
+        );
+        assert_eq!(
+            (t.api_group, t.namespace, t.resource, t.name),
+            (
+                Some("rbac.authorization.k8s.io"),
+                None,
+                Some("clusterroles"),
+                Some("admin")
+            )
+        );
+        let t = target(Method::GET, "/api/v1/watch/namespaces/ns/configmaps");
+        assert_eq!((t.namespace, t.resource), (Some("ns"), Some("configmaps")));
+        let t = target(Method::GET, "/readyz");
+        assert_eq!(t, Target::default());
+        let t = target(Method::GET, "/apis");
+        assert_eq!(t.api_group, None);
+    }
 
     fn class(method: Method, uri: &str) -> (Verb, Option<LongRunning>) {
         let c = classify(&method, &uri.parse().unwrap());

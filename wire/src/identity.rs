@@ -20,7 +20,8 @@ pub struct CertIdentity {
 
 impl CertIdentity {
     /// Reads CN and O from a DER certificate, as the apiserver's `CommonNameUserConversion`
-    /// does. `None` without a CN.
+    /// does. `None` without a CN, or with an empty one (the apiserver refuses both: "common
+    /// name of client certificate is empty").
     pub fn from_der(der: &[u8]) -> Option<CertIdentity> {
         let (_, cert) = X509Certificate::from_der(der).ok()?;
         let subject = cert.subject();
@@ -28,7 +29,8 @@ impl CertIdentity {
             .iter_common_name()
             .next()?
             .as_str()
-            .ok()?
+            .ok()
+            .filter(|cn| !cn.is_empty())?
             .to_string();
         let groups = subject
             .iter_organization()
@@ -38,24 +40,31 @@ impl CertIdentity {
     }
 }
 
-/// The header names of the apiserver's `--requestheader-*` flags.
+/// The header names of the apiserver's `--requestheader-*` flags: every one stripped from
+/// client requests, the first username and group header set to the identity kubegate vouches
+/// for.
 #[derive(Debug, Clone)]
 pub struct IdentityHeaders {
-    user: HeaderName,
-    group: HeaderName,
-    uid: HeaderName,
+    users: Vec<HeaderName>,
+    groups: Vec<HeaderName>,
+    uids: Vec<HeaderName>,
     /// Lower case, as header names are kept.
-    extra_prefix: String,
+    extra_prefixes: Vec<String>,
 }
+
+/// Stripped whatever the configured names: the prefix of every header of the front-proxy
+/// scheme's defaults, so that an apiserver configured with them is safe from a client even
+/// when kubegate is configured with other names.
+const ALWAYS_STRIPPED: &str = "x-remote-";
 
 impl Default for IdentityHeaders {
     /// The apiserver's defaults; stripped even when kubegate has no front-proxy identity.
     fn default() -> Self {
         IdentityHeaders {
-            user: HeaderName::from_static("x-remote-user"),
-            group: HeaderName::from_static("x-remote-group"),
-            uid: HeaderName::from_static("x-remote-uid"),
-            extra_prefix: "x-remote-extra-".into(),
+            users: vec![HeaderName::from_static("x-remote-user")],
+            groups: vec![HeaderName::from_static("x-remote-group")],
+            uids: vec![HeaderName::from_static("x-remote-uid")],
+            extra_prefixes: vec!["x-remote-extra-".into()],
         }
     }
 }
@@ -63,23 +72,44 @@ impl Default for IdentityHeaders {
 impl IdentityHeaders {
     /// The names configured for the front proxy (validated as header names).
     pub fn new(fp: &FrontProxy) -> Result<IdentityHeaders, String> {
-        let name = |s: &str| {
-            HeaderName::from_bytes(s.to_ascii_lowercase().as_bytes())
-                .map_err(|e| format!("{s:?}: {e}"))
+        let names = |list: &[String]| {
+            list.iter()
+                .map(|s| {
+                    HeaderName::from_bytes(s.to_ascii_lowercase().as_bytes())
+                        .map_err(|e| format!("{s:?}: {e}"))
+                })
+                .collect::<Result<Vec<_>, _>>()
         };
-        Ok(IdentityHeaders {
-            user: name(&fp.username_header)?,
-            group: name(&fp.group_header)?,
-            uid: name(&fp.uid_header)?,
-            extra_prefix: fp.extra_prefix.to_ascii_lowercase(),
-        })
+        // 0.1.0's single names, when a configuration was not validated (tests build them).
+        let list = |single: &Option<String>, list: &[String]| match single {
+            Some(one) => vec![one.clone()],
+            None => list.to_vec(),
+        };
+        let ids = IdentityHeaders {
+            users: names(&list(&fp.username_header, &fp.username_headers))?,
+            groups: names(&list(&fp.group_header, &fp.group_headers))?,
+            uids: names(&list(&fp.uid_header, &fp.uid_headers))?,
+            extra_prefixes: list(&fp.extra_prefix, &fp.extra_prefixes)
+                .iter()
+                .map(|p| p.to_ascii_lowercase())
+                .collect(),
+        };
+        if ids.users.is_empty() || ids.groups.is_empty() {
+            return Err("username_headers and group_headers need at least one name".into());
+        }
+        Ok(ids)
     }
 
     fn is_identity(&self, name: &HeaderName) -> bool {
-        name == self.user
-            || name == self.group
-            || name == self.uid
-            || name.as_str().starts_with(&self.extra_prefix)
+        let n = name.as_str();
+        n.starts_with(ALWAYS_STRIPPED)
+            || self.users.contains(name)
+            || self.groups.contains(name)
+            || self.uids.contains(name)
+            || self
+                .extra_prefixes
+                .iter()
+                .any(|p| n.starts_with(p.as_str()))
     }
 
     /// Removes every header a client could pick its identity with; returns how many values
@@ -113,9 +143,9 @@ impl IdentityHeaders {
         else {
             return false;
         };
-        headers.insert(self.user.clone(), user);
+        headers.insert(self.users[0].clone(), user);
         for g in groups {
-            headers.append(self.group.clone(), g);
+            headers.append(self.groups[0].clone(), g);
         }
         true
     }
@@ -147,30 +177,40 @@ mod tests {
             ("x-remote-uid", "0"),
             ("Authorization", "Bearer t"),
             ("Impersonate-User", "bob"),
-            ("X-Remote-Userx", "kept: another header"),
+            // Not one of the scheme's names, but of its family: stripped whatever the names.
+            ("X-Remote-Userx", "mallory"),
+            ("X-Remote-Anything", "x"),
+            ("X-Remotely", "kept: another header"),
         ]);
-        assert_eq!(ids.strip(&mut h), 5);
+        assert_eq!(ids.strip(&mut h), 7);
         let mut left: Vec<_> = h.keys().map(|k| k.as_str().to_string()).collect();
         left.sort();
-        assert_eq!(
-            left,
-            ["authorization", "impersonate-user", "x-remote-userx"]
-        );
+        assert_eq!(left, ["authorization", "impersonate-user", "x-remotely"]);
     }
 
     #[test]
     fn configured_names_are_stripped_and_set() {
         let fp = FrontProxy {
-            cert_file: "c".into(),
-            key_file: "k".into(),
-            username_header: "X-Auth-User".into(),
-            group_header: "X-Auth-Group".into(),
-            extra_prefix: "X-Auth-Extra-".into(),
-            uid_header: "X-Auth-Uid".into(),
+            username_headers: vec!["X-Auth-User".into(), "X-Other-User".into()],
+            group_headers: vec!["X-Auth-Group".into(), "X-Other-Group".into()],
+            extra_prefixes: vec!["X-Auth-Extra-".into(), "X-Other-Extra-".into()],
+            uid_headers: vec!["X-Auth-Uid".into()],
+            ..FrontProxy::new("c".into(), "k".into())
         };
         let ids = IdentityHeaders::new(&fp).unwrap();
-        let mut h = headers(&[("x-auth-user", "mallory"), ("X-Auth-Extra-A", "b")]);
-        assert_eq!(ids.strip(&mut h), 2);
+        // An apiserver configured with two group headers reads both: a client must not add
+        // groups through the second (GHSA-c8w2-fgvx-vhv4's class), nor through the defaults.
+        let mut h = headers(&[
+            ("x-auth-user", "mallory"),
+            ("X-Other-User", "mallory"),
+            ("X-Other-Group", "system:masters"),
+            ("X-Auth-Extra-A", "b"),
+            ("X-Other-Extra-Scopes", "all"),
+            ("X-Auth-Uid", "0"),
+            ("X-Remote-Group", "system:masters"),
+        ]);
+        assert_eq!(ids.strip(&mut h), 7);
+        assert!(h.is_empty(), "{h:?}");
         let who = CertIdentity {
             user: "system:node:n1".into(),
             groups: vec!["system:nodes".into(), "ops".into()],

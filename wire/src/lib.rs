@@ -4,7 +4,7 @@
 //!
 //! | module | job |
 //! |---|---|
-//! | `classify` | a request's verb and whether it is long-running (k8s.io/apiserver's `RequestInfo`) |
+//! | `classify` | a request's verb, whether it is long-running, and what it addresses (group, version, namespace, resource, subresource, name): k8s.io/apiserver's `RequestInfo` |
 //! | `framing` | a watch response cut into whole events, JSON lines or length-prefixed protobuf |
 //! | `position` | where a watch stands and from which resourceVersion it can continue |
 //! | `identity` | a client certificate's identity, and the front-proxy headers that carry it |

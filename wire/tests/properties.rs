@@ -225,6 +225,40 @@ proptest! {
     }
 
     #[test]
+    fn with_lists_of_names_none_survives_and_the_first_carries_the_identity(
+        names in prop::collection::vec("x-(auth|alt|remote)-(user|group|uid|extra-[a-z]{0,6})|authorization|x-trace", 0..12),
+        values in prop::collection::vec("[ -~]{0,20}", 12),
+        user in "[a-z:-]{1,20}",
+        groups in prop::collection::vec("[a-z:-]{1,12}", 0..4),
+    ) {
+        let fp: FrontProxy = serde_yaml_ng::from_str(
+            "cert_file: a\nkey_file: b\nusername_headers: [X-Auth-User, X-Alt-User]\ngroup_headers: [X-Auth-Group, X-Alt-Group]\nextra_prefixes: [X-Auth-Extra-, X-Alt-Extra-]\nuid_headers: [X-Auth-Uid, X-Alt-Uid]\n",
+        ).unwrap();
+        let identity_headers = IdentityHeaders::new(&fp).unwrap();
+        let mut headers = HeaderMap::new();
+        for (n, v) in names.iter().zip(&values) {
+            let n = HeaderName::from_bytes(n.to_uppercase().as_bytes()).unwrap();
+            headers.append(n, HeaderValue::from_str(v).unwrap());
+        }
+        identity_headers.strip(&mut headers);
+        for n in headers.keys() {
+            let n = n.as_str();
+            prop_assert!(
+                !(n.starts_with("x-auth-") || n.starts_with("x-alt-") || n.starts_with("x-remote-")),
+                "{} survived", n
+            );
+        }
+        let identity = CertIdentity { user: user.clone(), groups: groups.clone() };
+        prop_assert!(identity_headers.apply(&identity, &mut headers));
+        let users: Vec<_> = headers.get_all("x-auth-user").iter().collect();
+        prop_assert_eq!(users.len(), 1);
+        prop_assert_eq!(users[0].to_str().unwrap(), user.as_str());
+        prop_assert!(headers.get("x-alt-user").is_none());
+        let got: Vec<_> = headers.get_all("x-auth-group").iter().map(|v| v.to_str().unwrap().to_string()).collect();
+        prop_assert_eq!(got, groups);
+    }
+
+    #[test]
     fn certificate_parsing_takes_any_bytes(der in prop::collection::vec(any::<u8>(), 0..2000)) {
         let _ = CertIdentity::from_der(&der);
     }

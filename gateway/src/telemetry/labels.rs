@@ -113,6 +113,8 @@ label! {
         BodyTooLarge => "body_too_large",
         /// The client's body could not be read: 400.
         BadRequest => "bad_request",
+        /// A verified client certificate named no user (no CN): 401.
+        Unauthenticated => "unauthenticated",
     }
 }
 

@@ -31,6 +31,19 @@ pub async fn handle(
     client: Arc<Client>,
     req: Request<Incoming>,
 ) -> Response<ResponseBody> {
+    if client.unnamed_certificate {
+        // As the apiserver's x509 authenticator: a certificate that names no user is an
+        // error, never an anonymous request.
+        gw.metrics()
+            .terminate
+            .request_failed(RequestFailure::Unauthenticated);
+        return status(
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+            "Unauthorized: the client certificate has no common name (CN), so it names no user",
+            None,
+        );
+    }
     let upstreams = mode.upstreams();
     let class = classify(req.method(), req.uri());
     if upgrade::requested(&req) {

@@ -73,14 +73,24 @@ async fn serve(
     let metrics = gw.metrics();
     // The TLS stream is only moved here, never borrowed, so that once the connection took it
     // over this future keeps no slot (1.2 KB) for it during the connection's life.
-    let Some(Accepted { tls, h2, identity }) = handshake(&gw, &listener, tcp, addr, &limits).await
+    let Some(Accepted {
+        tls,
+        h2,
+        identity,
+        unnamed_certificate,
+    }) = handshake(&gw, &listener, tcp, addr, &limits).await
     else {
         return;
     };
     // The connection borrows its builder.
     let builder = builder(&limits, h2);
     let (conn, resets) = {
-        let client = Arc::new(Client::new(addr, identity));
+        let client = Client::new(addr, identity).trusting(addr, &limits.trusted_proxies);
+        let client = Arc::new(if unnamed_certificate {
+            client.with_unnamed_certificate()
+        } else {
+            client
+        });
         let resets = ResetWatch::new(if h2 {
             limits.rapid_reset_min_streams
         } else {
@@ -174,6 +184,8 @@ struct Accepted {
     h2: bool,
     /// The verified client certificate's identity, if any.
     identity: Option<CertIdentity>,
+    /// A verified client certificate was presented that names no user.
+    unnamed_certificate: bool,
 }
 
 /// The TLS handshake within `terminate.handshake_timeout`; failures are counted and logged.
@@ -188,12 +200,16 @@ async fn handshake(
     match tokio::time::timeout(limits.handshake_timeout, listener.acceptor.accept(tcp)).await {
         Ok(Ok(tls)) => {
             let session = tls.get_ref().1;
-            let identity = session
-                .peer_certificates()
-                .and_then(|chain| chain.first())
-                .and_then(|leaf| CertIdentity::from_der(leaf));
+            let leaf = session.peer_certificates().and_then(|chain| chain.first());
+            let identity = leaf.and_then(|leaf| CertIdentity::from_der(leaf));
+            let unnamed_certificate = leaf.is_some() && identity.is_none();
             let h2 = session.alpn_protocol() == Some(b"h2");
-            Some(Accepted { tls, h2, identity })
+            Some(Accepted {
+                tls,
+                h2,
+                unnamed_certificate,
+                identity,
+            })
         }
         Ok(Err(e)) => {
             metrics.terminate.handshake_failed(HandshakeFailure::Error);

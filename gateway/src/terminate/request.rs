@@ -28,9 +28,15 @@ use std::net::{IpAddr, SocketAddr};
 pub struct Client {
     /// The verified client certificate's identity, if any.
     pub identity: Option<CertIdentity>,
+    /// The client presented a verified certificate that names no user (no CN): every request
+    /// is answered 401, as the apiserver's x509 authenticator would.
+    pub unnamed_certificate: bool,
     /// The client's IP as an `X-Forwarded-For` value (the apiserver's audit log reads it),
     /// made once per connection.
     forwarded_for: Option<HeaderValue>,
+    /// The client is a proxy kubegate trusts (`terminate.trusted_proxies`): its
+    /// `X-Forwarded-For` is kept and extended; anyone else's is replaced.
+    trusted_proxy: bool,
 }
 
 impl Client {
@@ -39,8 +45,23 @@ impl Client {
         let forwarded_for = HeaderValue::from_str(&client_ip(addr).to_string()).ok();
         Client {
             identity,
+            unnamed_certificate: false,
             forwarded_for,
+            trusted_proxy: false,
         }
+    }
+
+    /// The client presented a verified certificate without a user name.
+    pub fn with_unnamed_certificate(mut self) -> Client {
+        self.unnamed_certificate = true;
+        self
+    }
+
+    /// Whether the client is one of `trusted` (proxies whose `X-Forwarded-For` is kept).
+    pub fn trusting(mut self, addr: SocketAddr, trusted: &[kubegate_config::Cidr]) -> Client {
+        let ip = client_ip(addr);
+        self.trusted_proxy = trusted.iter().any(|c| c.contains(ip));
+        self
     }
 }
 
@@ -138,8 +159,21 @@ impl<'a> Shaper<'a> {
             Identity::BearerToken => Kind::BearerToken,
             Identity::Anonymous => Kind::Anonymous,
         };
+        // A trusted proxy's list is kept and extended; anyone else's is replaced, so the first
+        // address the apiserver logs is one kubegate saw.
         let forwarded_for = HeaderName::from_static("x-forwarded-for");
-        let forwarded = match headers.get(&forwarded_for).and_then(|v| v.to_str().ok()) {
+        let before = client
+            .trusted_proxy
+            .then(|| {
+                let all: Vec<&str> = headers
+                    .get_all(&forwarded_for)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .collect();
+                (!all.is_empty()).then(|| all.join(", "))
+            })
+            .flatten();
+        let forwarded = match before {
             Some(before) => client
                 .forwarded_for
                 .as_ref()
@@ -147,6 +181,7 @@ impl<'a> Shaper<'a> {
                 .and_then(|ip| HeaderValue::from_str(&format!("{before}, {ip}")).ok()),
             None => client.forwarded_for.clone(),
         };
+        headers.remove(&forwarded_for);
         if let Some(v) = forwarded {
             headers.insert(forwarded_for, v);
         }
@@ -349,6 +384,38 @@ mod tests {
         assert_eq!(h["x-forwarded-for"], "192.0.2.7");
         assert_eq!(h["x-remote-user"], "alice");
         assert_eq!(h["x-remote-group"], "dev");
+    }
+
+    #[test]
+    fn x_forwarded_for_is_replaced_unless_the_client_is_a_trusted_proxy() {
+        let identity = IdentityHeaders::default();
+        let name = ServerName::try_from("kubernetes").unwrap();
+        let metrics = TerminateMetrics::new(&prometheus::Registry::new());
+        let shaper = Shaper {
+            identity: &identity,
+            vouches: false,
+            server_name: &name,
+            metrics: &metrics,
+        };
+        let xff = |client: &Client| {
+            let mut h = HeaderMap::new();
+            h.append("x-forwarded-for", "203.0.113.9".parse().unwrap());
+            h.append("x-forwarded-for", "198.51.100.1".parse().unwrap());
+            shaper.headers(client, &mut h);
+            h.get_all("x-forwarded-for")
+                .iter()
+                .map(|v| v.to_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        };
+        let addr: SocketAddr = "10.1.2.3:4000".parse().unwrap();
+        let stranger = Client::new(addr, None);
+        assert_eq!(xff(&stranger), ["10.1.2.3"]);
+        let trusted = ["10.0.0.0/8".parse().unwrap()];
+        let proxy = Client::new(addr, None).trusting(addr, &trusted);
+        assert_eq!(xff(&proxy), ["203.0.113.9, 198.51.100.1, 10.1.2.3"]);
+        let elsewhere: SocketAddr = "192.0.2.1:4000".parse().unwrap();
+        let not_listed = Client::new(elsewhere, None).trusting(elsewhere, &trusted);
+        assert_eq!(xff(&not_listed), ["192.0.2.1"]);
     }
 
     #[test]
