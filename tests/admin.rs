@@ -5,7 +5,9 @@
 //! 2. `a_request_head_that_never_ends_is_cut_off`: `admin.header_read_timeout`.
 //! 3. `an_oversized_request_head_is_refused_with_431`.
 //! 4. `with_tls_and_authentication_only_the_probes_are_public`: client certificates, bearer
-//!    tokens (rotated without a reload), `/debug/config` without secrets, plain HTTP refused.
+//!    tokens (rotated without a reload), `/debug/config` without secrets, plain HTTP refused,
+//!    TLS 1.3 only (`admin.tls.min_version`, seen by testssl.sh), and `kubegate status` over
+//!    TLS with a token (from the configuration) or a client certificate (from flags).
 
 use kubegate_e2e::*;
 use std::io::{Read, Write};
@@ -122,11 +124,10 @@ async fn with_tls_and_authentication_only_the_probes_are_public() {
     let tokens = dir.path().join("admin-tokens");
     std::fs::write(&tokens, "first-token\n").unwrap();
     let mut cfg = KubegateConfig::new(&[&sim]);
-    cfg.admin.tls = Some(kubegate_config::ListenerTls {
-        cert_file: crt,
-        key_file: key,
-        client_ca_file: Some(pki.ca_file()),
-    });
+    let mut tls = kubegate_config::ListenerTls::new(crt, key);
+    tls.client_ca_file = Some(pki.ca_file());
+    tls.min_version = Some(kubegate_config::TlsVersion::Tls13);
+    cfg.admin.tls = Some(tls);
     cfg.admin.bearer_token_file = Some(tokens.clone());
     // The test support reaches /livez over plain HTTP; here the endpoint speaks TLS only.
     let config_path = dir.path().join("kubegate.yaml");
@@ -201,4 +202,63 @@ async fn with_tls_and_authentication_only_the_probes_are_public() {
         .join()
         .unwrap();
     assert_ne!(status(&plain), 200, "{plain}");
+
+    // TLS 1.3 only, as configured.
+    let found = testssl(dir.path(), admin, &["-p"]);
+    assert_eq!(finding(&found, "TLS1_2"), "not offered");
+    assert!(
+        finding(&found, "TLS1_3").starts_with("offered"),
+        "{found:?}"
+    );
+
+    // `kubegate status`: from the configuration (TLS verified with admin.tls.client_ca_file,
+    // the token from admin.bearer_token_file), from flags with a client certificate, and
+    // refused without credentials.
+    let kubegate_status = |args: &[&std::ffi::OsStr]| {
+        std::process::Command::new(bin("kubegate"))
+            .arg("status")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let from_config = kubegate_status(&["--config".as_ref(), config_path.as_os_str()]);
+    let table = String::from_utf8_lossy(&from_config.stdout);
+    assert!(
+        from_config.status.success(),
+        "{}",
+        String::from_utf8_lossy(&from_config.stderr)
+    );
+    assert!(
+        table.starts_with("NAME") && table.contains("replica-1"),
+        "{table}"
+    );
+    let url = format!("https://{admin}");
+    let with_cert = kubegate_status(&[
+        "--admin".as_ref(),
+        url.as_ref(),
+        "--ca-file".as_ref(),
+        pki.ca_file().as_os_str(),
+        "--cert-file".as_ref(),
+        ccrt.as_os_str(),
+        "--key-file".as_ref(),
+        ckey.as_os_str(),
+    ]);
+    assert!(
+        with_cert.status.success(),
+        "{}",
+        String::from_utf8_lossy(&with_cert.stderr)
+    );
+    assert!(String::from_utf8_lossy(&with_cert.stdout).contains("replica-1"));
+    let without = kubegate_status(&[
+        "--admin".as_ref(),
+        url.as_ref(),
+        "--ca-file".as_ref(),
+        pki.ca_file().as_os_str(),
+    ]);
+    assert!(!without.status.success());
+    assert!(
+        String::from_utf8_lossy(&without.stderr).contains("HTTP 401"),
+        "{}",
+        String::from_utf8_lossy(&without.stderr)
+    );
 }

@@ -14,6 +14,7 @@
 //! 8. `check_names_unusable_certificates_with_their_position`.
 //! 9. `a_new_serving_certificate_is_used_for_new_connections`.
 //! 10. `one_replica_answers_every_request_after_the_goaway_each_anonymous_one_brings`.
+//! 11. `the_access_log_says_who_asked_what_of_which_replica`.
 
 use kubegate_e2e::*;
 use std::collections::HashMap;
@@ -551,4 +552,154 @@ async fn a_new_serving_certificate_is_used_for_new_connections() {
     // The connection made before keeps working.
     assert_eq!(before.get("/version").await.unwrap().status, 200);
     assert!(kg.metric(r#"kubegate_certificate_reloads_total{result="success"}"#) >= 1.0);
+    let failing = format!(
+        "kubegate_certificate_reload_failing{{file=\"{}\"}}",
+        crt.display()
+    );
+    assert_eq!(
+        kg.metric(&failing),
+        0.0,
+        "the last load of the file succeeded"
+    );
+
+    // A key that does not match: refused, and the file's series says so until fixed.
+    let (_, other_key) = pki.serving("kubegate-other");
+    std::fs::copy(&other_key, &key).unwrap();
+    wait_for("the failing load reported for the file", T, || {
+        (kg.metric(&failing) == 1.0).then_some(())
+    });
+    std::fs::copy(&new_key, &key).unwrap();
+    wait_for("the fixed pair loaded", T, || {
+        (kg.metric(&failing) == 0.0).then_some(())
+    });
+}
+
+/// The access log's JSON lines in kubegate's output whose user agent is `agent`.
+fn access_lines(kg: &Kubegate, agent: &str) -> Vec<serde_json::Value> {
+    kg.log()
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["user_agent"] == agent)
+        .collect()
+}
+
+/// The access log: one line per request naming the certificate's user, what was asked (verb,
+/// resource, namespace, name), the replica that answered, the status and the bytes sent;
+/// switched to text by a reload; held to `max_per_second`, the excess counted, never queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_log_says_who_asked_what_of_which_replica() {
+    use kubegate_config::AccessLogFormat;
+    let bed = cluster(2, &[], |cfg| {
+        cfg.terminate.access_log.format = AccessLogFormat::Json;
+    });
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
+    let (dev_crt, dev_key) = pki.client_in("dev", "dev-user", &["dev", "ops"]);
+    let mut conn = Conn::open_as(kg.listen, pki, true, &dev_crt, &dev_key)
+        .await
+        .unwrap();
+    let agent = [("User-Agent", "access-test/1")];
+    let list = conn
+        .send("GET", "/api/v1/namespaces/default/configmaps", &agent, None)
+        .await
+        .unwrap();
+    assert_eq!(list.status, 200);
+    let missing = conn
+        .send(
+            "GET",
+            "/apis/apps/v1/namespaces/kube-system/deployments/nothing-here",
+            &agent,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(missing.status, 404);
+    let mut anonymous = Conn::open_anonymous(kg.listen, pki, false).await.unwrap();
+    let r = anonymous
+        .send(
+            "GET",
+            "/api/v1/namespaces/default/configmaps",
+            &[
+                ("User-Agent", "access-test/1"),
+                ("Authorization", "Bearer tok-ops"),
+            ],
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+
+    let lines = wait_for("three access log lines", T, || {
+        let lines = access_lines(kg, "access-test/1");
+        (lines.len() >= 3).then_some(lines)
+    });
+    let names: Vec<&str> = sims.iter().map(|s| s.name.as_str()).collect();
+    let list_line = &lines[0];
+    assert_eq!(list_line["user"], "dev-user", "{list_line}");
+    assert_eq!(list_line["groups"], serde_json::json!(["dev", "ops"]));
+    assert_eq!(list_line["identity"], "client_certificate");
+    assert_eq!(list_line["verb"], "list");
+    assert_eq!(list_line["api_group"], "");
+    assert_eq!(list_line["resource"], "configmaps");
+    assert_eq!(list_line["namespace"], "default");
+    assert_eq!(list_line["status"], 200);
+    assert_eq!(list_line["protocol"], "h2");
+    assert_eq!(list_line["bytes"].as_u64(), Some(list.body.len() as u64));
+    assert_eq!(list_line["replica"], replica(&list).as_str());
+    assert!(names.contains(&list_line["replica"].as_str().unwrap()));
+    assert!(list_line["client"]
+        .as_str()
+        .unwrap()
+        .starts_with("127.0.0.1:"));
+    let missing_line = &lines[1];
+    assert_eq!(missing_line["verb"], "get");
+    assert_eq!(missing_line["api_group"], "apps");
+    assert_eq!(missing_line["resource"], "deployments");
+    assert_eq!(missing_line["name"], "nothing-here");
+    assert_eq!(missing_line["status"], 404);
+    let token_line = &lines[2];
+    assert_eq!(token_line["identity"], "bearer_token");
+    assert_eq!(token_line["protocol"], "http/1.1");
+    assert!(token_line.get("user").is_none(), "{token_line}");
+    assert!(
+        !kg.log().contains("tok-ops"),
+        "a credential reached the log"
+    );
+
+    // A reload switches to text, one line a second: a burst is mostly dropped and counted.
+    let mut config = bed.config.clone();
+    config.terminate.access_log.format = AccessLogFormat::Text;
+    config.terminate.access_log.max_per_second = 1;
+    kg.rewrite(&config);
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no text line after the reload"
+        );
+        let r = conn
+            .send("GET", "/version", &[("User-Agent", "access-test/2")], None)
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200);
+        let text = kg.log();
+        if text
+            .lines()
+            .any(|l| l.contains("user_agent=access-test/2") && l.contains(" verb=get "))
+        {
+            break;
+        }
+        tokio::time::sleep(ms(50)).await;
+    }
+    let deadline = std::time::Instant::now() + T;
+    while kg.metric("kubegate_access_log_dropped_total") == 0.0 {
+        assert!(std::time::Instant::now() < deadline, "no line dropped");
+        for _ in 0..20 {
+            let r = conn
+                .send("GET", "/version", &[("User-Agent", "access-test/3")], None)
+                .await
+                .unwrap();
+            assert_eq!(r.status, 200);
+        }
+    }
 }

@@ -21,6 +21,7 @@ mod load;
 mod locate;
 mod schema;
 mod since;
+mod tls;
 mod validate;
 
 pub use cidr::Cidr;
@@ -28,10 +29,11 @@ pub use diff::{diff, Change};
 pub use error::{ConfigError, Problem};
 pub use load::{load_file, load_file_with, load_str, load_str_with, Check};
 pub use schema::{
-    AdminConfig, BackendSpec, BalancePolicy, Config, ConnectConfig, DiscoveryConfig, DrainConfig,
-    FlapDamping, FrontProxy, HealthConfig, HealthTls, KeepaliveConfig, LimitsConfig, ListenerMode,
-    ListenerSpec, ListenerTls, NoReadyBackendPolicy, ShutdownConfig, TerminateConfig,
-    UpgradeConfig, UpstreamConfig, UpstreamTls,
+    AccessLogConfig, AccessLogFormat, AdminConfig, BackendSpec, BalancePolicy, Config,
+    ConnectConfig, DiscoveryConfig, DrainConfig, FlapDamping, FrontProxy, HealthConfig, HealthTls,
+    KeepaliveConfig, LimitsConfig, ListenerMode, ListenerSpec, ListenerTls, NoReadyBackendPolicy,
+    ShutdownConfig, TerminateConfig, UpgradeConfig, UpstreamConfig, UpstreamTls,
 };
 pub use since::{keys_newer_than, parse_version, version_text, Version, ADDED};
+pub use tls::TlsVersion;
 pub use validate::Finding;

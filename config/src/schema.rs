@@ -184,6 +184,28 @@ pub struct ListenerTls {
     /// (bearer tokens, anonymous). Unset: client certificates are not asked for.
     #[serde(default)]
     pub client_ca_file: Option<PathBuf>,
+    /// Lowest TLS version offered: `"1.2"` (default: 1.2 and 1.3) or `"1.3"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_version: Option<crate::TlsVersion>,
+    /// Cipher suites offered, by rustls's names (`TLS13_AES_256_GCM_SHA384`,
+    /// `TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384`, ...); empty: rustls's defaults. TLS 1.3 and
+    /// 1.2 suites are listed together; `kubegate check` names the ones it knows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cipher_suites: Vec<String>,
+}
+
+impl ListenerTls {
+    /// Serving `cert_file` with `key_file`; no client certificates asked for, rustls's
+    /// versions and suites.
+    pub fn new(cert_file: PathBuf, key_file: PathBuf) -> ListenerTls {
+        ListenerTls {
+            cert_file,
+            key_file,
+            client_ca_file: None,
+            min_version: None,
+            cipher_suites: Vec::new(),
+        }
+    }
 }
 
 /// Bounds on what clients can make kubegate hold, whatever their listener's mode.
@@ -235,6 +257,43 @@ pub struct TerminateConfig {
     /// client's address, so the first address the apiserver's audit log shows is not the
     /// client's to choose.
     pub trusted_proxies: Vec<crate::Cidr>,
+    /// One line per request on standard output (off by default).
+    pub access_log: AccessLogConfig,
+}
+
+/// The terminate-mode access log: one line per request (identity, verb, resource, namespace,
+/// replica, status, retries, bytes, duration, user agent) on standard output, kubegate's own
+/// log staying on standard error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AccessLogConfig {
+    /// `off`, `json` or `text` (`key=value` pairs).
+    pub format: AccessLogFormat,
+    /// Lines written per second at most; more are dropped and counted
+    /// (`kubegate_access_log_dropped_total`), so the log never slows requests down.
+    pub max_per_second: u32,
+}
+
+impl Default for AccessLogConfig {
+    fn default() -> Self {
+        AccessLogConfig {
+            format: AccessLogFormat::Off,
+            max_per_second: 1000,
+        }
+    }
+}
+
+/// How access log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessLogFormat {
+    /// No access log.
+    #[default]
+    Off,
+    /// One JSON object per line.
+    Json,
+    /// `key=value` pairs (logfmt).
+    Text,
 }
 
 impl Default for TerminateConfig {
@@ -247,6 +306,7 @@ impl Default for TerminateConfig {
             max_header_list_bytes: 64 * 1024,
             rapid_reset_min_streams: 100,
             trusted_proxies: Vec::new(),
+            access_log: AccessLogConfig::default(),
         }
     }
 }
@@ -283,6 +343,14 @@ pub struct UpstreamTls {
     pub ca_file: Option<PathBuf>,
     /// SNI sent and name verified; default `health.tls.server_name`.
     pub server_name: Option<String>,
+    /// Lowest TLS version offered: `"1.2"` (default: 1.2 and 1.3) or `"1.3"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_version: Option<crate::TlsVersion>,
+    /// Cipher suites offered, by rustls's names (`TLS13_AES_256_GCM_SHA384`,
+    /// `TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384`, ...); empty: rustls's defaults. TLS 1.3 and
+    /// 1.2 suites are listed together; `kubegate check` names the ones it knows.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cipher_suites: Vec<String>,
 }
 
 /// kubegate's front-proxy identity: a client certificate from the apiserver's
@@ -469,6 +537,14 @@ pub struct HealthTls {
     pub client_key_file: Option<PathBuf>,
     /// Accept any certificate. Logged as a warning at every (re)load.
     pub insecure_skip_verify: bool,
+    /// Lowest TLS version offered: `"1.2"` (default: 1.2 and 1.3) or `"1.3"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_version: Option<crate::TlsVersion>,
+    /// Cipher suites offered, by rustls's names (`TLS13_AES_256_GCM_SHA384`,
+    /// `TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384`, ...); empty: rustls's defaults. TLS 1.3 and
+    /// 1.2 suites are listed together; `kubegate check` names the ones it knows.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cipher_suites: Vec<String>,
 }
 
 impl Default for HealthTls {
@@ -479,6 +555,8 @@ impl Default for HealthTls {
             client_cert_file: None,
             client_key_file: None,
             insecure_skip_verify: false,
+            min_version: None,
+            cipher_suites: Vec::new(),
         }
     }
 }
@@ -678,10 +756,13 @@ pub(crate) mod tests_support {
     /// A configuration with every optional part present and every list non-empty: every key
     /// the schema has appears when it is written out.
     pub fn every_part() -> Config {
+        let suites = vec!["TLS13_AES_128_GCM_SHA256".to_string()];
         let tls = ListenerTls {
             cert_file: "c".into(),
             key_file: "k".into(),
             client_ca_file: Some("ca".into()),
+            min_version: Some(crate::TlsVersion::Tls13),
+            cipher_suites: suites.clone(),
         };
         let mut c = Config::new(
             vec![ListenerSpec {
@@ -699,10 +780,14 @@ pub(crate) mod tests_support {
         c.health.tls.client_cert_file = Some("c".into());
         c.health.tls.client_key_file = Some("k".into());
         c.health.bearer_token_file = Some("t".into());
+        c.health.tls.min_version = Some(crate::TlsVersion::Tls13);
+        c.health.tls.cipher_suites = suites.clone();
         c.admin.tls = Some(tls);
         c.admin.bearer_token_file = Some("t".into());
         c.upstream.tls.ca_file = Some("ca".into());
         c.upstream.tls.server_name = Some("kubernetes".into());
+        c.upstream.tls.min_version = Some(crate::TlsVersion::Tls13);
+        c.upstream.tls.cipher_suites = suites;
         c.upstream.front_proxy = Some(FrontProxy::new("c".into(), "k".into()));
         c.upgrade = Some(UpgradeConfig { socket: "s".into() });
         c.discovery = Some(DiscoveryConfig {

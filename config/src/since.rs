@@ -21,6 +21,17 @@ pub const ADDED: &[(&str, Version)] = &[
     ("upstream.front_proxy.extra_prefixes", (0, 2, 0)),
     ("upstream.front_proxy.uid_headers", (0, 2, 0)),
     ("terminate.trusted_proxies", (0, 2, 0)),
+    ("terminate.access_log", (0, 2, 0)),
+    ("terminate.access_log.format", (0, 2, 0)),
+    ("terminate.access_log.max_per_second", (0, 2, 0)),
+    ("listeners[].tls.min_version", (0, 2, 0)),
+    ("listeners[].tls.cipher_suites", (0, 2, 0)),
+    ("admin.tls.min_version", (0, 2, 0)),
+    ("admin.tls.cipher_suites", (0, 2, 0)),
+    ("upstream.tls.min_version", (0, 2, 0)),
+    ("upstream.tls.cipher_suites", (0, 2, 0)),
+    ("health.tls.min_version", (0, 2, 0)),
+    ("health.tls.cipher_suites", (0, 2, 0)),
 ];
 
 /// Reads `1.2.3` (a leading `v` allowed).

@@ -10,6 +10,7 @@
 //! | `status` | `kubegate status`: the admin endpoint's backends as a table |
 //! | `reload` | SIGHUP and file-change reloads: all or nothing |
 //! | `certs` | serving and front-proxy certificates that follow their files |
+//! | `expiry` | every certificate file's expiry, exported |
 //! | `files` | the file checks `kubegate check` and every load run |
 //! | `discovery` | backends from the `default/kubernetes` EndpointSlices |
 //! | `upgrade` | zero-downtime upgrades of kubegate itself (sockets over `SCM_RIGHTS`) |
@@ -18,6 +19,7 @@
 mod admin;
 mod certs;
 mod discovery;
+mod expiry;
 mod files;
 pub mod notify;
 mod reload;
@@ -27,5 +29,5 @@ pub mod upgrade;
 
 pub use admin::AdminTls;
 pub use discovery::{load_credentials, Credentials};
-pub use files::check_files;
+pub use files::check_files_and_tls;
 pub use service::{Control, ControlParts, UpgradeState};

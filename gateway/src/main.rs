@@ -3,9 +3,8 @@
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand, ValueEnum};
-use kubegate::control::{check_files, status};
-use kubegate_config::{load_file, load_file_with};
-use std::net::SocketAddr;
+use kubegate::control::{check_files_and_tls, status};
+use kubegate_config::load_file_with;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -43,12 +42,29 @@ enum Command {
     },
     /// Print the backends of a running gateway as a table.
     Status {
-        /// Admin address of the running gateway.
+        /// Admin endpoint of the running gateway: HOST:PORT, or https://HOST:PORT when it
+        /// serves TLS.
         #[arg(long, conflicts_with = "config")]
-        admin: Option<SocketAddr>,
-        /// Read the admin address from this configuration file.
+        admin: Option<String>,
+        /// Read the admin endpoint from this configuration file: its address, TLS (verified
+        /// by --ca-file, else admin.tls.client_ca_file) and bearer_token_file.
         #[arg(long, short)]
         config: Option<PathBuf>,
+        /// CA (PEM) that signs the admin endpoint's serving certificate.
+        #[arg(long)]
+        ca_file: Option<PathBuf>,
+        /// Name to verify in the admin endpoint's certificate (default: its IP address).
+        #[arg(long)]
+        server_name: Option<String>,
+        /// Client certificate (PEM) the admin endpoint's client CA verifies.
+        #[arg(long, requires = "key_file")]
+        cert_file: Option<PathBuf>,
+        /// Key (PEM) of --cert-file.
+        #[arg(long, requires = "cert_file")]
+        key_file: Option<PathBuf>,
+        /// File whose first line is a bearer token the admin endpoint accepts.
+        #[arg(long)]
+        token_file: Option<PathBuf>,
     },
 }
 
@@ -62,26 +78,31 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { config, compat } => check(&config, compat.as_deref()),
-        Command::Status { admin, config } => {
-            let admin = match (admin, config) {
-                (Some(a), _) => a,
-                (None, Some(path)) => match load_file(&path) {
-                    Ok(c) if c.admin.tls.is_some() => {
-                        eprintln!(
-                            "kubegate status: admin.tls is set and status speaks plain HTTP; read https://{}/debug/backends with your client certificate or token",
-                            c.admin.address
-                        );
-                        return ExitCode::from(2);
-                    }
-                    Ok(c) => c.admin.address,
-                    Err(e) => {
-                        eprintln!("{e}");
-                        return ExitCode::from(2);
-                    }
-                },
-                (None, None) => kubegate_config::AdminConfig::default().address,
+        Command::Status {
+            admin,
+            config,
+            ca_file,
+            server_name,
+            cert_file,
+            key_file,
+            token_file,
+        } => {
+            let options = status::StatusOptions {
+                admin,
+                config,
+                ca_file,
+                server_name,
+                client_cert: cert_file.zip(key_file),
+                token_file,
             };
-            match status::print(admin) {
+            let target = match status::AdminTarget::from_options(options) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("kubegate status: {e:#}");
+                    return ExitCode::from(2);
+                }
+            };
+            match status::print(&target) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("kubegate status: {e:#}");
@@ -110,7 +131,7 @@ fn main() -> ExitCode {
 /// `kubegate check`: the file loads and validates (its files too); with `compat`, release
 /// `compat` knows every key it uses.
 fn check(path: &std::path::Path, compat: Option<&str>) -> ExitCode {
-    if let Err(e) = load_file_with(path, &check_files) {
+    if let Err(e) = load_file_with(path, &check_files_and_tls) {
         eprintln!("{e}");
         return ExitCode::from(2);
     }

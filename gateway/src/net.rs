@@ -1,11 +1,8 @@
-//! Network plumbing both data planes share: the accept loops and the admission limit in front
-//! of them, and the one loop that places new work on a backend (pick → try → on a failure
+//! Network plumbing both data planes share: the accept loops (with the admission limit), and the one loop that places new work on a backend (pick → try → on a failure
 //! that allows it, another; a failed connect ejects the backend).
 
 mod accept;
-mod admission;
 mod connect;
 
 pub use accept::{bind, Acceptor, Serve};
-pub use admission::{try_take, ClientSlot};
 pub use connect::{connect_failed, place, Attempt, Unplaced, PASSIVE_EJECTION};

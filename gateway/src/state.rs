@@ -1,11 +1,12 @@
 //! The gateway's shared state, below both data planes and the control plane: the running
 //! configuration, the backends (the pool, with what each data plane keeps per backend), the
-//! gateway's own lifecycle, and the metrics. Each part has a narrow interface; nothing here
+//! gateway's own lifecycle, its client listeners, and the metrics. Each part has a narrow interface; nothing here
 //! carries traffic.
 
 mod backends;
 mod gateway;
 mod lifecycle;
+mod listeners;
 mod running;
 mod settings;
 
@@ -14,5 +15,6 @@ pub use backends::{
 };
 pub use gateway::Gateway;
 pub use lifecycle::{Lifecycle, Phase};
+pub use listeners::{ClientListener, ClientSlot};
 pub use running::RunningConfig;
 pub use settings::{pool_settings, probe_settings};

@@ -1,7 +1,7 @@
 //! The rustls client configuration for probes, built from `health.tls`.
 
 use crate::outcome::TlsProblem;
-use kubegate_net::tls::{load_certs, load_key, load_roots, provider};
+use kubegate_net::tls::{load_certs, load_key, load_roots, TlsPolicy};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -10,9 +10,10 @@ use std::sync::Arc;
 
 /// Builds the client config. Errors name the file and what is wrong with it.
 pub fn client_config(tls: &kubegate_config::HealthTls) -> Result<ClientConfig, String> {
-    let provider = provider();
+    let policy = TlsPolicy::new(tls.min_version, &tls.cipher_suites)?;
+    let provider = policy.provider();
     let builder = ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(policy.versions())
         .map_err(|e| e.to_string())?;
     let builder = if tls.insecure_skip_verify {
         builder

@@ -5,16 +5,22 @@
 //! | item | job |
 //! |---|---|
 //! | [`provider`] | the one crypto provider (ring), built once |
+//! | `expiry` | when a file's certificates expire |
 //! | `pem` | certificates, root stores and private keys from a PEM file or PEM bytes; a key checked against its certificate |
+//! | `policy` | the TLS versions and cipher suites an operator chose |
 //! | `serving` | a serving certificate that follows its files, and the server config around it |
 
+mod expiry;
 mod pem;
+mod policy;
 mod serving;
 
+pub use expiry::earliest_expiry;
 pub use pem::{
     certified_key, certified_key_from_pem, certs_from_pem, key_from_pem, load_certs, load_key,
     load_roots, roots_from_pem,
 };
+pub use policy::{cipher_suite_names, TlsPolicy};
 pub use serving::{server_config, ServingCert};
 
 use rustls::crypto::CryptoProvider;

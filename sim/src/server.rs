@@ -82,13 +82,26 @@ pub async fn accept_loop(
             else {
                 return;
             };
-            let peer = stream
-                .get_ref()
-                .1
+            let session = stream.get_ref().1;
+            let peer = session
                 .peer_certificates()
                 .and_then(|c| c.first())
                 .and_then(|c| PeerCert::from_der(c));
-            serve_connection(stream, sim, peer).await;
+            // What the client negotiated, for tests of a client's TLS settings. Not an
+            // apiserver header.
+            let negotiated = format!(
+                "{} {}",
+                session
+                    .protocol_version()
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("-"),
+                session
+                    .negotiated_cipher_suite()
+                    .and_then(|s| s.suite().as_str())
+                    .unwrap_or("-")
+            );
+            let negotiated = http::HeaderValue::from_str(&negotiated).ok();
+            serve_connection(stream, sim, peer, negotiated).await;
         });
     }
     drop(listener);
@@ -99,6 +112,7 @@ async fn serve_connection(
     stream: tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
     sim: Arc<Sim>,
     peer: Option<PeerCert>,
+    negotiated: Option<http::HeaderValue>,
 ) {
     let goaway = Arc::new(Notify::new());
     let service = {
@@ -108,6 +122,7 @@ async fn serve_connection(
             let sim = sim.clone();
             let peer = peer.clone();
             let goaway = goaway.clone();
+            let negotiated = negotiated.clone();
             async move {
                 // --goaway-chance: this HTTP/2 request is the connection's last.
                 let chance = sim.behaviour.goaway_chance;
@@ -145,6 +160,9 @@ async fn serve_connection(
                 }
                 if let Some(f) = forwarded {
                     resp.headers_mut().insert("x-kubegate-sim-forwarded-for", f);
+                }
+                if let Some(tls) = negotiated {
+                    resp.headers_mut().insert("x-kubegate-sim-tls", tls);
                 }
                 Ok::<_, std::convert::Infallible>(resp)
             }

@@ -60,11 +60,9 @@ pub fn config(
 pub fn terminate(config: &mut Config, files: &TerminateFiles) {
     for l in &mut config.listeners {
         l.mode = ListenerMode::Terminate;
-        l.tls = Some(ListenerTls {
-            cert_file: files.serving.0.clone(),
-            key_file: files.serving.1.clone(),
-            client_ca_file: files.client_ca.clone(),
-        });
+        let mut tls = ListenerTls::new(files.serving.0.clone(), files.serving.1.clone());
+        tls.client_ca_file = files.client_ca.clone();
+        l.tls = Some(tls);
     }
     config.upstream.front_proxy = files
         .front_proxy

@@ -1,7 +1,8 @@
 //! Child processes: output appended to a log file, signalled by PID, and always ended — by
-//! PID, never by name — when the handle is dropped, on success and on failure alike.
+//! PID (or process group), never by name — when the handle is dropped, on success and on
+//! failure alike.
 
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use std::fs::File;
 use std::io;
@@ -16,6 +17,9 @@ const POLL: Duration = Duration::from_millis(20);
 /// and reaps it.
 pub struct ChildProcess {
     child: Option<Child>,
+    /// The process group the child leads, ended whole (a browser's helpers): ended as soon as
+    /// the leader is reaped, before its id can be reused.
+    group: Option<Pid>,
 }
 
 impl ChildProcess {
@@ -28,12 +32,36 @@ impl ChildProcess {
             .stderr(out)
             .spawn()
             .map_err(|e| io::Error::new(e.kind(), format!("start {:?}: {e}", cmd.get_program())))?;
-        Ok(ChildProcess { child: Some(child) })
+        Ok(ChildProcess {
+            child: Some(child),
+            group: None,
+        })
+    }
+
+    /// Starts `cmd` in a process group of its own, stdin closed, stdout to `out` and stderr to
+    /// `err`; the whole group is ended with it (a program that starts helpers of its own).
+    pub fn spawn_group(cmd: &mut Command, out: &Path, err: &Path) -> io::Result<ChildProcess> {
+        use std::os::unix::process::CommandExt;
+        let child = cmd
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(File::create(out)?)
+            .stderr(File::create(err)?)
+            .spawn()
+            .map_err(|e| io::Error::new(e.kind(), format!("start {:?}: {e}", cmd.get_program())))?;
+        let group = Some(Pid::from_raw(child.id() as i32));
+        Ok(ChildProcess {
+            child: Some(child),
+            group,
+        })
     }
 
     /// Takes over a child started elsewhere (its pipes as they were set up).
     pub fn adopt(child: Child) -> ChildProcess {
-        ChildProcess { child: Some(child) }
+        ChildProcess {
+            child: Some(child),
+            group: None,
+        }
     }
 
     /// The process id, while it has not been reaped.
@@ -59,6 +87,7 @@ impl ChildProcess {
     pub fn try_wait(&mut self) -> Option<ExitStatus> {
         let status = self.child.as_mut()?.try_wait().ok().flatten()?;
         self.child = None;
+        self.end_group();
         Some(status)
     }
 
@@ -81,14 +110,23 @@ impl ChildProcess {
         self.child.is_some() && self.try_wait().is_none()
     }
 
-    /// Ends the process now and reaps it.
+    /// Ends the process (and its group, if it leads one) now and reaps it.
     pub fn kill(&mut self) {
+        self.end_group();
         if let Some(mut child) = self.child.take() {
             let pid = Pid::from_raw(child.id() as i32);
             // A stopped process is killed too, but let it run its last instructions cleanly.
             let _ = kill(pid, Signal::SIGCONT);
             let _ = child.kill();
             let _ = child.wait();
+        }
+    }
+}
+
+impl ChildProcess {
+    fn end_group(&mut self) {
+        if let Some(group) = self.group.take() {
+            let _ = killpg(group, Signal::SIGKILL);
         }
     }
 }

@@ -5,6 +5,7 @@
 //! Every process started here is killed by its PID when its handle drops, on success and on
 //! failure alike. Waits are conditions with deadlines, never fixed sleeps.
 
+mod browser;
 mod client;
 mod cluster;
 mod container;
@@ -12,8 +13,10 @@ pub mod h2raw;
 mod kubegate;
 mod proc;
 mod sim;
+mod testssl;
 mod watch;
 
+pub use browser::Browser;
 pub use client::{tls_client_config, tls_connect, Conn, Lines, Response};
 pub use cluster::{Cluster, Started};
 pub use container::{Container, ContainerSpec};
@@ -22,6 +25,7 @@ pub use kubegate_testbed::kubegate::TerminateFiles;
 pub use kubegate_testbed::{free_port, plain_http, Etcd, FrontProxyPki, Pki};
 pub use proc::Proc;
 pub use sim::{Sim, SimOptions};
+pub use testssl::{finding, testssl};
 pub use watch::{Watch, WatchEvent};
 
 /// etcd with its data in `dir`, started.

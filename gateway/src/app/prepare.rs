@@ -7,7 +7,7 @@ use crate::app::descriptors;
 use crate::control::{self, upgrade, AdminTls, ControlParts, UpgradeState};
 use crate::net::{self, Serve};
 use crate::passthrough::Passthrough;
-use crate::state::{probe_settings, Gateway};
+use crate::state::{probe_settings, ClientListener, Gateway};
 use crate::terminate::{TerminateListener, TerminateMode};
 use kubegate_config::{load_file_with, Config, ListenerMode};
 use std::net::TcpListener;
@@ -29,7 +29,7 @@ pub struct Prepared {
 /// Loads `config_path` and prepares a gateway for it; with `upgrade`, on the sockets of the
 /// kubegate running on `upgrade.socket`.
 pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
-    let config = load_file_with(config_path, &control::check_files)?;
+    let config = load_file_with(config_path, &control::check_files_and_tls)?;
     let descriptors = descriptors::raise();
     let mut inherited = match (&config.upgrade, upgrade) {
         (Some(u), true) => Some(upgrade::take_over(&u.socket)?),
@@ -108,12 +108,18 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
         predecessor: inherited.map(upgrade::Inherited::into_stream),
     });
     let threads = config.threads;
+    let counts = config
+        .listeners
+        .iter()
+        .map(|l| ClientListener::leak(l.address, l.mode))
+        .collect();
     let gateway = Gateway::new(
         config,
         config_path.to_path_buf(),
         probes,
         accepting,
         descriptors.client_capacity(),
+        counts,
     );
     Ok(Prepared {
         gateway,

@@ -1,5 +1,5 @@
-//! The admin endpoint: `/livez`, `/readyz` (and its checks, `/readyz/lifecycle`,
-//! `/readyz/backends`), `/metrics`, `/debug/backends`, `/debug/config`.
+//! The admin endpoint: the status page (`/`), `/livez`, `/readyz` (and its checks,
+//! `/readyz/lifecycle`, `/readyz/backends`), `/metrics`, `/debug/backends`, `/debug/config`.
 //!
 //! HTTP/1.1, over TLS when `admin.tls` is set; it keeps answering through `stopping` and
 //! `draining` so probes and scrapes see the shutdown happen. `/livez` is 200 until the process
@@ -12,7 +12,14 @@
 //! token file configured, everything but `admin.public_paths` (the probes, by default) needs a
 //! verified client certificate or one of the tokens.
 
-use crate::state::{Gateway, Phase};
+mod page;
+mod readyz;
+mod respond;
+mod views;
+
+pub use views::BackendView;
+
+use crate::state::Gateway;
 use crate::telemetry::AdminRefusal;
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
@@ -20,13 +27,14 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use kubegate_config::{AdminConfig, ListenerTls};
-use kubegate_net::tls::{server_config, ServingCert};
-use serde::Serialize;
+use kubegate_net::tls::{server_config, ServingCert, TlsPolicy};
+use readyz::{readyz, verbose, Check};
+use respond::{json, text};
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::task::AbortHandle;
@@ -45,10 +53,12 @@ impl AdminTls {
     /// Loads `admin.tls` now.
     pub fn new(tls: &ListenerTls) -> Result<AdminTls, String> {
         let serving = Arc::new(ServingCert::load(&tls.cert_file, &tls.key_file)?);
+        let policy = TlsPolicy::new(tls.min_version, &tls.cipher_suites)?;
         let config = server_config(
             serving.clone(),
             tls.client_ca_file.as_deref(),
             &[b"http/1.1"],
+            &policy,
         )?;
         Ok(AdminTls {
             acceptor: TlsAcceptor::from(Arc::new(config)),
@@ -169,6 +179,7 @@ async fn route(gw: &Gateway, req: Request<Incoming>, verified: bool) -> Response
         return resp;
     }
     match path {
+        "/" => page::render(gw),
         "/livez" | "/healthz" => text(StatusCode::OK, "ok".into()),
         "/readyz" => readyz(gw, None, verbose(&req)),
         "/readyz/lifecycle" => readyz(gw, Some(Check::Lifecycle), verbose(&req)),
@@ -180,80 +191,10 @@ async fn route(gw: &Gateway, req: Request<Incoming>, verified: bool) -> Response
             )
             .body(Full::new(Bytes::from(gw.metrics().render())))
             .expect("valid response"),
-        "/debug/backends" => json(&backends_view(gw)),
+        "/debug/backends" => json(&views::backends_view(gw)),
         // File paths only: no key, token or certificate content is ever in the configuration.
         "/debug/config" => json(&**gw.config().load()),
         _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
-    }
-}
-
-/// The checks `/readyz` is made of, each also on its own path (`/readyz/<name>`), as the
-/// apiserver's are: keepalived gives the VIP up when `lifecycle` fails (kubegate stopping) and
-/// only lowers its priority when `backends` does (every node fails that one together when the
-/// apiservers do).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Check {
-    /// kubegate is serving: not starting, not shutting down.
-    Lifecycle,
-    /// At least one backend is ready.
-    Backends,
-}
-
-impl Check {
-    const ALL: [Check; 2] = [Check::Lifecycle, Check::Backends];
-
-    fn name(self) -> &'static str {
-        match self {
-            Check::Lifecycle => "lifecycle",
-            Check::Backends => "backends",
-        }
-    }
-
-    fn run(self, gw: &Gateway) -> Result<(), &'static str> {
-        match self {
-            Check::Lifecycle => match gw.lifecycle().phase() {
-                Phase::Serving => Ok(()),
-                Phase::Starting => Err("starting"),
-                Phase::Stopping | Phase::Draining => Err("shutting down"),
-            },
-            Check::Backends if gw.pool().routing().ready.is_empty() => Err("no ready backend"),
-            Check::Backends => Ok(()),
-        }
-    }
-}
-
-fn verbose(req: &Request<Incoming>) -> bool {
-    req.uri().query().is_some_and(|q| {
-        q.split('&')
-            .any(|p| p == "verbose" || p.starts_with("verbose="))
-    })
-}
-
-/// `/readyz` (every check) or one check, answered as the apiserver answers: `ok`, or with
-/// `verbose` (and always on failure) one `[+]`/`[-]` line per check.
-fn readyz(gw: &Gateway, only: Option<Check>, verbose: bool) -> Response<Full<Bytes>> {
-    let checks: Vec<(Check, Result<(), &str>)> = Check::ALL
-        .into_iter()
-        .filter(|c| only.is_none_or(|o| o == *c))
-        .map(|c| (c, c.run(gw)))
-        .collect();
-    let passed = checks.iter().all(|(_, r)| r.is_ok());
-    if passed && !verbose {
-        return text(StatusCode::OK, "ok".into());
-    }
-    let mut body = String::new();
-    for (c, r) in &checks {
-        match r {
-            Ok(()) => body.push_str(&format!("[+]{} ok\n", c.name())),
-            Err(why) => body.push_str(&format!("[-]{} failed: {why}\n", c.name())),
-        }
-    }
-    if passed {
-        body.push_str("readyz check passed\n");
-        text(StatusCode::OK, body)
-    } else {
-        body.push_str("readyz check failed\n");
-        text(StatusCode::SERVICE_UNAVAILABLE, body)
     }
 }
 
@@ -292,103 +233,6 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
         diff |= usize::from(a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0));
     }
     diff == 0
-}
-
-fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
-    Response::builder()
-        .status(status)
-        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
-        .body(Full::new(Bytes::from(body)))
-        .expect("valid response")
-}
-
-fn json<T: Serialize + ?Sized>(value: &T) -> Response<Full<Bytes>> {
-    let body = serde_json::to_vec_pretty(value).expect("serializable");
-    Response::builder()
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(body)))
-        .expect("valid response")
-}
-
-/// One row of `/debug/backends`; `kubegate status` reads the same shape.
-#[derive(Serialize, serde::Deserialize, Debug)]
-pub struct BackendView {
-    /// Name in logs and metrics.
-    pub name: String,
-    /// Where connections go.
-    pub address: String,
-    /// Where probes go.
-    pub probe_address: String,
-    /// Where it came from: `static` (the configuration) or `discovered`.
-    #[serde(default)]
-    pub source: String,
-    /// Health state.
-    pub state: String,
-    /// When the state began (RFC 3339).
-    pub since: String,
-    /// Result label of the last probe (`pass`, `fail`, `tls_error`, `timeout`, ...).
-    pub last_probe_result: Option<String>,
-    /// What the last probe found, in words.
-    pub last_probe_detail: Option<String>,
-    /// Duration of the last probe in milliseconds.
-    pub last_probe_latency_ms: Option<f64>,
-    /// When the last probe started (RFC 3339).
-    pub last_probe_at: Option<String>,
-    /// Failing readyz checks in the last verbose answer.
-    pub failing_checks: Vec<String>,
-    /// The last answer said `[-]shutdown`.
-    pub shutting_down: bool,
-    /// Skipped after a failed connect until the next probe.
-    pub ejected: bool,
-    /// Passing probes in a row it needs to (re)enter `ready`: `health.rise`, or more while it
-    /// flaps (`health.flap_damping`).
-    pub passes_to_ready: u32,
-    /// Open proxied connections.
-    pub active_connections: i64,
-    /// Terminate-mode requests in flight (long-running ones included).
-    #[serde(default)]
-    pub requests_in_flight: usize,
-    /// Terminate mode's HTTP/2 connections open for new requests.
-    #[serde(default)]
-    pub upstream_connections: usize,
-}
-
-fn backends_view(gw: &Gateway) -> Vec<BackendView> {
-    gw.pool()
-        .backends()
-        .iter()
-        .map(|b| {
-            let info = b.info();
-            let probe = b.last_probe();
-            BackendView {
-                name: info.name.clone(),
-                address: b.address.to_string(),
-                probe_address: info.probe_address.to_string(),
-                source: info.source.as_str().into(),
-                state: b.state().as_str().into(),
-                since: humantime::format_rfc3339_millis(
-                    UNIX_EPOCH + Duration::from_millis(b.since_unix_ms()),
-                )
-                .to_string(),
-                last_probe_result: probe.as_ref().map(|p| p.outcome.result_label().into()),
-                last_probe_detail: probe.as_ref().map(|p| p.outcome.describe()),
-                last_probe_latency_ms: probe.as_ref().map(|p| p.latency.as_secs_f64() * 1e3),
-                last_probe_at: probe
-                    .as_ref()
-                    .map(|p| humantime::format_rfc3339_millis(p.at).to_string()),
-                failing_checks: probe
-                    .as_ref()
-                    .map(|p| p.outcome.failing_checks().to_vec())
-                    .unwrap_or_default(),
-                shutting_down: b.shutting_down(),
-                ejected: b.ejected(),
-                passes_to_ready: b.passes_to_ready(),
-                active_connections: b.planes().passthrough.open() as i64,
-                requests_in_flight: b.planes().terminate.in_flight(),
-                upstream_connections: b.planes().terminate.connections(),
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -110,7 +110,11 @@ fn record(gw: &Gateway, file: &Path, result: Result<(), String>) {
         Ok(()) => ReloadResult::Success,
         Err(_) => ReloadResult::Failure,
     };
-    gw.metrics().control.certificate_reload(label);
+    let m = &gw.metrics().control;
+    m.certificate_reload(label);
+    m.certificate_reload_failing
+        .with_label_values(&[&file.display().to_string()])
+        .set(i64::from(result.is_err()));
     match result {
         Ok(()) => {
             tracing::info!(file = %file.display(), "certificate reloaded: new connections use it")

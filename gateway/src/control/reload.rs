@@ -10,7 +10,7 @@
 //! only if it is still the same: the operator sees one refusal for a broken file, none for a
 //! write in progress.
 
-use crate::control::files::check_files;
+use crate::control::files::check_files_and_tls;
 use crate::control::notify;
 use crate::state::{pool_settings, probe_settings, Gateway};
 use crate::telemetry::ReloadResult;
@@ -46,7 +46,8 @@ fn prepare(
     let text =
         std::str::from_utf8(text).map_err(|e| format!("{}: not UTF-8: {e}", path.display()))?;
     let base = path.parent().unwrap_or(Path::new("."));
-    let config = load_str_with(text, path, base, &check_files).map_err(|e| e.to_string())?;
+    let config =
+        load_str_with(text, path, base, &check_files_and_tls).map_err(|e| e.to_string())?;
     let changes = diff(running, &config);
     let restart: Vec<&str> = changes
         .iter()

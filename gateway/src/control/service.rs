@@ -5,7 +5,7 @@
 use crate::control::admin::{self, AdminTls};
 use crate::control::certs::{watch_certificates, Watched};
 use crate::control::discovery::{self, Credentials};
-use crate::control::{notify, reload, upgrade};
+use crate::control::{expiry, notify, reload, upgrade};
 use crate::state::{Gateway, Phase};
 use crate::terminate::TerminateMode;
 use async_trait::async_trait;
@@ -90,6 +90,7 @@ impl BackgroundService for Control {
                 terminate: parts.terminate,
             },
         ));
+        tokio::spawn(expiry::publish_expiry(gw.clone()));
         if let Some(state) = parts.upgrade {
             tokio::spawn(upgrades(gw.clone(), state));
         }

@@ -1,21 +1,137 @@
-//! `kubegate status`: the admin endpoint's `/debug/backends` as a table.
+//! `kubegate status`: the admin endpoint's `/debug/backends` as a table, over plain HTTP or
+//! TLS (verifying the endpoint's certificate), authenticated by a client certificate or a
+//! bearer token when the endpoint asks for one.
 
 use crate::control::admin::BackendView;
 use anyhow::{bail, Context};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
+use kubegate_net::tls::{load_certs, load_key, load_roots, provider};
+use rustls::pki_types::ServerName;
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio_rustls::TlsConnector;
 
-/// Fetches `/debug/backends` from `admin` and prints it.
-pub fn print(admin: SocketAddr) -> anyhow::Result<()> {
+/// How long the admin endpoint has to answer.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where the admin endpoint is and how to reach it.
+#[derive(Debug, Clone)]
+pub struct AdminTarget {
+    /// Its address.
+    pub address: SocketAddr,
+    /// TLS toward it, when it serves TLS.
+    pub tls: Option<AdminTargetTls>,
+    /// A file whose first line is a bearer token the endpoint accepts.
+    pub token_file: Option<PathBuf>,
+}
+
+/// TLS toward the admin endpoint.
+#[derive(Debug, Clone)]
+pub struct AdminTargetTls {
+    /// CA (PEM) that signs the endpoint's serving certificate.
+    pub ca_file: PathBuf,
+    /// Name verified in its certificate; default: the address's IP.
+    pub server_name: Option<String>,
+    /// A client certificate and key (PEM) the endpoint's `admin.tls.client_ca_file` verifies.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+}
+
+/// What `kubegate status` was told on its command line.
+#[derive(Debug, Default)]
+pub struct StatusOptions {
+    /// `--admin`: `HOST:PORT` or `https://HOST:PORT`.
+    pub admin: Option<String>,
+    /// `--config`: the address, TLS and token file from kubegate's configuration.
+    pub config: Option<PathBuf>,
+    /// `--ca-file`.
+    pub ca_file: Option<PathBuf>,
+    /// `--server-name`.
+    pub server_name: Option<String>,
+    /// `--cert-file` and `--key-file`.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+    /// `--token-file`.
+    pub token_file: Option<PathBuf>,
+}
+
+impl AdminTarget {
+    /// The endpoint `options` point at: `--admin`, else the configuration's `admin` (its
+    /// address; TLS when `admin.tls` is set, verified by `--ca-file` or else by
+    /// `admin.tls.client_ca_file`; its `bearer_token_file` unless `--token-file` or a client
+    /// certificate is given), else the default admin address.
+    pub fn from_options(options: StatusOptions) -> anyhow::Result<AdminTarget> {
+        let tls = |ca_file: Option<PathBuf>| -> anyhow::Result<AdminTargetTls> {
+            Ok(AdminTargetTls {
+                ca_file: ca_file.context(
+                    "the admin endpoint serves TLS: pass --ca-file, the CA that signs its certificate",
+                )?,
+                server_name: options.server_name.clone(),
+                client_cert: options.client_cert.clone(),
+            })
+        };
+        if let Some(admin) = &options.admin {
+            let (address, https) = AdminTarget::parse_address(admin)?;
+            return Ok(AdminTarget {
+                address,
+                tls: if https {
+                    Some(tls(options.ca_file.clone())?)
+                } else {
+                    None
+                },
+                token_file: options.token_file,
+            });
+        }
+        let Some(path) = &options.config else {
+            return Ok(AdminTarget {
+                address: kubegate_config::AdminConfig::default().address,
+                tls: None,
+                token_file: options.token_file,
+            });
+        };
+        let config = kubegate_config::load_file(path).map_err(anyhow::Error::msg)?;
+        let admin = config.admin;
+        let tls = match &admin.tls {
+            Some(t) => Some(tls(options.ca_file.clone().or(t.client_ca_file.clone()))?),
+            None => None,
+        };
+        let token_file = match (&options.token_file, &options.client_cert) {
+            (Some(t), _) => Some(t.clone()),
+            (None, Some(_)) => None,
+            (None, None) => admin.bearer_token_file,
+        };
+        Ok(AdminTarget {
+            address: admin.address,
+            tls,
+            token_file,
+        })
+    }
+
+    /// Reads `address`: `HOST:PORT` (plain HTTP) or `https://HOST:PORT`.
+    pub fn parse_address(address: &str) -> anyhow::Result<(SocketAddr, bool)> {
+        let (https, rest) = match address.strip_prefix("https://") {
+            Some(rest) => (true, rest),
+            None => (false, address.strip_prefix("http://").unwrap_or(address)),
+        };
+        let addr = rest.trim_end_matches('/').parse().with_context(|| {
+            format!(
+                "--admin {address:?}: expected HOST:PORT or https://HOST:PORT with an IP address"
+            )
+        })?;
+        Ok((addr, https))
+    }
+}
+
+/// Fetches `/debug/backends` from `target` and prints it.
+pub fn print(target: &AdminTarget) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let body = rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(5), get(admin, "/debug/backends"))
+        tokio::time::timeout(TIMEOUT, get(target, "/debug/backends"))
             .await
-            .context("admin endpoint did not answer within 5s")?
+            .with_context(|| format!("admin endpoint did not answer within {TIMEOUT:?}"))?
     })?;
     let rows: Vec<BackendView> =
         serde_json::from_slice(&body).context("unexpected /debug/backends answer")?;
@@ -23,28 +139,83 @@ pub fn print(admin: SocketAddr) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn get(addr: SocketAddr, path: &str) -> anyhow::Result<bytes::Bytes> {
+async fn get(target: &AdminTarget, path: &str) -> anyhow::Result<bytes::Bytes> {
+    let addr = target.address;
     let tcp = tokio::net::TcpStream::connect(addr)
         .await
         .with_context(|| format!("cannot reach the admin endpoint at {addr}"))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
-    tokio::spawn(conn);
-    let req = http::Request::get(path)
-        .header(http::header::HOST, addr.to_string())
-        .body(Empty::<bytes::Bytes>::new())?;
-    let resp = sender.send_request(req).await?;
-    if !resp.status().is_success() {
-        bail!("{path}: HTTP {}", resp.status());
+    let token = match &target.token_file {
+        Some(file) => Some(
+            std::fs::read_to_string(file)
+                .with_context(|| format!("token file {}", file.display()))?
+                .lines()
+                .map(str::trim)
+                .find(|l| !l.is_empty())
+                .with_context(|| format!("token file {} holds no token", file.display()))?
+                .to_string(),
+        ),
+        None => None,
+    };
+    let mut req = http::Request::get(path).header(http::header::HOST, addr.to_string());
+    if let Some(t) = token {
+        req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
     }
-    Ok(resp.into_body().collect().await?.to_bytes())
+    let req = req.body(Empty::<bytes::Bytes>::new())?;
+    let resp = match &target.tls {
+        None => {
+            let (mut sender, conn) =
+                hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
+            tokio::spawn(conn);
+            sender.send_request(req).await?
+        }
+        Some(tls) => {
+            let name = match &tls.server_name {
+                Some(n) => ServerName::try_from(n.clone())
+                    .with_context(|| format!("--server-name {n:?}"))?,
+                None => ServerName::IpAddress(addr.ip().into()),
+            };
+            let stream = TlsConnector::from(Arc::new(client_config(tls)?))
+                .connect(name, tcp)
+                .await
+                .with_context(|| format!("TLS with the admin endpoint at {addr}"))?;
+            let (mut sender, conn) =
+                hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+            tokio::spawn(conn);
+            sender.send_request(req).await?
+        }
+    };
+    match resp.status() {
+        s if s.is_success() => Ok(resp.into_body().collect().await?.to_bytes()),
+        http::StatusCode::UNAUTHORIZED => bail!(
+            "{path}: HTTP 401: the admin endpoint wants a client certificate (--cert-file, --key-file) or a token (--token-file)"
+        ),
+        s => bail!("{path}: HTTP {s}"),
+    }
+}
+
+fn client_config(tls: &AdminTargetTls) -> anyhow::Result<rustls::ClientConfig> {
+    let roots = load_roots(&tls.ca_file).map_err(anyhow::Error::msg)?;
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots);
+    let mut config = match &tls.client_cert {
+        Some((cert, key)) => builder.with_client_auth_cert(
+            load_certs(cert).map_err(anyhow::Error::msg)?,
+            load_key(key).map_err(anyhow::Error::msg)?,
+        )?,
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
 }
 
 /// Renders rows as an aligned text table.
 pub fn table(rows: &[BackendView]) -> String {
     let header = [
-        "NAME", "ADDRESS", "SOURCE", "STATE", "SINCE", "CONNS", "PROBE", "LATENCY", "DETAIL",
+        "NAME", "ADDRESS", "SOURCE", "STATE", "SINCE", "CONNS", "REQUESTS", "PROBE", "LATENCY",
+        "DETAIL",
     ];
-    let cells: Vec<[String; 9]> = rows
+    let cells: Vec<[String; 10]> = rows
         .iter()
         .map(|r| {
             [
@@ -54,6 +225,7 @@ pub fn table(rows: &[BackendView]) -> String {
                 r.state.clone(),
                 r.since.clone(),
                 r.active_connections.to_string(),
+                r.requests_in_flight.to_string(),
                 r.last_probe_result.clone().unwrap_or_else(|| "-".into()),
                 r.last_probe_latency_ms
                     .map(|ms| format!("{ms:.1}ms"))

@@ -11,11 +11,18 @@
 //!
 //! The listeners are bound before pingora starts (a taken address fails the start with its
 //! name), or inherited from the process being upgraded, and closed when the lifecycle reaches
-//! `draining` (`shutdown.delay` after SIGTERM) or the sockets went to a successor. Options every client connection needs (`TCP_NODELAY`, keepalive) are set
-//! on the listeners, which accepted sockets inherit.
+//! `draining` (`shutdown.delay` after SIGTERM) or the sockets went to a successor. Options
+//! every client connection needs (`TCP_NODELAY`, keepalive) are set on the listeners, which
+//! accepted sockets inherit.
+//!
+//! Admission: a connection over `limits.max_client_connections` (every listener together) is
+//! accepted and closed at once rather than left in the kernel's backlog: the client learns
+//! immediately (and retries elsewhere, or later), and a flood of idle or half-open connections
+//! cannot take the descriptors and memory that the admin endpoint, the probes and the clients
+//! already served need. The limit is read from the running configuration, so a reload applies
+//! to the next accept.
 
-use crate::net::admission::{self, ClientSlot};
-use crate::state::{Gateway, Phase};
+use crate::state::{ClientListener, ClientSlot, Gateway, Phase};
 use crate::telemetry::ClientLimit;
 use async_trait::async_trait;
 use kubegate_config::KeepaliveConfig;
@@ -83,7 +90,8 @@ pub struct Acceptor {
 }
 
 impl Acceptor {
-    /// Accepts on `listeners` (bound already), each for its plane, once pingora starts.
+    /// Accepts on `listeners` (bound already; `gateway.listeners()` in the same order), each
+    /// for its plane, once pingora starts.
     pub fn new(
         gateway: Arc<Gateway>,
         listeners: Vec<(std::net::TcpListener, Arc<dyn Serve>)>,
@@ -101,10 +109,11 @@ impl BackgroundService for Acceptor {
         let listeners =
             std::mem::take(&mut *self.listeners.lock().unwrap_or_else(|e| e.into_inner()));
         let mut loops = tokio::task::JoinSet::new();
-        for (listener, plane) in listeners {
+        let counts = self.gateway.listeners().to_vec();
+        for ((listener, plane), count) in listeners.into_iter().zip(counts) {
             match TcpListener::from_std(listener) {
                 Ok(l) => {
-                    loops.spawn(accept_loop(l, plane, self.gateway.clone()));
+                    loops.spawn(accept_loop(l, plane, count, self.gateway.clone()));
                 }
                 Err(e) => tracing::error!(error = %e, "cannot register a listener"),
             }
@@ -114,7 +123,12 @@ impl BackgroundService for Acceptor {
 }
 
 /// Accepts until the lifecycle reaches `draining`, then closes the listener.
-async fn accept_loop(listener: TcpListener, plane: Arc<dyn Serve>, gw: Arc<Gateway>) {
+async fn accept_loop(
+    listener: TcpListener,
+    plane: Arc<dyn Serve>,
+    count: &'static ClientListener,
+    gw: Arc<Gateway>,
+) {
     let mut keepalive = gw.config().load().client_keepalive.clone();
     let mut reloads = gw.config().subscribe();
     let mut phase = gw.lifecycle().subscribe();
@@ -156,7 +170,7 @@ async fn accept_loop(listener: TcpListener, plane: Arc<dyn Serve>, gw: Arc<Gatew
         };
         match accepted {
             Ok((client, _)) => {
-                let Some(slot) = admission::try_take(gw.client_limit()) else {
+                let Some(slot) = count.admit(gw.client_limit()) else {
                     gw.metrics().net.limit_closed(ClientLimit::Connections);
                     continue;
                 };

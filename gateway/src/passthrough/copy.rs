@@ -14,7 +14,6 @@
 //! - An error in one direction ends both; a reset is passed on as a reset (SO_LINGER 0), so the
 //!   other peer sees what this one saw instead of a clean end.
 
-use crate::net::ClientSlot;
 use crate::passthrough::guard::ConnectionGuard;
 use prometheus::IntCounter;
 use std::cell::RefCell;
@@ -80,25 +79,17 @@ pub struct Relay {
     to_backend: Direction,
     to_client: Direction,
     guard: ConnectionGuard,
-    _slot: ClientSlot,
 }
 
 impl Relay {
-    /// Relays between `client` and `backend` until both directions ended or one failed; the
-    /// client's admission `slot` frees when the relay ends.
-    pub fn new(
-        client: TcpStream,
-        backend: TcpStream,
-        guard: ConnectionGuard,
-        slot: ClientSlot,
-    ) -> Relay {
+    /// Relays between `client` and `backend` until both directions ended or one failed.
+    pub fn new(client: TcpStream, backend: TcpStream, guard: ConnectionGuard) -> Relay {
         Relay {
             client,
             backend,
             to_backend: Direction::Reading,
             to_client: Direction::Reading,
             guard,
-            _slot: slot,
         }
     }
 

@@ -1,7 +1,7 @@
 //! A relay's registration with its backend (passthrough's share of `Backend::planes()`): the
 //! backend counts it as open work until the guard drops, and can close it by aborting its task.
 
-use crate::state::{Backend, Registered};
+use crate::state::{Backend, ClientSlot, Registered};
 use crate::telemetry::RelayHandles;
 use std::sync::Arc;
 
@@ -12,11 +12,12 @@ pub struct ConnectionGuard {
 }
 
 impl ConnectionGuard {
-    /// Registers a new connection to `backend`. Give the connection's task to the backend's
-    /// registry (`Relays::attach` with [`ConnectionGuard::id`]) once it is spawned.
-    pub fn register(backend: &Arc<Backend>) -> ConnectionGuard {
+    /// Registers a new connection to `backend`, admitted with `slot` (which frees with the
+    /// registration). Give the connection's task to the backend's registry (`Relays::attach`
+    /// with [`ConnectionGuard::id`]) once it is spawned.
+    pub fn register(backend: &Arc<Backend>, slot: ClientSlot) -> ConnectionGuard {
         ConnectionGuard {
-            registered: backend.planes().passthrough.register(),
+            registered: backend.planes().passthrough.register(slot),
             backend: backend.clone(),
         }
     }

@@ -1,10 +1,10 @@
 //! The passthrough plane's entry: place a new connection on a backend (a TCP connect,
 //! retried on another backend), then hand both sockets to a relay task of their own.
 
-use crate::net::{connect_failed, place, Attempt, ClientSlot, Serve, Unplaced};
+use crate::net::{connect_failed, place, Attempt, Serve, Unplaced};
 use crate::passthrough::copy::Relay;
 use crate::passthrough::guard::ConnectionGuard;
-use crate::state::{Backend, Gateway};
+use crate::state::{Backend, ClientSlot, Gateway};
 use crate::telemetry::Refusal;
 use kubegate_config::BalancePolicy;
 use kubegate_net::{dial, out_of_resources};
@@ -29,9 +29,9 @@ async fn open(gw: Arc<Gateway>, client: TcpStream, slot: ClientSlot) {
         return;
     };
     let _ = upstream.set_nodelay(true);
-    let guard = ConnectionGuard::register(&backend);
+    let guard = ConnectionGuard::register(&backend, slot);
     let id = guard.id();
-    let task = tokio::spawn(Relay::new(client, upstream, guard, slot));
+    let task = tokio::spawn(Relay::new(client, upstream, guard));
     backend.planes().passthrough.attach(id, task.abort_handle());
 }
 

@@ -1,11 +1,15 @@
 //! The gateway's parts, each with its own job: the running configuration, the backend pool
-//! (with the data planes' per-backend state), the lifecycle, and the metrics. Nothing here
-//! decides a backend's state (the pool does) or carries traffic (the data planes do).
+//! (with the data planes' per-backend state), the lifecycle, the metrics, and who sends the
+//! most requests. Nothing here decides a backend's state (the pool does) or carries traffic
+//! (the data planes do).
 
 use crate::state::backends::{Planes, Pool};
 use crate::state::lifecycle::{Lifecycle, Phase};
+use crate::state::listeners::ClientListener;
 use crate::state::running::RunningConfig;
 use crate::state::settings::pool_settings;
+use crate::telemetry::busiest::Busiest;
+use crate::telemetry::transitions::Transitions;
 use crate::telemetry::{MetricEvents, Metrics};
 use kubegate_config::Config;
 use kubegate_health::ProbeSettings;
@@ -18,6 +22,14 @@ pub struct Gateway {
     pool: Arc<Pool>,
     lifecycle: Arc<Lifecycle>,
     metrics: Arc<Metrics>,
+    /// Who sent the most requests lately (terminate mode), for the status page.
+    busiest: Busiest,
+    /// The last backend state transitions, for the status page.
+    transitions: Arc<Transitions>,
+    /// The client listeners, in configuration order.
+    listeners: Vec<&'static ClientListener>,
+    /// When the process started.
+    started: std::time::SystemTime,
     /// Client connections the open-files limit leaves room for.
     client_capacity: usize,
 }
@@ -25,13 +37,15 @@ pub struct Gateway {
 impl Gateway {
     /// A gateway for `config` (read from `path`) with no backends started yet (see
     /// [`Gateway::start_backends`]); `accepting` unless it takes over from a running
-    /// predecessor; room for `client_capacity` client connections in its descriptors.
+    /// predecessor; room for `client_capacity` client connections in its descriptors; clients
+    /// on `listeners`.
     pub fn new(
         config: Config,
         path: PathBuf,
         probes: ProbeSettings,
         accepting: bool,
         client_capacity: usize,
+        listeners: Vec<&'static ClientListener>,
     ) -> Arc<Gateway> {
         let metrics = Arc::new(Metrics::new());
         metrics.gateway.publish_build();
@@ -40,7 +54,12 @@ impl Gateway {
             let lifecycle = lifecycle.clone();
             Box::new(move |ready: usize| lifecycle.readiness(ready).is_ok())
         };
-        let events = Arc::new(MetricEvents::new(metrics.clone(), readiness));
+        let transitions = Arc::new(Transitions::default());
+        let events = Arc::new(MetricEvents::new(
+            metrics.clone(),
+            readiness,
+            transitions.clone(),
+        ));
         let planes_metrics = metrics.clone();
         let pool = Pool::new(pool_settings(&config), Some(probes), events, move |name| {
             Planes::new(planes_metrics.clone(), name)
@@ -50,6 +69,10 @@ impl Gateway {
             pool,
             lifecycle,
             metrics,
+            busiest: Busiest::default(),
+            transitions,
+            listeners,
+            started: std::time::SystemTime::now(),
             client_capacity,
         });
         gw.publish_client_limit();
@@ -97,6 +120,26 @@ impl Gateway {
     /// Every metric.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// Who sent the most terminate-mode requests in the last minute.
+    pub fn busiest(&self) -> &Busiest {
+        &self.busiest
+    }
+
+    /// The last backend state transitions, newest first.
+    pub fn transitions(&self) -> &Transitions {
+        &self.transitions
+    }
+
+    /// The client listeners.
+    pub fn listeners(&self) -> &[&'static ClientListener] {
+        &self.listeners
+    }
+
+    /// When the process started.
+    pub fn started(&self) -> std::time::SystemTime {
+        self.started
     }
 
     /// The gateway's phase.

@@ -1,6 +1,8 @@
-//! The pool's decisions, counted: kubegate's implementation of `PoolEvents`.
+//! The pool's decisions, counted (and its transitions kept for the status page): kubegate's
+//! implementation of `PoolEvents`.
 
 use crate::telemetry::metrics::{set_one_hot, Metrics};
+use crate::telemetry::transitions::Transitions;
 use kubegate_health::{BackendState, ProbeRecord, Transition};
 use kubegate_pool::{CloseReason, PoolEvents};
 use std::sync::Arc;
@@ -12,12 +14,22 @@ pub type Readiness = Box<dyn Fn(usize) -> bool + Send + Sync>;
 pub struct MetricEvents {
     metrics: Arc<Metrics>,
     readiness: Readiness,
+    transitions: Arc<Transitions>,
 }
 
 impl MetricEvents {
-    /// Counts into `metrics`; `kubegate_ready` follows `readiness` of the ready backend count.
-    pub fn new(metrics: Arc<Metrics>, readiness: Readiness) -> MetricEvents {
-        MetricEvents { metrics, readiness }
+    /// Counts into `metrics` and keeps transitions in `transitions`; `kubegate_ready` follows
+    /// `readiness` of the ready backend count.
+    pub fn new(
+        metrics: Arc<Metrics>,
+        readiness: Readiness,
+        transitions: Arc<Transitions>,
+    ) -> MetricEvents {
+        MetricEvents {
+            metrics,
+            readiness,
+            transitions,
+        }
     }
 
     fn publish_state(&self, name: &str, state: BackendState) {
@@ -65,6 +77,7 @@ impl PoolEvents for MetricEvents {
 
     fn state_changed(&self, name: &str, t: Transition) {
         self.publish_state(name, t.to);
+        self.transitions.record(name, t.from, t.to);
         self.metrics
             .backends
             .state_transitions

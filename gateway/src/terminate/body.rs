@@ -2,15 +2,17 @@
 //! relayed from a backend while the request counts as in flight there, or the events of a
 //! watch followed across backends. And small answers read whole.
 
-use crate::state::Stream;
+use crate::state::{Gateway, Stream};
+use crate::telemetry::access_log::{self, Entry};
 use crate::terminate::h2client::ResponseStream;
 use crate::terminate::in_flight::InFlight;
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Limited};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 /// The largest small answer read whole: a 429/503 read to tell a shutting-down apiserver from
@@ -34,6 +36,51 @@ pub enum ResponseBody {
     Relayed(Relayed),
     /// A watch followed across backends (`watch.rs`).
     Watch(WatchBody),
+    /// Another body, written to the access log when it ends.
+    Logged(Box<LoggedBody>),
+}
+
+/// A response body whose request the access log records once the body ends (or the client
+/// leaves): with the bytes sent and the time it took.
+pub struct LoggedBody {
+    inner: ResponseBody,
+    entry: Entry,
+    started: Instant,
+    gw: Arc<Gateway>,
+    written: bool,
+}
+
+impl LoggedBody {
+    /// `inner`, recorded as `entry` (its time counted from `started`) when it ends.
+    pub fn wrap(
+        inner: ResponseBody,
+        entry: Entry,
+        started: Instant,
+        gw: Arc<Gateway>,
+    ) -> ResponseBody {
+        ResponseBody::Logged(Box::new(LoggedBody {
+            inner,
+            entry,
+            started,
+            gw,
+            written: false,
+        }))
+    }
+
+    fn finish(&mut self) {
+        if std::mem::replace(&mut self.written, true) {
+            return;
+        }
+        self.entry.duration = self.started.elapsed();
+        let config = self.gw.config().load().terminate.access_log;
+        access_log::record(&config, self.gw.metrics(), &self.entry);
+    }
+}
+
+impl Drop for LoggedBody {
+    fn drop(&mut self) {
+        self.finish();
+    }
 }
 
 impl ResponseBody {
@@ -176,6 +223,19 @@ impl Body for ResponseBody {
                 }
             }
             ResponseBody::Watch(w) => w.0.poll_recv(cx).map(|e| e.map(|b| Ok(Frame::data(b)))),
+            ResponseBody::Logged(l) => {
+                let polled = Pin::new(&mut l.inner).poll_frame(cx);
+                match &polled {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        if let Some(data) = frame.data_ref() {
+                            l.entry.bytes += data.len() as u64;
+                        }
+                    }
+                    Poll::Ready(None) | Poll::Ready(Some(Err(_))) => l.finish(),
+                    Poll::Pending => {}
+                }
+                polled
+            }
         }
     }
 
@@ -187,6 +247,7 @@ impl Body for ResponseBody {
                     || (r.after_gathered.is_none() && r.inner.is_end_stream())
             }
             ResponseBody::Watch(_) => false,
+            ResponseBody::Logged(l) => l.inner.is_end_stream(),
         }
     }
 
@@ -196,6 +257,7 @@ impl Body for ResponseBody {
             ResponseBody::Full(None) => SizeHint::with_exact(0),
             ResponseBody::Relayed(r) => r.inner.size_hint(),
             ResponseBody::Watch(_) => SizeHint::default(),
+            ResponseBody::Logged(l) => l.inner.size_hint(),
         }
     }
 }

@@ -39,23 +39,22 @@ pub enum Answer {
 }
 
 /// Sends `outgoing` to backends not in `tried` until one answers or the rules forbid another
-/// try. `NoBackend`: no backend could be picked; `Failed`: the last attempt's failure.
+/// try: the backend that answered and its answer. `NoBackend`: no backend could be picked;
+/// `Failed`: the last attempt's failure.
 pub async fn dispatch(
     gw: &Gateway,
     upstreams: &Upstreams,
     outgoing: &Outgoing,
     class: RequestClass,
     tried: &mut Vec<SocketAddr>,
-) -> Result<Answer, Unplaced<AttemptFailure>> {
+) -> Result<(Arc<Backend>, Answer), Unplaced<AttemptFailure>> {
     let mut forward = Forward {
         gw,
         upstreams,
         outgoing,
         class,
     };
-    place(gw, &mut forward, tried)
-        .await
-        .map(|(_, answer)| answer)
+    place(gw, &mut forward, tried).await
 }
 
 /// One request's attempts, as the placing loop runs them.

@@ -1,16 +1,18 @@
 //! One terminate-mode request, from the client's head to the answer: an upgrade goes its own
 //! way (`upgrade`); otherwise the body is read whole (bounded: a retry must be able to send it
 //! again), the request shaped for the backends (`request`), placed and sent (`dispatch`), and
-//! a watch's response followed across backends (`watch`).
+//! a watch's response followed across backends (`watch`). With the access log on, the
+//! response body carries the request's line until it ends (`served`).
 
 use crate::net::Unplaced;
 use crate::state::Gateway;
 use crate::telemetry::RequestFailure;
-use crate::terminate::body::{Relayed, ResponseBody};
+use crate::terminate::body::{LoggedBody, Relayed, ResponseBody};
 use crate::terminate::dispatch::{dispatch, Answer};
 use crate::terminate::mode::{TerminateMode, Upstreams};
 use crate::terminate::request::{Client, Outgoing, Shaper};
 use crate::terminate::retry::may_retry;
+use crate::terminate::served::{self, Served};
 use crate::terminate::status::{broken, status, unavailable};
 use crate::terminate::{upgrade, watch};
 use bytes::Bytes;
@@ -19,17 +21,39 @@ use http::{Request, Response, StatusCode};
 use http_body::Body as _;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
+use kubegate_config::AccessLogFormat;
 use kubegate_wire::classify::{classify, RequestClass, Verb};
 use kubegate_wire::framing::Framing;
 use kubegate_wire::position::resumed_query;
 use std::sync::Arc;
+use std::time::Instant;
 
-/// Serves one request.
+/// Serves one request, and logs it if the access log is on.
 pub async fn handle(
     gw: Arc<Gateway>,
     mode: Arc<TerminateMode>,
     client: Arc<Client>,
     req: Request<Incoming>,
+) -> Response<ResponseBody> {
+    if gw.config().load().terminate.access_log.format == AccessLogFormat::Off {
+        return serve(gw, mode, &client, req, &mut Served::default()).await;
+    }
+    let started = Instant::now();
+    let mut entry = served::entry(&client, &req);
+    let mut served = Served::default();
+    // Boxed: requests served without a log line do not pay for the larger future.
+    let resp = Box::pin(serve(gw.clone(), mode, &client, req, &mut served)).await;
+    served.complete(&mut entry, &resp);
+    resp.map(|body| LoggedBody::wrap(body, entry, started, gw))
+}
+
+/// Serves one request; `served` learns who sent it and which replica answered.
+async fn serve(
+    gw: Arc<Gateway>,
+    mode: Arc<TerminateMode>,
+    client: &Client,
+    req: Request<Incoming>,
+    served: &mut Served,
 ) -> Response<ResponseBody> {
     if client.unnamed_certificate {
         // As the apiserver's x509 authenticator: a certificate that names no user is an
@@ -49,7 +73,7 @@ pub async fn handle(
     if upgrade::requested(&req) {
         // Boxed, as every rarely taken path that awaits a large future: a future is as large
         // as its largest await, and each request's is allocated and moved whole.
-        return Box::pin(upgrade::proxy(&gw, &upstreams, &client, req, class)).await;
+        return Box::pin(upgrade::proxy(&gw, &upstreams, client, req, class, served)).await;
     }
     let (parts, body) = req.into_parts();
     let body = if body.is_end_stream() {
@@ -62,13 +86,14 @@ pub async fn handle(
         }
     };
     let mut outgoing =
-        Shaper::new(&upstreams, &gw.metrics().terminate).request(&client, parts, body);
+        Shaper::new(&upstreams, &gw.metrics().terminate).request(client, parts, body);
+    served.sent_as(&gw, client, outgoing.kind(), outgoing.user_agent());
     if class.verb == Verb::Watch {
         // Bookmarks carry positions: asked for upstream whatever the client asked (those it
         // did not ask for are kept from it).
         outgoing = outgoing.with_query(&resumed_query(outgoing.client_query(), None, None));
     }
-    send(gw, upstreams, outgoing, class).await
+    send(gw, upstreams, outgoing, class, served).await
 }
 
 /// Reads a request body whole (a retry must be able to send it again), up to
@@ -107,9 +132,16 @@ async fn send(
     upstreams: Arc<Upstreams>,
     outgoing: Outgoing,
     class: RequestClass,
+    served: &mut Served,
 ) -> Response<ResponseBody> {
     let metrics = &gw.metrics().terminate;
-    match dispatch(&gw, &upstreams, &outgoing, class, &mut Vec::new()).await {
+    let mut tried = Vec::new();
+    let answer = dispatch(&gw, &upstreams, &outgoing, class, &mut tried).await;
+    let answer = answer.map(|(replica, answer)| {
+        served.answered_by(replica, tried.len());
+        answer
+    });
+    match answer {
         Ok(Answer::Whole(resp)) => resp,
         Ok(Answer::Streaming {
             resp,

@@ -10,7 +10,8 @@
 //! kubegate's memory); PING and SETTINGS are answered one at a time (h2 stops reading while an
 //! answer is pending, so a flood is held by TCP); and the rapid reset rule (`resets`).
 
-use crate::net::{ClientSlot, Serve};
+use crate::net::Serve;
+use crate::state::ClientSlot;
 use crate::state::{Gateway, Phase};
 use crate::telemetry::{ClientLimit, ClientProtocol, HandshakeFailure};
 use crate::terminate::handle::handle;
@@ -21,7 +22,7 @@ use crate::terminate::tls::ALPN;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use kubegate_config::{ListenerTls, TerminateConfig};
-use kubegate_net::tls::{server_config, ServingCert};
+use kubegate_net::tls::{server_config, ServingCert, TlsPolicy};
 use kubegate_wire::identity::CertIdentity;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -41,7 +42,13 @@ impl TerminateListener {
     /// Loads the serving certificate and client CA now.
     pub fn new(tls: &ListenerTls, mode: Arc<TerminateMode>) -> Result<TerminateListener, String> {
         let serving = Arc::new(ServingCert::load(&tls.cert_file, &tls.key_file)?);
-        let config = server_config(serving.clone(), tls.client_ca_file.as_deref(), &ALPN)?;
+        let policy = TlsPolicy::new(tls.min_version, &tls.cipher_suites)?;
+        let config = server_config(
+            serving.clone(),
+            tls.client_ca_file.as_deref(),
+            &ALPN,
+            &policy,
+        )?;
         Ok(TerminateListener {
             acceptor: TlsAcceptor::from(Arc::new(config)),
             serving,
@@ -85,7 +92,9 @@ async fn serve(
     // The connection borrows its builder.
     let builder = builder(&limits, h2);
     let (conn, resets) = {
-        let client = Client::new(addr, identity).trusting(addr, &limits.trusted_proxies);
+        let client = Client::new(addr, identity)
+            .speaking_h2(h2)
+            .trusting(addr, &limits.trusted_proxies);
         let client = Arc::new(if unnamed_certificate {
             client.with_unnamed_certificate()
         } else {

@@ -26,6 +26,10 @@ use std::net::{IpAddr, SocketAddr};
 
 /// A client connection, as its requests need it.
 pub struct Client {
+    /// Where it connects from.
+    pub addr: SocketAddr,
+    /// It speaks HTTP/2 (else HTTP/1.1).
+    pub h2: bool,
     /// The verified client certificate's identity, if any.
     pub identity: Option<CertIdentity>,
     /// The client presented a verified certificate that names no user (no CN): every request
@@ -44,6 +48,8 @@ impl Client {
     pub fn new(addr: SocketAddr, identity: Option<CertIdentity>) -> Client {
         let forwarded_for = HeaderValue::from_str(&client_ip(addr).to_string()).ok();
         Client {
+            addr,
+            h2: false,
             identity,
             unnamed_certificate: false,
             forwarded_for,
@@ -51,10 +57,24 @@ impl Client {
         }
     }
 
+    /// The connection speaks HTTP/2.
+    pub fn speaking_h2(mut self, h2: bool) -> Client {
+        self.h2 = h2;
+        self
+    }
+
     /// The client presented a verified certificate without a user name.
     pub fn with_unnamed_certificate(mut self) -> Client {
         self.unnamed_certificate = true;
         self
+    }
+
+    /// The client's IP address, as text.
+    pub fn ip(&self) -> &str {
+        self.forwarded_for
+            .as_ref()
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
     }
 
     /// Whether the client is one of `trusted` (proxies whose `X-Forwarded-For` is kept).
@@ -189,6 +209,14 @@ impl<'a> Shaper<'a> {
     }
 }
 
+/// The `User-Agent` in `headers`, or `""`.
+pub fn user_agent(headers: &HeaderMap) -> &str {
+    headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+}
+
 fn client_ip(addr: SocketAddr) -> IpAddr {
     addr.ip().to_canonical()
 }
@@ -288,6 +316,11 @@ impl Outgoing {
     /// Which kind of upstream connection it needs.
     pub fn kind(&self) -> Kind {
         self.kind
+    }
+
+    /// The client's `User-Agent`, or `""`.
+    pub fn user_agent(&self) -> &str {
+        user_agent(&self.headers)
     }
 
     /// The query the client sent.

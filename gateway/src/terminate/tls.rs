@@ -11,7 +11,7 @@
 //! certificate would get 401 instead of an answer.
 
 use kubegate_config::UpstreamConfig;
-use kubegate_net::tls::{certified_key, load_roots, provider};
+use kubegate_net::tls::{certified_key, load_roots, TlsPolicy};
 use rustls::client::ClientConfig;
 use rustls::pki_types::ServerName;
 use rustls::sign::CertifiedKey;
@@ -50,11 +50,13 @@ impl UpstreamTls {
             .unwrap_or_else(|| "kubernetes".into());
         let server_name = ServerName::try_from(name.clone())
             .map_err(|e| format!("upstream.tls.server_name {name:?}: {e}"))?;
+        let policy = TlsPolicy::new(upstream.tls.min_version, &upstream.tls.cipher_suites)
+            .map_err(|e| format!("upstream.tls: {e}"))?;
         let build = |identity: Option<&CertifiedKey>,
                      alpn: &[u8]|
          -> Result<Arc<ClientConfig>, String> {
-            let builder = ClientConfig::builder_with_provider(provider())
-                .with_safe_default_protocol_versions()
+            let builder = ClientConfig::builder_with_provider(policy.provider())
+                .with_protocol_versions(policy.versions())
                 .map_err(|e| e.to_string())?
                 .with_root_certificates(roots.clone());
             let mut config = match identity {

@@ -13,7 +13,8 @@ use crate::terminate::connect::tls_connect;
 use crate::terminate::dispatch::load_for;
 use crate::terminate::in_flight::InFlight;
 use crate::terminate::mode::Upstreams;
-use crate::terminate::request::{Client, Shaper};
+use crate::terminate::request::{user_agent, Client, Shaper};
+use crate::terminate::served::Served;
 use crate::terminate::status::{broken, unavailable};
 use http::header;
 use http::{Request, Response, StatusCode, Version};
@@ -39,23 +40,27 @@ pub fn requested(req: &Request<Incoming>) -> bool {
             .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
 }
 
-/// Proxies an upgrade request.
+/// Proxies an upgrade request; `served` learns who sent it and which replica answered.
 pub async fn proxy(
     gw: &Gateway,
     upstreams: &Upstreams,
     client: &Client,
     mut req: Request<Incoming>,
     class: RequestClass,
+    served: &mut Served,
 ) -> Response<ResponseBody> {
     // Resolves once kubegate's 101 has been written to the client.
     let client_side = hyper::upgrade::on(&mut req);
     let (mut parts, _) = req.into_parts();
     let metrics = &gw.metrics().terminate;
     let kind = Shaper::new(upstreams, metrics).upgrade(client, &mut parts);
-    let Some((backend, mut sender)) = connect(gw, upstreams, kind).await else {
+    served.sent_as(gw, client, kind, user_agent(&parts.headers));
+    let mut tried = Vec::new();
+    let Some((backend, mut sender)) = connect(gw, upstreams, kind, &mut tried).await else {
         metrics.request_failed(RequestFailure::Unavailable);
         return unavailable("no apiserver could take the request");
     };
+    served.answered_by(backend.clone(), tried.len());
     let in_flight = InFlight::begin(&backend, true);
     let mut upstream_req = Request::from_parts(parts, Empty::<bytes::Bytes>::new());
     *upstream_req.version_mut() = Version::HTTP_11;
@@ -112,11 +117,12 @@ pub async fn proxy(
     out
 }
 
-/// An HTTP/1.1 connection to a backend, retrying failed connects on others.
+/// An HTTP/1.1 connection to a backend not in `tried`, retrying failed connects on others.
 async fn connect(
     gw: &Gateway,
     upstreams: &Upstreams,
     kind: Kind,
+    tried: &mut Vec<std::net::SocketAddr>,
 ) -> Option<(Arc<Backend>, SendRequest<Empty<bytes::Bytes>>)> {
     let tls = match kind {
         Kind::WithIdentity => upstreams.tls.with_identity_h1.clone()?,
@@ -128,7 +134,7 @@ async fn connect(
         tls,
         timeout: gw.config().load().connect.timeout,
     };
-    place(gw, &mut connects, &mut Vec::new()).await.ok()
+    place(gw, &mut connects, tried).await.ok()
 }
 
 /// An upgrade's connects, as the placing loop runs them: only a failed connect is tried on

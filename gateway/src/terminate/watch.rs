@@ -239,11 +239,14 @@ async fn reopen(
             Vec::new()
         };
         match dispatch(gw, upstreams, &again, class, &mut tried).await {
-            Ok(Answer::Streaming {
-                resp,
-                in_flight,
-                stream,
-            }) if resp.status() == http::StatusCode::OK => {
+            Ok((
+                _,
+                Answer::Streaming {
+                    resp,
+                    in_flight,
+                    stream,
+                },
+            )) if resp.status() == http::StatusCode::OK => {
                 let same = resp
                     .headers()
                     .get(http::header::CONTENT_TYPE)
@@ -260,10 +263,10 @@ async fn reopen(
                     held: (in_flight, stream),
                 });
             }
-            Ok(Answer::Streaming { resp, .. }) => {
+            Ok((_, Answer::Streaming { resp, .. })) => {
                 tracing::debug!(status = %resp.status(), "a replica refused to resume a watch");
             }
-            Ok(Answer::Whole(resp)) => {
+            Ok((_, Answer::Whole(resp))) => {
                 tracing::debug!(status = %resp.status(), "a replica refused to resume a watch");
             }
             Err(_) => {}

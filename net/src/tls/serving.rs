@@ -2,7 +2,7 @@
 //! current one kept when a new pair does not load) and optional client-certificate
 //! verification. Used by terminate-mode listeners and by the admin endpoint.
 
-use super::{certified_key, load_roots, provider};
+use super::{certified_key, load_roots, TlsPolicy};
 use rustls::server::{ClientHello, ResolvesServerCert, ServerConfig, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use std::path::{Path, PathBuf};
@@ -50,17 +50,18 @@ impl ResolvesServerCert for ServingCert {
     }
 }
 
-/// The server side of a listener serving `cert`, offering `alpn`; with `client_ca`, client
-/// certificates are asked for and verified against it (clients without one are still
-/// accepted: bearer tokens, anonymous).
+/// The server side of a listener serving `cert`, offering `alpn` with the versions and suites
+/// of `policy`; with `client_ca`, client certificates are asked for and verified against it
+/// (clients without one are still accepted: bearer tokens, anonymous).
 pub fn server_config(
     cert: Arc<ServingCert>,
     client_ca: Option<&Path>,
     alpn: &[&[u8]],
+    policy: &TlsPolicy,
 ) -> Result<ServerConfig, String> {
-    let provider = provider();
+    let provider = policy.provider();
     let builder = ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(policy.versions())
         .map_err(|e| e.to_string())?;
     let builder = match client_ca {
         Some(ca) => {

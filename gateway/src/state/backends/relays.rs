@@ -3,6 +3,7 @@
 //! relay task, closed by aborting it (dropping its sockets). A relay holds its place here
 //! through passthrough's `ConnectionGuard`.
 
+use crate::state::listeners::ClientSlot;
 use crate::telemetry::{PassthroughMetrics, RelayHandles};
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
@@ -11,11 +12,18 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 use tokio::task::AbortHandle;
 
-/// A slot is reserved when the connection registers and filled once its task is spawned.
+/// A connection's entry is made when it registers; its task is filled in once spawned.
 #[derive(Default)]
 struct Registry {
     next_id: u64,
-    open: HashMap<u64, Option<AbortHandle>>,
+    open: HashMap<u64, Entry>,
+}
+
+/// One open connection: its task (once spawned) and its client's admission slot, which frees
+/// with the entry (kept here, not in the relay: see `state/listeners.rs`).
+struct Entry {
+    task: Option<AbortHandle>,
+    _slot: ClientSlot,
 }
 
 /// The open passthrough connections of one backend.
@@ -60,14 +68,21 @@ impl Relays {
             .store(Arc::new(RelayHandles::new(metrics, name)));
     }
 
-    /// Registers a new connection. Hand its task to [`Relays::attach`] once it is spawned,
-    /// and give the registration back to [`Relays::deregister`] when it ends.
-    pub fn register(&self) -> Registered {
+    /// Registers a new connection, admitted with `slot`. Hand its task to [`Relays::attach`]
+    /// once it is spawned, and give the registration back to [`Relays::deregister`] when it
+    /// ends.
+    pub fn register(&self, slot: ClientSlot) -> Registered {
         let id = {
             let mut r = self.registry();
             let id = r.next_id;
             r.next_id += 1;
-            r.open.insert(id, None);
+            r.open.insert(
+                id,
+                Entry {
+                    task: None,
+                    _slot: slot,
+                },
+            );
             id
         };
         self.open.fetch_add(1, Ordering::Relaxed);
@@ -85,7 +100,7 @@ impl Relays {
     /// `close_all` between `register` and now is aborted here.
     pub fn attach(&self, id: u64, task: AbortHandle) {
         match self.registry().open.get_mut(&id) {
-            Some(slot) => *slot = Some(task),
+            Some(entry) => entry.task = Some(task),
             // Closed meanwhile, or already finished (aborting a finished task does nothing).
             None => task.abort(),
         }
@@ -94,9 +109,9 @@ impl Relays {
     /// A connection ended: deregisters it and records its lifetime. Returns whether it was
     /// the backend's last.
     pub fn deregister(&self, registered: &Registered) -> bool {
-        // The handle is dropped outside the lock.
-        let handle = self.registry().open.remove(&registered.id);
-        drop(handle);
+        // The entry is dropped outside the lock.
+        let entry = self.registry().open.remove(&registered.id);
+        drop(entry);
         let was = self.open.fetch_sub(1, Ordering::Relaxed);
         registered.metrics.connections.dec();
         registered.metrics.connection_duration.observe(
@@ -113,7 +128,7 @@ impl Relays {
     /// were open.
     pub fn close_all(&self) -> usize {
         let open = std::mem::take(&mut self.registry().open);
-        for task in open.values().flatten() {
+        for task in open.values().filter_map(|e| e.task.as_ref()) {
             task.abort();
         }
         open.len()

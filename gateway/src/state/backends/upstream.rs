@@ -191,6 +191,11 @@ impl Upstream {
         self.busy.load(Ordering::Relaxed)
     }
 
+    /// Long-running requests in flight (watches, logs, exec, attach, port-forward).
+    pub fn long_running(&self) -> usize {
+        self.in_flight().saturating_sub(self.busy())
+    }
+
     /// Records a response-header latency (EWMA, weight 1/8).
     pub fn observe_latency(&self, d: Duration) {
         let sample = d.as_micros().min(u64::MAX as u128) as u64;

@@ -2,8 +2,8 @@
 //! endpoint, discovery.
 
 use crate::telemetry::labels::{AdminRefusal, ReloadResult};
-use crate::telemetry::metrics::register::{counter, counter_vec, gauge};
-use prometheus::{Gauge, IntCounter, IntCounterVec, IntGauge, Registry};
+use crate::telemetry::metrics::register::{counter, counter_vec, gauge, gauge_vec};
+use prometheus::{Gauge, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
 /// Recorded by the control plane.
 pub struct ControlMetrics {
@@ -18,6 +18,12 @@ pub struct ControlMetrics {
     /// `kubegate_certificate_reloads_total{result}`: serving and front-proxy certificates read
     /// again after their files changed.
     certificate_reloads: IntCounterVec,
+    /// `kubegate_certificate_reload_failing{file}`: 1 while the last attempt to load a changed
+    /// certificate failed (the previous one is still served), 0 once one succeeded.
+    pub certificate_reload_failing: IntGaugeVec,
+    /// `kubegate_certificate_expiry_timestamp_seconds{file}`: the earliest `notAfter` of each
+    /// certificate file kubegate reads (serving, client, CA bundles).
+    pub certificate_expiry: IntGaugeVec,
     /// `kubegate_admin_refused_total{reason}`: admin connections and requests turned away.
     admin_refused: IntCounterVec,
     /// `kubegate_discovered_backends`: backends in use that came from the endpoint slices.
@@ -42,6 +48,8 @@ impl ControlMetrics {
             last_reload_ok: gauge(r, "kubegate_config_last_reload_successful", "1 if the last configuration (re)load succeeded, 0 if it was refused."),
             last_reload_success_time,
             certificate_reloads: counter_vec(r, "kubegate_certificate_reloads_total", "Serving and front-proxy certificates read again after their files changed, by result.", &["result"]),
+            certificate_reload_failing: gauge_vec(r, "kubegate_certificate_reload_failing", "1 while the last load of a changed certificate file failed and the previous certificate is still in use; 0 once one loads.", &["file"]),
+            certificate_expiry: gauge_vec(r, "kubegate_certificate_expiry_timestamp_seconds", "Unix time when the first certificate in each certificate file kubegate reads expires (serving and client certificates, CA bundles).", &["file"]),
             admin_refused: counter_vec(r, "kubegate_admin_refused_total", "Admin endpoint connections and requests turned away, by reason (evicted, timeout, too_large, unauthorized).", &["reason"]),
             discovered_backends: gauge(r, "kubegate_discovered_backends", "Backends in use that came from the default/kubernetes EndpointSlices (not in the static list)."),
             discovery_errors: counter(r, "kubegate_discovery_errors_total", "Failed attempts to list or watch the endpoint slices on a backend."),

@@ -54,6 +54,9 @@ pub struct TerminateMetrics {
     watch_resumes: IntCounterVec,
     /// `kubegate_watches_ended_total{reason}`.
     watches_ended: IntCounterVec,
+    /// `kubegate_access_log_dropped_total`: access log lines over `max_per_second` or that
+    /// found the writer's queue full.
+    pub access_log_dropped: IntCounter,
 }
 
 impl TerminateMetrics {
@@ -75,6 +78,7 @@ impl TerminateMetrics {
             tls_handshake_failures: counter_vec(r, "kubegate_tls_handshake_failures_total", "Terminate-mode client TLS handshakes that failed (error) or did not finish in time (timeout).", &["reason"]),
             watches_open: gauge(r, "kubegate_watches_open", "Terminate-mode watches kubegate follows across backends."),
             watch_resumes: counter_vec(r, "kubegate_watch_resumes_total", "Watches continued on another backend from their last position, by what stopped the upstream stream (ended, failed, drained).", &["cause"]),
+            access_log_dropped: counter(r, "kubegate_access_log_dropped_total", "Access log lines not written: over terminate.access_log.max_per_second, or the writer's queue was full."),
             watches_ended: counter_vec(r, "kubegate_watches_ended_total", "Followed watches that ended, by reason (client, timeout, expired, error, not_resumable_*, malformed).", &["reason"]),
         };
         for failure in AttemptFailure::ALL {

@@ -1,0 +1,91 @@
+//! The backends as the admin endpoint shows them: `/debug/backends` (JSON, which
+//! `kubegate status` reads) and the status page.
+
+use crate::state::Gateway;
+use serde::Serialize;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// One row of `/debug/backends`; `kubegate status` reads the same shape.
+#[derive(Serialize, serde::Deserialize, Debug)]
+pub struct BackendView {
+    /// Name in logs and metrics.
+    pub name: String,
+    /// Where connections go.
+    pub address: String,
+    /// Where probes go.
+    pub probe_address: String,
+    /// Where it came from: `static` (the configuration) or `discovered`.
+    #[serde(default)]
+    pub source: String,
+    /// Health state.
+    pub state: String,
+    /// When the state began (RFC 3339).
+    pub since: String,
+    /// Result label of the last probe (`pass`, `fail`, `tls_error`, `timeout`, ...).
+    pub last_probe_result: Option<String>,
+    /// What the last probe found, in words.
+    pub last_probe_detail: Option<String>,
+    /// Duration of the last probe in milliseconds.
+    pub last_probe_latency_ms: Option<f64>,
+    /// When the last probe started (RFC 3339).
+    pub last_probe_at: Option<String>,
+    /// Failing readyz checks in the last verbose answer.
+    pub failing_checks: Vec<String>,
+    /// The last answer said `[-]shutdown`.
+    pub shutting_down: bool,
+    /// Skipped after a failed connect until the next probe.
+    pub ejected: bool,
+    /// Passing probes in a row it needs to (re)enter `ready`: `health.rise`, or more while it
+    /// flaps (`health.flap_damping`).
+    pub passes_to_ready: u32,
+    /// Open proxied connections.
+    pub active_connections: i64,
+    /// Terminate-mode requests in flight (long-running ones included).
+    #[serde(default)]
+    pub requests_in_flight: usize,
+    /// Of those, long-running ones: watches, logs, exec, attach, port-forward.
+    #[serde(default)]
+    pub long_running_requests: usize,
+    /// Terminate mode's HTTP/2 connections open for new requests.
+    #[serde(default)]
+    pub upstream_connections: usize,
+}
+
+pub fn backends_view(gw: &Gateway) -> Vec<BackendView> {
+    gw.pool()
+        .backends()
+        .iter()
+        .map(|b| {
+            let info = b.info();
+            let probe = b.last_probe();
+            BackendView {
+                name: info.name.clone(),
+                address: b.address.to_string(),
+                probe_address: info.probe_address.to_string(),
+                source: info.source.as_str().into(),
+                state: b.state().as_str().into(),
+                since: humantime::format_rfc3339_millis(
+                    UNIX_EPOCH + Duration::from_millis(b.since_unix_ms()),
+                )
+                .to_string(),
+                last_probe_result: probe.as_ref().map(|p| p.outcome.result_label().into()),
+                last_probe_detail: probe.as_ref().map(|p| p.outcome.describe()),
+                last_probe_latency_ms: probe.as_ref().map(|p| p.latency.as_secs_f64() * 1e3),
+                last_probe_at: probe
+                    .as_ref()
+                    .map(|p| humantime::format_rfc3339_millis(p.at).to_string()),
+                failing_checks: probe
+                    .as_ref()
+                    .map(|p| p.outcome.failing_checks().to_vec())
+                    .unwrap_or_default(),
+                shutting_down: b.shutting_down(),
+                ejected: b.ejected(),
+                passes_to_ready: b.passes_to_ready(),
+                active_connections: b.planes().passthrough.open() as i64,
+                requests_in_flight: b.planes().terminate.in_flight(),
+                long_running_requests: b.planes().terminate.long_running(),
+                upstream_connections: b.planes().terminate.connections(),
+            }
+        })
+        .collect()
+}

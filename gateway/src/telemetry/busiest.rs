@@ -1,0 +1,191 @@
+//! Who sends the most requests, over the last minute: per identity (a certificate's user, or
+//! the address of a client with a token or no credentials) and per user agent, for the status
+//! page. An operator paged for a busy apiserver asks this first; Prometheus labels cannot
+//! carry it (one series per user is unbounded).
+//!
+//! Memory is bounded: a minute is six ten-second slots, each with at most [`NAMES`] names per
+//! table; a name that finds its slot's table full is counted under [`OTHERS`].
+
+use crate::telemetry::labels::Identity;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A slot's length.
+const SLOT: Duration = Duration::from_secs(10);
+/// Slots in the window (a minute).
+const SLOTS: usize = 6;
+/// Names a slot's table holds.
+pub const NAMES: usize = 1000;
+/// What names beyond [`NAMES`] are counted as.
+pub const OTHERS: &str = "(others)";
+
+/// Request counts by who sent them, over the last minute.
+pub struct Busiest {
+    epoch: Instant,
+    slots: Mutex<[Slot; SLOTS]>,
+}
+
+#[derive(Default)]
+struct Slot {
+    /// Which ten seconds (since `epoch`) the counts are for.
+    period: u64,
+    /// By identity kind (`Identity as usize`), then name.
+    identities: [Table; 3],
+    user_agents: Table,
+}
+
+#[derive(Default)]
+struct Table(HashMap<Box<str>, u64>);
+
+impl Table {
+    fn count(&mut self, name: &str) {
+        // Found without allocating: the common case, a client seen before.
+        if let Some(n) = self.0.get_mut(name) {
+            *n += 1;
+        } else if self.0.len() < NAMES {
+            self.0.insert(name.into(), 1);
+        } else {
+            *self.0.entry(OTHERS.into()).or_default() += 1;
+        }
+    }
+}
+
+/// One row of a busiest list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sender {
+    /// The user, address or user agent.
+    pub name: String,
+    /// For identities: how it authenticated.
+    pub identity: Option<Identity>,
+    /// Requests in the last minute.
+    pub requests: u64,
+}
+
+impl Default for Busiest {
+    fn default() -> Self {
+        Busiest {
+            epoch: Instant::now(),
+            slots: Mutex::new(Default::default()),
+        }
+    }
+}
+
+impl Busiest {
+    fn period(&self, now: Instant) -> u64 {
+        (now.duration_since(self.epoch).as_secs() / SLOT.as_secs()) + 1
+    }
+
+    /// Counts one request from `name` (a certificate's user, or the client's address),
+    /// authenticated as `identity`, with `user_agent`.
+    pub fn record(&self, identity: Identity, name: &str, user_agent: &str) {
+        self.record_at(Instant::now(), identity, name, user_agent)
+    }
+
+    fn record_at(&self, now: Instant, identity: Identity, name: &str, user_agent: &str) {
+        let period = self.period(now);
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = &mut slots[(period % SLOTS as u64) as usize];
+        if slot.period != period {
+            *slot = Slot {
+                period,
+                ..Slot::default()
+            };
+        }
+        slot.identities[identity as usize].count(name);
+        slot.user_agents.count(user_agent);
+    }
+
+    /// The `n` busiest identities and user agents of the last minute, busiest first.
+    pub fn top(&self, n: usize) -> (Vec<Sender>, Vec<Sender>) {
+        self.top_at(Instant::now(), n)
+    }
+
+    fn top_at(&self, now: Instant, n: usize) -> (Vec<Sender>, Vec<Sender>) {
+        let current = self.period(now);
+        let mut identities: HashMap<(usize, &str), u64> = HashMap::new();
+        let mut agents: HashMap<&str, u64> = HashMap::new();
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        for slot in slots
+            .iter()
+            .filter(|s| s.period != 0 && s.period + SLOTS as u64 > current)
+        {
+            for (kind, table) in slot.identities.iter().enumerate() {
+                for (name, count) in &table.0 {
+                    *identities.entry((kind, name)).or_default() += count;
+                }
+            }
+            for (name, count) in &slot.user_agents.0 {
+                *agents.entry(name).or_default() += count;
+            }
+        }
+        let identities = identities
+            .into_iter()
+            .map(|((kind, name), requests)| Sender {
+                name: name.to_string(),
+                identity: Identity::ALL.get(kind).copied(),
+                requests,
+            })
+            .collect();
+        let agents = agents
+            .into_iter()
+            .map(|(name, requests)| Sender {
+                name: name.to_string(),
+                identity: None,
+                requests,
+            })
+            .collect();
+        (busiest(identities, n), busiest(agents, n))
+    }
+}
+
+fn busiest(mut senders: Vec<Sender>, n: usize) -> Vec<Sender> {
+    senders.sort_by(|a, b| b.requests.cmp(&a.requests).then(a.name.cmp(&b.name)));
+    senders.truncate(n);
+    senders
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_busiest_come_first_and_old_slots_are_forgotten() {
+        let b = Busiest::default();
+        let now = b.epoch + Duration::from_secs(1);
+        for _ in 0..3 {
+            b.record_at(now, Identity::ClientCertificate, "alice", "kubectl/v1.35");
+        }
+        b.record_at(now, Identity::BearerToken, "10.0.0.5", "controller/v1");
+        b.record_at(now, Identity::Anonymous, "10.0.0.5", "kubectl/v1.35");
+        let (ids, agents) = b.top_at(now + Duration::from_secs(50), 10);
+        assert_eq!(ids[0].name, "alice");
+        assert_eq!(ids[0].requests, 3);
+        assert_eq!(ids[0].identity, Some(Identity::ClientCertificate));
+        assert_eq!(
+            ids.len(),
+            3,
+            "one address, two ways of authenticating: {ids:?}"
+        );
+        assert_eq!(agents[0].name, "kubectl/v1.35");
+        assert_eq!(agents[0].requests, 4);
+        let (ids, agents) = b.top_at(now + Duration::from_secs(61), 10);
+        assert!(
+            ids.is_empty() && agents.is_empty(),
+            "a minute later: {ids:?}"
+        );
+    }
+
+    #[test]
+    fn names_beyond_the_bound_are_counted_together() {
+        let b = Busiest::default();
+        let now = b.epoch + Duration::from_secs(1);
+        for i in 0..NAMES + 5 {
+            let name = format!("10.0.{}.{}", i / 256, i % 256);
+            b.record_at(now, Identity::Anonymous, &name, "a");
+        }
+        let (ids, _) = b.top_at(now, 1);
+        assert_eq!(ids[0].name, OTHERS);
+        assert_eq!(ids[0].requests, 5);
+    }
+}
