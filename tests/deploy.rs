@@ -307,6 +307,54 @@ fn pod_spec(manifest: &str, node: &Node) -> ContainerSpec {
     }
 }
 
+/// Runs `manifest`'s `probe` (`livenessProbe`, ...) once as the kubelet does — its scheme and
+/// path, against `admin` (the test's address for the port), HTTPS without verifying the
+/// certificate — and returns the status code (0: no answer).
+fn kubelet_probe(manifest: &str, probe: &str, admin: std::net::SocketAddr) -> u16 {
+    let pod: serde_json::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(repo(manifest)).unwrap()).unwrap();
+    let get = &pod["spec"]["containers"][0][probe]["httpGet"];
+    let scheme = get["scheme"].as_str().unwrap_or("HTTP").to_lowercase();
+    let path = get["path"].as_str().unwrap();
+    let out = Command::new("curl")
+        .args([
+            "--silent",
+            "--insecure",
+            "--max-time",
+            "5",
+            "--output",
+            "/dev/null",
+        ])
+        .args(["--write-out", "%{http_code}"])
+        .arg(format!("{scheme}://{admin}{path}"))
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+/// Waits for `manifest`'s readiness probe to pass against `admin`, then checks its startup
+/// and liveness probes pass too; the container's log on failure.
+fn wait_probes(manifest: &str, admin: std::net::SocketAddr, container: &Container) {
+    let ready =
+        kubegate_testbed::wait_until("the readiness probe", Duration::from_secs(60), || {
+            (kubelet_probe(manifest, "readinessProbe", admin) == 200).then_some(())
+        });
+    assert!(ready.is_ok(), "{}", container.log());
+    for probe in ["livenessProbe", "startupProbe"] {
+        let pod = std::fs::read_to_string(repo(manifest)).unwrap();
+        if pod.contains(&format!("{probe}:")) {
+            assert_eq!(
+                kubelet_probe(manifest, probe, admin),
+                200,
+                "{manifest} {probe}"
+            );
+        }
+    }
+}
+
 /// Waits for `/readyz` 200 on `admin`; the container's log on failure.
 fn wait_ready(admin: std::net::SocketAddr, container: &Container) {
     let ready =
@@ -352,7 +400,7 @@ async fn the_static_pod_runs_as_shipped_in_passthrough_mode() {
         "the whole of /etc/kubernetes/pki is not mounted"
     );
     let c = Container::start(dir.path(), "static-passthrough", &spec);
-    wait_ready(admin, &c);
+    wait_probes("deploy/static-pod/kubegate.yaml", admin, &c);
     let mut conn = Conn::open(listen, &node.pki, false).await.unwrap();
     assert_eq!(conn.get("/version").await.unwrap().status, 200);
     assert!(c.log().contains(r#""soft_before":"1024""#), "{}", c.log());
@@ -412,6 +460,12 @@ async fn the_static_pod_runs_as_shipped_in_terminate_mode() {
         UID,
         0o400,
     );
+    node.write(
+        &format!("{pki}/kubegate/metrics-token"),
+        b"scrape-token\n",
+        UID,
+        0o400,
+    );
     let sims: Vec<Sim> = (1..=2)
         .map(|i| {
             Sim::start(
@@ -435,7 +489,27 @@ async fn the_static_pod_runs_as_shipped_in_terminate_mode() {
     );
     let spec = pod_spec("deploy/static-pod/kubegate-terminate.yaml", &node);
     let c = Container::start(dir.path(), "static-terminate", &spec);
-    wait_ready(admin, &c);
+    // The admin endpoint serves TLS: the probes are HTTPS, the metrics need the token.
+    wait_probes("deploy/static-pod/kubegate-terminate.yaml", admin, &c);
+    let metrics = |token: Option<&str>| {
+        let mut curl = Command::new("curl");
+        curl.args(["--silent", "--max-time", "5", "--cacert"])
+            .arg(node.pki.ca_file())
+            .args(["--write-out", "\n%{http_code}"]);
+        if let Some(t) = token {
+            curl.args(["--header", &format!("Authorization: Bearer {t}")]);
+        }
+        // The serving certificate names the cluster's endpoints, 127.0.0.1 among them.
+        let out = curl
+            .arg(format!("https://{admin}/metrics"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    assert!(metrics(None).ends_with("\n401"), "{}", metrics(None));
+    let scraped = metrics(Some("scrape-token"));
+    assert!(scraped.ends_with("\n200"), "{scraped}");
+    assert!(scraped.contains("kubegate_build_info"));
     // The admin's certificate ends at kubegate; the replica sees its identity through
     // kubegate's own front-proxy certificate.
     let mut conn = Conn::open(listen, &node.pki, true).await.unwrap();
@@ -504,7 +578,7 @@ async fn the_node_local_pod_runs_as_shipped() {
     );
     let spec = pod_spec("deploy/node-local/kubegate-node-local.yaml", &node);
     let c = Container::start(dir.path(), "node-local", &spec);
-    wait_ready(admin, &c);
+    wait_probes("deploy/node-local/kubegate-node-local.yaml", admin, &c);
     let mut conn = Conn::open(listen, &node.pki, true).await.unwrap();
     assert_eq!(conn.get("/version").await.unwrap().status, 200);
 }

@@ -685,7 +685,7 @@ async fn running_out_of_descriptors_blames_no_backend() {
     assert_eq!(open_before.get("/version").await.unwrap().status, 200);
 
     set_nofile(pid, 4096);
-    assert!(kg.metric("kubegate_accept_errors_total") >= 1.0);
+    assert!(kg.metric(r#"kubegate_accept_errors_total{reason="out_of_resources"}"#) >= 1.0);
     assert!(
         kg.metric(r#"kubegate_backend_probes_total{backend="replica-1",result="not_run"}"#) > 3.0
     );

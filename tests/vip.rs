@@ -2,6 +2,8 @@
 //! two nodes as network namespaces on one bridge (VRRP between them), each with a simulated
 //! apiserver, kubegate (the static pod's configuration) and keepalived with the shipped file
 //! (only the VIP changed, to a link-local address: nothing leaves this machine's namespaces).
+//! The first node's admin endpoint serves TLS (`admin.tls`, keepalived's `ADMIN` set to https),
+//! the second's plain HTTP, as shipped.
 //!
 //! 1. `the_vip_follows_kubegate_and_rides_out_an_outage_every_node_sees`:
 //!    a. the node holding the VIP alone sees no ready apiserver: the VIP moves;
@@ -82,6 +84,8 @@ impl Drop for Group {
 struct NodeNs {
     ns: String,
     procs: Vec<Group>,
+    /// kubegate's admin endpoint, as keepalived's checks reach it.
+    admin: String,
 }
 
 impl NodeNs {
@@ -160,6 +164,7 @@ fn lab(n: usize) -> Lab {
         nodes.push(NodeNs {
             ns,
             procs: Vec::new(),
+            admin: String::new(),
         });
     }
     Lab { switch, nodes }
@@ -174,6 +179,7 @@ fn the_vip_follows_kubegate_and_rides_out_an_outage_every_node_sees() {
     let shipped = std::fs::read_to_string(repo("deploy/keepalived/keepalived.conf")).unwrap();
     assert!(shipped.contains("192.0.2.10/24"));
     let keepalived_conf = shipped.replace("192.0.2.10/24", &format!("{VIP}/24"));
+    assert!(keepalived_conf.contains("\n$ADMIN=http://127.0.0.1:9444\n"));
     let (api, fault) = (17443, 17543);
     for (i, node) in lab.nodes.iter_mut().enumerate() {
         let d = dir.path().join(format!("node-{i}"));
@@ -210,6 +216,13 @@ fn the_vip_follows_kubegate_and_rides_out_an_outage_every_node_sees() {
             format!("127.0.0.1:{api}").parse().unwrap(),
         )];
         c.health.tls.ca_file = Some(pki.ca_file());
+        if i == 0 {
+            let (crt, key) = pki.serving("kubegate-admin");
+            c.admin.tls = Some(kubegate_config::ListenerTls::new(crt, key));
+            node.admin = "https://127.0.0.1:9444".into();
+        } else {
+            node.admin = "http://127.0.0.1:9444".into();
+        }
         let config = d.join("kubegate.yaml");
         std::fs::write(&config, c.to_yaml()).unwrap();
         node.procs.push(Group::spawn(
@@ -219,10 +232,15 @@ fn the_vip_follows_kubegate_and_rides_out_an_outage_every_node_sees() {
             d.join("kubegate.log"),
         ));
         wait_for(&format!("{}: kubegate /readyz 200", node.ns), T, || {
-            (node.http("GET", "http://127.0.0.1:9444/readyz") == 200).then_some(())
+            (node.http("GET", &format!("{}/readyz", node.admin)) == 200).then_some(())
         });
         let conf = d.join("keepalived.conf");
-        std::fs::write(&conf, &keepalived_conf).unwrap();
+        let admin_line = format!("\n$ADMIN={}\n", node.admin);
+        std::fs::write(
+            &conf,
+            keepalived_conf.replace("\n$ADMIN=http://127.0.0.1:9444\n", &admin_line),
+        )
+        .unwrap();
         let keepalived = Command::new("sh")
             .args(["-c", "command -v keepalived"])
             .output()
@@ -271,7 +289,7 @@ fn the_vip_follows_kubegate_and_rides_out_an_outage_every_node_sees() {
     assert_eq!(lab.nodes[other].http("POST", &fail), 200);
     for node in &lab.nodes {
         wait_for("both kubegates to see no ready apiserver", T, || {
-            (node.http("GET", "http://127.0.0.1:9444/readyz/backends") == 503).then_some(())
+            (node.http("GET", &format!("{}/readyz/backends", node.admin)) == 503).then_some(())
         });
     }
     // Once keepalived has lowered its own priority (the script's fall is two 1 s checks), an
@@ -298,7 +316,7 @@ fn the_vip_follows_kubegate_and_rides_out_an_outage_every_node_sees() {
     }
     for node in &lab.nodes {
         wait_for("both kubegates ready again", T, || {
-            (node.http("GET", "http://127.0.0.1:9444/readyz") == 200).then_some(())
+            (node.http("GET", &format!("{}/readyz", node.admin)) == 200).then_some(())
         });
     }
 

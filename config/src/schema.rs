@@ -172,6 +172,16 @@ pub enum ListenerMode {
     Terminate,
 }
 
+impl ListenerMode {
+    /// As the configuration writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ListenerMode::Passthrough => "passthrough",
+            ListenerMode::Terminate => "terminate",
+        }
+    }
+}
+
 /// The TLS a terminate-mode listener serves.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]

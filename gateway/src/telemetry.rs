@@ -15,8 +15,9 @@ pub mod transitions;
 
 pub use events::{MetricEvents, Readiness};
 pub use labels::{
-    code_class, AdminRefusal, AttemptFailure, ClientLimit, ClientProtocol, ConnectError,
-    HandshakeFailure, Identity, Refusal, ReloadResult, RequestFailure, WatchBreak, WatchEnd,
+    code_class, AcceptError, AdminRefusal, AttemptFailure, ClientLimit, ClientProtocol,
+    ConnectError, HandshakeFailure, Identity, Refusal, ReloadResult, RequestFailure, WatchBreak,
+    WatchEnd,
 };
 pub use metrics::{
     set_one_hot, BackendMetrics, ControlMetrics, GatewayMetrics, Metrics, NetMetrics,

@@ -13,6 +13,15 @@ const LABEL_ROW_H: f64 = 10.0;
 const AXIS_H: f64 = 22.0;
 /// Average width of one character of the 9 px label font.
 const CHAR_W: f64 = 5.0;
+/// The title and the legend under it: each line fits the plot's width (see the test).
+const TITLE: &str = "Requests through the gateway while apiservers restart, crash or hang";
+const LEGEND: [&str; 2] = [
+    "Requests per 100 ms: completed (green, up), failed on first attempt (red, down).",
+    "Replica lanes: each replica's share of each second's requests. ▼ a watch broke under its client; ● the gateway continued a watch unseen.",
+];
+/// Average character widths of the 13 px bold title and the 11 px legend.
+const TITLE_CHAR_W: f64 = 7.6;
+const LEGEND_CHAR_W: f64 = 6.0;
 const REPLICA_COLOURS: [&str; 5] = ["#2a6", "#c80", "#68c", "#a4a", "#888"];
 
 /// Places labels (x, text) in as few rows as needed so none overlaps another; returns each
@@ -44,13 +53,16 @@ pub fn svg(runs: &[RunReport]) -> String {
         .max(BUCKET_MS) as f64;
     let px_per_ms = WIDTH / longest_ms;
     let mut body = String::new();
-    let mut y = 34.0;
+    let mut y = 62.0;
     for r in &runs {
         y = run(&mut body, r, y, px_per_ms, longest_ms) + 18.0;
     }
     let total_w = LEFT + WIDTH + 30.0;
     format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{total_w}\" height=\"{y}\" viewBox=\"0 0 {total_w} {y}\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"10\" y=\"18\" font-size=\"13\" font-weight=\"bold\">Requests per 100 ms: completed (green, up), failed on first attempt (red, down); replica lanes: share of each second's requests; ▼ watch broke under a client, ● gateway continued a watch</text>\n{body}</svg>\n"
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{total_w}\" height=\"{y}\" viewBox=\"0 0 {total_w} {y}\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"10\" y=\"18\" font-size=\"13\" font-weight=\"bold\">{}</text>\n<text x=\"10\" y=\"34\" fill=\"#333\">{}</text>\n<text x=\"10\" y=\"48\" fill=\"#333\">{}</text>\n{body}</svg>\n",
+        xml(TITLE),
+        xml(LEGEND[0]),
+        xml(LEGEND[1])
     )
 }
 
@@ -181,8 +193,10 @@ fn run(s: &mut String, r: &RunReport, top: f64, px_per_ms: f64, longest_ms: f64)
     let mut t = 0u64;
     while t as f64 <= longest_ms {
         let x = x_of(t);
+        // The first tick's label starts at its tick, clear of the axis label on its left.
+        let anchor = if t == 0 { "start" } else { "middle" };
         s.push_str(&format!(
-            "<line x1=\"{x:.1}\" y1=\"{axis_y:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#333\" stroke-width=\"0.5\"/>\n<text x=\"{x:.1}\" y=\"{:.1}\" font-size=\"9\" text-anchor=\"middle\">{} s</text>\n",
+            "<line x1=\"{x:.1}\" y1=\"{axis_y:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#333\" stroke-width=\"0.5\"/>\n<text x=\"{x:.1}\" y=\"{:.1}\" font-size=\"9\" text-anchor=\"{anchor}\">{} s</text>\n",
             axis_y + 4.0,
             axis_y + 14.0,
             t / 1000
@@ -217,5 +231,42 @@ mod tests {
             (400.0, "replica-2 exited"),
         ]);
         assert_eq!(rows, vec![0, 1, 2, 0]);
+    }
+
+    #[test]
+    fn the_title_and_legend_fit_and_the_first_tick_clears_the_axis_label() {
+        let width = LEFT + WIDTH + 30.0 - 10.0;
+        assert!(
+            TITLE.chars().count() as f64 * TITLE_CHAR_W <= width,
+            "title too long"
+        );
+        for line in LEGEND {
+            assert!(
+                line.chars().count() as f64 * LEGEND_CHAR_W <= width,
+                "{line}"
+            );
+        }
+        let mut s = String::new();
+        let report = RunReport {
+            timeline: vec![(1, 0); 100],
+            ..RunReport::unavailable("restart-one", "kubegate", "ok".into())
+        };
+        run(&mut s, &report, 62.0, WIDTH / 10_000.0, 10_000.0);
+        let first_tick = s
+            .lines()
+            .find(|l| l.ends_with(">0 s</text>"))
+            .expect("a 0 s tick");
+        assert!(
+            first_tick.contains(r#"text-anchor="start""#),
+            "{first_tick}"
+        );
+        let axis_label = s
+            .lines()
+            .find(|l| l.contains("time since traffic began"))
+            .unwrap();
+        assert!(
+            axis_label.contains(r#"text-anchor="end""#)
+                && axis_label.contains(&format!("x=\"{:.1}\"", LEFT - 4.0))
+        );
     }
 }

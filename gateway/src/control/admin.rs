@@ -189,7 +189,7 @@ async fn route(gw: &Gateway, req: Request<Incoming>, verified: bool) -> Response
                 header::CONTENT_TYPE,
                 "text/plain; version=0.0.4; charset=utf-8",
             )
-            .body(Full::new(Bytes::from(gw.metrics().render())))
+            .body(Full::new(Bytes::from(gw.render_metrics())))
             .expect("valid response"),
         "/debug/backends" => json(&views::backends_view(gw)),
         // File paths only: no key, token or certificate content is ever in the configuration.

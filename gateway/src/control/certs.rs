@@ -46,6 +46,18 @@ pub async fn watch_certificates(gw: Arc<Gateway>, watched: Watched) {
     if serving.is_empty() && terminate.is_none() {
         return;
     }
+    // Every followed certificate has its series from the start: loaded, not failing.
+    let failing = &gw.metrics().control.certificate_reload_failing;
+    let front_proxy = front_proxy_files(&gw);
+    for file in serving
+        .iter()
+        .map(|s| s.files()[0])
+        .chain(front_proxy.first().map(PathBuf::as_path))
+    {
+        failing
+            .with_label_values(&[&file.display().to_string()])
+            .set(0);
+    }
     let mut serving_seen = Vec::new();
     for s in &serving {
         serving_seen.push(stamp(&s.files()).await);

@@ -23,7 +23,7 @@
 //! to the next accept.
 
 use crate::state::{ClientListener, ClientSlot, Gateway, Phase};
-use crate::telemetry::ClientLimit;
+use crate::telemetry::{AcceptError, ClientLimit};
 use async_trait::async_trait;
 use kubegate_config::KeepaliveConfig;
 use kubegate_net::out_of_resources;
@@ -177,7 +177,14 @@ async fn accept_loop(
                 plane.serve(&gw, client, slot);
             }
             Err(e) => {
-                gw.metrics().net.accept_errors.inc();
+                let reason = if out_of_resources(&e) {
+                    AcceptError::OutOfResources
+                } else if e.kind() == std::io::ErrorKind::ConnectionAborted {
+                    AcceptError::Aborted
+                } else {
+                    AcceptError::Other
+                };
+                gw.metrics().net.accept_failed(reason);
                 unreported += 1;
                 if last_warning.is_none_or(|t| t.elapsed() >= WARNING_EVERY) {
                     tracing::warn!(error = %e, failures = unreported, "accept failed");

@@ -132,6 +132,19 @@ impl Gateway {
         &self.transitions
     }
 
+    /// The Prometheus exposition, with the gauges that are read when scraped brought up to
+    /// date (each listener's clients).
+    pub fn render_metrics(&self) -> Vec<u8> {
+        for l in &self.listeners {
+            self.metrics
+                .net
+                .listener_clients
+                .with_label_values(&[&l.address.to_string(), l.mode.as_str()])
+                .set(i64::try_from(l.open()).unwrap_or(i64::MAX));
+        }
+        self.metrics.render()
+    }
+
     /// The client listeners.
     pub fn listeners(&self) -> &[&'static ClientListener] {
         &self.listeners

@@ -41,6 +41,20 @@ label! {
 }
 
 label! {
+    /// Why an accept on a client listener failed.
+    pub enum AcceptError {
+        /// kubegate is out of descriptors or memory (`EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM`):
+        /// clients are being turned away.
+        OutOfResources => "out_of_resources",
+        /// The client gave up before kubegate accepted (`ECONNABORTED`): its loss, not
+        /// kubegate's.
+        Aborted => "aborted",
+        /// Anything else.
+        Other => "other",
+    }
+}
+
+label! {
     /// Which limit made kubegate close a client connection to protect itself and its other
     /// clients.
     pub enum ClientLimit {

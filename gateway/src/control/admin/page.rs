@@ -124,14 +124,11 @@ fn listeners(page: &mut String, gw: &Gateway) {
         "<h2>Listeners</h2><table><tr><th>Address<th>Mode<th>Clients</tr>"
     );
     for l in gw.listeners() {
-        let mode = match l.mode {
-            ListenerMode::Passthrough => "passthrough",
-            ListenerMode::Terminate => "terminate",
-        };
         let _ = write!(
             page,
-            "<tr><td>{}<td>{mode}<td class=n>{}</tr>",
+            "<tr><td>{}<td>{}<td class=n>{}</tr>",
             l.address,
+            l.mode.as_str(),
             l.open()
         );
     }

@@ -1,18 +1,21 @@
 //! The network plumbing both planes share: accepting clients, admitting them, connecting to
 //! backends.
 
-use crate::telemetry::labels::{ClientLimit, ConnectError, Refusal};
-use crate::telemetry::metrics::register::{counter, counter_vec, forget_in, gauge};
-use prometheus::{IntCounter, IntCounterVec, IntGauge, Registry};
+use crate::telemetry::labels::{AcceptError, ClientLimit, ConnectError, Refusal};
+use crate::telemetry::metrics::register::{counter, counter_vec, forget_in, gauge, gauge_vec};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
 /// Recorded by the accept loops, admission and the connect loop.
 pub struct NetMetrics {
-    /// `kubegate_accept_errors_total`: failed accepts on the listeners (descriptors or memory
-    /// exhausted, connections aborted before they were accepted).
-    pub accept_errors: IntCounter,
+    /// `kubegate_accept_errors_total{reason}`: failed accepts on the listeners (see
+    /// [`AcceptError`]).
+    accept_errors: IntCounterVec,
     /// `kubegate_client_connection_limit`: client connections admitted at once (the configured
     /// limit, held to what the open-files limit leaves room for).
     pub client_connection_limit: IntGauge,
+    /// `kubegate_listener_client_connections{listener,mode}`: client connections open on
+    /// each listener (set when scraped).
+    pub listener_clients: IntGaugeVec,
     /// `kubegate_client_limit_closes_total{reason}`: client connections closed because they
     /// reached a limit (see [`ClientLimit`]).
     client_limit_closes: IntCounterVec,
@@ -30,8 +33,9 @@ impl NetMetrics {
     /// Registers the group's families in `r`.
     pub fn new(r: &Registry) -> NetMetrics {
         let m = NetMetrics {
-            accept_errors: counter(r, "kubegate_accept_errors_total", "Failed accepts on the listeners (descriptors or memory exhausted, connections aborted before they were accepted)."),
+            accept_errors: counter_vec(r, "kubegate_accept_errors_total", "Failed accepts on the listeners, by reason (out_of_resources: descriptors or memory exhausted; aborted: the client left before the accept; other).", &["reason"]),
             client_connection_limit: gauge(r, "kubegate_client_connection_limit", "Client connections admitted at once: limits.max_client_connections, held to what the open-files limit leaves room for."),
+            listener_clients: gauge_vec(r, "kubegate_listener_client_connections", "Client connections open on each listener, by its address and mode; together they count against kubegate_client_connection_limit.", &["listener", "mode"]),
             client_limit_closes: counter_vec(r, "kubegate_client_limit_closes_total", "Client connections kubegate closed to protect itself and its other clients, by limit (connections: limits.max_client_connections were open; rapid_reset: most HTTP/2 streams reset by the client at once).", &["reason"]),
             connect_errors: counter_vec(r, "kubegate_backend_connect_errors_total", "Failed connects to a backend by reason (refused, timeout, error).", &["backend", "reason"]),
             connect_retries: counter(r, "kubegate_connect_retries_total", "Client connections whose first backend connect failed and were retried on another backend."),
@@ -44,6 +48,9 @@ impl NetMetrics {
         }
         for limit in ClientLimit::ALL {
             m.client_limit_closes.with_label_values(&[limit.as_str()]);
+        }
+        for reason in AcceptError::ALL {
+            m.accept_errors.with_label_values(&[reason.as_str()]);
         }
         m
     }
@@ -63,6 +70,13 @@ impl NetMetrics {
     pub fn limit_closed(&self, limit: ClientLimit) {
         self.client_limit_closes
             .with_label_values(&[limit.as_str()])
+            .inc();
+    }
+
+    /// Counts a failed accept.
+    pub fn accept_failed(&self, reason: AcceptError) {
+        self.accept_errors
+            .with_label_values(&[reason.as_str()])
             .inc();
     }
 
