@@ -6,7 +6,9 @@
 # gateway): TLS from the client, HTTP/2 with the front-proxy certificate upstream, identity
 # headers, /readyz checks. kubegate runs one worker thread, as the peers do.
 
-l7_targets=(direct kubegate-l7 envoy-l7 haproxy-l7)
+# kubegate-l7-logged: kubegate-l7 with the access log on (JSON, every line written to a file):
+# what the log costs per request.
+l7_targets=(direct kubegate-l7 kubegate-l7-logged envoy-l7 haproxy-l7)
 small_path=/api/v1/namespaces/default/configmaps/small
 list_path=/api/v1/configmaps
 s_time_secs=$([ "$smoke" = 1 ] && echo 1 || echo "${duration%s}")
@@ -65,13 +67,13 @@ start_l7() {
   mapfile -t lines < <("$bin/kubegate-loadtest" gateway "$name" --listen "127.0.0.1:$p" \
     --backend "$backend" --pki "$work/pki" --dir "$dir" --threads 1)
   admin=${lines[0]}
-  KUBEGATE_LOG=warn "${lines[@]:1}" 2>"$dir/$name.log" & started_pid=$!; pids+=($!)
+  KUBEGATE_LOG=warn "${lines[@]:1}" >"$dir/$name.out" 2>"$dir/$name.log" & started_pid=$!; pids+=($!)
   started_port=$p
   wait_port "$p"
   if [ "$admin" != - ]; then until curl -sf "http://$admin/readyz" >/dev/null; do sleep 0.1; done; fi
 }
 
-for t in kubegate-l7 envoy-l7 haproxy-l7; do
+for t in kubegate-l7 kubegate-l7-logged envoy-l7 haproxy-l7; do
   start_l7 "$t" "127.0.0.1:$backend7" "$t"
   listen7[$t]=$started_port; pid7[$t]=$started_pid
 done

@@ -188,9 +188,13 @@ fn keepalived_config_passes_config_test() {
         String::from_utf8_lossy(&out.stderr)
     );
     let conf = std::fs::read_to_string(repo("deploy/keepalived/keepalived.conf")).unwrap();
+    assert!(
+        conf.contains("\n$ADMIN=http://127.0.0.1:9444\n"),
+        "ADMIN defaults to the admin address"
+    );
     for check in ["/readyz/lifecycle", "/readyz/backends"] {
         assert!(
-            conf.contains(&format!("http://127.0.0.1:9444{check}")),
+            conf.contains(&format!("${{ADMIN}}{check}\"")),
             "a track_script checks kubegate's {check}"
         );
     }

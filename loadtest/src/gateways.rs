@@ -13,7 +13,8 @@
 //! ones stripped):
 //!
 //! - `kubegate-l7`: terminate mode, defaults; `kubegate-l7-refuse` the same with
-//!   `no_ready_backend: refuse`.
+//!   `no_ready_backend: refuse`; `kubegate-l7-logged` (for the benchmark, not a failover peer)
+//!   the same with the access log on, every line written (JSON, no rate limit in reach).
 //! - `envoy-l7`: HTTP connection manager, HTTP/2 upstream, `/readyz` checks, retries on connect
 //!   failure and refused streams (and resets before a response for GET), a Lua filter for the
 //!   identity headers.
@@ -112,7 +113,7 @@ pub fn prepare(
     std::fs::create_dir_all(dir).map_err(|e| Unavailable::Failed(e.into()))?;
     let mut admin = None;
     let command = match name {
-        "kubegate" | "kubegate-l7" | "kubegate-l7-refuse" => {
+        "kubegate" | "kubegate-l7" | "kubegate-l7-refuse" | "kubegate-l7-logged" => {
             let a = free_addr();
             admin = Some(a);
             kubegate(name, dir, pki, backends, listen, a, threads)
@@ -143,7 +144,7 @@ pub fn start(
     wait_listening(listen, Duration::from_secs(15)).map_err(Unavailable::Failed)?;
     Ok(Gateway {
         listen,
-        terminates: L7.contains(&name),
+        terminates: L7.contains(&name) || name == "kubegate-l7-logged",
         admin: prepared.admin,
         _proc: proc,
     })
@@ -175,6 +176,10 @@ fn kubegate(
     }
     if name == "kubegate-l7-refuse" {
         c.no_ready_backend = kubegate_config::NoReadyBackendPolicy::Refuse;
+    }
+    if name == "kubegate-l7-logged" {
+        c.terminate.access_log.format = kubegate_config::AccessLogFormat::Json;
+        c.terminate.access_log.max_per_second = u32::MAX;
     }
     if let Some(n) = threads {
         c.threads = n;
