@@ -85,6 +85,11 @@ pub enum ProbeOutcome {
 }
 
 impl ProbeOutcome {
+    /// The probe passed (`/readyz` answered 200).
+    pub fn passed(&self) -> bool {
+        matches!(self, ProbeOutcome::Passed)
+    }
+
     /// What the state machine makes of it; `None` when the probe did not run.
     pub fn signal(&self) -> Option<ProbeSignal> {
         Some(match self {

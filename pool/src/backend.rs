@@ -55,6 +55,15 @@ pub(crate) struct Health {
     pub drain: Option<AbortHandle>,
 }
 
+/// A backend's failed probes, as `own_failure.rs` weighs them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Failures {
+    /// When the current run of failed probes began; `None` while the last probe passed.
+    pub since: Option<SystemTime>,
+    /// When the last failed probe started; `None` if none ever failed.
+    pub last: Option<SystemTime>,
+}
+
 /// One configured (or removed, still draining) apiserver replica. `P` is what the data planes
 /// keep per backend.
 pub struct Backend<P> {
@@ -68,6 +77,9 @@ pub struct Backend<P> {
     since_unix_ms: AtomicU64,
     shutting_down: AtomicBool,
     last_probe: ArcSwapOption<ProbeRecord>,
+    /// When the current run of failed probes began (none while the last probe passed), and
+    /// when the last failed probe started.
+    failures: Mutex<Failures>,
     passes_to_ready: AtomicU32,
     ejection: Ejection,
     /// Woken when the data planes' open work on this backend drops to none.
@@ -99,6 +111,7 @@ impl<P: DataPlanes> Backend<P> {
             since_unix_ms: AtomicU64::new(0),
             shutting_down: AtomicBool::new(false),
             last_probe: ArcSwapOption::empty(),
+            failures: Mutex::new(Failures::default()),
             ejection: Ejection::new(),
             idle: Notify::new(),
             pool_idle,
@@ -178,8 +191,23 @@ impl<P> Backend<P> {
 
     /// Records a probe that ran; returns whether the backend was shutting down before it.
     pub(crate) fn record_probe(&self, record: &ProbeRecord, shutting_down: bool) -> bool {
+        {
+            let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+            if record.outcome.passed() {
+                f.since = None;
+            } else {
+                f.since.get_or_insert(record.at);
+                f.last = Some(record.at);
+            }
+        }
         self.last_probe.store(Some(Arc::new(record.clone())));
         self.shutting_down.swap(shutting_down, Ordering::AcqRel)
+    }
+
+    /// When the current run of failed probes began (`None` while the last probe passed), and
+    /// when the last failed probe started (`None` if none ever failed).
+    pub fn failures(&self) -> Failures {
+        *self.failures.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The last probe that ran, if any.

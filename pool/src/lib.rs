@@ -24,6 +24,7 @@
 mod backend;
 mod events;
 mod orders;
+mod own_failure;
 mod pick;
 mod planes;
 mod pool;
@@ -31,7 +32,7 @@ mod routing;
 #[cfg(test)]
 mod test_support;
 
-pub use backend::{Backend, BackendInfo, BackendSource};
+pub use backend::{Backend, BackendInfo, BackendSource, Failures};
 pub use events::PoolEvents;
 pub use orders::{order_for, CloseReason, Order};
 pub use pick::{pick, Load};

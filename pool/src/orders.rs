@@ -6,12 +6,14 @@
 //! |---|---|---|
 //! | `ready`, `unknown` | keep (a drain in progress is called off) | nothing is wrong with open work |
 //! | `not_ready`, shutting down (`[-]shutdown`) | drain until `drain.timeout` | the apiserver finishes its work and ends connections itself |
-//! | `not_ready`, another failing check | drain until `drain.failing_timeout` (0 s: at once) | such an apiserver will not end them, and clients on them keep getting errors |
+//! | `not_ready`, another failing check | drain until `drain.failing_timeout` (0 s: at once), once the failure is shown to be its own | such an apiserver will not end them, and clients on them keep getting errors; but moving them to backends about to fail the same way only breaks them twice |
 //! | `down` | close now | its connections are dead or hanging |
 //! | `removed` | drain until `drain.timeout`, then forget | an operator took it out; it may be fine |
 //!
 //! The pool carries a drain out only while another backend is ready (it waits for one before
-//! ordering it): draining moves work elsewhere, and with none ready there is no elsewhere.
+//! ordering it): draining moves work elsewhere, and with none ready there is no elsewhere. A
+//! backend failing a check is drained only once another shows it passes what this one fails
+//! (`own_failure.rs`).
 
 use kubegate_config::DrainConfig;
 use kubegate_health::BackendState;

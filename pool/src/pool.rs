@@ -4,6 +4,7 @@
 use crate::backend::{Backend, BackendInfo, BackendSource, Health};
 use crate::events::PoolEvents;
 use crate::orders::{order_for, CloseReason, Order};
+use crate::own_failure::{failure_is_own, witness_due, LastProbe, Witness};
 use crate::planes::DataPlanes;
 use crate::routing::RoutingTable;
 use arc_swap::ArcSwap;
@@ -25,6 +26,9 @@ pub struct PoolSettings {
     pub thresholds: Thresholds,
     /// Drain deadlines.
     pub drain: DrainConfig,
+    /// Time between probes of one backend (`health.interval`): how far apart the probes that
+    /// show a failure to be one backend's own must be (`own_failure.rs`).
+    pub probe_interval: Duration,
 }
 
 /// Makes a new backend's data-plane state from its name.
@@ -45,6 +49,9 @@ pub struct Pool<P> {
     /// How many backends are ready, published on every rebuild of the routing table: drains
     /// wait on it (see [`Pool::apply`]).
     ready: tokio::sync::watch::Sender<usize>,
+    /// Bumped after every probe observed: drains waiting for a failure to show itself one
+    /// backend's own look again.
+    probed: tokio::sync::watch::Sender<u64>,
     this: Weak<Pool<P>>,
 }
 
@@ -67,6 +74,7 @@ impl<P: DataPlanes> Pool<P> {
             new_planes: Box::new(new_planes),
             idle: Arc::new(Notify::new()),
             ready: tokio::sync::watch::Sender::new(0),
+            probed: tokio::sync::watch::Sender::new(0),
             this: this.clone(),
         })
     }
@@ -252,7 +260,69 @@ impl<P: DataPlanes> Pool<P> {
             None if shutting_down != was_shutting_down => self.rebuild_routing(),
             None => {}
         }
-        health.tracker.pace()
+        let pace = health.tracker.pace();
+        drop(health);
+        self.probed.send_modify(|n| *n += 1);
+        pace
+    }
+
+    /// The other backends that are ready now.
+    fn ready_others(&self, backend: &Backend<P>) -> Vec<Arc<Backend<P>>> {
+        self.members()
+            .iter()
+            .filter(|b| b.address != backend.address && b.state() == BackendState::Ready)
+            .cloned()
+            .collect()
+    }
+
+    /// Whether `backend`, failing `/readyz`, fails alone: another backend is a witness (see
+    /// `own_failure.rs`).
+    fn failure_is_own(&self, backend: &Backend<P>) -> bool {
+        let last = |b: &Backend<P>| {
+            b.last_probe().map(|p| LastProbe {
+                at: p.at,
+                passed: p.outcome.passed(),
+            })
+        };
+        let Some(failing_last) = last(backend) else {
+            return false;
+        };
+        let since = backend.failures().since.unwrap_or(failing_last.at);
+        let witnesses: Vec<Witness> = self
+            .ready_others(backend)
+            .iter()
+            .filter_map(|b| {
+                Some(Witness {
+                    last: last(b)?,
+                    last_failed: b.failures().last,
+                })
+            })
+            .collect();
+        failure_is_own(
+            since,
+            failing_last,
+            witnesses,
+            self.settings.load().probe_interval,
+        )
+    }
+
+    /// Asks the other ready backends' checkers for a probe now, once their passes can count
+    /// as witnesses for `backend`'s failure (rather than at their next turn, up to an interval
+    /// later).
+    async fn ask_witnesses(&self, backend: &Backend<P>) {
+        let since = backend
+            .failures()
+            .since
+            .unwrap_or_else(std::time::SystemTime::now);
+        let due = witness_due(since, self.settings.load().probe_interval);
+        if let Ok(wait) = due.duration_since(std::time::SystemTime::now()) {
+            tokio::time::sleep(wait).await;
+        }
+        for other in self.ready_others(backend) {
+            if let Some(checker) = &other.health().checker {
+                checker.probe_soon();
+            }
+        }
     }
 
     /// Carries out a state change: publish it, log it once, order the data planes, reroute.
@@ -285,6 +355,17 @@ impl<P: DataPlanes> Pool<P> {
                 }
                 self.close(backend, why);
             }
+            // A backend failing a check moves its work only to backends shown to pass it,
+            // once its failure is shown to be its own (`own_failure.rs`): when every backend
+            // is about to fail the same way, moving clients breaks them for nothing.
+            Order::Drain { timeout }
+                if t.to == BackendState::NotReady
+                    && !backend.shutting_down()
+                    && !self.failure_is_own(backend) =>
+            {
+                tracing::info!(backend = %name, open, failing = ?backend.last_probe().map(|p| p.outcome.failing_checks().to_vec()).unwrap_or_default(), "the drain waits until another backend shows the failure is this one's alone");
+                health.drain = Some(self.spawn_drain(backend, timeout, t.to, DrainWait::OwnFailure));
+            }
             // A drain moves work to other backends; with none ready there is nowhere better
             // for it to go (and `no_ready_backend: alive` sends new work here anyway), so the
             // drain begins when another backend is ready.
@@ -295,14 +376,14 @@ impl<P: DataPlanes> Pool<P> {
                     .any(|b| b.state() == BackendState::Ready) =>
             {
                 tracing::info!(backend = %name, open, "no other backend is ready: the drain waits for one");
-                health.drain = Some(self.spawn_drain(backend, timeout, t.to, true));
+                health.drain = Some(self.spawn_drain(backend, timeout, t.to, DrainWait::Ready));
             }
             Order::Drain { timeout } => {
                 backend.planes().drain();
                 let removed = t.to == BackendState::Removed;
                 if open > 0 {
                     self.events.drain_started(&name);
-                    health.drain = Some(self.spawn_drain(backend, timeout, t.to, false));
+                    health.drain = Some(self.spawn_drain(backend, timeout, t.to, DrainWait::None));
                 } else if removed {
                     self.forget(backend);
                 }
@@ -312,27 +393,57 @@ impl<P: DataPlanes> Pool<P> {
     }
 
     /// The drain of `backend` (entering `to`): open work may finish for `timeout`, then what
-    /// is left is closed. `deferred`: first wait until some backend is ready, then order the
-    /// drain. A removed backend is forgotten as soon as its work has ended, by itself or closed
-    /// at the deadline. The task is aborted when the state changes again.
+    /// is left is closed. `wait`: what must hold before the drain is ordered. A removed backend
+    /// is forgotten as soon as its work has ended, by itself or closed at the deadline. The
+    /// task is aborted when the state changes again.
     fn spawn_drain(
         &self,
         backend: &Arc<Backend<P>>,
         timeout: Duration,
         to: BackendState,
-        deferred: bool,
+        wait: DrainWait,
     ) -> tokio::task::AbortHandle {
         let backend = backend.clone();
         let pool = self.this.clone();
         let mut ready = self.ready.subscribe();
+        let mut probed = self.probed.subscribe();
         let removed = to == BackendState::Removed;
         tokio::spawn(async move {
-            if deferred {
-                if ready.wait_for(|n| *n > 0).await.is_err() {
-                    return;
+            if wait != DrainWait::None {
+                match wait {
+                    DrainWait::Ready => {
+                        if ready.wait_for(|n| *n > 0).await.is_err() {
+                            return;
+                        }
+                    }
+                    DrainWait::OwnFailure => {
+                        let ask = {
+                            let (pool, backend) = (pool.clone(), backend.clone());
+                            tokio::spawn(async move {
+                                if let Some(pool) = pool.upgrade() {
+                                    pool.ask_witnesses(&backend).await;
+                                }
+                            })
+                        };
+                        let shown = loop {
+                            if probed.changed().await.is_err() {
+                                break false;
+                            }
+                            match pool.upgrade() {
+                                Some(pool) if pool.failure_is_own(&backend) => break true,
+                                Some(_) => {}
+                                None => break false,
+                            }
+                        };
+                        ask.abort();
+                        if !shown {
+                            return;
+                        }
+                    }
+                    DrainWait::None => {}
                 }
                 let name = &backend.info().name;
-                tracing::info!(backend = %name, "another backend is ready: the drain begins");
+                tracing::info!(backend = %name, why = wait.as_str(), "the drain begins");
                 backend.planes().drain();
                 if let Some(pool) = pool.upgrade() {
                     pool.events.drain_started(name);
@@ -406,6 +517,27 @@ impl<P: DataPlanes> Pool<P> {
         self.routing.store(Arc::new(table));
         self.ready.send_replace(ready);
         self.events.routing_changed(ready);
+    }
+}
+
+/// What a drain waits for before it is ordered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DrainWait {
+    /// Nothing: ordered at once.
+    None,
+    /// Some backend to be ready.
+    Ready,
+    /// The failure to be shown the backend's own (`own_failure.rs`).
+    OwnFailure,
+}
+
+impl DrainWait {
+    fn as_str(self) -> &'static str {
+        match self {
+            DrainWait::None => "at once",
+            DrainWait::Ready => "another backend is ready",
+            DrainWait::OwnFailure => "another backend passes what this one fails",
+        }
     }
 }
 

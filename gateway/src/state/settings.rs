@@ -17,6 +17,7 @@ pub fn pool_settings(config: &Config) -> PoolSettings {
             stable_probes: probes_in(health.flap_damping.window, health.interval),
         },
         drain: config.drain.clone(),
+        probe_interval: health.interval,
     }
 }
 

@@ -12,6 +12,7 @@ fn pool(drain: DrainConfig) -> (Arc<Pool<TestPlanes>>, Arc<EventLog>) {
     let settings = PoolSettings {
         thresholds: Thresholds::new(2, 2),
         drain,
+        probe_interval: INTERVAL,
     };
     let pool = Pool::new(settings, None, events.clone(), |_| TestPlanes::default());
     (pool, events)
@@ -32,9 +33,15 @@ fn spec(port: u16, name: &str) -> BackendSpec {
     }
 }
 
+/// Probes of one backend are this far apart (`health.interval`).
+const INTERVAL: Duration = Duration::from_secs(1);
+
+/// A probe that started now, by the test's paused clock.
 fn record(outcome: ProbeOutcome) -> ProbeRecord {
+    static BASE: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
+    let base = *BASE.get_or_init(tokio::time::Instant::now);
     ProbeRecord {
-        at: SystemTime::now(),
+        at: SystemTime::UNIX_EPOCH + (tokio::time::Instant::now() - base),
         latency: Duration::from_millis(1),
         outcome,
     }
@@ -141,6 +148,16 @@ async fn a_failing_backend_drains_until_the_failing_timeout() {
     probe(&pool, "a", &[fail("etcd"), fail("etcd")]);
     assert_eq!(b.state(), BackendState::NotReady);
     assert_eq!(pool.routing().ready.len(), 1, "no new work goes there");
+    // The failure is a's own once the other passes a probe that started an interval after
+    // a's first failure (own_failure.rs); only then is the drain ordered.
+    assert_eq!(b.planes().drains.load(Ordering::SeqCst), 0);
+    advance(Duration::from_millis(600)).await;
+    probe(&pool, "other", &[pass()]);
+    settle().await;
+    assert_eq!(b.planes().drains.load(Ordering::SeqCst), 0, "too soon to tell");
+    advance(Duration::from_millis(500)).await;
+    probe(&pool, "other", &[pass()]);
+    settle().await;
     assert_eq!(b.planes().drains.load(Ordering::SeqCst), 1);
     advance(Duration::from_millis(4_900)).await;
     assert!(b.planes().closes().is_empty(), "closed before the deadline");
@@ -182,7 +199,8 @@ async fn with_no_other_backend_ready_the_drain_waits_for_one() {
         "no drain ordered"
     );
     assert!(b.planes().closes().is_empty(), "nothing closed");
-    // Another backend becomes ready: the drain begins, with its whole deadline (0 s here).
+    // Another backend becomes ready, a witness (it never failed): the drain begins, with its
+    // whole deadline (0 s here).
     pool.add(&spec(2, "other"));
     probe(&pool, "other", &[pass(), pass()]);
     settle().await;
@@ -193,6 +211,49 @@ async fn with_no_other_backend_ready_the_drain_waits_for_one() {
         events_of(&events, &["drain", "closed"]),
         ["drain a", "closed a drain_timeout 3"]
     );
+}
+
+/// etcd goes away under every backend, their checks failing a moment apart: nobody's clients
+/// are moved (each would only move to a backend about to fail the same way), and nothing is
+/// closed when they all recover, one a moment ahead of the other.
+#[tokio::test(start_paused = true)]
+async fn a_failure_every_backend_shares_moves_nobody() {
+    let (pool, events) = pool(drains(30, 0));
+    let names = ["a", "b", "c"];
+    for (i, n) in names.iter().enumerate() {
+        ready_backend(&pool, i as u16 + 1, n).planes().set_open(5);
+    }
+    probe(&pool, "a", &[fail("etcd"), fail("etcd")]);
+    advance(Duration::from_millis(500)).await;
+    probe(&pool, "b", &[fail("etcd"), fail("etcd")]);
+    advance(Duration::from_millis(300)).await;
+    // c's first probe after a's failure still passes (its check has not flipped yet), too
+    // soon to count...
+    probe(&pool, "c", &[pass()]);
+    advance(Duration::from_millis(700)).await;
+    // ...and by the time one could, it fails too.
+    probe(&pool, "c", &[fail("etcd"), fail("etcd")]);
+    for _ in 0..5 {
+        advance(INTERVAL).await;
+        for n in names {
+            probe(&pool, n, &[fail("etcd")]);
+        }
+    }
+    // etcd returns: c recovers first, a and b a probe later.
+    probe(&pool, "c", &[pass(), pass()]);
+    advance(Duration::from_millis(400)).await;
+    probe(&pool, "a", &[fail("etcd")]);
+    advance(Duration::from_millis(400)).await;
+    probe(&pool, "a", &[pass(), pass()]);
+    probe(&pool, "b", &[pass(), pass()]);
+    advance(Duration::from_secs(5)).await;
+    for n in names {
+        let b = find(&pool, n);
+        assert_eq!(b.state(), BackendState::Ready, "{n}");
+        assert_eq!(b.planes().drains.load(Ordering::SeqCst), 0, "{n} drained");
+        assert!(b.planes().closes().is_empty(), "{n} closed");
+    }
+    assert!(events_of(&events, &["drain", "closed"]).is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -339,6 +400,7 @@ async fn a_reload_keeps_state_counts_and_flap_damping() {
     let settings = |t| PoolSettings {
         thresholds: t,
         drain: drains(30, 0),
+        probe_interval: INTERVAL,
     };
     pool.reconfigure(settings(damped), None);
     let b = ready_backend(&pool, 1, "a");
