@@ -1,8 +1,11 @@
 //! Short failover load tests in CI, with real processes and real kubectl alongside: L4
-//! (`rolling-restart` and `freeze` against kubegate and HAProxy in kubeadm's configuration) and
-//! L7 (kubegate's terminate mode through a rolling restart, a crash under writes, a freeze and
-//! every replica going down, beside HAProxy terminating TLS); and a short soak with faults. The
-//! full matrices and the 30-minute soak are documented commands (docs/failover.md), not tests.
+//! (`rolling-restart`, a freeze of the leader's replica and etcd going away, against kubegate
+//! and HAProxy in kubeadm's configuration, with leader election through each) and L7 (kubegate's
+//! terminate mode through a rolling restart, a crash under writes, a freeze and every replica
+//! going down, beside HAProxy terminating TLS); a short soak with faults; and the same scenarios
+//! against a control plane the load test does not run; a small scale run (500 watches over 100
+//! connections through a rolling restart). The full matrices, the scale runs and the 30-minute soak
+//! are documented commands (docs/failover.md), not tests.
 
 use kubegate_e2e::bin;
 use serde_json::Value;
@@ -62,22 +65,30 @@ fn loadtest(dir: &Path, args: &[&str]) -> (Output, Value) {
     (out, report)
 }
 
+/// The leader's figures of a run: leaderships lost, longest renewal gap (ms).
+fn leader(r: &Value) -> (usize, u64) {
+    (
+        r["leader"]["lost"].as_array().unwrap().len(),
+        r["leader"]["longest_gap_ms"].as_u64().unwrap(),
+    )
+}
+
 #[test]
-fn short_rolling_restart_and_freeze_against_kubegate_and_haproxy() {
+fn short_l4_runs_with_a_leader_against_kubegate_and_haproxy() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let (_, report) = loadtest(
         dir.path(),
         &[
             "--scenario",
-            "rolling-restart,freeze",
+            "rolling-restart,freeze-leader,etcd-down",
             "--gateways",
             "kubegate,haproxy-kubeadm",
             "--short",
         ],
     );
     let plot = dir.path().join("plot.svg");
-    assert_eq!(report.as_array().unwrap().len(), 4);
+    assert_eq!(report.as_array().unwrap().len(), 6);
     for r in report.as_array().unwrap() {
         assert_eq!(r["status"], "ok", "{r}");
         assert!(total(&r["requests"]) > 100, "too little traffic: {r}");
@@ -96,15 +107,44 @@ fn short_rolling_restart_and_freeze_against_kubegate_and_haproxy() {
         "watches resume, never relist: {rr}"
     );
 
+    // The leader keeps its lease through a rolling restart.
+    let (lost, gap) = leader(&rr);
+    assert_eq!(lost, 0, "{rr}");
+    assert!(gap < 10_000, "renewal gap {gap} ms: {rr}");
+
     // kubegate: clients are moved off a frozen replica by kubegate (probe timeouts, ~2 s
-    // here), not by client-go's 30 s + 15 s ping timeout. How fast is the report's business;
-    // this bound only has to tell the two apart on a loaded machine.
-    let fz = run(&report, "freeze", "kubegate");
+    // here), not by client-go's 30 s + 15 s ping timeout, so the leader whose renewals went
+    // through it keeps its lease. How fast is the report's business; these bounds only have
+    // to tell the two apart on a loaded machine.
+    let fz = run(&report, "freeze-leader", "kubegate");
     let recovery = fz["recovery_ms"].as_u64().unwrap();
     assert!(recovery < 20_000, "recovery {recovery} ms: {fz}");
+    let (lost, gap) = leader(&fz);
+    assert_eq!(lost, 0, "{fz}");
+    assert!(gap < 10_000, "renewal gap {gap} ms: {fz}");
     // The peer ran the same scenario and was measured (its figures are the report's).
-    let peer = run(&report, "freeze", "haproxy-kubeadm");
+    let peer = run(&report, "freeze-leader", "haproxy-kubeadm");
     assert_eq!(peer["status"], "ok", "{peer}");
+
+    // etcd gone under every replica: kubegate moves nobody (a failure every replica shares),
+    // so no more watches break than behind HAProxy, which never moves anyone.
+    let ours = run(&report, "etcd-down", "kubegate");
+    let theirs = run(&report, "etcd-down", "haproxy-kubeadm");
+    let breaks = |r: &Value| r["watch"]["breaks"].as_array().unwrap().len();
+    assert!(breaks(&ours) <= breaks(&theirs), "{ours}\n{theirs}");
+
+    // Every failure kubegate's clients saw is explained by the fault and how it caused it.
+    for r in report.as_array().unwrap() {
+        if r["gateway"] == "kubegate" {
+            assert!(
+                r["explanation"]["unexplained"]
+                    .as_array()
+                    .unwrap()
+                    .is_empty(),
+                "{r}"
+            );
+        }
+    }
 
     // The plot is a well-formed SVG document.
     let svg = std::fs::read_to_string(&plot).unwrap();
@@ -257,7 +297,13 @@ fn a_short_soak_loses_nothing_and_kubegate_never_restarts() {
     let report: Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("soak.json")).unwrap()).unwrap();
     let checks = report["checks"].as_array().unwrap();
-    assert_eq!(checks.len(), 7, "{table}");
+    assert_eq!(checks.len(), 9, "{table}");
+    for what in [
+        "every failure, break and lost leadership explained",
+        "no leadership lost on the terminate listener",
+    ] {
+        assert!(checks.iter().any(|c| c["what"] == what), "{what}: {table}");
+    }
     assert!(checks.iter().all(|c| c["passed"] == true), "{table}");
     assert!(report["faults"].as_array().unwrap().len() >= 5, "{table}");
     for l in report["listeners"].as_array().unwrap() {
@@ -266,4 +312,170 @@ fn a_short_soak_loses_nothing_and_kubegate_never_restarts() {
     }
     let svg = std::fs::read_to_string(dir.path().join("soak.svg")).unwrap();
     assert!(svg.contains("descriptors") && svg.contains("<polyline"));
+}
+
+/// The same scenarios against a control plane the load test does not run: replicas and etcd
+/// started here, a control-plane file naming their addresses and the commands that freeze them
+/// and fail their readiness (signals by PID, the simulator's fault port). The report names the
+/// file's replicas, and a scenario whose command the file lacks says so.
+#[test]
+fn an_external_control_plane_runs_the_same_scenarios() {
+    use kubegate_testbed::{Etcd, Replica, ReplicaFlags};
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let pki = dir.path().join("pki");
+    kubegate_testbed::pki::write_kubeadm_layout(&pki, "https://127.0.0.1:6443").unwrap();
+    let etcd_dir = dir.path().join("etcd");
+    std::fs::create_dir_all(&etcd_dir).unwrap();
+    let etcd = Etcd::new(&etcd_dir).start().unwrap();
+    let mut replicas = Vec::new();
+    for i in 1..=3 {
+        let mut flags = ReplicaFlags::new(
+            &format!("cp-{i}"),
+            (pki.join("apiserver.crt"), pki.join("apiserver.key")),
+            &pki.join("ca.crt"),
+        );
+        flags.front_proxy_ca = Some(pki.join("front-proxy-ca.crt"));
+        flags.etcd = Some(etcd.url());
+        flags.startup = Some("0s".into());
+        let log = dir.path().join(format!("cp-{i}.log"));
+        replicas.push(Replica::start(flags, &log).unwrap());
+    }
+    let mut file = String::from("pki: pki\ncommand_timeout: 30s\nreplicas:\n");
+    for r in &replicas {
+        let pid = r.pid().unwrap();
+        file.push_str(&format!(
+            "  - name: {}\n    address: {}\n    freeze: kill -STOP {pid}\n    thaw: kill -CONT {pid}\n    fail_readyz: curl -sf -X POST 'http://127.0.0.1:{}/fail?check=etcd'\n    pass_readyz: curl -sf -X POST 'http://127.0.0.1:{}/pass?check=etcd'\n",
+            r.name(),
+            r.addr(),
+            r.flags.fault_port,
+            r.flags.fault_port
+        ));
+    }
+    std::fs::write(dir.path().join("control-plane.yaml"), file).unwrap();
+    let (_, report) = loadtest(
+        dir.path(),
+        &[
+            "--control-plane",
+            "control-plane.yaml",
+            "--scenario",
+            "freeze,not-ready",
+            "--gateways",
+            "kubegate",
+            "--short",
+            "--no-kubectl",
+        ],
+    );
+    for scenario in ["freeze", "not-ready"] {
+        let r = run(&report, scenario, "kubegate");
+        assert_eq!(r["status"], "ok", "{r}");
+        assert!(total(&r["requests"]) > 100, "{r}");
+        let events: Vec<&str> = r["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e[1].as_str().unwrap())
+            .collect();
+        assert!(events.iter().any(|e| e.contains("cp-1")), "{events:?}");
+        assert_eq!(leader(&r).0, 0, "{r}");
+    }
+    // A crash needs a `kill` command the file does not have.
+    let out = Command::new(bin("kubegate-loadtest"))
+        .arg("run")
+        .current_dir(dir.path())
+        .args([
+            "--control-plane",
+            "control-plane.yaml",
+            "--scenario",
+            "crash",
+        ])
+        .args([
+            "--gateways",
+            "kubegate",
+            "--short",
+            "--no-kubectl",
+            "--dir",
+            "work2",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("no `kill` command for cp-1"), "{said}");
+}
+
+#[test]
+fn a_small_scale_run_relists_nothing_through_terminate_mode() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(bin("kubegate-loadtest"))
+        .arg("scale")
+        .current_dir(dir.path())
+        .args(["--connections", "100", "--watches", "500"])
+        .args(["--gateways", "kubegate-l7,kubegate", "--short"])
+        .args([
+            "--dir",
+            "work",
+            "--json",
+            "scale.json",
+            "--plot",
+            "scale.svg",
+        ])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{table}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        table.contains("| watches (connections) | gateway |"),
+        "{table}"
+    );
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("scale.json")).unwrap()).unwrap();
+    let of = |gateway: &str| {
+        report
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["gateway"] == gateway)
+            .unwrap_or_else(|| panic!("no run of {gateway}: {report}"))
+            .clone()
+    };
+    let n = |r: &Value, k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k}: {r}"));
+    let l7 = of("kubegate-l7");
+    assert_eq!(l7["status"], "ok", "{l7}");
+    // Terminate mode moved the watches of each restarted replica itself: no client saw a
+    // break, none relisted, no LIST reached a replica.
+    assert_eq!(n(&l7, "breaks"), 0, "{l7}");
+    assert_eq!(n(&l7, "relists"), 0, "{l7}");
+    assert_eq!(n(&l7, "lists_at_replicas"), 0, "{l7}");
+    assert!(n(&l7, "gateway_resumes") > 0, "{l7}");
+    // Every informer kept hearing events throughout: the longest silence stays well under a
+    // bookmark interval past the write period.
+    assert!(n(&l7, "longest_silence_ms") < 20_000, "{l7}");
+    // Through passthrough the same restarts break the watches the replicas held.
+    let l4 = of("kubegate");
+    assert_eq!(l4["status"], "ok", "{l4}");
+    assert!(n(&l4, "breaks") > 0, "{l4}");
+    // Every client gone, kubegate is back to the descriptors it had before any client (and
+    // at most one upstream connection per replica more): the connections the resumes opened
+    // were given back once idle, and those the restarts drained were let go.
+    for r in [&l7, &l4] {
+        assert!(
+            n(&r["settled"], "fds") <= n(&r["idle"], "fds") + 3,
+            "descriptors after the run: {r}"
+        );
+    }
+    let svg = std::fs::read_to_string(dir.path().join("scale.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("kubegate-l7"),
+        "{svg}"
+    );
 }

@@ -98,10 +98,20 @@ enum Sender {
     H2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
 }
 
-/// One connection.
+/// One connection (for HTTP/2, one handle on it: [`Client::another_handle`] makes more, whose
+/// requests are streams of the same connection, as client-go's share one).
 pub struct Client {
     sender: Sender,
-    task: tokio::task::JoinHandle<()>,
+    task: Arc<ConnectionTask>,
+}
+
+/// Drives the connection; ends it when the last handle goes.
+struct ConnectionTask(tokio::task::JoinHandle<()>);
+
+impl Drop for ConnectionTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 fn classify_io(e: &io::Error) -> ErrorClass {
@@ -143,9 +153,9 @@ impl Client {
                 .handshake(io)
                 .await
                 .map_err(|_| ErrorClass::Reset)?;
-            let task = tokio::spawn(async move {
+            let task = Arc::new(ConnectionTask(tokio::spawn(async move {
                 let _ = conn.await;
-            });
+            })));
             Ok(Client {
                 sender: Sender::H2(s),
                 task,
@@ -154,9 +164,9 @@ impl Client {
             let (s, conn) = hyper::client::conn::http1::handshake(io)
                 .await
                 .map_err(|_| ErrorClass::Reset)?;
-            let task = tokio::spawn(async move {
+            let task = Arc::new(ConnectionTask(tokio::spawn(async move {
                 let _ = conn.await;
-            });
+            })));
             Ok(Client {
                 sender: Sender::H1(s),
                 task,
@@ -166,7 +176,19 @@ impl Client {
 
     /// The connection has ended.
     pub fn closed(&self) -> bool {
-        self.task.is_finished()
+        self.task.0.is_finished()
+    }
+
+    /// Another handle on the same HTTP/2 connection; `None` for HTTP/1.1, which carries one
+    /// request at a time.
+    pub fn another_handle(&self) -> Option<Client> {
+        match &self.sender {
+            Sender::H2(s) => Some(Client {
+                sender: Sender::H2(s.clone()),
+                task: self.task.clone(),
+            }),
+            Sender::H1(_) => None,
+        }
     }
 
     async fn start(
@@ -251,10 +273,4 @@ fn replica_of<B>(resp: &http::Response<B>) -> Option<usize> {
         .parse::<usize>()
         .ok()?
         .checked_sub(1)
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }

@@ -1,16 +1,23 @@
-//! The simulated control plane under test: one etcd and N `kubegate-sim` replica processes on
-//! loopback (the test bed's), each restartable and signalable, so faults are real signals to
-//! real processes. Replicas accept the front-proxy scheme (`--requestheader-*`, kubeadm's
-//! flags), so gateways that terminate TLS can pass clients' identities on.
+//! The control plane under test, and the faults carried out on it.
+//!
+//! - **Simulated** (the default): one etcd and N `kubegate-sim` replica processes on loopback
+//!   (the test bed's), each restartable and signalable, so faults are real signals to real
+//!   processes. Replicas accept the front-proxy scheme (`--requestheader-*`, kubeadm's flags),
+//!   so gateways that terminate TLS can pass clients' identities on.
+//! - **External** (`--control-plane FILE`): apiservers the load test does not run, with the
+//!   commands that carry each fault out (`external.rs`). The same scenarios and report.
+
+mod external;
 
 use crate::client::{Client, ClientTls};
+pub use external::ExternalSpec;
 use kubegate_testbed::pki::write_kubeadm_layout;
 use kubegate_testbed::{Etcd, Replica, ReplicaFlags};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// How the replicas run.
+/// How the replicas run (simulated ones; an external control plane runs as it is).
 #[derive(Clone, Debug)]
 pub struct ReplicaSettings {
     /// `--shutdown-delay-duration`.
@@ -19,19 +26,25 @@ pub struct ReplicaSettings {
     pub goaway_chance: f64,
     /// The simulator's `--latency`: added to every API request.
     pub latency: Duration,
+    /// The simulator's `--watch-cache`: watches served from one cache per resource.
+    pub watch_cache: bool,
+}
+
+enum Backend {
+    Simulated { etcd: Etcd, replicas: Vec<Replica> },
+    External(ExternalSpec),
 }
 
 /// etcd and the replicas.
 pub struct ControlPlane {
     dir: PathBuf,
-    etcd: Etcd,
-    /// The replicas, in order (`replica-1`...).
-    pub replicas: Vec<Replica>,
+    pki: PathBuf,
+    backend: Backend,
     tls: ClientTls,
 }
 
 impl ControlPlane {
-    /// Certificates in `dir/pki`, etcd, and `n` replicas run with `settings`.
+    /// Certificates in `dir/pki`, etcd, and `n` simulated replicas run with `settings`.
     pub async fn start(
         dir: &Path,
         n: usize,
@@ -56,12 +69,15 @@ impl ControlPlane {
             flags.goaway_chance = Some(settings.goaway_chance);
             flags.latency = Some(settings.latency);
             flags.startup = Some("0s".into());
+            if settings.watch_cache {
+                flags.extra.push("--watch-cache".into());
+            }
             replicas.push(Replica::start(flags, &dir.join(format!("{name}.log")))?);
         }
         let cp = ControlPlane {
             dir: dir.to_path_buf(),
-            etcd,
-            replicas,
+            pki,
+            backend: Backend::Simulated { etcd, replicas },
             tls,
         };
         for i in 0..n {
@@ -70,9 +86,25 @@ impl ControlPlane {
         Ok(cp)
     }
 
+    /// The control plane `spec` describes; commands log into `dir`.
+    pub async fn external(dir: &Path, spec: ExternalSpec) -> anyhow::Result<ControlPlane> {
+        std::fs::create_dir_all(dir)?;
+        let tls = ClientTls::load(&spec.pki)?;
+        let cp = ControlPlane {
+            dir: dir.to_path_buf(),
+            pki: spec.pki.clone(),
+            backend: Backend::External(spec),
+            tls,
+        };
+        for i in 0..cp.len() {
+            cp.wait_ready(i, Duration::from_secs(60)).await?;
+        }
+        Ok(cp)
+    }
+
     /// The PKI directory (`ca.crt`, `admin.crt`, `kubeconfig`, ...).
     pub fn pki(&self) -> PathBuf {
-        self.dir.join("pki")
+        self.pki.clone()
     }
 
     /// TLS settings for clients.
@@ -80,14 +112,33 @@ impl ControlPlane {
         &self.tls
     }
 
+    /// How many replicas.
+    pub fn len(&self) -> usize {
+        match &self.backend {
+            Backend::Simulated { replicas, .. } => replicas.len(),
+            Backend::External(spec) => spec.replicas.len(),
+        }
+    }
+
+    /// Replica `i`'s name.
+    pub fn name(&self, i: usize) -> String {
+        match &self.backend {
+            Backend::Simulated { replicas, .. } => replicas[i].name().to_string(),
+            Backend::External(spec) => spec.replicas[i].name.clone(),
+        }
+    }
+
     /// Replica addresses.
     pub fn addresses(&self) -> Vec<SocketAddr> {
-        self.replicas.iter().map(Replica::addr).collect()
+        match &self.backend {
+            Backend::Simulated { replicas, .. } => replicas.iter().map(Replica::addr).collect(),
+            Backend::External(spec) => spec.replicas.iter().map(|r| r.address).collect(),
+        }
     }
 
     /// Whether replica `i` answers `/readyz` with 200 now.
     pub async fn ready(&self, i: usize) -> bool {
-        let Ok(mut c) = Client::connect(self.replicas[i].addr(), &self.tls, false).await else {
+        let Ok(mut c) = Client::connect(self.addresses()[i], &self.tls, false).await else {
             return false;
         };
         matches!(c.send("GET", "/readyz", None).await, Ok(r) if r.status == 200)
@@ -102,60 +153,186 @@ impl ControlPlane {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        anyhow::bail!("{} not ready after {limit:?}", self.replicas[i].name())
+        anyhow::bail!("{} not ready after {limit:?}", self.name(i))
     }
 
-    /// Sends `sig` to replica `i`; a replica that already ended has nothing to receive it.
-    pub fn signal(&self, i: usize, sig: i32) {
-        let _ = self.replicas[i].signal(sig);
+    /// Runs replica `i`'s command `which` (external), or says it has none.
+    async fn command(&self, i: Option<usize>, which: &str) -> anyhow::Result<()> {
+        let Backend::External(spec) = &self.backend else {
+            anyhow::bail!("{which}: not a command of a simulated control plane");
+        };
+        let replica = i.map(|i| &spec.replicas[i]);
+        let command = match (replica, which) {
+            (Some(r), "stop") => r.stop.as_ref(),
+            (Some(r), "start") => r.start.as_ref(),
+            (Some(r), "kill") => r.kill.as_ref(),
+            (Some(r), "freeze") => r.freeze.as_ref(),
+            (Some(r), "thaw") => r.thaw.as_ref(),
+            (Some(r), "fail_readyz") => r.fail_readyz.as_ref(),
+            (Some(r), "pass_readyz") => r.pass_readyz.as_ref(),
+            (None, "etcd stop") => spec.etcd.as_ref().map(|e| &e.stop),
+            (None, "etcd start") => spec.etcd.as_ref().map(|e| &e.start),
+            _ => None,
+        };
+        let Some(command) = command else {
+            anyhow::bail!(
+                "the control-plane file has no `{which}` command{}: this scenario cannot run against it",
+                replica.map(|r| format!(" for {}", r.name)).unwrap_or_default()
+            );
+        };
+        external::run(
+            command,
+            replica,
+            spec.command_timeout,
+            &self.dir.join("commands.log"),
+        )
+        .await
     }
 
-    /// SIGTERM, then waits for the replica to exit by itself (its shutdown sequence).
-    pub fn terminate(&mut self, i: usize, limit: Duration) -> bool {
-        self.signal(i, libc::SIGTERM);
-        let r = &mut self.replicas[i];
-        let exited = !r.running() || r.wait_exit(limit).is_some();
-        r.kill();
-        exited
+    /// Stops replica `i` from answering anything, its connections left open (SIGSTOP).
+    pub async fn freeze(&self, i: usize) -> anyhow::Result<()> {
+        match &self.backend {
+            Backend::Simulated { replicas, .. } => {
+                let _ = replicas[i].signal(libc::SIGSTOP);
+                Ok(())
+            }
+            Backend::External(_) => self.command(Some(i), "freeze").await,
+        }
+    }
+
+    /// Undoes [`ControlPlane::freeze`] (SIGCONT).
+    pub async fn thaw(&self, i: usize) -> anyhow::Result<()> {
+        match &self.backend {
+            Backend::Simulated { replicas, .. } => {
+                let _ = replicas[i].signal(libc::SIGCONT);
+                Ok(())
+            }
+            Backend::External(_) => self.command(Some(i), "thaw").await,
+        }
+    }
+
+    /// SIGTERM, then waits (up to `limit`) for the replica to exit by itself (its shutdown
+    /// sequence); whether it did.
+    pub async fn terminate(&mut self, i: usize, limit: Duration) -> anyhow::Result<bool> {
+        match &mut self.backend {
+            Backend::Simulated { replicas, .. } => {
+                let r = &mut replicas[i];
+                let _ = r.signal(libc::SIGTERM);
+                let exited =
+                    tokio::task::block_in_place(|| !r.running() || r.wait_exit(limit).is_some());
+                r.kill();
+                Ok(exited)
+            }
+            Backend::External(_) => self.command(Some(i), "stop").await.map(|()| true),
+        }
     }
 
     /// SIGTERM to every replica at once, then waits for all of them to exit.
-    pub fn terminate_all(&mut self, limit: Duration) -> bool {
-        for i in 0..self.replicas.len() {
-            self.signal(i, libc::SIGTERM);
+    pub async fn terminate_all(&mut self, limit: Duration) -> anyhow::Result<bool> {
+        match &mut self.backend {
+            Backend::Simulated { replicas, .. } => {
+                for r in replicas.iter() {
+                    let _ = r.signal(libc::SIGTERM);
+                }
+                let mut all = true;
+                for r in replicas.iter_mut() {
+                    all &= tokio::task::block_in_place(|| {
+                        !r.running() || r.wait_exit(limit).is_some()
+                    });
+                    r.kill();
+                }
+                Ok(all)
+            }
+            Backend::External(spec) => {
+                // Every replica's stop at once, as SIGTERM to all of them would be.
+                let mut stops = Vec::new();
+                for r in &spec.replicas {
+                    let command = r.stop.clone().ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "the control-plane file has no `stop` command for {}",
+                            r.name
+                        )
+                    })?;
+                    let (r, timeout, log) = (
+                        r.clone(),
+                        spec.command_timeout,
+                        self.dir.join("commands.log"),
+                    );
+                    stops.push(tokio::spawn(async move {
+                        external::run(&command, Some(&r), timeout, &log).await
+                    }));
+                }
+                for s in stops {
+                    s.await??;
+                }
+                Ok(true)
+            }
         }
-        let mut all = true;
-        for r in &mut self.replicas {
-            all &= !r.running() || r.wait_exit(limit).is_some();
-            r.kill();
-        }
-        all
     }
 
-    /// Stops etcd (SIGTERM, then waits for it to exit).
-    pub fn stop_etcd(&mut self, limit: Duration) -> bool {
-        self.etcd.stop(limit)
+    /// Takes etcd away (SIGTERM, then waits for it to exit).
+    pub async fn stop_etcd(&mut self, limit: Duration) -> anyhow::Result<bool> {
+        match &mut self.backend {
+            Backend::Simulated { etcd, .. } => Ok(tokio::task::block_in_place(|| etcd.stop(limit))),
+            Backend::External(_) => self.command(None, "etcd stop").await.map(|()| true),
+        }
     }
 
-    /// Starts etcd again on its data directory and ports.
-    pub fn start_etcd(&mut self) -> anyhow::Result<()> {
-        self.etcd.restart()
+    /// Brings etcd back (on its data directory and ports).
+    pub async fn start_etcd(&mut self) -> anyhow::Result<()> {
+        match &mut self.backend {
+            Backend::Simulated { etcd, .. } => etcd.restart(),
+            Backend::External(_) => self.command(None, "etcd start").await,
+        }
     }
 
     /// SIGKILL now.
-    pub fn kill(&mut self, i: usize) {
-        self.replicas[i].kill();
+    pub async fn kill(&mut self, i: usize) -> anyhow::Result<()> {
+        match &mut self.backend {
+            Backend::Simulated { replicas, .. } => {
+                replicas[i].kill();
+                Ok(())
+            }
+            Backend::External(_) => self.command(Some(i), "kill").await,
+        }
     }
 
-    /// Starts replica `i` again (its port stays), with a startup duration.
-    pub fn restart(&mut self, i: usize, startup: &str) -> anyhow::Result<()> {
-        let r = &mut self.replicas[i];
-        r.flags.startup = Some(startup.to_string());
-        r.restart()
+    /// Starts replica `i` again (its port stays), with a startup duration (simulated ones).
+    pub async fn restart(&mut self, i: usize, startup: &str) -> anyhow::Result<()> {
+        match &mut self.backend {
+            Backend::Simulated { replicas, .. } => {
+                let r = &mut replicas[i];
+                r.flags.startup = Some(startup.to_string());
+                r.restart()
+            }
+            Backend::External(_) => self.command(Some(i), "start").await,
+        }
     }
 
-    /// Makes readyz check `check` of replica `i` fail or pass, through its fault port.
-    pub fn force_check(&self, i: usize, check: &str, failing: bool) -> anyhow::Result<()> {
-        self.replicas[i].force_check(check, failing)
+    /// The simulated replicas' fault ports (their `/state` counts requests and watches; a
+    /// replica keeps its port across restarts); none for an external control plane.
+    pub fn fault_ports(&self) -> Vec<u16> {
+        match &self.backend {
+            Backend::Simulated { replicas, .. } => {
+                replicas.iter().map(|r| r.flags.fault_port).collect()
+            }
+            Backend::External(_) => Vec::new(),
+        }
+    }
+
+    /// Makes readyz check `check` of replica `i` fail or pass (the simulator's fault port;
+    /// an external control plane's `fail_readyz`/`pass_readyz`).
+    pub async fn force_check(&self, i: usize, check: &str, failing: bool) -> anyhow::Result<()> {
+        match &self.backend {
+            Backend::Simulated { replicas, .. } => replicas[i].force_check(check, failing),
+            Backend::External(_) => {
+                let which = if failing {
+                    "fail_readyz"
+                } else {
+                    "pass_readyz"
+                };
+                self.command(Some(i), which).await
+            }
+        }
     }
 }

@@ -80,7 +80,14 @@ pub struct Gateway {
     pub terminates: bool,
     /// kubegate's admin address (metrics), for kubegate gateways.
     pub admin: Option<SocketAddr>,
-    _proc: Proc,
+    proc: Proc,
+}
+
+impl Gateway {
+    /// Its process (whose resources the scale run samples).
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.pid()
+    }
 }
 
 /// Why a gateway could not be run.
@@ -146,7 +153,7 @@ pub fn start(
         listen,
         terminates: L7.contains(&name) || name == "kubegate-l7-logged",
         admin: prepared.admin,
-        _proc: proc,
+        proc,
     })
 }
 

@@ -143,7 +143,7 @@ pub async fn watch(kubectl: PathBuf, kubeconfig: PathBuf, rec: Arc<Recorder>, st
                         let err = Some(if status.map(|s| s.success()).unwrap_or(false) { ErrorClass::Reset } else { ErrorClass::Other });
                         let outcome = Outcome { first: err, last: err, ..Outcome::default() };
                         rec.add(Kind::Kubectl, started, outcome, None);
-                        rec.watch_broke();
+                        rec.watch_broke(crate::record::WatchEndSeen::KubectlExited);
                     }
                     break;
                 }

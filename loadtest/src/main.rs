@@ -4,13 +4,17 @@
 
 mod client;
 mod control_plane;
+mod explain;
 mod gateways;
 mod kubectl;
+mod leader;
 mod plot;
 mod record;
 mod report;
 mod resumes;
 mod run;
+mod sampler;
+mod scale;
 mod scenarios;
 mod soak;
 mod traffic;
@@ -32,7 +36,8 @@ enum Command {
     /// Run scenarios against gateways and report.
     Run {
         /// Scenarios, comma-separated: rolling-restart, rolling-restart-goaway, crash,
-        /// crash-writes, freeze, flap, slow-start, not-ready, all-down, etcd-down, or all.
+        /// crash-writes, freeze, freeze-leader, flap, slow-start, not-ready, all-down, etcd-down,
+        /// or all.
         #[arg(long, value_delimiter = ',', default_value = "all")]
         scenario: Vec<String>,
         /// Gateways, comma-separated: kubegate, haproxy-kubeadm, haproxy-tuned, nginx, envoy
@@ -89,6 +94,45 @@ enum Command {
         #[arg(long)]
         plot: Option<PathBuf>,
     },
+    /// Many clients and watches through one gateway while the replicas restart one by one:
+    /// the watches that broke, the relists and LISTs the restart cost the replicas, how soon
+    /// every watch flowed again, and the gateway's memory and CPU (docs/failover.md, "Scale").
+    Scale {
+        /// Client connections (HTTP/2, shared by the watches as a kubelet's are).
+        #[arg(long, default_value_t = 2000)]
+        connections: usize,
+        /// Watches in all.
+        #[arg(long, default_value_t = 10_000)]
+        watches: usize,
+        /// Run these watch counts instead (each with watches/5 connections): the cost curve.
+        #[arg(long, value_delimiter = ',')]
+        sweep: Vec<usize>,
+        /// Gateways, comma-separated (see `run --gateways`).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "kubegate,kubegate-l7,haproxy-kubeadm,envoy-l7"
+        )]
+        gateways: Vec<String>,
+        /// Groups the watches are spread over: each write reaches watches/groups of them.
+        #[arg(long, default_value_t = 20)]
+        groups: usize,
+        /// Writes per second (cycling over the groups).
+        #[arg(long, default_value_t = 10)]
+        writes_per_second: u32,
+        /// Restart two replicas, not three (CI).
+        #[arg(long)]
+        short: bool,
+        /// Working directory for configs and logs (default: a new temporary directory).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Write the report as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Write the cost curve as SVG.
+        #[arg(long)]
+        plot: Option<PathBuf>,
+    },
     /// The README's demo: three replicas, a rolling restart under traffic and real kubectl
     /// (a `get --watch` among them), once through kubegate passing TCP through and once
     /// through kubegate terminating TLS, where the watch survives.
@@ -115,6 +159,11 @@ struct Common {
     /// Do not run real kubectl processes alongside.
     #[arg(long)]
     no_kubectl: bool,
+    /// Run against this control plane instead of simulated replicas: a YAML file naming each
+    /// replica's address and the commands that carry the faults out (docs/failover.md,
+    /// "Against a real control plane").
+    #[arg(long, value_name = "FILE")]
+    control_plane: Option<PathBuf>,
 }
 
 fn expand(list: Vec<String>, all: &[&str]) -> Vec<String> {
@@ -158,6 +207,37 @@ fn main() -> anyhow::Result<()> {
             json,
             plot,
         } => return run_soak(duration, seed, dir, json, plot),
+        Command::Scale {
+            connections,
+            watches,
+            sweep,
+            gateways,
+            groups,
+            writes_per_second,
+            short,
+            dir,
+            json,
+            plot,
+        } => {
+            let sizes = if sweep.is_empty() {
+                vec![(connections, watches)]
+            } else {
+                sweep.iter().map(|w| ((w / 5).max(1), *w)).collect()
+            };
+            return run_scale(
+                scale::Plan {
+                    gateways: gateways::expand(&gateways),
+                    sizes,
+                    groups: groups.max(1),
+                    writes_per_second,
+                    short,
+                    dir: PathBuf::new(),
+                },
+                dir,
+                json,
+                plot,
+            );
+        }
         Command::Demo { common } => (
             vec!["rolling-restart".to_string()],
             vec!["kubegate".to_string(), "kubegate-l7".to_string()],
@@ -188,11 +268,18 @@ fn main() -> anyhow::Result<()> {
     // those files' own directories, not against this process's working directory.
     std::fs::create_dir_all(&dir)?;
     let dir = std::fs::canonicalize(&dir)?;
+    let external = match &common.control_plane {
+        Some(file) => Some(control_plane::ExternalSpec::load(file)?),
+        None => None,
+    };
     let plan = run::Plan {
         scenarios,
         gateways,
         pace,
-        replicas: common.replicas,
+        replicas: external
+            .as_ref()
+            .map_or(common.replicas, |e| e.replicas.len()),
+        external,
         dir: dir.clone(),
         warmup: Duration::from_secs(3),
         // Long enough to measure the replica share in the 10 s from 3 s after the last fault
@@ -287,6 +374,49 @@ fn run_soak(
     }
     eprintln!("configs and logs: {}", dir.display());
     anyhow::ensure!(report.passed(), "the soak found a check that did not hold");
+    Ok(())
+}
+
+/// `kubegate-loadtest scale`.
+fn run_scale(
+    mut plan: scale::Plan,
+    dir: Option<PathBuf>,
+    json: Option<PathBuf>,
+    plot: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    for g in &plan.gateways {
+        anyhow::ensure!(gateways::known(g), "unknown gateway {g}");
+    }
+    let dir = dir.unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("kubegate-scale-{}", std::process::id()))
+    });
+    std::fs::create_dir_all(&dir)?;
+    plan.dir = std::fs::canonicalize(&dir)?;
+    let runs = until_interrupted(scale::run(&plan), &plan.dir)?;
+    println!("{}", scale::markdown(&runs));
+    if let Some(path) = json {
+        std::fs::write(&path, serde_json::to_vec_pretty(&runs)?)?;
+        eprintln!("report: {}", path.display());
+    }
+    if let Some(path) = plot {
+        std::fs::write(&path, scale::svg(&runs))?;
+        eprintln!("plot: {}", path.display());
+    }
+    eprintln!("configs and logs: {}", plan.dir.display());
+    let failed: Vec<_> = runs
+        .iter()
+        .filter(|r| r.status != "ok" && !r.status.starts_with("not installed"))
+        .collect();
+    anyhow::ensure!(
+        failed.is_empty(),
+        "{} run(s) failed: {}",
+        failed.len(),
+        failed
+            .iter()
+            .map(|r| format!("{} at {} watches: {}", r.gateway, r.watches, r.status))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
     Ok(())
 }
 

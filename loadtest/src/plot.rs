@@ -1,7 +1,7 @@
 //! The SVG timeline: per run, requests per 100 ms (completed up in green, failed on first
 //! attempt down in red), a lane per replica with its share of each second's requests, watch
-//! breaks seen by clients (red ▼) and watches the gateway continued itself (blue ●), and the
-//! fault events as dashed lines with labels that never overlap.
+//! breaks seen by clients (red ▼), watches the gateway continued itself (blue ●), leaderships
+//! lost (black ✕), and the fault events as dashed lines with labels that never overlap.
 
 use crate::report::{RunReport, BUCKET_MS, SHARE_BUCKET_MS};
 
@@ -17,7 +17,7 @@ const CHAR_W: f64 = 5.0;
 const TITLE: &str = "Requests through the gateway while apiservers restart, crash or hang";
 const LEGEND: [&str; 2] = [
     "Requests per 100 ms: completed (green, up), failed on first attempt (red, down).",
-    "Replica lanes: each replica's share of each second's requests. ▼ a watch broke under its client; ● the gateway continued a watch unseen.",
+    "Replica lanes: each replica's share of each second's requests. ▼ a watch broke under its client; ● the gateway continued a watch unseen; ✕ a leader lost its lease.",
 ];
 /// Average character widths of the 13 px bold title and the 11 px legend.
 const TITLE_CHAR_W: f64 = 7.6;
@@ -58,8 +58,12 @@ pub fn svg(runs: &[RunReport]) -> String {
         y = run(&mut body, r, y, px_per_ms, longest_ms) + 18.0;
     }
     // Wide enough for the plot and for the longest line of text above it.
-    let text_w = (TITLE.chars().count() as f64 * TITLE_CHAR_W)
-        .max(LEGEND.iter().map(|l| l.chars().count() as f64 * LEGEND_CHAR_W).fold(0.0, f64::max));
+    let text_w = (TITLE.chars().count() as f64 * TITLE_CHAR_W).max(
+        LEGEND
+            .iter()
+            .map(|l| l.chars().count() as f64 * LEGEND_CHAR_W)
+            .fold(0.0, f64::max),
+    );
     let total_w = (LEFT + WIDTH + 30.0).max(text_w + 20.0);
     format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{total_w}\" height=\"{y}\" viewBox=\"0 0 {total_w} {y}\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"10\" y=\"18\" font-size=\"13\" font-weight=\"bold\">{}</text>\n<text x=\"10\" y=\"34\" fill=\"#333\">{}</text>\n<text x=\"10\" y=\"48\" fill=\"#333\">{}</text>\n{body}</svg>\n",
@@ -129,12 +133,20 @@ fn run(s: &mut String, r: &RunReport, top: f64, px_per_ms: f64, longest_ms: f64)
     }
 
     // Watch breaks seen by clients, and watches the gateway continued unseen.
-    for at in &r.watch.breaks {
-        let x = x_of(*at);
+    for b in &r.watch.breaks {
+        let x = x_of(b.at_ms);
         s.push_str(&format!(
             "<path d=\"M{:.1},{:.1} l6,0 l-3,6 z\" fill=\"#d22\"/>\n",
             x - 3.0,
             main_top
+        ));
+    }
+    for (at, who) in &r.leader.lost {
+        s.push_str(&format!(
+            "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"12\" font-weight=\"bold\" text-anchor=\"middle\" fill=\"#000\"><title>{} lost its lease</title>✕</text>\n",
+            x_of(*at),
+            main_top + 22.0,
+            xml(who)
         ));
     }
     for at in &r.watch.gateway_resumes {

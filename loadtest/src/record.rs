@@ -70,6 +70,47 @@ pub enum Write {
     },
 }
 
+/// How a watch stream ended under its client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchEndSeen {
+    /// The stream ended cleanly before the client's `timeoutSeconds`.
+    Ended,
+    /// The stream broke (reset, connection lost).
+    Failed,
+    /// The watch was answered with another status than 200.
+    Status(u16),
+    /// The watch could not be sent (the connection could not be made or broke first).
+    NotSent,
+    /// An ERROR event with 410 Expired: the client relists.
+    Expired,
+    /// `kubectl get --watch` exited.
+    KubectlExited,
+}
+
+impl WatchEndSeen {
+    /// Label in the report.
+    pub fn label(self) -> String {
+        match self {
+            WatchEndSeen::Ended => "ended".into(),
+            WatchEndSeen::Failed => "broke".into(),
+            WatchEndSeen::Status(code) => format!("answered {code}"),
+            WatchEndSeen::NotSent => "not sent".into(),
+            WatchEndSeen::Expired => "410 expired".into(),
+            WatchEndSeen::KubectlExited => "kubectl exited".into(),
+        }
+    }
+}
+
+/// A watch that ended under its client before the client was done with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct WatchBreak {
+    /// When, ms since the run began.
+    pub at_ms: u64,
+    /// How.
+    pub how: WatchEndSeen,
+}
+
 /// One request as the client saw it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Sample {
@@ -97,14 +138,17 @@ pub struct Recorder {
     ambiguous: Mutex<Vec<(u64, Write)>>,
     /// Creates the client saw succeed, by name (the soak checks each is in the store).
     acknowledged: Mutex<Vec<String>>,
-    /// Watch streams that ended or failed under a client (ms since the run began).
-    watch_breaks: Mutex<Vec<u64>>,
+    /// Watch streams that ended or failed under a client.
+    watch_breaks: Mutex<Vec<WatchBreak>>,
     /// Watches the gateway itself continued on another replica, unseen by the client (ms).
     gateway_resumes: Mutex<Vec<u64>>,
     /// Watches re-opened from their last resourceVersion.
     pub watch_resumes: AtomicU64,
     /// Watches that had to relist (410 Expired).
     pub watch_relists: AtomicU64,
+    /// Watches that ended at the `timeoutSeconds` their client asked for (not breaks: the
+    /// client asks again, as client-go's reflector does).
+    pub watch_timeouts: AtomicU64,
     /// Watch events received.
     pub watch_events: AtomicU64,
 }
@@ -125,6 +169,7 @@ impl Recorder {
             gateway_resumes: Mutex::new(Vec::new()),
             watch_resumes: AtomicU64::new(0),
             watch_relists: AtomicU64::new(0),
+            watch_timeouts: AtomicU64::new(0),
             watch_events: AtomicU64::new(0),
         }
     }
@@ -161,10 +206,10 @@ impl Recorder {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A watch stream ended or failed under its client, now.
-    pub fn watch_broke(&self) {
-        let at = self.now_ms();
-        locked(&self.watch_breaks).push(at);
+    /// A watch stream ended or failed under its client, now, as `how` says.
+    pub fn watch_broke(&self, how: WatchEndSeen) {
+        let at_ms = self.now_ms();
+        locked(&self.watch_breaks).push(WatchBreak { at_ms, how });
     }
 
     /// The gateway continued `n` watches on another replica since its last report.
@@ -193,8 +238,8 @@ impl Recorder {
         locked(&self.acknowledged).clone()
     }
 
-    /// When watches broke under their clients.
-    pub fn watch_breaks(&self) -> Vec<u64> {
+    /// When and how watches broke under their clients.
+    pub fn watch_breaks(&self) -> Vec<WatchBreak> {
         locked(&self.watch_breaks).clone()
     }
 

@@ -3,7 +3,9 @@
 //! went through, how requests spread over replicas, how long until everything was fine again.
 //! Rendered as Markdown and JSON; the timeline plot is `plot.rs`.
 
-use crate::record::{Kind, Sample};
+use crate::explain::{self, Explanation, Failure};
+use crate::leader::LeaderReport;
+use crate::record::{Kind, Sample, WatchBreak};
 use crate::verify::AmbiguousWrites;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -25,12 +27,14 @@ const STALL_MS: f64 = 1000.0;
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct WatchReport {
     /// Watch streams that ended or failed under their clients (informers and `kubectl get
-    /// --watch`), at these times (ms).
-    pub breaks: Vec<u64>,
+    /// --watch`): when and how.
+    pub breaks: Vec<WatchBreak>,
     /// Informer watches re-opened from their last resourceVersion.
     pub resumes: u64,
     /// Relisted after 410.
     pub relists: u64,
+    /// Ended at the `timeoutSeconds` the client asked for (not breaks).
+    pub timeouts: u64,
     /// Events received.
     pub events: u64,
     /// Watches the gateway continued on another replica itself, unseen by their clients (ms;
@@ -74,6 +78,10 @@ pub struct RunReport {
     pub longest_stall_ms: f64,
     /// Watch counters.
     pub watch: WatchReport,
+    /// Leader election through the gateway.
+    pub leader: LeaderReport,
+    /// Every failure and break, attributed to its fault and mechanism.
+    pub explanation: Explanation,
     /// From the first fault to the end of the last failure or stall, ms.
     pub recovery_ms: Option<u64>,
     /// `all-down` and `etcd-down`: from the first replica ready again to the first request
@@ -108,6 +116,8 @@ impl RunReport {
             kubectl_runs: 0,
             longest_stall_ms: 0.0,
             watch: WatchReport::default(),
+            leader: LeaderReport::default(),
+            explanation: Explanation::default(),
             recovery_ms: None,
             served_again_ms: None,
             replica_share: None,
@@ -130,6 +140,7 @@ impl RunReport {
             ambiguous_writes,
             events,
             end_ms,
+            leader,
         } = run;
         let mut r = RunReport::unavailable(scenario, gateway, "ok".into());
         let mut ok_latencies = Vec::new();
@@ -192,7 +203,9 @@ impl RunReport {
         r.served_again_ms = served_again(scenario, samples, &events);
         r.replica_share = replica_share(samples, replicas, &events);
         r.ambiguous_writes = ambiguous_writes;
+        r.explanation = explain_run(scenario, gateway, samples, &watch, &leader, &events);
         r.watch = watch;
+        r.leader = leader;
         r.events = events;
         r
     }
@@ -221,6 +234,41 @@ pub struct Run<'a> {
     pub events: Vec<(u64, String)>,
     /// When traffic stopped, ms.
     pub end_ms: u64,
+    /// Leader election's figures.
+    pub leader: LeaderReport,
+}
+
+/// Every failure of a run, attributed to the scenario's fault and a mechanism.
+fn explain_run(
+    scenario: &str,
+    gateway: &str,
+    samples: &[Sample],
+    watch: &WatchReport,
+    leader: &LeaderReport,
+    events: &[(u64, String)],
+) -> Explanation {
+    let windows = explain::scenario_window(scenario, events);
+    let terminating = gateway.ends_with("-l7") || gateway.contains("-l7-");
+    let attribute = |at, f| explain::attribute(at, f, &windows, terminating);
+    let requests = samples.iter().filter_map(|s| {
+        let failure = match (s.kind, s.first_error, s.final_error) {
+            (Kind::Kubectl, _, Some(e)) => Failure::Kubectl(e),
+            (Kind::Kubectl, _, None) => return None,
+            (_, _, Some(e)) => Failure::Request(e),
+            (_, Some(e), None) => Failure::FirstAttempt(e),
+            (_, None, None) => return None,
+        };
+        Some(attribute(s.at_ms, failure))
+    });
+    let breaks = watch
+        .breaks
+        .iter()
+        .map(|b| attribute(b.at_ms, Failure::WatchBreak(b.how)));
+    let lost = leader
+        .lost
+        .iter()
+        .map(|(at, _)| attribute(*at, Failure::LeadershipLost));
+    Explanation::of(requests.chain(breaks).chain(lost))
 }
 
 /// After every replica was down (`all-down`, or etcd gone in `etcd-down`): from the first
@@ -302,19 +350,19 @@ fn share(s: &Option<ReplicaShare>) -> String {
 /// The Markdown table of all runs, and one of the outages' recoveries when there were any.
 pub fn markdown(runs: &[RunReport]) -> String {
     let mut out = String::from(
-        "| scenario | gateway | requests | failed, first attempt | failed, client-go view | ambiguous writes (applied) | kubectl failed | watch breaks seen / resumed by gateway / relists | longest stall | recovery | replica share | p50 / p99 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| scenario | gateway | requests | failed, first attempt | failed, client-go view | ambiguous writes (applied) | kubectl failed | watch breaks seen / resumed by gateway / relists | leaderships lost (leader changes) | longest renewal gap | longest stall | recovery | replica share | p50 / p99 |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in runs {
         if r.status != "ok" {
             out.push_str(&format!(
-                "| {} | {} | {} | | | | | | | | | |\n",
+                "| {} | {} | {} | | | | | | | | | | | |\n",
                 r.scenario, r.gateway, r.status
             ));
             continue;
         }
         let total: u64 = r.requests.values().sum();
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} ({}) | {}/{} | {} / {} / {} | {:.1} s | {} | {} | {:.1} / {:.1} ms |\n",
+            "| {} | {} | {} | {} | {} | {} ({}) | {}/{} | {} / {} / {} | {} ({}) | {:.1} s | {:.1} s | {} | {} | {:.1} / {:.1} ms |\n",
             r.scenario,
             r.gateway,
             total,
@@ -327,6 +375,9 @@ pub fn markdown(runs: &[RunReport]) -> String {
             r.watch.breaks.len(),
             r.watch.gateway_resumes.len(),
             r.watch.relists,
+            r.leader.lost.len(),
+            r.leader.changes,
+            r.leader.longest_gap_ms as f64 / 1e3,
             r.longest_stall_ms / 1e3,
             r.recovery_ms
                 .map(|m| format!("{:.1} s", m as f64 / 1e3))
@@ -335,6 +386,36 @@ pub fn markdown(runs: &[RunReport]) -> String {
             r.p50_ms,
             r.p99_ms
         ));
+    }
+    let explained: Vec<&RunReport> = runs
+        .iter()
+        .filter(|r| !r.explanation.explained.is_empty() || !r.explanation.unexplained.is_empty())
+        .collect();
+    if !explained.is_empty() {
+        out.push_str(
+            "\n| scenario | gateway | what failed, and why | count |\n|---|---|---|---|\n",
+        );
+        for r in explained {
+            for (what, n) in &r.explanation.explained {
+                out.push_str(&format!(
+                    "| {} | {} | {what} | {n} |\n",
+                    r.scenario, r.gateway
+                ));
+            }
+            for u in &r.explanation.unexplained {
+                out.push_str(&format!(
+                    "| {} | {} | **unexplained**: {} at {:.1} s{} | 1 |\n",
+                    r.scenario,
+                    r.gateway,
+                    u.failure,
+                    u.at_ms as f64 / 1e3,
+                    u.fault
+                        .as_ref()
+                        .map(|f| format!(" (during {f})"))
+                        .unwrap_or_default()
+                ));
+            }
+        }
     }
     let outages: Vec<&RunReport> = runs
         .iter()

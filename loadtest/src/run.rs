@@ -24,6 +24,8 @@ pub struct Plan {
     pub pace: Pace,
     /// Replicas.
     pub replicas: usize,
+    /// Run against this control plane instead of simulated replicas.
+    pub external: Option<crate::control_plane::ExternalSpec>,
     /// Working directory (configs, logs).
     pub dir: PathBuf,
     /// Traffic before the fault.
@@ -99,8 +101,12 @@ async fn one(
     label: &str,
 ) -> anyhow::Result<RunReport> {
     let _ = std::fs::remove_dir_all(dir);
-    let mut cp =
-        ControlPlane::start(dir, plan.replicas, scenarios::replica_settings(scenario)).await?;
+    let mut cp = match &plan.external {
+        Some(spec) => ControlPlane::external(dir, spec.clone()).await?,
+        None => {
+            ControlPlane::start(dir, plan.replicas, scenarios::replica_settings(scenario)).await?
+        }
+    };
     let gw = match gateways::start(gateway, &dir.join("gateway"), &cp.pki(), &cp.addresses()) {
         Ok(g) => g,
         Err(Unavailable::NotInstalled(why)) => {
@@ -142,6 +148,20 @@ async fn one(
         first_id: 0,
     };
     let mut tasks = mix.spawn(&target, &rec, &stop);
+    // Two leader-election candidates, as two kube-controller-managers on two nodes.
+    let leadership = Arc::new(crate::leader::Leadership::default());
+    for name in ["candidate-a", "candidate-b"] {
+        let clock = rec.clone();
+        tasks.push(tokio::spawn(crate::leader::candidate(
+            name.into(),
+            crate::leader::LEASE.into(),
+            target.addr,
+            target.tls.clone(),
+            leadership.clone(),
+            move || clock.now_ms(),
+            stop.clone(),
+        )));
+    }
     if let (true, Some(admin)) = (gw.terminates, gw.admin) {
         tasks.push(tokio::spawn(crate::resumes::follow(
             admin,
@@ -152,8 +172,14 @@ async fn one(
     if plan.kubectl {
         if let Some(kubectl) = crate::kubectl::find() {
             let kubeconfig = dir.join("kubeconfig");
-            let text = std::fs::read_to_string(cp.pki().join("kubeconfig"))?
-                .replace("https://127.0.0.1:6443", &format!("https://{}", gw.listen));
+            // The cluster's kubeconfig, its server the gateway.
+            let text: String = std::fs::read_to_string(cp.pki().join("kubeconfig"))?
+                .lines()
+                .map(|l| match l.split_once("server:") {
+                    Some((indent, _)) => format!("{indent}server: https://{}\n", gw.listen),
+                    None => format!("{l}\n"),
+                })
+                .collect();
             std::fs::write(&kubeconfig, text)?;
             tasks.push(tokio::spawn(crate::kubectl::loops(
                 kubectl.clone(),
@@ -174,7 +200,17 @@ async fn one(
     let events = Events::default();
     let now = || rec.now_ms();
     let phase = |p: &str| progress.show(&format!("{label}: {p}"));
-    let outcome = scenarios::run(scenario, &mut cp, plan.pace, &events, &now, &phase).await;
+    let leader_replica = || leadership.leader_replica();
+    let outcome = scenarios::run(
+        scenario,
+        &mut cp,
+        plan.pace,
+        &events,
+        &now,
+        &phase,
+        &leader_replica,
+    )
+    .await;
     progress.show(&format!("{label}: cool-down"));
     tokio::time::sleep(plan.cooldown).await;
     let end_ms = rec.now_ms();
@@ -191,6 +227,7 @@ async fn one(
         breaks: rec.watch_breaks(),
         resumes: rec.watch_resumes.load(Ordering::Relaxed),
         relists: rec.watch_relists.load(Ordering::Relaxed),
+        timeouts: rec.watch_timeouts.load(Ordering::Relaxed),
         events: rec.watch_events.load(Ordering::Relaxed),
         gateway_resumes: rec.gateway_resumes(),
     };
@@ -208,5 +245,6 @@ async fn one(
         ambiguous_writes,
         events: events.all(),
         end_ms,
+        leader: crate::leader::LeaderReport::of(&leadership.log(), 0, end_ms),
     }))
 }

@@ -13,6 +13,7 @@ pub const ALL: &[&str] = &[
     "crash",
     "crash-writes",
     "freeze",
+    "freeze-leader",
     "flap",
     "slow-start",
     "not-ready",
@@ -34,6 +35,7 @@ pub fn replica_settings(name: &str) -> ReplicaSettings {
         } else {
             0.0
         },
+        watch_cache: false,
     }
 }
 
@@ -71,6 +73,9 @@ impl Events {
 pub struct Pace {
     /// `freeze`: how long the replica is stopped.
     pub freeze: Duration,
+    /// `freeze-leader`: how long the leader's replica is stopped: past the lease duration
+    /// (15 s), so that a renewal stuck on it cannot be saved by the replica coming back.
+    pub freeze_leader: Duration,
     /// `crash`: how long until the killed replica is restarted.
     pub crash_down: Duration,
     /// `not-ready`: how long the etcd check fails.
@@ -89,6 +94,7 @@ impl Pace {
     /// The documented matrix.
     pub const FULL: Pace = Pace {
         freeze: Duration::from_secs(20),
+        freeze_leader: Duration::from_secs(30),
         crash_down: Duration::from_secs(10),
         not_ready: Duration::from_secs(15),
         flaps: 4,
@@ -99,6 +105,7 @@ impl Pace {
     /// Short runs.
     pub const SHORT: Pace = Pace {
         freeze: Duration::from_secs(10),
+        freeze_leader: Duration::from_secs(20),
         crash_down: Duration::from_secs(5),
         not_ready: Duration::from_secs(6),
         flaps: 2,
@@ -108,7 +115,8 @@ impl Pace {
     };
 }
 
-/// Runs scenario `name`; `now` gives ms since the run began.
+/// Runs scenario `name`; `now` gives ms since the run began, `leader_replica` the replica the
+/// elected leader renews its lease through.
 pub async fn run(
     name: &str,
     cp: &mut ControlPlane,
@@ -116,99 +124,121 @@ pub async fn run(
     events: &Events,
     now: &(dyn Fn() -> u64 + Sync),
     phase: &(dyn Fn(&str) + Sync),
+    leader_replica: &(dyn Fn() -> Option<usize> + Sync),
 ) -> anyhow::Result<()> {
     let sleep = tokio::time::sleep;
+    // The replica single-replica faults hit.
+    let first = cp.name(0);
     match name {
         "rolling-restart" | "rolling-restart-goaway" => {
-            for i in 0..cp.replicas.len().min(pace.rolling) {
-                let r = cp.replicas[i].name().to_string();
+            for i in 0..cp.len().min(pace.rolling) {
+                let r = cp.name(i);
                 phase(&format!("SIGTERM {r}"));
                 events.add(now(), format!("SIGTERM {r}"));
-                let exited =
-                    tokio::task::block_in_place(|| cp.terminate(i, Duration::from_secs(70)));
+                let exited = cp.terminate(i, Duration::from_secs(70)).await?;
                 anyhow::ensure!(exited, "{r} did not exit after SIGTERM");
                 events.add(now(), format!("{r} exited"));
                 phase(&format!("restart {r}"));
-                cp.restart(i, "1s")?;
+                cp.restart(i, "1s").await?;
                 cp.wait_ready(i, Duration::from_secs(30)).await?;
                 events.add(now(), format!("{r} ready"));
                 sleep(Duration::from_secs(2)).await;
             }
         }
         "crash" | "crash-writes" => {
-            phase("SIGKILL replica-1");
-            events.add(now(), "SIGKILL replica-1");
-            cp.kill(0);
+            phase(&format!("SIGKILL {first}"));
+            events.add(now(), format!("SIGKILL {first}"));
+            cp.kill(0).await?;
             sleep(pace.crash_down).await;
-            phase("restart replica-1");
-            events.add(now(), "restart replica-1");
-            cp.restart(0, "1s")?;
+            phase(&format!("restart {first}"));
+            events.add(now(), format!("restart {first}"));
+            cp.restart(0, "1s").await?;
             cp.wait_ready(0, Duration::from_secs(30)).await?;
-            events.add(now(), "replica-1 ready");
+            events.add(now(), format!("{first} ready"));
         }
         "freeze" => {
-            phase("SIGSTOP replica-1");
-            events.add(now(), "SIGSTOP replica-1");
-            cp.signal(0, libc::SIGSTOP);
+            phase(&format!("SIGSTOP {first}"));
+            events.add(now(), format!("SIGSTOP {first}"));
+            cp.freeze(0).await?;
             sleep(pace.freeze).await;
-            phase("SIGCONT replica-1");
-            events.add(now(), "SIGCONT replica-1");
-            cp.signal(0, libc::SIGCONT);
+            phase(&format!("SIGCONT {first}"));
+            events.add(now(), format!("SIGCONT {first}"));
+            cp.thaw(0).await?;
+        }
+        "freeze-leader" => {
+            // The replica the leader's renewals go through: behind a balancer that keeps
+            // connections, its lease now depends on how soon a dead connection is noticed.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let i = loop {
+                if let Some(i) = leader_replica() {
+                    break i;
+                }
+                anyhow::ensure!(Instant::now() < deadline, "no leader elected within 30 s");
+                sleep(Duration::from_millis(100)).await;
+            };
+            let r = cp.name(i);
+            phase(&format!("SIGSTOP {r} (the leader's)"));
+            events.add(now(), format!("SIGSTOP {r} (the leader's)"));
+            cp.freeze(i).await?;
+            sleep(pace.freeze_leader).await;
+            phase(&format!("SIGCONT {r}"));
+            events.add(now(), format!("SIGCONT {r}"));
+            cp.thaw(i).await?;
         }
         "flap" => {
             for n in 0..pace.flaps {
                 phase(&format!("flap {}/{}", n + 1, pace.flaps));
-                events.add(now(), "replica-1 readyz fails");
-                cp.force_check(0, "etcd", true)?;
+                events.add(now(), format!("{first} readyz fails"));
+                cp.force_check(0, "etcd", true).await?;
                 sleep(Duration::from_secs(2)).await;
-                events.add(now(), "replica-1 readyz passes");
-                cp.force_check(0, "etcd", false)?;
+                events.add(now(), format!("{first} readyz passes"));
+                cp.force_check(0, "etcd", false).await?;
                 sleep(Duration::from_secs(2)).await;
             }
         }
         "slow-start" => {
-            phase("SIGTERM replica-1");
-            events.add(now(), "SIGTERM replica-1");
-            let exited = tokio::task::block_in_place(|| cp.terminate(0, Duration::from_secs(70)));
-            anyhow::ensure!(exited, "replica-1 did not exit after SIGTERM");
-            phase("slow restart replica-1");
+            phase(&format!("SIGTERM {first}"));
+            events.add(now(), format!("SIGTERM {first}"));
+            let exited = cp.terminate(0, Duration::from_secs(70)).await?;
+            anyhow::ensure!(exited, "{first} did not exit after SIGTERM");
+            phase(&format!("slow restart {first}"));
             events.add(
                 now(),
-                format!("restart replica-1 (startup {})", pace.slow_start),
+                format!("restart {first} (startup {})", pace.slow_start),
             );
-            cp.restart(0, pace.slow_start)?;
+            cp.restart(0, pace.slow_start).await?;
             cp.wait_ready(0, Duration::from_secs(60)).await?;
-            events.add(now(), "replica-1 ready");
+            events.add(now(), format!("{first} ready"));
         }
         "not-ready" => {
-            phase("replica-1 etcd check fails");
-            events.add(now(), "replica-1 etcd fails");
-            cp.force_check(0, "etcd", true)?;
+            phase(&format!("{first} etcd check fails"));
+            events.add(now(), format!("{first} etcd fails"));
+            cp.force_check(0, "etcd", true).await?;
             sleep(pace.not_ready).await;
-            events.add(now(), "replica-1 etcd passes");
-            cp.force_check(0, "etcd", false)?;
+            events.add(now(), format!("{first} etcd passes"));
+            cp.force_check(0, "etcd", false).await?;
         }
         "all-down" => {
             phase("SIGTERM every replica");
             events.add(now(), "SIGTERM all");
-            let exited = tokio::task::block_in_place(|| cp.terminate_all(Duration::from_secs(70)));
+            let exited = cp.terminate_all(Duration::from_secs(70)).await?;
             anyhow::ensure!(exited, "a replica did not exit after SIGTERM");
             events.add(now(), "all exited");
             phase("restart every replica");
-            for i in 0..cp.replicas.len() {
-                cp.restart(i, "1s")?;
+            for i in 0..cp.len() {
+                cp.restart(i, "1s").await?;
             }
             wait_all_ready(cp, events, now, Duration::from_secs(60)).await?;
         }
         "etcd-down" => {
             phase("etcd stopped");
             events.add(now(), "etcd stopped");
-            let stopped = tokio::task::block_in_place(|| cp.stop_etcd(Duration::from_secs(30)));
+            let stopped = cp.stop_etcd(Duration::from_secs(30)).await?;
             anyhow::ensure!(stopped, "etcd did not exit after SIGTERM");
             sleep(pace.etcd_down).await;
             phase("etcd started");
             events.add(now(), "etcd started");
-            cp.start_etcd()?;
+            cp.start_etcd().await?;
             wait_all_ready(cp, events, now, Duration::from_secs(60)).await?;
         }
         other => anyhow::bail!("unknown scenario {other}; known: {}", ALL.join(", ")),
@@ -224,7 +254,7 @@ async fn wait_all_ready(
     limit: Duration,
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + limit;
-    let mut ready = vec![false; cp.replicas.len()];
+    let mut ready = vec![false; cp.len()];
     while ready.contains(&false) {
         anyhow::ensure!(
             Instant::now() < deadline,
@@ -233,7 +263,7 @@ async fn wait_all_ready(
         for (i, done) in ready.iter_mut().enumerate() {
             if !*done && cp.ready(i).await {
                 *done = true;
-                events.add(now(), format!("{} ready", cp.replicas[i].name()));
+                events.add(now(), format!("{} ready", cp.name(i)));
             }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -7,37 +7,36 @@
 //! - kubegate never restarted (one PID throughout, still running);
 //! - its descriptors return to their baseline once the traffic stops, and its RSS stays
 //!   bounded (sampled every 2 s, plotted);
-//! - every failure a client returned (after client-go's retries) started inside a fault's
-//!   window: from the fault's start to [`AFTERMATH`] past its end.
+//! - every failure a client saw (first attempts, failures after client-go's retries, watch
+//!   breaks, leaderships lost) is explained: a fault's window covers it (from the fault's
+//!   start to [`AFTERMATH`] past its end) and the fault has a mechanism for it
+//!   (`explain.rs`).
 //!
 //! | module | job |
 //! |---|---|
 //! | `faults` | the fault plan (seeded) and carrying out each fault |
-//! | `sampler` | kubegate's descriptors, RSS and threads over time |
 //! | `verdict` | the checks above, the report and the plot |
 
 mod faults;
-mod sampler;
 mod verdict;
 
 use crate::control_plane::ControlPlane;
 use crate::record::Recorder;
+use crate::sampler::Sampler;
 use crate::traffic::{self, tokio_util_like::Stop, Target};
 use faults::{ConfigState, Fault, Window};
 use kubegate_config::{Config, ListenerSpec};
 use kubegate_testbed::kubegate::{self as config, TerminateFiles};
 use kubegate_testbed::{binary, free_addr, wait_listening, ChildProcess as Proc};
-use sampler::Sampler;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 pub use verdict::{markdown, svg, SoakReport};
 
-/// A failure that starts later than this after its fault ended is not explained by it: the
-/// longest a client-go client can take to notice a fault that happened under it (a frozen
-/// replica's request runs into its timeout) and retry.
-pub const AFTERMATH: Duration = Duration::from_secs(20);
+/// Traffic runs this long after the last fault: as long as a failure can follow its fault
+/// (`explain::AFTERMATH_MS`).
+pub const AFTERMATH: Duration = Duration::from_millis(crate::explain::AFTERMATH_MS);
 
 /// What to run.
 pub struct SoakPlan {
@@ -168,7 +167,28 @@ pub async fn soak(plan: &SoakPlan) -> anyhow::Result<SoakReport> {
             first_id: n * 4,
         };
         tasks.extend(mix.spawn(target, &rec, &stop));
-        recorders.push((*name, rec));
+        if *name == "terminate" {
+            tasks.push(tokio::spawn(crate::resumes::follow(
+                gw.layout.admin,
+                rec.clone(),
+                stop.clone(),
+            )));
+        }
+        // A leader election per listener, on a Lease of its own.
+        let leadership = Arc::new(crate::leader::Leadership::default());
+        for candidate in ["candidate-a", "candidate-b"] {
+            let clock = rec.clone();
+            tasks.push(tokio::spawn(crate::leader::candidate(
+                candidate.into(),
+                format!("{}-{name}", crate::leader::LEASE),
+                target.addr,
+                target.tls.clone(),
+                leadership.clone(),
+                move || clock.now_ms(),
+                stop.clone(),
+            )));
+        }
+        recorders.push((*name, rec, leadership));
     }
     tokio::time::sleep(Duration::from_secs(5)).await;
 

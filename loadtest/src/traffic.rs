@@ -8,7 +8,7 @@
 //! re-opened from its last resourceVersion; 410 means relist; errors back off 0.8 s.
 
 use crate::client::{Client, ClientTls, ErrorClass, Resp};
-use crate::record::{Kind, Outcome, Recorder, Write};
+use crate::record::{Kind, Outcome, Recorder, WatchEndSeen, Write};
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
@@ -21,6 +21,10 @@ pub const NAMESPACE: &str = "loadtest";
 /// The annotation a lease renewal carries its write id in.
 pub const WRITE_ANNOTATION: &str = "loadtest.kubegate.io/write";
 const MAX_RETRIES: u32 = 10;
+/// The `timeoutSeconds` informer watches ask for (client-go's reflector picks 5–10 min).
+const WATCH_TIMEOUT: Duration = Duration::from_secs(300);
+/// A watch that ends this close to its `timeoutSeconds` ended as asked.
+const WATCH_TIMEOUT_SLACK: Duration = Duration::from_secs(5);
 
 /// A minimal stop flag shared by the traffic tasks.
 pub mod tokio_util_like {
@@ -372,23 +376,29 @@ pub async fn watcher(target: Target, rec: Arc<Recorder>, stop: Stop) {
             }
             continue;
         };
-        let path = format!("{list_path}?watch=1&resourceVersion={from}&allowWatchBookmarks=true&timeoutSeconds=300");
-        // Every way a watch ends before the client stops is a break the client saw: it
-        // failed to open, was refused, or its stream ended.
+        let path = format!(
+            "{list_path}?watch=1&resourceVersion={from}&allowWatchBookmarks=true&timeoutSeconds={}",
+            WATCH_TIMEOUT.as_secs()
+        );
+        // Every way a watch ends before the client stops is a break the client saw — it failed
+        // to open, was refused, or its stream ended — except the end it asked for: its
+        // `timeoutSeconds` passed.
+        let opened = Instant::now();
         let (status, mut body) = match c.watch(&path).await {
             Ok(pair) => pair,
             Err(_) => {
-                rec.watch_broke();
+                rec.watch_broke(WatchEndSeen::NotSent);
                 conn = None;
                 tokio::time::sleep(Duration::from_millis(800)).await;
                 continue;
             }
         };
         if status != 200 {
-            rec.watch_broke();
+            rec.watch_broke(WatchEndSeen::Status(status));
             tokio::time::sleep(Duration::from_millis(800)).await;
             continue;
         }
+        let mut expired = false;
         let mut buf = Vec::new();
         let ended_cleanly = loop {
             tokio::select! {
@@ -405,6 +415,7 @@ pub async fn watcher(target: Target, rec: Arc<Recorder>, stop: Stop) {
                             if ev["type"] == "ERROR" {
                                 if ev["object"]["code"] == 410 {
                                     Recorder::count(&rec.watch_relists);
+                                    expired = true;
                                     rv = None;
                                 }
                                 continue;
@@ -424,7 +435,17 @@ pub async fn watcher(target: Target, rec: Arc<Recorder>, stop: Stop) {
         if stop.stopped() {
             return;
         }
-        rec.watch_broke();
+        if ended_cleanly && !expired && opened.elapsed() + WATCH_TIMEOUT_SLACK >= WATCH_TIMEOUT {
+            Recorder::count(&rec.watch_timeouts);
+            continue;
+        }
+        rec.watch_broke(if expired {
+            WatchEndSeen::Expired
+        } else if ended_cleanly {
+            WatchEndSeen::Ended
+        } else {
+            WatchEndSeen::Failed
+        });
         if !ended_cleanly {
             conn = None;
         }
@@ -437,6 +458,18 @@ pub async fn watcher(target: Target, rec: Arc<Recorder>, stop: Stop) {
 /// Creates the namespace's seed objects through `target`.
 pub async fn seed(target: &Target) -> anyhow::Result<()> {
     let mut conn = None;
+    // The namespace, on a cluster that does not have it yet (a real one).
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}});
+    let _ = client_go(
+        target,
+        &mut conn,
+        true,
+        "POST",
+        "/api/v1/namespaces",
+        Some(&ns.to_string()),
+        None,
+    )
+    .await;
     for i in 0..3 {
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("seed-{i}")}, "data": {"seed": "yes"}});
         let path = format!("/api/v1/namespaces/{NAMESPACE}/configmaps");

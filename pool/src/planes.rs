@@ -23,4 +23,8 @@ pub trait DataPlanes: Send + Sync + 'static {
 
     /// The backend was renamed (metric handles follow the name).
     fn renamed(&self, _name: &str) {}
+
+    /// The backend was just probed (every health interval): housekeeping that needs a clock
+    /// but not a task of its own — terminate mode gives back upstream connections left idle.
+    fn probed(&self) {}
 }

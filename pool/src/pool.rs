@@ -262,6 +262,7 @@ impl<P: DataPlanes> Pool<P> {
         }
         let pace = health.tracker.pace();
         drop(health);
+        backend.planes().probed();
         self.probed.send_modify(|n| *n += 1);
         pace
     }
@@ -364,7 +365,8 @@ impl<P: DataPlanes> Pool<P> {
                     && !self.failure_is_own(backend) =>
             {
                 tracing::info!(backend = %name, open, failing = ?backend.last_probe().map(|p| p.outcome.failing_checks().to_vec()).unwrap_or_default(), "the drain waits until another backend shows the failure is this one's alone");
-                health.drain = Some(self.spawn_drain(backend, timeout, t.to, DrainWait::OwnFailure));
+                health.drain =
+                    Some(self.spawn_drain(backend, timeout, t.to, DrainWait::OwnFailure));
             }
             // A drain moves work to other backends; with none ready there is nowhere better
             // for it to go (and `no_ready_backend: alive` sends new work here anyway), so the

@@ -128,6 +128,14 @@ async fn serve_as(
         };
         return crate::pods::subresource(sim, &pod, sub, req, &params);
     }
+    if req.method() == Method::GET && target.name.is_none() {
+        let counter = if is_watch {
+            &sim.requests.watches
+        } else {
+            &sim.requests.lists
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
     // Until the watch cache is initialised, reads it serves (LIST, WATCH) get 429 with
     // Retry-After: 1, as the apiserver's cacher answers while storage starts.
     if req.method() == Method::GET && target.name.is_none() && !sim.checks.started() {

@@ -4,7 +4,8 @@
 //! POST /fail?check=etcd        the check fails from now on (on every endpoint that has it)
 //! POST /pass?check=etcd        it passes again
 //! POST /latency?ms=250         every request waits this long first (0 to clear)
-//! GET  /state                  forced checks, latency, in-flight requests, open watches
+//! GET  /state                  forced checks, latency, in-flight requests, open watches, and
+//!                              the LIST and WATCH requests received since the start
 //! ```
 
 use crate::health::query_params;
@@ -75,6 +76,8 @@ fn handle(sim: &Sim, req: Request<Incoming>) -> Response<Full<Bytes>> {
                 "latency_ms": sim.latency_ms.load(Ordering::Relaxed),
                 "inflight": sim.inflight.load(Ordering::Relaxed),
                 "watches": sim.watches.load(Ordering::Relaxed),
+                "lists_received": sim.requests.lists.load(Ordering::Relaxed),
+                "watches_received": sim.requests.watches.load(Ordering::Relaxed),
                 "shutting_down": sim.checks.shutting_down(),
             }),
         ),

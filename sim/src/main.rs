@@ -138,6 +138,12 @@ pub struct ServeArgs {
     /// fault port's `/latency` changes it at run time.
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     latency: Duration,
+    /// Serve watches from one cache per resource (the apiserver's `--watch-cache`, on there by
+    /// default): a few thousand watches cost the replica, not etcd, and a watch from before the
+    /// cache's window (before the replica started) gets 410 and relists. Off, each watch
+    /// watches the store itself and resumes from any revision it still has.
+    #[arg(long)]
+    watch_cache: bool,
     /// Simulator: the replica's name in logs and /debug.
     #[arg(long)]
     replica_name: Option<String>,
@@ -196,11 +202,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .replica_name
             .clone()
             .unwrap_or_else(|| format!("sim-{}", args.secure_port));
-        let store: Arc<dyn store::Store> = if args.etcd_servers.is_empty() {
+        let mut store: Arc<dyn store::Store> = if args.etcd_servers.is_empty() {
             Arc::new(store::MemoryStore::default())
         } else {
             Arc::new(store::EtcdStore::new(args.etcd_servers.clone()))
         };
+        if args.watch_cache {
+            store = Arc::new(store::WatchCache::new(store));
+        }
         let sim = Arc::new(Sim {
             behaviour: Behaviour {
                 shutdown_delay: args.shutdown_delay_duration,
@@ -231,6 +240,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             close_connections: CancellationToken::new(),
             end_watches: CancellationToken::new(),
             watches: Default::default(),
+            requests: Default::default(),
         });
         if let Some(port) = args.fault_port {
             let fault = tokio::net::TcpListener::bind(("127.0.0.1", port))

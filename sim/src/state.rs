@@ -53,6 +53,17 @@ pub struct Sim {
     pub end_watches: CancellationToken,
     /// Open watches.
     pub watches: AtomicI64,
+    /// Collection reads received, as `apiserver_request_total` counts them.
+    pub requests: ReadCounts,
+}
+
+/// LIST and WATCH requests a replica received (answered or not): what a failover costs it.
+#[derive(Debug, Default)]
+pub struct ReadCounts {
+    /// LIST requests.
+    pub lists: AtomicU64,
+    /// WATCH requests.
+    pub watches: AtomicU64,
 }
 
 impl Sim {

@@ -4,9 +4,11 @@
 //! Keys look like `/registry/configmaps/<namespace>/<name>`; values are the object's JSON
 //! without `metadata.resourceVersion`, which is the key's `mod_revision` and added on read.
 
+mod cache;
 mod etcd;
 mod memory;
 
+pub use cache::WatchCache;
 pub use etcd::EtcdStore;
 pub use memory::MemoryStore;
 

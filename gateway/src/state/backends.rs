@@ -69,4 +69,15 @@ impl DataPlanes for Planes {
         self.passthrough.rename(&self.metrics.passthrough, name);
         self.terminate.set_gauges(gauges(&self.metrics, name));
     }
+
+    fn probed(&self) {
+        self.terminate.retire_idle(UPSTREAM_IDLE_TIMEOUT);
+    }
 }
+
+/// How long an upstream HTTP/2 connection may carry no stream before it is closed, while
+/// another of its kind stays open: a burst (a replica's watches resumed at once) opens as many
+/// connections as it needs, 100 streams each, and they are given back once it has passed
+/// rather than held until the backend drains. Go's HTTP/2 transport waits 90 s; a gateway
+/// that keeps one connection of each kind loses nothing by waiting less.
+const UPSTREAM_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);

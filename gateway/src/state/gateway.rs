@@ -32,6 +32,8 @@ pub struct Gateway {
     started: std::time::SystemTime,
     /// Client connections the open-files limit leaves room for.
     client_capacity: usize,
+    /// The configured client limit last warned about (warned once, not at every reload).
+    warned_limit: std::sync::atomic::AtomicUsize,
 }
 
 impl Gateway {
@@ -74,6 +76,7 @@ impl Gateway {
             listeners,
             started: std::time::SystemTime::now(),
             client_capacity,
+            warned_limit: std::sync::atomic::AtomicUsize::new(0),
         });
         gw.publish_client_limit();
         gw
@@ -90,11 +93,14 @@ impl Gateway {
     }
 
     /// Publishes the client limit in force (at start and after each reload); warns when the
-    /// open-files limit holds the configured one down.
+    /// open-files limit holds the configured one down (once per configured value).
     pub fn publish_client_limit(&self) {
         let configured = self.config.load().limits.max_client_connections;
         let limit = self.client_limit();
-        if limit < configured {
+        let warned = self
+            .warned_limit
+            .swap(configured, std::sync::atomic::Ordering::Relaxed);
+        if limit < configured && warned != configured {
             tracing::warn!(
                 configured,
                 limit,

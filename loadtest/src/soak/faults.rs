@@ -159,35 +159,34 @@ impl Fault {
         let sleep = tokio::time::sleep;
         match self {
             Fault::GracefulRestart(i) => {
-                let exited =
-                    tokio::task::block_in_place(|| cp.terminate(i, Duration::from_secs(70)));
+                let exited = cp.terminate(i, Duration::from_secs(70)).await?;
                 anyhow::ensure!(exited, "replica-{} did not exit after SIGTERM", i + 1);
-                cp.restart(i, "1s")?;
+                cp.restart(i, "1s").await?;
                 cp.wait_ready(i, Duration::from_secs(60)).await?;
             }
             Fault::Crash(i) => {
-                cp.kill(i);
+                cp.kill(i).await?;
                 sleep(Duration::from_secs(3)).await;
-                cp.restart(i, "1s")?;
+                cp.restart(i, "1s").await?;
                 cp.wait_ready(i, Duration::from_secs(60)).await?;
             }
             Fault::Freeze(i) => {
-                cp.signal(i, libc::SIGSTOP);
+                cp.freeze(i).await?;
                 sleep(Duration::from_secs(8)).await;
-                cp.signal(i, libc::SIGCONT);
+                cp.thaw(i).await?;
             }
             Fault::Flap(i) => {
                 for _ in 0..3 {
-                    cp.force_check(i, "etcd", true)?;
+                    cp.force_check(i, "etcd", true).await?;
                     sleep(Duration::from_secs(2)).await;
-                    cp.force_check(i, "etcd", false)?;
+                    cp.force_check(i, "etcd", false).await?;
                     sleep(Duration::from_secs(2)).await;
                 }
             }
             Fault::NotReady(i) => {
-                cp.force_check(i, "etcd", true)?;
+                cp.force_check(i, "etcd", true).await?;
                 sleep(Duration::from_secs(10)).await;
-                cp.force_check(i, "etcd", false)?;
+                cp.force_check(i, "etcd", false).await?;
             }
             Fault::ReloadValid => {
                 // A file with the same content is no change: switch the drain timeout.

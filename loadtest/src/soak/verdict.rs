@@ -1,11 +1,13 @@
 //! What held during the soak: the checks, the report (markdown and JSON) and the plot.
 
 use super::faults::{FaultKind, Window};
-use super::sampler::Reading;
 use super::AFTERMATH;
 use crate::client::{Client, ErrorClass};
 use crate::control_plane::ControlPlane;
+use crate::explain::{self, Explanation, Failure, FaultWindow};
+use crate::leader::{LeaderReport, Leadership};
 use crate::record::{Kind, Recorder};
+use crate::sampler::Reading;
 use crate::traffic::NAMESPACE;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
@@ -30,8 +32,8 @@ pub struct Evidence<'a> {
     pub end_ms: u64,
     /// The faults as they happened.
     pub windows: Vec<Window>,
-    /// Each listener's recorder.
-    pub recorders: &'a [(&'static str, Arc<Recorder>)],
+    /// Each listener's recorder and leader election.
+    pub recorders: &'a [(&'static str, Arc<Recorder>, Arc<Leadership>)],
     /// Configmap names in the store at the end.
     pub store: &'a HashSet<String>,
     /// kubegate's resources over time.
@@ -63,6 +65,8 @@ pub struct ListenerReport {
     pub watch_breaks: u64,
     /// Watch breaks outside every fault window (ms).
     pub unexplained_watch_breaks: Vec<u64>,
+    /// Watches that ended at the `timeoutSeconds` their client asked for (not breaks).
+    pub watch_timeouts: u64,
     /// Watches kubegate continued on another replica, unseen by the client.
     pub gateway_watch_resumes: u64,
     /// Creates the client saw succeed.
@@ -79,6 +83,35 @@ pub struct ListenerReport {
     pub failed_by_fault: BTreeMap<String, u64>,
     /// Failed requests by request kind and error.
     pub failed_by_error: BTreeMap<String, u64>,
+    /// Leader election through this listener.
+    pub leader: LeaderReport,
+    /// Every failure and break, attributed to its fault and mechanism.
+    pub explanation: Explanation,
+    /// Every failure and break where it happened, for the plot.
+    pub marks: Vec<Mark>,
+}
+
+/// A failure or break on the plot.
+#[derive(Debug, Clone, Serialize)]
+pub struct Mark {
+    /// When, ms since the soak began.
+    pub at_ms: u64,
+    /// What kind.
+    pub kind: MarkKind,
+}
+
+/// The kinds of failure the plot tells apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MarkKind {
+    /// A request's first attempt failed; client-go's retry made it good.
+    FirstAttempt,
+    /// A request failed after client-go's retries.
+    Request,
+    /// A watch broke under its client.
+    WatchBreak,
+    /// A leader's renewals failed past the renew deadline.
+    LeadershipLost,
 }
 
 /// One check and whether it held.
@@ -128,6 +161,29 @@ impl SoakReport {
     }
 }
 
+/// The soak's faults as the explainer sees them.
+fn fault_windows(windows: &[Window]) -> Vec<FaultWindow> {
+    windows
+        .iter()
+        .map(|w| FaultWindow {
+            from_ms: w.from_ms,
+            to_ms: w.to_ms,
+            fault: match w.kind {
+                FaultKind::GracefulRestart => explain::Fault::GracefulRestart,
+                FaultKind::Crash => explain::Fault::Crash,
+                FaultKind::Freeze => explain::Fault::Freeze,
+                FaultKind::Flap | FaultKind::NotReady => explain::Fault::NotReady,
+                FaultKind::ReloadValid
+                | FaultKind::ReloadInvalid
+                | FaultKind::SighupStorm
+                | FaultKind::AddBackend
+                | FaultKind::RemoveBackend => explain::Fault::Config,
+            },
+            label: w.fault.clone(),
+        })
+        .collect()
+}
+
 /// The latest fault whose window (its span, then [`AFTERMATH`]) overlaps `[from, to]`, if any.
 fn explaining(windows: &[Window], from: u64, to: u64) -> Option<&Window> {
     let after = AFTERMATH.as_millis() as u64;
@@ -163,7 +219,8 @@ pub async fn store_names(cp: &ControlPlane) -> anyhow::Result<HashSet<String>> {
 /// Draws the verdict.
 pub fn judge(e: Evidence<'_>) -> SoakReport {
     let mut listeners = Vec::new();
-    for (name, rec) in e.recorders {
+    let faults = fault_windows(&e.windows);
+    for (name, rec, leadership) in e.recorders {
         // Requests started once traffic was being stopped are no part of the soak.
         let samples: Vec<_> = rec
             .samples()
@@ -178,6 +235,9 @@ pub fn judge(e: Evidence<'_>) -> SoakReport {
             unexplained: Vec::new(),
             watch_breaks: 0,
             unexplained_watch_breaks: Vec::new(),
+            watch_timeouts: rec
+                .watch_timeouts
+                .load(std::sync::atomic::Ordering::Relaxed),
             gateway_watch_resumes: rec.gateway_resumes().len() as u64,
             creates_acknowledged: 0,
             creates_lost: Vec::new(),
@@ -186,7 +246,41 @@ pub fn judge(e: Evidence<'_>) -> SoakReport {
             longest_stall_ms: samples.iter().map(|s| s.latency_ms).fold(0.0, f64::max),
             failed_by_fault: BTreeMap::new(),
             failed_by_error: BTreeMap::new(),
+            leader: LeaderReport::of(&leadership.log(), 0, e.end_ms),
+            explanation: Explanation::default(),
+            marks: Vec::new(),
         };
+        let terminating = *name == "terminate";
+        let attribute = |at, f| explain::attribute(at, f, &faults, terminating);
+        let mut attributed = Vec::new();
+        for s in &samples {
+            let (failure, mark) = match (s.kind, s.first_error, s.final_error) {
+                (Kind::Kubectl, _, Some(e)) => (Failure::Kubectl(e), MarkKind::Request),
+                (_, _, Some(e)) => (Failure::Request(e), MarkKind::Request),
+                (_, Some(e), None) => (Failure::FirstAttempt(e), MarkKind::FirstAttempt),
+                _ => continue,
+            };
+            attributed.push(attribute(s.at_ms, failure));
+            l.marks.push(Mark {
+                at_ms: s.at_ms,
+                kind: mark,
+            });
+        }
+        for b in rec.watch_breaks() {
+            attributed.push(attribute(b.at_ms, Failure::WatchBreak(b.how)));
+            l.marks.push(Mark {
+                at_ms: b.at_ms,
+                kind: MarkKind::WatchBreak,
+            });
+        }
+        for (at, _) in &l.leader.lost {
+            attributed.push(attribute(*at, Failure::LeadershipLost));
+            l.marks.push(Mark {
+                at_ms: *at,
+                kind: MarkKind::LeadershipLost,
+            });
+        }
+        l.explanation = Explanation::of(attributed);
         for s in &samples {
             let Some(err) = s.final_error else { continue };
             l.failed += 1;
@@ -208,6 +302,7 @@ pub fn judge(e: Evidence<'_>) -> SoakReport {
         l.watch_breaks = breaks.len() as u64;
         l.unexplained_watch_breaks = breaks
             .into_iter()
+            .map(|b| b.at_ms)
             .filter(|at| explaining(&e.windows, *at, *at).is_none())
             .collect();
         let acknowledged = rec.acknowledged_creates();
@@ -294,6 +389,34 @@ pub fn judge(e: Evidence<'_>) -> SoakReport {
         ),
     );
     check(
+        "every failure, break and lost leadership explained",
+        sum(&|l| l.explanation.unexplained.len() as u64) == 0,
+        format!(
+            "{} explained, {} unexplained",
+            sum(&|l| l.explanation.explained.values().sum::<u64>()),
+            sum(&|l| l.explanation.unexplained.len() as u64)
+        ),
+    );
+    check(
+        "no leadership lost on the terminate listener",
+        listeners
+            .iter()
+            .filter(|l| l.listener == "terminate")
+            .all(|l| l.leader.lost.is_empty()),
+        listeners
+            .iter()
+            .map(|l| {
+                format!(
+                    "{}: {} lost, longest renewal gap {:.1} s",
+                    l.listener,
+                    l.leader.lost.len(),
+                    l.leader.longest_gap_ms as f64 / 1e3
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+    );
+    check(
         "every fault carried out",
         e.windows.iter().all(|w| w.problem.is_none()),
         e.windows
@@ -358,18 +481,19 @@ pub fn markdown(r: &SoakReport) -> String {
     }
     let _ = writeln!(
         out,
-        "\n| listener | requests | first attempt failed | failed (client-visible) | unexplained | watch breaks | resumed by kubegate | creates acknowledged | lost | applied twice | ambiguous writes | longest stall |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "\n| listener | requests | first attempt failed | failed (client-visible) | unexplained | watch breaks | watches timed out as asked | resumed by kubegate | creates acknowledged | lost | applied twice | ambiguous writes | longest stall |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for l in &r.listeners {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} s |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} s |",
             l.listener,
             l.requests,
             l.failed_first,
             l.failed,
-            l.unexplained.len() + l.unexplained_watch_breaks.len(),
+            l.explanation.unexplained.len(),
             l.watch_breaks,
+            l.watch_timeouts,
             l.gateway_watch_resumes,
             l.creates_acknowledged,
             l.creates_lost.len(),
@@ -396,6 +520,22 @@ pub fn markdown(r: &SoakReport) -> String {
                 "\n{} failures by request and error: {}",
                 l.listener,
                 by.join("; ")
+            );
+        }
+        for (what, n) in &l.explanation.explained {
+            let _ = writeln!(out, "\n- {}: {what}: {n}", l.listener);
+        }
+        for u in &l.explanation.unexplained {
+            let _ = writeln!(
+                out,
+                "\n- {}: **unexplained** {} at {:.1} s{}",
+                l.listener,
+                u.failure,
+                u.at_ms as f64 / 1e3,
+                u.fault
+                    .as_ref()
+                    .map(|f| format!(" (during {f})"))
+                    .unwrap_or_default()
             );
         }
         for (at, what) in l.unexplained.iter().take(20) {
@@ -430,7 +570,7 @@ pub fn svg(r: &SoakReport) -> String {
     let (w, left, right) = (1000.0, 70.0, 20.0);
     let lane = 120.0;
     let lanes = 2 + r.listeners.len();
-    let h = 40.0 + lane * lanes as f64 + 50.0;
+    let h = 40.0 + lane * lanes as f64 + 90.0;
     let span = r.end_ms.max(1) as f64;
     let x = |ms: f64| left + (w - left - right) * ms / span;
     let mut s = format!(
@@ -489,19 +629,33 @@ pub fn svg(r: &SoakReport) -> String {
         );
         let _ = writeln!(
             s,
-            "<text x=\"{left}\" y=\"{:.1}\">{} of {} requests failed after retries; {} watch breaks</text>",
+            "<text x=\"{left}\" y=\"{:.1}\">{} of {} requests failed after retries, {} first attempts retried; {} watch breaks; {} leaderships lost; {} unexplained</text>",
             top + 30.0,
             l.failed,
             l.requests,
-            l.watch_breaks
+            l.failed_first.saturating_sub(l.failed),
+            l.watch_breaks,
+            l.leader.lost.len(),
+            l.explanation.unexplained.len()
         );
-        for (at, _) in &l.unexplained {
+        // One row per kind of mark, so that marks never hide one another.
+        for m in &l.marks {
+            let (row, glyph, colour) = mark_style(m.kind);
             let _ = writeln!(
                 s,
-                "<line x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"{1:.1}\" y2=\"{2:.1}\" stroke=\"red\"/>",
-                x(*at as f64),
-                top + 40.0,
-                top + lane - 20.0
+                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"11\" fill=\"{colour}\">{glyph}</text>",
+                x(m.at_ms as f64),
+                top + 48.0 + 14.0 * row as f64
+            );
+        }
+        for u in &l.explanation.unexplained {
+            let _ = writeln!(
+                s,
+                "<line x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"{1:.1}\" y2=\"{2:.1}\" stroke=\"red\" stroke-width=\"2\"><title>unexplained: {3}</title></line>",
+                x(u.at_ms as f64),
+                top + 36.0,
+                top + lane - 20.0,
+                u.failure
             );
         }
     }
@@ -518,11 +672,59 @@ pub fn svg(r: &SoakReport) -> String {
     }
     let _ = writeln!(
         s,
-        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">time (s); shaded: fault windows (hover for the fault); red: failures outside them</text>\n</svg>",
+        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">time (s); shaded: fault windows; red line: a failure nothing explains</text>",
         (left + w - right) / 2.0,
         axis + 18.0
     );
+    // The legend: every fault's colour, every mark's glyph.
+    let mut lx = left;
+    let ly = axis + 38.0;
+    for (label, kind) in [
+        ("graceful restart", FaultKind::GracefulRestart),
+        ("crash", FaultKind::Crash),
+        ("freeze", FaultKind::Freeze),
+        ("flap / not ready", FaultKind::NotReady),
+        ("reload, SIGHUP", FaultKind::ReloadValid),
+        ("backend added / removed", FaultKind::AddBackend),
+    ] {
+        let _ = writeln!(
+            s,
+            "<rect x=\"{lx:.1}\" y=\"{:.1}\" width=\"12\" height=\"10\" fill=\"{}\" opacity=\"0.35\"/><text x=\"{:.1}\" y=\"{ly:.1}\">{label}</text>",
+            ly - 9.0,
+            fault_color(kind),
+            lx + 16.0
+        );
+        lx += 30.0 + label.len() as f64 * 6.0;
+    }
+    let mut lx = left;
+    for (label, kind) in [
+        ("first attempt failed, retried", MarkKind::FirstAttempt),
+        ("failed after retries", MarkKind::Request),
+        ("watch broke", MarkKind::WatchBreak),
+        ("leadership lost", MarkKind::LeadershipLost),
+    ] {
+        let (_, glyph, colour) = mark_style(kind);
+        let _ = writeln!(
+            s,
+            "<text x=\"{lx:.1}\" y=\"{:.1}\" fill=\"{colour}\">{glyph}</text><text x=\"{:.1}\" y=\"{:.1}\">{label}</text>",
+            ly + 18.0,
+            lx + 12.0,
+            ly + 18.0
+        );
+        lx += 30.0 + label.len() as f64 * 6.0;
+    }
+    s.push_str("</svg>\n");
     s
+}
+
+/// A mark's row in its lane, glyph and colour.
+fn mark_style(kind: MarkKind) -> (usize, &'static str, &'static str) {
+    match kind {
+        MarkKind::FirstAttempt => (0, "·", "#999"),
+        MarkKind::Request => (1, "●", "#d62728"),
+        MarkKind::WatchBreak => (2, "▼", "#ff7f0e"),
+        MarkKind::LeadershipLost => (3, "✕", "#000"),
+    }
 }
 
 /// A lane of the plot: its label and the value it draws from a reading.

@@ -154,7 +154,11 @@ async fn a_failing_backend_drains_until_the_failing_timeout() {
     advance(Duration::from_millis(600)).await;
     probe(&pool, "other", &[pass()]);
     settle().await;
-    assert_eq!(b.planes().drains.load(Ordering::SeqCst), 0, "too soon to tell");
+    assert_eq!(
+        b.planes().drains.load(Ordering::SeqCst),
+        0,
+        "too soon to tell"
+    );
     advance(Duration::from_millis(500)).await;
     probe(&pool, "other", &[pass()]);
     settle().await;

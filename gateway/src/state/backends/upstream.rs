@@ -66,6 +66,8 @@ impl Killer {
 pub struct H2Conn {
     sender: SendRequest<Bytes>,
     streams: AtomicU32,
+    /// When its last stream ended (seconds on [`clock`]); read only while it has none.
+    idle_since: AtomicU64,
     /// The connection refused a new stream (it received GOAWAY): it takes no more.
     refusing: AtomicBool,
     killer: Arc<Killer>,
@@ -77,6 +79,7 @@ impl H2Conn {
         H2Conn {
             sender,
             streams: AtomicU32::new(0),
+            idle_since: AtomicU64::new(clock()),
             refusing: AtomicBool::new(false),
             killer: Arc::new(killer),
         }
@@ -107,8 +110,20 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        self.conn.streams.fetch_sub(1, Ordering::AcqRel);
+        if self.conn.streams.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.conn.idle_since.store(clock(), Ordering::Relaxed);
+        }
     }
+}
+
+/// Seconds since the first call: a clock for idle times that costs no system call per read
+/// beyond `Instant::now`.
+fn clock() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs()
 }
 
 #[derive(Default)]
@@ -232,6 +247,44 @@ impl Upstream {
         found
     }
 
+    /// Closes connections that have carried no stream for `idle`, keeping at least one usable
+    /// connection of each kind, and forgets drained connections that have ended; returns how
+    /// many it closed. A stream is reserved under the
+    /// same lock, so none can be given a connection this takes away.
+    pub fn retire_idle(&self, idle: Duration) -> usize {
+        let now = clock();
+        let mut retired = 0;
+        let mut conns = self.conns();
+        // Drained connections that have ended since: their descriptors (the killers' duplicates)
+        // go now, not at the backend's next drain.
+        conns.retired.retain(|k| !k.ended());
+        for list in &mut conns.open {
+            let mut usable = list.iter().filter(|c| c.usable()).count();
+            // From the newest: new streams go to the first connection with room, so the
+            // newest are the ones a burst opened and the first to empty.
+            for i in (0..list.len()).rev() {
+                let c = &list[i];
+                let idle_long = c.streams.load(Ordering::Acquire) == 0
+                    && now.saturating_sub(c.idle_since.load(Ordering::Relaxed)) >= idle.as_secs();
+                if !idle_long || (c.usable() && usable == 1) {
+                    continue;
+                }
+                if c.usable() {
+                    usable -= 1;
+                }
+                // Dropping the last handle on the connection ends it with GOAWAY (h2 closes a
+                // connection no sender and no stream uses).
+                list.remove(i);
+                retired += 1;
+            }
+        }
+        drop(conns);
+        if retired > 0 {
+            self.gauges.load().connections.sub(retired as i64);
+        }
+        retired
+    }
+
     /// Serialises opening connections of `kind`.
     pub async fn dial_turn(&self, kind: Kind) -> tokio::sync::MutexGuard<'_, ()> {
         self.dialing[kind as usize].lock().await
@@ -323,5 +376,84 @@ impl Upstream {
             self.busy.fetch_sub(1, Ordering::Relaxed);
         }
         self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gauges() -> Gauges {
+        let g = |n: &str| IntGauge::new(n, n).unwrap();
+        Gauges {
+            in_flight: g("in_flight"),
+            long_running: g("long_running"),
+            connections: g("connections"),
+        }
+    }
+
+    /// A real HTTP/2 connection over loopback TCP to a server that accepts and drops streams;
+    /// returns it and the task driving it (which ends when the connection does).
+    async fn connection() -> (H2Conn, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut server = h2::server::handshake(tcp).await.unwrap();
+            while let Some(Ok(_)) = server.accept().await {}
+        });
+        let std = tokio::net::TcpStream::connect(addr)
+            .await
+            .unwrap()
+            .into_std()
+            .unwrap();
+        let dup = std.try_clone().unwrap();
+        let tcp = tokio::net::TcpStream::from_std(std).unwrap();
+        let (sender, conn) = h2::client::handshake(tcp).await.unwrap();
+        let task = tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let killer = Killer::new(dup, task.abort_handle());
+        (H2Conn::new(sender, killer), task)
+    }
+
+    #[tokio::test]
+    async fn idle_connections_beyond_one_per_kind_are_closed() {
+        let upstream = Upstream::new(gauges());
+        let (first, _) = connection().await;
+        let (second, second_task) = connection().await;
+        drop(upstream.add(Kind::WithIdentity, first));
+        drop(upstream.add(Kind::WithIdentity, second));
+        assert_eq!(upstream.connections(), 2);
+        // Not idle long enough yet.
+        assert_eq!(upstream.retire_idle(Duration::from_secs(3600)), 0);
+        assert_eq!(upstream.connections(), 2);
+        // One goes, one stays for the next request.
+        assert_eq!(upstream.retire_idle(Duration::ZERO), 1);
+        assert_eq!(upstream.connections(), 1);
+        assert_eq!(upstream.retire_idle(Duration::ZERO), 0);
+        assert_eq!(upstream.gauges.load().connections.get(), 1);
+        assert!(upstream.stream(Kind::WithIdentity, 100).is_some());
+        // The retired one ended: its last handle went, so h2 closed it.
+        tokio::time::timeout(Duration::from_secs(30), second_task)
+            .await
+            .expect("the idle connection ended")
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_connection_carrying_a_stream_is_kept() {
+        let upstream = Upstream::new(gauges());
+        let (first, _) = connection().await;
+        let (second, _) = connection().await;
+        let held = upstream.add(Kind::WithIdentity, first);
+        let also_held = upstream.add(Kind::WithIdentity, second);
+        assert_eq!(upstream.retire_idle(Duration::ZERO), 0);
+        drop(held);
+        assert_eq!(upstream.retire_idle(Duration::ZERO), 1);
+        // The last usable connection of its kind stays even when idle.
+        drop(also_held);
+        assert_eq!(upstream.retire_idle(Duration::ZERO), 0);
+        assert_eq!(upstream.connections(), 1);
     }
 }

@@ -1,5 +1,5 @@
-//! kubegate's resources over time, read from `/proc` every [`EVERY`]: open descriptors, RSS,
-//! threads, CPU time.
+//! A process's resources over time (a gateway's, in the soak and the scale run), read from
+//! `/proc` every [`EVERY`]: open descriptors, RSS, threads, CPU time.
 
 use serde::Serialize;
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,293 @@
+//! `kubegate-loadtest scale`: a large cluster's clients through one gateway while the replicas
+//! restart one by one. C HTTP/2 connections (as kubelets and controllers hold them) carry W
+//! informers in all, each watching one group of ConfigMaps that a writer keeps changing; the
+//! replicas run with a watch cache (`kubegate-sim --watch-cache`), as apiservers do, and count
+//! the LIST and WATCH requests they receive.
+//!
+//! What a failover costs, per gateway: the watches the clients saw break, those the gateway
+//! continued by itself, the relists (LISTs that followed a break) and every LIST that reached
+//! the replicas during the restart, how soon broken watches were open again and the longest
+//! silence any informer heard, each replica's watches before and after, and the gateway's
+//! memory, descriptors and CPU at rest and during the restart.
+//!
+//! | module | job |
+//! |---|---|
+//! | `informer` | client-go's reflector over shared connections, and the writer |
+//! | `counts` | the replicas' counters, followed across their restarts |
+//! | `report` | the table, the cost curve and its plot |
+
+mod counts;
+mod informer;
+mod report;
+
+use crate::control_plane::{ControlPlane, ReplicaSettings};
+use crate::gateways::{self, Unavailable};
+use crate::sampler::{Reading, Sampler};
+use crate::scenarios::{self, Events, Pace};
+use crate::traffic::{self, Target};
+use counts::ReplicaCounts;
+use informer::{Seen, SharedConnection};
+pub use report::{markdown, svg, ScaleRun};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What to run.
+pub struct Plan {
+    /// Gateways, in order.
+    pub gateways: Vec<String>,
+    /// (connections, watches) pairs, each run against every gateway.
+    pub sizes: Vec<(usize, usize)>,
+    /// Groups the watches are spread over (each write reaches watches/groups informers).
+    pub groups: usize,
+    /// Writes per second.
+    pub writes_per_second: u32,
+    /// Restart two replicas rather than all three.
+    pub short: bool,
+    /// Working directory.
+    pub dir: PathBuf,
+}
+
+/// How long the gateway is measured at rest, with every watch open.
+const REST: Duration = Duration::from_secs(10);
+
+/// Runs every size against every gateway.
+pub async fn run(plan: &Plan) -> anyhow::Result<Vec<ScaleRun>> {
+    let mut runs = Vec::new();
+    for &(connections, watches) in &plan.sizes {
+        for gateway in &plan.gateways {
+            eprintln!("scale: {gateway}, {connections} connections, {watches} watches");
+            let dir = plan.dir.join(format!("w{watches}")).join(gateway);
+            let run = match one(plan, gateway, connections, watches, &dir).await {
+                Ok(r) => r,
+                Err(e) => ScaleRun::failed(gateway, connections, watches, format!("{e:#}")),
+            };
+            eprintln!("scale: {gateway}: {}", run.status);
+            runs.push(run);
+        }
+    }
+    Ok(runs)
+}
+
+async fn one(
+    plan: &Plan,
+    gateway: &str,
+    connections: usize,
+    watches: usize,
+    dir: &Path,
+) -> anyhow::Result<ScaleRun> {
+    let _ = std::fs::remove_dir_all(dir);
+    let settings = ReplicaSettings {
+        watch_cache: true,
+        ..scenarios::replica_settings("rolling-restart")
+    };
+    let mut cp = ControlPlane::start(dir, 3, settings).await?;
+    let gw = match gateways::start(gateway, &dir.join("gateway"), &cp.pki(), &cp.addresses()) {
+        Ok(g) => g,
+        Err(Unavailable::NotInstalled(why)) => {
+            return Ok(ScaleRun::failed(
+                gateway,
+                connections,
+                watches,
+                format!("not installed: {why}"),
+            ))
+        }
+        Err(Unavailable::Failed(e)) => return Err(e.context(format!("start {gateway}"))),
+    };
+    let target = Target {
+        addr: gw.listen,
+        tls: cp.tls().clone(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while traffic::seed(&target).await.is_err() {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{gateway} did not pass traffic within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let start = Instant::now();
+    let pid = gw
+        .pid()
+        .ok_or_else(|| anyhow::anyhow!("{gateway} has no process"))?;
+    let sampler = Sampler::start(pid, start);
+    let idle = sampler.latest();
+    let writer_conn = Arc::new(SharedConnection::new(gw.listen, cp.tls().clone()));
+    informer::seed(&writer_conn, plan.groups).await?;
+
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let counts = Arc::new(ReplicaCounts::new(cp.fault_ports()));
+    let follower = tokio::spawn(counts.clone().follow(stop.clone()));
+    let seen = Arc::new(Seen::default());
+    // Silences count from when every watch is open.
+    let measure_from = Arc::new(std::sync::OnceLock::new());
+    let conns: Vec<Arc<SharedConnection>> = (0..connections.max(1))
+        .map(|_| Arc::new(SharedConnection::new(gw.listen, cp.tls().clone())))
+        .collect();
+    let mut tasks = Vec::new();
+    for i in 0..watches {
+        let conn = conns[i % conns.len()].clone();
+        let (seen, stop, measure_from) = (seen.clone(), stop.clone(), measure_from.clone());
+        let group = i % plan.groups;
+        tasks.push(tokio::spawn(async move {
+            // Spread the first LISTs over a few seconds, as clients start over time.
+            tokio::time::sleep(Duration::from_millis(fastrand::u64(..3000))).await;
+            informer::run(conn, group, seen, stop, measure_from).await
+        }));
+    }
+    let writer = tokio::spawn(informer::writer(
+        writer_conn,
+        plan.groups,
+        plan.writes_per_second,
+        stop.clone(),
+    ));
+    // Every watch open.
+    let limit = Duration::from_secs(60) + Duration::from_millis(watches as u64 * 10);
+    let opened_by = Instant::now() + limit;
+    while (seen.open.load(Ordering::Relaxed) as usize) < watches {
+        if Instant::now() > opened_by {
+            let _ = stop_tx.send(true);
+            anyhow::bail!(
+                "only {} of {watches} watches open after {limit:?}",
+                seen.open.load(Ordering::Relaxed)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let all_open_ms = start.elapsed().as_millis() as u64;
+    let _ = measure_from.set(Instant::now());
+    tokio::time::sleep(REST).await;
+    let rest_end = sampler.latest();
+    let rest_start = sampler
+        .all()
+        .into_iter()
+        .find(|r| r.at_ms >= all_open_ms)
+        .unwrap_or(rest_end);
+    let before = Snapshot::take(&seen, &counts).await;
+
+    let events = Events::default();
+    let now = || start.elapsed().as_millis() as u64;
+    let pace = if plan.short { Pace::SHORT } else { Pace::FULL };
+    let fault_start = sampler.latest();
+    scenarios::run(
+        "rolling-restart",
+        &mut cp,
+        pace,
+        &events,
+        &now,
+        &|p| eprintln!("scale: {gateway}: {p}"),
+        &|| None,
+    )
+    .await?;
+    let fault_end = sampler.latest();
+    // Until every watch is open again, then as long again as the rest period.
+    let back_by = Instant::now() + Duration::from_secs(120);
+    while (seen.open.load(Ordering::Relaxed) as usize) < watches && Instant::now() < back_by {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    tokio::time::sleep(REST).await;
+    let after = Snapshot::take(&seen, &counts).await;
+    let resumes = match gw.admin {
+        Some(admin) => crate::resumes::metric_sum(admin, "kubegate_watch_resumes_total")
+            .await
+            .unwrap_or(0),
+        None => 0,
+    };
+    let _ = stop_tx.send(true);
+    for t in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+    }
+    let (writes_ok, writes_failed) = tokio::time::timeout(Duration::from_secs(15), writer)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    follower.abort();
+    drop(conns);
+    // Every client gone: what the gateway keeps.
+    // Long enough for idle upstream connections to be given back (30 s idle).
+    let settled = sampler.settle(idle.fds, Duration::from_secs(60)).await;
+    let peak = sampler
+        .all()
+        .into_iter()
+        .map(|r| r.rss_kib)
+        .max()
+        .unwrap_or_default();
+    let reopened = seen
+        .reopened_after_ms
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let mut silences = seen
+        .longest_silence_ms
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    silences.sort_unstable();
+    Ok(ScaleRun {
+        gateway: gateway.to_string(),
+        connections,
+        watches,
+        status: "ok".into(),
+        all_open_s: all_open_ms as f64 / 1e3,
+        breaks: after.breaks - before.breaks,
+        gateway_resumes: resumes,
+        relists: after.relists - before.relists,
+        expired: after.expired - before.expired,
+        lists_at_replicas: after.lists - before.lists,
+        watches_at_replicas: after.watch_requests - before.watch_requests,
+        longest_reopen_ms: reopened.iter().copied().max().unwrap_or(0),
+        longest_silence_ms: silences.last().copied().unwrap_or(0),
+        p99_silence_ms: silences
+            .get(silences.len().saturating_sub(1) * 99 / 100)
+            .copied()
+            .unwrap_or(0),
+        share_before: before.open_per_replica,
+        share_after: after.open_per_replica,
+        events: seen.events.load(Ordering::Relaxed),
+        writes_ok,
+        writes_failed,
+        idle,
+        rest: rest_end,
+        peak_rss_kib: peak,
+        settled,
+        cpu_rest_per_s: cpu_per_s(rest_start, rest_end),
+        cpu_restart_per_s: cpu_per_s(fault_start, fault_end),
+        fault_events: events.all(),
+    })
+}
+
+/// CPU seconds per second between two readings.
+fn cpu_per_s(a: Reading, b: Reading) -> f64 {
+    let wall = b.at_ms.saturating_sub(a.at_ms);
+    if wall == 0 {
+        return 0.0;
+    }
+    b.cpu_ms.saturating_sub(a.cpu_ms) as f64 / wall as f64
+}
+
+/// The counters at one moment.
+struct Snapshot {
+    breaks: u64,
+    relists: u64,
+    expired: u64,
+    lists: u64,
+    watch_requests: u64,
+    open_per_replica: Vec<i64>,
+}
+
+impl Snapshot {
+    async fn take(seen: &Seen, counts: &ReplicaCounts) -> Snapshot {
+        let open_per_replica = counts.poll().await;
+        let (lists, watch_requests) = counts.totals();
+        Snapshot {
+            breaks: seen.breaks.load(Ordering::Relaxed),
+            relists: seen.relists.load(Ordering::Relaxed),
+            expired: seen.expired.load(Ordering::Relaxed),
+            lists,
+            watch_requests,
+            open_per_replica,
+        }
+    }
+}

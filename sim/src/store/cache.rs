@@ -1,0 +1,226 @@
+//! The watch cache (`--watch-cache`): one store watch per resource, fanned out in the process,
+//! as the apiserver's cacher does. Without it every client watch is a watch on etcd of its
+//! own, which a few thousand watches turn into etcd's load rather than the replica's.
+//!
+//! What a client sees is the apiserver's: the cache's window begins at the revision the store
+//! was at when the replica started, so a watch from an older revision — a client moved here from
+//! a replica that was up longer, with no change it cares about since — gets 410 "too old
+//! resource version" and relists; a watch within the window gets the changes it missed from
+//! the cache's history, then live ones. A watcher too slow to keep up is ended with 410 too
+//! (the apiserver ends it). While etcd is away, open watches stay open and the cache re-watches
+//! every second from the last revision it saw; until the cache has started, watches fail as
+//! storage does.
+
+use super::{EventStream, Store, StoreError, StoreEvent, Stored};
+use async_trait::async_trait;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc};
+
+/// How many changes a resource's cache keeps for watches that resume within its window.
+const HISTORY: usize = 10_000;
+/// How many live changes a watcher may fall behind before it is ended.
+const LAG: usize = 4_096;
+
+/// Every key the API stores is under this prefix: one cache holds them all.
+const ROOT: &str = "/registry/";
+
+/// A store whose watches are served from one cache.
+pub struct WatchCache {
+    store: Arc<dyn Store>,
+    cacher: Arc<Cacher>,
+}
+
+struct Cacher {
+    /// `None` until the store answered once.
+    window: Mutex<Option<Window>>,
+    live: broadcast::Sender<StoreEvent>,
+}
+
+/// The changes the cache can still replay: every change after `since`.
+struct Window {
+    since: i64,
+    history: VecDeque<StoreEvent>,
+}
+
+impl WatchCache {
+    /// Caches watches on `store`, from the store's revision now (or as soon as it answers).
+    pub fn new(store: Arc<dyn Store>) -> WatchCache {
+        let cacher = Arc::new(Cacher {
+            window: Mutex::new(None),
+            live: broadcast::channel(LAG).0,
+        });
+        tokio::spawn(fill(store.clone(), cacher.clone()));
+        WatchCache { store, cacher }
+    }
+}
+
+impl Cacher {
+    fn window(&self) -> std::sync::MutexGuard<'_, Option<Window>> {
+        self.window.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The window starts over at `since`: what came before is not continuous with what comes.
+    fn restart(&self, since: i64) {
+        *self.window() = Some(Window {
+            since,
+            history: VecDeque::new(),
+        });
+    }
+
+    fn push(&self, event: StoreEvent) {
+        let mut w = self.window();
+        let Some(w) = w.as_mut() else { return };
+        if w.history.len() == HISTORY {
+            if let Some(old) = w.history.pop_front() {
+                w.since = old.revision();
+            }
+        }
+        w.history.push_back(event.clone());
+        // Sent under the window's lock, so a watcher that subscribes under it misses nothing
+        // and sees nothing twice.
+        let _ = self.live.send(event);
+    }
+}
+
+/// Keeps one store watch on every key open, from the last revision seen, for the process's
+/// life.
+async fn fill(store: Arc<dyn Store>, cacher: Arc<Cacher>) {
+    let mut last = loop {
+        if let Ok(now) = store.revision().await {
+            cacher.restart(now);
+            break now;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    loop {
+        let compacted = match store.watch(ROOT, last).await {
+            Ok(mut events) => loop {
+                match events.recv().await {
+                    Some(Ok(e)) => {
+                        last = e.revision();
+                        cacher.push(e);
+                    }
+                    Some(Err(StoreError::Compacted { .. })) => break true,
+                    Some(Err(_)) | None => break false,
+                }
+            },
+            Err(StoreError::Compacted { .. }) => true,
+            Err(_) => false,
+        };
+        // The cache fell too far behind the store: start over from now.
+        if compacted {
+            if let Ok(now) = store.revision().await {
+                cacher.restart(now);
+                last = now;
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[async_trait]
+impl Store for WatchCache {
+    async fn get(&self, key: &str) -> Result<Stored, StoreError> {
+        self.store.get(key).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<(Vec<Stored>, i64), StoreError> {
+        self.store.list(prefix).await
+    }
+
+    async fn create(&self, key: &str, value: Vec<u8>) -> Result<i64, StoreError> {
+        self.store.create(key, value).await
+    }
+
+    async fn update(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        expected: Option<i64>,
+    ) -> Result<i64, StoreError> {
+        self.store.update(key, value, expected).await
+    }
+
+    async fn delete(&self, key: &str) -> Result<(Stored, i64), StoreError> {
+        self.store.delete(key).await
+    }
+
+    async fn watch(&self, prefix: &str, after: i64) -> Result<EventStream, StoreError> {
+        let (replay, mut live) = {
+            let w = self.cacher.window();
+            let Some(w) = w.as_ref() else {
+                return Err(StoreError::Unavailable(
+                    "the watch cache has not started".into(),
+                ));
+            };
+            if after < w.since {
+                return Err(StoreError::Compacted {
+                    requested: after,
+                    compacted: w.since,
+                });
+            }
+            // From the newest back: a resuming watch usually missed little.
+            let mut replay: Vec<StoreEvent> = w
+                .history
+                .iter()
+                .rev()
+                .take_while(|e| e.revision() > after)
+                .filter(|e| under(e, prefix))
+                .cloned()
+                .collect();
+            replay.reverse();
+            (replay, self.cacher.live.subscribe())
+        };
+        let prefix = prefix.to_string();
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(async move {
+            let mut last = after;
+            for e in replay {
+                last = e.revision();
+                if tx.send(Ok(e)).await.is_err() {
+                    return;
+                }
+            }
+            loop {
+                tokio::select! {
+                    e = live.recv() => match e {
+                        Ok(e) if e.revision() > last && under(&e, &prefix) => {
+                            last = e.revision();
+                            if tx.send(Ok(e)).await.is_err() {
+                                return;
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(broadcast::error::RecvError::Lagged(_)) => {
+                            let _ = tx
+                                .send(Err(StoreError::Compacted {
+                                    requested: last,
+                                    compacted: last + 1,
+                                }))
+                                .await;
+                            return;
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    },
+                    _ = tx.closed() => return,
+                }
+            }
+        });
+        Ok(rx)
+    }
+
+    async fn revision(&self) -> Result<i64, StoreError> {
+        self.store.revision().await
+    }
+}
+
+/// The event's key is under `prefix`.
+fn under(e: &StoreEvent, prefix: &str) -> bool {
+    let key = match e {
+        StoreEvent::Put { kv, .. } => &kv.key,
+        StoreEvent::Delete { prev, .. } => &prev.key,
+    };
+    key.starts_with(prefix)
+}
