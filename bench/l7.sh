@@ -7,8 +7,9 @@
 # headers, /readyz checks. kubegate runs one worker thread, as the peers do.
 
 # kubegate-l7-logged: kubegate-l7 with the access log on (JSON, every line written to a file):
-# what the log costs per request.
-l7_targets=(direct kubegate-l7 kubegate-l7-logged envoy-l7 haproxy-l7)
+# what the log costs per request. kubegate-l7-rules: kubegate-l7 with 20 dispatch rules no
+# request matches: what matching costs per request.
+l7_targets=(direct kubegate-l7 kubegate-l7-logged kubegate-l7-rules envoy-l7 haproxy-l7)
 small_path=/api/v1/namespaces/default/configmaps/small
 list_path=/api/v1/configmaps
 s_time_secs=$([ "$smoke" = 1 ] && echo 1 || echo "${duration%s}")
@@ -73,7 +74,7 @@ start_l7() {
   if [ "$admin" != - ]; then until curl -sf "http://$admin/readyz" >/dev/null; do sleep 0.1; done; fi
 }
 
-for t in kubegate-l7 kubegate-l7-logged envoy-l7 haproxy-l7; do
+for t in kubegate-l7 kubegate-l7-logged kubegate-l7-rules envoy-l7 haproxy-l7; do
   start_l7 "$t" "127.0.0.1:$backend7" "$t"
   listen7[$t]=$started_port; pid7[$t]=$started_pid
 done

@@ -67,7 +67,7 @@ l7 = []
 if rows7:
     l7.append("| target | HTTP/2 rps | p50 ms | p99 ms | CPU µs/req HTTP/2 | HTTP/1.1 rps | CPU µs/req HTTP/1.1 | new TLS conn/s | CPU µs/new conn | resumed conn/s | CPU µs/resumed conn | bulk MB/s | KiB/idle TLS HTTP/2 conn |")
     l7.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for t in ["direct", "kubegate-l7", "kubegate-l7-logged", "envoy-l7", "haproxy-l7"]:
+    for t in ["direct", "kubegate-l7", "kubegate-l7-logged", "kubegate-l7-rules", "envoy-l7", "haproxy-l7"]:
         if t not in rows7: continue
         d = rows7[t]
         idle = f"{idle7[t]:.1f}" if t in idle7 else "—"

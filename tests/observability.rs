@@ -73,8 +73,17 @@ fn metric_names(text: &str) -> BTreeSet<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_in_dashboard_and_alerts_is_exported() {
     // Terminate mode: its request series appear with the first request, the passthrough ones
-    // exist from the start.
-    let bed = Cluster::new().replicas(2).terminate().start();
+    // exist from the start; a dispatch rule's when the rules are loaded.
+    let bed = Cluster::new()
+        .replicas(2)
+        .terminate()
+        .configure(|c| {
+            c.dispatch = serde_yaml_ng::from_str(
+                "- name: version\n  match: {non_resource_urls: [/version]}\n  limit: {max_in_flight: 100}\n",
+            )
+            .unwrap()
+        })
+        .start();
     let (kg, pki, sims, dir) = (&bed.kg, &bed.pki, &bed.sims, &bed.dir);
     // Failing-check series exist only while a check fails: make one fail.
     sims[1].force_check("etcd", true);

@@ -24,8 +24,8 @@ pub enum Change {
     HealthChanged,
     /// Terminate mode's upstream TLS or identity changed: new upstream connections use it.
     UpstreamChanged,
-    /// A setting read per connection (balance, connect, client_keepalive, drain, shutdown,
-    /// no_ready_backend, terminate, limits) changed: it applies to the next connection with no further action.
+    /// A setting read per connection or request (balance, connect, client_keepalive, drain,
+    /// shutdown, no_ready_backend, terminate, limits, dispatch) changed: it applies to the next connection with no further action.
     /// Names the key.
     Setting(&'static str),
     /// A setting that only takes effect at start (listeners, admin, threads, upgrade,
@@ -57,6 +57,7 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         upstream: old_upstream,
         upgrade: old_upgrade,
         discovery: old_discovery,
+        dispatch: old_dispatch,
     } = old;
     let Config {
         listeners,
@@ -75,6 +76,7 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         upstream,
         upgrade,
         discovery,
+        dispatch,
     } = new;
     let mut changes = Vec::new();
     for b in backends {
@@ -107,6 +109,7 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         ("drain", old_drain != drain),
         ("shutdown", old_shutdown != shutdown),
         ("terminate", old_terminate != terminate),
+        ("dispatch", old_dispatch != dispatch),
     ];
     changes.extend(
         settings
@@ -164,6 +167,7 @@ mod tests {
             upstream: UpstreamConfig::default(),
             upgrade: None,
             discovery: None,
+            dispatch: Vec::new(),
         }
     }
 

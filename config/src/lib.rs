@@ -15,6 +15,7 @@
 
 mod cidr;
 mod diff;
+mod dispatch;
 mod duration;
 mod error;
 mod load;
@@ -26,6 +27,7 @@ mod validate;
 
 pub use cidr::Cidr;
 pub use diff::{diff, Change};
+pub use dispatch::{DispatchRule, Fallback, RuleLimit, RuleMatch, VERBS};
 pub use error::{ConfigError, Problem};
 pub use load::{load_file, load_file_with, load_str, load_str_with, Check};
 pub use schema::{

@@ -60,6 +60,10 @@ pub struct Config {
     /// backends themselves; the static `backends` are the seeds.
     #[serde(default)]
     pub discovery: Option<DiscoveryConfig>,
+    /// Terminate mode's routing rules: which backends a request may go to and how much of
+    /// each kind of traffic is let through (`dispatch.rs`). The first match decides.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dispatch: Vec<crate::DispatchRule>,
 }
 
 impl Config {
@@ -83,6 +87,7 @@ impl Config {
             upstream: UpstreamConfig::default(),
             upgrade: None,
             discovery: None,
+            dispatch: Vec::new(),
         }
     }
 
@@ -805,6 +810,27 @@ pub(crate) mod tests_support {
             state_file: Some("s".into()),
             debounce: Duration::from_secs(3),
         });
+        let every = vec!["x".to_string()];
+        c.dispatch = vec![crate::DispatchRule {
+            name: Some("r".into()),
+            matches: crate::RuleMatch {
+                verbs: every.clone(),
+                api_groups: every.clone(),
+                resources: every.clone(),
+                namespaces: every.clone(),
+                users: every.clone(),
+                groups: every.clone(),
+                service_accounts: every.clone(),
+                non_resource_urls: every,
+            },
+            backends: vec!["a".into()],
+            fallback: crate::Fallback::None,
+            limit: Some(crate::RuleLimit {
+                max_in_flight: Some(1),
+                rate: Some(1.0),
+                burst: Some(1),
+            }),
+        }];
         c
     }
 }

@@ -32,6 +32,23 @@ pub const ADDED: &[(&str, Version)] = &[
     ("upstream.tls.cipher_suites", (0, 2, 0)),
     ("health.tls.min_version", (0, 2, 0)),
     ("health.tls.cipher_suites", (0, 2, 0)),
+    ("dispatch", (0, 2, 0)),
+    ("dispatch[].name", (0, 2, 0)),
+    ("dispatch[].match", (0, 2, 0)),
+    ("dispatch[].match.verbs", (0, 2, 0)),
+    ("dispatch[].match.api_groups", (0, 2, 0)),
+    ("dispatch[].match.resources", (0, 2, 0)),
+    ("dispatch[].match.namespaces", (0, 2, 0)),
+    ("dispatch[].match.users", (0, 2, 0)),
+    ("dispatch[].match.groups", (0, 2, 0)),
+    ("dispatch[].match.service_accounts", (0, 2, 0)),
+    ("dispatch[].match.non_resource_urls", (0, 2, 0)),
+    ("dispatch[].backends", (0, 2, 0)),
+    ("dispatch[].fallback", (0, 2, 0)),
+    ("dispatch[].limit", (0, 2, 0)),
+    ("dispatch[].limit.max_in_flight", (0, 2, 0)),
+    ("dispatch[].limit.rate", (0, 2, 0)),
+    ("dispatch[].limit.burst", (0, 2, 0)),
 ];
 
 /// Reads `1.2.3` (a leading `v` allowed).

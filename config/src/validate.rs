@@ -263,6 +263,20 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
             "terminate.max_request_body_bytes must be at least 1".into(),
         );
     }
+    if !config.dispatch.is_empty() && !terminating {
+        bad(
+            "dispatch".into(),
+            "dispatch rules apply to requests, which only mode: terminate listeners see; no listener terminates".into(),
+        );
+    }
+    // Discovered backends are named by the cluster: their names are not known yet.
+    let names: Option<Vec<String>> = config
+        .discovery
+        .is_none()
+        .then(|| config.backends.iter().map(|b| b.display_name()).collect());
+    for (path, message) in crate::dispatch::validate(&config.dispatch, names.as_deref()) {
+        bad(path, message);
+    }
     positive(&mut bad, "connect.timeout", config.connect.timeout);
     at_least_one(&mut bad, "connect.attempts", config.connect.attempts);
     if config.threads == 0 || config.threads > 256 {

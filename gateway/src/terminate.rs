@@ -3,13 +3,14 @@
 //! by the apiserver's front-proxy scheme.
 //!
 //! Imports run one way: `listener` → `handle` → {`upgrade`, `watch`} → `dispatch` →
-//! {`connect`, `h2client`, `in_flight`}, with `served`, `request`, `body`, `status`, `retry`
-//! and `mode` as leaves.
+//! {`connect`, `h2client`, `in_flight`}, with `served`, `request`, `body`, `status`, `retry`,
+//! `rules` and `mode` as leaves.
 //!
 //! | module | job |
 //! |---|---|
 //! | `listener` | TLS handshake (with a deadline), the client's certificate identity, the HTTP/1.1 or HTTP/2 server, GOAWAY / `Connection: close` when kubegate drains |
-//! | `handle` | one request: upgrade, or body read whole, shaped, dispatched, a watch followed |
+//! | `handle` | one request: its dispatch rule, upgrade, or body read whole, shaped, dispatched, a watch followed |
+//! | `rules` | `dispatch:` compiled: the rule a request falls under, its backends, its limits |
 //! | `served` | what serving leaves for the operator: the sender counted for the status page, the replica that answered, the access log's line |
 //! | `request` | shaping a request for the backends: identity headers, hop-by-hop headers, the URI, the held body |
 //! | `dispatch` | placing a request on a backend and sending it; what comes back; retries where provably unprocessed |
@@ -37,6 +38,7 @@ mod mode;
 pub mod request;
 mod resets;
 mod retry;
+mod rules;
 mod served;
 mod status;
 mod tls;
@@ -45,3 +47,4 @@ mod watch;
 
 pub use listener::TerminateListener;
 pub use mode::{TerminateMode, Upstreams};
+pub use rules::Rules;

@@ -13,8 +13,9 @@
 //! ones stripped):
 //!
 //! - `kubegate-l7`: terminate mode, defaults; `kubegate-l7-refuse` the same with
-//!   `no_ready_backend: refuse`; `kubegate-l7-logged` (for the benchmark, not a failover peer)
-//!   the same with the access log on, every line written (JSON, no rate limit in reach).
+//!   `no_ready_backend: refuse`; for the benchmark, not failover peers: `kubegate-l7-logged`
+//!   the same with the access log on, every line written (JSON, no rate limit in reach), and
+//!   `kubegate-l7-rules` with 20 `dispatch` rules no request matches (what matching costs).
 //! - `envoy-l7`: HTTP connection manager, HTTP/2 upstream, `/readyz` checks, retries on connect
 //!   failure and refused streams (and resets before a response for GET), a Lua filter for the
 //!   identity headers.
@@ -120,7 +121,8 @@ pub fn prepare(
     std::fs::create_dir_all(dir).map_err(|e| Unavailable::Failed(e.into()))?;
     let mut admin = None;
     let command = match name {
-        "kubegate" | "kubegate-l7" | "kubegate-l7-refuse" | "kubegate-l7-logged" => {
+        "kubegate" | "kubegate-l7" | "kubegate-l7-refuse" | "kubegate-l7-logged"
+        | "kubegate-l7-rules" => {
             let a = free_addr();
             admin = Some(a);
             kubegate(name, dir, pki, backends, listen, a, threads)
@@ -151,7 +153,7 @@ pub fn start(
     wait_listening(listen, Duration::from_secs(15)).map_err(Unavailable::Failed)?;
     Ok(Gateway {
         listen,
-        terminates: L7.contains(&name) || name == "kubegate-l7-logged",
+        terminates: L7.contains(&name) || name.starts_with("kubegate-l7"),
         admin: prepared.admin,
         proc,
     })
@@ -187,6 +189,27 @@ fn kubegate(
     if name == "kubegate-l7-logged" {
         c.terminate.access_log.format = kubegate_config::AccessLogFormat::Json;
         c.terminate.access_log.max_per_second = u32::MAX;
+    }
+    if name == "kubegate-l7-rules" {
+        // Each rule fails late (the verb and the resource pass, the namespace does not), as a
+        // rule list written for other clients' traffic would.
+        c.dispatch = (0..20)
+            .map(|i| kubegate_config::DispatchRule {
+                name: Some(format!("bench-{i}")),
+                matches: kubegate_config::RuleMatch {
+                    verbs: vec!["get".into(), "list".into()],
+                    resources: vec!["configmaps".into()],
+                    namespaces: vec![format!("nobody-{i}")],
+                    ..Default::default()
+                },
+                backends: Vec::new(),
+                fallback: kubegate_config::Fallback::All,
+                limit: Some(kubegate_config::RuleLimit {
+                    max_in_flight: Some(100),
+                    ..Default::default()
+                }),
+            })
+            .collect();
     }
     if let Some(n) = threads {
         c.threads = n;

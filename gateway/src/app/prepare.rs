@@ -8,7 +8,7 @@ use crate::control::{self, upgrade, AdminTls, ControlParts, UpgradeState};
 use crate::net::{self, Serve};
 use crate::passthrough::Passthrough;
 use crate::state::{probe_settings, ClientListener, Gateway};
-use crate::terminate::{TerminateListener, TerminateMode};
+use crate::terminate::{Rules, TerminateListener, TerminateMode};
 use kubegate_config::{load_file_with, Config, ListenerMode};
 use std::net::TcpListener;
 use std::path::Path;
@@ -53,8 +53,10 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
         .iter()
         .any(|l| l.mode == ListenerMode::Terminate)
     {
+        // The rules are compiled once the gateway's metrics exist (below).
         Some(Arc::new(
-            TerminateMode::new(&config.upstream).map_err(|e| anyhow::anyhow!("upstream: {e}"))?,
+            TerminateMode::new(&config.upstream, Rules::default())
+                .map_err(|e| anyhow::anyhow!("upstream: {e}"))?,
         ))
     } else {
         None
@@ -121,6 +123,12 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
         descriptors.client_capacity(),
         counts,
     );
+    if let Some(t) = &terminate {
+        t.replace_rules(Rules::compile(
+            &gateway.config().load().dispatch,
+            &gateway.metrics().terminate,
+        ));
+    }
     Ok(Prepared {
         gateway,
         listeners,

@@ -14,7 +14,7 @@ use crate::control::files::check_files_and_tls;
 use crate::control::notify;
 use crate::state::{pool_settings, probe_settings, Gateway};
 use crate::telemetry::ReloadResult;
-use crate::terminate::{TerminateMode, Upstreams};
+use crate::terminate::{Rules, TerminateMode, Upstreams};
 use kubegate_config::{diff, load_str_with, Change, Config};
 use kubegate_health::ProbeSettings;
 use std::path::{Path, PathBuf};
@@ -89,6 +89,11 @@ fn apply(gw: &Gateway, terminate: Option<&TerminateMode>, p: Prepared) -> Vec<Ch
     }
     if let (Some(terminate), Some(upstreams)) = (terminate, p.upstreams) {
         terminate.replace(upstreams);
+    }
+    if let Some(terminate) = terminate {
+        if p.changes.contains(&Change::Setting("dispatch")) {
+            terminate.replace_rules(Rules::compile(&p.config.dispatch, &gw.metrics().terminate));
+        }
     }
     let pool = gw.pool();
     pool.reconfigure(pool_settings(&p.config), p.probes);

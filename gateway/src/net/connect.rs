@@ -28,8 +28,8 @@ pub trait Attempt {
     /// How an attempt failed.
     type Failure: Copy;
 
-    /// The load signal backends are compared by under `policy`.
-    fn load(policy: BalancePolicy) -> fn(&Backend) -> u64;
+    /// The load signal backends are compared by under `policy`, for this work.
+    fn load(&self, policy: BalancePolicy) -> fn(&Backend) -> u64;
 
     /// Tries `backend`.
     fn attempt(
@@ -65,7 +65,7 @@ pub async fn place<A: Attempt>(
         (c.balance, c.connect.attempts, c.no_ready_backend)
     };
     let pool = gw.pool();
-    let load = A::load(policy);
+    let load = work.load(policy);
     let mut last = None;
     for _ in 0..attempts {
         let table = pool.routing();

@@ -58,7 +58,7 @@ impl Attempt for Connects<'_> {
     type Failure = ConnectFailure;
 
     /// Open connections.
-    fn load(_: BalancePolicy) -> fn(&Backend) -> u64 {
+    fn load(&self, _: BalancePolicy) -> fn(&Backend) -> u64 {
         |b| b.planes().passthrough.open() as u64
     }
 

@@ -129,6 +129,10 @@ label! {
         BadRequest => "bad_request",
         /// A verified client certificate named no user (no CN): 401.
         Unauthenticated => "unauthenticated",
+        /// Its `dispatch` rule's limit was reached: 429 with `Retry-After`.
+        Limited => "limited",
+        /// Its `dispatch` rule's backends were not ready and its fallback is `none`: 503.
+        NoRuleBackend => "no_rule_backend",
     }
 }
 

@@ -6,6 +6,7 @@ use crate::state::{Gateway, Stream};
 use crate::telemetry::access_log::{self, Entry};
 use crate::terminate::h2client::ResponseStream;
 use crate::terminate::in_flight::InFlight;
+use crate::terminate::rules::Slot;
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Limited};
@@ -38,6 +39,15 @@ pub enum ResponseBody {
     Watch(WatchBody),
     /// Another body, written to the access log when it ends.
     Logged(Box<LoggedBody>),
+    /// Another body, whose request holds its `dispatch` rule's slot until the body ends.
+    Held(Box<(ResponseBody, Option<Slot>)>),
+}
+
+impl ResponseBody {
+    /// `inner`, holding `slot` until it ends (or the client goes).
+    pub fn held(inner: ResponseBody, slot: Slot) -> ResponseBody {
+        ResponseBody::Held(Box::new((inner, Some(slot))))
+    }
 }
 
 /// A response body whose request the access log records once the body ends (or the client
@@ -236,6 +246,13 @@ impl Body for ResponseBody {
                 }
                 polled
             }
+            ResponseBody::Held(h) => {
+                let polled = Pin::new(&mut h.0).poll_frame(cx);
+                if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
+                    h.1 = None;
+                }
+                polled
+            }
         }
     }
 
@@ -248,6 +265,7 @@ impl Body for ResponseBody {
             }
             ResponseBody::Watch(_) => false,
             ResponseBody::Logged(l) => l.inner.is_end_stream(),
+            ResponseBody::Held(h) => h.0.is_end_stream(),
         }
     }
 
@@ -258,6 +276,7 @@ impl Body for ResponseBody {
             ResponseBody::Relayed(r) => r.inner.size_hint(),
             ResponseBody::Watch(_) => SizeHint::default(),
             ResponseBody::Logged(l) => l.inner.size_hint(),
+            ResponseBody::Held(h) => h.0.size_hint(),
         }
     }
 }

@@ -69,8 +69,17 @@ impl Attempt for Forward<'_> {
     type Output = Answer;
     type Failure = AttemptFailure;
 
-    fn load(policy: BalancePolicy) -> fn(&Backend) -> u64 {
-        load_for(policy)
+    fn load(&self, policy: BalancePolicy) -> fn(&Backend) -> u64 {
+        match (self.class.long_running, policy) {
+            // A watch (or log stream) costs its replica what it holds for its whole life, not
+            // how busy the replica is now: spread by how many each holds. Placed by requests
+            // in flight, a rolling restart's resumed watches all went to the replica that had
+            // come back first (10,000 watches ended 9,797 / 203 / 0; docs/failover.md, Scale).
+            (Some(_), BalancePolicy::LeastConnections | BalancePolicy::PowerOfTwo) => {
+                |b| b.planes().terminate.long_running() as u64
+            }
+            _ => load_for(policy),
+        }
     }
 
     async fn attempt(&mut self, backend: &Arc<Backend>) -> Result<Answer, AttemptFailure> {
@@ -90,8 +99,10 @@ impl Attempt for Forward<'_> {
     }
 }
 
-/// in flight (ties rotate, so equal replicas share requests evenly); `power-of-two` compares two
-/// replicas by requests in flight weighted by their latency, so a slow replica gets less.
+/// The load signal of a terminate-mode request that is not long-running: `least-connections`
+/// compares requests in flight (ties rotate, so equal replicas share requests evenly);
+/// `power-of-two` compares two replicas by requests in flight weighted by their latency, so a
+/// slow replica gets less.
 pub fn load_for(policy: BalancePolicy) -> fn(&Backend) -> u64 {
     match policy {
         BalancePolicy::PowerOfTwo => |b| b.planes().terminate.load(),

@@ -12,6 +12,7 @@ use crate::terminate::dispatch::{dispatch, Answer};
 use crate::terminate::mode::{TerminateMode, Upstreams};
 use crate::terminate::request::{Client, Outgoing, Shaper};
 use crate::terminate::retry::may_retry;
+use crate::terminate::rules::{Facts, Refusal, Rule, Slot};
 use crate::terminate::served::{self, Served};
 use crate::terminate::status::{broken, status, unavailable};
 use crate::terminate::{upgrade, watch};
@@ -21,8 +22,8 @@ use http::{Request, Response, StatusCode};
 use http_body::Body as _;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use kubegate_config::AccessLogFormat;
-use kubegate_wire::classify::{classify, RequestClass, Verb};
+use kubegate_config::{AccessLogFormat, Fallback};
+use kubegate_wire::classify::{request_info, RequestClass, Verb};
 use kubegate_wire::framing::Framing;
 use kubegate_wire::position::resumed_query;
 use std::sync::Arc;
@@ -69,10 +70,27 @@ async fn serve(
         );
     }
     let upstreams = mode.upstreams();
-    let class = classify(req.method(), req.uri());
+    let info = request_info(req.method(), req.uri());
+    let class = info.class;
+    let rules = mode.rules();
+    let rule = rules
+        .rule_for(&Facts {
+            info,
+            path: req.uri().path(),
+            identity: client.identity.as_ref(),
+        })
+        .cloned();
+    let slot = match &rule {
+        Some(rule) => match rule.admit(Instant::now()) {
+            Ok(slot) => Some(slot),
+            Err(refusal) => return limited(&gw, rule, refusal),
+        },
+        None => None,
+    };
     if upgrade::requested(&req) {
         // Boxed, as every rarely taken path that awaits a large future: a future is as large
-        // as its largest await, and each request's is allocated and moved whole.
+        // as its largest await, and each request's is allocated and moved whole. An upgrade
+        // holds its rule's slot only until it is established, as any long-running request.
         return Box::pin(upgrade::proxy(&gw, &upstreams, client, req, class, served)).await;
     }
     let (parts, body) = req.into_parts();
@@ -93,7 +111,54 @@ async fn serve(
         // did not ask for are kept from it).
         outgoing = outgoing.with_query(&resumed_query(outgoing.client_query(), None, None));
     }
-    send(gw, upstreams, outgoing, class, served).await
+    let ruled = rule.map(|rule| Ruled { rule, slot });
+    send(gw, upstreams, outgoing, class, served, ruled).await
+}
+
+/// A request's dispatch rule and its place under the rule's limits.
+struct Ruled {
+    rule: Arc<Rule>,
+    slot: Option<Slot>,
+}
+
+/// The answer to a request its rule's limit refused: 429 with a `Status` and `Retry-After`,
+/// which client-go retries (never a reset).
+fn limited(gw: &Gateway, rule: &Rule, refusal: Refusal) -> Response<ResponseBody> {
+    gw.metrics()
+        .terminate
+        .request_failed(RequestFailure::Limited);
+    let (why, retry_after) = match refusal {
+        Refusal::InFlight => ("too many requests in flight", 1),
+        Refusal::Rate { retry_after } => (
+            "over its rate",
+            u32::try_from(retry_after.as_millis().div_ceil(1000))
+                .unwrap_or(u32::MAX)
+                .max(1),
+        ),
+    };
+    status(
+        StatusCode::TOO_MANY_REQUESTS,
+        "TooManyRequests",
+        &format!(
+            "Too many requests, please try again later: kubegate's dispatch rule {:?} is {why}",
+            rule.name
+        ),
+        Some(retry_after),
+    )
+}
+
+/// The addresses of the backends `rule` does not send to: placed as already tried, so that
+/// the balancer picks among the rule's own.
+fn outside(gw: &Gateway, rule: &Rule) -> Vec<std::net::SocketAddr> {
+    if rule.backends.is_empty() {
+        return Vec::new();
+    }
+    gw.pool()
+        .backends()
+        .iter()
+        .filter(|b| !rule.backends.contains(&b.info().name))
+        .map(|b| b.address)
+        .collect()
 }
 
 /// Reads a request body whole (a retry must be able to send it again), up to
@@ -133,15 +198,43 @@ async fn send(
     outgoing: Outgoing,
     class: RequestClass,
     served: &mut Served,
+    ruled: Option<Ruled>,
 ) -> Response<ResponseBody> {
     let metrics = &gw.metrics().terminate;
-    let mut tried = Vec::new();
-    let answer = dispatch(&gw, &upstreams, &outgoing, class, &mut tried).await;
+    let (rule, slot) = match ruled {
+        Some(Ruled { rule, slot }) => (Some(rule), slot),
+        None => (None, None),
+    };
+    let mut tried = rule.as_ref().map(|r| outside(&gw, r)).unwrap_or_default();
+    let mut elsewhere = tried.len();
+    let mut answer = dispatch(&gw, &upstreams, &outgoing, class, &mut tried).await;
+    if let (Err(Unplaced::NoBackend), Some(rule)) = (&answer, &rule) {
+        if elsewhere > 0 {
+            if rule.fallback == Fallback::None {
+                metrics.request_failed(RequestFailure::NoRuleBackend);
+                return unavailable(&format!(
+                    "none of the apiservers of kubegate's dispatch rule {:?} is ready",
+                    rule.name
+                ));
+            }
+            rule.fell_back();
+            tried.clear();
+            elsewhere = 0;
+            answer = dispatch(&gw, &upstreams, &outgoing, class, &mut tried).await;
+        }
+    }
     let answer = answer.map(|(replica, answer)| {
-        served.answered_by(replica, tried.len());
+        served.answered_by(replica, tried.len() - elsewhere);
         answer
     });
-    match answer {
+    // A long-running request counts against its rule's limit only until its response
+    // starts; any other until its body has been sent.
+    let slot = slot.filter(|_| class.long_running.is_none());
+    let hold = move |resp: Response<ResponseBody>| match slot {
+        Some(slot) => resp.map(|body| ResponseBody::held(body, slot)),
+        None => resp,
+    };
+    let resp = match answer {
         Ok(Answer::Whole(resp)) => resp,
         Ok(Answer::Streaming {
             resp,
@@ -181,5 +274,6 @@ async fn send(
             metrics.request_failed(RequestFailure::Unavailable);
             unavailable("no apiserver could take the request")
         }
-    }
+    };
+    hold(resp)
 }

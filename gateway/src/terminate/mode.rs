@@ -1,6 +1,8 @@
 //! Terminate mode's shared state: how it reaches the backends and whom it vouches for,
-//! replaced whole when the configuration or the front-proxy certificate changes.
+//! replaced whole when the configuration or the front-proxy certificate changes; and the
+//! compiled dispatch rules, replaced when `dispatch:` changes.
 
+use crate::terminate::rules::Rules;
 use crate::terminate::tls::UpstreamTls;
 use arc_swap::ArcSwap;
 use kubegate_config::UpstreamConfig;
@@ -10,6 +12,7 @@ use std::sync::Arc;
 /// Shared by every terminate-mode listener.
 pub struct TerminateMode {
     upstream: ArcSwap<Upstreams>,
+    rules: ArcSwap<Rules>,
 }
 
 /// Everything taken from `upstream`, replaced whole on a reload or a certificate change.
@@ -35,11 +38,22 @@ impl Upstreams {
 }
 
 impl TerminateMode {
-    /// From `upstream`.
-    pub fn new(upstream: &UpstreamConfig) -> Result<TerminateMode, String> {
+    /// From `upstream`, with `rules`.
+    pub fn new(upstream: &UpstreamConfig, rules: Rules) -> Result<TerminateMode, String> {
         Ok(TerminateMode {
             upstream: ArcSwap::from_pointee(Upstreams::load(upstream)?),
+            rules: ArcSwap::from_pointee(rules),
         })
+    }
+
+    /// New requests fall under `rules`; requests in flight keep their rule's slot.
+    pub fn replace_rules(&self, rules: Rules) {
+        self.rules.store(Arc::new(rules));
+    }
+
+    /// The rules new requests fall under.
+    pub fn rules(&self) -> Arc<Rules> {
+        self.rules.load_full()
     }
 
     /// New upstream connections use `upstreams`; open ones keep what they were made with.

@@ -150,7 +150,7 @@ impl Attempt for Connects<'_> {
     type Output = SendRequest<Empty<bytes::Bytes>>;
     type Failure = ();
 
-    fn load(policy: BalancePolicy) -> fn(&Backend) -> u64 {
+    fn load(&self, policy: BalancePolicy) -> fn(&Backend) -> u64 {
         load_for(policy)
     }
 

@@ -57,6 +57,17 @@ pub struct TerminateMetrics {
     /// `kubegate_access_log_dropped_total`: access log lines over `max_per_second` or that
     /// found the writer's queue full.
     pub access_log_dropped: IntCounter,
+    /// `kubegate_dispatch_requests_total{rule}`: requests each `dispatch` rule took.
+    pub dispatch_requests: IntCounterVec,
+    /// `kubegate_dispatch_limited_total{rule,limit}`: requests a rule's limit answered 429,
+    /// by the limit (`in_flight`, `rate`).
+    pub dispatch_limited: IntCounterVec,
+    /// `kubegate_dispatch_in_flight{rule}`: requests of each rule in flight (long-running ones
+    /// until their response starts).
+    pub dispatch_in_flight: IntGaugeVec,
+    /// `kubegate_dispatch_fallback_total{rule}`: requests sent to the whole pool because
+    /// none of their rule's backends was ready.
+    pub dispatch_fallback: IntCounterVec,
 }
 
 impl TerminateMetrics {
@@ -79,6 +90,10 @@ impl TerminateMetrics {
             watches_open: gauge(r, "kubegate_watches_open", "Terminate-mode watches kubegate follows across backends."),
             watch_resumes: counter_vec(r, "kubegate_watch_resumes_total", "Watches continued on another backend from their last position, by what stopped the upstream stream (ended, failed, drained).", &["cause"]),
             access_log_dropped: counter(r, "kubegate_access_log_dropped_total", "Access log lines not written: over terminate.access_log.max_per_second, or the writer's queue was full."),
+            dispatch_requests: counter_vec(r, "kubegate_dispatch_requests_total", "Terminate-mode requests each dispatch rule took.", &["rule"]),
+            dispatch_limited: counter_vec(r, "kubegate_dispatch_limited_total", "Requests a dispatch rule's limit answered 429, by limit (in_flight, rate).", &["rule", "limit"]),
+            dispatch_in_flight: gauge_vec(r, "kubegate_dispatch_in_flight", "Requests of each dispatch rule in flight (long-running ones until their response starts).", &["rule"]),
+            dispatch_fallback: counter_vec(r, "kubegate_dispatch_fallback_total", "Requests of a dispatch rule sent to the whole pool because none of the rule's backends was ready.", &["rule"]),
             watches_ended: counter_vec(r, "kubegate_watches_ended_total", "Followed watches that ended, by reason (client, timeout, expired, error, not_resumable_*, malformed).", &["reason"]),
         };
         for failure in AttemptFailure::ALL {

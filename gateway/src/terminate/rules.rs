@@ -1,0 +1,539 @@
+//! `dispatch:` compiled: which rule a request falls under, which backends it may go to, and
+//! whether its rule's limits let it through. Compiled once per configuration (the metric
+//! series of each rule resolved then); matching a request allocates nothing.
+//!
+//! Who sends a request is what its verified client certificate says (CN, O). A request
+//! kubegate cannot name the sender of (a bearer token, anonymous) never matches a rule that
+//! names users, groups or service accounts, whatever their `-` exclusions say.
+
+use crate::telemetry::TerminateMetrics;
+use kubegate_config::{DispatchRule, Fallback};
+use kubegate_wire::classify::RequestInfo;
+use kubegate_wire::identity::CertIdentity;
+use prometheus::{IntCounter, IntGauge};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The compiled rules of one configuration.
+#[derive(Default)]
+pub struct Rules {
+    rules: Vec<Arc<Rule>>,
+}
+
+/// One compiled rule.
+pub struct Rule {
+    /// Its name (`rule-N` when the configuration gives none).
+    pub name: String,
+    matcher: Matcher,
+    /// The backends its requests may go to, by name; empty: all.
+    pub backends: Vec<String>,
+    /// Where its requests go when none of `backends` is ready.
+    pub fallback: Fallback,
+    limiter: Option<Limiter>,
+    series: Series,
+}
+
+struct Series {
+    requests: IntCounter,
+    limited_in_flight: IntCounter,
+    limited_rate: IntCounter,
+    in_flight: IntGauge,
+    /// Requests sent to the whole pool because none of the rule's backends was ready.
+    fallback: IntCounter,
+}
+
+/// A request, as the rules see it.
+pub struct Facts<'a> {
+    /// Verb and target.
+    pub info: RequestInfo<'a>,
+    /// The path (for non-resource rules).
+    pub path: &'a str,
+    /// Who sent it, when its certificate says.
+    pub identity: Option<&'a CertIdentity>,
+}
+
+/// Why a request was not let through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The rule's `max_in_flight` requests are in flight.
+    InFlight,
+    /// The rule's rate is spent: a token comes back in `retry_after`.
+    Rate {
+        /// When to try again.
+        retry_after: Duration,
+    },
+}
+
+/// A request's place under its rule's `max_in_flight`; given back when dropped.
+pub struct Slot {
+    rule: Arc<Rule>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(l) = &self.rule.limiter {
+            l.in_flight.fetch_sub(1, Ordering::AcqRel);
+        }
+        self.rule.series.in_flight.dec();
+    }
+}
+
+impl Rules {
+    /// Compiles `rules`, their metric series in `metrics`.
+    pub fn compile(rules: &[DispatchRule], metrics: &TerminateMetrics) -> Rules {
+        Rules {
+            rules: rules
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    let name = r.name.clone().unwrap_or_else(|| format!("rule-{}", i + 1));
+                    let series = Series {
+                        requests: metrics.dispatch_requests.with_label_values(&[&name]),
+                        limited_in_flight: metrics
+                            .dispatch_limited
+                            .with_label_values(&[&name, "in_flight"]),
+                        limited_rate: metrics.dispatch_limited.with_label_values(&[&name, "rate"]),
+                        in_flight: metrics.dispatch_in_flight.with_label_values(&[&name]),
+                        fallback: metrics.dispatch_fallback.with_label_values(&[&name]),
+                    };
+                    Arc::new(Rule {
+                        name,
+                        matcher: Matcher::new(r),
+                        backends: r.backends.clone(),
+                        fallback: r.fallback,
+                        limiter: r.limit.as_ref().map(Limiter::new),
+                        series,
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// The first rule that matches `facts`.
+    pub fn rule_for(&self, facts: &Facts<'_>) -> Option<&Arc<Rule>> {
+        if self.rules.is_empty() {
+            return None;
+        }
+        let who = Who::of(facts.identity);
+        self.rules.iter().find(|r| r.matcher.matches(facts, &who))
+    }
+}
+
+impl Rule {
+    /// Counts the request and lets it through, or says why not.
+    pub fn admit(self: &Arc<Rule>, now: Instant) -> Result<Slot, Refusal> {
+        self.series.requests.inc();
+        if let Some(l) = &self.limiter {
+            if let Some(max) = l.max_in_flight {
+                let taken = l
+                    .in_flight
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                        (n < max).then_some(n + 1)
+                    });
+                if taken.is_err() {
+                    self.series.limited_in_flight.inc();
+                    return Err(Refusal::InFlight);
+                }
+            } else {
+                l.in_flight.fetch_add(1, Ordering::AcqRel);
+            }
+            if let Some(bucket) = &l.bucket {
+                let mut b = bucket.lock().unwrap_or_else(|e| e.into_inner());
+                if let Err(wait) = b.take(now) {
+                    drop(b);
+                    l.in_flight.fetch_sub(1, Ordering::AcqRel);
+                    self.series.limited_rate.inc();
+                    return Err(Refusal::Rate { retry_after: wait });
+                }
+            }
+        }
+        self.series.in_flight.inc();
+        Ok(Slot { rule: self.clone() })
+    }
+
+    /// Counts a request sent to the whole pool because none of the rule's backends was ready.
+    pub fn fell_back(&self) {
+        self.series.fallback.inc();
+    }
+}
+
+/// Who sent the request, as the rules compare it.
+struct Who<'a> {
+    user: Option<&'a str>,
+    groups: &'a [String],
+    /// `namespace`, `name` of a service account user.
+    service_account: Option<(&'a str, &'a str)>,
+}
+
+impl<'a> Who<'a> {
+    fn of(identity: Option<&'a CertIdentity>) -> Who<'a> {
+        let user = identity.map(|i| i.user.as_str());
+        Who {
+            user,
+            groups: identity.map_or(&[], |i| i.groups.as_slice()),
+            service_account: user
+                .and_then(|u| u.strip_prefix("system:serviceaccount:"))
+                .and_then(|rest| rest.split_once(':')),
+        }
+    }
+}
+
+/// One list of a match: values, `*`, and `-value` exclusions. Not given: anything.
+struct Values {
+    given: bool,
+    any: bool,
+    include: Vec<String>,
+    exclude: Vec<String>,
+}
+
+impl Values {
+    fn new(list: &[String]) -> Values {
+        let (exclude, include): (Vec<&String>, Vec<&String>) =
+            list.iter().partition(|v| v.starts_with('-'));
+        Values {
+            given: !list.is_empty(),
+            // Only exclusions: everything else.
+            any: include.is_empty() || include.iter().any(|v| *v == "*"),
+            include: include.into_iter().cloned().collect(),
+            exclude: exclude.into_iter().map(|v| v[1..].to_string()).collect(),
+        }
+    }
+
+    fn matches(&self, value: &str) -> bool {
+        !self.given
+            || ((self.any || self.include.iter().any(|v| v == value))
+                && !self.exclude.iter().any(|v| v == value))
+    }
+
+    /// For a set of values (a user's groups): one is included, none is excluded.
+    fn matches_any(&self, values: &[String]) -> bool {
+        !self.given
+            || ((self.any || values.iter().any(|g| self.include.contains(g)))
+                && !values.iter().any(|g| self.exclude.contains(g)))
+    }
+
+    fn matches_with(&self, one: impl Fn(&str) -> bool) -> bool {
+        !self.given
+            || ((self.any || self.include.iter().any(|v| one(v)))
+                && !self.exclude.iter().any(|v| one(v)))
+    }
+}
+
+struct Matcher {
+    verbs: Values,
+    api_groups: Values,
+    resources: Values,
+    namespaces: Values,
+    users: Values,
+    groups: Values,
+    service_accounts: Values,
+    non_resource_urls: Values,
+    /// Takes only resource requests (it names groups, resources or namespaces).
+    resource_only: bool,
+    /// Names who sends: a request from nobody kubegate can name does not match.
+    names_sender: bool,
+}
+
+impl Matcher {
+    fn new(r: &DispatchRule) -> Matcher {
+        let m = &r.matches;
+        Matcher {
+            verbs: Values::new(&m.verbs),
+            api_groups: Values::new(&m.api_groups),
+            resources: Values::new(&m.resources),
+            namespaces: Values::new(&m.namespaces),
+            users: Values::new(&m.users),
+            groups: Values::new(&m.groups),
+            service_accounts: Values::new(&m.service_accounts),
+            non_resource_urls: Values::new(&m.non_resource_urls),
+            resource_only: !(m.api_groups.is_empty()
+                && m.resources.is_empty()
+                && m.namespaces.is_empty()),
+            names_sender: !(m.users.is_empty()
+                && m.groups.is_empty()
+                && m.service_accounts.is_empty()),
+        }
+    }
+
+    fn matches(&self, f: &Facts<'_>, who: &Who<'_>) -> bool {
+        let target = &f.info.target;
+        let resource_request = target.api_group.is_some() && target.resource.is_some();
+        if (self.resource_only && !resource_request)
+            || (self.non_resource_urls.given && resource_request)
+            || (self.names_sender && who.user.is_none())
+        {
+            return false;
+        }
+        if !self.verbs.matches(f.info.class.verb.as_str()) {
+            return false;
+        }
+        if resource_request {
+            let group = target.api_group.unwrap_or("");
+            let resource = target.resource.unwrap_or("");
+            let sub = target.subresource;
+            if !self.api_groups.matches(group)
+                || !self
+                    .resources
+                    .matches_with(|rule| resource_matches(rule, resource, sub))
+                || !self.namespaces.matches(target.namespace.unwrap_or(""))
+            {
+                return false;
+            }
+        } else if !self
+            .non_resource_urls
+            .matches_with(|rule| url_matches(rule, f.path))
+        {
+            return false;
+        }
+        self.users.matches(who.user.unwrap_or(""))
+            && self.groups.matches_any(who.groups)
+            && self
+                .service_accounts
+                .matches_with(|rule| match (rule, who.service_account) {
+                    ("*", Some(_)) => true,
+                    (rule, Some((ns, name))) => rule
+                        .split_once(':')
+                        .is_some_and(|(rns, rname)| rns == ns && (rname == "*" || rname == name)),
+                    (_, None) => false,
+                })
+    }
+}
+
+/// `pods`, `pods/log`, `*/status`, `pods/*`, `*` against a resource and subresource.
+fn resource_matches(rule: &str, resource: &str, sub: Option<&str>) -> bool {
+    if rule == "*" {
+        return true;
+    }
+    match (rule.split_once('/'), sub) {
+        (None, None) => rule == resource,
+        (Some((r, s)), Some(sub)) => (r == "*" || r == resource) && (s == "*" || s == sub),
+        _ => false,
+    }
+}
+
+/// `/version` exactly, or `/apis/*` as a prefix.
+fn url_matches(rule: &str, path: &str) -> bool {
+    match rule.strip_suffix('*') {
+        Some(prefix) => path.starts_with(prefix),
+        None => rule == path,
+    }
+}
+
+/// A rule's limits.
+struct Limiter {
+    max_in_flight: Option<u32>,
+    in_flight: AtomicU32,
+    bucket: Option<Mutex<Bucket>>,
+}
+
+impl Limiter {
+    fn new(l: &kubegate_config::RuleLimit) -> Limiter {
+        Limiter {
+            max_in_flight: l.max_in_flight,
+            in_flight: AtomicU32::new(0),
+            bucket: l.rate.map(|rate| {
+                let burst = f64::from(l.burst.unwrap_or(0)).max(rate.ceil()).max(1.0);
+                Mutex::new(Bucket {
+                    rate,
+                    burst,
+                    tokens: burst,
+                    last: None,
+                })
+            }),
+        }
+    }
+}
+
+/// A token bucket: `rate` tokens a second, at most `burst` saved.
+struct Bucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    last: Option<Instant>,
+}
+
+impl Bucket {
+    /// Takes a token, or says how long until one is there.
+    fn take(&mut self, now: Instant) -> Result<(), Duration> {
+        if let Some(last) = self.last {
+            let earned = now.saturating_duration_since(last).as_secs_f64() * self.rate;
+            self.tokens = (self.tokens + earned).min(self.burst);
+        }
+        self.last = Some(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - self.tokens) / self.rate))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::{Method, Uri};
+    use kubegate_wire::classify::request_info;
+
+    fn rules(yaml: &str) -> Rules {
+        let rules: Vec<DispatchRule> = serde_yaml_ng::from_str(yaml).unwrap();
+        let metrics = TerminateMetrics::new(&prometheus::Registry::new());
+        Rules::compile(&rules, &metrics)
+    }
+
+    /// The name of the rule `method path` from `user` (groups after `/`) falls under.
+    fn rule_of(rules: &Rules, method: &str, path: &str, user: Option<&str>) -> Option<String> {
+        let uri: Uri = path.parse().unwrap();
+        let method: Method = method.parse().unwrap();
+        let identity = user.map(|u| {
+            let mut parts = u.split('/');
+            CertIdentity {
+                user: parts.next().unwrap().to_string(),
+                groups: parts.map(str::to_string).collect(),
+            }
+        });
+        let facts = Facts {
+            info: request_info(&method, &uri),
+            path: uri.path(),
+            identity: identity.as_ref(),
+        };
+        rules.rule_for(&facts).map(|r| r.name.clone())
+    }
+
+    const RULES: &str = r#"
+- name: kcm-reads
+  match: {verbs: [list, watch], users: [system:kube-controller-manager]}
+  backends: [a]
+- name: not-kube-system-pods
+  match: {resources: [pods], namespaces: ["-kube-system"]}
+  backends: [b]
+- name: status
+  match: {resources: ["*/status"], verbs: ["*", "-get"]}
+  backends: [a]
+- name: logs
+  match: {resources: ["pods/*"]}
+  backends: [b]
+- name: ci
+  match: {service_accounts: ["ci:*"]}
+  limit: {max_in_flight: 1}
+- name: masters-not
+  match: {groups: ["-system:masters"], api_groups: [apps]}
+  backends: [a]
+- name: version
+  match: {non_resource_urls: [/version, /openapi/*]}
+  backends: [b]
+"#;
+
+    #[test]
+    fn the_first_matching_rule_decides() {
+        let r = rules(RULES);
+        let kcm = Some("system:kube-controller-manager");
+        let at = |m, p, u| rule_of(&r, m, p, u);
+        assert_eq!(at("GET", "/api/v1/pods", kcm).as_deref(), Some("kcm-reads"));
+        assert_eq!(
+            at("GET", "/api/v1/pods?watch=1", kcm).as_deref(),
+            Some("kcm-reads")
+        );
+        // A get is not a list: the next rule takes it.
+        assert_eq!(
+            at("GET", "/api/v1/namespaces/x/pods/p", kcm).as_deref(),
+            Some("not-kube-system-pods")
+        );
+        // Excluded namespace.
+        assert_eq!(
+            at("GET", "/api/v1/namespaces/kube-system/pods/p", kcm),
+            None
+        );
+        // Subresources: */status for every verb but get; pods/* for any pod subresource.
+        assert_eq!(
+            at("PUT", "/api/v1/namespaces/x/pods/p/status", None).as_deref(),
+            Some("status")
+        );
+        assert_eq!(
+            at("GET", "/api/v1/namespaces/x/pods/p/status", None).as_deref(),
+            Some("logs")
+        );
+        assert_eq!(
+            at("GET", "/api/v1/namespaces/x/pods/p/log", None).as_deref(),
+            Some("logs")
+        );
+        // Service accounts, by namespace.
+        assert_eq!(
+            at(
+                "GET",
+                "/api/v1/namespaces/x/configmaps",
+                Some("system:serviceaccount:ci:runner")
+            )
+            .as_deref(),
+            Some("ci")
+        );
+        assert_eq!(
+            at(
+                "GET",
+                "/api/v1/namespaces/x/configmaps",
+                Some("system:serviceaccount:prod:runner")
+            ),
+            None
+        );
+        // Group exclusion: anyone but a master, and only with an identity kubegate knows.
+        assert_eq!(
+            at("GET", "/apis/apps/v1/deployments", Some("alice/dev")).as_deref(),
+            Some("masters-not")
+        );
+        assert_eq!(
+            at(
+                "GET",
+                "/apis/apps/v1/deployments",
+                Some("root/system:masters")
+            ),
+            None
+        );
+        assert_eq!(at("GET", "/apis/apps/v1/deployments", None), None);
+        // Non-resource paths, exact and by prefix; a resource rule never takes them.
+        assert_eq!(at("GET", "/version", None).as_deref(), Some("version"));
+        assert_eq!(at("GET", "/openapi/v3", None).as_deref(), Some("version"));
+        assert_eq!(at("GET", "/healthz", None), None);
+    }
+
+    #[test]
+    fn no_rule_no_match() {
+        assert!(rule_of(&Rules::default(), "GET", "/api/v1/pods", None).is_none());
+    }
+
+    #[test]
+    fn max_in_flight_counts_until_the_slot_is_given_back() {
+        let r = rules("- match: {verbs: ['*']}\n  limit: {max_in_flight: 2}");
+        let rule = r.rules[0].clone();
+        let now = Instant::now();
+        let a = rule.admit(now).unwrap();
+        let _b = rule.admit(now).unwrap();
+        assert_eq!(rule.admit(now).err(), Some(Refusal::InFlight));
+        drop(a);
+        assert!(rule.admit(now).is_ok());
+    }
+
+    #[test]
+    fn the_rate_lets_a_burst_through_then_one_per_interval() {
+        let r = rules("- match: {verbs: ['*']}\n  limit: {rate: 2, burst: 3}");
+        let rule = r.rules[0].clone();
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            drop(rule.admit(t0).unwrap());
+        }
+        match rule.admit(t0) {
+            Err(Refusal::Rate { retry_after }) => {
+                assert!(
+                    retry_after > Duration::from_millis(400)
+                        && retry_after <= Duration::from_millis(500),
+                    "{retry_after:?}"
+                )
+            }
+            other => panic!("{:?}", other.err()),
+        }
+        // Half a second later one token is back, and only one.
+        let t1 = t0 + Duration::from_millis(500);
+        drop(rule.admit(t1).unwrap());
+        assert!(matches!(rule.admit(t1), Err(Refusal::Rate { .. })));
+    }
+}

@@ -1,0 +1,225 @@
+//! End-to-end tests of terminate mode's `dispatch:` rules: real `kubegate` and `kubegate-sim`
+//! processes, clients with certificates of their own. Which replica answered is read from the
+//! simulator's `X-Kubegate-Sim-Replica` header.
+//!
+//! 1. `rules_route_by_who_and_what_and_fall_back_as_configured`: a user's LISTs go to the
+//!    rule's replica, its other requests anywhere; with that replica not ready they go to the
+//!    others (`fallback: all`), and after a reload to `fallback: none` they are answered 503.
+//! 2. `a_limited_identity_gets_429_with_retry_after_and_watches_hold_no_slot`: a rate and a
+//!    max-in-flight limit answer 429 with a `Status` and `Retry-After`; a watch holds its slot
+//!    only while it is established; other users are not limited.
+//! 3. `check_names_a_bad_rule_with_its_position`.
+
+use kubegate_config::{DispatchRule, Fallback};
+use kubegate_e2e::*;
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+fn rules(yaml: &str) -> Vec<DispatchRule> {
+    serde_yaml_ng::from_str(yaml).unwrap()
+}
+
+fn replica(r: &Response) -> String {
+    r.header("x-kubegate-sim-replica")
+        .unwrap_or("<none>")
+        .to_string()
+}
+
+const LISTS: &str = "/api/v1/namespaces/default/configmaps";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_route_by_who_and_what_and_fall_back_as_configured() {
+    let routing = rules(
+        "- name: dev-lists\n  match: {verbs: [list], users: [dev-user]}\n  backends: [replica-3]\n",
+    );
+    let bed = Cluster::new()
+        .replicas(3)
+        .terminate()
+        .configure(move |c| c.dispatch = routing)
+        .start();
+    let (kg, pki) = (&bed.kg, &bed.pki);
+    let (crt, key) = pki.client_in("dev", "dev-user", &["dev"]);
+    let mut dev = Conn::open_as(kg.listen, pki, true, &crt, &key)
+        .await
+        .unwrap();
+    let mut lists = HashSet::new();
+    let mut gets = HashSet::new();
+    for _ in 0..9 {
+        let r = dev.get(LISTS).await.unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        lists.insert(replica(&r));
+        let r = dev.get("/version").await.unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        gets.insert(replica(&r));
+    }
+    assert_eq!(lists, HashSet::from(["replica-3".to_string()]));
+    assert!(gets.len() >= 2, "other requests go anywhere: {gets:?}");
+    // Someone else's LISTs are not the rule's.
+    let mut admin = kg.connect(pki, true).await.unwrap();
+    let others: HashSet<String> = {
+        let mut s = HashSet::new();
+        for _ in 0..9 {
+            s.insert(replica(&admin.get(LISTS).await.unwrap()));
+        }
+        s
+    };
+    assert!(others.len() >= 2, "{others:?}");
+    assert!(kg.metric(r#"kubegate_dispatch_requests_total{rule="dev-lists"}"#) >= 9.0);
+
+    // The rule's replica not ready: fallback all sends its LISTs to the others.
+    bed.sims[2].force_check("etcd", true);
+    kg.wait_state("replica-3", "not_ready", Duration::from_secs(30));
+    let r = dev.get(LISTS).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_ne!(replica(&r), "replica-3");
+    assert!(kg.metric(r#"kubegate_dispatch_fallback_total{rule="dev-lists"}"#) >= 1.0);
+
+    // Reloaded with fallback none: 503 from kubegate, naming the rule.
+    let mut config = bed.config.clone();
+    config.dispatch[0].fallback = Fallback::None;
+    kg.rewrite(&config);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let r = loop {
+        let r = dev.get(LISTS).await.unwrap();
+        if r.status == 503 {
+            break r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the reload took no effect: {}",
+            r.status
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(r.text().contains("dev-lists"), "{}", r.text());
+    assert!(kg.metric(r#"kubegate_requests_failed_total{reason="no_rule_backend"}"#) >= 1.0);
+    // Other requests are untouched.
+    assert_eq!(dev.get("/version").await.unwrap().status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limited_identity_gets_429_with_retry_after_and_watches_hold_no_slot() {
+    let limits = rules(concat!(
+        "- name: ci\n  match: {users: [ci-bot]}\n  limit: {rate: 1, burst: 2}\n",
+        "- name: one-at-a-time\n  match: {users: [watcher]}\n  limit: {max_in_flight: 1}\n",
+    ));
+    let bed = Cluster::new()
+        .replicas(2)
+        .etcd()
+        .terminate()
+        .configure(move |c| c.dispatch = limits)
+        .start();
+    let (kg, pki) = (&bed.kg, &bed.pki);
+
+    // The rate: the burst of two passes, then 429 with a Status and Retry-After (a slow
+    // machine may earn a token back meanwhile: asked until refused).
+    let (crt, key) = pki.client_in("ci", "ci-bot", &["ci"]);
+    let mut ci = Conn::open_as(kg.listen, pki, true, &crt, &key)
+        .await
+        .unwrap();
+    let mut passed = 0;
+    let refused = loop {
+        let r = ci.get(LISTS).await.unwrap();
+        if r.status != 200 {
+            break r;
+        }
+        passed += 1;
+        assert!(passed < 20, "never limited");
+    };
+    assert!(passed >= 2, "the burst is 2: {passed} passed");
+    let refused = &refused;
+    assert_eq!(refused.status, 429, "{}", refused.text());
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    let status: serde_json::Value = serde_json::from_slice(&refused.body).unwrap();
+    assert_eq!(status["kind"], "Status");
+    assert_eq!(status["reason"], "TooManyRequests");
+    assert_eq!(status["details"]["retryAfterSeconds"], 1);
+    assert!(kg.metric(r#"kubegate_dispatch_limited_total{limit="rate",rule="ci"}"#) >= 1.0);
+    // The connection is fine: after Retry-After, the next request passes.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(ci.get(LISTS).await.unwrap().status, 200);
+    // Another user is not limited.
+    let mut admin = kg.connect(pki, true).await.unwrap();
+    for _ in 0..5 {
+        assert_eq!(admin.get(LISTS).await.unwrap().status, 200);
+    }
+
+    // max_in_flight 1: an open watch holds no slot once established...
+    let (crt, key) = pki.client_in("watcher", "watcher", &["dev"]);
+    let mut w = Conn::open_as(kg.listen, pki, true, &crt, &key)
+        .await
+        .unwrap();
+    let watch = w.stream(&format!("{LISTS}?watch=1")).await.unwrap();
+    assert_eq!(watch.status, 200);
+    let mut other = Conn::open_as(kg.listen, pki, true, &crt, &key)
+        .await
+        .unwrap();
+    assert_eq!(other.get(LISTS).await.unwrap().status, 200);
+    // ...while a slow request does: the second one meanwhile is refused.
+    for s in &bed.sims {
+        s.set_latency_ms(5000);
+    }
+    let slow = tokio::spawn(async move { w.get(LISTS).await.unwrap().status });
+    let in_flight = r#"kubegate_dispatch_in_flight{rule="one-at-a-time"}"#;
+    wait_for(
+        "the slow request in flight",
+        Duration::from_secs(10),
+        || (kg.metric(in_flight) == 1.0).then_some(()),
+    );
+    let refused = other.get(LISTS).await.unwrap();
+    assert_eq!(refused.status, 429, "{}", refused.text());
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    assert!(
+        refused.text().contains("one-at-a-time"),
+        "{}",
+        refused.text()
+    );
+    assert_eq!(slow.await.unwrap(), 200);
+    assert!(
+        kg.metric(r#"kubegate_dispatch_limited_total{limit="in_flight",rule="one-at-a-time"}"#)
+            >= 1.0
+    );
+    // The watch is still open, and holds no slot.
+    assert_eq!(
+        kg.metric(r#"kubegate_dispatch_in_flight{rule="one-at-a-time"}"#),
+        0.0
+    );
+    drop(watch);
+}
+
+#[test]
+fn check_names_a_bad_rule_with_its_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let fp = pki.front_proxy();
+    let (crt, key) = pki.serving("kubegate");
+    let text = format!(
+        "listeners:\n  - address: 127.0.0.1:6443\n    mode: terminate\n    tls:\n      cert_file: {}\n      key_file: {}\nupstream:\n  front_proxy:\n    cert_file: {}\n    key_file: {}\nbackends:\n  - name: a\n    address: 127.0.0.1:7001\nhealth:\n  tls:\n    ca_file: {}\ndispatch:\n  - match:\n      verbs: [list, fetch]\n    backends: [a, b]\n",
+        crt.display(),
+        key.display(),
+        fp.cert.display(),
+        fp.key.display(),
+        pki.ca_file().display()
+    );
+    let path = dir.path().join("kubegate.yaml");
+    std::fs::write(&path, text).unwrap();
+    let out = std::process::Command::new(bin("kubegate"))
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(
+        lines[0].starts_with(&format!("{}:19:21: ", path.display()))
+            && lines[0].contains("unknown verb \"fetch\""),
+        "{err}"
+    );
+    assert!(
+        lines[1].starts_with(&format!("{}:20:19: ", path.display()))
+            && lines[1].contains("no backend is named \"b\""),
+        "{err}"
+    );
+}
