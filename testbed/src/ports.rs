@@ -6,8 +6,32 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
+/// Ports handed out lie below Linux's ephemeral range (32768–60999 by default): a port the
+/// kernel picks for `bind(0)` is one it may give the next outgoing connection, which then holds
+/// it when the process meant to listen there starts (a replica that never listened, in a test
+/// under heavy traffic). Each process starts at its own place in the range and walks it.
+const PORTS: std::ops::Range<u16> = 20_000..32_000;
+
 /// A loopback port that was free a moment ago.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let span = u32::from(PORTS.end - PORTS.start);
+    let start = {
+        let seed = std::process::id().wrapping_mul(2_654_435_761)
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+        seed % span
+    };
+    let _ = NEXT.compare_exchange(u32::MAX, start, Ordering::AcqRel, Ordering::Acquire);
+    for _ in 0..span {
+        let offset = NEXT.fetch_add(1, Ordering::AcqRel) % span;
+        let port = PORTS.start + offset as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
