@@ -28,6 +28,27 @@ pub fn find() -> Option<PathBuf> {
 
 fn classify(stderr: &str) -> ErrorClass {
     let s = stderr.to_lowercase();
+    // An answer from the server: its reason says what it was, whatever its message quotes (an
+    // apiserver without etcd answers 500 with "connect: connection refused" in the message).
+    if let Some(at) = s.find("error from server (") {
+        let reason = &s[at + "error from server (".len()..];
+        return if reason.starts_with("toomanyrequests") {
+            ErrorClass::Http429
+        } else if [
+            "internalerror",
+            "serviceunavailable",
+            "timeout",
+            "servertimeout",
+            "badgateway",
+        ]
+        .iter()
+        .any(|r| reason.starts_with(r))
+        {
+            ErrorClass::Http5xx
+        } else {
+            ErrorClass::Other
+        };
+    }
     if s.contains("connection refused") {
         ErrorClass::Refused
     } else if s.contains("timeout") || s.contains("deadline") {
@@ -156,5 +177,32 @@ pub async fn watch(kubectl: PathBuf, kubeconfig: PathBuf, rec: Arc<Recorder>, st
             }
         }
         tokio::time::sleep(Duration::from_millis(800)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_servers_reason_decides_over_what_its_message_quotes() {
+        assert_eq!(
+            classify("Error from server (InternalError): Internal error occurred: dial tcp 127.0.0.1:2379: connect: connection refused"),
+            ErrorClass::Http5xx
+        );
+        assert_eq!(
+            classify(
+                "Error from server (TooManyRequests): the server has received too many requests"
+            ),
+            ErrorClass::Http429
+        );
+        assert_eq!(
+            classify("The connection to the server 127.0.0.1:6443 was refused - did you specify the right host or port?\ndial tcp 127.0.0.1:6443: connect: connection refused"),
+            ErrorClass::Refused
+        );
+        assert_eq!(
+            classify("Error from server (NotFound): configmaps \"x\" not found"),
+            ErrorClass::Other
+        );
     }
 }
