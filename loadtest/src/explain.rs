@@ -292,8 +292,9 @@ mod tests {
 
     #[test]
     fn outside_every_window_or_without_a_mechanism_is_unexplained() {
+        // The window (10–20 s) and its aftermath end at 40 s.
         let outside = attribute(
-            40_000,
+            40_001,
             Failure::Request(ErrorClass::Reset),
             &window(Fault::Crash),
             false,

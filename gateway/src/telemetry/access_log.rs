@@ -80,13 +80,8 @@ fn writer() -> &'static Writer {
                     let _ = out.write_all(line.as_bytes());
                     // Flush once the queue is empty: lines in bursts, each at most a moment
                     // late.
-                    loop {
-                        match rx.try_recv() {
-                            Ok(more) => {
-                                let _ = out.write_all(more.as_bytes());
-                            }
-                            Err(_) => break,
-                        }
+                    while let Ok(more) = rx.try_recv() {
+                        let _ = out.write_all(more.as_bytes());
                     }
                     let _ = out.flush();
                 }
