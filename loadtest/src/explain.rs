@@ -207,24 +207,32 @@ impl Attributed {
     }
 }
 
-/// Attributes `failure` at `at_ms` to the latest fault whose window (and aftermath) covers it.
+/// Attributes `failure` at `at_ms` to a fault whose window (and aftermath) covers it and
+/// whose mechanism explains it, the latest first: windows overlap (a crash during another
+/// replica's etcd loss), and the failure is the doing of the one that can cause it.
 pub fn attribute(
     at_ms: u64,
     failure: Failure,
     windows: &[FaultWindow],
     terminating: bool,
 ) -> Attributed {
-    let window = windows
+    let mut covering: Vec<&FaultWindow> = windows
         .iter()
         .filter(|w| at_ms + 500 >= w.from_ms && at_ms <= w.to_ms + AFTERMATH_MS)
-        .max_by_key(|w| w.from_ms);
+        .collect();
+    covering.sort_by_key(|w| std::cmp::Reverse(w.from_ms));
+    let explained = covering
+        .iter()
+        .find_map(|w| mechanism(w.fault, failure, terminating).map(|m| (*w, m)));
+    let (window, mechanism) = match explained {
+        Some((w, m)) => (Some(w), Some(m.to_string())),
+        None => (covering.first().copied(), None),
+    };
     Attributed {
         at_ms,
         failure: failure.label(),
         fault: window.map(|w| w.label.clone()),
-        mechanism: window
-            .and_then(|w| mechanism(w.fault, failure, terminating))
-            .map(str::to_string),
+        mechanism,
     }
 }
 
@@ -311,5 +319,40 @@ mod tests {
         let e = Explanation::of([outside, unrelated]);
         assert_eq!(e.unexplained.len(), 2);
         assert!(e.explained.is_empty());
+    }
+
+    #[test]
+    fn of_overlapping_windows_the_one_that_can_cause_it_explains_it() {
+        let windows = vec![
+            FaultWindow {
+                from_ms: 10_000,
+                to_ms: 20_000,
+                fault: Fault::NotReady,
+                label: "not ready".into(),
+            },
+            FaultWindow {
+                from_ms: 15_000,
+                to_ms: 16_000,
+                fault: Fault::Freeze,
+                label: "freeze".into(),
+            },
+        ];
+        // A 500 during the freeze: a replica without etcd answers 500, a frozen one does not.
+        let a = attribute(
+            15_500,
+            Failure::Request(ErrorClass::Http5xx),
+            &windows,
+            false,
+        );
+        assert_eq!(a.fault.as_deref(), Some("not ready"));
+        assert!(!a.unexplained());
+        // A timeout: the freeze's.
+        let a = attribute(
+            15_500,
+            Failure::Request(ErrorClass::Timeout),
+            &windows,
+            false,
+        );
+        assert_eq!(a.fault.as_deref(), Some("freeze"));
     }
 }
