@@ -49,6 +49,15 @@ fn classify(stderr: &str) -> ErrorClass {
             ErrorClass::Other
         };
     }
+    // kubectl's words for a server's 5xx when it does not print "Error from server" (`create`
+    // prints "failed to create ...: Internal error occurred: ..."; discovery's body may not be
+    // a Status), which may quote the server's own dial errors.
+    if s.contains("internal error occurred")
+        || s.contains("an error on the server")
+        || s.contains("the server is currently unable")
+    {
+        return ErrorClass::Http5xx;
+    }
     if s.contains("connection refused") {
         ErrorClass::Refused
     } else if s.contains("timeout") || s.contains("deadline") {
@@ -84,7 +93,20 @@ async fn once(kubectl: &Path, kubeconfig: &Path, args: &[String]) -> Option<Erro
         .output()
         .await
         .ok()?;
-    (!out.status.success()).then(|| classify(&String::from_utf8_lossy(&out.stderr)))
+    if out.status.success() {
+        return None;
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // What kubectl said, beside the run's other logs: the report has only its class.
+    if let Ok(mut log) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(kubeconfig.with_file_name("kubectl-errors.log"))
+    {
+        use std::io::Write;
+        let _ = writeln!(log, "kubectl {}: {}", args.join(" "), stderr.trim());
+    }
+    Some(classify(&stderr))
 }
 
 /// `kubectl get configmaps` every second, and `kubectl create configmap` every two.
@@ -186,6 +208,14 @@ mod tests {
 
     #[test]
     fn the_servers_reason_decides_over_what_its_message_quotes() {
+        assert_eq!(
+            classify("error: failed to create configmap: Internal error occurred: dial tcp 127.0.0.1:2379: connect: connection refused"),
+            ErrorClass::Http5xx
+        );
+        assert_eq!(
+            classify("couldn't get current server API group list: an error on the server (\"dial tcp 127.0.0.1:2379: connect: connection refused\") has prevented the request from succeeding"),
+            ErrorClass::Http5xx
+        );
         assert_eq!(
             classify("Error from server (InternalError): Internal error occurred: dial tcp 127.0.0.1:2379: connect: connection refused"),
             ErrorClass::Http5xx
