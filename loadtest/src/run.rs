@@ -123,17 +123,7 @@ async fn one(
         tls: cp.tls().clone(),
     };
     // Let the gateway find its backends ready before traffic starts.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if traffic::seed(&target).await.is_ok() {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "{gateway} did not pass traffic within 20 s"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    traffic::seed_when_ready(&target, gateway).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let start = Instant::now();

@@ -99,14 +99,7 @@ async fn one(
         addr: gw.listen,
         tls: cp.tls().clone(),
     };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while traffic::seed(&target).await.is_err() {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "{gateway} did not pass traffic within 20 s"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    traffic::seed_when_ready(&target, gateway).await?;
     let start = Instant::now();
     let pid = gw
         .pid()

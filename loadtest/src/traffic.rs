@@ -455,6 +455,19 @@ pub async fn watcher(target: Target, rec: Arc<Recorder>, stop: Stop) {
     }
 }
 
+/// Seeds through `target` until it passes traffic (its backends found ready), up to 20 s.
+pub async fn seed_when_ready(target: &Target, gateway: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while seed(target).await.is_err() {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{gateway} did not pass traffic within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
 /// Creates the namespace's seed objects through `target`.
 pub async fn seed(target: &Target) -> anyhow::Result<()> {
     let mut conn = None;
