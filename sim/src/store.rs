@@ -13,7 +13,7 @@ pub use etcd::EtcdStore;
 pub use memory::MemoryStore;
 
 use async_trait::async_trait;
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 
 /// One stored key.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,4 +105,62 @@ pub trait Store: Send + Sync + 'static {
     async fn watch(&self, prefix: &str, after: i64) -> Result<EventStream, StoreError>;
     /// The current revision (also a health check).
     async fn revision(&self) -> Result<i64, StoreError>;
+}
+
+impl StoreEvent {
+    /// The key it changed.
+    pub fn key(&self) -> &str {
+        match self {
+            StoreEvent::Put { kv, .. } => &kv.key,
+            StoreEvent::Delete { prev, .. } => &prev.key,
+        }
+    }
+}
+
+/// A watch's stream, for stores that keep history and broadcast live changes: `backlog` (the
+/// changes after `after` already made, oldest first), then every live change under `prefix`
+/// newer than what was sent. A watcher too slow for the broadcast gets `Compacted` and ends, as
+/// etcd ends a watcher that falls behind.
+fn stream_from(
+    backlog: Vec<StoreEvent>,
+    mut live: broadcast::Receiver<StoreEvent>,
+    after: i64,
+    prefix: &str,
+) -> EventStream {
+    let prefix = prefix.to_string();
+    let (tx, rx) = mpsc::channel(256);
+    tokio::spawn(async move {
+        let mut last = after;
+        for e in backlog {
+            last = e.revision();
+            if tx.send(Ok(e)).await.is_err() {
+                return;
+            }
+        }
+        loop {
+            tokio::select! {
+                e = live.recv() => match e {
+                    Ok(e) if e.revision() > last && e.key().starts_with(&prefix) => {
+                        last = e.revision();
+                        if tx.send(Ok(e)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        let _ = tx
+                            .send(Err(StoreError::Compacted {
+                                requested: last,
+                                compacted: last + 1,
+                            }))
+                            .await;
+                        return;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+                _ = tx.closed() => return,
+            }
+        }
+    });
+    rx
 }

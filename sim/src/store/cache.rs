@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::broadcast;
 
 /// How many changes a resource's cache keeps for watches that resume within its window.
 const HISTORY: usize = 10_000;
@@ -148,7 +148,7 @@ impl Store for WatchCache {
     }
 
     async fn watch(&self, prefix: &str, after: i64) -> Result<EventStream, StoreError> {
-        let (replay, mut live) = {
+        let (replay, live) = {
             let w = self.cacher.window();
             let Some(w) = w.as_ref() else {
                 return Err(StoreError::Unavailable(
@@ -167,60 +167,16 @@ impl Store for WatchCache {
                 .iter()
                 .rev()
                 .take_while(|e| e.revision() > after)
-                .filter(|e| under(e, prefix))
+                .filter(|e| e.key().starts_with(prefix))
                 .cloned()
                 .collect();
             replay.reverse();
             (replay, self.cacher.live.subscribe())
         };
-        let prefix = prefix.to_string();
-        let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(async move {
-            let mut last = after;
-            for e in replay {
-                last = e.revision();
-                if tx.send(Ok(e)).await.is_err() {
-                    return;
-                }
-            }
-            loop {
-                tokio::select! {
-                    e = live.recv() => match e {
-                        Ok(e) if e.revision() > last && under(&e, &prefix) => {
-                            last = e.revision();
-                            if tx.send(Ok(e)).await.is_err() {
-                                return;
-                            }
-                        }
-                        Ok(_) => {}
-                        Err(broadcast::error::RecvError::Lagged(_)) => {
-                            let _ = tx
-                                .send(Err(StoreError::Compacted {
-                                    requested: last,
-                                    compacted: last + 1,
-                                }))
-                                .await;
-                            return;
-                        }
-                        Err(broadcast::error::RecvError::Closed) => return,
-                    },
-                    _ = tx.closed() => return,
-                }
-            }
-        });
-        Ok(rx)
+        Ok(super::stream_from(replay, live, after, prefix))
     }
 
     async fn revision(&self) -> Result<i64, StoreError> {
         self.store.revision().await
     }
-}
-
-/// The event's key is under `prefix`.
-fn under(e: &StoreEvent, prefix: &str) -> bool {
-    let key = match e {
-        StoreEvent::Put { kv, .. } => &kv.key,
-        StoreEvent::Delete { prev, .. } => &prev.key,
-    };
-    key.starts_with(prefix)
 }

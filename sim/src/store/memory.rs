@@ -5,7 +5,7 @@ use super::{EventStream, Store, StoreError, StoreEvent, Stored};
 use async_trait::async_trait;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::broadcast;
 
 /// How many changes are kept for watches that resume from an older revision.
 const HISTORY: usize = 1000;
@@ -64,13 +64,6 @@ impl MemoryStore {
             }
         }
         let _ = self.live.send(event);
-    }
-}
-
-fn key_of(e: &StoreEvent) -> &str {
-    match e {
-        StoreEvent::Put { kv, .. } => &kv.key,
-        StoreEvent::Delete { prev, .. } => &prev.key,
     }
 }
 
@@ -137,8 +130,7 @@ impl Store for MemoryStore {
     }
 
     async fn watch(&self, prefix: &str, after: i64) -> Result<EventStream, StoreError> {
-        let (tx, rx) = mpsc::channel(256);
-        let (backlog, mut live) = {
+        let (backlog, live) = {
             let inner = self.lock();
             if after < inner.compacted {
                 return Err(StoreError::Compacted {
@@ -149,44 +141,13 @@ impl Store for MemoryStore {
             let backlog: Vec<StoreEvent> = inner
                 .history
                 .iter()
-                .filter(|e| e.revision() > after && key_of(e).starts_with(prefix))
+                .filter(|e| e.revision() > after && e.key().starts_with(prefix))
                 .cloned()
                 .collect();
             // Subscribing under the lock: no change can fall between backlog and live.
             (backlog, self.live.subscribe())
         };
-        let prefix = prefix.to_string();
-        tokio::spawn(async move {
-            let mut last = after;
-            for e in backlog {
-                last = e.revision();
-                if tx.send(Ok(e)).await.is_err() {
-                    return;
-                }
-            }
-            loop {
-                match live.recv().await {
-                    Ok(e) if e.revision() > last && key_of(&e).starts_with(&prefix) => {
-                        last = e.revision();
-                        if tx.send(Ok(e)).await.is_err() {
-                            return;
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        let _ = tx
-                            .send(Err(StoreError::Compacted {
-                                requested: last,
-                                compacted: last + 1,
-                            }))
-                            .await;
-                        return;
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return,
-                }
-            }
-        });
-        Ok(rx)
+        Ok(super::stream_from(backlog, live, after, prefix))
     }
 
     async fn revision(&self) -> Result<i64, StoreError> {
