@@ -90,6 +90,16 @@ async fn every_metric_in_dashboard_and_alerts_is_exported() {
     kg.wait_state("replica-2", "not_ready", Duration::from_secs(30));
     let mut conn = kg.connect(pki, true).await.unwrap();
     assert_eq!(conn.get("/version").await.unwrap().status, 200);
+    // A ready replica's version series exist once terminate mode has read its discovery.
+    wait_for(
+        "replica-1's version on /metrics",
+        Duration::from_secs(30),
+        || {
+            kg.admin_body("/metrics")
+                .contains("kubegate_backend_version_info{")
+                .then_some(())
+        },
+    );
     let exposition = kg.admin_body("/metrics");
     // The terminate-mode families follow Prometheus' naming rules too.
     let path = dir.path().join("metrics.txt");

@@ -34,7 +34,7 @@ pub use schema::{
     AccessLogConfig, AccessLogFormat, AdminConfig, BackendSpec, BalancePolicy, Config,
     ConnectConfig, DiscoveryConfig, DrainConfig, FlapDamping, FrontProxy, HealthConfig, HealthTls,
     KeepaliveConfig, LimitsConfig, ListenerMode, ListenerSpec, ListenerTls, NoReadyBackendPolicy,
-    ShutdownConfig, TerminateConfig, UpgradeConfig, UpstreamConfig, UpstreamTls,
+    ShutdownConfig, TerminateConfig, UpgradeConfig, UpstreamConfig, UpstreamTls, VersionSkewConfig,
 };
 pub use since::{keys_newer_than, parse_version, version_text, Version, ADDED};
 pub use tls::TlsVersion;

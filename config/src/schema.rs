@@ -274,6 +274,33 @@ pub struct TerminateConfig {
     pub trusted_proxies: Vec<crate::Cidr>,
     /// One line per request on standard output (off by default).
     pub access_log: AccessLogConfig,
+    /// Routing around replicas that serve different API group-versions (a control-plane
+    /// upgrade in progress).
+    pub version_skew: VersionSkewConfig,
+}
+
+/// What kubegate learns of each replica's version and served group-versions, and whether it
+/// routes by them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VersionSkewConfig {
+    /// Send a request for a group-version only to ready replicas that serve it (when any
+    /// does), and discovery requests to the newest version's replicas. Off: every replica
+    /// takes every request; versions are still learned and shown.
+    pub routing: bool,
+    /// How often each ready replica's `/version` and discovery are read again (a replica that
+    /// becomes ready is read at once).
+    #[serde(with = "crate::duration")]
+    pub refresh: Duration,
+}
+
+impl Default for VersionSkewConfig {
+    fn default() -> Self {
+        VersionSkewConfig {
+            routing: true,
+            refresh: Duration::from_secs(10),
+        }
+    }
 }
 
 /// The terminate-mode access log: one line per request (identity, verb, resource, namespace,
@@ -322,6 +349,7 @@ impl Default for TerminateConfig {
             rapid_reset_min_streams: 100,
             trusted_proxies: Vec::new(),
             access_log: AccessLogConfig::default(),
+            version_skew: VersionSkewConfig::default(),
         }
     }
 }

@@ -234,6 +234,11 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
     positive(&mut bad, "terminate.handshake_timeout", t.handshake_timeout);
     positive(
         &mut bad,
+        "terminate.version_skew.refresh",
+        t.version_skew.refresh,
+    );
+    positive(
+        &mut bad,
         "terminate.header_read_timeout",
         t.header_read_timeout,
     );

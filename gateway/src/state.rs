@@ -11,7 +11,8 @@ mod running;
 mod settings;
 
 pub use backends::{
-    Backend, Gauges, H2Conn, Killer, Kind, Planes, Pool, Registered, Relays, Stream, Upstream,
+    ApiSet, Backend, Gauges, H2Conn, Killer, Kind, Planes, Pool, Registered, Relays, Served,
+    ServedApis, Stream, Upstream,
 };
 pub use gateway::Gateway;
 pub use lifecycle::{Lifecycle, Phase};

@@ -3,8 +3,9 @@
 //! by the apiserver's front-proxy scheme.
 //!
 //! Imports run one way: `listener` → `handle` → {`upgrade`, `watch`} → `dispatch` →
-//! {`connect`, `h2client`, `in_flight`}, with `served`, `request`, `body`, `status`, `retry`,
-//! `rules` and `mode` as leaves.
+//! {`connect`, `h2client`, `in_flight`, `skew`}, with `served`, `request`, `body`, `status`,
+//! `retry`, `rules` and `mode` as leaves; `versions` (started by the control runtime) uses
+//! `connect` and `h2client`.
 //!
 //! | module | job |
 //! |---|---|
@@ -16,6 +17,8 @@
 //! | `dispatch` | placing a request on a backend and sending it; what comes back; retries where provably unprocessed |
 //! | `connect` | streams on a backend's HTTP/2 connections, new connections (TCP, TLS, HTTP/2), TLS for upgrades |
 //! | `h2client` | the HTTP/2 client toward backends, on `h2` directly: a request's own task sends it and waits for its response |
+//! | `skew` | version skew: a request for a group-version kept off replicas that do not serve it, discovery on the newest version's |
+//! | `versions` | each replica's version and served group-versions, read from its `/version`, `/api`, `/apis` |
 //! | `in_flight` | a request's registration with its backend (the load signal, what a drain waits for) |
 //! | `upgrade` | exec, attach, port-forward: HTTP/1.1 end to end, 101 passed on, then bytes both ways |
 //! | `watch` | watch continuity: a watch whose replica goes away continues on another from its last position |
@@ -40,11 +43,14 @@ mod resets;
 mod retry;
 mod rules;
 mod served;
+mod skew;
 mod status;
 mod tls;
 mod upgrade;
+mod versions;
 mod watch;
 
 pub use listener::TerminateListener;
 pub use mode::{TerminateMode, Upstreams};
 pub use rules::Rules;
+pub use versions::learn as learn_versions;

@@ -24,11 +24,18 @@ pub struct ClientTls {
 impl ClientTls {
     /// Loads `ca.crt`, `admin.crt`, `admin.key` from a `kubegate-sim certs` directory.
     pub fn load(pki: &Path) -> anyhow::Result<ClientTls> {
+        ClientTls::load_as(pki, "admin")
+    }
+
+    /// Loads `ca.crt` and the client pair `NAME.crt`, `NAME.key` (`node`: a kubelet's).
+    pub fn load_as(pki: &Path, name: &str) -> anyhow::Result<ClientTls> {
         let build = |alpn: &[u8]| -> anyhow::Result<Arc<rustls::ClientConfig>> {
             let mut roots = rustls::RootCertStore::empty();
             roots.add(CertificateDer::from_pem_file(pki.join("ca.crt"))?)?;
-            let chain = vec![CertificateDer::from_pem_file(pki.join("admin.crt"))?];
-            let key = PrivateKeyDer::from_pem_file(pki.join("admin.key"))?;
+            let chain = vec![CertificateDer::from_pem_file(
+                pki.join(format!("{name}.crt")),
+            )?];
+            let key = PrivateKeyDer::from_pem_file(pki.join(format!("{name}.key")))?;
             let mut c = rustls::ClientConfig::builder_with_provider(Arc::new(
                 rustls::crypto::ring::default_provider(),
             ))

@@ -28,6 +28,8 @@ pub struct ReplicaSettings {
     pub latency: Duration,
     /// The simulator's `--watch-cache`: watches served from one cache per resource.
     pub watch_cache: bool,
+    /// Version flags (`--binary-version`, `--runtime-config`); none: the simulator's own.
+    pub version: Vec<String>,
 }
 
 enum Backend {
@@ -72,6 +74,7 @@ impl ControlPlane {
             if settings.watch_cache {
                 flags.extra.push("--watch-cache".into());
             }
+            flags.extra.extend(settings.version.iter().cloned());
             replicas.push(Replica::start(flags, &dir.join(format!("{name}.log")))?);
         }
         let cp = ControlPlane {
@@ -307,6 +310,24 @@ impl ControlPlane {
             }
             Backend::External(_) => self.command(Some(i), "start").await,
         }
+    }
+
+    /// Starts replica `i` again as another version: its version flags replaced by
+    /// `version` (a simulated control plane only: an external one is upgraded by its own
+    /// tools).
+    pub async fn restart_as(
+        &mut self,
+        i: usize,
+        startup: &str,
+        version: Vec<String>,
+    ) -> anyhow::Result<()> {
+        let Backend::Simulated { replicas, .. } = &mut self.backend else {
+            anyhow::bail!("upgrade: only a simulated control plane is upgraded by the load test");
+        };
+        let flags = &mut replicas[i].flags;
+        flags.extra.retain(|f| f == "--watch-cache");
+        flags.extra.extend(version);
+        self.restart(i, startup).await
     }
 
     /// The simulated replicas' fault ports (their `/state` counts requests and watches; a

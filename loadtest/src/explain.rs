@@ -38,6 +38,9 @@ pub enum Fault {
     EtcdDown,
     /// kubegate's configuration changes (a reload, a backend added or removed).
     Config,
+    /// A rolling upgrade: each replica restarted gracefully as a version that serves other
+    /// group-versions.
+    Upgrade,
 }
 
 impl Fault {
@@ -50,6 +53,7 @@ impl Fault {
             "flap" | "not-ready" => Fault::NotReady,
             "all-down" => Fault::AllDown,
             "etcd-down" => Fault::EtcdDown,
+            "upgrade" => Fault::Upgrade,
             _ => return None,
         })
     }
@@ -119,6 +123,13 @@ pub fn mechanism(fault: Fault, failure: Failure, terminating: bool) -> Option<&'
         Failure::FirstAttempt(e) | Failure::Request(e) | Failure::Kubectl(e) => Some(e),
         _ => None,
     };
+    if fault == F::Upgrade {
+        // An upgrade is a graceful restart, and version skew besides.
+        if error == Some(E::Http(404)) {
+            return Some("404: a replica that does not serve the group-version discovery showed (version skew)");
+        }
+        return mechanism(F::GracefulRestart, failure, terminating);
+    }
     if let Failure::WatchBreak(W::Expired) = failure {
         return Some("410: the replica's watch cache no longer held the watch's resourceVersion; the client relists");
     }
@@ -130,7 +141,7 @@ pub fn mechanism(fault: Fault, failure: Failure, terminating: bool) -> Option<&'
             F::NotReady => "renewals answered 500 by the replica without etcd",
             F::EtcdDown => "no replica could write the Lease without etcd",
             F::AllDown => "no replica could write the Lease while every one restarted",
-            F::Config => return None,
+            F::Config | F::Upgrade => return None,
         });
     }
     if let Failure::WatchBreak(how) = failure {
@@ -147,7 +158,7 @@ pub fn mechanism(fault: Fault, failure: Failure, terminating: bool) -> Option<&'
             (F::Config, W::Failed | W::KubectlExited | W::Ended) => {
                 Some("the watch's connection to a removed backend was closed at its drain deadline")
             }
-            (F::Config, _) => None,
+            (F::Config | F::Upgrade, _) => None,
         };
     }
     let e = error?;

@@ -68,9 +68,17 @@ pub fn expand(names: &[String]) -> Vec<String> {
     out
 }
 
-/// kubegate in terminate mode with something on whose cost the benchmark measures: not
-/// failover peers, but runnable by name.
-pub const BENCH_ONLY: &[&str] = &["kubegate-l7-logged", "kubegate-l7-rules"];
+/// kubegate in terminate mode with something on whose cost the benchmark measures, or with
+/// the rule the runaway-client run measures (`kubegate-l7-limited`): not failover peers, but
+/// runnable by name.
+pub const BENCH_ONLY: &[&str] = &[
+    "kubegate-l7-logged",
+    "kubegate-l7-rules",
+    "kubegate-l7-limited",
+];
+
+/// The identity `kubegate-l7-limited` limits: the kubeadm layout's node certificate.
+pub const RUNAWAY_USER: &str = "system:node:node-1";
 
 /// Whether `name` is a gateway this load test knows.
 pub fn known(name: &str) -> bool {
@@ -96,6 +104,7 @@ impl Gateway {
 }
 
 /// Why a gateway could not be run.
+#[derive(Debug)]
 pub enum Unavailable {
     /// The peer's binary (or module) is not on this machine.
     NotInstalled(String),
@@ -125,8 +134,12 @@ pub fn prepare(
     std::fs::create_dir_all(dir).map_err(|e| Unavailable::Failed(e.into()))?;
     let mut admin = None;
     let command = match name {
-        "kubegate" | "kubegate-l7" | "kubegate-l7-refuse" | "kubegate-l7-logged"
-        | "kubegate-l7-rules" => {
+        "kubegate"
+        | "kubegate-l7"
+        | "kubegate-l7-refuse"
+        | "kubegate-l7-logged"
+        | "kubegate-l7-rules"
+        | "kubegate-l7-limited" => {
             let a = free_addr();
             admin = Some(a);
             kubegate(name, dir, pki, backends, listen, a, threads)
@@ -214,6 +227,22 @@ fn kubegate(
                 }),
             })
             .collect();
+    }
+    if name == "kubegate-l7-limited" {
+        // One identity's requests two at a time at most; the rest wait their turn with 429.
+        c.dispatch = vec![kubegate_config::DispatchRule {
+            name: Some("runaway".into()),
+            matches: kubegate_config::RuleMatch {
+                users: vec![RUNAWAY_USER.into()],
+                ..Default::default()
+            },
+            backends: Vec::new(),
+            fallback: kubegate_config::Fallback::All,
+            limit: Some(kubegate_config::RuleLimit {
+                max_in_flight: Some(2),
+                ..Default::default()
+            }),
+        }];
     }
     if let Some(n) = threads {
         c.threads = n;

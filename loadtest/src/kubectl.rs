@@ -5,11 +5,26 @@ use crate::client::ErrorClass;
 use crate::record::{Kind, Outcome, Recorder, Write};
 use crate::traffic::tokio_util_like::Stop;
 use crate::traffic::NAMESPACE;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::process::Command;
+
+/// Writes to `path` the cluster's kubeconfig (in `pki`) with its server `gateway`; returns
+/// `path`.
+pub fn kubeconfig_for(pki: &Path, gateway: SocketAddr, path: &Path) -> anyhow::Result<PathBuf> {
+    let text: String = std::fs::read_to_string(pki.join("kubeconfig"))?
+        .lines()
+        .map(|l| match l.split_once("server:") {
+            Some((indent, _)) => format!("{indent}server: https://{gateway}\n"),
+            None => format!("{l}\n"),
+        })
+        .collect();
+    std::fs::write(path, text)?;
+    Ok(path.to_path_buf())
+}
 
 /// kubectl from `KUBECTL`, `.tools/bin/kubectl` of the workspace, or PATH.
 pub fn find() -> Option<PathBuf> {

@@ -17,6 +17,7 @@ mod sampler;
 mod scale;
 mod scenarios;
 mod soak;
+mod storm;
 mod traffic;
 mod verify;
 
@@ -133,6 +134,27 @@ enum Command {
         #[arg(long)]
         plot: Option<PathBuf>,
     },
+    /// A runaway client: one identity LISTs a large namespace from many connections while
+    /// other users run kubectl, through kubegate-l7 without and with a dispatch rule limiting
+    /// that identity: the others' latency, and what the storm gets (docs/failover.md,
+    /// "Runaway client").
+    Storm {
+        /// Objects in the namespace the storm LISTs (about 1 KiB each).
+        #[arg(long, default_value_t = 1500)]
+        objects: usize,
+        /// The runaway identity's concurrent LIST loops.
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+        /// How long each phase (calm, then storm) lasts.
+        #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+        phase: Duration,
+        /// Working directory for configs and logs (default: a new temporary directory).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Write the report as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// The README's demo: three replicas, a rolling restart under traffic and real kubectl
     /// (a `get --watch` among them), once through kubegate passing TCP through and once
     /// through kubegate terminating TLS, where the watch survives.
@@ -237,6 +259,24 @@ fn main() -> anyhow::Result<()> {
                 json,
                 plot,
             );
+        }
+        Command::Storm {
+            objects,
+            concurrency,
+            phase,
+            dir,
+            json,
+        } => {
+            return run_storm(
+                storm::Plan {
+                    objects,
+                    concurrency,
+                    phase,
+                    dir: PathBuf::new(),
+                },
+                dir,
+                json,
+            )
         }
         Command::Demo { common } => (
             vec!["rolling-restart".to_string()],
@@ -378,6 +418,26 @@ fn run_soak(
 }
 
 /// `kubegate-loadtest scale`.
+fn run_storm(
+    mut plan: storm::Plan,
+    dir: Option<PathBuf>,
+    json: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let dir = dir.unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("kubegate-storm-{}", std::process::id()))
+    });
+    std::fs::create_dir_all(&dir)?;
+    plan.dir = std::fs::canonicalize(&dir)?;
+    let rows = until_interrupted(storm::run(&plan), &plan.dir)?;
+    println!("{}", storm::markdown(&rows));
+    if let Some(path) = json {
+        std::fs::write(&path, serde_json::to_vec_pretty(&rows)?)?;
+        eprintln!("report: {}", path.display());
+    }
+    eprintln!("configs and logs: {}", plan.dir.display());
+    Ok(())
+}
+
 fn run_scale(
     mut plan: scale::Plan,
     dir: Option<PathBuf>,

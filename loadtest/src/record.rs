@@ -22,6 +22,8 @@ pub enum Kind {
     Short,
     /// A real kubectl process.
     Kubectl,
+    /// A read (or create) in the group-version discovery just showed (`upgrade`).
+    Discovered,
 }
 
 impl Kind {
@@ -34,6 +36,7 @@ impl Kind {
             Kind::Update => "update",
             Kind::Short => "short",
             Kind::Kubectl => "kubectl",
+            Kind::Discovered => "discovered",
         }
     }
 }

@@ -135,6 +135,7 @@ async fn one(
         writer_pause: Duration::from_millis(10),
         short_lived: 2,
         watchers: 2,
+        discovering: scenarios::discovering(scenario),
         first_id: 0,
     };
     let mut tasks = mix.spawn(&target, &rec, &stop);
@@ -161,16 +162,8 @@ async fn one(
     }
     if plan.kubectl {
         if let Some(kubectl) = crate::kubectl::find() {
-            let kubeconfig = dir.join("kubeconfig");
-            // The cluster's kubeconfig, its server the gateway.
-            let text: String = std::fs::read_to_string(cp.pki().join("kubeconfig"))?
-                .lines()
-                .map(|l| match l.split_once("server:") {
-                    Some((indent, _)) => format!("{indent}server: https://{}\n", gw.listen),
-                    None => format!("{l}\n"),
-                })
-                .collect();
-            std::fs::write(&kubeconfig, text)?;
+            let kubeconfig =
+                crate::kubectl::kubeconfig_for(&cp.pki(), gw.listen, &dir.join("kubeconfig"))?;
             tasks.push(tokio::spawn(crate::kubectl::loops(
                 kubectl.clone(),
                 kubeconfig.clone(),

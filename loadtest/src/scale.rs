@@ -79,6 +79,7 @@ async fn one(
 ) -> anyhow::Result<ScaleRun> {
     let _ = std::fs::remove_dir_all(dir);
     let settings = ReplicaSettings {
+        version: Vec::new(),
         watch_cache: true,
         ..scenarios::replica_settings("rolling-restart")
     };

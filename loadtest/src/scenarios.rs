@@ -19,7 +19,36 @@ pub const ALL: &[&str] = &[
     "not-ready",
     "all-down",
     "etcd-down",
+    "upgrade",
 ];
+
+/// The flags of a replica before the `upgrade` scenario: Kubernetes 1.33, with
+/// `resource.k8s.io/v1beta1` turned on (1.33 has no v1).
+pub fn before_upgrade() -> Vec<String> {
+    [
+        "--binary-version",
+        "1.33.4",
+        "--runtime-config",
+        "resource.k8s.io/v1beta1=true",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// After it: 1.34, which serves `resource.k8s.io/v1`, and v1beta1 no longer turned on.
+pub fn after_upgrade() -> Vec<String> {
+    ["--binary-version", "1.34.1"].map(String::from).to_vec()
+}
+
+/// Clients that read discovery and use what it shows at once, in scenario `name`: the
+/// `upgrade` scenario's measure.
+pub fn discovering(name: &str) -> usize {
+    if name == "upgrade" {
+        2
+    } else {
+        0
+    }
+}
 
 /// How the replicas run in scenario `name`. In `crash-writes` every API request takes 25 ms
 /// more, as writes do on a loaded etcd, so writes are in flight when the replica dies.
@@ -36,6 +65,11 @@ pub fn replica_settings(name: &str) -> ReplicaSettings {
             0.0
         },
         watch_cache: false,
+        version: if name == "upgrade" {
+            before_upgrade()
+        } else {
+            Vec::new()
+        },
     }
 }
 
@@ -143,6 +177,22 @@ pub async fn run(
                 cp.wait_ready(i, Duration::from_secs(30)).await?;
                 events.add(now(), format!("{r} ready"));
                 sleep(Duration::from_secs(2)).await;
+            }
+        }
+        "upgrade" => {
+            // A rolling upgrade as kubeadm's: one replica at a time, SIGTERM, the new
+            // version started in its place (its post-start hooks take a second), ready, on.
+            for i in 0..cp.len() {
+                let r = cp.name(i);
+                phase(&format!("upgrade {r}"));
+                events.add(now(), format!("SIGTERM {r} (upgrade)"));
+                let exited = cp.terminate(i, Duration::from_secs(70)).await?;
+                anyhow::ensure!(exited, "{r} did not exit after SIGTERM");
+                events.add(now(), format!("{r} exited"));
+                cp.restart_as(i, "1s", after_upgrade()).await?;
+                cp.wait_ready(i, Duration::from_secs(30)).await?;
+                events.add(now(), format!("{r} ready at 1.34"));
+                sleep(Duration::from_secs(3)).await;
             }
         }
         "crash" | "crash-writes" => {

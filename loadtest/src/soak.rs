@@ -164,6 +164,7 @@ pub async fn soak(plan: &SoakPlan) -> anyhow::Result<SoakReport> {
             writer_pause: Duration::from_millis(100),
             short_lived: 1,
             watchers: 1,
+            discovering: 0,
             first_id: n * 4,
         };
         tasks.extend(mix.spawn(target, &rec, &stop));

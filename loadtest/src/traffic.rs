@@ -9,6 +9,7 @@
 
 use crate::client::{Client, ClientTls, ErrorClass, Resp};
 use crate::record::{Kind, Outcome, Recorder, WatchEndSeen, Write};
+use bytes::Bytes;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
@@ -76,6 +77,22 @@ async fn client_go(
     body: Option<&str>,
     deadline: Option<Duration>,
 ) -> Outcome {
+    client_go_read(target, conn, h2, method, path, body, deadline)
+        .await
+        .0
+}
+
+/// [`client_go`], with the body of the answer when it succeeded.
+#[allow(clippy::too_many_arguments)]
+async fn client_go_read(
+    target: &Target,
+    conn: &mut Option<Client>,
+    h2: bool,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    deadline: Option<Duration>,
+) -> (Outcome, Option<Bytes>) {
     let started = Instant::now();
     let mut outcome = Outcome::default();
     let write = method != "GET";
@@ -95,7 +112,7 @@ async fn client_go(
                     // Refused is not retried; a dial timeout or reset is, for GET. Nothing
                     // was sent: never ambiguous.
                     if e == ErrorClass::Refused || write {
-                        return fail(outcome, e, false);
+                        return (fail(outcome, e, false), None);
                     }
                     outcome.first.get_or_insert(e);
                     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -116,7 +133,7 @@ async fn client_go(
             Ok(r) => match ok_status(&r) {
                 Ok(()) => {
                     outcome.replica = r.replica;
-                    return outcome;
+                    return (outcome, Some(r.body));
                 }
                 Err(e) => (e, r.retry_after),
             },
@@ -141,15 +158,15 @@ async fn client_go(
             _ => false,
         };
         let Some(wait) = retry else {
-            return fail(outcome, error, unknown);
+            return (fail(outcome, error, unknown), None);
         };
         if deadline.is_some_and(|d| started.elapsed() + wait >= d) {
-            return fail(outcome, ErrorClass::Timeout, unknown);
+            return (fail(outcome, ErrorClass::Timeout, unknown), None);
         }
         tokio::time::sleep(wait).await;
     }
     let last = outcome.first.unwrap_or(ErrorClass::Other);
-    fail(outcome, last, false)
+    (fail(outcome, last, false), None)
 }
 
 /// A configmap create with a name nothing else uses, so whether it was applied can be looked
@@ -250,6 +267,8 @@ pub struct Mix {
     pub short_lived: usize,
     /// [`watcher`]s.
     pub watchers: usize,
+    /// [`discovering`] clients.
+    pub discovering: usize,
     /// Ids start here (they name leases and created objects: two mixes against one store
     /// need ranges apart).
     pub first_id: usize,
@@ -279,6 +298,14 @@ impl Mix {
         }
         for id in ids(self.short_lived) {
             tasks.push(tokio::spawn(short_lived(
+                id,
+                target.clone(),
+                rec.clone(),
+                stop.clone(),
+            )));
+        }
+        for id in ids(self.discovering) {
+            tasks.push(tokio::spawn(discovering(
                 id,
                 target.clone(),
                 rec.clone(),
@@ -318,6 +345,94 @@ pub async fn writer(id: usize, target: Target, rec: Arc<Recorder>, stop: Stop, p
         .await;
         rec.add(Kind::Create, started, outcome, Some(Write::Create { name }));
         tokio::time::sleep(pause).await;
+    }
+}
+
+/// The group whose versions change in the `upgrade` scenario.
+pub const UPGRADED_GROUP: &str = "resource.k8s.io";
+
+/// A client through a control-plane upgrade (`upgrade`): reads its group's discovery
+/// document, then uses at once the group-version it prefers, as a client that rebuilds its
+/// REST mapping would: creates the object it reads if there is none, and reads it. A 404
+/// here is a replica that does not serve what discovery just showed. Even ids keep one
+/// connection (a controller); odd ones open a new connection for every request, as kubectl
+/// runs do with their discovery cached on disk, so that behind an L4 balancer discovery and
+/// use may come from different replicas.
+pub async fn discovering(id: usize, target: Target, rec: Arc<Recorder>, stop: Stop) {
+    let mut conn = None;
+    let name = format!("claim-{id}");
+    let fresh = id % 2 == 1;
+    while !stop.stopped() {
+        if fresh {
+            conn = None;
+        }
+        let started = Instant::now();
+        let (outcome, body) = client_go_read(
+            &target,
+            &mut conn,
+            true,
+            "GET",
+            &format!("/apis/{UPGRADED_GROUP}"),
+            None,
+            None,
+        )
+        .await;
+        let gv = body
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .and_then(|g| {
+                g["preferredVersion"]["groupVersion"]
+                    .as_str()
+                    .map(str::to_string)
+            });
+        let Some(gv) = gv else {
+            rec.add(Kind::Discovered, started, outcome, None);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        let claims = format!("/apis/{gv}/namespaces/{NAMESPACE}/resourceclaims");
+        if fresh {
+            conn = None;
+        }
+        let started = Instant::now();
+        let mut outcome = client_go(
+            &target,
+            &mut conn,
+            true,
+            "GET",
+            &format!("{claims}/{name}"),
+            None,
+            None,
+        )
+        .await;
+        if outcome.last == Some(ErrorClass::Http(404)) && outcome.first == outcome.last {
+            // Not created yet (the first turn): a create, then the read counts again.
+            let claim = json!({"apiVersion": gv, "kind": "ResourceClaim",
+                               "metadata": {"name": name}});
+            let created = client_go(
+                &target,
+                &mut conn,
+                true,
+                "POST",
+                &claims,
+                Some(&claim.to_string()),
+                None,
+            )
+            .await;
+            if created.last.is_none() || created.last == Some(ErrorClass::Http(409)) {
+                outcome = client_go(
+                    &target,
+                    &mut conn,
+                    true,
+                    "GET",
+                    &format!("{claims}/{name}"),
+                    None,
+                    None,
+                )
+                .await;
+            }
+        }
+        rec.add(Kind::Discovered, started, outcome, None);
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

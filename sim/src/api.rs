@@ -98,13 +98,17 @@ async fn serve_as(
         return forbidden(&user, req.method(), &path);
     }
 
-    if let Some(reply) = discovery::answer(&path).or_else(|| crate::openapi::answer(&path)) {
+    if let Some(reply) =
+        discovery::answer(&path, &sim.apis).or_else(|| crate::openapi::answer(&path, &sim.apis))
+    {
         return reply;
     }
     if req.method() == Method::POST && path == "/apis/authentication.k8s.io/v1/selfsubjectreviews" {
         return self_subject_review(&user);
     }
-    let Some(target) = resources::parse(&path) else {
+    // A group-version this replica's version or `--runtime-config` does not serve is not
+    // found, as on an apiserver that has no handler for it.
+    let Some(target) = resources::parse(&path).filter(|t| sim.apis.serves(t.resource)) else {
         return respond::status(
             404,
             "NotFound",
@@ -123,7 +127,7 @@ async fn serve_as(
         }
         let key = format!("{}{name}", target.resource.prefix(Some(ns)));
         let pod = match sim.store.get(&key).await {
-            Ok(kv) => objects::from_store(&kv),
+            Ok(kv) => objects::from_store(&kv, target.resource),
             Err(e) => return store_error(&target, name, e),
         };
         return crate::pods::subresource(sim, &pod, sub, req, &params);
@@ -327,7 +331,7 @@ async fn resource(
             Ok((kvs, revision)) => {
                 let items: Vec<Value> = kvs
                     .iter()
-                    .map(objects::from_store)
+                    .map(|kv| objects::from_store(kv, r))
                     .filter(|o| matches_labels(o, label_selector))
                     .collect();
                 if table {
@@ -341,7 +345,7 @@ async fn resource(
         (&Method::GET, Some(ns), Some(name)) => {
             match store.get(&format!("{}{name}", r.prefix(Some(ns)))).await {
                 Ok(kv) => {
-                    let obj = objects::from_store(&kv);
+                    let obj = objects::from_store(&kv, r);
                     if table {
                         Reply::json(StatusCode::OK, &objects::table(r, &[obj], None))
                     } else {
@@ -377,7 +381,7 @@ async fn resource(
         (&Method::PUT, Some(ns), Some(name)) => {
             let key = format!("{}{name}", r.prefix(Some(ns)));
             let current = match store.get(&key).await {
-                Ok(kv) => objects::from_store(&kv),
+                Ok(kv) => objects::from_store(&kv, r),
                 Err(e) => return store_error(target, name, e),
             };
             let (mut obj, precondition) = match objects::prepare_update(r, ns, name, body, &current)
@@ -403,12 +407,12 @@ async fn resource(
             let key = format!("{}{name}", r.prefix(Some(ns)));
             if dry_run {
                 return match store.get(&key).await {
-                    Ok(kv) => deleted(r.plural, name, &objects::from_store(&kv)),
+                    Ok(kv) => deleted(r.plural, name, &objects::from_store(&kv, r)),
                     Err(e) => store_error(target, name, e),
                 };
             }
             match store.delete(&key).await {
-                Ok((prev, _)) => deleted(r.plural, name, &objects::from_store(&prev)),
+                Ok((prev, _)) => deleted(r.plural, name, &objects::from_store(&prev, r)),
                 Err(e) => store_error(target, name, e),
             }
         }
@@ -450,7 +454,7 @@ async fn patch(
     let key = format!("{}{name}", r.prefix(Some(ns)));
     for _ in 0..5 {
         let current = match sim.store.get(&key).await {
-            Ok(kv) => objects::from_store(&kv),
+            Ok(kv) => objects::from_store(&kv, r),
             Err(e) => return store_error(target, name, e),
         };
         let version = current["metadata"]["resourceVersion"]

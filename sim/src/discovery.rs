@@ -2,16 +2,17 @@
 //! discovery with `application/json`, which current clients accept when the server does not
 //! answer with an aggregated discovery document.
 
-use crate::resources::{Resource, ALL};
+use crate::resources::Resource;
 use crate::respond::Reply;
+use crate::versions::Apis;
 use http::StatusCode;
 use serde_json::{json, Value};
 
-/// Answers a discovery path, or `None`.
-pub fn answer(path: &str) -> Option<Reply> {
+/// Answers a discovery path, or `None`, for a replica serving `apis`.
+pub fn answer(path: &str, apis: &Apis) -> Option<Reply> {
     let path = path.trim_end_matches('/');
     let body = match path {
-        "/version" => version(),
+        "/version" => apis.version(),
         "/api" => json!({
             "kind": "APIVersions",
             "versions": ["v1"],
@@ -20,17 +21,17 @@ pub fn answer(path: &str) -> Option<Reply> {
         "/apis" => json!({
             "kind": "APIGroupList",
             "apiVersion": "v1",
-            "groups": groups(),
+            "groups": groups(apis),
         }),
-        "/api/v1" => resource_list("v1"),
+        "/api/v1" => resource_list(apis, "v1"),
         _ => {
             let gv = path.strip_prefix("/apis/")?;
-            if ALL
-                .iter()
+            if apis
+                .resources()
                 .any(|r| !r.group.is_empty() && r.api_version() == gv)
             {
-                resource_list(gv)
-            } else if let Some(g) = groups().into_iter().find(|g| g["name"] == gv) {
+                resource_list(apis, gv)
+            } else if let Some(g) = groups(apis).into_iter().find(|g| g["name"] == gv) {
                 let mut g = g;
                 g["kind"] = json!("APIGroup");
                 g["apiVersion"] = json!("v1");
@@ -43,41 +44,47 @@ pub fn answer(path: &str) -> Option<Reply> {
     Some(Reply::json(StatusCode::OK, &body))
 }
 
-fn version() -> Value {
-    json!({
-        "major": "1",
-        "minor": "35",
-        "emulationMajor": "1",
-        "emulationMinor": "35",
-        "minCompatibilityMajor": "1",
-        "minCompatibilityMinor": "34",
-        "gitVersion": "v1.35.0-kubegate-sim",
-        "gitCommit": "0000000000000000000000000000000000000000",
-        "gitTreeState": "clean",
-        "buildDate": "2026-01-01T00:00:00Z",
-        "goVersion": "go1.25.0",
-        "compiler": "gc",
-        "platform": "linux/amd64",
-    })
-}
-
-fn groups() -> Vec<Value> {
+/// The served groups, each with its versions, the newest (GA before beta) preferred.
+fn groups(apis: &Apis) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::new();
-    for r in ALL.iter().filter(|r| !r.group.is_empty()) {
-        if out.iter().any(|g| g["name"] == r.group) {
-            continue;
-        }
+    for r in apis.resources().filter(|r| !r.group.is_empty()) {
         let gv = json!({"groupVersion": r.api_version(), "version": r.version});
-        out.push(json!({"name": r.group, "versions": [gv], "preferredVersion": gv}));
+        match out.iter_mut().find(|g| g["name"] == r.group) {
+            Some(g) => {
+                let versions = g["versions"].as_array_mut().expect("built as an array");
+                if !versions.contains(&gv) {
+                    versions.push(gv);
+                    versions.sort_by_key(|v| priority(v["version"].as_str().unwrap_or("")));
+                    g["preferredVersion"] = versions[0].clone();
+                }
+            }
+            None => out.push(json!({"name": r.group, "versions": [gv], "preferredVersion": gv})),
+        }
     }
     out
 }
 
-fn resource_list(group_version: &str) -> Value {
-    let resources: Vec<Value> = ALL
-        .iter()
+/// Kubernetes' version priority, highest first: GA, then beta, then alpha, newer first.
+fn priority(version: &str) -> (u8, std::cmp::Reverse<u32>, std::cmp::Reverse<u32>) {
+    let rest = version.trim_start_matches('v');
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    let major = digits.parse().unwrap_or(0);
+    let tail = &rest[digits.len()..];
+    let (stage, minor) = if let Some(n) = tail.strip_prefix("beta") {
+        (1, n.parse().unwrap_or(0))
+    } else if let Some(n) = tail.strip_prefix("alpha") {
+        (2, n.parse().unwrap_or(0))
+    } else {
+        (0, 0)
+    };
+    (stage, std::cmp::Reverse(major), std::cmp::Reverse(minor))
+}
+
+fn resource_list(apis: &Apis, group_version: &str) -> Value {
+    let resources: Vec<Value> = apis
+        .resources()
         .filter(|r| r.api_version() == group_version)
-        .map(|r: &&Resource| {
+        .map(|r: &Resource| {
             json!({
                 "name": r.plural,
                 "singularName": r.singular,

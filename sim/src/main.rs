@@ -22,6 +22,7 @@ mod server;
 mod spdy;
 mod state;
 mod store;
+mod versions;
 mod watch;
 
 use clap::{ArgAction, Args, Parser, Subcommand};
@@ -144,6 +145,18 @@ pub struct ServeArgs {
     /// watches the store itself and resumes from any revision it still has.
     #[arg(long)]
     watch_cache: bool,
+    /// Simulator: the Kubernetes version of the binary, `MAJOR.MINOR.PATCH` (`/version`'s
+    /// `gitVersion`); the group-versions served are that version's.
+    #[arg(long, default_value = versions::DEFAULT_BINARY_VERSION)]
+    binary_version: String,
+    /// The version whose APIs are served, `MAJOR.MINOR`, up to 3 minor versions below the
+    /// binary's (compatibility versions, as kube-apiserver's flag).
+    #[arg(long)]
+    emulated_version: Option<String>,
+    /// Group-versions turned on or off: `GROUP/VERSION=true|false`, comma-separated, as
+    /// kube-apiserver's flag (`resource.k8s.io/v1beta1=true`).
+    #[arg(long, value_delimiter = ',')]
+    runtime_config: Vec<String>,
     /// Simulator: the replica's name in logs and /debug.
     #[arg(long)]
     replica_name: Option<String>,
@@ -188,6 +201,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .collect();
     let tls = server::tls_config(cert, key, &client_cas)?;
     let authenticator = authenticator(&args)?;
+    let apis = versions::Apis::new(
+        &args.binary_version,
+        args.emulated_version.as_deref(),
+        &args.runtime_config,
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -241,6 +260,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             end_watches: CancellationToken::new(),
             watches: Default::default(),
             requests: Default::default(),
+            apis,
         });
         if let Some(port) = args.fault_port {
             let fault = tokio::net::TcpListener::bind(("127.0.0.1", port))

@@ -7,14 +7,17 @@ use serde_json::{json, Map, Value};
 use std::time::SystemTime;
 
 /// The stored value with `metadata.resourceVersion` set from the store.
-pub fn from_store(kv: &Stored) -> Value {
-    with_revision(kv, kv.mod_revision)
+pub fn from_store(kv: &Stored, resource: &Resource) -> Value {
+    with_revision(kv, kv.mod_revision, resource)
 }
 
-/// The stored value with an explicit resourceVersion (a deletion's revision).
-pub fn with_revision(kv: &Stored, revision: i64) -> Value {
+/// The stored value with an explicit resourceVersion (a deletion's revision), in the
+/// group-version `resource` was asked for: versions of a resource share their storage, and
+/// the apiserver converts to the one requested.
+pub fn with_revision(kv: &Stored, revision: i64, resource: &Resource) -> Value {
     let mut v: Value = serde_json::from_slice(&kv.value).unwrap_or_else(|_| json!({}));
     v["metadata"]["resourceVersion"] = json!(revision.to_string());
+    v["apiVersion"] = json!(resource.api_version());
     v
 }
 

@@ -4,17 +4,18 @@
 //! `fieldValidation=Strict` and leaves validation to the server instead of downloading schemas.
 //! Schemas themselves are not served; kubectl falls back to its compiled-in types for patches.
 
-use crate::resources::{Resource, ALL};
+use crate::resources::Resource;
 use crate::respond::Reply;
+use crate::versions::Apis;
 use http::StatusCode;
 use serde_json::{json, Map, Value};
 
 /// Answers `/openapi/v3[/GROUP-VERSION-PATH]`, or `None` for other paths.
-pub fn answer(path: &str) -> Option<Reply> {
+pub fn answer(path: &str, apis: &Apis) -> Option<Reply> {
     let rest = path.strip_prefix("/openapi/v3")?;
     if rest.is_empty() || rest == "/" {
         let mut paths = Map::new();
-        for gv in group_versions() {
+        for gv in group_versions(apis) {
             paths.insert(
                 gv.clone(),
                 json!({"serverRelativeURL": format!("/openapi/v3/{gv}?hash=kubegate-sim")}),
@@ -23,7 +24,7 @@ pub fn answer(path: &str) -> Option<Reply> {
         return Some(Reply::json(StatusCode::OK, &json!({"paths": paths})));
     }
     let gv = rest.trim_start_matches('/');
-    let resources: Vec<&Resource> = ALL.into_iter().filter(|r| gv_path(r) == gv).collect();
+    let resources: Vec<&Resource> = apis.resources().filter(|r| gv_path(r) == gv).collect();
     if resources.is_empty() {
         return None;
     }
@@ -71,8 +72,8 @@ fn gv_path(r: &Resource) -> String {
     }
 }
 
-fn group_versions() -> Vec<String> {
-    let mut out: Vec<String> = ALL.into_iter().map(gv_path).collect();
+fn group_versions(apis: &Apis) -> Vec<String> {
+    let mut out: Vec<String> = apis.resources().map(gv_path).collect();
     out.sort();
     out.dedup();
     out

@@ -15,6 +15,11 @@ pub struct Resource {
     pub kind: &'static str,
     /// Short names for kubectl.
     pub short_names: &'static [&'static str],
+    /// The first Kubernetes 1.x minor version that serves this group-version.
+    pub introduced: u32,
+    /// Served unless `--runtime-config` turns it off (a GA or alpha-1.24 beta API); a beta
+    /// API since 1.24 is off until turned on.
+    pub enabled_by_default: bool,
 }
 
 impl Resource {
@@ -49,6 +54,8 @@ pub const CONFIGMAPS: Resource = Resource {
     singular: "configmap",
     kind: "ConfigMap",
     short_names: &["cm"],
+    introduced: 0,
+    enabled_by_default: true,
 };
 
 /// `leases` (coordination.k8s.io/v1).
@@ -59,6 +66,8 @@ pub const LEASES: Resource = Resource {
     singular: "lease",
     kind: "Lease",
     short_names: &[],
+    introduced: 0,
+    enabled_by_default: true,
 };
 
 /// `pods` (v1): created running, with every container ready (no scheduler or kubelet acts on
@@ -70,6 +79,8 @@ pub const PODS: Resource = Resource {
     singular: "pod",
     kind: "Pod",
     short_names: &["po"],
+    introduced: 0,
+    enabled_by_default: true,
 };
 
 /// `endpointslices` (discovery.k8s.io/v1): the `default/kubernetes` slice is the lease
@@ -81,10 +92,46 @@ pub const ENDPOINTSLICES: Resource = Resource {
     singular: "endpointslice",
     kind: "EndpointSlice",
     short_names: &[],
+    introduced: 0,
+    enabled_by_default: true,
 };
 
-/// Every served resource.
-pub const ALL: [&Resource; 4] = [&CONFIGMAPS, &PODS, &LEASES, &ENDPOINTSLICES];
+/// `resourceclaims` (resource.k8s.io/v1beta1): a beta API, off unless `--runtime-config`
+/// turns it on. It shares its storage with v1, as the apiserver's versions of one resource do.
+pub const RESOURCECLAIMS_V1BETA1: Resource = Resource {
+    group: "resource.k8s.io",
+    version: "v1beta1",
+    plural: "resourceclaims",
+    singular: "resourceclaim",
+    kind: "ResourceClaim",
+    short_names: &[],
+    introduced: 32,
+    enabled_by_default: false,
+};
+
+/// `resourceclaims` (resource.k8s.io/v1): GA, served from 1.34 — what a rolling upgrade from
+/// 1.33 adds, so the simulator can show version skew across replicas.
+pub const RESOURCECLAIMS_V1: Resource = Resource {
+    group: "resource.k8s.io",
+    version: "v1",
+    plural: "resourceclaims",
+    singular: "resourceclaim",
+    kind: "ResourceClaim",
+    short_names: &[],
+    introduced: 34,
+    enabled_by_default: true,
+};
+
+/// Every resource the simulator knows; which of them a replica serves depends on its version
+/// and `--runtime-config` (`versions.rs`).
+pub const ALL: [&Resource; 6] = [
+    &CONFIGMAPS,
+    &PODS,
+    &LEASES,
+    &ENDPOINTSLICES,
+    &RESOURCECLAIMS_V1BETA1,
+    &RESOURCECLAIMS_V1,
+];
 
 /// A request path that names a resource.
 #[derive(Debug, PartialEq, Eq)]

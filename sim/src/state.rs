@@ -55,6 +55,8 @@ pub struct Sim {
     pub watches: AtomicI64,
     /// Collection reads received, as `apiserver_request_total` counts them.
     pub requests: ReadCounts,
+    /// The replica's version and the group-versions it serves.
+    pub apis: crate::versions::Apis,
 }
 
 /// LIST and WATCH requests a replica received (answered or not): what a failover costs it.

@@ -95,7 +95,10 @@ pub async fn serve(
         // No version (or `sendInitialEvents`): the current objects first.
         _ => match sim.store.list(&prefix).await {
             Ok((kvs, revision)) => {
-                initial = kvs.iter().map(objects::from_store).collect();
+                initial = kvs
+                    .iter()
+                    .map(|kv| objects::from_store(kv, resource))
+                    .collect();
                 revision
             }
             Err(e) => return unavailable(e),
@@ -277,11 +280,12 @@ impl Stream {
         let (kind, obj) = match &event {
             StoreEvent::Put { kv, created } => (
                 if *created { "ADDED" } else { "MODIFIED" },
-                objects::from_store(kv),
+                objects::from_store(kv, self.resource),
             ),
-            StoreEvent::Delete { prev, revision } => {
-                ("DELETED", objects::with_revision(prev, *revision))
-            }
+            StoreEvent::Delete { prev, revision } => (
+                "DELETED",
+                objects::with_revision(prev, *revision, self.resource),
+            ),
         };
         self.send(kind, obj).await
     }

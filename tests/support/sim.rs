@@ -96,6 +96,13 @@ impl Sim {
             .unwrap_or_else(|e| panic!("restart {}: {e:#}", self.name));
     }
 
+    /// Starts the replica again on the same address with `args` instead of its extra flags
+    /// (another version, another `--runtime-config`): killed first if it still runs.
+    pub fn restart_with(&mut self, args: Vec<String>) {
+        self.replica.flags.extra = args;
+        self.restart();
+    }
+
     /// The process id.
     pub fn pid(&self) -> i32 {
         self.replica.pid().expect("running") as i32

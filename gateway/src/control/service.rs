@@ -76,6 +76,12 @@ impl BackgroundService for Control {
             let name = gw.config().load().health.tls.server_name.clone();
             tokio::spawn(discovery::run(gw.clone(), settings, creds, name));
         }
+        if let Some(terminate) = &parts.terminate {
+            tokio::spawn(crate::terminate::learn_versions(
+                gw.clone(),
+                terminate.clone(),
+            ));
+        }
         reload::record_initial_load(&gw);
         tokio::spawn(admin::serve(admin, parts.admin_tls.clone(), gw.clone()));
         tokio::spawn(reload::watch(gw.clone(), parts.terminate.clone()));

@@ -212,10 +212,10 @@ fn client_config(tls: &AdminTargetTls) -> anyhow::Result<rustls::ClientConfig> {
 /// Renders rows as an aligned text table.
 pub fn table(rows: &[BackendView]) -> String {
     let header = [
-        "NAME", "ADDRESS", "SOURCE", "STATE", "SINCE", "CONNS", "REQUESTS", "PROBE", "LATENCY",
-        "DETAIL",
+        "NAME", "ADDRESS", "SOURCE", "STATE", "SINCE", "CONNS", "REQUESTS", "VERSION", "PROBE",
+        "LATENCY", "DETAIL",
     ];
-    let cells: Vec<[String; 10]> = rows
+    let cells: Vec<[String; 11]> = rows
         .iter()
         .map(|r| {
             [
@@ -226,6 +226,7 @@ pub fn table(rows: &[BackendView]) -> String {
                 r.since.clone(),
                 r.active_connections.to_string(),
                 r.requests_in_flight.to_string(),
+                r.version.clone().unwrap_or_else(|| "-".into()),
                 r.last_probe_result.clone().unwrap_or_else(|| "-".into()),
                 r.last_probe_latency_ms
                     .map(|ms| format!("{ms:.1}ms"))

@@ -4,9 +4,11 @@
 //! the pool holds it: each plane reaches its own share through `Backend::planes()` and never
 //! the other's.
 
+mod apis;
 mod relays;
 mod upstream;
 
+pub use apis::{ApiSet, Served, ServedApis};
 pub use relays::{Registered, Relays};
 pub use upstream::{Gauges, H2Conn, Killer, Kind, Stream, Upstream};
 
@@ -26,6 +28,8 @@ pub struct Planes {
     pub passthrough: Relays,
     /// Terminate mode's connections and requests.
     pub terminate: Upstream,
+    /// The replica's version and served group-versions, as terminate mode learned them.
+    pub apis: ServedApis,
     metrics: Arc<Metrics>,
 }
 
@@ -35,6 +39,7 @@ impl Planes {
         Planes {
             passthrough: Relays::new(&metrics.passthrough, name),
             terminate: Upstream::new(gauges(&metrics, name)),
+            apis: ServedApis::default(),
             metrics,
         }
     }

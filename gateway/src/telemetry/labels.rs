@@ -163,6 +163,10 @@ label! {
         GoAway => "goaway",
         /// 429 or 503 "the apiserver is shutting down": rejected before any handler ran.
         ShuttingDown => "shutting_down",
+        /// 404 "the server could not find the requested resource" for a group-version or a
+        /// discovery document: the replica has no handler for it (another version, or a CRD
+        /// it has not seen yet), so nothing was processed.
+        NotServed => "not_served",
         /// The stream or connection broke after the request was sent: it may have been
         /// processed.
         Reset => "reset",

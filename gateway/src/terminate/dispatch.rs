@@ -4,7 +4,8 @@
 //! fails and `may_retry` decides whether another backend is tried. Failures the apiserver
 //! provably did not process go to another backend (any verb), as do idempotent reads that
 //! broke before response headers; a shutting-down apiserver's 429/503 counts as unprocessed.
-//! Nothing is retried once its response headers were forwarded.
+//! Nothing is retried once its response headers were forwarded. While the replicas serve
+//! different group-versions, those that do not serve the request's are left out (`skew`).
 
 use crate::net::{place, Attempt, Unplaced};
 use crate::state::{Backend, Gateway, Stream};
@@ -16,6 +17,7 @@ use crate::terminate::in_flight::InFlight;
 use crate::terminate::mode::Upstreams;
 use crate::terminate::request::Outgoing;
 use crate::terminate::retry::may_retry;
+use crate::terminate::skew;
 use http::{Response, StatusCode};
 use kubegate_config::BalancePolicy;
 use kubegate_wire::classify::RequestClass;
@@ -54,7 +56,13 @@ pub async fn dispatch(
         outgoing,
         class,
     };
-    place(gw, &mut forward, tried).await
+    // Replicas that do not serve what the request wants are placed as tried, and forgotten
+    // again once it is placed: they were never tried.
+    let before = tried.len();
+    let steered = skew::steer(gw, outgoing.uri(), tried);
+    let placed = place(gw, &mut forward, tried).await;
+    tried.drain(before..before + steered);
+    placed
 }
 
 /// One request's attempts, as the placing loop runs them.
@@ -159,6 +167,15 @@ async fn attempt(
         let body = read_small(body).await.map_err(|_| AttemptFailure::Reset)?;
         if shutting_down(backend, &body) {
             return Err(AttemptFailure::ShuttingDown);
+        }
+        Answer::Whole(Response::from_parts(parts, ResponseBody::full(body)))
+    } else if code == StatusCode::NOT_FOUND {
+        // Read to tell a replica without the group-version (another one may have it) from an
+        // object that does not exist.
+        let (parts, body) = resp.into_parts();
+        let body = read_small(body).await.map_err(|_| AttemptFailure::Reset)?;
+        if skew::not_served(gw, backend, outgoing.uri(), &body) {
+            return Err(AttemptFailure::NotServed);
         }
         Answer::Whole(Response::from_parts(parts, ResponseBody::full(body)))
     } else {

@@ -6,7 +6,7 @@
 
 use crate::net::Unplaced;
 use crate::state::Gateway;
-use crate::telemetry::RequestFailure;
+use crate::telemetry::{AttemptFailure, RequestFailure};
 use crate::terminate::body::{LoggedBody, Relayed, ResponseBody};
 use crate::terminate::dispatch::{dispatch, Answer};
 use crate::terminate::mode::{TerminateMode, Upstreams};
@@ -265,6 +265,15 @@ async fn send(
         Err(Unplaced::NoBackend) => {
             metrics.request_failed(RequestFailure::NoReadyBackend);
             unavailable("no apiserver is ready")
+        }
+        Err(Unplaced::Failed(AttemptFailure::NotServed)) => {
+            // No replica tried has a handler for it: the apiserver's own answer.
+            status(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                "the server could not find the requested resource",
+                None,
+            )
         }
         Err(Unplaced::Failed(failure)) if !may_retry(failure, &class) => {
             metrics.request_failed(RequestFailure::Broken);

@@ -308,6 +308,11 @@ pub struct Outgoing {
 }
 
 impl Outgoing {
+    /// The URI sent upstream.
+    pub fn uri(&self) -> &Uri {
+        &self.uri
+    }
+
     /// The body, held whole.
     pub fn body(&self) -> &Bytes {
         &self.body

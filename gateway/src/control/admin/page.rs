@@ -149,7 +149,7 @@ fn listeners(page: &mut String, gw: &Gateway) {
 fn backends_table(page: &mut String, backends: &[BackendView], rise: u32) {
     page.push_str(
         "<h2>Backends</h2><table><tr><th>Name<th>Address<th>State<th>Since<th>Why\
-         <th>Connections<th>In flight<th>Long-running<th>Upstream conns<th>Last probe</tr>",
+         <th>Connections<th>In flight<th>Long-running<th>Upstream conns<th>Version<th>Last probe</tr>",
     );
     if backends.is_empty() {
         page.push_str("<tr><td colspan=10 class=quiet>no backends</tr>");
@@ -193,10 +193,19 @@ fn backends_table(page: &mut String, backends: &[BackendView], rise: u32) {
         } else {
             ""
         };
+        // The version, with the group-versions served as its tooltip.
+        let version = match &b.version {
+            Some(v) => format!(
+                "<span title='{}'>{}</span>",
+                esc(&b.group_versions.join(" ")),
+                esc(v)
+            ),
+            None => "<span class=quiet>-</span>".into(),
+        };
         let _ = write!(
             page,
             "<tr><td>{}{source}<td>{}<td><span class='state {}'>{}</span><td>{since}\
-             <td class=why>{}<td class=n>{}<td class=n>{}<td class=n>{}<td class=n>{}<td>{probe}</tr>",
+             <td class=why>{}<td class=n>{}<td class=n>{}<td class=n>{}<td class=n>{}<td>{version}<td>{probe}</tr>",
             esc(&b.name),
             esc(&b.address),
             esc(&b.state),

@@ -1,7 +1,7 @@
 //! The backends as the admin endpoint shows them: `/debug/backends` (JSON, which
 //! `kubegate status` reads) and the status page.
 
-use crate::state::Gateway;
+use crate::state::{Gateway, Served};
 use serde::Serialize;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -49,6 +49,16 @@ pub struct BackendView {
     /// Terminate mode's HTTP/2 connections open for new requests.
     #[serde(default)]
     pub upstream_connections: usize,
+    /// The version the replica reports, once terminate mode learned it.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// The API group-versions it serves, once learned.
+    #[serde(default)]
+    pub group_versions: Vec<String>,
+    /// What terminate mode knows of them: `learned`, `unknown` (not learned yet, or not
+    /// ready) or `unreadable: WHY`.
+    #[serde(default)]
+    pub apis: String,
 }
 
 pub fn backends_view(gw: &Gateway) -> Vec<BackendView> {
@@ -85,6 +95,19 @@ pub fn backends_view(gw: &Gateway) -> Vec<BackendView> {
                 requests_in_flight: b.planes().terminate.in_flight(),
                 long_running_requests: b.planes().terminate.long_running(),
                 upstream_connections: b.planes().terminate.connections(),
+                version: match &**b.planes().apis.get() {
+                    Served::Learned(set, _) => Some(set.version.clone()),
+                    _ => None,
+                },
+                group_versions: match &**b.planes().apis.get() {
+                    Served::Learned(set, _) => set.names().collect(),
+                    _ => Vec::new(),
+                },
+                apis: match &**b.planes().apis.get() {
+                    Served::Learned(..) => "learned".to_string(),
+                    Served::Unknown => "unknown".to_string(),
+                    Served::Unreadable(why, _) => format!("unreadable: {why}"),
+                },
             }
         })
         .collect()

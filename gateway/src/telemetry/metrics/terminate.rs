@@ -68,6 +68,18 @@ pub struct TerminateMetrics {
     /// `kubegate_dispatch_fallback_total{rule}`: requests sent to the whole pool because
     /// none of their rule's backends was ready.
     pub dispatch_fallback: IntCounterVec,
+    /// `kubegate_version_skew_routed_total{group_version}`: requests kept off ready replicas
+    /// that do not serve their group-version (`discovery`: discovery requests kept on the
+    /// newest version's replicas).
+    pub skew_routed: IntCounterVec,
+    /// `kubegate_backend_version_info{backend,version}`: 1 for each replica's learned version.
+    pub backend_version: IntGaugeVec,
+    /// `kubegate_backend_serves{backend,group_version}`: 1 for each group-version a replica
+    /// serves.
+    pub backend_serves: IntGaugeVec,
+    /// `kubegate_backend_discovery_failures_total{backend}`: reads of a replica's version or
+    /// discovery that failed.
+    pub backend_discovery_failures: IntCounterVec,
 }
 
 impl TerminateMetrics {
@@ -94,11 +106,17 @@ impl TerminateMetrics {
             dispatch_limited: counter_vec(r, "kubegate_dispatch_limited_total", "Requests a dispatch rule's limit answered 429, by limit (in_flight, rate).", &["rule", "limit"]),
             dispatch_in_flight: gauge_vec(r, "kubegate_dispatch_in_flight", "Requests of each dispatch rule in flight (long-running ones until their response starts).", &["rule"]),
             dispatch_fallback: counter_vec(r, "kubegate_dispatch_fallback_total", "Requests of a dispatch rule sent to the whole pool because none of the rule's backends was ready.", &["rule"]),
+            skew_routed: counter_vec(r, "kubegate_version_skew_routed_total", "Terminate-mode requests kept off ready replicas that do not serve their group-version (discovery: discovery requests kept on the newest version's replicas).", &["group_version"]),
+            backend_version: gauge_vec(r, "kubegate_backend_version_info", "1 for the version each ready replica reports (/version), as terminate mode learned it.", &["backend", "version"]),
+            backend_serves: gauge_vec(r, "kubegate_backend_serves", "1 for each API group-version a ready replica serves (its /api and /apis).", &["backend", "group_version"]),
+            backend_discovery_failures: counter_vec(r, "kubegate_backend_discovery_failures_total", "Reads of a replica's /version or discovery that failed.", &["backend"]),
             watches_ended: counter_vec(r, "kubegate_watches_ended_total", "Followed watches that ended, by reason (client, timeout, expired, error, not_resumable_*, malformed).", &["reason"]),
         };
         for failure in AttemptFailure::ALL {
             m.request_retries.with_label_values(&[failure.as_str()]);
         }
+        // Present from the start, so that a dashboard shows 0 rather than nothing.
+        m.skew_routed.with_label_values(&["discovery"]);
         for reason in RequestFailure::ALL {
             m.requests_failed.with_label_values(&[reason.as_str()]);
         }

@@ -1,0 +1,131 @@
+//! What a replica serves: its version and API group-versions, as terminate mode learned them
+//! from the replica's own `/version`, `/api` and `/apis` (`terminate::versions`). A replica is
+//! `Unknown` until learned and again from the moment it leaves `ready` (it may come back as
+//! another version); one whose discovery cannot be read is `Unreadable`, and then routed as
+//! if version skew did not exist.
+
+use arc_swap::ArcSwap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A replica's version and served group-versions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiSet {
+    /// `/version`'s `gitVersion`, with the emulated version when it differs
+    /// (`v1.34.1 (emulating 1.33)`).
+    pub version: String,
+    /// What orders versions, newest greatest: emulated (major, minor), then the binary's
+    /// (major, minor, patch).
+    pub rank: [u32; 5],
+    /// Served group-versions, `(group, version)` (`""` for core), sorted.
+    pub group_versions: Vec<(Box<str>, Box<str>)>,
+    /// A hash of `group_versions`: two replicas serve the same set when these are equal.
+    pub fingerprint: u64,
+}
+
+impl ApiSet {
+    /// The set of a replica at `version` (ranked `rank`) serving `group_versions`.
+    pub fn new(
+        version: String,
+        rank: [u32; 5],
+        mut group_versions: Vec<(Box<str>, Box<str>)>,
+    ) -> ApiSet {
+        group_versions.sort();
+        group_versions.dedup();
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        group_versions.hash(&mut h);
+        ApiSet {
+            version,
+            rank,
+            group_versions,
+            fingerprint: h.finish(),
+        }
+    }
+
+    /// Whether `group`/`version` is served (no allocation: a binary search of borrowed pairs).
+    pub fn serves(&self, group: &str, version: &str) -> bool {
+        self.group_versions
+            .binary_search_by(|(g, v)| (g.as_ref(), v.as_ref()).cmp(&(group, version)))
+            .is_ok()
+    }
+
+    /// The group-versions as the apiserver writes them (`v1`, `apps/v1`).
+    pub fn names(&self) -> impl Iterator<Item = String> + '_ {
+        self.group_versions.iter().map(|(g, v)| {
+            if g.is_empty() {
+                v.to_string()
+            } else {
+                format!("{g}/{v}")
+            }
+        })
+    }
+}
+
+/// What is known of a replica's served APIs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Served {
+    /// Not learned yet, or no longer (the replica left `ready`).
+    Unknown,
+    /// Learned at the instant given.
+    Learned(Arc<ApiSet>, Instant),
+    /// Its discovery could not be read (why): routed as if it served everything.
+    Unreadable(String, Instant),
+}
+
+/// One replica's [`Served`], read on the request path without a lock.
+pub struct ServedApis {
+    current: ArcSwap<Served>,
+}
+
+impl Default for ServedApis {
+    fn default() -> ServedApis {
+        ServedApis {
+            current: ArcSwap::from_pointee(Served::Unknown),
+        }
+    }
+}
+
+impl ServedApis {
+    /// What is known now.
+    pub fn get(&self) -> arc_swap::Guard<Arc<Served>> {
+        self.current.load()
+    }
+
+    /// Replaces what is known; returns what was.
+    pub fn set(&self, served: Served) -> Arc<Served> {
+        self.current.swap(Arc::new(served))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(gvs: &[(&str, &str)]) -> ApiSet {
+        ApiSet::new(
+            "v1.35.0".into(),
+            [1, 35, 1, 35, 0],
+            gvs.iter()
+                .map(|(g, v)| ((*g).into(), (*v).into()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn membership_and_fingerprints() {
+        let a = set(&[("resource.k8s.io", "v1"), ("", "v1"), ("apps", "v1")]);
+        assert!(a.serves("", "v1"));
+        assert!(a.serves("resource.k8s.io", "v1"));
+        assert!(!a.serves("resource.k8s.io", "v1beta1"));
+        assert!(!a.serves("", "v2"));
+        let same = set(&[("apps", "v1"), ("", "v1"), ("resource.k8s.io", "v1")]);
+        assert_eq!(a.fingerprint, same.fingerprint);
+        let other = set(&[("apps", "v1"), ("", "v1")]);
+        assert_ne!(a.fingerprint, other.fingerprint);
+        assert_eq!(
+            a.names().collect::<Vec<_>>(),
+            ["v1", "apps/v1", "resource.k8s.io/v1"]
+        );
+    }
+}

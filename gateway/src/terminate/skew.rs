@@ -1,0 +1,229 @@
+//! Version skew: while the ready replicas serve different API group-versions (a control-plane
+//! upgrade rolling through them, or `--runtime-config` changed on some), a request for a
+//! group-version goes only to replicas that serve it, so a client that found the group-version
+//! in discovery never meets a replica that answers 404 for it. Discovery requests (`/api`,
+//! `/apis`, `/apis/GROUP`, `/openapi/...`) go to the replicas of the newest version: what a
+//! client learns there is what the cluster is becoming, and every group-version it shows is
+//! served by a replica kubegate can send to. (Merging the replicas' documents would advertise
+//! group-versions with preferred versions no apiserver chose, and aggregated discovery's ETag
+//! would match no replica's.)
+//!
+//! Routing around skew is exclusion: the replicas to keep off are placed as already tried, so
+//! the balancer picks among the rest by its own policy. A group-version that no ready replica
+//! is known to serve is not steered at all: it goes where it would have gone, and the
+//! apiserver answers. A replica not learned yet (it just became ready) is kept off while
+//! another one is known to serve the group-version; one whose discovery cannot be read is
+//! never kept off. With every ready replica serving the same set — all of the time but an
+//! upgrade — a request costs one comparison per replica and nothing is parsed.
+
+use crate::state::{Backend, Gateway, Served};
+use http::{Method, Uri};
+use kubegate_config::NoReadyBackendPolicy;
+use kubegate_pool::Candidates;
+use kubegate_wire::classify::{request_info, Target};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// What a request asks for, as version skew sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wants<'a> {
+    /// A resource (or a group-version's resource list): `group` `""` is core.
+    GroupVersion {
+        /// The API group.
+        group: &'a str,
+        /// Its version.
+        version: &'a str,
+    },
+    /// A discovery document that lists group-versions.
+    Discovery,
+    /// Anything else (`/healthz`, `/version`, `/metrics`).
+    Anything,
+}
+
+impl<'a> Wants<'a> {
+    /// What a request for `path`, addressing `target`, wants.
+    pub fn of(path: &'a str, target: &Target<'a>) -> Wants<'a> {
+        match target.api_group {
+            Some(group) if !target.api_version.is_empty() => Wants::GroupVersion {
+                group,
+                version: target.api_version,
+            },
+            _ if is_discovery(path) => Wants::Discovery,
+            _ => Wants::Anything,
+        }
+    }
+}
+
+/// `/api`, `/apis`, `/apis/GROUP` and the OpenAPI documents.
+fn is_discovery(path: &str) -> bool {
+    let path = path.trim_end_matches('/');
+    path == "/api"
+        || path == "/apis"
+        || path.starts_with("/openapi/")
+        || path
+            .strip_prefix("/apis/")
+            .is_some_and(|group| !group.is_empty() && !group.contains('/'))
+}
+
+/// What the apiserver answers, with 404, for a path it has no handler for.
+const NO_HANDLER: &[u8] = b"the server could not find the requested resource";
+
+/// Whether `body`, a 404 from `backend` for `uri`, says the replica has no handler for the
+/// group-version or discovery document asked for (not that an object does not exist: that
+/// message names the object). If so, what was learned of the replica is forgotten, to be read
+/// again at once: it was restarted as another version, or its APIs changed, unseen. Always
+/// `false` with routing by skew off.
+pub fn not_served(gw: &Gateway, backend: &Backend, uri: &Uri, body: &[u8]) -> bool {
+    let info = request_info(&Method::GET, uri);
+    if !gw.config().load().terminate.version_skew.routing
+        || Wants::of(uri.path(), &info.target) == Wants::Anything
+        || !body.windows(NO_HANDLER.len()).any(|w| w == NO_HANDLER)
+    {
+        return false;
+    }
+    let apis = &backend.planes().apis;
+    if matches!(&**apis.get(), Served::Learned(..)) {
+        apis.set(Served::Unknown);
+        tracing::info!(backend = %backend.info().name, path = uri.path(), "the replica does not serve what it was learned to serve: reading its discovery again");
+    }
+    true
+}
+
+/// Whether the ready replicas differ in what they serve: some serve another set than others,
+/// or some are not learned yet while others are.
+pub fn skewed(ready: &[Arc<Backend>]) -> bool {
+    let mut first = None;
+    let mut unknown = false;
+    for b in ready {
+        match &**b.planes().apis.get() {
+            Served::Learned(set, _) => match first {
+                None => first = Some(set.fingerprint),
+                Some(f) if f != set.fingerprint => return true,
+                Some(_) => {}
+            },
+            Served::Unknown => unknown = true,
+            Served::Unreadable(..) => {}
+        }
+    }
+    unknown && first.is_some()
+}
+
+/// Appends to `tried` the ready replicas (not in it yet) that should not take a request for
+/// `uri`; returns how many. The caller removes them once the request is placed.
+pub fn steer(gw: &Gateway, uri: &Uri, tried: &mut Vec<SocketAddr>) -> usize {
+    if !gw.config().load().terminate.version_skew.routing {
+        return 0;
+    }
+    let table = gw.pool().routing();
+    // With no replica ready, whatever the fallback policy offers is taken as it is.
+    let Candidates::Ready(ready) = table.candidates(NoReadyBackendPolicy::Refuse) else {
+        return 0;
+    };
+    if !skewed(ready) {
+        return 0;
+    }
+    // Only what the request addresses matters here, not its verb.
+    let info = request_info(&Method::GET, uri);
+    let wants = Wants::of(uri.path(), &info.target);
+    let open = |b: &&Arc<Backend>| !tried.contains(&b.address);
+    let keep_off: Vec<SocketAddr> = match wants {
+        Wants::GroupVersion { group, version } => {
+            let serves = |b: &Arc<Backend>| match &**b.planes().apis.get() {
+                Served::Learned(set, _) => Some(set.serves(group, version)),
+                Served::Unreadable(..) => None,
+                Served::Unknown => Some(false),
+            };
+            if !ready.iter().filter(open).any(|b| serves(b) == Some(true)) {
+                return 0;
+            }
+            ready
+                .iter()
+                .filter(open)
+                .filter(|b| serves(b) == Some(false))
+                .map(|b| b.address)
+                .collect()
+        }
+        Wants::Discovery => {
+            let rank = |b: &Arc<Backend>| match &**b.planes().apis.get() {
+                Served::Learned(set, _) => Some(Some(set.rank)),
+                Served::Unreadable(..) => None,
+                Served::Unknown => Some(None),
+            };
+            let Some(newest) = ready
+                .iter()
+                .filter(open)
+                .filter_map(|b| rank(b).flatten())
+                .max()
+            else {
+                return 0;
+            };
+            ready
+                .iter()
+                .filter(open)
+                .filter(|b| matches!(rank(b), Some(r) if r < Some(newest)))
+                .map(|b| b.address)
+                .collect()
+        }
+        Wants::Anything => return 0,
+    };
+    if keep_off.is_empty() {
+        return 0;
+    }
+    let label = match wants {
+        Wants::GroupVersion { group: "", version } => version.to_string(),
+        Wants::GroupVersion { group, version } => format!("{group}/{version}"),
+        _ => "discovery".to_string(),
+    };
+    gw.metrics()
+        .terminate
+        .skew_routed
+        .with_label_values(&[&label])
+        .inc();
+    let n = keep_off.len();
+    tried.extend(keep_off);
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wants(path: &'static str) -> Wants<'static> {
+        let uri: &'static Uri = Box::leak(Box::new(Uri::from_static(path)));
+        let info = request_info(&Method::GET, uri);
+        Wants::of(uri.path(), &info.target)
+    }
+
+    #[test]
+    fn requests_are_told_apart() {
+        assert_eq!(
+            wants("/apis/resource.k8s.io/v1/namespaces/a/resourceclaims/x"),
+            Wants::GroupVersion {
+                group: "resource.k8s.io",
+                version: "v1"
+            }
+        );
+        assert_eq!(
+            wants("/api/v1/pods"),
+            Wants::GroupVersion {
+                group: "",
+                version: "v1"
+            }
+        );
+        // A group-version's resource list is that group-version's.
+        assert_eq!(
+            wants("/apis/resource.k8s.io/v1"),
+            Wants::GroupVersion {
+                group: "resource.k8s.io",
+                version: "v1"
+            }
+        );
+        assert_eq!(wants("/apis"), Wants::Discovery);
+        assert_eq!(wants("/api"), Wants::Discovery);
+        assert_eq!(wants("/apis/resource.k8s.io"), Wants::Discovery);
+        assert_eq!(wants("/openapi/v3"), Wants::Discovery);
+        assert_eq!(wants("/openapi/v3/apis/apps/v1"), Wants::Discovery);
+        assert_eq!(wants("/version"), Wants::Anything);
+        assert_eq!(wants("/readyz"), Wants::Anything);
+    }
+}

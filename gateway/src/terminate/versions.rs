@@ -1,0 +1,312 @@
+//! Learns each replica's version and served group-versions from the replica itself: its
+//! `/version`, `/api` and `/apis` (legacy discovery, which every apiserver still serves), read
+//! over terminate mode's own upstream connections as kubegate (requestheader identity
+//! `kubegate`; `system:discovery` lets any authenticated user read them). A replica is read
+//! as soon as it is ready and again every `terminate.version_skew.refresh`; it is forgotten
+//! the moment it leaves `ready`, since it may come back as another version. What is learned
+//! is published as metrics here, in one place, at each look.
+
+use crate::state::{ApiSet, Backend, Gateway, Kind, Served};
+use crate::terminate::connect::stream_to;
+use crate::terminate::h2client;
+use crate::terminate::mode::TerminateMode;
+use crate::terminate::request::upstream_uri;
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, Request, StatusCode, Uri, Version};
+use http_body_util::{BodyExt, Limited};
+use kubegate_health::BackendState;
+use kubegate_wire::identity::CertIdentity;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often the replicas' states are looked at: a replica that became ready, or was found
+/// not to serve what it was learned to, is read within this.
+const TICK: Duration = Duration::from_millis(250);
+/// Limit for one discovery read.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Largest discovery document read (a large cluster's `/apis` is some tens of KiB).
+const MAX_DOCUMENT: usize = 4 << 20;
+/// The user kubegate reads discovery as.
+const USER: &str = "kubegate";
+
+/// Follows the replicas until the process ends.
+pub async fn learn(gw: Arc<Gateway>, mode: Arc<TerminateMode>) {
+    let reading: Arc<Mutex<HashSet<SocketAddr>>> = Arc::default();
+    let mut published = Published::default();
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let refresh = gw.config().load().terminate.version_skew.refresh;
+        let backends = gw.pool().backends();
+        for b in &backends {
+            let served = b.planes().apis.get();
+            if b.state() != BackendState::Ready {
+                if **served != Served::Unknown {
+                    b.planes().apis.set(Served::Unknown);
+                }
+                continue;
+            }
+            let due = match &**served {
+                Served::Unknown => true,
+                Served::Learned(_, at) | Served::Unreadable(_, at) => at.elapsed() >= refresh,
+            };
+            if !due
+                || !reading
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(b.address)
+            {
+                continue;
+            }
+            let (gw, mode, b, reading) = (gw.clone(), mode.clone(), b.clone(), reading.clone());
+            tokio::spawn(async move {
+                read(&gw, &mode, &b).await;
+                reading
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&b.address);
+            });
+        }
+        published.update(&gw, &backends);
+    }
+}
+
+/// Reads `backend`'s version and group-versions, and records them (or why they could not be
+/// read).
+async fn read(gw: &Gateway, mode: &TerminateMode, backend: &Arc<Backend>) {
+    let name = backend.info().name.clone();
+    let learned = tokio::time::timeout(READ_TIMEOUT * 3, read_apis(gw, mode, backend))
+        .await
+        .unwrap_or_else(|_| Err("timed out".to_string()));
+    // The replica may have left `ready` meanwhile: what it served then is not news.
+    if backend.state() != BackendState::Ready {
+        return;
+    }
+    match learned {
+        Ok(set) => {
+            let set = Arc::new(set);
+            let before = backend
+                .planes()
+                .apis
+                .set(Served::Learned(set.clone(), Instant::now()));
+            let changed = match &*before {
+                Served::Learned(old, _) => **old != *set,
+                _ => true,
+            };
+            if changed {
+                tracing::info!(backend = %name, version = %set.version, group_versions = set.group_versions.len(), "learned the replica's version and API group-versions");
+            }
+        }
+        Err(why) => {
+            gw.metrics()
+                .terminate
+                .backend_discovery_failures
+                .with_label_values(&[&name])
+                .inc();
+            let before = backend
+                .planes()
+                .apis
+                .set(Served::Unreadable(why.clone(), Instant::now()));
+            if !matches!(&*before, Served::Unreadable(..)) {
+                tracing::warn!(backend = %name, error = %why, "could not read the replica's discovery: it is routed as if it served every group-version");
+            }
+        }
+    }
+}
+
+/// `/version`, `/api` and `/apis` of `backend`, as an [`ApiSet`].
+async fn read_apis(
+    gw: &Gateway,
+    mode: &TerminateMode,
+    backend: &Arc<Backend>,
+) -> Result<ApiSet, String> {
+    let version = get(gw, mode, backend, "/version").await?;
+    let core = get(gw, mode, backend, "/api").await?;
+    let groups = get(gw, mode, backend, "/apis").await?;
+    parse(&version, &core, &groups)
+}
+
+/// The set described by the three documents.
+fn parse(version: &[u8], core: &[u8], groups: &[u8]) -> Result<ApiSet, String> {
+    let json = |what: &str, body: &[u8]| {
+        serde_json::from_slice::<Value>(body).map_err(|e| format!("{what}: {e}"))
+    };
+    let version = json("/version", version)?;
+    let core = json("/api", core)?;
+    let groups = json("/apis", groups)?;
+    let field = |k: &str| version[k].as_str().unwrap_or("");
+    let number = |k: &str| -> u32 { field(k).trim_end_matches('+').parse().unwrap_or(0) };
+    let git = field("gitVersion");
+    if git.is_empty() {
+        return Err("/version has no gitVersion".to_string());
+    }
+    // gitVersion is `v1.34.1` (with a suffix sometimes): its patch orders replicas of one
+    // minor version.
+    let patch = git
+        .trim_start_matches('v')
+        .split(['.', '-', '+'])
+        .nth(2)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    let (major, minor) = (number("major"), number("minor"));
+    let emulated = match (number("emulationMajor"), number("emulationMinor")) {
+        (0, _) => (major, minor),
+        e => e,
+    };
+    let label = if emulated == (major, minor) {
+        git.to_string()
+    } else {
+        format!("{git} (emulating {}.{})", emulated.0, emulated.1)
+    };
+    let mut gvs: Vec<(Box<str>, Box<str>)> = Vec::new();
+    for v in core["versions"].as_array().into_iter().flatten() {
+        if let Some(v) = v.as_str() {
+            gvs.push(("".into(), v.into()));
+        }
+    }
+    for g in groups["groups"].as_array().into_iter().flatten() {
+        for v in g["versions"].as_array().into_iter().flatten() {
+            let gv = v["groupVersion"].as_str().unwrap_or("");
+            if let Some((group, version)) = gv.split_once('/') {
+                gvs.push((group.into(), version.into()));
+            }
+        }
+    }
+    if gvs.is_empty() {
+        return Err("/api and /apis list no group-version".to_string());
+    }
+    Ok(ApiSet::new(
+        label,
+        [emulated.0, emulated.1, major, minor, patch],
+        gvs,
+    ))
+}
+
+/// One discovery document of `backend`, read whole.
+async fn get(
+    gw: &Gateway,
+    mode: &TerminateMode,
+    backend: &Arc<Backend>,
+    path: &'static str,
+) -> Result<Bytes, String> {
+    let upstreams = mode.upstreams();
+    let kind = if upstreams.tls.with_identity.is_some() {
+        Kind::WithIdentity
+    } else {
+        Kind::Anonymous
+    };
+    let mut headers = HeaderMap::new();
+    headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+    if kind == Kind::WithIdentity {
+        let me = CertIdentity {
+            user: USER.to_string(),
+            groups: Vec::new(),
+        };
+        upstreams.identity.apply(&me, &mut headers);
+    }
+    let mut req = Request::new(());
+    *req.uri_mut() = upstream_uri(
+        Uri::from_static(path),
+        &HeaderMap::new(),
+        &upstreams.tls.server_name,
+    );
+    *req.version_mut() = Version::HTTP_2;
+    *req.headers_mut() = headers;
+    let exchange = async {
+        let stream = stream_to(gw, &upstreams, backend, kind)
+            .await
+            .map_err(|f| format!("{path}: {}", f.as_str()))?;
+        let resp = h2client::send(stream.sender(), req, &Bytes::new())
+            .await
+            .map_err(|f| format!("{path}: {}", f.as_str()))?;
+        let status = resp.status();
+        let body = Limited::new(resp.into_body(), MAX_DOCUMENT)
+            .collect()
+            .await
+            .map_err(|e| format!("{path}: reading the answer: {e}"))?
+            .to_bytes();
+        if status != StatusCode::OK {
+            return Err(format!("{path}: {status}"));
+        }
+        Ok(body)
+    };
+    tokio::time::timeout(READ_TIMEOUT, exchange)
+        .await
+        .unwrap_or_else(|_| Err(format!("{path}: timed out")))
+}
+
+/// The series of `kubegate_backend_version_info` and `kubegate_backend_serves` set now, so
+/// that those of a replica that left `ready` (or the pool) are removed.
+#[derive(Default)]
+struct Published {
+    by_backend: BTreeMap<String, Arc<ApiSet>>,
+}
+
+impl Published {
+    fn update(&mut self, gw: &Gateway, backends: &[Arc<Backend>]) {
+        let m = &gw.metrics().terminate;
+        let mut now: BTreeMap<String, Arc<ApiSet>> = BTreeMap::new();
+        for b in backends {
+            if let Served::Learned(set, _) = &**b.planes().apis.get() {
+                now.insert(b.info().name.clone(), set.clone());
+            }
+        }
+        for (name, old) in &self.by_backend {
+            if now
+                .get(name)
+                .is_some_and(|new| Arc::ptr_eq(new, old) || **new == **old)
+            {
+                continue;
+            }
+            let _ = m.backend_version.remove_label_values(&[name, &old.version]);
+            for gv in old.names() {
+                let _ = m.backend_serves.remove_label_values(&[name, &gv]);
+            }
+        }
+        for (name, set) in &now {
+            if self
+                .by_backend
+                .get(name)
+                .is_some_and(|old| Arc::ptr_eq(set, old) || **set == **old)
+            {
+                continue;
+            }
+            m.backend_version
+                .with_label_values(&[name, &set.version])
+                .set(1);
+            for gv in set.names() {
+                m.backend_serves.with_label_values(&[name, &gv]).set(1);
+            }
+        }
+        self.by_backend = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn discovery_documents_make_a_set() {
+        let version = br#"{"major":"1","minor":"34","emulationMajor":"1","emulationMinor":"33","gitVersion":"v1.34.2-kubegate-sim"}"#;
+        let core = br#"{"kind":"APIVersions","versions":["v1"]}"#;
+        let groups = br#"{"kind":"APIGroupList","groups":[
+            {"name":"apps","versions":[{"groupVersion":"apps/v1","version":"v1"}]},
+            {"name":"resource.k8s.io","versions":[{"groupVersion":"resource.k8s.io/v1","version":"v1"},{"groupVersion":"resource.k8s.io/v1beta1","version":"v1beta1"}]}]}"#;
+        let set = parse(version, core, groups).unwrap();
+        assert_eq!(set.version, "v1.34.2-kubegate-sim (emulating 1.33)");
+        assert_eq!(set.rank, [1, 33, 1, 34, 2]);
+        assert!(set.serves("", "v1"));
+        assert!(set.serves("resource.k8s.io", "v1beta1"));
+        assert!(!set.serves("apps", "v1beta1"));
+        // A provider's minor version carries a `+`.
+        let gke = br#"{"major":"1","minor":"33+","gitVersion":"v1.33.5-gke.100"}"#;
+        assert_eq!(parse(gke, core, groups).unwrap().rank, [1, 33, 1, 33, 5]);
+        assert!(parse(b"{}", core, groups).is_err());
+        assert!(parse(version, b"{}", b"{}").is_err());
+    }
+}
