@@ -42,6 +42,7 @@ mod tests {
             AttemptFailure::RefusedStream,
             AttemptFailure::GoAway,
             AttemptFailure::ShuttingDown,
+            AttemptFailure::NotServed,
         ] {
             for v in Verb::ALL {
                 assert!(may_retry(f, &class(v, None)), "{f:?} {v:?}");
