@@ -2,7 +2,8 @@
 //! (`rolling-restart`, a freeze of the leader's replica and etcd going away, against kubegate
 //! and HAProxy in kubeadm's configuration, with leader election through each) and L7 (kubegate's
 //! terminate mode through a rolling restart, a crash under writes, a freeze and every replica
-//! going down, beside HAProxy terminating TLS); a short soak with faults; and the same scenarios
+//! going down, a rolling upgrade whose versions serve different group-versions, beside HAProxy
+//! terminating TLS); a short soak with faults; and the same scenarios
 //! against a control plane the load test does not run; a small scale run (500 watches over 100
 //! connections through a rolling restart). The full matrices, the scale runs and the 30-minute soak
 //! are documented commands (docs/failover.md), not tests.
@@ -174,7 +175,7 @@ fn short_l7_runs_show_nothing_a_client_can_notice_through_terminate_mode() {
         dir.path(),
         &[
             "--scenario",
-            "crash-writes,freeze,all-down",
+            "crash-writes,freeze,all-down,upgrade",
             "--gateways",
             "kubegate-l7",
             "--short",
@@ -211,10 +212,16 @@ fn short_l7_runs_show_nothing_a_client_can_notice_through_terminate_mode() {
         );
     }
 
-    // Through a rolling restart, a crash under writes and a freeze: no failed first attempt
-    // but ambiguous writes, no kubectl failure (its `get --watch` included), no watch break
-    // seen by a client, no relist.
-    for scenario in ["rolling-restart", "crash-writes", "freeze"] {
+    // Through a rolling restart, a crash under writes, a freeze and a rolling upgrade to a
+    // version with other group-versions: no failed first attempt but ambiguous writes (in the
+    // upgrade, no 404 for what discovery showed), no kubectl failure (its `get --watch`
+    // included), no watch break seen by a client, no relist.
+    let upgrade = run(&faults, "upgrade", "kubegate-l7");
+    assert!(
+        upgrade["requests"]["discovered"].as_u64().unwrap() > 50,
+        "{upgrade}"
+    );
+    for scenario in ["rolling-restart", "crash-writes", "freeze", "upgrade"] {
         let report = if scenario == "rolling-restart" {
             &restart
         } else {
@@ -482,4 +489,49 @@ fn a_small_scale_run_relists_nothing_through_terminate_mode() {
         svg.starts_with("<svg") && svg.contains("kubegate-l7"),
         "{svg}"
     );
+}
+
+/// A short runaway-client run (`kubegate-loadtest storm`): under its `dispatch` rule the
+/// storm's identity is answered 429 with `Retry-After` and retried, never reset, while the
+/// other users and kubectl fail nothing; without the rule nothing is limited. The latencies
+/// are the documented run's figures (docs/failover.md), not asserted here.
+#[test]
+fn a_runaway_identity_under_its_rule_gets_429_not_resets() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(bin("kubegate-loadtest"))
+        .arg("storm")
+        .current_dir(dir.path())
+        .args(["--objects", "300", "--concurrency", "8", "--phase", "6s"])
+        .args(["--dir", "work", "--json", "storm.json"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{table}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("storm.json")).unwrap()).unwrap();
+    let row = |gateway: &str, phase: &str| {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["gateway"] == gateway && r["phase"] == phase)
+            .unwrap_or_else(|| panic!("no row {gateway} {phase}: {table}"))
+            .clone()
+    };
+    for r in rows.as_array().unwrap() {
+        assert_eq!(r["others"]["failed"], 0, "{r}");
+        assert!(r["others"]["count"].as_u64().unwrap() > 0, "{r}");
+        assert_eq!(r["kubectl"]["failed"], 0, "{r}");
+        assert_eq!(r["storm_failed"], 0, "{r}");
+    }
+    let free = row("kubegate-l7", "storm");
+    assert_eq!(free["storm_429"], 0, "{free}");
+    assert!(free["storm_ok"].as_u64().unwrap() > 0, "{free}");
+    let limited = row("kubegate-l7-limited", "storm");
+    assert!(limited["storm_429"].as_u64().unwrap() > 0, "{limited}");
+    assert!(limited["storm_ok"].as_u64().unwrap() > 0, "{limited}");
 }

@@ -229,7 +229,7 @@ fn kubegate(
             .collect();
     }
     if name == "kubegate-l7-limited" {
-        // One identity's requests two at a time at most; the rest wait their turn with 429.
+        // One identity's requests one at a time; the rest wait their turn with 429.
         c.dispatch = vec![kubegate_config::DispatchRule {
             name: Some("runaway".into()),
             matches: kubegate_config::RuleMatch {
@@ -239,7 +239,7 @@ fn kubegate(
             backends: Vec::new(),
             fallback: kubegate_config::Fallback::All,
             limit: Some(kubegate_config::RuleLimit {
-                max_in_flight: Some(2),
+                max_in_flight: Some(1),
                 ..Default::default()
             }),
         }];

@@ -3,7 +3,7 @@
 //! controller in a relist loop does. Beside it, the usual users: kubectl-like clients (a new
 //! connection per LIST) and real kubectl processes. Measured through `kubegate-l7` twice:
 //! without a rule, and with a `dispatch` rule limiting that identity (`kubegate-l7-limited`,
-//! `max_in_flight: 2`); each time a calm phase, then the storm. What the others see (latency
+//! `max_in_flight: 1`); each time a calm phase, then the storm. What the others see (latency
 //! of their requests and kubectl runs) and what the storm gets (answers, 429s that client-go
 //! retries after `Retry-After`, failures) are the figures (docs/failover.md, "Runaway client").
 
