@@ -169,7 +169,7 @@ async fn attempt(
             return Err(AttemptFailure::ShuttingDown);
         }
         Answer::Whole(Response::from_parts(parts, ResponseBody::full(body)))
-    } else if code == StatusCode::NOT_FOUND {
+    } else if code == StatusCode::NOT_FOUND && skew::may_be_unserved(class, resp.headers()) {
         // Read to tell a replica without the group-version (another one may have it) from an
         // object that does not exist.
         let (parts, body) = resp.into_parts();

@@ -15,12 +15,18 @@
 //! another one is known to serve the group-version; one whose discovery cannot be read is
 //! never kept off. With every ready replica serving the same set — all of the time but an
 //! upgrade — a request costs one comparison per replica and nothing is parsed.
+//!
+//! What kubegate learned can be stale: a replica restarted as another version between two
+//! probes was never seen leave `ready`. A replica that answers 404 "the server could not find
+//! the requested resource" for a group-version or a discovery document has no handler for it,
+//! so nothing was processed: the request goes to another replica (any verb), and the replica
+//! is read again at once (`not_served`).
 
 use crate::state::{Backend, Gateway, Served};
-use http::{Method, Uri};
+use http::{header, HeaderMap, Method, Uri};
 use kubegate_config::NoReadyBackendPolicy;
 use kubegate_pool::Candidates;
-use kubegate_wire::classify::{request_info, Target};
+use kubegate_wire::classify::{request_info, LongRunning, RequestClass, Target};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -67,6 +73,24 @@ fn is_discovery(path: &str) -> bool {
 
 /// What the apiserver answers, with 404, for a path it has no handler for.
 const NO_HANDLER: &[u8] = b"the server could not find the requested resource";
+
+/// Whether a 404 with `headers` for a request of `class` may be the apiserver saying it has
+/// no handler (a small JSON `Status` of known length), and so worth reading before it is
+/// passed on. A session or log stream's 404 (a proxied service's own page, say) passes
+/// untouched.
+pub fn may_be_unserved(class: RequestClass, headers: &HeaderMap) -> bool {
+    let small = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .is_some_and(|n| n <= 4096);
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    let short = matches!(class.long_running, None | Some(LongRunning::Watch));
+    small && json && short
+}
 
 /// Whether `body`, a 404 from `backend` for `uri`, says the replica has no handler for the
 /// group-version or discovery document asked for (not that an object does not exist: that
@@ -225,5 +249,37 @@ mod tests {
         assert_eq!(wants("/openapi/v3/apis/apps/v1"), Wants::Discovery);
         assert_eq!(wants("/version"), Wants::Anything);
         assert_eq!(wants("/readyz"), Wants::Anything);
+    }
+
+    #[test]
+    fn only_a_small_json_404_of_a_short_request_is_read() {
+        use kubegate_wire::classify::Verb;
+        let headers = |length: &str, kind: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONTENT_LENGTH, length.parse().unwrap());
+            h.insert(header::CONTENT_TYPE, kind.parse().unwrap());
+            h
+        };
+        let get = RequestClass {
+            verb: Verb::Get,
+            long_running: None,
+        };
+        let watch = RequestClass {
+            verb: Verb::Watch,
+            long_running: Some(LongRunning::Watch),
+        };
+        let proxy = RequestClass {
+            verb: Verb::Get,
+            long_running: Some(LongRunning::Session),
+        };
+        assert!(may_be_unserved(get, &headers("230", "application/json")));
+        assert!(may_be_unserved(watch, &headers("230", "application/json")));
+        assert!(!may_be_unserved(proxy, &headers("230", "application/json")));
+        assert!(!may_be_unserved(get, &headers("230", "text/html")));
+        assert!(!may_be_unserved(
+            get,
+            &headers("100000", "application/json")
+        ));
+        assert!(!may_be_unserved(get, &HeaderMap::new()));
     }
 }

@@ -124,6 +124,11 @@ async fn read_apis(
     mode: &TerminateMode,
     backend: &Arc<Backend>,
 ) -> Result<ApiSet, String> {
+    if mode.upstreams().tls.with_identity.is_none() {
+        // Anonymous users may read /version but not /api or /apis (`system:discovery` is
+        // bound to authenticated users): nothing to ask without an identity.
+        return Err("no front-proxy certificate (upstream.front_proxy): discovery is read as an authenticated user".into());
+    }
     let version = get(gw, mode, backend, "/version").await?;
     let core = get(gw, mode, backend, "/api").await?;
     let groups = get(gw, mode, backend, "/apis").await?;
@@ -194,20 +199,13 @@ async fn get(
     path: &'static str,
 ) -> Result<Bytes, String> {
     let upstreams = mode.upstreams();
-    let kind = if upstreams.tls.with_identity.is_some() {
-        Kind::WithIdentity
-    } else {
-        Kind::Anonymous
-    };
     let mut headers = HeaderMap::new();
     headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-    if kind == Kind::WithIdentity {
-        let me = CertIdentity {
-            user: USER.to_string(),
-            groups: Vec::new(),
-        };
-        upstreams.identity.apply(&me, &mut headers);
-    }
+    let me = CertIdentity {
+        user: USER.to_string(),
+        groups: Vec::new(),
+    };
+    upstreams.identity.apply(&me, &mut headers);
     let mut req = Request::new(());
     *req.uri_mut() = upstream_uri(
         Uri::from_static(path),
@@ -217,7 +215,7 @@ async fn get(
     *req.version_mut() = Version::HTTP_2;
     *req.headers_mut() = headers;
     let exchange = async {
-        let stream = stream_to(gw, &upstreams, backend, kind)
+        let stream = stream_to(gw, &upstreams, backend, Kind::WithIdentity)
             .await
             .map_err(|f| format!("{path}: {}", f.as_str()))?;
         let resp = h2client::send(stream.sender(), req, &Bytes::new())
