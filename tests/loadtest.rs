@@ -11,7 +11,7 @@
 use kubegate_e2e::bin;
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::Mutex;
 
 /// One load test at a time: each drives a whole control plane, and two at once on a small
@@ -36,37 +36,39 @@ fn total(v: &Value) -> u64 {
 }
 
 /// Runs `kubegate-loadtest run` in `dir` with `args` and the report and plot options; returns
-/// the process output and the parsed report.
-fn loadtest(dir: &Path, args: &[&str]) -> (Output, Value) {
+/// the parsed report.
+fn loadtest(dir: &Path, args: &[&str]) -> Value {
+    let mut all = vec!["run"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--plot", "plot.svg"]);
+    let (table, report) = subcommand(dir, &all);
+    assert!(table.contains("| scenario | gateway |"), "{table}");
+    report
+}
+
+/// Runs `kubegate-loadtest` with `args` (a subcommand and its options) in `dir`, its files in
+/// `dir/work` and its report in `dir/report.json`; asserts it succeeded and returns its table
+/// and the parsed report.
+fn subcommand(dir: &Path, args: &[&str]) -> (String, Value) {
+    // Relative paths, as `scripts/demo` passes them: the configuration files the tool writes
+    // must still point at the right certificates.
     let out = Command::new(bin("kubegate-loadtest"))
-        .arg("run")
         .args(args)
-        // Relative paths, as `scripts/demo` passes them: the configuration files the tool writes
-        // must still point at the right certificates.
         .current_dir(dir)
-        .args([
-            "--dir",
-            "work",
-            "--json",
-            "report.json",
-            "--plot",
-            "plot.svg",
-        ])
+        .args(["--dir", "work", "--json", "report.json"])
         .output()
         .unwrap();
-    let table = String::from_utf8_lossy(&out.stdout);
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "{table}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(table.contains("| scenario | gateway |"), "{table}");
     let report: Value = serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap())
         .expect("well-formed JSON");
-    (out, report)
+    (table, report)
 }
 
-/// The leader's figures of a run: leaderships lost, longest renewal gap (ms).
 fn leader(r: &Value) -> (usize, u64) {
     (
         r["leader"]["lost"].as_array().unwrap().len(),
@@ -78,7 +80,7 @@ fn leader(r: &Value) -> (usize, u64) {
 fn short_l4_runs_with_a_leader_against_kubegate_and_haproxy() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let (_, report) = loadtest(
+    let report = loadtest(
         dir.path(),
         &[
             "--scenario",
@@ -171,7 +173,7 @@ fn noticed(r: &Value) -> u64 {
 fn short_l7_runs_show_nothing_a_client_can_notice_through_terminate_mode() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let (_, faults) = loadtest(
+    let faults = loadtest(
         dir.path(),
         &[
             "--scenario",
@@ -182,7 +184,7 @@ fn short_l7_runs_show_nothing_a_client_can_notice_through_terminate_mode() {
         ],
     );
     let side = tempfile::tempdir().unwrap();
-    let (_, restart) = loadtest(
+    let restart = loadtest(
         side.path(),
         &[
             "--scenario",
@@ -289,20 +291,18 @@ fn short_l7_runs_show_nothing_a_client_can_notice_through_terminate_mode() {
 fn a_short_soak_loses_nothing_and_kubegate_never_restarts() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(bin("kubegate-loadtest"))
-        .args(["soak", "--duration", "90s", "--seed", "3"])
-        .current_dir(dir.path())
-        .args(["--dir", "work", "--json", "soak.json", "--plot", "soak.svg"])
-        .output()
-        .unwrap();
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{table}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (table, report) = subcommand(
+        dir.path(),
+        &[
+            "soak",
+            "--duration",
+            "90s",
+            "--seed",
+            "3",
+            "--plot",
+            "soak.svg",
+        ],
     );
-    let report: Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("soak.json")).unwrap()).unwrap();
     let checks = report["checks"].as_array().unwrap();
     assert_eq!(checks.len(), 9, "{table}");
     for what in [
@@ -360,7 +360,7 @@ fn an_external_control_plane_runs_the_same_scenarios() {
         ));
     }
     std::fs::write(dir.path().join("control-plane.yaml"), file).unwrap();
-    let (_, report) = loadtest(
+    let report = loadtest(
         dir.path(),
         &[
             "--control-plane",
@@ -419,37 +419,31 @@ fn an_external_control_plane_runs_the_same_scenarios() {
 fn a_small_scale_run_relists_nothing_through_terminate_mode() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(bin("kubegate-loadtest"))
-        .arg("scale")
-        .current_dir(dir.path())
-        // Four groups: every informer hears an event at least every 0.4 s even when a loaded
-        // machine slows the writer down, so its position stays inside a restarted replica's
-        // watch cache (an informer idle since before that replica started would meet 410 there,
-        // through any gateway).
-        .args(["--connections", "100", "--watches", "500", "--groups", "4"])
-        .args(["--gateways", "kubegate-l7,kubegate", "--short"])
-        .args([
-            "--dir",
-            "work",
-            "--json",
-            "scale.json",
+    // Four groups: every informer hears an event at least every 0.4 s even when a loaded
+    // machine slows the writer down, so its position stays inside a restarted replica's watch
+    // cache (an informer idle since before that replica started would meet 410 there, through
+    // any gateway).
+    let (table, report) = subcommand(
+        dir.path(),
+        &[
+            "scale",
+            "--connections",
+            "100",
+            "--watches",
+            "500",
+            "--groups",
+            "4",
+            "--gateways",
+            "kubegate-l7,kubegate",
+            "--short",
             "--plot",
             "scale.svg",
-        ])
-        .output()
-        .unwrap();
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{table}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
     assert!(
         table.contains("| watches (connections) | gateway |"),
         "{table}"
     );
-    let report: Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("scale.json")).unwrap()).unwrap();
     let of = |gateway: &str| {
         report
             .as_array()
@@ -499,21 +493,18 @@ fn a_small_scale_run_relists_nothing_through_terminate_mode() {
 fn a_runaway_identity_under_its_rule_gets_429_not_resets() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(bin("kubegate-loadtest"))
-        .arg("storm")
-        .current_dir(dir.path())
-        .args(["--objects", "300", "--concurrency", "8", "--phase", "6s"])
-        .args(["--dir", "work", "--json", "storm.json"])
-        .output()
-        .unwrap();
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{table}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (table, rows) = subcommand(
+        dir.path(),
+        &[
+            "storm",
+            "--objects",
+            "300",
+            "--concurrency",
+            "8",
+            "--phase",
+            "6s",
+        ],
     );
-    let rows: Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("storm.json")).unwrap()).unwrap();
     let row = |gateway: &str, phase: &str| {
         rows.as_array()
             .unwrap()

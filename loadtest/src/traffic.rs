@@ -362,6 +362,7 @@ pub async fn discovering(id: usize, target: Target, rec: Arc<Recorder>, stop: St
     let mut conn = None;
     let name = format!("claim-{id}");
     let fresh = id % 2 == 1;
+    let mut exists = false;
     while !stop.stopped() {
         if fresh {
             conn = None;
@@ -393,22 +394,13 @@ pub async fn discovering(id: usize, target: Target, rec: Arc<Recorder>, stop: St
         if fresh {
             conn = None;
         }
-        let started = Instant::now();
-        let mut outcome = client_go(
-            &target,
-            &mut conn,
-            true,
-            "GET",
-            &format!("{claims}/{name}"),
-            None,
-            None,
-        )
-        .await;
-        if outcome.last == Some(ErrorClass::Http(404)) && outcome.first == outcome.last {
-            // Not created yet (the first turn): a create, then the read counts again.
+        if !exists {
+            // The first turn: the object this client reads, created in the group-version
+            // discovery showed (it may exist from an earlier run: 409).
+            let started = Instant::now();
             let claim = json!({"apiVersion": gv, "kind": "ResourceClaim",
                                "metadata": {"name": name}});
-            let created = client_go(
+            let create = client_go(
                 &target,
                 &mut conn,
                 true,
@@ -418,19 +410,27 @@ pub async fn discovering(id: usize, target: Target, rec: Arc<Recorder>, stop: St
                 None,
             )
             .await;
-            if created.last.is_none() || created.last == Some(ErrorClass::Http(409)) {
-                outcome = client_go(
-                    &target,
-                    &mut conn,
-                    true,
-                    "GET",
-                    &format!("{claims}/{name}"),
-                    None,
-                    None,
-                )
-                .await;
+            exists = create.last.is_none() || create.last == Some(ErrorClass::Http(409));
+            if !exists {
+                rec.add(Kind::Discovered, started, create, None);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            if fresh {
+                conn = None;
             }
         }
+        let started = Instant::now();
+        let outcome = client_go(
+            &target,
+            &mut conn,
+            true,
+            "GET",
+            &format!("{claims}/{name}"),
+            None,
+            None,
+        )
+        .await;
         rec.add(Kind::Discovered, started, outcome, None);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
