@@ -6,7 +6,8 @@
 #     small (default): h2load -c 10 -m 10, a small JSON GET (the CPU-per-request figure);
 #     bulk: h2load -c 8 -m 1, the 1 MiB LIST body (the bulk MB/s figure).
 #   PERF_CALLGRAPH="--call-graph dwarf,16384" gives callers that frame pointers cannot
-#   (release builds have none); the default is -g.
+#   (release builds have none); the default is -g. GATEWAY=kubegate-l7-rules (or another
+#   name `kubegate-loadtest gateway` knows) profiles that configuration instead.
 #
 # Needs perf, nginx, h2load (scripts/install-peers) and a release build
 # (`cargo build --release -p kubegate -p kubegate-sim -p kubegate-loadtest`).
@@ -37,7 +38,7 @@ nginx -p $w -c $w/b.conf -g 'daemon off; master_process off;' & npid=$!
 kpid=
 trap 'kill $npid $kpid 2>/dev/null || true' EXIT
 p=$(port)
-mapfile -t lines < <($bin/kubegate-loadtest gateway kubegate-l7 --listen 127.0.0.1:$p --backend 127.0.0.1:$b --pki $w/pki --dir $w/kg --threads 1)
+mapfile -t lines < <($bin/kubegate-loadtest gateway ${GATEWAY:-kubegate-l7} --listen 127.0.0.1:$p --backend 127.0.0.1:$b --pki $w/pki --dir $w/kg --threads 1)
 KUBEGATE_LOG=warn "${lines[@]:1}" 2>$w/kg.log & kpid=$!
 until curl -sf "http://${lines[0]}/readyz" >/dev/null; do sleep 0.1; done
 sleep 1
