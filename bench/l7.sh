@@ -8,8 +8,9 @@
 
 # kubegate-l7-logged: kubegate-l7 with the access log on (JSON, every line written to a file):
 # what the log costs per request. kubegate-l7-rules: kubegate-l7 with 20 dispatch rules no
-# request matches: what matching costs per request.
-l7_targets=(direct kubegate-l7 kubegate-l7-logged kubegate-l7-rules envoy-l7 haproxy-l7)
+# request matches: what matching costs per request. L7_TARGETS="direct kubegate-l7
+# kubegate-l7-rules" measures only those in the rounds (an A/B with more rounds in the time).
+read -r -a l7_targets <<<"${L7_TARGETS:-direct kubegate-l7 kubegate-l7-logged kubegate-l7-rules envoy-l7 haproxy-l7}"
 small_path=/api/v1/namespaces/default/configmaps/small
 list_path=/api/v1/configmaps
 s_time_secs=$([ "$smoke" = 1 ] && echo 1 || echo "${duration%s}")
