@@ -68,6 +68,16 @@ pub fn backends_view(gw: &Gateway) -> Vec<BackendView> {
         .map(|b| {
             let info = b.info();
             let probe = b.last_probe();
+            // One snapshot of what terminate mode knows, so the three fields agree.
+            let (version, group_versions, apis) = match &**b.planes().apis.get() {
+                Served::Learned(set, _) => (
+                    Some(set.version.clone()),
+                    set.names().collect(),
+                    "learned".to_string(),
+                ),
+                Served::Unknown => (None, Vec::new(), "unknown".to_string()),
+                Served::Unreadable(why, _) => (None, Vec::new(), format!("unreadable: {why}")),
+            };
             BackendView {
                 name: info.name.clone(),
                 address: b.address.to_string(),
@@ -95,19 +105,9 @@ pub fn backends_view(gw: &Gateway) -> Vec<BackendView> {
                 requests_in_flight: b.planes().terminate.in_flight(),
                 long_running_requests: b.planes().terminate.long_running(),
                 upstream_connections: b.planes().terminate.connections(),
-                version: match &**b.planes().apis.get() {
-                    Served::Learned(set, _) => Some(set.version.clone()),
-                    _ => None,
-                },
-                group_versions: match &**b.planes().apis.get() {
-                    Served::Learned(set, _) => set.names().collect(),
-                    _ => Vec::new(),
-                },
-                apis: match &**b.planes().apis.get() {
-                    Served::Learned(..) => "learned".to_string(),
-                    Served::Unknown => "unknown".to_string(),
-                    Served::Unreadable(why, _) => format!("unreadable: {why}"),
-                },
+                version,
+                group_versions,
+                apis,
             }
         })
         .collect()
