@@ -32,8 +32,25 @@ pub struct ReplicaSettings {
     pub version: Vec<String>,
 }
 
+impl ReplicaSettings {
+    /// The simulator's flags that have no field of their own in `ReplicaFlags`, with
+    /// `version` as the version flags.
+    fn extra_flags(&self, version: &[String]) -> Vec<String> {
+        let mut extra = Vec::new();
+        if self.watch_cache {
+            extra.push("--watch-cache".into());
+        }
+        extra.extend(version.iter().cloned());
+        extra
+    }
+}
+
 enum Backend {
-    Simulated { etcd: Etcd, replicas: Vec<Replica> },
+    Simulated {
+        etcd: Etcd,
+        replicas: Vec<Replica>,
+        settings: ReplicaSettings,
+    },
     External(ExternalSpec),
 }
 
@@ -71,16 +88,17 @@ impl ControlPlane {
             flags.goaway_chance = Some(settings.goaway_chance);
             flags.latency = Some(settings.latency);
             flags.startup = Some("0s".into());
-            if settings.watch_cache {
-                flags.extra.push("--watch-cache".into());
-            }
-            flags.extra.extend(settings.version.iter().cloned());
+            flags.extra = settings.extra_flags(&settings.version);
             replicas.push(Replica::start(flags, &dir.join(format!("{name}.log")))?);
         }
         let cp = ControlPlane {
             dir: dir.to_path_buf(),
             pki,
-            backend: Backend::Simulated { etcd, replicas },
+            backend: Backend::Simulated {
+                etcd,
+                replicas,
+                settings,
+            },
             tls,
         };
         for i in 0..n {
@@ -321,12 +339,13 @@ impl ControlPlane {
         startup: &str,
         version: Vec<String>,
     ) -> anyhow::Result<()> {
-        let Backend::Simulated { replicas, .. } = &mut self.backend else {
+        let Backend::Simulated {
+            replicas, settings, ..
+        } = &mut self.backend
+        else {
             anyhow::bail!("upgrade: only a simulated control plane is upgraded by the load test");
         };
-        let flags = &mut replicas[i].flags;
-        flags.extra.retain(|f| f == "--watch-cache");
-        flags.extra.extend(version);
+        replicas[i].flags.extra = settings.extra_flags(&version);
         self.restart(i, startup).await
     }
 

@@ -242,17 +242,11 @@ async fn storm(target: Target, counts: Arc<StormCounts>, stop: Stop) {
     let path = format!("/api/v1/namespaces/{STORM_NAMESPACE}/configmaps");
     let mut conn: Option<Client> = None;
     while !stop.stopped() {
-        if conn.as_ref().is_none_or(Client::closed) {
-            match Client::connect(target.addr, &target.tls, true).await {
-                Ok(c) => conn = Some(c),
-                Err(_) => {
-                    counts.failed.fetch_add(1, Ordering::Relaxed);
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    continue;
-                }
-            }
-        }
-        let c = conn.as_mut().expect("connected");
+        let Ok(c) = traffic::connected(&mut conn, &target, true).await else {
+            counts.failed.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        };
         match tokio::time::timeout(Duration::from_secs(60), c.send("GET", &path, None)).await {
             Ok(Ok(r)) if r.status == 200 => {
                 counts.ok.fetch_add(1, Ordering::Relaxed);

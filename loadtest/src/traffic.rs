@@ -66,6 +66,19 @@ fn ok_status(r: &Resp) -> Result<(), ErrorClass> {
     }
 }
 
+/// The connection in `slot`, opened anew when there is none or it has closed (as a client's
+/// transport redials).
+pub async fn connected<'a>(
+    slot: &'a mut Option<Client>,
+    target: &Target,
+    h2: bool,
+) -> Result<&'a mut Client, ErrorClass> {
+    if slot.as_ref().is_none_or(Client::closed) {
+        *slot = Some(Client::connect(target.addr, &target.tls, h2).await?);
+    }
+    Ok(slot.as_mut().expect("connected just now"))
+}
+
 /// Runs one logical request with client-go's retry rules on a long-lived connection slot
 /// (reconnecting as the transport would).
 async fn client_go(
@@ -105,22 +118,19 @@ async fn client_go_read(
         o
     };
     for attempt in 0..=MAX_RETRIES {
-        if conn.as_ref().is_none_or(Client::closed) {
-            *conn = match Client::connect(target.addr, &target.tls, h2).await {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    // Refused is not retried; a dial timeout or reset is, for GET. Nothing
-                    // was sent: never ambiguous.
-                    if e == ErrorClass::Refused || write {
-                        return (fail(outcome, e, false), None);
-                    }
-                    outcome.first.get_or_insert(e);
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
+        let c = match connected(conn, target, h2).await {
+            Ok(c) => c,
+            Err(e) => {
+                // Refused is not retried; a dial timeout or reset is, for GET. Nothing was
+                // sent: never ambiguous.
+                if e == ErrorClass::Refused || write {
+                    return (fail(outcome, e, false), None);
                 }
-            };
-        }
-        let c = conn.as_mut().expect("connected");
+                outcome.first.get_or_insert(e);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
         let fut = c.send(method, path, body);
         let result = match deadline {
             Some(d) => match tokio::time::timeout(d.saturating_sub(started.elapsed()), fut).await {
@@ -466,16 +476,10 @@ pub async fn watcher(target: Target, rec: Arc<Recorder>, stop: Stop) {
     let mut rv: Option<String> = None;
     let mut conn: Option<Client> = None;
     while !stop.stopped() {
-        if conn.as_ref().is_none_or(Client::closed) {
-            match Client::connect(target.addr, &target.tls, true).await {
-                Ok(c) => conn = Some(c),
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(800)).await;
-                    continue;
-                }
-            }
-        }
-        let c = conn.as_mut().expect("connected");
+        let Ok(c) = connected(&mut conn, &target, true).await else {
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            continue;
+        };
         let Some(from) = rv.clone() else {
             match c.send("GET", &list_path, None).await {
                 Ok(r) if r.status == 200 => {
