@@ -23,20 +23,10 @@ use kubegate_e2e::*;
 use kubegate_testbed::ChildProcess;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
-
-fn kubectl_bin() -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/bin/kubectl");
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/install-deps",
-        path.display()
-    );
-    path
-}
 
 fn kubectl(kubeconfig: &Path, args: &[&str]) -> Output {
     let out = Command::new(kubectl_bin())

@@ -80,8 +80,7 @@ fn manifests_parse_as_kubernetes_objects_and_their_configs_pass_check() {
     // kubectl maps kinds through discovery even for a client-side dry run: give it a server.
     let sim = Sim::start(&pki, "api", SimOptions::default());
     let kubeconfig = pki.kubeconfig(&format!("https://{}", sim.addr));
-    let kubectl = repo(".tools/bin/kubectl");
-    assert!(kubectl.exists(), "run scripts/install-deps");
+    let kubectl = kubectl_bin();
     for (manifest, name) in [
         ("deploy/static-pod/kubegate.yaml", "kubegate"),
         ("deploy/static-pod/kubegate-terminate.yaml", "kubegate"),

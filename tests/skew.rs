@@ -35,6 +35,15 @@ fn new() -> Vec<String> {
     args(&["--binary-version", "1.34.1"])
 }
 
+/// Three replicas at 1.33 on one etcd, kubegate terminating in front.
+fn before_the_upgrade() -> Cluster {
+    Cluster::new()
+        .replicas(3)
+        .etcd()
+        .terminate()
+        .sim_args(&old().iter().map(String::as_str).collect::<Vec<_>>())
+}
+
 fn args(a: &[&str]) -> Vec<String> {
     a.iter().map(|s| s.to_string()).collect()
 }
@@ -90,12 +99,7 @@ type Seen = Arc<Mutex<BTreeMap<String, BTreeMap<u16, u32>>>>;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_upgrade_never_answers_404_for_what_discovery_showed() {
-    let mut bed = Cluster::new()
-        .replicas(3)
-        .etcd()
-        .terminate()
-        .sim_args(&old().iter().map(String::as_str).collect::<Vec<_>>())
-        .start();
+    let mut bed = before_the_upgrade().start();
     let kg = &bed.kg;
     for s in &bed.sims {
         wait_learned(kg, &s.name, "v1.33.4");
@@ -262,11 +266,7 @@ async fn a_rolling_upgrade_never_answers_404_for_what_discovery_showed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_skew_routing_a_replica_that_lacks_the_group_version_answers_404() {
-    let mut bed = Cluster::new()
-        .replicas(3)
-        .etcd()
-        .terminate()
-        .sim_args(&old().iter().map(String::as_str).collect::<Vec<_>>())
+    let mut bed = before_the_upgrade()
         .configure(|c| c.terminate.version_skew.routing = false)
         .start();
     restart_as(&mut bed.sims[0], new());

@@ -18,6 +18,17 @@ pub fn bin(name: &str) -> PathBuf {
     kubegate_testbed::binary(name)
 }
 
+/// kubectl as `scripts/install-deps` installs it (`.tools/bin/kubectl`); panics if missing.
+pub fn kubectl_bin() -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/bin/kubectl");
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/install-deps",
+        path.display()
+    );
+    path
+}
+
 /// Polls `f` until it returns `Some`, or panics naming `what` after `limit`.
 pub fn wait_for<T>(what: &str, limit: Duration, f: impl FnMut() -> Option<T>) -> T {
     kubegate_testbed::wait_until(what, limit, f).unwrap_or_else(|e| panic!("{e}"))

@@ -20,7 +20,9 @@ pub use browser::Browser;
 pub use client::{tls_client_config, tls_connect, Conn, Lines, Response};
 pub use cluster::{Cluster, Started};
 pub use container::{Container, ContainerSpec};
-pub use kubegate::{bin, ms, secs, terminate_files, wait_for, Kubegate, KubegateConfig};
+pub use kubegate::{
+    bin, kubectl_bin, ms, secs, terminate_files, wait_for, Kubegate, KubegateConfig,
+};
 pub use kubegate_testbed::kubegate::TerminateFiles;
 pub use kubegate_testbed::{free_port, plain_http, Etcd, FrontProxyPki, Pki};
 pub use proc::Proc;
