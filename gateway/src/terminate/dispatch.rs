@@ -10,7 +10,7 @@
 use crate::net::{place, Attempt, Unplaced};
 use crate::state::{Backend, Gateway, Stream};
 use crate::telemetry::AttemptFailure;
-use crate::terminate::body::{read_small, ResponseBody};
+use crate::terminate::body::{read_small, says, ResponseBody};
 use crate::terminate::connect::stream_to;
 use crate::terminate::h2client::{self, ResponseStream};
 use crate::terminate::in_flight::InFlight;
@@ -161,20 +161,19 @@ async fn attempt(
             .observe_request_duration(class.verb, took);
     }
     let code = resp.status();
-    let answer = if code == StatusCode::TOO_MANY_REQUESTS || code == StatusCode::SERVICE_UNAVAILABLE
+    let refused = code == StatusCode::TOO_MANY_REQUESTS || code == StatusCode::SERVICE_UNAVAILABLE;
+    let answer = if refused
+        || (code == StatusCode::NOT_FOUND && skew::may_be_unserved(class, resp.headers()))
     {
+        // Read whole to tell a shutting-down apiserver's 429/503 from a busy one, and a
+        // replica without the group-version (another may have it) from an object that does
+        // not exist.
         let (parts, body) = resp.into_parts();
         let body = read_small(body).await.map_err(|_| AttemptFailure::Reset)?;
-        if shutting_down(backend, &body) {
+        if refused && shutting_down(backend, &body) {
             return Err(AttemptFailure::ShuttingDown);
         }
-        Answer::Whole(Response::from_parts(parts, ResponseBody::full(body)))
-    } else if code == StatusCode::NOT_FOUND && skew::may_be_unserved(class, resp.headers()) {
-        // Read to tell a replica without the group-version (another one may have it) from an
-        // object that does not exist.
-        let (parts, body) = resp.into_parts();
-        let body = read_small(body).await.map_err(|_| AttemptFailure::Reset)?;
-        if skew::not_served(gw, backend, outgoing.uri(), &body) {
+        if !refused && skew::not_served(gw, backend, outgoing.uri(), &body) {
             return Err(AttemptFailure::NotServed);
         }
         Answer::Whole(Response::from_parts(parts, ResponseBody::full(body)))
@@ -194,11 +193,7 @@ async fn attempt(
 /// Whether a 429/503 came from an apiserver that is shutting down (rejected before any
 /// handler ran), rather than from priority and fairness or a failing dependency.
 fn shutting_down(backend: &Backend, body: &[u8]) -> bool {
-    backend.shutting_down() || contains(body, b"is shutting down")
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+    backend.shutting_down() || says(body, b"is shutting down")
 }
 
 #[cfg(test)]
@@ -207,11 +202,11 @@ mod tests {
 
     #[test]
     fn a_shutdown_answer_is_told_from_a_busy_one() {
-        assert!(contains(
+        assert!(says(
             b"The apiserver is shutting down, please try again later.",
             b"is shutting down"
         ));
-        assert!(!contains(
+        assert!(!says(
             b"Too many requests, please try again later.",
             b"is shutting down"
         ));

@@ -23,6 +23,7 @@
 //! is read again at once (`not_served`).
 
 use crate::state::{Backend, Gateway, Served};
+use crate::terminate::body::says;
 use http::{header, HeaderMap, Method, Uri};
 use kubegate_config::NoReadyBackendPolicy;
 use kubegate_pool::Candidates;
@@ -101,7 +102,7 @@ pub fn not_served(gw: &Gateway, backend: &Backend, uri: &Uri, body: &[u8]) -> bo
     let info = request_info(&Method::GET, uri);
     if !gw.config().load().terminate.version_skew.routing
         || Wants::of(uri.path(), &info.target) == Wants::Anything
-        || !body.windows(NO_HANDLER.len()).any(|w| w == NO_HANDLER)
+        || !says(body, NO_HANDLER)
     {
         return false;
     }
