@@ -27,7 +27,7 @@ use crate::terminate::body::says;
 use http::{header, HeaderMap, Method, Uri};
 use kubegate_config::NoReadyBackendPolicy;
 use kubegate_pool::Candidates;
-use kubegate_wire::classify::{request_info, LongRunning, RequestClass, Target};
+use kubegate_wire::classify::{request_info, LongRunning, RequestClass};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -48,8 +48,11 @@ pub enum Wants<'a> {
 }
 
 impl<'a> Wants<'a> {
-    /// What a request for `path`, addressing `target`, wants.
-    pub fn of(path: &'a str, target: &Target<'a>) -> Wants<'a> {
+    /// What a request for `uri` wants.
+    pub fn of(uri: &'a Uri) -> Wants<'a> {
+        // Only what the request addresses matters here, not its verb.
+        let target = request_info(&Method::GET, uri).target;
+        let path = uri.path();
         match target.api_group {
             Some(group) if !target.api_version.is_empty() => Wants::GroupVersion {
                 group,
@@ -99,9 +102,8 @@ pub fn may_be_unserved(class: RequestClass, headers: &HeaderMap) -> bool {
 /// again at once: it was restarted as another version, or its APIs changed, unseen. Always
 /// `false` with routing by skew off.
 pub fn not_served(gw: &Gateway, backend: &Backend, uri: &Uri, body: &[u8]) -> bool {
-    let info = request_info(&Method::GET, uri);
     if !gw.config().load().terminate.version_skew.routing
-        || Wants::of(uri.path(), &info.target) == Wants::Anything
+        || Wants::of(uri) == Wants::Anything
         || !says(body, NO_HANDLER)
     {
         return false;
@@ -147,9 +149,7 @@ pub fn steer(gw: &Gateway, uri: &Uri, tried: &mut Vec<SocketAddr>) -> usize {
     if !skewed(ready) {
         return 0;
     }
-    // Only what the request addresses matters here, not its verb.
-    let info = request_info(&Method::GET, uri);
-    let wants = Wants::of(uri.path(), &info.target);
+    let wants = Wants::of(uri);
     let open = |b: &&Arc<Backend>| !tried.contains(&b.address);
     let keep_off: Vec<SocketAddr> = match wants {
         Wants::GroupVersion { group, version } => {
@@ -215,8 +215,7 @@ mod tests {
 
     fn wants(path: &'static str) -> Wants<'static> {
         let uri: &'static Uri = Box::leak(Box::new(Uri::from_static(path)));
-        let info = request_info(&Method::GET, uri);
-        Wants::of(uri.path(), &info.target)
+        Wants::of(uri)
     }
 
     #[test]
