@@ -12,6 +12,11 @@
 //! 5. `slow_handshakes_and_heads_are_cut_and_the_connection_limit_holds` (slowloris).
 //! 6. `oversized_and_invalid_requests_get_clear_errors`.
 //! 7. `a_client_that_never_reads_stalls_only_itself` (flow control toward the backends).
+//! 8. `idle_http2_connections_hold_no_codec_buffers`.
+//! 9. `request_bodies_are_held_within_their_bounds`: one connection's bodies beyond its bound
+//!    get 413, a body still arriving at the deadline 408.
+//! 10. `distinct_long_user_agents_cost_bounded_memory` (the status page's busiest lists and
+//!     the access log keep a bounded part of each).
 
 use kubegate_e2e::h2raw::{self, flag, kind, Ending, RawH2};
 use kubegate_e2e::*;
@@ -668,5 +673,136 @@ async fn idle_http2_connections_hold_no_codec_buffers() {
         "an idle HTTP/2 connection holds {kib:.1} KiB of heap"
     );
     drop(held);
+    assert_alive(&s);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_bodies_are_held_within_their_bounds() {
+    use http_body_util::channel::Channel;
+    const STREAMS: usize = 6;
+    const CHUNK: usize = 64 * 1024;
+    const PER_BODY: usize = 2 << 20;
+    let s = Cluster::new()
+        .terminate()
+        .configure(|cfg| cfg.terminate.request_body_timeout = secs(3))
+        .start();
+    let per_connection = s.config.terminate.max_request_body_bytes_per_connection as f64;
+    let held = "kubegate_request_body_bytes_held";
+    let heap0 = counter(&s.kg, HEAP);
+    let mut statuses = Vec::new();
+    let mut most_held = 0.0f64;
+    measured(&s, "held-bodies", async {
+        let tls = tls_connect(s.kg.listen, tls_client_config(&s.pki, &[b"h2"]))
+            .await
+            .unwrap();
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(tls),
+        )
+        .await
+        .unwrap();
+        tokio::spawn(conn);
+        let mut answers = Vec::new();
+        let mut feeds = Vec::new();
+        for _ in 0..STREAMS {
+            let (mut tx, body) = Channel::<bytes::Bytes>::new(4);
+            let req = http::Request::post(format!("https://kubernetes{CONFIGMAPS}"))
+                .header("content-type", "application/json")
+                .body(body)
+                .unwrap();
+            sender.ready().await.unwrap();
+            answers.push(tokio::spawn(sender.send_request(req)));
+            // 2 MiB each, then the body stays open: 6 such bodies are beyond the
+            // connection's 8 MiB.
+            feeds.push(tokio::spawn(async move {
+                for _ in 0..PER_BODY / CHUNK {
+                    if tx
+                        .send_data(bytes::Bytes::from(vec![b'x'; CHUNK]))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                tokio::time::sleep(T).await;
+            }));
+        }
+        let deadline = Instant::now() + T;
+        for answer in answers {
+            while !answer.is_finished() && Instant::now() < deadline {
+                most_held = most_held.max(counter(&s.kg, held));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let resp = tokio::time::timeout(T, answer)
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            statuses.push(resp.status().as_u16());
+        }
+        for f in feeds {
+            f.abort();
+        }
+    })
+    .await;
+    let heap = (counter(&s.kg, HEAP) - heap0) / 1024.0 / 1024.0;
+    println!(
+        "FIGURE attack=held-bodies statuses={statuses:?} most_held_mib={:.1} heap_growth_mib={heap:.1}",
+        most_held / 1024.0 / 1024.0
+    );
+    let too_large = statuses.iter().filter(|s| **s == 413).count();
+    let too_slow = statuses.iter().filter(|s| **s == 408).count();
+    assert_eq!(too_large + too_slow, STREAMS, "{statuses:?}");
+    assert!(
+        too_large >= 2,
+        "at most 4 bodies of 2 MiB fit in 8 MiB: {statuses:?}"
+    );
+    assert!(too_slow >= 1, "{statuses:?}");
+    assert!(most_held <= per_connection, "held {most_held} bytes");
+    wait_for("every body let go", T, || {
+        (counter(&s.kg, held) == 0.0).then_some(())
+    });
+    assert!(
+        counter(
+            &s.kg,
+            "kubegate_requests_failed_total{reason=\"body_too_large\"}"
+        ) >= 2.0
+    );
+    assert!(
+        counter(
+            &s.kg,
+            "kubegate_requests_failed_total{reason=\"body_timeout\"}"
+        ) >= 1.0
+    );
+    assert_alive(&s);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distinct_long_user_agents_cost_bounded_memory() {
+    const REQUESTS: usize = 1500;
+    let s = Cluster::new()
+        .terminate()
+        .configure(|cfg| {
+            cfg.terminate.access_log.format = kubegate_config::AccessLogFormat::Json;
+            cfg.terminate.access_log.max_per_second = 100_000;
+        })
+        .start();
+    let heap0 = counter(&s.kg, HEAP);
+    measured(&s, "long-user-agents", async {
+        let mut conn = s.kg.connect(&s.pki, true).await.unwrap();
+        for i in 0..REQUESTS {
+            let agent = format!("{i:06}{}", "u".repeat(48 * 1024));
+            let r = conn
+                .send("GET", CONFIGMAPS, &[("User-Agent", agent.as_str())], None)
+                .await
+                .unwrap();
+            assert_eq!(r.status, 200);
+        }
+    })
+    .await;
+    let mib = (counter(&s.kg, HEAP) - heap0) / 1024.0 / 1024.0;
+    println!("FIGURE attack=long-user-agents requests={REQUESTS} heap_growth_mib={mib:.1}");
+    // Kept whole they were 70 MiB (92 MiB of RSS); cut to 256 bytes, under 1 MiB.
+    assert!(mib < 16.0, "kubegate's heap grew by {mib:.1} MiB");
     assert_alive(&s);
 }

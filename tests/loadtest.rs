@@ -485,10 +485,12 @@ fn a_small_scale_run_relists_nothing_through_terminate_mode() {
     );
 }
 
-/// A short runaway-client run (`kubegate-loadtest storm`): under its `dispatch` rule the
-/// storm's identity is answered 429 with `Retry-After` and retried, never reset, while the
-/// other users and kubectl fail nothing; without the rule nothing is limited. The latencies
-/// are the documented run's figures (docs/failover.md), not asserted here.
+/// A short runaway-client run (`kubegate-loadtest storm`), the runaway a service account's
+/// token client that kubegate names with a TokenReview: under its `service_accounts` rule it
+/// is answered 429 with `Retry-After` and retried, never reset, while the other users and
+/// kubectl fail nothing; without the rule nothing is limited. (A certificate runaway is
+/// ruled by the same code, tested in tests/dispatch.rs.) The latencies are the documented
+/// run's figures (docs/failover.md), not asserted here.
 #[test]
 fn a_runaway_identity_under_its_rule_gets_429_not_resets() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -503,6 +505,8 @@ fn a_runaway_identity_under_its_rule_gets_429_not_resets() {
             "8",
             "--phase",
             "6s",
+            "--runaway",
+            "token",
         ],
     );
     let row = |gateway: &str, phase: &str| {

@@ -118,7 +118,7 @@ pub struct RuleLimit {
     pub burst: Option<u32>,
 }
 
-/// The verbs a rule may name.
+/// The verbs of resource requests a rule may name (RBAC's).
 pub const VERBS: &[&str] = &[
     "get",
     "list",
@@ -128,7 +128,19 @@ pub const VERBS: &[&str] = &[
     "patch",
     "delete",
     "deletecollection",
+    "proxy",
 ];
+
+/// The verbs of non-resource requests (`/version`, `/healthz`): the method in lower case, as
+/// RBAC's `nonResourceURLs` rules name them.
+pub const NON_RESOURCE_VERBS: &[&str] =
+    &["get", "head", "post", "put", "patch", "delete", "options"];
+
+/// The lowest `limit.rate`: one request in about 17 minutes. Lower rates are no limit an
+/// operator means, and their refill times do not fit a `Retry-After`.
+pub const MIN_RATE: f64 = 0.001;
+/// The highest `limit.rate` and `limit.burst`.
+pub const MAX_RATE: f64 = 1_000_000.0;
 
 /// Checks `rules` against the configured backend `names` (`None`: backends are discovered, so
 /// names are not known in advance); each finding is a path and what is wrong there.
@@ -153,10 +165,18 @@ pub fn validate(rules: &[DispatchRule], names: Option<&[String]>) -> Vec<(String
         }
         for (j, verb) in m.verbs.iter().enumerate() {
             let bare = verb.strip_prefix('-').unwrap_or(verb);
-            if !bare.is_empty() && bare != "*" && !VERBS.contains(&bare) {
+            if !bare.is_empty()
+                && bare != "*"
+                && !VERBS.contains(&bare)
+                && !NON_RESOURCE_VERBS.contains(&bare)
+            {
                 findings.push((
                     format!("dispatch[{i}].match.verbs[{j}]"),
-                    format!("unknown verb {verb:?}; known: {}, and *", VERBS.join(", ")),
+                    format!(
+                        "unknown verb {verb:?}; known: {} (resources), {} (non-resource paths), and *",
+                        VERBS.join(", "),
+                        NON_RESOURCE_VERBS.join(", ")
+                    ),
                 ));
             }
         }
@@ -225,11 +245,11 @@ pub fn validate(rules: &[DispatchRule], names: Option<&[String]>) -> Vec<(String
                 ));
             }
             if let Some(rate) = limit.rate {
-                if !(rate > 0.0 && rate.is_finite()) {
+                if !(MIN_RATE..=MAX_RATE).contains(&rate) {
                     findings.push((
                         at("limit.rate"),
                         format!(
-                            "rate must be a positive number of requests per second, not {rate}"
+                            "rate must be between {MIN_RATE} and {MAX_RATE} requests per second, not {rate}"
                         ),
                     ));
                 }
@@ -240,9 +260,101 @@ pub fn validate(rules: &[DispatchRule], names: Option<&[String]>) -> Vec<(String
             if limit.burst == Some(0) {
                 findings.push((at("limit.burst"), "burst must be at least 1".into()));
             }
+            if limit.burst.is_some_and(|b| f64::from(b) > MAX_RATE) {
+                findings.push((
+                    at("limit.burst"),
+                    format!("burst must be at most {MAX_RATE}"),
+                ));
+            }
         }
     }
     findings
+}
+
+/// Rules that can never take a request, each a path and why: `kubegate check` warns of them
+/// (the file is still valid; a rule that matches nothing is a mistake, not a danger).
+pub fn warnings(rules: &[DispatchRule]) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    let included = |list: &[String]| -> Vec<String> {
+        list.iter()
+            .filter(|v| !v.starts_with('-'))
+            .cloned()
+            .collect()
+    };
+    for (i, rule) in rules.iter().enumerate() {
+        let at = |key: &str| format!("dispatch[{i}].{key}");
+        let m = &rule.matches;
+        let verbs = included(&m.verbs);
+        let any_verb = verbs.is_empty() || verbs.iter().any(|v| v == "*");
+        let resource_rule =
+            !m.api_groups.is_empty() || !m.resources.is_empty() || !m.namespaces.is_empty();
+        if !any_verb && !m.non_resource_urls.is_empty() {
+            if verbs
+                .iter()
+                .all(|v| !NON_RESOURCE_VERBS.contains(&v.as_str()))
+            {
+                found.push((
+                    at("match.verbs"),
+                    format!(
+                        "a non-resource request's verb is its method in lower case ({}): this rule never matches",
+                        NON_RESOURCE_VERBS.join(", ")
+                    ),
+                ));
+            }
+        } else if !any_verb && resource_rule && verbs.iter().all(|v| !VERBS.contains(&v.as_str())) {
+            found.push((
+                at("match.verbs"),
+                format!(
+                    "a resource request's verb is one of {}: this rule never matches",
+                    VERBS.join(", ")
+                ),
+            ));
+        }
+        let resources = included(&m.resources);
+        // `pods/log`, `*/status`, `pods/*` take only subresource requests.
+        let only_subresources = !resources.is_empty() && resources.iter().all(|r| r.contains('/'));
+        if only_subresources
+            && !any_verb
+            && verbs
+                .iter()
+                .all(|v| matches!(v.as_str(), "list" | "watch" | "deletecollection"))
+        {
+            found.push((
+                at("match.resources"),
+                "a request for a subresource always names its object, so it is never a list, watch or deletecollection: this rule never matches".into(),
+            ));
+        }
+        let users = included(&m.users);
+        if !m.service_accounts.is_empty()
+            && !users.is_empty()
+            && users
+                .iter()
+                .all(|u| u != "*" && !u.starts_with("system:serviceaccount:"))
+        {
+            found.push((
+                at("match.users"),
+                "service_accounts takes only service accounts (system:serviceaccount:NS:NAME), and none of these users is one: this rule never matches".into(),
+            ));
+        }
+        for (j, g) in m.groups.iter().enumerate() {
+            if g == "-system:authenticated" {
+                found.push((
+                    format!("dispatch[{i}].match.groups[{j}]"),
+                    "every sender kubegate can name is in system:authenticated: this rule never matches".into(),
+                ));
+            }
+        }
+        if let Some(k) = rules[..i].iter().position(|r| r.matches == rule.matches) {
+            found.push((
+                at("match"),
+                format!(
+                    "rule {} has the same match and comes first: this rule never takes a request",
+                    k + 1
+                ),
+            ));
+        }
+    }
+    found
 }
 
 #[cfg(test)]
@@ -303,6 +415,66 @@ mod tests {
         assert_eq!(
             at("match: {verbs: [\"-\"]}\nbackends: [a]"),
             ["dispatch[0].match.verbs[0]"]
+        );
+    }
+
+    #[test]
+    fn rates_out_of_bounds_are_refused() {
+        let at =
+            |yaml: &str| -> Vec<String> { findings(yaml).into_iter().map(|(p, _)| p).collect() };
+        assert_eq!(
+            at("match: {verbs: [get]}\nlimit: {rate: 1e-20}"),
+            ["dispatch[0].limit.rate"]
+        );
+        assert_eq!(
+            at("match: {verbs: [get]}\nlimit: {rate: 1e9}"),
+            ["dispatch[0].limit.rate"]
+        );
+        assert_eq!(
+            at("match: {verbs: [get]}\nlimit: {rate: 5, burst: 4000000000}"),
+            ["dispatch[0].limit.burst"]
+        );
+        assert!(at("match: {verbs: [get]}\nlimit: {rate: 0.001, burst: 1}").is_empty());
+    }
+
+    #[test]
+    fn rules_that_can_never_match_are_warned_of() {
+        let warned = |yaml: &str| -> Vec<String> {
+            let rules: Vec<DispatchRule> = serde_yaml_ng::from_str(yaml).unwrap();
+            warnings(&rules).into_iter().map(|(p, _)| p).collect()
+        };
+        let none: Vec<String> = Vec::new();
+        assert_eq!(
+            warned("- {match: {verbs: [list], resources: [pods]}, backends: [a]}"),
+            none
+        );
+        assert_eq!(
+            warned("- {match: {verbs: [post], non_resource_urls: [/x]}, backends: [a]}"),
+            none
+        );
+        assert_eq!(
+            warned("- {match: {verbs: [list], non_resource_urls: [/version]}, backends: [a]}"),
+            ["dispatch[0].match.verbs"]
+        );
+        assert_eq!(
+            warned("- {match: {verbs: [post], resources: [pods]}, backends: [a]}"),
+            ["dispatch[0].match.verbs"]
+        );
+        assert_eq!(
+            warned("- {match: {verbs: [watch], resources: [pods/log]}, backends: [a]}"),
+            ["dispatch[0].match.resources"]
+        );
+        assert_eq!(
+            warned("- {match: {users: [alice], service_accounts: [\"ci:*\"]}, backends: [a]}"),
+            ["dispatch[0].match.users"]
+        );
+        assert_eq!(
+            warned("- {match: {groups: [\"-system:authenticated\"]}, backends: [a]}"),
+            ["dispatch[0].match.groups[0]"]
+        );
+        assert_eq!(
+            warned("- {match: {verbs: [get]}, backends: [a]}\n- {match: {verbs: [get]}, backends: [b]}"),
+            ["dispatch[1].match"]
         );
     }
 

@@ -27,14 +27,15 @@ mod validate;
 
 pub use cidr::Cidr;
 pub use diff::{diff, Change};
-pub use dispatch::{DispatchRule, Fallback, RuleLimit, RuleMatch, VERBS};
+pub use dispatch::{DispatchRule, Fallback, RuleLimit, RuleMatch, NON_RESOURCE_VERBS, VERBS};
 pub use error::{ConfigError, Problem};
-pub use load::{load_file, load_file_with, load_str, load_str_with, Check};
+pub use load::{load_file, load_file_with, load_str, load_str_with, warnings, Check};
 pub use schema::{
     AccessLogConfig, AccessLogFormat, AdminConfig, BackendSpec, BalancePolicy, Config,
     ConnectConfig, DiscoveryConfig, DrainConfig, FlapDamping, FrontProxy, HealthConfig, HealthTls,
     KeepaliveConfig, LimitsConfig, ListenerMode, ListenerSpec, ListenerTls, NoReadyBackendPolicy,
-    ShutdownConfig, TerminateConfig, UpgradeConfig, UpstreamConfig, UpstreamTls, VersionSkewConfig,
+    ShutdownConfig, TerminateConfig, TokenReviewConfig, UpgradeConfig, UpstreamConfig, UpstreamTls,
+    VersionSkewConfig,
 };
 pub use since::{keys_newer_than, parse_version, version_text, Version, ADDED};
 pub use tls::TlsVersion;

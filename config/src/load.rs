@@ -61,6 +61,22 @@ pub fn load_str_with(
     if findings.is_empty() {
         return Ok(config);
     }
+    Err(invalid(positioned(text, findings)))
+}
+
+/// What is legal in a valid configuration read from `text` but is almost certainly a mistake
+/// (a dispatch rule that can never match), each with its position, in file order. `kubegate
+/// check` prints them as warnings; a reload logs them.
+pub fn warnings(text: &str, config: &Config) -> Vec<Problem> {
+    let findings = crate::dispatch::warnings(&config.dispatch);
+    if findings.is_empty() {
+        return Vec::new();
+    }
+    positioned(text, findings)
+}
+
+/// `findings` with the positions of their paths in `text`, in file order.
+fn positioned(text: &str, findings: Vec<Finding>) -> Vec<Problem> {
     let index = PathIndex::build(text);
     let mut problems: Vec<Problem> = findings
         .into_iter()
@@ -74,7 +90,7 @@ pub fn load_str_with(
         })
         .collect();
     problems.sort_by_key(|p| (p.line, p.column));
-    Err(invalid(problems))
+    problems
 }
 
 /// serde_yaml appends " at line L column C" to its messages; we print the position up front.

@@ -258,6 +258,21 @@ pub struct TerminateConfig {
     /// provably did not process can be sent to another replica; larger ones get 413, as the
     /// apiserver (3 MiB) would answer.
     pub max_request_body_bytes: u64,
+    /// Request body bytes one client connection may have kubegate hold at once (bodies being
+    /// read and bodies held for a retry, over all its streams). A request that would go
+    /// beyond gets 413; the connection's other streams go on.
+    pub max_request_body_bytes_per_connection: u64,
+    /// Request body bytes all clients together may have kubegate hold at once; a request
+    /// that would go beyond gets 413.
+    pub max_request_body_bytes_in_total: u64,
+    /// Time a client has to send a request's whole body; one still sending then gets 408.
+    #[serde(with = "crate::duration")]
+    pub request_body_timeout: Duration,
+    /// A watch without `timeoutSeconds` ends after this times a random factor in [1, 2), as
+    /// the apiserver's `--min-request-timeout` (1800 s) ends it, however many replicas it
+    /// moved across; a watch with `timeoutSeconds` ends at that time.
+    #[serde(with = "crate::duration")]
+    pub min_request_timeout: Duration,
     /// Largest request head accepted: the request line or pseudo-headers and every header,
     /// decoded (HPACK included). Larger ones get 431 (HTTP/1.1) or have their stream refused
     /// (HTTP/2). Envoy's default is 60 KiB; bearer tokens from OIDC providers run to several
@@ -277,6 +292,49 @@ pub struct TerminateConfig {
     /// Routing around replicas that serve different API group-versions (a control-plane
     /// upgrade in progress).
     pub version_skew: VersionSkewConfig,
+    /// Naming bearer-token clients (for `dispatch` rules, the access log and the status
+    /// page) with a TokenReview.
+    pub token_review: TokenReviewConfig,
+}
+
+/// How kubegate learns who a bearer token belongs to: a TokenReview
+/// (`authentication.k8s.io/v1`) sent as kubegate's own front-proxy identity (user `kubegate`,
+/// which needs the `system:auth-delegator` ClusterRole), cached by a hash of the token. The
+/// token itself is still what the apiserver authenticates: the name only decides which rule a
+/// request falls under and what the access log says. A review that fails, is refused or takes
+/// too long leaves the client unnamed; it never blocks a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TokenReviewConfig {
+    /// Review tokens (needs `upstream.front_proxy`).
+    pub enabled: bool,
+    /// How long a token's name is kept (the apiserver's webhook token cache keeps 2 minutes).
+    #[serde(with = "crate::duration")]
+    pub ttl: Duration,
+    /// How long a token the apiserver did not accept (or a review that failed) stays unnamed
+    /// before it is reviewed again.
+    #[serde(with = "crate::duration")]
+    pub negative_ttl: Duration,
+    /// Tokens remembered at most; beyond, older entries are forgotten.
+    pub max_entries: u32,
+    /// Longest a request waits for its token's review; then it goes on unnamed.
+    #[serde(with = "crate::duration")]
+    pub timeout: Duration,
+    /// Reviews in flight at once; a new token beyond this goes on unnamed, unreviewed.
+    pub max_in_flight: u32,
+}
+
+impl Default for TokenReviewConfig {
+    fn default() -> Self {
+        TokenReviewConfig {
+            enabled: true,
+            ttl: Duration::from_secs(120),
+            negative_ttl: Duration::from_secs(10),
+            max_entries: 10_000,
+            timeout: Duration::from_secs(2),
+            max_in_flight: 16,
+        }
+    }
 }
 
 /// What kubegate learns of each replica's version and served group-versions, and whether it
@@ -345,11 +403,16 @@ impl Default for TerminateConfig {
             header_read_timeout: Duration::from_secs(30),
             max_concurrent_streams: 1000,
             max_request_body_bytes: 3 * 1024 * 1024,
+            max_request_body_bytes_per_connection: 8 * 1024 * 1024,
+            max_request_body_bytes_in_total: 128 * 1024 * 1024,
+            request_body_timeout: Duration::from_secs(60),
+            min_request_timeout: Duration::from_secs(1800),
             max_header_list_bytes: 64 * 1024,
             rapid_reset_min_streams: 100,
             trusted_proxies: Vec::new(),
             access_log: AccessLogConfig::default(),
             version_skew: VersionSkewConfig::default(),
+            token_review: TokenReviewConfig::default(),
         }
     }
 }

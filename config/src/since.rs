@@ -52,6 +52,17 @@ pub const ADDED: &[(&str, Version)] = &[
     ("dispatch[].limit.max_in_flight", (0, 2, 0)),
     ("dispatch[].limit.rate", (0, 2, 0)),
     ("dispatch[].limit.burst", (0, 2, 0)),
+    ("terminate.max_request_body_bytes_per_connection", (0, 3, 0)),
+    ("terminate.max_request_body_bytes_in_total", (0, 3, 0)),
+    ("terminate.request_body_timeout", (0, 3, 0)),
+    ("terminate.min_request_timeout", (0, 3, 0)),
+    ("terminate.token_review", (0, 3, 0)),
+    ("terminate.token_review.enabled", (0, 3, 0)),
+    ("terminate.token_review.ttl", (0, 3, 0)),
+    ("terminate.token_review.negative_ttl", (0, 3, 0)),
+    ("terminate.token_review.max_entries", (0, 3, 0)),
+    ("terminate.token_review.timeout", (0, 3, 0)),
+    ("terminate.token_review.max_in_flight", (0, 3, 0)),
 ];
 
 /// Reads `1.2.3` (a leading `v` allowed).

@@ -268,6 +268,56 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
             "terminate.max_request_body_bytes must be at least 1".into(),
         );
     }
+    // Each wider bound must hold one request's largest body, or such a request could never
+    // be read.
+    for (key, value) in [
+        (
+            "terminate.max_request_body_bytes_per_connection",
+            t.max_request_body_bytes_per_connection,
+        ),
+        (
+            "terminate.max_request_body_bytes_in_total",
+            t.max_request_body_bytes_in_total,
+        ),
+    ] {
+        if value < t.max_request_body_bytes {
+            bad(
+                key.into(),
+                format!(
+                    "{key} ({value}) must hold at least one largest body (terminate.max_request_body_bytes, {})",
+                    t.max_request_body_bytes
+                ),
+            );
+        }
+    }
+    positive(
+        &mut bad,
+        "terminate.request_body_timeout",
+        t.request_body_timeout,
+    );
+    positive(
+        &mut bad,
+        "terminate.min_request_timeout",
+        t.min_request_timeout,
+    );
+    let tr = &t.token_review;
+    positive(&mut bad, "terminate.token_review.ttl", tr.ttl);
+    positive(
+        &mut bad,
+        "terminate.token_review.negative_ttl",
+        tr.negative_ttl,
+    );
+    positive(&mut bad, "terminate.token_review.timeout", tr.timeout);
+    at_least_one(
+        &mut bad,
+        "terminate.token_review.max_entries",
+        tr.max_entries,
+    );
+    at_least_one(
+        &mut bad,
+        "terminate.token_review.max_in_flight",
+        tr.max_in_flight,
+    );
     if !config.dispatch.is_empty() && !terminating {
         bad(
             "dispatch".into(),

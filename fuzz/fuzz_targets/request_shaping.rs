@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http::{Method, Request, Version};
 use kubegate::telemetry::Metrics;
 use kubegate::terminate::request::{Client, Shaper};
-use kubegate_wire::identity::{CertIdentity, IdentityHeaders};
+use kubegate_wire::identity::{IdentityHeaders, UserInfo};
 use libfuzzer_sys::fuzz_target;
 use rustls_pki_types::ServerName;
 use std::sync::OnceLock;
@@ -60,7 +60,7 @@ fuzz_target!(|data: &[u8]| {
         server_name: &server_name,
         metrics: &metrics.terminate,
     };
-    let cert = (flags & 4 == 4).then(|| CertIdentity {
+    let cert = (flags & 4 == 4).then(|| UserInfo {
         user: "alice".into(),
         groups: vec!["dev".into()],
     });

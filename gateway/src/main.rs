@@ -129,11 +129,25 @@ fn main() -> ExitCode {
 }
 
 /// `kubegate check`: the file loads and validates (its files too); with `compat`, release
-/// `compat` knows every key it uses.
+/// `compat` knows every key it uses. What is valid but cannot be meant (a rule that never
+/// matches) is printed as a warning and does not fail the check.
 fn check(path: &std::path::Path, compat: Option<&str>) -> ExitCode {
-    if let Err(e) = load_file_with(path, &check_files_and_tls) {
-        eprintln!("{e}");
-        return ExitCode::from(2);
+    let config = match load_file_with(path, &check_files_and_tls) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    for w in kubegate_config::warnings(&text, &config) {
+        eprintln!(
+            "{}:{}:{}: warning: {}",
+            path.display(),
+            w.line,
+            w.column,
+            w.message
+        );
     }
     let Some(older) = compat else {
         println!("{}: ok", path.display());
@@ -146,7 +160,6 @@ fn check(path: &std::path::Path, compat: Option<&str>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let text = std::fs::read_to_string(path).unwrap_or_default();
     let newer = kubegate_config::keys_newer_than(&text, older);
     if newer.is_empty() {
         println!(

@@ -14,11 +14,13 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpStream;
 
-/// Client TLS settings: the cluster CA and the admin client certificate.
+/// Client TLS settings: the cluster CA and a client certificate — or no certificate and a
+/// bearer token every request carries.
 #[derive(Clone)]
 pub struct ClientTls {
     h2: Arc<rustls::ClientConfig>,
     h1: Arc<rustls::ClientConfig>,
+    bearer: Option<http::HeaderValue>,
 }
 
 impl ClientTls {
@@ -29,25 +31,43 @@ impl ClientTls {
 
     /// Loads `ca.crt` and the client pair `NAME.crt`, `NAME.key` (`node`: a kubelet's).
     pub fn load_as(pki: &Path, name: &str) -> anyhow::Result<ClientTls> {
+        ClientTls::build(pki, Some(name), None)
+    }
+
+    /// Loads `ca.crt`; no client certificate, every request carrying `token` (a service
+    /// account's, say).
+    pub fn with_token(pki: &Path, token: &str) -> anyhow::Result<ClientTls> {
+        ClientTls::build(pki, None, Some(token))
+    }
+
+    fn build(pki: &Path, name: Option<&str>, token: Option<&str>) -> anyhow::Result<ClientTls> {
         let build = |alpn: &[u8]| -> anyhow::Result<Arc<rustls::ClientConfig>> {
             let mut roots = rustls::RootCertStore::empty();
             roots.add(CertificateDer::from_pem_file(pki.join("ca.crt"))?)?;
-            let chain = vec![CertificateDer::from_pem_file(
-                pki.join(format!("{name}.crt")),
-            )?];
-            let key = PrivateKeyDer::from_pem_file(pki.join(format!("{name}.key")))?;
-            let mut c = rustls::ClientConfig::builder_with_provider(Arc::new(
+            let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
                 rustls::crypto::ring::default_provider(),
             ))
             .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
-            .with_client_auth_cert(chain, key)?;
+            .with_root_certificates(roots);
+            let mut c = match name {
+                Some(name) => {
+                    let chain = vec![CertificateDer::from_pem_file(
+                        pki.join(format!("{name}.crt")),
+                    )?];
+                    let key = PrivateKeyDer::from_pem_file(pki.join(format!("{name}.key")))?;
+                    builder.with_client_auth_cert(chain, key)?
+                }
+                None => builder.with_no_client_auth(),
+            };
             c.alpn_protocols = vec![alpn.to_vec()];
             Ok(Arc::new(c))
         };
         Ok(ClientTls {
             h2: build(b"h2")?,
             h1: build(b"http/1.1")?,
+            bearer: token
+                .map(|t| http::HeaderValue::from_str(&format!("Bearer {t}")))
+                .transpose()?,
         })
     }
 }
@@ -110,6 +130,8 @@ enum Sender {
 pub struct Client {
     sender: Sender,
     task: Arc<ConnectionTask>,
+    /// `Authorization` every request carries, if any.
+    bearer: Option<http::HeaderValue>,
 }
 
 /// Drives the connection; ends it when the last handle goes.
@@ -166,6 +188,7 @@ impl Client {
             Ok(Client {
                 sender: Sender::H2(s),
                 task,
+                bearer: tls.bearer.clone(),
             })
         } else {
             let (s, conn) = hyper::client::conn::http1::handshake(io)
@@ -177,6 +200,7 @@ impl Client {
             Ok(Client {
                 sender: Sender::H1(s),
                 task,
+                bearer: tls.bearer.clone(),
             })
         }
     }
@@ -193,6 +217,7 @@ impl Client {
             Sender::H2(s) => Some(Client {
                 sender: Sender::H2(s.clone()),
                 task: self.task.clone(),
+                bearer: self.bearer.clone(),
             }),
             Sender::H1(_) => None,
         }
@@ -218,6 +243,9 @@ impl Client {
             req = req.header(http::header::CONTENT_TYPE, "application/json");
         }
         req = req.header(http::header::ACCEPT, "application/json");
+        if let Some(bearer) = &self.bearer {
+            req = req.header(http::header::AUTHORIZATION, bearer.clone());
+        }
         let req = req
             .body(Full::new(Bytes::from(body.unwrap_or("").to_string())))
             .expect("valid request");

@@ -17,6 +17,25 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// The simulated replicas' static bearer tokens (`--token-auth-file`), beside the PKI.
+const TOKENS: &str = "tokens.csv";
+
+/// A service account's token every simulated replica accepts: the runaway client of the
+/// storm run, when it runs as a token client.
+pub const RUNAWAY_TOKEN: &str = "storm-runaway-token";
+/// Whose [`RUNAWAY_TOKEN`] is, as `namespace:name` (a `service_accounts` rule's form).
+pub const RUNAWAY_SERVICE_ACCOUNT: &str = "storm:runaway";
+
+/// The tokens file: [`RUNAWAY_TOKEN`] with the groups the apiserver gives a service account.
+fn tokens_file() -> String {
+    let (ns, name) = RUNAWAY_SERVICE_ACCOUNT
+        .split_once(':')
+        .expect("namespace:name");
+    format!(
+        "{RUNAWAY_TOKEN},system:serviceaccount:{ns}:{name},uid-runaway,\"system:serviceaccounts,system:serviceaccounts:{ns}\"\n"
+    )
+}
+
 /// How the replicas run (simulated ones; an external control plane runs as it is).
 #[derive(Clone, Debug)]
 pub struct ReplicaSettings {
@@ -34,9 +53,12 @@ pub struct ReplicaSettings {
 
 impl ReplicaSettings {
     /// The simulator's flags that have no field of their own in `ReplicaFlags`, with
-    /// `version` as the version flags.
-    fn extra_flags(&self, version: &[String]) -> Vec<String> {
-        let mut extra = Vec::new();
+    /// `version` as the version flags; the static tokens are in `pki`.
+    fn extra_flags(&self, version: &[String], pki: &Path) -> Vec<String> {
+        let mut extra = vec![
+            "--token-auth-file".into(),
+            pki.join(TOKENS).display().to_string(),
+        ];
         if self.watch_cache {
             extra.push("--watch-cache".into());
         }
@@ -72,6 +94,7 @@ impl ControlPlane {
         std::fs::create_dir_all(dir)?;
         let pki = dir.join("pki");
         write_kubeadm_layout(&pki, "https://127.0.0.1:6443")?;
+        std::fs::write(pki.join(TOKENS), tokens_file())?;
         let etcd = Etcd::new(dir).start()?;
         let tls = ClientTls::load(&pki)?;
         let mut replicas = Vec::new();
@@ -88,7 +111,7 @@ impl ControlPlane {
             flags.goaway_chance = Some(settings.goaway_chance);
             flags.latency = Some(settings.latency);
             flags.startup = Some("0s".into());
-            flags.extra = settings.extra_flags(&settings.version);
+            flags.extra = settings.extra_flags(&settings.version, &pki);
             replicas.push(Replica::start(flags, &dir.join(format!("{name}.log")))?);
         }
         let cp = ControlPlane {
@@ -345,7 +368,7 @@ impl ControlPlane {
         else {
             anyhow::bail!("upgrade: only a simulated control plane is upgraded by the load test");
         };
-        replicas[i].flags.extra = settings.extra_flags(&version);
+        replicas[i].flags.extra = settings.extra_flags(&version, &self.pki);
         self.restart(i, startup).await
     }
 

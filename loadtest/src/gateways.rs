@@ -229,20 +229,36 @@ fn kubegate(
             .collect();
     }
     if name == "kubegate-l7-limited" {
-        // One identity's requests one at a time; the rest wait their turn with 429.
-        c.dispatch = vec![kubegate_config::DispatchRule {
-            name: Some("runaway".into()),
-            matches: kubegate_config::RuleMatch {
-                users: vec![RUNAWAY_USER.into()],
-                ..Default::default()
-            },
-            backends: Vec::new(),
-            fallback: kubegate_config::Fallback::All,
-            limit: Some(kubegate_config::RuleLimit {
-                max_in_flight: Some(1),
-                ..Default::default()
-            }),
-        }];
+        // One identity's requests one at a time; the rest wait their turn with 429. The
+        // runaway is a kubelet's certificate, or a service account's token (named by a
+        // TokenReview).
+        let one_at_a_time =
+            |name: &str, matches: kubegate_config::RuleMatch| kubegate_config::DispatchRule {
+                name: Some(name.into()),
+                matches,
+                backends: Vec::new(),
+                fallback: kubegate_config::Fallback::All,
+                limit: Some(kubegate_config::RuleLimit {
+                    max_in_flight: Some(1),
+                    ..Default::default()
+                }),
+            };
+        c.dispatch = vec![
+            one_at_a_time(
+                "runaway",
+                kubegate_config::RuleMatch {
+                    users: vec![RUNAWAY_USER.into()],
+                    ..Default::default()
+                },
+            ),
+            one_at_a_time(
+                "runaway-service-account",
+                kubegate_config::RuleMatch {
+                    service_accounts: vec![crate::control_plane::RUNAWAY_SERVICE_ACCOUNT.into()],
+                    ..Default::default()
+                },
+            ),
+        ];
     }
     if let Some(n) = threads {
         c.threads = n;

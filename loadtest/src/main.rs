@@ -148,6 +148,10 @@ enum Command {
         /// How long each phase (calm, then storm) lasts.
         #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
         phase: Duration,
+        /// Who the runaway is: a kubelet's client certificate, or a service account's bearer
+        /// token (which kubegate names with a TokenReview for its `service_accounts` rule).
+        #[arg(long, value_enum, default_value = "certificate")]
+        runaway: storm::Runaway,
         /// Working directory for configs and logs (default: a new temporary directory).
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -264,6 +268,7 @@ fn main() -> anyhow::Result<()> {
             objects,
             concurrency,
             phase,
+            runaway,
             dir,
             json,
         } => {
@@ -272,6 +277,7 @@ fn main() -> anyhow::Result<()> {
                     objects,
                     concurrency,
                     phase,
+                    runaway,
                     dir: PathBuf::new(),
                 },
                 dir,

@@ -1,6 +1,7 @@
-//! A runaway client: one identity (a kubelet's certificate, `system:node:node-1`) LISTs a
-//! large namespace from many connections at once, as a misbehaving agent on every node or a
-//! controller in a relist loop does. Beside it, the usual users: kubectl-like clients (a new
+//! A runaway client: one identity (a kubelet's certificate, `system:node:node-1`, or a
+//! service account's bearer token, `--runaway token`) LISTs a large namespace from many
+//! connections at once, as a misbehaving agent on every node or a controller in a relist loop
+//! does. Beside it, the usual users: kubectl-like clients (a new
 //! connection per LIST) and real kubectl processes. Measured through `kubegate-l7` twice:
 //! without a rule, and with a `dispatch` rule limiting that identity (`kubegate-l7-limited`,
 //! `max_in_flight: 1`); each time a calm phase, then the storm. What the others see (latency
@@ -29,8 +30,19 @@ pub struct Plan {
     pub concurrency: usize,
     /// How long each phase (calm, storm) lasts.
     pub phase: Duration,
+    /// Who the runaway is.
+    pub runaway: Runaway,
     /// Working directory.
     pub dir: PathBuf,
+}
+
+/// How the runaway client authenticates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Runaway {
+    /// A kubelet's client certificate (`system:node:node-1`).
+    Certificate,
+    /// A service account's bearer token (`storm:runaway`).
+    Token,
 }
 
 /// One phase of one gateway's run.
@@ -133,7 +145,12 @@ async fn one(plan: &Plan, gateway: &str, dir: &Path) -> anyhow::Result<Vec<Row>>
     traffic::seed_when_ready(&others, gateway).await?;
     let runaway = Target {
         addr: gw.listen,
-        tls: ClientTls::load_as(&cp.pki(), "node")?,
+        tls: match plan.runaway {
+            Runaway::Certificate => ClientTls::load_as(&cp.pki(), "node")?,
+            Runaway::Token => {
+                ClientTls::with_token(&cp.pki(), crate::control_plane::RUNAWAY_TOKEN)?
+            }
+        },
     };
     let kubeconfig = crate::kubectl::kubeconfig_for(&cp.pki(), gw.listen, &dir.join("kubeconfig"))?;
     let kubectl = crate::kubectl::find();

@@ -3,7 +3,7 @@
 //! discovery and the resource handlers.
 
 use crate::auth::{public_path, PeerCert, User};
-use crate::health::{self, query_params};
+use crate::health;
 use crate::objects;
 use crate::resources::{self, Target};
 use crate::respond::{self, Body, Reply};
@@ -31,9 +31,15 @@ pub async fn handle(
 }
 
 async fn serve(sim: &Arc<Sim>, peer: Option<&PeerCert>, req: Request<Incoming>) -> Reply {
-    let path = req.uri().path().to_string();
+    // Go's HTTP server hands the handler chain the decoded path; one it cannot decode never
+    // gets that far.
+    let Some(path) = crate::query::path(req.uri().path()) else {
+        return Reply::new(StatusCode::BAD_REQUEST, "400 Bad Request")
+            .header("content-type", "text/plain; charset=utf-8")
+            .header("connection", "close");
+    };
     let query = req.uri().query().map(str::to_string);
-    let params = query_params(query.as_deref());
+    let params = crate::query::params(query.as_deref());
 
     // Authentication. Unauthenticated and anonymous HTTP/2 connections serve one request
     // (`UnauthenticatedHTTP2DOSMitigation`): `Connection: close` becomes GOAWAY.
@@ -83,7 +89,11 @@ async fn serve_as(
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
-    let is_watch = param("watch").is_some_and(health::go_bool);
+    // `watch` makes a GET a watch only for a collection (RequestInfoFactory: no name), read as
+    // apimachinery converts a bool; the deprecated `/watch/` path verb is not served here.
+    let is_watch = matches!(*req.method(), Method::GET | Method::HEAD)
+        && param("watch").is_some_and(crate::query::truthy)
+        && resources::parse(&path).is_none_or(|t| t.name.is_none());
     if sim.retry_after.load(Ordering::Acquire) && path != "/metrics" {
         return respond::retry_after_shutdown();
     }
@@ -105,6 +115,9 @@ async fn serve_as(
     }
     if req.method() == Method::POST && path == "/apis/authentication.k8s.io/v1/selfsubjectreviews" {
         return self_subject_review(&user);
+    }
+    if req.method() == Method::POST && path == "/apis/authentication.k8s.io/v1/tokenreviews" {
+        return token_review(sim, &user, req).await;
     }
     // A group-version this replica's version or `--runtime-config` does not serve is not
     // found, as on an apiserver that has no handler for it.
@@ -224,6 +237,55 @@ fn self_subject_review(user: &User) -> Reply {
                 "groups": user.groups,
                 "extra": user.extra,
             }},
+        }),
+    )
+}
+
+/// A TokenReview: who the token in its spec belongs to, by this replica's authenticator (its
+/// static tokens), for a user allowed to ask (`--authorization-token-reviewers`).
+async fn token_review(sim: &Sim, user: &User, req: Request<Incoming>) -> Reply {
+    let reviewers = &sim.authenticator.token_reviewers;
+    if !reviewers.is_empty() && !reviewers.contains(&user.name) {
+        return respond::status(
+            403,
+            "Forbidden",
+            &format!("tokenreviews.authentication.k8s.io is forbidden: User \"{}\" cannot create resource \"tokenreviews\" in API group \"authentication.k8s.io\" at the cluster scope", user.name),
+            Some(json!({"group": "authentication.k8s.io", "kind": "tokenreviews"})),
+        );
+    }
+    let body = match read_body(req).await {
+        Ok(b) => b,
+        Err(reply) => return reply,
+    };
+    let review: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return respond::status(400, "BadRequest", &format!("TokenReview: {e}"), None),
+    };
+    let Some(token) = review["spec"]["token"].as_str().filter(|t| !t.is_empty()) else {
+        return respond::status(
+            422,
+            "Invalid",
+            "TokenReview.authentication.k8s.io \"\" is invalid: spec.token: Required value: token must be provided",
+            None,
+        );
+    };
+    sim.requests.token_reviews.fetch_add(1, Ordering::Relaxed);
+    let status = match sim.authenticator.tokens.user(token) {
+        Some(u) => json!({
+            "authenticated": true,
+            "user": {"username": u.name, "uid": "", "groups": u.groups},
+            "audiences": ["https://kubernetes.default.svc.cluster.local"],
+        }),
+        None => json!({"authenticated": false, "error": "invalid bearer token"}),
+    };
+    Reply::json(
+        StatusCode::CREATED,
+        &json!({
+            "kind": "TokenReview",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"creationTimestamp": null},
+            "spec": {"token": token},
+            "status": status,
         }),
     )
 }

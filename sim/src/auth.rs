@@ -65,9 +65,10 @@ impl PeerCert {
     pub fn from_der(der: &[u8]) -> Option<PeerCert> {
         let (_, cert) = X509Certificate::from_der(der).ok()?;
         let subject = cert.subject();
+        // Go's pkix.Name keeps the last CN of several.
         let common_name = subject
             .iter_common_name()
-            .next()
+            .last()
             .and_then(|c| c.as_str().ok())
             .unwrap_or_default()
             .to_string();
@@ -188,6 +189,15 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The token of an `Authorization` value, as the apiserver's bearer-token authenticator
+/// reads it: trimmed, the scheme `bearer` in any case, the token the word after it.
+pub fn bearer_token(authorization: &str) -> Option<&str> {
+    let mut parts = authorization.trim().splitn(3, ' ');
+    let scheme = parts.next()?;
+    let token = parts.next()?;
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
 /// The authenticators of one replica, in the apiserver's order.
 #[derive(Default)]
 pub struct Authenticator {
@@ -199,6 +209,9 @@ pub struct Authenticator {
     pub tokens: Tokens,
     /// `--anonymous-auth`.
     pub anonymous: bool,
+    /// `--authorization-token-reviewers`: who may create TokenReviews (empty: anyone
+    /// authenticated).
+    pub token_reviewers: Vec<String>,
 }
 
 impl Authenticator {
@@ -232,8 +245,8 @@ impl Authenticator {
         let authorization = headers
             .get(http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
-        if let Some(bearer) = authorization.and_then(|a| a.strip_prefix("Bearer ")) {
-            match self.tokens.user(bearer.trim()) {
+        if let Some(bearer) = authorization.and_then(bearer_token) {
+            match self.tokens.user(bearer) {
                 Some(user) => return Ok(user),
                 None => errors.push("invalid bearer token".into()),
             }
@@ -335,6 +348,7 @@ mod tests {
             client_ca_subjects: Some(vec![b"client-ca".to_vec()]),
             tokens: Tokens::parse("abc,kubegate,uid1,\"system:monitoring,ops\"\n"),
             anonymous: true,
+            token_reviewers: Vec::new(),
         }
     }
 

@@ -8,7 +8,7 @@
 //!                              the LIST and WATCH requests received since the start
 //! ```
 
-use crate::health::query_params;
+use crate::query::params as query_params;
 use crate::state::Sim;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -78,6 +78,7 @@ fn handle(sim: &Sim, req: Request<Incoming>) -> Response<Full<Bytes>> {
                 "watches": sim.watches.load(Ordering::Relaxed),
                 "lists_received": sim.requests.lists.load(Ordering::Relaxed),
                 "watches_received": sim.requests.watches.load(Ordering::Relaxed),
+                "token_reviews_received": sim.requests.token_reviews.load(Ordering::Relaxed),
                 "shutting_down": sim.checks.shutting_down(),
             }),
         ),

@@ -25,7 +25,7 @@ pub fn answer(checks: &Checks, path: &str, query: Option<&str>) -> Option<Reply>
 
 /// `handleRootHealth`: terse `ok` on success, verbose on request or on failure.
 fn root(checks: &Checks, endpoint: Endpoint, query: Option<&str>) -> Reply {
-    let params = query_params(query);
+    let params = crate::query::params(query);
     let verbose = params.iter().any(|(k, _)| k == "verbose");
     let mut excluded: Vec<String> = params
         .iter()
@@ -88,73 +88,9 @@ fn single(checks: &Checks, endpoint: Endpoint, check: &str) -> Reply {
     }
 }
 
-/// A boolean query value as Go's `strconv.ParseBool` reads it (`1`, `t`, `true`, `True`, ...).
-pub fn go_bool(v: &str) -> bool {
-    matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
-}
-
-/// Splits a query string into decoded pairs (`verbose` alone has an empty value).
-pub fn query_params(query: Option<&str>) -> Vec<(String, String)> {
-    query
-        .unwrap_or("")
-        .split('&')
-        .filter(|s| !s.is_empty())
-        .map(|pair| {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            (percent_decode(k), percent_decode(v))
-        })
-        .collect()
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b'%' => match b
-                .get(i + 1..i + 3)
-                .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
-                .and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok())
-            {
-                Some(v) => {
-                    out.push(v);
-                    i += 3;
-                }
-                None => {
-                    out.push(b'%');
-                    i += 1;
-                }
-            },
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn query_is_decoded() {
-        assert_eq!(
-            query_params(Some("verbose&exclude=poststarthook%2Fx&exclude=a+b")),
-            vec![
-                ("verbose".into(), "".into()),
-                ("exclude".into(), "poststarthook/x".into()),
-                ("exclude".into(), "a b".into())
-            ]
-        );
-        assert_eq!(query_params(Some("x=%4")), vec![("x".into(), "%4".into())]);
-    }
 
     #[test]
     fn failing_body_is_verbose_and_ends_with_newline() {

@@ -15,6 +15,7 @@ mod openapi;
 mod patch;
 mod pods;
 mod protobuf;
+mod query;
 mod reconciler;
 mod resources;
 mod respond;
@@ -90,6 +91,11 @@ pub struct ServeArgs {
     /// Static bearer tokens: `token,user,uid,"group1,group2"` per line.
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
+    /// Users allowed to create TokenReviews (a stand-in for binding the
+    /// `system:auth-delegator` ClusterRole); empty: every authenticated user, as the default
+    /// RBAC in miniature allows everything else. Not a kube-apiserver flag.
+    #[arg(long, value_delimiter = ',')]
+    authorization_token_reviewers: Vec<String>,
     /// CA that signs front-proxy client certificates (requestheader authentication).
     #[arg(long)]
     requestheader_client_ca_file: Option<PathBuf>,
@@ -352,6 +358,7 @@ fn authenticator(args: &ServeArgs) -> anyhow::Result<auth::Authenticator> {
         client_ca_subjects,
         tokens,
         anonymous: args.anonymous_auth,
+        token_reviewers: args.authorization_token_reviewers.clone(),
     })
 }
 

@@ -79,11 +79,7 @@ pub fn subresource(
             .map(|(_, v)| v.clone())
             .collect()
     };
-    let flag = |key: &str| {
-        values(key)
-            .first()
-            .is_some_and(|v| crate::health::go_bool(v))
-    };
+    let flag = |key: &str| values(key).first().is_some_and(|v| crate::query::truthy(v));
     match subresource {
         "log" => log(sim, name, flag("follow")),
         "exec" | "attach" => {

@@ -142,6 +142,8 @@ async fn serve_connection(
                 let forwarded = (!forwarded.is_empty())
                     .then(|| http::HeaderValue::from_str(&forwarded.join(", ")).ok())
                     .flatten();
+                // The audit log reads X-Real-Ip after the X-Forwarded-For chain.
+                let real_ip = req.headers().get("x-real-ip").cloned();
                 let mut resp = api::handle(sim, peer.as_ref(), req).await;
                 // Go's HTTP/2 server turns `Connection: close` into GOAWAY (the apiserver sets
                 // it for anonymous and unauthenticated HTTP/2 requests).
@@ -161,6 +163,9 @@ async fn serve_connection(
                 if let Some(f) = forwarded {
                     resp.headers_mut().insert("x-kubegate-sim-forwarded-for", f);
                 }
+                if let Some(ip) = real_ip {
+                    resp.headers_mut().insert("x-kubegate-sim-real-ip", ip);
+                }
                 if let Some(tls) = negotiated {
                     resp.headers_mut().insert("x-kubegate-sim-tls", tls);
                 }
@@ -169,9 +174,14 @@ async fn serve_connection(
         })
     };
     let mut builder = auto::Builder::new(TokioExecutor::new());
+    // Go's limit on a request's head: http.DefaultMaxHeaderBytes (1 MiB) and the slack its
+    // HTTP/2 server adds (hyper's defaults are 16 KiB here, the first 431 a client would see).
+    const GO_MAX_HEADER_BYTES: u32 = (1 << 20) + 4096;
     builder
         .http2()
-        .max_concurrent_streams(sim.behaviour.max_streams);
+        .max_concurrent_streams(sim.behaviour.max_streams)
+        .max_header_list_size(GO_MAX_HEADER_BYTES);
+    builder.http1().max_buf_size(GO_MAX_HEADER_BYTES as usize);
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
     tokio::pin!(conn);
     let mut closing = false;

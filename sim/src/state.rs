@@ -59,13 +59,16 @@ pub struct Sim {
     pub apis: crate::versions::Apis,
 }
 
-/// LIST and WATCH requests a replica received (answered or not): what a failover costs it.
+/// LIST and WATCH requests a replica received (answered or not): what a failover costs it;
+/// and the TokenReviews it answered.
 #[derive(Debug, Default)]
 pub struct ReadCounts {
     /// LIST requests.
     pub lists: AtomicU64,
     /// WATCH requests.
     pub watches: AtomicU64,
+    /// TokenReviews.
+    pub token_reviews: AtomicU64,
 }
 
 impl Sim {

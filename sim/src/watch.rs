@@ -61,13 +61,13 @@ pub async fn serve(
         param("fieldSelector").and_then(|f| f.strip_prefix("metadata.name=").map(str::to_string))
     });
     let label_selector = param("labelSelector").filter(|s| !s.is_empty());
-    let bookmarks = param("allowWatchBookmarks").is_some_and(|v| crate::health::go_bool(&v));
+    let bookmarks = param("allowWatchBookmarks").is_some_and(|v| crate::query::truthy(&v));
     let timeout = param("timeoutSeconds")
         .and_then(|t| t.parse::<u64>().ok())
         .map(Duration::from_secs)
         .unwrap_or_else(|| Duration::from_secs(1800 + fastrand::u64(..1800)));
     let requested = param("resourceVersion").filter(|rv| !rv.is_empty() && rv != "0");
-    let initial_events = param("sendInitialEvents").is_some_and(|v| crate::health::go_bool(&v));
+    let initial_events = param("sendInitialEvents").is_some_and(|v| crate::query::truthy(&v));
     if initial_events
         && (param("resourceVersionMatch").as_deref() != Some("NotOlderThan") || !bookmarks)
     {

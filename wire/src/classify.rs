@@ -1,9 +1,12 @@
 //! What a request is, as the apiserver sees it (k8s.io/apiserver `request.RequestInfoFactory`
-//! and the long-running check of `pkg/controlplane/apiserver/config.go`): its verb, and whether
-//! it is long-running (no request timeout; drained until the deadline; never retried once
-//! sent).
+//! and the long-running check of `pkg/controlplane/apiserver/config.go`): its verb, whether it
+//! is long-running (no request timeout; drained until the deadline; never retried once sent),
+//! and what it addresses. Read from the target as Go hands it to the handler chain
+//! ([`crate::target`]): the path percent-decoded, the query decoded pair by pair.
 
+use crate::target::{self, BadTarget, Query};
 use http::{Method, Uri};
+use std::borrow::Cow;
 
 /// The apiserver's verb for a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,7 +15,7 @@ pub enum Verb {
     Get,
     /// `GET` of a collection.
     List,
-    /// `GET` with `watch=true`.
+    /// `GET` of a collection with `watch` set, or the `/watch/` path verb.
     Watch,
     /// `POST`.
     Create,
@@ -24,13 +27,15 @@ pub enum Verb {
     Delete,
     /// `DELETE` of a collection.
     DeleteCollection,
+    /// The deprecated `/proxy/` path verb.
+    Proxy,
     /// Any other method.
     Other,
 }
 
 impl Verb {
     /// Every verb.
-    pub const ALL: [Verb; 9] = [
+    pub const ALL: [Verb; 10] = [
         Verb::Get,
         Verb::List,
         Verb::Watch,
@@ -39,10 +44,11 @@ impl Verb {
         Verb::Patch,
         Verb::Delete,
         Verb::DeleteCollection,
+        Verb::Proxy,
         Verb::Other,
     ];
 
-    /// Metric label.
+    /// Metric label, and RBAC's name of the verb of a resource request.
     pub fn as_str(self) -> &'static str {
         match self {
             Verb::Get => "get",
@@ -53,6 +59,7 @@ impl Verb {
             Verb::Patch => "patch",
             Verb::Delete => "delete",
             Verb::DeleteCollection => "deletecollection",
+            Verb::Proxy => "proxy",
             Verb::Other => "other",
         }
     }
@@ -85,18 +92,32 @@ pub struct RequestClass {
     pub long_running: Option<LongRunning>,
 }
 
+impl RequestClass {
+    /// Whether the apiserver switches protocols for it when asked to (`Upgrade`): `exec`,
+    /// `attach`, `portforward`, `proxy`, and a watch over WebSocket. For anything else an
+    /// `Upgrade` header is ignored and the request served as usual.
+    pub fn upgradable(&self) -> bool {
+        matches!(
+            self.long_running,
+            Some(LongRunning::Session | LongRunning::Watch)
+        )
+    }
+}
+
 /// What a request addresses, as the apiserver's `RequestInfo` and RBAC see it, borrowed from
-/// its path (no allocation).
+/// its decoded path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Target<'a> {
-    /// The API group: `Some("")` for the core group (`/api`), `Some(group)` for `/apis/GROUP`,
-    /// `None` for a non-resource path (`/healthz`, `/version`, `/apis`).
+    /// The API group of a resource request: `Some("")` for the core group (`/api`),
+    /// `Some(group)` for `/apis/GROUP`; `None` for a non-resource request (`/healthz`,
+    /// `/version`, `/apis`, `/api/v1`).
     pub api_group: Option<&'a str>,
     /// The API version (`v1`), with `api_group`.
     pub api_version: &'a str,
     /// The namespace of a namespaced request.
     pub namespace: Option<&'a str>,
-    /// The resource (`pods`).
+    /// The resource (`pods`) of a resource request (`""` when the path has an empty segment
+    /// there, as the apiserver reads it).
     pub resource: Option<&'a str>,
     /// The subresource (`status`, `log`, `exec`).
     pub subresource: Option<&'a str>,
@@ -111,26 +132,89 @@ pub struct RequestInfo<'a> {
     pub class: RequestClass,
     /// What it addresses.
     pub target: Target<'a>,
+    /// RBAC's verb: a resource request's verb ([`Verb::as_str`], `""` for a method the
+    /// apiserver gives none), a non-resource request's method in lower case.
+    pub rbac_verb: &'static str,
 }
 
-/// Classifies a request by method and URI.
-pub fn classify(method: &Method, uri: &Uri) -> RequestClass {
-    request_info(method, uri).class
+impl RequestInfo<'_> {
+    /// A request for an API resource (RBAC's resource rules), not a non-resource path.
+    pub fn is_resource_request(&self) -> bool {
+        self.target.api_group.is_some()
+    }
 }
 
-/// Classifies a request and reads what it addresses, as the apiserver's `RequestInfoFactory`
-/// does.
-pub fn request_info<'a>(method: &Method, uri: &'a Uri) -> RequestInfo<'a> {
-    let path = uri.path();
-    let watch_param = query_flag(uri.query(), "watch");
-    let segments = Segments::of(path);
-    // /api/v1/... or /apis/GROUP/VERSION/...
-    let (group, version, rest): (&str, &str, Option<&[&str]>) = match segments.as_slice() {
-        ["api", version, rest @ ..] => ("", version, Some(rest)),
-        ["apis", group, version, rest @ ..] => (group, version, Some(rest)),
-        _ => ("", "", None),
-    };
-    let Some(mut rest) = rest else {
+/// A request target as the apiserver reads it: the decoded path and the query.
+#[derive(Debug, Clone)]
+pub struct ReadTarget<'a> {
+    path: Cow<'a, str>,
+    query: Query<'a>,
+}
+
+/// Why the apiserver would refuse a request target before any handler runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unreadable {
+    /// The path does not decode (the apiserver's HTTP server answers 400).
+    Target(BadTarget),
+    /// A path verb (`/api/v1/watch`) with nothing after it: the apiserver answers 500,
+    /// "unable to determine kind and namespace from url".
+    NoResource,
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unreadable::Target(t) => t.fmt(f),
+            Unreadable::NoResource => {
+                f.write_str("unable to determine kind and namespace from url")
+            }
+        }
+    }
+}
+
+impl<'a> ReadTarget<'a> {
+    /// Reads `uri` as the apiserver does; no allocation unless the path holds an escape.
+    pub fn of(uri: &'a Uri) -> Result<ReadTarget<'a>, Unreadable> {
+        let read = ReadTarget {
+            path: target::path(uri.path()).map_err(Unreadable::Target)?,
+            query: Query::new(uri.query()),
+        };
+        let bare_path_verb = Parts::of(&read.path)
+            .resource_parts()
+            .is_some_and(|rest| rest.len() == 1 && matches!(rest[0], "watch" | "proxy"));
+        if bare_path_verb {
+            return Err(Unreadable::NoResource);
+        }
+        Ok(read)
+    }
+
+    /// The decoded path.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The query.
+    pub fn query(&self) -> Query<'a> {
+        self.query
+    }
+
+    /// The request of `method` to this target, classified.
+    pub fn info(&self, method: &Method) -> RequestInfo<'_> {
+        request_info(method, &self.path, self.query)
+    }
+}
+
+/// Classifies a request by method and URI, as [`ReadTarget::of`] and [`ReadTarget::info`].
+pub fn classify(method: &Method, uri: &Uri) -> Result<RequestClass, Unreadable> {
+    Ok(ReadTarget::of(uri)?.info(method).class)
+}
+
+/// Classifies a request to the decoded `path` with `query`, as the apiserver's
+/// `RequestInfoFactory` does.
+fn request_info<'a>(method: &Method, path: &'a str, query: Query<'_>) -> RequestInfo<'a> {
+    let parts = Parts::of(path);
+    let (Some((group, version)), Some(mut rest)) = (parts.group_version(), parts.resource_parts())
+    else {
         let long_running = path
             .starts_with("/debug/pprof/")
             .then_some(LongRunning::Profile);
@@ -141,12 +225,14 @@ pub fn request_info<'a>(method: &Method, uri: &'a Uri) -> RequestInfo<'a> {
         return RequestInfo {
             class: RequestClass { verb, long_running },
             target: Target::default(),
+            rbac_verb: method_name(method),
         };
     };
-    // Deprecated path verbs: /api/v1/watch/..., /api/v1/proxy/...
+    // Deprecated path verbs: /api/v1/watch/..., /api/v1/proxy/... (`ReadTarget::of` refused
+    // one with nothing after it).
     let mut path_verb = None;
     if let Some((first, tail)) = rest.split_first() {
-        if *first == "watch" || *first == "proxy" {
+        if (*first == "watch" || *first == "proxy") && !tail.is_empty() {
             path_verb = Some(*first);
             rest = tail;
         }
@@ -160,7 +246,7 @@ pub fn request_info<'a>(method: &Method, uri: &'a Uri) -> RequestInfo<'a> {
             rest = tail;
         }
     }
-    let resource = rest.first().copied().filter(|r| !r.is_empty());
+    let resource = rest.first().copied();
     let name = rest.get(1).copied().filter(|n| !n.is_empty());
     // The deprecated proxy verb takes everything after the name as the proxied path.
     let subresource = rest
@@ -169,15 +255,17 @@ pub fn request_info<'a>(method: &Method, uri: &'a Uri) -> RequestInfo<'a> {
         .filter(|s| !s.is_empty() && path_verb != Some("proxy"));
     let verb = match (method, path_verb) {
         (_, Some("watch")) => Verb::Watch,
-        (&Method::GET | &Method::HEAD, _) if watch_param => Verb::Watch,
+        (_, Some(_)) => Verb::Proxy,
+        // `watch` counts only for a collection: a named GET with `?watch=1` is a get.
+        (&Method::GET | &Method::HEAD, _) if name.is_none() && query.flag("watch") => Verb::Watch,
         (&Method::GET | &Method::HEAD, _) if name.is_none() => Verb::List,
         (m, _) => method_verb(m, name.is_some()),
     };
-    let long_running = match (verb, path_verb, subresource) {
-        (Verb::Watch, _, _) => Some(LongRunning::Watch),
-        (_, Some("proxy"), _) => Some(LongRunning::Session),
-        (_, _, Some("exec" | "attach" | "portforward" | "proxy")) => Some(LongRunning::Session),
-        (_, _, Some("log")) => Some(LongRunning::Log),
+    let long_running = match (verb, subresource) {
+        (Verb::Watch, _) => Some(LongRunning::Watch),
+        (Verb::Proxy, _) => Some(LongRunning::Session),
+        (_, Some("exec" | "attach" | "portforward" | "proxy")) => Some(LongRunning::Session),
+        (_, Some("log")) => Some(LongRunning::Log),
         _ => None,
     };
     RequestInfo {
@@ -190,31 +278,39 @@ pub fn request_info<'a>(method: &Method, uri: &'a Uri) -> RequestInfo<'a> {
             subresource,
             name,
         },
+        rbac_verb: if verb == Verb::Other {
+            ""
+        } else {
+            verb.as_str()
+        },
     }
 }
 
-/// A path's first [`Segments::MAX`] segments, on the stack: classifying runs for every
-/// request, and a `Vec` of them was one allocation each.
-struct Segments<'a> {
-    parts: [&'a str; Segments::MAX],
+/// A decoded path's first [`Parts::MAX`] segments, on the stack, as the apiserver's
+/// `splitPath` cuts them (leading and trailing `/` trimmed, empty middle segments kept):
+/// classifying runs for every request, and a `Vec` of them was one allocation each.
+struct Parts<'a> {
+    parts: [&'a str; Parts::MAX],
     len: usize,
 }
 
-impl<'a> Segments<'a> {
-    /// Enough for every pattern `classify` matches: `/apis/GROUP/VERSION` (3), a path verb
+impl<'a> Parts<'a> {
+    /// Enough for every pattern `request_info` matches: `apis/GROUP/VERSION` (3), a path verb
     /// (1), `namespaces/NS/RESOURCE/NAME/SUB` (5), and one more, so that a longer path never
-    /// looks like a shorter one to a pattern of fixed length (those are at most 8 segments;
-    /// the longer ones end in `..`).
+    /// looks like a shorter one to a pattern of fixed length.
     const MAX: usize = 10;
 
-    fn of(path: &'a str) -> Segments<'a> {
-        let mut s = Segments {
-            parts: [""; Segments::MAX],
+    fn of(path: &'a str) -> Parts<'a> {
+        let mut s = Parts {
+            parts: [""; Parts::MAX],
             len: 0,
         };
-        for part in path.trim_matches('/').split('/').take(Segments::MAX) {
-            s.parts[s.len] = part;
-            s.len += 1;
+        let trimmed = path.trim_matches('/');
+        if !trimmed.is_empty() {
+            for part in trimmed.split('/').take(Parts::MAX) {
+                s.parts[s.len] = part;
+                s.len += 1;
+            }
         }
         s
     }
@@ -222,6 +318,31 @@ impl<'a> Segments<'a> {
     fn as_slice(&self) -> &[&'a str] {
         &self.parts[..self.len]
     }
+
+    /// The group and version of a path under `/api/VERSION` or `/apis/GROUP/VERSION`
+    /// (resource requests and the group-version's own resource list alike).
+    fn group_version(&self) -> Option<(&'a str, &'a str)> {
+        match self.as_slice() {
+            ["api", version, ..] => Some(("", version)),
+            ["apis", group, version, ..] => Some((group, version)),
+            _ => None,
+        }
+    }
+
+    /// What follows the group-version of a resource request (never empty); `None` for a
+    /// non-resource request (`/api/v1`, `/apis/apps/v1` and shorter).
+    fn resource_parts(&self) -> Option<&[&'a str]> {
+        match self.as_slice() {
+            ["api", _, rest @ ..] | ["apis", _, _, rest @ ..] if !rest.is_empty() => Some(rest),
+            _ => None,
+        }
+    }
+}
+
+/// The group and version a path addresses, whether a resource request or a group-version's
+/// resource list (`/api/v1`, `/apis/apps/v1`): `("", "v1")`, `("apps", "v1")`.
+pub fn group_version(path: &str) -> Option<(&str, &str)> {
+    Parts::of(path).group_version()
 }
 
 fn method_verb(method: &Method, named: bool) -> Verb {
@@ -236,96 +357,500 @@ fn method_verb(method: &Method, named: bool) -> Verb {
     }
 }
 
-/// A boolean query parameter as Go's `strconv.ParseBool` reads it.
-pub fn query_flag(query: Option<&str>, key: &str) -> bool {
-    query_value(query, key).is_some_and(|v| matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True"))
-}
-
-/// The first value of a query parameter (not percent-decoded: the keys kubegate reads never
-/// need it).
-pub fn query_value<'a>(query: Option<&'a str>, key: &str) -> Option<&'a str> {
-    query?.split('&').find_map(|kv| {
-        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        (k == key).then_some(v)
-    })
+/// A non-resource request's RBAC verb: its method in lower case.
+fn method_name(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "get",
+        Method::HEAD => "head",
+        Method::POST => "post",
+        Method::PUT => "put",
+        Method::PATCH => "patch",
+        Method::DELETE => "delete",
+        Method::OPTIONS => "options",
+        Method::CONNECT => "connect",
+        Method::TRACE => "trace",
+        _ => "other",
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn target(method: Method, uri: &str) -> Target<'static> {
-        let uri: &'static Uri = Box::leak(Box::new(uri.parse().unwrap()));
-        request_info(&method, uri).target
+    /// `method target` classified: (RBAC verb, namespace, resource, subresource, name).
+    fn info(method: &str, target: &str) -> (String, String, String, String, String) {
+        let uri: Uri = target.parse().unwrap();
+        let read = ReadTarget::of(&uri).unwrap();
+        let info = read.info(&method.parse().unwrap());
+        let t = info.target;
+        (
+            info.rbac_verb.to_string(),
+            t.namespace.unwrap_or_default().to_string(),
+            t.resource.unwrap_or_default().to_string(),
+            t.subresource.unwrap_or_default().to_string(),
+            t.name.unwrap_or_default().to_string(),
+        )
     }
 
+    /// The cases of k8s.io/apiserver's `TestGetAPIRequestInfo` (requestinfo_test.go), each
+    /// `method, target, verb, namespace, resource, subresource, name`.
     #[test]
-    fn targets_as_the_apiservers_request_info_reads_them() {
-        let t = target(
-            Method::GET,
-            "/api/v1/namespaces/default/pods/p1/log?follow=1",
-        );
-        assert_eq!(
+    fn the_apiservers_own_request_info_cases() {
+        let cases = [
             (
-                t.api_group,
-                t.api_version,
-                t.namespace,
-                t.resource,
-                t.name,
-                t.subresource
+                "GET",
+                "/api/v1/namespaces",
+                "list",
+                "",
+                "namespaces",
+                "",
+                "",
             ),
             (
-                Some(""),
-                "v1",
-                Some("default"),
-                Some("pods"),
-                Some("p1"),
-                Some("log")
-            )
-        );
-        let t = target(
-            Method::GET,
-            "/apis/apps/v1/namespaces/kube-system/deployments",
-        );
-        assert_eq!(
-            (t.api_group, t.namespace, t.resource, t.name),
-            (Some("apps"), Some("kube-system"), Some("deployments"), None)
-        );
-        // The namespace object itself, and its own subresources.
-        let t = target(Method::GET, "/api/v1/namespaces/foo");
-        assert_eq!(
-            (t.namespace, t.resource, t.name),
-            (Some("foo"), Some("namespaces"), Some("foo"))
-        );
-        let t = target(Method::PUT, "/api/v1/namespaces/foo/finalize");
-        assert_eq!(
-            (t.resource, t.name, t.subresource),
-            (Some("namespaces"), Some("foo"), Some("finalize"))
-        );
-        // Cluster-scoped, the deprecated watch path, a non-resource path.
-        let t = target(
-            Method::GET,
-            "/apis/rbac.authorization.k8s.io/v1/clusterroles/admin",
-        );
-        assert_eq!(
-            (t.api_group, t.namespace, t.resource, t.name),
+                "GET",
+                "/api/v1/namespaces/other",
+                "get",
+                "other",
+                "namespaces",
+                "",
+                "other",
+            ),
             (
-                Some("rbac.authorization.k8s.io"),
-                None,
-                Some("clusterroles"),
-                Some("admin")
-            )
+                "GET",
+                "/api/v1/namespaces/other/pods",
+                "list",
+                "other",
+                "pods",
+                "",
+                "",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/other/pods/foo",
+                "get",
+                "other",
+                "pods",
+                "",
+                "foo",
+            ),
+            (
+                "HEAD",
+                "/api/v1/namespaces/other/pods/foo",
+                "get",
+                "other",
+                "pods",
+                "",
+                "foo",
+            ),
+            ("GET", "/api/v1/pods", "list", "", "pods", "", ""),
+            ("HEAD", "/api/v1/pods", "list", "", "pods", "", ""),
+            (
+                "PATCH",
+                "/api/v1/namespaces/new-namespace",
+                "patch",
+                "new-namespace",
+                "namespaces",
+                "",
+                "new-namespace",
+            ),
+            (
+                "GET",
+                "/api/v1/proxy/namespaces/other/pods/foo",
+                "proxy",
+                "other",
+                "pods",
+                "",
+                "foo",
+            ),
+            (
+                "GET",
+                "/api/v1/proxy/namespaces/other/pods/foo/subpath/not/a/subresource",
+                "proxy",
+                "other",
+                "pods",
+                "",
+                "foo",
+            ),
+            ("GET", "/api/v1/watch/pods", "watch", "", "pods", "", ""),
+            (
+                "GET",
+                "/api/v1/pods?watch=true",
+                "watch",
+                "",
+                "pods",
+                "",
+                "",
+            ),
+            (
+                "GET",
+                "/api/v1/pods?watch=false",
+                "list",
+                "",
+                "pods",
+                "",
+                "",
+            ),
+            (
+                "GET",
+                "/api/v1/watch/namespaces/other/pods",
+                "watch",
+                "other",
+                "pods",
+                "",
+                "",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/other/pods?watch=1",
+                "watch",
+                "other",
+                "pods",
+                "",
+                "",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/other/pods?watch=0",
+                "list",
+                "other",
+                "pods",
+                "",
+                "",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/other/pods/foo/status",
+                "get",
+                "other",
+                "pods",
+                "status",
+                "foo",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/other/pods/foo/proxy/subpath",
+                "get",
+                "other",
+                "pods",
+                "proxy",
+                "foo",
+            ),
+            (
+                "PUT",
+                "/api/v1/namespaces/other/finalize",
+                "update",
+                "other",
+                "namespaces",
+                "finalize",
+                "other",
+            ),
+            (
+                "PUT",
+                "/api/v1/namespaces/other/status",
+                "update",
+                "other",
+                "namespaces",
+                "status",
+                "other",
+            ),
+            (
+                "PATCH",
+                "/api/v1/namespaces/other/pods/foo",
+                "patch",
+                "other",
+                "pods",
+                "",
+                "foo",
+            ),
+            (
+                "DELETE",
+                "/api/v1/namespaces/other/pods/foo",
+                "delete",
+                "other",
+                "pods",
+                "",
+                "foo",
+            ),
+            (
+                "POST",
+                "/api/v1/namespaces/other/pods",
+                "create",
+                "other",
+                "pods",
+                "",
+                "",
+            ),
+            (
+                "DELETE",
+                "/api/v1/nodes",
+                "deletecollection",
+                "",
+                "nodes",
+                "",
+                "",
+            ),
+            (
+                "DELETE",
+                "/api/v1/namespaces",
+                "deletecollection",
+                "",
+                "namespaces",
+                "",
+                "",
+            ),
+            (
+                "DELETE",
+                "/api/v1/namespaces/other/pods",
+                "deletecollection",
+                "other",
+                "pods",
+                "",
+                "",
+            ),
+            (
+                "DELETE",
+                "/apis/extensions/v1/namespaces/other/pods",
+                "deletecollection",
+                "other",
+                "pods",
+                "",
+                "",
+            ),
+            (
+                "POST",
+                "/apis/extensions/v1/namespaces/other/pods",
+                "create",
+                "other",
+                "pods",
+                "",
+                "",
+            ),
+            (
+                "POST",
+                "/apis/extensions/v1beta3/namespaces/other/pods",
+                "create",
+                "other",
+                "pods",
+                "",
+                "",
+            ),
+        ];
+        for (method, target, verb, ns, resource, sub, name) in cases {
+            assert_eq!(
+                info(method, target),
+                (
+                    verb.into(),
+                    ns.into(),
+                    resource.into(),
+                    sub.into(),
+                    name.into()
+                ),
+                "{method} {target}"
+            );
+        }
+        // TestGetNonAPIRequestInfo and the error cases: resource requests or not.
+        let resource_request = |target: &str| {
+            let uri: Uri = target.parse().unwrap();
+            ReadTarget::of(&uri)
+                .unwrap()
+                .info(&Method::GET)
+                .is_resource_request()
+        };
+        for yes in [
+            "/api/version/resource",
+            "/apis/group/version/resource/name/subresource",
+            "/api/version/resource/name/subresource",
+            "/apis/batch/v1/job",
+            "/apis/batch/v1/job/foo",
+            "/apis/batch/v1/job/foo/scale",
+        ] {
+            assert!(resource_request(yes), "{yes}");
+        }
+        for no in [
+            "/not-api/version/resource",
+            "/apis/extensions/v1beta1",
+            "/apis/extensions/v1beta1/",
+            "/api/version",
+            "/api",
+            "/",
+            "/api/version/",
+            "/apis/group/version/",
+            "/badprefix/version/resource",
+            "/apis/version/resource",
+        ] {
+            assert!(!resource_request(no), "{no}");
+        }
+    }
+
+    /// Each way around a rule that reading the raw bytes left open, read as the apiserver
+    /// reads it.
+    #[test]
+    fn encoded_targets_and_query_flags_as_the_apiserver_reads_them() {
+        let cases = [
+            // A percent-encoded path is decoded before it is split.
+            (
+                "GET",
+                "/api/v1/namespaces/default/secret%73",
+                "list",
+                "default",
+                "secrets",
+                "",
+                "",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/kube%2Dsystem/pods",
+                "list",
+                "kube-system",
+                "pods",
+                "",
+                "",
+            ),
+            (
+                "DELETE",
+                "/api/v1/namespaces/default/pods%2Fp",
+                "delete",
+                "default",
+                "pods",
+                "",
+                "p",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/d/pods/p/%65xec",
+                "get",
+                "d",
+                "pods",
+                "exec",
+                "p",
+            ),
+            // Any `watch` value but a missing key, `0` or `false` is true; keys decode.
+            (
+                "GET",
+                "/api/v1/namespaces/d/configmaps?watch=yes",
+                "watch",
+                "d",
+                "configmaps",
+                "",
+                "",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/d/configmaps?watch",
+                "watch",
+                "d",
+                "configmaps",
+                "",
+                "",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/d/configmaps?watch=",
+                "watch",
+                "d",
+                "configmaps",
+                "",
+                "",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/d/configmaps?w%61tch=1",
+                "watch",
+                "d",
+                "configmaps",
+                "",
+                "",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/d/configmaps?watch=FALSE",
+                "list",
+                "d",
+                "configmaps",
+                "",
+                "",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/d/configmaps?watch=0&watch=1",
+                "list",
+                "d",
+                "configmaps",
+                "",
+                "",
+            ),
+            // `watch` counts only without a name.
+            (
+                "GET",
+                "/api/v1/namespaces/d/configmaps/c?watch=1",
+                "get",
+                "d",
+                "configmaps",
+                "",
+                "c",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/d/pods/p/log?watch=true",
+                "get",
+                "d",
+                "pods",
+                "log",
+                "p",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/d/services/s/proxy/x?watch=true",
+                "get",
+                "d",
+                "services",
+                "proxy",
+                "s",
+            ),
+            // An empty segment is kept where the apiserver keeps it.
+            ("GET", "/api/v1//pods", "get", "", "", "", "pods"),
+        ];
+        for (method, target, verb, ns, resource, sub, name) in cases {
+            assert_eq!(
+                info(method, target),
+                (
+                    verb.into(),
+                    ns.into(),
+                    resource.into(),
+                    sub.into(),
+                    name.into()
+                ),
+                "{method} {target}"
+            );
+        }
+        // Non-resource requests: decoded too, their verb the lower-case method.
+        let uri: Uri = "/vers%69on".parse().unwrap();
+        let read = ReadTarget::of(&uri).unwrap();
+        assert_eq!(read.path(), "/version");
+        let i = read.info(&Method::HEAD);
+        assert_eq!((i.rbac_verb, i.is_resource_request()), ("head", false));
+        assert_eq!(read.info(&Method::POST).rbac_verb, "post");
+        // What the apiserver refuses before any handler.
+        let unreadable =
+            |t: &'static str| ReadTarget::of(Box::leak(Box::new(t.parse().unwrap()))).err();
+        assert!(matches!(
+            unreadable("/api/v1/pods%zz"),
+            Some(Unreadable::Target(_))
+        ));
+        assert!(matches!(
+            unreadable("/api/v1/%ff"),
+            Some(Unreadable::Target(_))
+        ));
+        assert_eq!(unreadable("/api/v1/watch"), Some(Unreadable::NoResource));
+        assert_eq!(
+            unreadable("/apis/apps/v1/proxy/"),
+            Some(Unreadable::NoResource)
         );
-        let t = target(Method::GET, "/api/v1/watch/namespaces/ns/configmaps");
-        assert_eq!((t.namespace, t.resource), (Some("ns"), Some("configmaps")));
-        let t = target(Method::GET, "/readyz");
-        assert_eq!(t, Target::default());
-        let t = target(Method::GET, "/apis");
-        assert_eq!(t.api_group, None);
+        assert_eq!(unreadable("/api/v1/watch/pods"), None);
     }
 
     fn class(method: Method, uri: &str) -> (Verb, Option<LongRunning>) {
-        let c = classify(&method, &uri.parse().unwrap());
+        let c = classify(&method, &uri.parse().unwrap()).unwrap();
         (c.verb, c.long_running)
     }
 
@@ -341,27 +866,9 @@ mod tests {
             ),
             (
                 Method::GET,
-                "/api/v1/namespaces/default/configmaps/a",
-                Verb::Get,
-                None,
-            ),
-            (
-                Method::GET,
                 "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=5",
                 Verb::Watch,
                 Some(Watch),
-            ),
-            (
-                Method::GET,
-                "/api/v1/namespaces/default/configmaps?watch=1",
-                Verb::Watch,
-                Some(Watch),
-            ),
-            (
-                Method::GET,
-                "/api/v1/namespaces/default/configmaps?watch=false",
-                Verb::List,
-                None,
             ),
             (
                 Method::GET,
@@ -371,9 +878,9 @@ mod tests {
             ),
             (
                 Method::GET,
-                "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/x",
-                Verb::Get,
-                None,
+                "/api/v1/watch/namespaces/default/pods/p",
+                Verb::Watch,
+                Some(Watch),
             ),
             (
                 Method::PUT,
@@ -381,27 +888,7 @@ mod tests {
                 Verb::Update,
                 None,
             ),
-            (
-                Method::POST,
-                "/api/v1/namespaces/default/configmaps",
-                Verb::Create,
-                None,
-            ),
             (Method::PATCH, "/api/v1/nodes/n1/status", Verb::Patch, None),
-            (
-                Method::DELETE,
-                "/api/v1/namespaces/default/configmaps/a",
-                Verb::Delete,
-                None,
-            ),
-            (
-                Method::DELETE,
-                "/api/v1/namespaces/default/configmaps",
-                Verb::DeleteCollection,
-                None,
-            ),
-            (Method::GET, "/api/v1/namespaces/default", Verb::Get, None),
-            (Method::GET, "/api/v1/namespaces", Verb::List, None),
             (
                 Method::POST,
                 "/api/v1/namespaces/default/pods/p/exec?command=sh",
@@ -441,7 +928,13 @@ mod tests {
             (
                 Method::GET,
                 "/api/v1/proxy/namespaces/default/pods/p",
-                Verb::Get,
+                Verb::Proxy,
+                Some(Session),
+            ),
+            (
+                Method::DELETE,
+                "/api/v1/proxy/namespaces/default/pods/p",
+                Verb::Proxy,
                 Some(Session),
             ),
             // Longer than the segments classify keeps: read by its first ten.
@@ -454,11 +947,10 @@ mod tests {
             (
                 Method::GET,
                 "/apis/g/v1/proxy/namespaces/default/services/s/x/y/z",
-                Verb::Get,
+                Verb::Proxy,
                 Some(Session),
             ),
             (Method::GET, "/readyz?verbose", Verb::Get, None),
-            (Method::GET, "/version", Verb::Get, None),
             (
                 Method::GET,
                 "/debug/pprof/profile?seconds=30",
@@ -466,6 +958,7 @@ mod tests {
                 Some(Profile),
             ),
             (Method::OPTIONS, "/api", Verb::Other, None),
+            (Method::OPTIONS, "/api/v1/pods", Verb::Other, None),
         ];
         for (method, uri, verb, long_running) in table {
             assert_eq!(
@@ -474,6 +967,28 @@ mod tests {
                 "{method} {uri}"
             );
         }
+    }
+
+    #[test]
+    fn only_sessions_and_watches_are_upgraded() {
+        let upgradable =
+            |m: Method, uri: &str| classify(&m, &uri.parse().unwrap()).unwrap().upgradable();
+        assert!(upgradable(Method::GET, "/api/v1/namespaces/d/pods/p/exec"));
+        assert!(upgradable(
+            Method::POST,
+            "/api/v1/namespaces/d/pods/p/portforward"
+        ));
+        assert!(upgradable(
+            Method::GET,
+            "/api/v1/namespaces/d/services/s/proxy/ws"
+        ));
+        assert!(upgradable(
+            Method::GET,
+            "/api/v1/namespaces/d/configmaps?watch=1"
+        ));
+        assert!(!upgradable(Method::DELETE, "/api/v1/namespaces/d/pods/p"));
+        assert!(!upgradable(Method::GET, "/api/v1/namespaces/d/pods/p/log"));
+        assert!(!upgradable(Method::GET, "/version"));
     }
 
     #[test]
@@ -486,14 +1001,13 @@ mod tests {
     }
 
     #[test]
-    fn query_flags_read_like_go() {
-        assert!(query_flag(Some("a=b&watch=T"), "watch"));
-        assert!(!query_flag(Some("watch=yes"), "watch"));
-        assert!(!query_flag(Some("watcher=true"), "watch"));
-        assert!(!query_flag(None, "watch"));
+    fn group_versions_of_paths() {
+        assert_eq!(group_version("/api/v1"), Some(("", "v1")));
         assert_eq!(
-            query_value(Some("x&resourceVersion=12"), "resourceVersion"),
-            Some("12")
+            group_version("/apis/apps/v1/deployments"),
+            Some(("apps", "v1"))
         );
+        assert_eq!(group_version("/apis/apps"), None);
+        assert_eq!(group_version("/version"), None);
     }
 }

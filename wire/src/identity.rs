@@ -9,25 +9,27 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 use kubegate_config::FrontProxy;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
-/// The identity in a client certificate kubegate verified.
+/// A user and its groups (the apiserver's `user.Info`): what a client certificate kubegate
+/// verified names (CN, O), or what a TokenReview said of a bearer token.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CertIdentity {
-    /// The certificate's common name.
+pub struct UserInfo {
+    /// The user name: a certificate's common name, a token's reviewed user.
     pub user: String,
-    /// Its organizations.
+    /// Its groups: a certificate's organizations, a token's reviewed groups.
     pub groups: Vec<String>,
 }
 
-impl CertIdentity {
+impl UserInfo {
     /// Reads CN and O from a DER certificate, as the apiserver's `CommonNameUserConversion`
-    /// does. `None` without a CN, or with an empty one (the apiserver refuses both: "common
-    /// name of client certificate is empty").
-    pub fn from_der(der: &[u8]) -> Option<CertIdentity> {
+    /// does (Go's `pkix.Name` keeps the last CN when a subject has several). `None` without a
+    /// CN, or with an empty one (the apiserver refuses both: "common name of client
+    /// certificate is empty").
+    pub fn from_der(der: &[u8]) -> Option<UserInfo> {
         let (_, cert) = X509Certificate::from_der(der).ok()?;
         let subject = cert.subject();
         let user = subject
             .iter_common_name()
-            .next()?
+            .last()?
             .as_str()
             .ok()
             .filter(|cn| !cn.is_empty())?
@@ -36,7 +38,7 @@ impl CertIdentity {
             .iter_organization()
             .filter_map(|o| o.as_str().ok().map(str::to_string))
             .collect();
-        Some(CertIdentity { user, groups })
+        Some(UserInfo { user, groups })
     }
 }
 
@@ -129,9 +131,21 @@ impl IdentityHeaders {
         removed
     }
 
+    /// Whether every name in `identity` can travel as a header value unchanged: no control
+    /// character (HTTP forbids them) and no space or tab at either end (HTTP/1.1 parsers trim
+    /// them, so the apiserver could read another name).
+    pub fn sendable(identity: &UserInfo) -> bool {
+        let ok = |v: &str| {
+            !v.chars().any(char::is_control)
+                && !v.starts_with([' ', '\t'])
+                && !v.ends_with([' ', '\t'])
+        };
+        ok(&identity.user) && identity.groups.iter().all(|g| ok(g))
+    }
+
     /// Sets the headers for `identity`. Values that cannot be header values (control
     /// characters) make the identity unusable: `false`, and nothing is set.
-    pub fn apply(&self, identity: &CertIdentity, headers: &mut HeaderMap) -> bool {
+    pub fn apply(&self, identity: &UserInfo, headers: &mut HeaderMap) -> bool {
         let Ok(user) = HeaderValue::from_str(&identity.user) else {
             return false;
         };
@@ -211,7 +225,7 @@ mod tests {
         ]);
         assert_eq!(ids.strip(&mut h), 7);
         assert!(h.is_empty(), "{h:?}");
-        let who = CertIdentity {
+        let who = UserInfo {
             user: "system:node:n1".into(),
             groups: vec!["system:nodes".into(), "ops".into()],
         };
@@ -222,10 +236,52 @@ mod tests {
     }
 
     #[test]
+    fn of_two_common_names_the_last_is_the_user_as_in_go() {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        let mut dn = rcgen::DistinguishedName::new();
+        dn.push(rcgen::DnType::CommonName, "first");
+        // rcgen keeps one value per type: the second CN under its OID as a custom type.
+        dn.push(rcgen::DnType::CustomDnType(vec![2, 5, 4, 3]), "second");
+        dn.push(rcgen::DnType::OrganizationName, "ops");
+        params.distinguished_name = dn;
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let id = UserInfo::from_der(cert.der()).unwrap();
+        assert_eq!(id.user, "second");
+        assert_eq!(id.groups, ["ops"]);
+    }
+
+    #[test]
+    fn names_that_would_not_arrive_unchanged_are_not_sendable() {
+        let who = |user: &str, group: &str| UserInfo {
+            user: user.into(),
+            groups: vec![group.into()],
+        };
+        assert!(IdentityHeaders::sendable(&who(
+            "system:node:n1",
+            "system:nodes"
+        )));
+        assert!(IdentityHeaders::sendable(&who("Zoë", "é quipe")));
+        for (user, group) in [
+            ("bad\nname", "g"),
+            ("tab\tin", "g"),
+            (" admin", "g"),
+            ("admin ", "g"),
+            ("ok", "g\u{7f}"),
+            ("ok", "\u{85}next"),
+        ] {
+            assert!(
+                !IdentityHeaders::sendable(&who(user, group)),
+                "{user:?} {group:?}"
+            );
+        }
+    }
+
+    #[test]
     fn an_identity_that_cannot_be_a_header_sets_nothing() {
         let ids = IdentityHeaders::default();
         let mut h = HeaderMap::new();
-        let who = CertIdentity {
+        let who = UserInfo {
             user: "bad\nname".into(),
             groups: vec![],
         };

@@ -4,6 +4,7 @@
 //!
 //! | module | job |
 //! |---|---|
+//! | `target` | a request target as the apiserver reads it: the path percent-decoded, the query decoded pair by pair, booleans as apimachinery converts them |
 //! | `classify` | a request's verb, whether it is long-running, and what it addresses (group, version, namespace, resource, subresource, name): k8s.io/apiserver's `RequestInfo` |
 //! | `framing` | a watch response cut into whole events, JSON lines or length-prefixed protobuf |
 //! | `position` | where a watch stands and from which resourceVersion it can continue |
@@ -17,3 +18,4 @@ pub mod classify;
 pub mod framing;
 pub mod identity;
 pub mod position;
+pub mod target;

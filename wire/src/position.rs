@@ -8,8 +8,8 @@
 //! first BOOKMARK (the initial-events-end one with `sendInitialEvents`). A watch that broke
 //! before any event reached the client is simply asked for again.
 
-use crate::classify::{query_flag, query_value};
 use crate::framing::{Event, Kind};
+use crate::target::{self, Query};
 use std::time::Duration;
 
 /// What the client asked of its watch.
@@ -19,24 +19,33 @@ pub struct Asked {
     pub from: Option<String>,
     /// `allowWatchBookmarks`: the client wants BOOKMARKs (kubegate asks for them anyway).
     pub bookmarks: bool,
-    /// `timeoutSeconds`.
+    /// `timeoutSeconds`, when it is a positive number of seconds (`0`, as none, leaves the
+    /// apiserver to choose).
     pub timeout: Option<Duration>,
+    /// `timeoutSeconds` is there but is not a number: the apiserver refuses the watch (400), so
+    /// it goes upstream as the client wrote it.
+    pub timeout_unreadable: bool,
     /// `sendInitialEvents`.
     pub initial_events: bool,
 }
 
 impl Asked {
-    /// Reads a watch request's query.
+    /// Reads a watch request's query as the apiserver decodes its `ListOptions`.
     pub fn from_query(query: Option<&str>) -> Asked {
+        let q = Query::new(query);
+        let timeout = q.text("timeoutSeconds").map(|t| t.parse::<u64>());
         Asked {
-            from: query_value(query, "resourceVersion")
-                .filter(|v| !v.is_empty() && *v != "0")
-                .map(str::to_string),
-            bookmarks: query_flag(query, "allowWatchBookmarks"),
-            timeout: query_value(query, "timeoutSeconds")
-                .and_then(|t| t.parse::<u64>().ok())
-                .map(Duration::from_secs),
-            initial_events: query_flag(query, "sendInitialEvents"),
+            from: q
+                .text("resourceVersion")
+                .filter(|v| !v.is_empty() && v != "0")
+                .map(|v| v.into_owned()),
+            bookmarks: q.flag("allowWatchBookmarks"),
+            timeout: match timeout {
+                Some(Ok(secs)) if secs > 0 => Some(Duration::from_secs(secs)),
+                _ => None,
+            },
+            timeout_unreadable: matches!(timeout, Some(Err(_))),
+            initial_events: q.flag("sendInitialEvents"),
         }
     }
 }
@@ -153,45 +162,40 @@ impl Progress {
 }
 
 /// The query of the request that continues a watch: from `from` (or as asked, when `None`),
-/// with BOOKMARKs (positions), the time left of the client's `timeoutSeconds`, and, once past
-/// the initial events, without asking for them again.
+/// with BOOKMARKs (positions), `left` of the watch's time (when given), and, once past the
+/// initial events, without asking for them again. The client's other pairs are kept as it
+/// wrote them; a pair is replaced when its decoded key is one kubegate sets, so that an
+/// encoded key (`allowWatchBookm%61rks=false`) cannot come first and win.
 pub fn resumed_query(original: Option<&str>, from: Option<&str>, left: Option<Duration>) -> String {
-    let mut pairs: Vec<(String, String)> = original
-        .unwrap_or("")
-        .split('&')
-        .filter(|kv| !kv.is_empty())
-        .map(|kv| {
-            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            (k.to_string(), v.to_string())
-        })
-        .filter(|(k, _)| {
-            k != "allowWatchBookmarks"
-                && k != "timeoutSeconds"
-                && !(from.is_some()
-                    && matches!(
-                        k.as_str(),
-                        "resourceVersion" | "sendInitialEvents" | "resourceVersionMatch"
-                    ))
-        })
-        .collect();
+    let replaced = |key: &[u8]| {
+        key == b"allowWatchBookmarks"
+            || (left.is_some() && key == b"timeoutSeconds")
+            || (from.is_some()
+                && matches!(
+                    key,
+                    b"resourceVersion" | b"sendInitialEvents" | b"resourceVersionMatch"
+                ))
+    };
+    let mut out = String::with_capacity(original.map_or(0, str::len) + 64);
+    let mut push = |pair: &str| {
+        if !out.is_empty() {
+            out.push('&');
+        }
+        out.push_str(pair);
+    };
+    for raw in original.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        if !target::key_of(raw).is_some_and(|k| replaced(&k)) {
+            push(raw);
+        }
+    }
     if let Some(rv) = from {
-        pairs.push(("resourceVersion".into(), rv.to_string()));
+        push(&format!("resourceVersion={}", target::escape_component(rv)));
     }
-    pairs.push(("allowWatchBookmarks".into(), "true".into()));
+    push("allowWatchBookmarks=true");
     if let Some(left) = left {
-        pairs.push(("timeoutSeconds".into(), left.as_secs().max(1).to_string()));
+        push(&format!("timeoutSeconds={}", left.as_secs().max(1)));
     }
-    pairs
-        .iter()
-        .map(|(k, v)| {
-            if v.is_empty() {
-                k.clone()
-            } else {
-                format!("{k}={v}")
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("&")
+    out
 }
 
 #[cfg(test)]
@@ -298,10 +302,29 @@ mod tests {
             q,
             "watch=1&labelSelector=a%3Db&resourceVersion=77&allowWatchBookmarks=true&timeoutSeconds=120"
         );
+        // Keys are compared decoded: an encoded one cannot come first and win.
+        assert_eq!(
+            resumed_query(
+                Some("watch=1&allowWatchBookm%61rks=false&timeout%53econds=9&x=%zz"),
+                None,
+                Some(Duration::from_secs(30))
+            ),
+            "watch=1&x=%zz&allowWatchBookmarks=true&timeoutSeconds=30"
+        );
+        // Without a time of kubegate's, the client's timeoutSeconds stays as written.
+        assert_eq!(
+            resumed_query(Some("watch=1&timeoutSeconds=abc"), None, None),
+            "watch=1&timeoutSeconds=abc&allowWatchBookmarks=true"
+        );
         // Nothing delivered yet: the same request, bookmarks added.
         assert_eq!(
             resumed_query(Some("watch=true"), None, None),
             "watch=true&allowWatchBookmarks=true"
         );
+        let asked = Asked::from_query(Some("w%61tch=yes&timeoutSeconds=0&allowWatchBookmarks"));
+        assert!(asked.bookmarks);
+        assert_eq!(asked.timeout, None);
+        assert!(!asked.timeout_unreadable);
+        assert!(Asked::from_query(Some("timeoutSeconds=soon")).timeout_unreadable);
     }
 }

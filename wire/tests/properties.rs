@@ -7,9 +7,9 @@
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Uri};
 use kubegate_config::FrontProxy;
-use kubegate_wire::classify::{classify, Verb};
+use kubegate_wire::classify::{classify, ReadTarget, Verb};
 use kubegate_wire::framing::{Decoder, Framing, Kind, MAX_EVENT};
-use kubegate_wire::identity::{CertIdentity, IdentityHeaders};
+use kubegate_wire::identity::{IdentityHeaders, UserInfo};
 use kubegate_wire::position::{Asked, Progress};
 use proptest::prelude::*;
 
@@ -186,15 +186,50 @@ proptest! {
         let Ok(uri) = format!("{}?{query}", if path.is_empty() { "/" } else { &path }).parse::<Uri>() else {
             return Ok(());
         };
-        let class = classify(&method, &uri);
-        // Every GET of a collection with watch=true is a watch, and a watch is long-running.
-        let watched = Uri::try_from(format!("/api/v1/namespaces/ns/configmaps?{query}&watch=true"));
+        // A target that does not decode is refused, never guessed at.
+        if let Ok(class) = classify(&method, &uri) {
+            prop_assert!(class.verb != Verb::Watch || class.long_running.is_some());
+        }
+        // Every GET of a collection whose first `watch` is true is a watch, and a watch is
+        // long-running.
+        let watched = Uri::try_from(format!("/api/v1/namespaces/ns/configmaps?watch=true&{query}"));
         if let Ok(w) = watched {
-            let c = classify(&Method::GET, &w);
+            let c = classify(&Method::GET, &w).unwrap();
             prop_assert_eq!(c.verb, Verb::Watch);
             prop_assert!(c.long_running.is_some());
         }
-        prop_assert!(class.verb != Verb::Watch || class.long_running.is_some());
+    }
+
+    #[test]
+    fn encoding_unreserved_characters_changes_no_classification(
+        path in "(/[a-zA-Z0-9._~-]{0,10}){0,8}",
+        query in "(&[a-zA-Z]{1,8}(=[a-zA-Z0-9._~-]{0,6})?){0,4}",
+        method in prop::sample::select(vec!["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]),
+        mask in any::<u64>(),
+    ) {
+        let method = Method::from_bytes(method.as_bytes()).unwrap();
+        let plain = format!("{}?{}", if path.is_empty() { "/" } else { &path }, query.trim_start_matches('&'));
+        // The same target with some unreserved characters written as %XX (chosen by `mask`).
+        let encoded: String = plain
+            .chars()
+            .enumerate()
+            .map(|(i, c)| {
+                let unreserved = c.is_ascii_alphanumeric() || "-._~".contains(c);
+                if unreserved && mask >> (i % 64) & 1 == 1 {
+                    format!("%{:02X}", c as u8)
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect();
+        let (Ok(a), Ok(b)) = (plain.parse::<Uri>(), encoded.parse::<Uri>()) else {
+            return Ok(());
+        };
+        let (ra, rb) = (ReadTarget::of(&a), ReadTarget::of(&b));
+        prop_assert_eq!(ra.is_ok(), rb.is_ok());
+        if let (Ok(ra), Ok(rb)) = (ra, rb) {
+            prop_assert_eq!(ra.info(&method), rb.info(&method), "{} vs {}", plain, encoded);
+        }
     }
 
     #[test]
@@ -215,7 +250,7 @@ proptest! {
         for n in headers.keys() {
             prop_assert!(!n.as_str().starts_with("x-remote-"), "{} survived", n);
         }
-        let identity = CertIdentity { user: user.clone(), groups: groups.clone() };
+        let identity = UserInfo { user: user.clone(), groups: groups.clone() };
         prop_assert!(identity_headers.apply(&identity, &mut headers));
         let users: Vec<_> = headers.get_all("x-remote-user").iter().collect();
         prop_assert_eq!(users.len(), 1);
@@ -248,7 +283,7 @@ proptest! {
                 "{} survived", n
             );
         }
-        let identity = CertIdentity { user: user.clone(), groups: groups.clone() };
+        let identity = UserInfo { user: user.clone(), groups: groups.clone() };
         prop_assert!(identity_headers.apply(&identity, &mut headers));
         let users: Vec<_> = headers.get_all("x-auth-user").iter().collect();
         prop_assert_eq!(users.len(), 1);
@@ -260,7 +295,7 @@ proptest! {
 
     #[test]
     fn certificate_parsing_takes_any_bytes(der in prop::collection::vec(any::<u8>(), 0..2000)) {
-        let _ = CertIdentity::from_der(&der);
+        let _ = UserInfo::from_der(&der);
     }
 }
 

@@ -30,6 +30,9 @@ pub struct Prepared {
 /// kubegate running on `upgrade.socket`.
 pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
     let config = load_file_with(config_path, &control::check_files_and_tls)?;
+    if let Ok(text) = std::fs::read_to_string(config_path) {
+        control::log_warnings(config_path, &text, &config);
+    }
     let descriptors = descriptors::raise();
     let mut inherited = match (&config.upgrade, upgrade) {
         (Some(u), true) => Some(upgrade::take_over(&u.socket)?),

@@ -56,6 +56,14 @@ pub fn check_files_and_tls(config: &Config) -> Vec<Finding> {
     findings
 }
 
+/// Logs what `kubegate check` warns of in `config`, read from `text` at `path` (a rule that can
+/// never match): at start and at every reload, so that a mistake is seen where it is made.
+pub fn log_warnings(path: &std::path::Path, text: &str, config: &Config) {
+    for w in kubegate_config::warnings(text, config) {
+        tracing::warn!("{}:{}:{}: {}", path.display(), w.line, w.column, w.message);
+    }
+}
+
 /// Each TLS section's `min_version` and `cipher_suites` against the crypto provider.
 fn check_tls(config: &Config) -> Vec<Finding> {
     let mut sections: Vec<(String, Option<TlsVersion>, &[String])> = Vec::new();

@@ -10,7 +10,7 @@
 //! only if it is still the same: the operator sees one refusal for a broken file, none for a
 //! write in progress.
 
-use crate::control::files::check_files_and_tls;
+use crate::control::files::{check_files_and_tls, log_warnings};
 use crate::control::notify;
 use crate::state::{pool_settings, probe_settings, Gateway};
 use crate::telemetry::ReloadResult;
@@ -48,6 +48,7 @@ fn prepare(
     let base = path.parent().unwrap_or(Path::new("."));
     let config =
         load_str_with(text, path, base, &check_files_and_tls).map_err(|e| e.to_string())?;
+    log_warnings(path, text, &config);
     let changes = diff(running, &config);
     let restart: Vec<&str> = changes
         .iter()

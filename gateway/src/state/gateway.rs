@@ -128,6 +128,11 @@ impl Gateway {
         &self.metrics
     }
 
+    /// Every metric, for a task that outlives the borrow of the gateway.
+    pub fn metrics_shared(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
     /// Who sent the most terminate-mode requests in the last minute.
     pub fn busiest(&self) -> &Busiest {
         &self.busiest

@@ -4,7 +4,9 @@
 //! carry it (one series per user is unbounded).
 //!
 //! Memory is bounded: a minute is six ten-second slots, each with at most [`NAMES`] names per
-//! table; a name that finds its slot's table full is counted under [`OTHERS`].
+//! table, each name kept to its first [`NAME_BYTES`] bytes; a name that finds its slot's table
+//! full is counted under [`OTHERS`]. (Kept whole, 1,500 requests with distinct 48 KiB
+//! user agents grew kubegate by 92 MiB.)
 
 use crate::telemetry::labels::Identity;
 use std::collections::HashMap;
@@ -19,6 +21,33 @@ const SLOTS: usize = 6;
 pub const NAMES: usize = 1000;
 /// What names beyond [`NAMES`] are counted as.
 pub const OTHERS: &str = "(others)";
+/// The longest name kept (a user agent, a user); longer ones are cut at a character boundary.
+pub const NAME_BYTES: usize = 256;
+
+/// `bytes` (text from a client, perhaps not UTF-8), cut to at most [`NAME_BYTES`] bytes, not
+/// inside a UTF-8 sequence.
+pub fn bounded_bytes(bytes: &[u8]) -> &[u8] {
+    if bytes.len() <= NAME_BYTES {
+        return bytes;
+    }
+    let mut end = NAME_BYTES;
+    while end > 0 && bytes[end] & 0xC0 == 0x80 {
+        end -= 1;
+    }
+    &bytes[..end]
+}
+
+/// `name`, cut to at most [`NAME_BYTES`] bytes at a character boundary.
+pub fn bounded(name: &str) -> &str {
+    if name.len() <= NAME_BYTES {
+        return name;
+    }
+    let mut end = NAME_BYTES;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    &name[..end]
+}
 
 /// Request counts by who sent them, over the last minute.
 pub struct Busiest {
@@ -40,6 +69,7 @@ struct Table(HashMap<Box<str>, u64>);
 
 impl Table {
     fn count(&mut self, name: &str) {
+        let name = bounded(name);
         // Found without allocating: the common case, a client seen before.
         if let Some(n) = self.0.get_mut(name) {
             *n += 1;
@@ -174,6 +204,21 @@ mod tests {
             ids.is_empty() && agents.is_empty(),
             "a minute later: {ids:?}"
         );
+    }
+
+    #[test]
+    fn long_names_are_cut_and_counted_as_one() {
+        let b = Busiest::default();
+        let now = b.epoch + Duration::from_secs(1);
+        let base = "é".repeat(40_000);
+        for i in 0..3 {
+            b.record_at(now, Identity::Anonymous, "10.0.0.1", &format!("{base}{i}"));
+        }
+        let (_, agents) = b.top_at(now, 10);
+        assert_eq!(agents.len(), 1, "cut to the same {NAME_BYTES} bytes");
+        assert_eq!(agents[0].requests, 3);
+        assert!(agents[0].name.len() <= NAME_BYTES);
+        assert_eq!(bounded("kubectl/v1.35"), "kubectl/v1.35");
     }
 
     #[test]

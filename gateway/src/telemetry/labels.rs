@@ -29,6 +29,20 @@ macro_rules! label {
 }
 
 label! {
+    /// How a bearer token's review (TokenReview) ended.
+    pub enum TokenReviewResult {
+        /// The apiserver named the token's user.
+        Named => "named",
+        /// The apiserver did not accept the token: its client stays unnamed.
+        Rejected => "rejected",
+        /// The review failed (refused, no replica, unreadable answer, timed out).
+        Failed => "failed",
+        /// Not sent: `terminate.token_review.max_in_flight` reviews were under way.
+        Skipped => "skipped",
+    }
+}
+
+label! {
     /// Why a client connection (or request) was turned away without reaching a backend.
     pub enum Refusal {
         /// No backend is ready (and the `no_ready_backend` policy gave none either).
@@ -123,11 +137,15 @@ label! {
         Unavailable => "unavailable",
         /// The connection broke after the request was sent and it may not be retried: 502.
         Broken => "broken",
-        /// The body is larger than `terminate.max_request_body_bytes`: 413.
+        /// The body is larger than `terminate.max_request_body_bytes`, or would take its
+        /// connection or all clients beyond what bodies may hold: 413.
         BodyTooLarge => "body_too_large",
-        /// The client's body could not be read: 400.
+        /// The body did not arrive within `terminate.request_body_timeout`: 408.
+        BodyTimeout => "body_timeout",
+        /// The client's body could not be read, or its target does not decode: 400.
         BadRequest => "bad_request",
-        /// A verified client certificate named no user (no CN): 401.
+        /// A verified client certificate named no user (no CN), or a name that cannot be sent
+        /// as a header: 401.
         Unauthenticated => "unauthenticated",
         /// Its `dispatch` rule's limit was reached: 429 with `Retry-After`.
         Limited => "limited",

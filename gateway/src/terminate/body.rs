@@ -54,10 +54,10 @@ impl ResponseBody {
 /// leaves): with the bytes sent and the time it took.
 pub struct LoggedBody {
     inner: ResponseBody,
-    entry: Entry,
+    /// Until it is written.
+    entry: Option<Entry>,
     started: Instant,
     gw: Arc<Gateway>,
-    written: bool,
 }
 
 impl LoggedBody {
@@ -70,20 +70,19 @@ impl LoggedBody {
     ) -> ResponseBody {
         ResponseBody::Logged(Box::new(LoggedBody {
             inner,
-            entry,
+            entry: Some(entry),
             started,
             gw,
-            written: false,
         }))
     }
 
     fn finish(&mut self) {
-        if std::mem::replace(&mut self.written, true) {
+        let Some(mut entry) = self.entry.take() else {
             return;
-        }
-        self.entry.duration = self.started.elapsed();
+        };
+        entry.duration = self.started.elapsed();
         let config = self.gw.config().load().terminate.access_log;
-        access_log::record(&config, self.gw.metrics(), &self.entry);
+        access_log::record(&config, self.gw.metrics(), entry);
     }
 }
 
@@ -242,8 +241,8 @@ impl Body for ResponseBody {
                 let polled = Pin::new(&mut l.inner).poll_frame(cx);
                 match &polled {
                     Poll::Ready(Some(Ok(frame))) => {
-                        if let Some(data) = frame.data_ref() {
-                            l.entry.bytes += data.len() as u64;
+                        if let (Some(data), Some(entry)) = (frame.data_ref(), &mut l.entry) {
+                            entry.bytes += data.len() as u64;
                         }
                     }
                     Poll::Ready(None) | Poll::Ready(Some(Err(_))) => l.finish(),

@@ -47,8 +47,13 @@ pub async fn stream_to(
     let tls = match kind {
         Kind::WithIdentity => upstreams.tls.with_identity.clone(),
         Kind::BearerToken | Kind::Anonymous => Some(upstreams.tls.without_identity.clone()),
-    }
-    .expect("requests carry identity only when a front-proxy certificate is configured");
+    };
+    // A request shaped with identity finds no front-proxy certificate only when a reload
+    // dropped it meanwhile: nothing was sent, and no backend is to blame.
+    let Some(tls) = tls else {
+        tracing::debug!(backend = %backend.info().name, "no front-proxy certificate any more for a request that carries identity");
+        return Err(AttemptFailure::Unsent);
+    };
     let timeout = gw.config().load().connect.timeout;
     // Boxed: the TLS and HTTP/2 handshakes' future is ~6.5 KB, and every request's future
     // would otherwise be that large (and moved whole) for a path few requests take.
@@ -60,7 +65,16 @@ pub async fn stream_to(
     ))
     .await
     {
-        Ok(conn) => Ok(upstream.add(kind, conn)),
+        Ok(conn) => {
+            let (stream, replaces_ended) = upstream.add(kind, conn);
+            // Every connection kubegate's own identity had to the replica ended on its side:
+            // it may have restarted, as another version, faster than a probe could see it
+            // leave `ready`. What it serves is read again.
+            if replaces_ended && kind == Kind::WithIdentity && backend.planes().apis.forget() {
+                tracing::info!(backend = %backend.info().name, "the replica closed every connection: reading its version and discovery again");
+            }
+            Ok(stream)
+        }
         Err(e) => {
             connect_failed(gw, backend, &e, "upstream HTTP/2 connection");
             Err(AttemptFailure::Connect)

@@ -9,7 +9,7 @@
 
 use crate::net::{place, Attempt, Unplaced};
 use crate::state::{Backend, Gateway, Stream};
-use crate::telemetry::AttemptFailure;
+use crate::telemetry::{AttemptFailure, RequestFailure};
 use crate::terminate::body::{read_small, says, ResponseBody};
 use crate::terminate::connect::stream_to;
 use crate::terminate::h2client::{self, ResponseStream};
@@ -17,9 +17,11 @@ use crate::terminate::in_flight::InFlight;
 use crate::terminate::mode::Upstreams;
 use crate::terminate::request::Outgoing;
 use crate::terminate::retry::may_retry;
+use crate::terminate::rules::Rule;
 use crate::terminate::skew;
+use crate::terminate::status::unavailable;
 use http::{Response, StatusCode};
-use kubegate_config::BalancePolicy;
+use kubegate_config::{BalancePolicy, Fallback};
 use kubegate_wire::classify::RequestClass;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -63,6 +65,75 @@ pub async fn dispatch(
     let placed = place(gw, &mut forward, tried).await;
     tried.drain(before..before + steered);
     placed
+}
+
+/// The backends a request may go to under its `dispatch` rule: the others are placed as
+/// already tried, so that the balancer picks among the rule's own; when none of those is
+/// ready, the rule's `fallback` decides. Requests and upgrades are placed the same way.
+pub struct Within {
+    rule: Option<Arc<Rule>>,
+    /// Backends placed as tried: those outside the rule, then those tried.
+    pub tried: Vec<SocketAddr>,
+    outside: usize,
+}
+
+/// A rule whose backends are not ready and whose `fallback` is `none` refused the request.
+pub struct RuleRefused(pub Arc<Rule>);
+
+impl RuleRefused {
+    /// The client's answer: 503, naming the rule.
+    pub fn answer(self, gw: &Gateway) -> Response<ResponseBody> {
+        gw.metrics()
+            .terminate
+            .request_failed(RequestFailure::NoRuleBackend);
+        unavailable(&format!(
+            "none of the apiservers of kubegate's dispatch rule {:?} is ready",
+            self.0.name
+        ))
+    }
+}
+
+impl Within {
+    /// Within `rule`'s backends (all, without a rule or with a rule that names none).
+    pub fn rule(gw: &Gateway, rule: Option<Arc<Rule>>) -> Within {
+        let tried: Vec<SocketAddr> = match &rule {
+            Some(r) if !r.backends.is_empty() => gw
+                .pool()
+                .backends()
+                .iter()
+                .filter(|b| !r.backends.contains(&b.info().name))
+                .map(|b| b.address)
+                .collect(),
+            _ => Vec::new(),
+        };
+        Within {
+            outside: tried.len(),
+            rule,
+            tried,
+        }
+    }
+
+    /// Replicas tried, those outside the rule not counted.
+    pub fn tries(&self) -> usize {
+        self.tried.len() - self.outside
+    }
+
+    /// A placement within the rule found no backend: `Ok(true)` to place it again over the
+    /// whole pool (the rule's `fallback: all`, counted), `Ok(false)` when there is nothing
+    /// more to try (no rule, or no backend outside it), `Err` the rule's refusal (`fallback:
+    /// none`).
+    pub fn fall_back(&mut self) -> Result<bool, RuleRefused> {
+        let Some(rule) = self.rule.as_ref().filter(|_| self.outside > 0) else {
+            return Ok(false);
+        };
+        if rule.fallback == Fallback::None {
+            return Err(RuleRefused(rule.clone()));
+        }
+        rule.fell_back();
+        self.tried.clear();
+        self.outside = 0;
+        Ok(true)
+    }
 }
 
 /// One request's attempts, as the placing loop runs them.
@@ -171,6 +242,8 @@ async fn attempt(
         let (parts, body) = resp.into_parts();
         let body = read_small(body).await.map_err(|_| AttemptFailure::Reset)?;
         if refused && shutting_down(backend, &body) {
+            // It comes back as whatever it is restarted as.
+            backend.planes().apis.forget();
             return Err(AttemptFailure::ShuttingDown);
         }
         if !refused && skew::not_served(gw, backend, outgoing.uri(), &body) {

@@ -1,31 +1,36 @@
-//! One terminate-mode request, from the client's head to the answer: an upgrade goes its own
-//! way (`upgrade`); otherwise the body is read whole (bounded: a retry must be able to send it
-//! again), the request shaped for the backends (`request`), placed and sent (`dispatch`), and
-//! a watch's response followed across backends (`watch`). With the access log on, the
-//! response body carries the request's line until it ends (`served`).
+//! One terminate-mode request, from the client's head to the answer: its sender named (a
+//! certificate, or a bearer token's review, `tokens`), its target read as the apiserver reads
+//! it and its `dispatch` rule found; an upgrade the apiserver would perform goes its own way
+//! (`upgrade`); otherwise the body is read whole within its bounds (`bodies`: a retry must be
+//! able to send it again), the rule's limit applied, the request shaped for the backends
+//! (`request`), placed within the rule and sent (`dispatch`), and a watch's response followed
+//! across backends until its time is up (`watch`). With the access log on, the response body
+//! carries the request's line until it ends (`served`).
 
 use crate::net::Unplaced;
 use crate::state::Gateway;
 use crate::telemetry::{AttemptFailure, RequestFailure};
+use crate::terminate::bodies::{self, Bounds};
 use crate::terminate::body::{LoggedBody, Relayed, ResponseBody};
-use crate::terminate::dispatch::{dispatch, Answer};
+use crate::terminate::dispatch::{dispatch, Answer, Within};
 use crate::terminate::mode::{TerminateMode, Upstreams};
 use crate::terminate::request::{Client, Outgoing, Shaper};
 use crate::terminate::retry::may_retry;
 use crate::terminate::rules::{Facts, Refusal, Rule, Slot};
 use crate::terminate::served::{self, Served};
 use crate::terminate::status::{broken, status, unavailable};
+use crate::terminate::token_review;
+use crate::terminate::tokens::{bearer_token, Reviewing};
 use crate::terminate::{upgrade, watch};
 use bytes::Bytes;
 use http::header;
 use http::{Request, Response, StatusCode};
 use http_body::Body as _;
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use kubegate_config::{AccessLogFormat, Fallback};
-use kubegate_wire::classify::{request_info, RequestClass, Verb};
+use kubegate_config::AccessLogFormat;
+use kubegate_wire::classify::{ReadTarget, RequestClass, Unreadable, Verb};
 use kubegate_wire::framing::Framing;
-use kubegate_wire::position::resumed_query;
+use kubegate_wire::position::{resumed_query, Asked};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -56,69 +61,149 @@ async fn serve(
     req: Request<Incoming>,
     served: &mut Served,
 ) -> Response<ResponseBody> {
-    if client.unnamed_certificate {
-        // As the apiserver's x509 authenticator: a certificate that names no user is an
-        // error, never an anonymous request.
-        gw.metrics()
-            .terminate
-            .request_failed(RequestFailure::Unauthenticated);
+    let metrics = &gw.metrics().terminate;
+    if let Some(refusal) = client.refused_certificate {
+        // As the apiserver's x509 authenticator: such a certificate is an error, never an
+        // anonymous request.
+        metrics.request_failed(RequestFailure::Unauthenticated);
         return status(
             StatusCode::UNAUTHORIZED,
             "Unauthorized",
-            "Unauthorized: the client certificate has no common name (CN), so it names no user",
+            refusal.message(),
             None,
         );
     }
     let upstreams = mode.upstreams();
-    let info = request_info(req.method(), req.uri());
-    let class = info.class;
-    let rules = mode.rules();
-    let rule = rules
-        .rule_for(&Facts {
-            info,
-            path: req.uri().path(),
-            identity: client.identity.as_ref(),
-        })
-        .cloned();
-    let slot = match &rule {
-        Some(rule) => match rule.admit(Instant::now()) {
-            Ok(slot) => Some(slot),
-            Err(refusal) => return limited(&gw, rule, refusal),
-        },
-        None => None,
+    // A bearer token's client is named by a TokenReview (remembered), a certificate's by
+    // the certificate.
+    let token_user = match (&client.identity, bearer_token(req.headers())) {
+        (None, Some(token)) if upstreams.tls.with_identity.is_some() => {
+            let (g, u) = (gw.clone(), upstreams.clone());
+            let review = move |token| -> Reviewing { Box::pin(token_review::review(g, u, token)) };
+            mode.tokens().name(&gw, token, review).await
+        }
+        _ => None,
     };
-    if upgrade::requested(&req) {
-        // Boxed, as every rarely taken path that awaits a large future: a future is as large
-        // as its largest await, and each request's is allocated and moved whole. An upgrade
-        // holds its rule's slot only until it is established, as any long-running request.
-        return Box::pin(upgrade::proxy(&gw, &upstreams, client, req, class, served)).await;
+    served.named(token_user.clone());
+    let sender = client.identity.as_deref().or(token_user.as_deref());
+    // Read as the apiserver reads it: the path decoded, the query's flags as Go converts
+    // them. The client's bytes are what is forwarded.
+    let (class, rule) = {
+        let read = match ReadTarget::of(req.uri()) {
+            Ok(read) => read,
+            Err(e) => return unreadable(&gw, &e),
+        };
+        let info = read.info(req.method());
+        let rule = mode
+            .rules()
+            .rule_for(&Facts {
+                info,
+                path: read.path(),
+                sender,
+            })
+            .cloned();
+        (info.class, rule)
+    };
+    if class.upgradable() && upgrade::requested(&req) {
+        // An upgrade holds its rule's slot only until it is established, as any long-running
+        // request. Boxed, as every rarely taken path that awaits a large future: a future is
+        // as large as its largest await, and each request's is allocated and moved whole.
+        let slot = match admit(rule.as_ref()) {
+            Ok(slot) => slot,
+            Err((rule, refusal)) => return limited(&gw, rule, refusal),
+        };
+        let within = Within::rule(&gw, rule);
+        let upgrading = upgrade::proxy(&gw, &upstreams, client, req, class, served, within);
+        let resp = Box::pin(upgrading).await;
+        drop(slot);
+        return resp;
     }
+    // Anything else with an `Upgrade` header is an ordinary request, as the apiserver serves
+    // it: the header goes with the other hop-by-hop ones.
     let (parts, body) = req.into_parts();
-    let body = if body.is_end_stream() {
+    let (body, held) = if body.is_end_stream() {
         // Most requests (GET, watch, DELETE without options) carry none.
-        Bytes::new()
+        (Bytes::new(), None)
     } else {
-        match read_body(&gw, body).await {
-            Ok(body) => body,
-            Err(answer) => return answer,
+        let config = gw.config().load();
+        let bounds = Bounds {
+            config: &config.terminate,
+            connection: &client.body_bytes,
+            total: mode.body_bytes(),
+            gauge: &metrics.request_body_bytes_held,
+        };
+        // Boxed: only requests with a body pay for its future.
+        match Box::pin(bodies::read(&parts.headers, body, bounds)).await {
+            Ok((body, held)) => (body, Some(held)),
+            Err(refused) => return body_refused(&gw, refused),
         }
     };
-    let mut outgoing =
-        Shaper::new(&upstreams, &gw.metrics().terminate).request(client, parts, body);
+    // The rule's slot is taken once the body is in: a client that has not sent its body
+    // holds none.
+    let slot = match admit(rule.as_ref()) {
+        Ok(slot) => slot,
+        Err((rule, refusal)) => return limited(&gw, rule, refusal),
+    };
+    let mut outgoing = Shaper::new(&upstreams, metrics).request(client, parts, body);
+    if let Some(held) = held {
+        outgoing = outgoing.holding(held);
+    }
     served.sent_as(&gw, client, outgoing.kind(), outgoing.user_agent());
+    let mut watch = None;
     if class.verb == Verb::Watch {
         // Bookmarks carry positions: asked for upstream whatever the client asked (those it
-        // did not ask for are kept from it).
-        outgoing = outgoing.with_query(&resumed_query(outgoing.client_query(), None, None));
+        // did not ask for are kept from it). The watch ends when the client's timeoutSeconds
+        // says, or as the apiserver would end one without it, however many replicas it moves
+        // across: the time left goes upstream.
+        let asked = Asked::from_query(outgoing.client_query());
+        let min = gw.config().load().terminate.min_request_timeout;
+        let lasts = watch::lifetime(&asked, min);
+        outgoing = outgoing.with_query(&resumed_query(outgoing.client_query(), None, lasts));
+        watch = Some(watch::Watch {
+            asked,
+            ends: lasts.map(|d| Instant::now() + d),
+        });
     }
-    let ruled = rule.map(|rule| Ruled { rule, slot });
-    send(gw, upstreams, outgoing, class, served, ruled).await
+    let within = Within::rule(&gw, rule);
+    send(gw, upstreams, outgoing, class, served, within, slot, watch).await
 }
 
-/// A request's dispatch rule and its place under the rule's limits.
-struct Ruled {
-    rule: Arc<Rule>,
-    slot: Option<Slot>,
+/// The answer to a request whose target the apiserver would refuse before any handler: 400
+/// for a path that does not decode (Go's HTTP server), 500 for a path verb with nothing after
+/// it (the apiserver's `RequestInfo` filter). Never forwarded.
+fn unreadable(gw: &Gateway, why: &Unreadable) -> Response<ResponseBody> {
+    let m = &gw.metrics().terminate;
+    match why {
+        Unreadable::Target(e) => {
+            m.request_failed(RequestFailure::BadRequest);
+            status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                &format!("the request's path cannot be read: {e}"),
+                None,
+            )
+        }
+        Unreadable::NoResource => {
+            m.request_failed(RequestFailure::BadRequest);
+            status(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                &format!("Internal error occurred: failed to create RequestInfo: {why}"),
+                None,
+            )
+        }
+    }
+}
+
+/// Admits a request under its rule's limits: its slot (none without a rule), or why not.
+fn admit(rule: Option<&Arc<Rule>>) -> Result<Option<Slot>, (&Rule, Refusal)> {
+    match rule {
+        Some(rule) => rule
+            .admit(Instant::now())
+            .map(Some)
+            .map_err(|refusal| (&**rule, refusal)),
+        None => Ok(None),
+    }
 }
 
 /// The answer to a request its rule's limit refused: 429 with a `Status` and `Retry-After`,
@@ -147,84 +232,43 @@ fn limited(gw: &Gateway, rule: &Rule, refusal: Refusal) -> Response<ResponseBody
     )
 }
 
-/// The addresses of the backends `rule` does not send to: placed as already tried, so that
-/// the balancer picks among the rule's own.
-fn outside(gw: &Gateway, rule: &Rule) -> Vec<std::net::SocketAddr> {
-    if rule.backends.is_empty() {
-        return Vec::new();
-    }
-    gw.pool()
-        .backends()
-        .iter()
-        .filter(|b| !rule.backends.contains(&b.info().name))
-        .map(|b| b.address)
-        .collect()
-}
-
-/// Reads a request body whole (a retry must be able to send it again), up to
-/// `terminate.max_request_body_bytes`; `Err` is the answer for the client. The read is
-/// boxed: only requests with a body pay for its future.
-async fn read_body(gw: &Gateway, body: Incoming) -> Result<Bytes, Response<ResponseBody>> {
-    let limit = gw.config().load().terminate.max_request_body_bytes;
-    let read = Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX)).collect();
-    let metrics = &gw.metrics().terminate;
-    match Box::pin(read).await {
-        Ok(b) => Ok(b.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            metrics.request_failed(RequestFailure::BodyTooLarge);
-            Err(status(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "RequestEntityTooLarge",
-                &format!("the request body is larger than {limit} bytes"),
-                None,
-            ))
-        }
-        Err(e) => {
-            metrics.request_failed(RequestFailure::BadRequest);
-            Err(status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                &format!("reading the request body: {e}"),
-                None,
-            ))
-        }
-    }
+/// The answer to a body kubegate would not hold: 413 (too large for the request, its
+/// connection or the gateway), 408 (too slow), 400 (broken off).
+fn body_refused(gw: &Gateway, refused: bodies::Refused) -> Response<ResponseBody> {
+    gw.metrics().terminate.request_failed(refused.failure());
+    let (code, reason) = match refused {
+        bodies::Refused::TooLarge(..) => (StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge"),
+        bodies::Refused::Timeout(_) => (StatusCode::REQUEST_TIMEOUT, "Timeout"),
+        bodies::Refused::Broken => (StatusCode::BAD_REQUEST, "BadRequest"),
+    };
+    status(code, reason, &refused.message(), None)
 }
 
 /// Sends `outgoing` and answers the client.
+#[allow(clippy::too_many_arguments)]
 async fn send(
     gw: Arc<Gateway>,
     upstreams: Arc<Upstreams>,
     outgoing: Outgoing,
     class: RequestClass,
     served: &mut Served,
-    ruled: Option<Ruled>,
+    mut within: Within,
+    slot: Option<Slot>,
+    watch: Option<watch::Watch>,
 ) -> Response<ResponseBody> {
     let metrics = &gw.metrics().terminate;
-    let (rule, slot) = match ruled {
-        Some(Ruled { rule, slot }) => (Some(rule), slot),
-        None => (None, None),
-    };
-    let mut tried = rule.as_ref().map(|r| outside(&gw, r)).unwrap_or_default();
-    let mut elsewhere = tried.len();
-    let mut answer = dispatch(&gw, &upstreams, &outgoing, class, &mut tried).await;
-    if let (Err(Unplaced::NoBackend), Some(rule)) = (&answer, &rule) {
-        if elsewhere > 0 {
-            if rule.fallback == Fallback::None {
-                metrics.request_failed(RequestFailure::NoRuleBackend);
-                return unavailable(&format!(
-                    "none of the apiservers of kubegate's dispatch rule {:?} is ready",
-                    rule.name
-                ));
+    let mut answer = dispatch(&gw, &upstreams, &outgoing, class, &mut within.tried).await;
+    if let Err(Unplaced::NoBackend) = answer {
+        match within.fall_back() {
+            Ok(true) => {
+                answer = dispatch(&gw, &upstreams, &outgoing, class, &mut within.tried).await;
             }
-            rule.fell_back();
-            tried.clear();
-            elsewhere = 0;
-            answer = dispatch(&gw, &upstreams, &outgoing, class, &mut tried).await;
+            Ok(false) => {}
+            Err(refused) => return refused.answer(&gw),
         }
     }
     let answer = answer.map(|(replica, answer)| {
-        served.answered_by(replica, tried.len() - elsewhere);
+        served.answered_by(replica, within.tries());
         answer
     });
     // A long-running request counts against its rule's limit only until its response
@@ -241,14 +285,13 @@ async fn send(
             in_flight,
             stream,
         }) => {
-            let watch = class.verb == Verb::Watch;
             let framing = resp
                 .headers()
                 .get(header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
                 .and_then(Framing::of);
-            match framing {
-                Some(framing) if watch && resp.status() == StatusCode::OK => watch::follow(
+            match (framing, watch) {
+                (Some(framing), Some(watch)) if resp.status() == StatusCode::OK => watch::follow(
                     gw.clone(),
                     upstreams.clone(),
                     outgoing,
@@ -256,9 +299,10 @@ async fn send(
                     resp,
                     (in_flight, stream),
                     framing,
+                    watch,
                 ),
-                _ => resp.map(|body| {
-                    ResponseBody::Relayed(Relayed::new(body, watch, in_flight, stream))
+                (_, watch) => resp.map(|body| {
+                    ResponseBody::Relayed(Relayed::new(body, watch.is_some(), in_flight, stream))
                 }),
             }
         }

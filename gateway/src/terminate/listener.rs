@@ -16,14 +16,14 @@ use crate::state::{Gateway, Phase};
 use crate::telemetry::{ClientLimit, ClientProtocol, HandshakeFailure};
 use crate::terminate::handle::handle;
 use crate::terminate::mode::TerminateMode;
-use crate::terminate::request::Client;
+use crate::terminate::request::{CertificateRefusal, Client};
 use crate::terminate::resets::ResetWatch;
 use crate::terminate::tls::ALPN;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use kubegate_config::{ListenerTls, TerminateConfig};
 use kubegate_net::tls::{server_config, ServingCert, TlsPolicy};
-use kubegate_wire::identity::CertIdentity;
+use kubegate_wire::identity::{IdentityHeaders, UserInfo};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -84,7 +84,7 @@ async fn serve(
         tls,
         h2,
         identity,
-        unnamed_certificate,
+        refused_certificate,
     }) = handshake(&gw, &listener, tcp, addr, &limits).await
     else {
         return;
@@ -92,14 +92,12 @@ async fn serve(
     // The connection borrows its builder.
     let builder = builder(&limits, h2);
     let (conn, resets) = {
-        let client = Client::new(addr, identity)
-            .speaking_h2(h2)
-            .trusting(addr, &limits.trusted_proxies);
-        let client = Arc::new(if unnamed_certificate {
-            client.with_unnamed_certificate()
-        } else {
-            client
-        });
+        let client = Arc::new(
+            Client::new(addr, identity)
+                .speaking_h2(h2)
+                .trusting(addr, &limits.trusted_proxies)
+                .refusing(refused_certificate),
+        );
         let resets = ResetWatch::new(if h2 {
             limits.rapid_reset_min_streams
         } else {
@@ -192,9 +190,9 @@ struct Accepted {
     /// Whether ALPN chose HTTP/2.
     h2: bool,
     /// The verified client certificate's identity, if any.
-    identity: Option<CertIdentity>,
-    /// A verified client certificate was presented that names no user.
-    unnamed_certificate: bool,
+    identity: Option<UserInfo>,
+    /// A verified client certificate was presented that cannot be passed on.
+    refused_certificate: Option<CertificateRefusal>,
 }
 
 /// The TLS handshake within `terminate.handshake_timeout`; failures are counted and logged.
@@ -210,13 +208,20 @@ async fn handshake(
         Ok(Ok(tls)) => {
             let session = tls.get_ref().1;
             let leaf = session.peer_certificates().and_then(|chain| chain.first());
-            let identity = leaf.and_then(|leaf| CertIdentity::from_der(leaf));
-            let unnamed_certificate = leaf.is_some() && identity.is_none();
+            let read = leaf.map(|leaf| UserInfo::from_der(leaf));
+            let (identity, refused_certificate) = match read {
+                None => (None, None),
+                Some(None) => (None, Some(CertificateRefusal::NoName)),
+                Some(Some(id)) if !IdentityHeaders::sendable(&id) => {
+                    (None, Some(CertificateRefusal::Unsendable))
+                }
+                Some(Some(id)) => (Some(id), None),
+            };
             let h2 = session.alpn_protocol() == Some(b"h2");
             Some(Accepted {
                 tls,
                 h2,
-                unnamed_certificate,
+                refused_certificate,
                 identity,
             })
         }

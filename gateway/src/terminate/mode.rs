@@ -4,15 +4,21 @@
 
 use crate::terminate::rules::Rules;
 use crate::terminate::tls::UpstreamTls;
+use crate::terminate::tokens::TokenReviews;
 use arc_swap::ArcSwap;
 use kubegate_config::UpstreamConfig;
 use kubegate_wire::identity::IdentityHeaders;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 /// Shared by every terminate-mode listener.
 pub struct TerminateMode {
     upstream: ArcSwap<Upstreams>,
     rules: ArcSwap<Rules>,
+    /// What bearer tokens were found to name (kept across reloads).
+    tokens: Arc<TokenReviews>,
+    /// Request body bytes held for all clients together (`bodies`).
+    body_bytes: Arc<AtomicU64>,
 }
 
 /// Everything taken from `upstream`, replaced whole on a reload or a certificate change.
@@ -43,7 +49,19 @@ impl TerminateMode {
         Ok(TerminateMode {
             upstream: ArcSwap::from_pointee(Upstreams::load(upstream)?),
             rules: ArcSwap::from_pointee(rules),
+            tokens: Arc::default(),
+            body_bytes: Arc::default(),
         })
+    }
+
+    /// The bearer tokens kubegate has reviewed.
+    pub fn tokens(&self) -> &Arc<TokenReviews> {
+        &self.tokens
+    }
+
+    /// Request body bytes held for all clients together.
+    pub fn body_bytes(&self) -> &Arc<AtomicU64> {
+        &self.body_bytes
     }
 
     /// New requests fall under `rules`; requests in flight keep their rule's slot.

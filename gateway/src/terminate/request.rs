@@ -5,7 +5,8 @@
 //! 1. Identity: every identity header the client sent is removed; a verified client
 //!    certificate becomes `X-Remote-User`/`X-Remote-Group` (sent over the front-proxy
 //!    certificate); tokens and `Impersonate-*` pass untouched. `X-Forwarded-For` gets the
-//!    client's address.
+//!    client's address, and an untrusted client's `X-Real-Ip` goes (the apiserver's audit
+//!    log reads it after `X-Forwarded-For`).
 //! 2. Connection-specific headers never cross; the URI is made absolute.
 //! 3. A held body gets a `Content-Length` when the client sent none.
 //!
@@ -14,15 +15,48 @@
 
 use crate::state::Kind;
 use crate::telemetry::{Identity, TerminateMetrics};
+use crate::terminate::bodies::Held;
 use crate::terminate::mode::Upstreams;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Method, Request, Uri, Version};
-use kubegate_wire::identity::{CertIdentity, IdentityHeaders};
+use kubegate_wire::identity::{IdentityHeaders, UserInfo};
 use rustls::pki_types::ServerName;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+/// The user kubegate's own requests (discovery reads, token reviews) are sent as, by its
+/// front-proxy certificate.
+pub const SELF_USER: &str = "kubegate";
+
+/// Why a verified client certificate cannot be passed on: every request on its connection is
+/// answered 401, as the apiserver would answer it (never sent on as anonymous).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CertificateRefusal {
+    /// It has no common name (the apiserver's x509 authenticator: "common name of client
+    /// certificate is empty").
+    NoName,
+    /// Its name or an organization holds a control character or leading or trailing blanks:
+    /// as a header value it would not reach the apiserver as the certificate says it.
+    Unsendable,
+}
+
+impl CertificateRefusal {
+    /// What the client is told.
+    pub fn message(self) -> &'static str {
+        match self {
+            CertificateRefusal::NoName => {
+                "Unauthorized: the client certificate has no common name (CN), so it names no user"
+            }
+            CertificateRefusal::Unsendable => {
+                "Unauthorized: the client certificate's name or organization holds characters that cannot be passed on unchanged"
+            }
+        }
+    }
+}
 
 /// A client connection, as its requests need it.
 pub struct Client {
@@ -30,11 +64,12 @@ pub struct Client {
     pub addr: SocketAddr,
     /// It speaks HTTP/2 (else HTTP/1.1).
     pub h2: bool,
-    /// The verified client certificate's identity, if any.
-    pub identity: Option<CertIdentity>,
-    /// The client presented a verified certificate that names no user (no CN): every request
-    /// is answered 401, as the apiserver's x509 authenticator would.
-    pub unnamed_certificate: bool,
+    /// The verified client certificate's identity, if any (shared with the access log).
+    pub identity: Option<Arc<UserInfo>>,
+    /// The client presented a verified certificate that cannot be passed on.
+    pub refused_certificate: Option<CertificateRefusal>,
+    /// Request body bytes held for this connection (`bodies`).
+    pub body_bytes: Arc<AtomicU64>,
     /// The client's IP as an `X-Forwarded-For` value (the apiserver's audit log reads it),
     /// made once per connection.
     forwarded_for: Option<HeaderValue>,
@@ -45,13 +80,14 @@ pub struct Client {
 
 impl Client {
     /// A client connecting from `addr`, with the identity of its verified certificate.
-    pub fn new(addr: SocketAddr, identity: Option<CertIdentity>) -> Client {
+    pub fn new(addr: SocketAddr, identity: Option<UserInfo>) -> Client {
         let forwarded_for = HeaderValue::from_str(&client_ip(addr).to_string()).ok();
         Client {
             addr,
             h2: false,
-            identity,
-            unnamed_certificate: false,
+            identity: identity.map(Arc::new),
+            refused_certificate: None,
+            body_bytes: Arc::default(),
             forwarded_for,
             trusted_proxy: false,
         }
@@ -63,9 +99,9 @@ impl Client {
         self
     }
 
-    /// The client presented a verified certificate without a user name.
-    pub fn with_unnamed_certificate(mut self) -> Client {
-        self.unnamed_certificate = true;
+    /// The client presented a verified certificate that cannot be passed on.
+    pub fn refusing(mut self, refusal: Option<CertificateRefusal>) -> Client {
+        self.refused_certificate = refusal;
         self
     }
 
@@ -125,6 +161,7 @@ impl<'a> Shaper<'a> {
             uri,
             headers: parts.headers,
             body,
+            held: None,
             kind,
             client_query,
         }
@@ -204,6 +241,9 @@ impl<'a> Shaper<'a> {
         headers.remove(&forwarded_for);
         if let Some(v) = forwarded {
             headers.insert(forwarded_for, v);
+        }
+        if !client.trusted_proxy {
+            headers.remove(HeaderName::from_static("x-real-ip"));
         }
         kind
     }
@@ -302,12 +342,56 @@ pub struct Outgoing {
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
+    /// The body's charge against the bounds on held bodies, given back with the last copy.
+    held: Option<Arc<Held>>,
     kind: Kind,
     /// The query the client sent (a watch's upstream query may differ).
     client_query: Option<String>,
 }
 
 impl Outgoing {
+    /// A request of kubegate's own to `path` (JSON both ways), sent as user [`SELF_USER`] over
+    /// the front-proxy certificate; `None` without one.
+    pub fn as_kubegate(
+        upstreams: &Upstreams,
+        method: Method,
+        path: &'static str,
+        body: Bytes,
+    ) -> Option<Outgoing> {
+        upstreams.tls.with_identity.as_ref()?;
+        let mut headers = HeaderMap::new();
+        let json = HeaderValue::from_static("application/json");
+        headers.insert(header::ACCEPT, json.clone());
+        if !body.is_empty() {
+            headers.insert(header::CONTENT_TYPE, json);
+        }
+        let me = UserInfo {
+            user: SELF_USER.to_string(),
+            groups: Vec::new(),
+        };
+        upstreams.identity.apply(&me, &mut headers);
+        set_content_length(&method, &mut headers, body.len());
+        Some(Outgoing {
+            uri: upstream_uri(
+                Uri::from_static(path),
+                &HeaderMap::new(),
+                &upstreams.tls.server_name,
+            ),
+            method,
+            headers,
+            body,
+            held: None,
+            kind: Kind::WithIdentity,
+            client_query: None,
+        })
+    }
+
+    /// The body's charge is held as long as this request (and any copy of it) lives.
+    pub fn holding(mut self, held: Held) -> Outgoing {
+        self.held = Some(Arc::new(held));
+        self
+    }
+
     /// The URI sent upstream.
     pub fn uri(&self) -> &Uri {
         &self.uri
@@ -348,6 +432,7 @@ impl Outgoing {
             uri: Uri::from_parts(parts).unwrap_or_else(|_| self.uri.clone()),
             headers: self.headers.clone(),
             body: self.body.clone(),
+            held: self.held.clone(),
             kind: self.kind,
             client_query: self.client_query.clone(),
         }
@@ -404,7 +489,7 @@ mod tests {
             server_name: &name,
             metrics: &metrics,
         };
-        let cert = CertIdentity {
+        let cert = UserInfo {
             user: "alice".into(),
             groups: vec!["dev".into()],
         };
@@ -425,7 +510,7 @@ mod tests {
     }
 
     #[test]
-    fn x_forwarded_for_is_replaced_unless_the_client_is_a_trusted_proxy() {
+    fn forwarded_addresses_are_replaced_unless_the_client_is_a_trusted_proxy() {
         let identity = IdentityHeaders::default();
         let name = ServerName::try_from("kubernetes").unwrap();
         let metrics = TerminateMetrics::new(&prometheus::Registry::new());
@@ -448,9 +533,21 @@ mod tests {
         let addr: SocketAddr = "10.1.2.3:4000".parse().unwrap();
         let stranger = Client::new(addr, None);
         assert_eq!(xff(&stranger), ["10.1.2.3"]);
+        let real_ip = |client: &Client| {
+            let mut h = HeaderMap::new();
+            h.insert("x-real-ip", "203.0.113.66".parse().unwrap());
+            shaper.headers(client, &mut h);
+            h.get("x-real-ip").cloned()
+        };
+        assert_eq!(real_ip(&stranger), None, "forged by the client");
         let trusted = ["10.0.0.0/8".parse().unwrap()];
         let proxy = Client::new(addr, None).trusting(addr, &trusted);
         assert_eq!(xff(&proxy), ["203.0.113.9, 198.51.100.1, 10.1.2.3"]);
+        assert_eq!(
+            real_ip(&proxy).unwrap(),
+            "203.0.113.66",
+            "a trusted proxy's is kept"
+        );
         let elsewhere: SocketAddr = "192.0.2.1:4000".parse().unwrap();
         let not_listed = Client::new(elsewhere, None).trusting(elsewhere, &trusted);
         assert_eq!(xff(&not_listed), ["192.0.2.1"]);

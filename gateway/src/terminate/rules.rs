@@ -2,14 +2,18 @@
 //! whether its rule's limits let it through. Compiled once per configuration (the metric
 //! series of each rule resolved then); matching a request allocates nothing.
 //!
-//! Who sends a request is what its verified client certificate says (CN, O). A request
-//! kubegate cannot name the sender of (a bearer token, anonymous) never matches a rule that
-//! names users, groups or service accounts, whatever their `-` exclusions say.
+//! Who sends a request is what its verified client certificate says (CN, O), or what a
+//! TokenReview said of its bearer token (`tokens`); as in RBAC, every named sender is also in
+//! `system:authenticated`, and a service account in `system:serviceaccounts` and
+//! `system:serviceaccounts:NAMESPACE`. A request kubegate cannot name the sender of
+//! (anonymous, a token not reviewed) never matches a rule that names users, groups or service
+//! accounts, whatever their `-` exclusions say. Verbs are RBAC's: a resource request's
+//! (`get`, `list`, `watch`, ..., `proxy`), a non-resource request's method in lower case.
 
 use crate::telemetry::TerminateMetrics;
 use kubegate_config::{DispatchRule, Fallback};
 use kubegate_wire::classify::RequestInfo;
-use kubegate_wire::identity::CertIdentity;
+use kubegate_wire::identity::UserInfo;
 use prometheus::{IntCounter, IntGauge};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -45,12 +49,12 @@ struct Series {
 
 /// A request, as the rules see it.
 pub struct Facts<'a> {
-    /// Verb and target.
+    /// Verb and target, read as the apiserver reads them.
     pub info: RequestInfo<'a>,
-    /// The path (for non-resource rules).
+    /// The decoded path (for non-resource rules).
     pub path: &'a str,
-    /// Who sent it, when its certificate says.
-    pub identity: Option<&'a CertIdentity>,
+    /// Who sent it, when kubegate can name the sender.
+    pub sender: Option<&'a UserInfo>,
 }
 
 /// Why a request was not let through.
@@ -115,7 +119,7 @@ impl Rules {
         if self.rules.is_empty() {
             return None;
         }
-        let who = Who::of(facts.identity);
+        let who = Who::of(facts.sender);
         self.rules.iter().find(|r| r.matcher.matches(facts, &who))
     }
 }
@@ -167,14 +171,33 @@ struct Who<'a> {
 }
 
 impl<'a> Who<'a> {
-    fn of(identity: Option<&'a CertIdentity>) -> Who<'a> {
-        let user = identity.map(|i| i.user.as_str());
+    fn of(sender: Option<&'a UserInfo>) -> Who<'a> {
+        let user = sender.map(|i| i.user.as_str());
         Who {
             user,
-            groups: identity.map_or(&[], |i| i.groups.as_slice()),
+            groups: sender.map_or(&[], |i| i.groups.as_slice()),
             service_account: user
                 .and_then(|u| u.strip_prefix("system:serviceaccount:"))
                 .and_then(|rest| rest.split_once(':')),
+        }
+    }
+
+    /// Whether the sender is in `group`, its own groups or those RBAC adds: every named
+    /// sender is `system:authenticated`; a service account is in `system:serviceaccounts` and
+    /// `system:serviceaccounts:NAMESPACE`. No allocation.
+    fn in_group(&self, group: &str) -> bool {
+        if self.user.is_none() {
+            return false;
+        }
+        if group == "system:authenticated" || self.groups.iter().any(|g| g == group) {
+            return true;
+        }
+        match self.service_account {
+            Some((ns, _)) => {
+                group == "system:serviceaccounts"
+                    || group.strip_prefix("system:serviceaccounts:") == Some(ns)
+            }
+            None => false,
         }
     }
 }
@@ -204,13 +227,6 @@ impl Values {
         !self.given
             || ((self.any || self.include.iter().any(|v| v == value))
                 && !self.exclude.iter().any(|v| v == value))
-    }
-
-    /// For a set of values (a user's groups): one is included, none is excluded.
-    fn matches_any(&self, values: &[String]) -> bool {
-        !self.given
-            || ((self.any || values.iter().any(|g| self.include.contains(g)))
-                && !values.iter().any(|g| self.exclude.contains(g)))
     }
 
     fn matches_with(&self, one: impl Fn(&str) -> bool) -> bool {
@@ -258,14 +274,17 @@ impl Matcher {
 
     fn matches(&self, f: &Facts<'_>, who: &Who<'_>) -> bool {
         let target = &f.info.target;
-        let resource_request = target.api_group.is_some() && target.resource.is_some();
+        let resource_request = f.info.is_resource_request();
         if (self.resource_only && !resource_request)
             || (self.non_resource_urls.given && resource_request)
             || (self.names_sender && who.user.is_none())
+            // As RBAC: `service_accounts` (even `*`, even only exclusions) takes service
+            // accounts only.
+            || (self.service_accounts.given && who.service_account.is_none())
         {
             return false;
         }
-        if !self.verbs.matches(f.info.class.verb.as_str()) {
+        if !self.verbs.matches(f.info.rbac_verb) {
             return false;
         }
         if resource_request {
@@ -287,15 +306,14 @@ impl Matcher {
             return false;
         }
         self.users.matches(who.user.unwrap_or(""))
-            && self.groups.matches_any(who.groups)
+            && self.groups.matches_with(|group| who.in_group(group))
             && self
                 .service_accounts
-                .matches_with(|rule| match (rule, who.service_account) {
-                    ("*", Some(_)) => true,
-                    (rule, Some((ns, name))) => rule
+                .matches_with(|rule| match who.service_account {
+                    Some((ns, name)) => rule
                         .split_once(':')
                         .is_some_and(|(rns, rname)| rns == ns && (rname == "*" || rname == name)),
-                    (_, None) => false,
+                    None => false,
                 })
     }
 }
@@ -365,7 +383,10 @@ impl Bucket {
             self.tokens -= 1.0;
             Ok(())
         } else {
-            Err(Duration::from_secs_f64((1.0 - self.tokens) / self.rate))
+            // Validation bounds the rate; a wait that still does not fit a Duration is "a
+            // long time", never a panic.
+            Err(Duration::try_from_secs_f64((1.0 - self.tokens) / self.rate)
+                .unwrap_or(Duration::MAX))
         }
     }
 }
@@ -374,7 +395,7 @@ impl Bucket {
 mod tests {
     use super::*;
     use http::{Method, Uri};
-    use kubegate_wire::classify::request_info;
+    use kubegate_wire::classify::ReadTarget;
 
     fn rules(yaml: &str) -> Rules {
         let rules: Vec<DispatchRule> = serde_yaml_ng::from_str(yaml).unwrap();
@@ -388,15 +409,16 @@ mod tests {
         let method: Method = method.parse().unwrap();
         let identity = user.map(|u| {
             let mut parts = u.split('/');
-            CertIdentity {
+            UserInfo {
                 user: parts.next().unwrap().to_string(),
                 groups: parts.map(str::to_string).collect(),
             }
         });
+        let read = ReadTarget::of(&uri).unwrap();
         let facts = Facts {
-            info: request_info(&method, &uri),
-            path: uri.path(),
-            identity: identity.as_ref(),
+            info: read.info(&method),
+            path: read.path(),
+            sender: identity.as_ref(),
         };
         rules.rule_for(&facts).map(|r| r.name.clone())
     }
@@ -494,6 +516,100 @@ mod tests {
         assert_eq!(at("GET", "/version", None).as_deref(), Some("version"));
         assert_eq!(at("GET", "/openapi/v3", None).as_deref(), Some("version"));
         assert_eq!(at("GET", "/healthz", None), None);
+    }
+
+    #[test]
+    fn rules_take_what_the_apiserver_reads_not_the_raw_bytes() {
+        let r = rules(concat!(
+            "- {name: secrets, match: {resources: [secrets]}, backends: [a]}\n",
+            "- {name: watches, match: {verbs: [watch]}, backends: [a]}\n",
+            "- {name: deletes, match: {verbs: [delete]}, backends: [a]}\n",
+            "- {name: not-system, match: {namespaces: [\"-kube-system\"], resources: [pods]}, backends: [a]}\n",
+            "- {name: version, match: {non_resource_urls: [/version]}, backends: [a]}\n",
+        ));
+        let at = |m, p| rule_of(&r, m, p, None);
+        assert_eq!(
+            at("GET", "/api/v1/namespaces/default/secret%73").as_deref(),
+            Some("secrets")
+        );
+        assert_eq!(
+            at("GET", "/api/v1/namespaces/d/configmaps?watch=yes").as_deref(),
+            Some("watches")
+        );
+        assert_eq!(
+            at("GET", "/api/v1/namespaces/d/configmaps?w%61tch=1").as_deref(),
+            Some("watches")
+        );
+        // A named GET with ?watch is a get.
+        assert_eq!(at("GET", "/api/v1/namespaces/d/configmaps/c?watch=1"), None);
+        assert_eq!(at("GET", "/api/v1/namespaces/kube%2Dsystem/pods"), None);
+        assert_eq!(
+            at("DELETE", "/api/v1/namespaces/d/pods%2Fp").as_deref(),
+            Some("deletes")
+        );
+        assert_eq!(at("GET", "/vers%69on").as_deref(), Some("version"));
+    }
+
+    #[test]
+    fn service_account_lists_take_service_accounts_only_as_rbac() {
+        let r = rules("- {name: any-sa, match: {service_accounts: [\"*\"]}, backends: [a]}\n");
+        let at = |u| rule_of(&r, "GET", "/api/v1/pods", Some(u));
+        assert_eq!(at("system:serviceaccount:ci:x").as_deref(), Some("any-sa"));
+        assert_eq!(
+            at("alice"),
+            None,
+            "a certificate user is no service account"
+        );
+        let r = rules("- {name: not-ci, match: {service_accounts: [\"-ci:*\"]}, backends: [a]}\n");
+        let at = |u| rule_of(&r, "GET", "/api/v1/pods", Some(u));
+        assert_eq!(
+            at("system:serviceaccount:prod:x").as_deref(),
+            Some("not-ci")
+        );
+        assert_eq!(at("system:serviceaccount:ci:x"), None);
+        assert_eq!(at("alice"), None);
+    }
+
+    #[test]
+    fn groups_rbac_adds_are_matched() {
+        let r = rules(concat!(
+            "- {name: ci-sas, match: {groups: [\"system:serviceaccounts:ci\"]}, backends: [a]}\n",
+            "- {name: all-sas, match: {groups: [system:serviceaccounts]}, backends: [a]}\n",
+            "- {name: named, match: {groups: [system:authenticated]}, backends: [a]}\n",
+        ));
+        let at = |u| rule_of(&r, "GET", "/api/v1/pods", u);
+        assert_eq!(
+            at(Some("system:serviceaccount:ci:x")).as_deref(),
+            Some("ci-sas")
+        );
+        assert_eq!(
+            at(Some("system:serviceaccount:prod:x")).as_deref(),
+            Some("all-sas")
+        );
+        assert_eq!(at(Some("alice/dev")).as_deref(), Some("named"));
+        assert_eq!(at(None), None);
+    }
+
+    #[test]
+    fn non_resource_verbs_are_methods() {
+        let r = rules("- {name: posts, match: {verbs: [post], non_resource_urls: [\"/x/*\"]}, backends: [a]}\n- {name: proxies, match: {verbs: [proxy]}, backends: [a]}\n");
+        assert_eq!(rule_of(&r, "POST", "/x/y", None).as_deref(), Some("posts"));
+        assert_eq!(rule_of(&r, "GET", "/x/y", None), None);
+        assert_eq!(
+            rule_of(&r, "GET", "/api/v1/proxy/namespaces/d/pods/p", None).as_deref(),
+            Some("proxies")
+        );
+    }
+
+    #[test]
+    fn a_tiny_rate_waits_long_and_never_panics() {
+        let mut b = Bucket {
+            rate: 1e-300,
+            burst: 1.0,
+            tokens: 0.0,
+            last: None,
+        };
+        assert_eq!(b.take(Instant::now()), Err(Duration::MAX));
     }
 
     #[test]

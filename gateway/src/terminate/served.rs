@@ -5,9 +5,10 @@
 use crate::state::{Backend, Gateway, Kind};
 use crate::telemetry::access_log::Entry;
 use crate::telemetry::Identity;
-use crate::terminate::request::{user_agent, Client};
-use http::{Request, Response};
-use kubegate_wire::classify::request_info;
+use crate::terminate::request::Client;
+use http::header::HeaderValue;
+use http::{Request, Response, Uri};
+use kubegate_wire::identity::UserInfo;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -20,15 +21,24 @@ pub struct Served {
     pub replica: Option<Arc<Backend>>,
     /// Replicas tried, the one that answered included.
     pub tried: usize,
+    /// Who a TokenReview found its bearer token to belong to.
+    pub token_user: Option<Arc<UserInfo>>,
 }
 
 impl Served {
-    /// The request was shaped to go as `kind`: counted for its sender.
+    /// Its bearer token was found to belong to `user` (or to nobody kubegate could name).
+    pub fn named(&mut self, user: Option<Arc<UserInfo>>) {
+        self.token_user = user;
+    }
+
+    /// The request was shaped to go as `kind`: counted for its sender (a certificate's or a
+    /// reviewed token's user, else the client's address).
     pub fn sent_as(&mut self, gw: &Gateway, client: &Client, kind: Kind, user_agent: &str) {
         let identity = identity(kind);
         self.identity = Some(identity);
-        let name = match (&client.identity, identity) {
-            (Some(id), Identity::ClientCertificate) => id.user.as_str(),
+        let name = match (&client.identity, &self.token_user, identity) {
+            (Some(id), _, Identity::ClientCertificate) => id.user.as_str(),
+            (_, Some(user), Identity::BearerToken) => user.user.as_str(),
             _ => client.ip(),
         };
         gw.busiest().record(identity, name, user_agent);
@@ -44,11 +54,11 @@ impl Served {
     pub fn complete<B>(&self, entry: &mut Entry, resp: &Response<B>) {
         entry.status = resp.status().as_u16();
         entry.identity = self.identity.map_or("-", Identity::as_str);
-        entry.replica = self
-            .replica
-            .as_ref()
-            .map_or_else(|| "-".to_string(), |b| b.info().name.clone());
+        entry.replica = self.replica.as_ref().map(|b| Arc::clone(&b.info()));
         entry.retries = self.tried.saturating_sub(1) as u32;
+        if let Some(user) = &self.token_user {
+            entry.sender = Some(user.clone());
+        }
     }
 }
 
@@ -61,36 +71,38 @@ fn identity(kind: Kind) -> Identity {
     }
 }
 
-/// The access log's line for `req` from `client`, before it is served.
+/// The access log's line for `req` from `client`, before it is served: cheap parts only (the
+/// writer thread reads and formats them). An HTTP/2 request's target and user agent are
+/// shared as they are; an HTTP/1.1 request's are copied, since they point into the
+/// connection's read buffer, which the queue must not keep alive.
 pub fn entry<B>(client: &Client, req: &Request<B>) -> Entry {
-    let info = request_info(req.method(), req.uri());
-    let target = info.target;
-    let resource = match (target.resource, target.subresource) {
-        (Some(r), Some(s)) => format!("{r}/{s}"),
-        (Some(r), None) => r.to_string(),
-        _ => String::new(),
+    let ua = req.headers().get(http::header::USER_AGENT);
+    let (uri, user_agent) = if client.h2 {
+        (req.uri().clone(), ua.cloned())
+    } else {
+        let uri = req
+            .uri()
+            .path_and_query()
+            .and_then(|pq| Uri::try_from(pq.as_str()).ok())
+            .unwrap_or_default();
+        (
+            uri,
+            ua.and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok()),
+        )
     };
     Entry {
-        started: Some(SystemTime::now()),
-        client: client.addr.to_string(),
-        user: client
-            .identity
-            .as_ref()
-            .map(|id| id.user.clone())
-            .unwrap_or_default(),
-        groups: client
-            .identity
-            .as_ref()
-            .map(|id| id.groups.clone())
-            .unwrap_or_default(),
-        verb: info.class.verb.as_str(),
-        api_group: target.api_group.map(str::to_string),
-        resource,
-        namespace: target.namespace.unwrap_or_default().to_string(),
-        name: target.name.unwrap_or_default().to_string(),
-        path: req.uri().path().to_string(),
-        user_agent: user_agent(req.headers()).to_string(),
+        started: SystemTime::now(),
+        client: client.addr,
+        method: req.method().clone(),
+        uri,
+        identity: "-",
+        sender: client.identity.clone(),
+        replica: None,
+        status: 0,
+        retries: 0,
+        bytes: 0,
+        duration: std::time::Duration::ZERO,
+        user_agent,
         protocol: if client.h2 { "h2" } else { "http/1.1" },
-        ..Entry::default()
     }
 }

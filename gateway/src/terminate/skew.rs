@@ -17,19 +17,34 @@
 //! upgrade — a request costs one comparison per replica and nothing is parsed.
 //!
 //! What kubegate learned can be stale: a replica restarted as another version between two
-//! probes was never seen leave `ready`. A replica that answers 404 "the server could not find
-//! the requested resource" for a group-version or a discovery document has no handler for it,
-//! so nothing was processed: the request goes to another replica (any verb), and the replica
-//! is read again at once (`not_served`).
+//! probes was never seen leave `ready`. Two signs of a restart make kubegate read a replica
+//! again at once: it answered "the apiserver is shutting down", or every connection of
+//! kubegate's own identity to it ended on its side (`connect`). And a replica that answers 404
+//! "the server could not find the requested resource" for a group-version or a discovery
+//! document it was learned to serve has no handler for it after all, so nothing was
+//! processed: the request goes to another replica (any verb), and the replica is read again
+//! (`not_served`). The apiserver answers the same words for a resource no version has
+//! (`/api/v1/nonsense`) and for a group-version nobody serves (`/apis/apps/v99`): so a
+//! replica is taken at its word only for what it claimed, and only once its claim is
+//! [`MIN_CLAIM_AGE`] old — a claim read since the request went out is the replica's current
+//! truth. A 404 for what it never claimed is retried only while a ready replica is being read
+//! again (this one or another: what kubegate knew of it may be stale). Any authenticated client can send such
+//! requests; this way they cost at most one extra attempt per replica per [`MIN_CLAIM_AGE`]
+//! (or while a replica is being read), not a retry each.
 
 use crate::state::{Backend, Gateway, Served};
 use crate::terminate::body::says;
-use http::{header, HeaderMap, Method, Uri};
+use http::{header, HeaderMap, Uri};
 use kubegate_config::NoReadyBackendPolicy;
 use kubegate_pool::Candidates;
-use kubegate_wire::classify::{request_info, LongRunning, RequestClass};
+use kubegate_wire::classify::{group_version, LongRunning, RequestClass};
+use kubegate_wire::target;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How old what was learned of a replica must be before a 404 from it overrides it.
+pub const MIN_CLAIM_AGE: Duration = Duration::from_secs(1);
 
 /// What a request asks for, as version skew sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,16 +63,10 @@ pub enum Wants<'a> {
 }
 
 impl<'a> Wants<'a> {
-    /// What a request for `uri` wants.
-    pub fn of(uri: &'a Uri) -> Wants<'a> {
-        // Only what the request addresses matters here, not its verb.
-        let target = request_info(&Method::GET, uri).target;
-        let path = uri.path();
-        match target.api_group {
-            Some(group) if !target.api_version.is_empty() => Wants::GroupVersion {
-                group,
-                version: target.api_version,
-            },
+    /// What a request for the decoded `path` wants.
+    pub fn of(path: &'a str) -> Wants<'a> {
+        match group_version(path) {
+            Some((group, version)) if !version.is_empty() => Wants::GroupVersion { group, version },
             _ if is_discovery(path) => Wants::Discovery,
             _ => Wants::Anything,
         }
@@ -96,24 +105,47 @@ pub fn may_be_unserved(class: RequestClass, headers: &HeaderMap) -> bool {
     small && json && short
 }
 
-/// Whether `body`, a 404 from `backend` for `uri`, says the replica has no handler for the
-/// group-version or discovery document asked for (not that an object does not exist: that
-/// message names the object). If so, what was learned of the replica is forgotten, to be read
-/// again at once: it was restarted as another version, or its APIs changed, unseen. Always
-/// `false` with routing by skew off.
+/// Whether `body`, a 404 from `backend` for `uri`, says the replica has no handler for what
+/// was asked (not that an object does not exist: that message names the object) in a way that
+/// another replica may answer: the replica was learned to serve the group-version or
+/// discovery document (then what was learned of it is forgotten, to be read again at once: it
+/// was restarted as another version, or its APIs changed, unseen), or a ready replica is
+/// being read again right now (this one or another: what was known of it may be stale). `false` for a claim younger than [`MIN_CLAIM_AGE`] and with
+/// routing by skew off.
 pub fn not_served(gw: &Gateway, backend: &Backend, uri: &Uri, body: &[u8]) -> bool {
-    if !gw.config().load().terminate.version_skew.routing
-        || Wants::of(uri) == Wants::Anything
-        || !says(body, NO_HANDLER)
-    {
+    if !gw.config().load().terminate.version_skew.routing || !says(body, NO_HANDLER) {
         return false;
     }
+    // Read as the apiserver read it (a path that does not decode never reached a replica).
+    let Ok(path) = target::path(uri.path()) else {
+        return false;
+    };
     let apis = &backend.planes().apis;
-    if matches!(&**apis.get(), Served::Learned(..)) {
+    let claimed = match &**apis.get() {
+        Served::Learned(set, at) => {
+            at.elapsed() >= MIN_CLAIM_AGE
+                && match Wants::of(&path) {
+                    Wants::GroupVersion { group, version } => set.serves(group, version),
+                    Wants::Discovery => set.claims_document(&path),
+                    Wants::Anything => false,
+                }
+        }
+        Served::Unknown | Served::Unreadable(..) => false,
+    };
+    if claimed {
         apis.set(Served::Unknown);
         tracing::info!(backend = %backend.info().name, path = uri.path(), "the replica does not serve what it was learned to serve: reading its discovery again");
+        return true;
     }
-    true
+    // A replica being read again (it just restarted — this one, perhaps — or became ready)
+    // may be another version than kubegate knew: another replica may serve it.
+    let table = gw.pool().routing();
+    let Candidates::Ready(ready) = table.candidates(NoReadyBackendPolicy::Refuse) else {
+        return false;
+    };
+    ready
+        .iter()
+        .any(|b| matches!(&**b.planes().apis.get(), Served::Unknown))
 }
 
 /// Whether the ready replicas differ in what they serve: some serve another set than others,
@@ -149,7 +181,10 @@ pub fn steer(gw: &Gateway, uri: &Uri, tried: &mut Vec<SocketAddr>) -> usize {
     if !skewed(ready) {
         return 0;
     }
-    let wants = Wants::of(uri);
+    let Ok(path) = target::path(uri.path()) else {
+        return 0;
+    };
+    let wants = Wants::of(&path);
     let open = |b: &&Arc<Backend>| !tried.contains(&b.address);
     let keep_off: Vec<SocketAddr> = match wants {
         Wants::GroupVersion { group, version } => {
@@ -214,8 +249,7 @@ mod tests {
     use super::*;
 
     fn wants(path: &'static str) -> Wants<'static> {
-        let uri: &'static Uri = Box::leak(Box::new(Uri::from_static(path)));
-        Wants::of(uri)
+        Wants::of(path)
     }
 
     #[test]

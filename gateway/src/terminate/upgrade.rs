@@ -1,29 +1,34 @@
 //! Upgraded requests — `kubectl exec`, `attach`, `cp`, `port-forward` over WebSocket
-//! (`v5.channel.k8s.io`) or SPDY/3.1 — stay HTTP/1.1 end to end: the request goes to a backend
-//! on an HTTP/1.1 connection of its own, the 101 comes back to the client, and from then on
-//! bytes are copied both ways with no timeout, until either side closes or kubegate closes the
-//! backend's work (down, drain deadline, shutdown grace). Only a failed connect is retried: an
-//! upgrade request that reached an apiserver may have started a process.
+//! (`v5.channel.k8s.io`) or SPDY/3.1, a `proxy` to a pod or service, a watch over WebSocket:
+//! what the apiserver itself upgrades — stay HTTP/1.1 end to end: the request goes to a
+//! backend on an HTTP/1.1 connection of its own, the 101 comes back to the client, and from
+//! then on bytes are copied both ways with no timeout, until either side closes or kubegate
+//! closes the backend's work (down, drain deadline, shutdown grace). The backend is chosen as
+//! for any request: within the request's `dispatch` rule (its backends, its fallback) and
+//! around version skew. Only a failed connect is retried: an upgrade request that reached an
+//! apiserver may have started a process.
 
-use crate::net::{connect_failed, place, Attempt};
+use crate::net::{connect_failed, place, Attempt, Unplaced};
 use crate::state::{Backend, Gateway, Kind};
 use crate::telemetry::RequestFailure;
 use crate::terminate::body::{read_small, ResponseBody};
 use crate::terminate::connect::tls_connect;
-use crate::terminate::dispatch::load_for;
+use crate::terminate::dispatch::{load_for, Within};
 use crate::terminate::in_flight::InFlight;
 use crate::terminate::mode::Upstreams;
 use crate::terminate::request::{user_agent, Client, Shaper};
 use crate::terminate::served::Served;
+use crate::terminate::skew;
 use crate::terminate::status::{broken, unavailable};
 use http::header;
-use http::{Request, Response, StatusCode, Version};
+use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::Empty;
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use kubegate_config::BalancePolicy;
 use kubegate_wire::classify::RequestClass;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,7 +45,8 @@ pub fn requested(req: &Request<Incoming>) -> bool {
             .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
 }
 
-/// Proxies an upgrade request; `served` learns who sent it and which replica answered.
+/// Proxies an upgrade request to a backend `within` its rule; `served` learns who sent it and
+/// which replica answered.
 pub async fn proxy(
     gw: &Gateway,
     upstreams: &Upstreams,
@@ -48,19 +54,28 @@ pub async fn proxy(
     mut req: Request<Incoming>,
     class: RequestClass,
     served: &mut Served,
+    mut within: Within,
 ) -> Response<ResponseBody> {
     // Resolves once kubegate's 101 has been written to the client.
     let client_side = hyper::upgrade::on(&mut req);
     let (mut parts, _) = req.into_parts();
     let metrics = &gw.metrics().terminate;
+    let uri = parts.uri.clone();
     let kind = Shaper::new(upstreams, metrics).upgrade(client, &mut parts);
     served.sent_as(gw, client, kind, user_agent(&parts.headers));
-    let mut tried = Vec::new();
-    let Some((backend, mut sender)) = connect(gw, upstreams, kind, &mut tried).await else {
+    let mut placed = connect(gw, upstreams, &uri, kind, &mut within.tried).await;
+    if let Err(Unplaced::NoBackend) = placed {
+        match within.fall_back() {
+            Ok(true) => placed = connect(gw, upstreams, &uri, kind, &mut within.tried).await,
+            Ok(false) => {}
+            Err(refused) => return refused.answer(gw),
+        }
+    }
+    let Ok((backend, mut sender)) = placed else {
         metrics.request_failed(RequestFailure::Unavailable);
         return unavailable("no apiserver could take the request");
     };
-    served.answered_by(backend.clone(), tried.len());
+    served.answered_by(backend.clone(), within.tries());
     let in_flight = InFlight::begin(&backend, true);
     let mut upstream_req = Request::from_parts(parts, Empty::<bytes::Bytes>::new());
     *upstream_req.version_mut() = Version::HTTP_11;
@@ -117,16 +132,22 @@ pub async fn proxy(
     out
 }
 
-/// An HTTP/1.1 connection to a backend not in `tried`, retrying failed connects on others.
+/// An HTTP/1.1 connection to a backend not in `tried` (nor kept off by version skew, for
+/// `uri`), retrying failed connects on others.
 async fn connect(
     gw: &Gateway,
     upstreams: &Upstreams,
+    uri: &Uri,
     kind: Kind,
-    tried: &mut Vec<std::net::SocketAddr>,
-) -> Option<(Arc<Backend>, SendRequest<Empty<bytes::Bytes>>)> {
+    tried: &mut Vec<SocketAddr>,
+) -> Result<(Arc<Backend>, SendRequest<Empty<bytes::Bytes>>), Unplaced<()>> {
     let tls = match kind {
-        Kind::WithIdentity => upstreams.tls.with_identity_h1.clone()?,
-        Kind::BearerToken | Kind::Anonymous => upstreams.tls.without_identity_h1.clone(),
+        Kind::WithIdentity => upstreams.tls.with_identity_h1.clone(),
+        Kind::BearerToken | Kind::Anonymous => Some(upstreams.tls.without_identity_h1.clone()),
+    };
+    // A reload dropped the front-proxy certificate since the request was shaped.
+    let Some(tls) = tls else {
+        return Err(Unplaced::Failed(()));
     };
     let mut connects = Connects {
         gw,
@@ -134,7 +155,11 @@ async fn connect(
         tls,
         timeout: gw.config().load().connect.timeout,
     };
-    place(gw, &mut connects, tried).await.ok()
+    let before = tried.len();
+    let steered = skew::steer(gw, uri, tried);
+    let placed = place(gw, &mut connects, tried).await;
+    tried.drain(before..before + steered);
+    placed
 }
 
 /// An upgrade's connects, as the placing loop runs them: only a failed connect is tried on

@@ -9,13 +9,12 @@
 use crate::state::{ApiSet, Backend, Gateway, Kind, Served};
 use crate::terminate::connect::stream_to;
 use crate::terminate::h2client;
-use crate::terminate::mode::TerminateMode;
-use crate::terminate::request::upstream_uri;
+use crate::terminate::mode::{TerminateMode, Upstreams};
+use crate::terminate::request::Outgoing;
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderValue, Request, StatusCode, Uri, Version};
+use http::{Method, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use kubegate_health::BackendState;
-use kubegate_wire::identity::CertIdentity;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
@@ -29,8 +28,6 @@ const TICK: Duration = Duration::from_millis(250);
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest discovery document read (a large cluster's `/apis` is some tens of KiB).
 const MAX_DOCUMENT: usize = 4 << 20;
-/// The user kubegate reads discovery as.
-const USER: &str = "kubegate";
 
 /// Follows the replicas until the process ends.
 pub async fn learn(gw: Arc<Gateway>, mode: Arc<TerminateMode>) {
@@ -124,14 +121,11 @@ async fn read_apis(
     mode: &TerminateMode,
     backend: &Arc<Backend>,
 ) -> Result<ApiSet, String> {
-    if mode.upstreams().tls.with_identity.is_none() {
-        // Anonymous users may read /version but not /api or /apis (`system:discovery` is
-        // bound to authenticated users): nothing to ask without an identity.
-        return Err("no front-proxy certificate (upstream.front_proxy): discovery is read as an authenticated user".into());
-    }
-    let version = get(gw, mode, backend, "/version").await?;
-    let core = get(gw, mode, backend, "/api").await?;
-    let groups = get(gw, mode, backend, "/apis").await?;
+    // One set of upstream settings for all three reads: a reload may change them meanwhile.
+    let upstreams = mode.upstreams();
+    let version = get(gw, &upstreams, backend, "/version").await?;
+    let core = get(gw, &upstreams, backend, "/api").await?;
+    let groups = get(gw, &upstreams, backend, "/apis").await?;
     parse(&version, &core, &groups)
 }
 
@@ -194,31 +188,20 @@ fn parse(version: &[u8], core: &[u8], groups: &[u8]) -> Result<ApiSet, String> {
 /// One discovery document of `backend`, read whole.
 async fn get(
     gw: &Gateway,
-    mode: &TerminateMode,
+    upstreams: &Upstreams,
     backend: &Arc<Backend>,
     path: &'static str,
 ) -> Result<Bytes, String> {
-    let upstreams = mode.upstreams();
-    let mut headers = HeaderMap::new();
-    headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-    let me = CertIdentity {
-        user: USER.to_string(),
-        groups: Vec::new(),
-    };
-    upstreams.identity.apply(&me, &mut headers);
-    let mut req = Request::new(());
-    *req.uri_mut() = upstream_uri(
-        Uri::from_static(path),
-        &HeaderMap::new(),
-        &upstreams.tls.server_name,
-    );
-    *req.version_mut() = Version::HTTP_2;
-    *req.headers_mut() = headers;
+    // Anonymous users may read /version but not /api or /apis (`system:discovery` is bound to
+    // authenticated users): nothing to ask without an identity.
+    let outgoing = Outgoing::as_kubegate(upstreams, Method::GET, path, Bytes::new()).ok_or(
+        "no front-proxy certificate (upstream.front_proxy): discovery is read as an authenticated user",
+    )?;
     let exchange = async {
-        let stream = stream_to(gw, &upstreams, backend, Kind::WithIdentity)
+        let stream = stream_to(gw, upstreams, backend, Kind::WithIdentity)
             .await
             .map_err(|f| format!("{path}: {}", f.as_str()))?;
-        let resp = h2client::send(stream.sender(), req, &Bytes::new())
+        let resp = h2client::send(stream.sender(), outgoing.head(), outgoing.body())
             .await
             .map_err(|f| format!("{path}: {}", f.as_str()))?;
         let status = resp.status();

@@ -4,11 +4,17 @@
 //!
 //! A task per watch reads the upstream stream event by event (`framing`), forwards whole events
 //! to the client, and keeps the position (`position`). When the upstream stream ends or breaks
-//! for a reason that is not the client's (it left) or the watch's own (its `timeoutSeconds`
-//! passed, an ERROR event such as 410 Expired, which reaches the client as the apiserver sent
-//! it), the same watch is asked of another replica from that position. A watch moves at once
-//! when its replica starts draining, rather than at the drain deadline. Resumes are bounded
-//! per watch; a watch that cannot resume ends cleanly, as an apiserver ending it would.
+//! for a reason that is not the client's (it left) or the watch's own (its time is up, an
+//! ERROR event such as 410 Expired, which reaches the client as the apiserver sent it), the
+//! same watch is asked of another replica from that position. A watch moves at once when its
+//! replica starts draining, rather than at the drain deadline. Resumes are bounded per watch;
+//! a watch that cannot resume ends cleanly, as an apiserver ending it would.
+//!
+//! A watch's time is kept across replicas: it ends when the client's `timeoutSeconds` says,
+//! or, without one, after `terminate.min_request_timeout` times a random factor in [1, 2), as
+//! the apiserver's `--min-request-timeout` ends it. The time left is what each replica is
+//! asked for, and kubegate ends the client's stream at the deadline itself, so a client's
+//! watches end and rotate across replicas as they would on the apiserver.
 
 use crate::state::{Backend, Gateway, Stream};
 use crate::telemetry::{WatchBreak, WatchEnd};
@@ -44,6 +50,29 @@ const MAX_PAUSE: Duration = Duration::from_millis(1600);
 /// Events waiting for a slow client.
 const QUEUE: usize = 16;
 
+/// What a client asked of its watch, and when the watch ends (`None`: the client's
+/// `timeoutSeconds` cannot be read, and the apiserver answers that).
+pub struct Watch {
+    /// The client's query, read.
+    pub asked: Asked,
+    /// When the watch ends.
+    pub ends: Option<Instant>,
+}
+
+/// How long a watch asked as `asked` lasts: its `timeoutSeconds`, else the apiserver's
+/// `--min-request-timeout` (`min`) times a random factor in [1, 2); `None` when its
+/// `timeoutSeconds` is there but unreadable (it goes upstream as written).
+pub fn lifetime(asked: &Asked, min: Duration) -> Option<Duration> {
+    if asked.timeout_unreadable {
+        return None;
+    }
+    Some(
+        asked
+            .timeout
+            .unwrap_or_else(|| min.mul_f64(1.0 + fastrand::f64())),
+    )
+}
+
 /// The upstream stream being read, and what it holds on its replica.
 struct Upstream {
     body: ResponseStream,
@@ -52,7 +81,8 @@ struct Upstream {
 }
 
 /// Takes over a watch whose first answer came back `200` in a framing kubegate follows, and
-/// answers the client with one response that lasts across replicas.
+/// answers the client with one response that lasts across replicas until `watch` ends.
+#[allow(clippy::too_many_arguments)]
 pub fn follow(
     gw: Arc<Gateway>,
     upstreams: Arc<Upstreams>,
@@ -61,10 +91,10 @@ pub fn follow(
     resp: Response<ResponseStream>,
     held: (InFlight, Stream),
     framing: Framing,
+    watch: Watch,
 ) -> Response<ResponseBody> {
     let (parts, body) = resp.into_parts();
     let backend = held.0.backend().clone();
-    let asked = Asked::from_query(outgoing.client_query());
     let (tx, rx) = mpsc::channel(QUEUE);
     gw.metrics().terminate.watches_open.inc();
     let upstream = Upstream {
@@ -74,7 +104,7 @@ pub fn follow(
     };
     tokio::spawn(async move {
         let ended = run(
-            &gw, &upstreams, &outgoing, class, &asked, framing, upstream, tx,
+            &gw, &upstreams, &outgoing, class, &watch, framing, upstream, tx,
         )
         .await;
         let m = &gw.metrics().terminate;
@@ -91,20 +121,25 @@ async fn run(
     upstreams: &Upstreams,
     outgoing: &Outgoing,
     class: RequestClass,
-    asked: &Asked,
+    watch: &Watch,
     framing: Framing,
     mut upstream: Upstream,
     tx: mpsc::Sender<Bytes>,
 ) -> WatchEnd {
-    let started = Instant::now();
+    let asked = &watch.asked;
     let mut progress = Progress::new(asked);
     let mut resumes: VecDeque<Instant> = VecDeque::new();
+    let time_left = || {
+        watch
+            .ends
+            .map(|e| e.saturating_duration_since(Instant::now()))
+    };
     loop {
-        let broke = match pump(&mut upstream, framing, asked, &mut progress, &tx).await {
+        let broke = match pump(&mut upstream, framing, watch, &mut progress, &tx).await {
             Ok(b) => b,
             Err(ended) => return ended,
         };
-        let left = asked.timeout.map(|t| t.saturating_sub(started.elapsed()));
+        let left = time_left();
         if left.is_some_and(|l| l < Duration::from_secs(1)) {
             return WatchEnd::Timeout;
         }
@@ -123,13 +158,12 @@ async fn run(
         let name = upstream.backend.info().name.clone();
         // What was held on the replica is let go before another is asked.
         drop(upstream);
-        // Asked again with the time left of the client's timeoutSeconds at each attempt.
+        // Asked again with the watch's time left at each attempt.
         let again = || {
-            let left = asked.timeout.map(|t| t.saturating_sub(started.elapsed()));
             outgoing.with_query(&resumed_query(
                 outgoing.client_query(),
                 from.as_deref(),
-                left,
+                time_left(),
             ))
         };
         let patience = left.map_or(REOPEN_PATIENCE, |l| l.min(REOPEN_PATIENCE));
@@ -159,16 +193,27 @@ async fn run(
 async fn pump(
     upstream: &mut Upstream,
     framing: Framing,
-    asked: &Asked,
+    watch: &Watch,
     progress: &mut Progress,
     tx: &mpsc::Sender<Bytes>,
 ) -> Result<WatchBreak, WatchEnd> {
+    let asked = &watch.asked;
     let mut decoder = Decoder::new(framing);
     let mut drains = upstream.held.0.drains();
+    let over = async {
+        match watch.ends {
+            Some(at) => tokio::time::sleep_until(at.into()).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(over);
     loop {
         tokio::select! {
             biased;
             _ = tx.closed() => return Err(WatchEnd::Client),
+            // The replica was asked for the same time and ends the stream itself about now;
+            // the client's stream ends here whatever the replica does.
+            () = &mut over => return Err(WatchEnd::Timeout),
             Ok(()) = drains.changed() => return Ok(WatchBreak::Drained),
             frame = upstream.body.frame() => match frame {
                 None => return Ok(WatchBreak::Ended),

@@ -50,6 +50,27 @@ impl ApiSet {
             .is_ok()
     }
 
+    /// Whether the discovery document at the decoded `path` is one this set implies the
+    /// replica has: `/api`, `/apis` and the OpenAPI roots always; `/apis/GROUP` for a group it
+    /// serves a version of; `/openapi/v3/api/v1` and `/openapi/v3/apis/GROUP/VERSION` for a
+    /// group-version it serves.
+    pub fn claims_document(&self, path: &str) -> bool {
+        let path = path.trim_end_matches('/');
+        if matches!(path, "/api" | "/apis" | "/openapi/v2" | "/openapi/v3") {
+            return true;
+        }
+        if let Some(rest) = path.strip_prefix("/openapi/v3/") {
+            return match rest.split('/').collect::<Vec<_>>()[..] {
+                ["api", version] => self.serves("", version),
+                ["apis", group, version] => self.serves(group, version),
+                _ => false,
+            };
+        }
+        path.strip_prefix("/apis/")
+            .filter(|g| !g.contains('/'))
+            .is_some_and(|group| self.group_versions.iter().any(|(g, _)| &**g == group))
+    }
+
     /// The group-versions as the apiserver writes them (`v1`, `apps/v1`).
     pub fn names(&self) -> impl Iterator<Item = String> + '_ {
         self.group_versions.iter().map(|(g, v)| {
@@ -96,6 +117,15 @@ impl ServedApis {
     pub fn set(&self, served: Served) -> Arc<Served> {
         self.current.swap(Arc::new(served))
     }
+
+    /// Forgets what was learned (to be read again at once), if anything was; says whether.
+    pub fn forget(&self) -> bool {
+        let learned = matches!(&**self.get(), Served::Learned(..) | Served::Unreadable(..));
+        if learned {
+            self.set(Served::Unknown);
+        }
+        learned
+    }
 }
 
 #[cfg(test)]
@@ -127,5 +157,24 @@ mod tests {
             a.names().collect::<Vec<_>>(),
             ["v1", "apps/v1", "resource.k8s.io/v1"]
         );
+        // Discovery documents it implies it has.
+        for yes in [
+            "/api",
+            "/apis/",
+            "/apis/apps",
+            "/openapi/v3",
+            "/openapi/v3/apis/resource.k8s.io/v1",
+            "/openapi/v3/api/v1",
+        ] {
+            assert!(a.claims_document(yes), "{yes}");
+        }
+        for no in [
+            "/apis/batch",
+            "/openapi/v3/apis/apps/v2",
+            "/openapi/v3/apis/apps",
+            "/version",
+        ] {
+            assert!(!a.claims_document(no), "{no}");
+        }
     }
 }

@@ -130,6 +130,9 @@ fn clock() -> u64 {
 struct Conns {
     /// Connections new streams may use, by [`Kind`].
     open: [Vec<Arc<H2Conn>>; KINDS],
+    /// Every connection of the kind ended on the backend's side (GOAWAY, close, reset) since
+    /// the last one was opened: the process behind may be another one now.
+    all_ended: [bool; KINDS],
     /// Connections taken out of use by a drain (each closes once its streams are done), until
     /// they end; a close ends them at once.
     retired: Vec<Arc<Killer>>,
@@ -232,6 +235,10 @@ impl Upstream {
         let before = list.len();
         list.retain(|c| c.usable());
         let removed = before - list.len();
+        if removed > 0 && list.is_empty() {
+            conns.all_ended[kind as usize] = true;
+        }
+        let list = &mut conns.open[kind as usize];
         let found = list.iter().find_map(|c| {
             c.streams
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
@@ -290,13 +297,17 @@ impl Upstream {
         self.dialing[kind as usize].lock().await
     }
 
-    /// Puts a new connection in use and reserves its first stream.
-    pub fn add(&self, kind: Kind, conn: H2Conn) -> Stream {
+    /// Puts a new connection in use and reserves its first stream; says whether it replaces
+    /// connections of its kind that all ended on the backend's side (a restart shows so).
+    pub fn add(&self, kind: Kind, conn: H2Conn) -> (Stream, bool) {
         conn.streams.store(1, Ordering::Release);
         let conn = Arc::new(conn);
-        self.conns().open[kind as usize].push(conn.clone());
+        let mut conns = self.conns();
+        conns.open[kind as usize].push(conn.clone());
+        let replaces_ended = std::mem::take(&mut conns.all_ended[kind as usize]);
+        drop(conns);
         self.gauges.load().connections.inc();
-        Stream { conn }
+        (Stream { conn }, replaces_ended)
     }
 
     /// Upstream connections open for new streams.

@@ -3,7 +3,7 @@
 
 use crate::telemetry::labels::{
     code_class, AttemptFailure, ClientProtocol, HandshakeFailure, Identity, RequestFailure,
-    WatchBreak, WatchEnd,
+    TokenReviewResult, WatchBreak, WatchEnd,
 };
 use crate::telemetry::metrics::register::{
     counter, counter_vec, forget_in, gauge, gauge_vec, histogram_vec,
@@ -80,12 +80,20 @@ pub struct TerminateMetrics {
     /// `kubegate_backend_discovery_failures_total{backend}`: reads of a replica's version or
     /// discovery that failed.
     pub backend_discovery_failures: IntCounterVec,
+    /// `kubegate_token_reviews_total{result}`'s series by `TokenReviewResult as usize`.
+    token_reviews: [IntCounter; TokenReviewResult::ALL.len()],
+    /// `kubegate_token_review_cache_entries`: bearer tokens whose review kubegate remembers.
+    pub token_review_cache_entries: IntGauge,
+    /// `kubegate_request_body_bytes_held`: request body bytes kubegate holds now (read, or
+    /// held for a retry), all clients together.
+    pub request_body_bytes_held: IntGauge,
 }
 
 impl TerminateMetrics {
     /// Registers the group's families in `r`.
     pub fn new(r: &Registry) -> TerminateMetrics {
         let by_identity = counter_vec(r, "kubegate_requests_by_identity_total", "Terminate-mode requests by the identity passed on (client_certificate, bearer_token, anonymous).", &["identity"]);
+        let token_reviews = counter_vec(r, "kubegate_token_reviews_total", "TokenReviews kubegate sent to name bearer-token clients, by result (named, rejected, failed; skipped: not sent, too many in flight).", &["result"]);
         let m = TerminateMetrics {
             requests: counter_vec(r, "kubegate_requests_total", "Terminate-mode requests answered by a backend, by verb and status class.", &["backend", "verb", "code"]),
             request_duration: histogram_vec(r, "kubegate_request_duration_seconds", "Terminate mode: time from sending a request to a backend to its response headers (requests that are not long-running).", &["verb"], REQUEST_BUCKETS),
@@ -110,6 +118,9 @@ impl TerminateMetrics {
             backend_version: gauge_vec(r, "kubegate_backend_version_info", "1 for the version each ready replica reports (/version), as terminate mode learned it.", &["backend", "version"]),
             backend_serves: gauge_vec(r, "kubegate_backend_serves", "1 for each API group-version a ready replica serves (its /api and /apis).", &["backend", "group_version"]),
             backend_discovery_failures: counter_vec(r, "kubegate_backend_discovery_failures_total", "Reads of a replica's /version or discovery that failed.", &["backend"]),
+            token_reviews: TokenReviewResult::ALL.map(|t| token_reviews.with_label_values(&[t.as_str()])),
+            token_review_cache_entries: gauge(r, "kubegate_token_review_cache_entries", "Bearer tokens whose review (named or not) kubegate remembers."),
+            request_body_bytes_held: gauge(r, "kubegate_request_body_bytes_held", "Terminate-mode request body bytes kubegate holds now (being read, or held for a retry), all clients together."),
             watches_ended: counter_vec(r, "kubegate_watches_ended_total", "Followed watches that ended, by reason (client, timeout, expired, error, not_resumable_*, malformed).", &["reason"]),
         };
         for failure in AttemptFailure::ALL {
@@ -146,6 +157,11 @@ impl TerminateMetrics {
             ],
             backend,
         );
+    }
+
+    /// Counts a token review that ended as `result`.
+    pub fn token_reviewed(&self, result: TokenReviewResult) {
+        self.token_reviews[result as usize].inc();
     }
 
     /// Counts a request by the identity passed on for it.
@@ -222,6 +238,9 @@ mod tests {
         }
         for (i, verb) in Verb::ALL.into_iter().enumerate() {
             assert_eq!(verb as usize, i, "{verb:?}");
+        }
+        for (i, result) in TokenReviewResult::ALL.into_iter().enumerate() {
+            assert_eq!(result as usize, i, "{result:?}");
         }
         let r = Registry::new();
         let m = TerminateMetrics::new(&r);
