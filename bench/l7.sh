@@ -8,9 +8,13 @@
 
 # kubegate-l7-logged: kubegate-l7 with the access log on (JSON, every line written to a file):
 # what the log costs per request. kubegate-l7-rules: kubegate-l7 with 20 dispatch rules no
-# request matches: what matching costs per request. L7_TARGETS="direct kubegate-l7
-# kubegate-l7-rules" measures only those in the rounds (an A/B with more rounds in the time).
-read -r -a l7_targets <<<"${L7_TARGETS:-direct kubegate-l7 kubegate-l7-logged kubegate-l7-rules envoy-l7 haproxy-l7}"
+# request matches: what matching costs per request. kubegate-l7-token: kubegate-l7 itself,
+# its clients sending a bearer token instead of a client certificate, which kubegate names
+# with a TokenReview (the backend answers one) and then finds in its cache: what naming a
+# token client costs per request, warm. L7_TARGETS="direct kubegate-l7 kubegate-l7-rules"
+# measures only those in the rounds (an A/B with more rounds in the time).
+read -r -a l7_targets <<<"${L7_TARGETS:-direct kubegate-l7 kubegate-l7-logged kubegate-l7-rules kubegate-l7-token envoy-l7 haproxy-l7}"
+bench_token=bench-token
 small_path=/api/v1/namespaces/default/configmaps/small
 list_path=/api/v1/configmaps
 s_time_secs=$([ "$smoke" = 1 ] && echo 1 || echo "${duration%s}")
@@ -50,6 +54,9 @@ http {
   server {
     listen 127.0.0.1:$backend7 ssl http2 backlog=4096;
     location = /readyz { return 200 "ok"; }
+    location = /apis/authentication.k8s.io/v1/tokenreviews {
+      return 201 '{"kind":"TokenReview","apiVersion":"authentication.k8s.io/v1","status":{"authenticated":true,"user":{"username":"system:serviceaccount:bench:client","groups":["system:serviceaccounts","system:serviceaccounts:bench","system:authenticated"]}}}';
+    }
     location = $small_path { alias $work/www7/small.json; }
     location = $list_path { alias $work/www7/list.json; }
   }
@@ -58,11 +65,12 @@ CONF
 nginx -p "$work" -c "$work/backend7.conf" -g 'daemon off; master_process off;' & pids+=($!)
 wait_port "$backend7"
 
-declare -A listen7 pid7
+declare -A listen7 pid7 auth7
 listen7[direct]=$backend7
 
 # Starts L7 gateway $1 in front of backend address $2 with its files in $work/$3; sets
 # started_pid and started_port.
+declare -A admin7
 start_l7() {
   local name=$1 backend=$2 dir=$work/$3 p lines admin
   p=$(port)
@@ -71,6 +79,7 @@ start_l7() {
   admin=${lines[0]}
   KUBEGATE_LOG=warn "${lines[@]:1}" >"$dir/$name.out" 2>"$dir/$name.log" & started_pid=$!; pids+=($!)
   started_port=$p
+  admin7[$name]=$admin
   wait_port "$p"
   if [ "$admin" != - ]; then until curl -sf "http://$admin/readyz" >/dev/null; do sleep 0.1; done; fi
 }
@@ -79,12 +88,18 @@ for t in kubegate-l7 kubegate-l7-logged kubegate-l7-rules envoy-l7 haproxy-l7; d
   start_l7 "$t" "127.0.0.1:$backend7" "$t"
   listen7[$t]=$started_port; pid7[$t]=$started_pid
 done
+# The same process as kubegate-l7; only its clients differ (a bearer token).
+listen7[kubegate-l7-token]=${listen7[kubegate-l7]}; pid7[kubegate-l7-token]=${pid7[kubegate-l7]}
+auth7[kubegate-l7-token]="Authorization: Bearer $bench_token"
+# The header curl, h2load and wrk add for target $1 (none but for the token target).
+auth_args() { if [ -n "${auth7[$1]:-}" ]; then printf '%s\n' -H "${auth7[$1]}"; fi; }
 
 # Every target must serve both bodies whole over HTTP/2 before anything is measured.
 for t in "${l7_targets[@]}"; do
   for f in "$small_path:$small_size" "$list_path:$list_size"; do
     for _ in $(seq 1 50); do
-      got=$(curl -sk --http2 -o /dev/null -w '%{http_code} %{size_download} %{http_version}' "https://127.0.0.1:${listen7[$t]}${f%%:*}")
+      mapfile -t auth < <(auth_args "$t")
+      got=$(curl -sk --http2 "${auth[@]}" -o /dev/null -w '%{http_code} %{size_download} %{http_version}' "https://127.0.0.1:${listen7[$t]}${f%%:*}")
       [ "$got" = "200 ${f#*:} 2" ] && break
       sleep 0.1
     done
@@ -107,17 +122,18 @@ for t in kubegate-l7 envoy-l7 haproxy-l7; do
 done
 
 measure7() { # target round
-  local t=$1 r=$2 p=${listen7[$1]} out c0 c1 reqs rps p50 p99 lf
+  local t=$1 r=$2 p=${listen7[$1]} out c0 c1 reqs rps p50 p99 lf auth
   lf=$work/h2load-$t.log
+  mapfile -t auth < <(auth_args "$t")
   c0=$(proxy7_ticks "$t")
-  out=$(h2load -c 10 -m 10 -D "${duration%s}" --log-file "$lf" "https://127.0.0.1:$p$small_path")
+  out=$(h2load -c 10 -m 10 -D "${duration%s}" "${auth[@]}" --log-file "$lf" "https://127.0.0.1:$p$small_path")
   c1=$(proxy7_ticks "$t")
   reqs=$(awk '/^requests:/{print $8}' <<<"$out")
   rps=$(awk '/^finished in/{print $4}' <<<"$out")
   read -r p50 p99 < <(awk '{print $3}' "$lf" | sort -n | awk '{v[NR]=$1} END{print v[int(NR*0.5)+1]/1000, v[int(NR*0.99)+1]/1000}')
   h2cpu=$(per "$c0" "$c1" "$reqs" "$t")
   c0=$(proxy7_ticks "$t")
-  out=$(wrk -t1 -c50 -d"$duration" "https://127.0.0.1:$p$small_path")
+  out=$(wrk -t1 -c50 -d"$duration" "${auth[@]}" "https://127.0.0.1:$p$small_path")
   c1=$(proxy7_ticks "$t")
   h1rps=$(awk '/^Requests\/sec/{print $2}' <<<"$out")
   h1cpu=$(per "$c0" "$c1" "$(awk '/requests in/{print $1}' <<<"$out")" "$t")
@@ -140,6 +156,11 @@ measure7() { # target round
 for r in $(seq 1 "$rounds"); do
   for t in "${l7_targets[@]}"; do measure7 "$t" "$r"; done
 done
+if [[ " ${l7_targets[*]} " == *" kubegate-l7-token "* ]]; then
+  reviews=$(curl -s "http://${admin7[kubegate-l7]}/metrics" | awk '/^kubegate_token_reviews_total\{result="named"\}/{print $2}')
+  printf 'reviews\tkubegate-l7-token\t%s\n' "${reviews:-0}" >> "$results7"
+  echo "L7 kubegate-l7-token: ${reviews:-0} TokenReviews sent for the whole run" >&2
+fi
 
 # Idle watches: a fresh proxy per target in front of a simulated apiserver that checks the
 # front-proxy identity; the watches ask for bookmarks, as informers do.

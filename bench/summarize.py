@@ -50,10 +50,12 @@ for t in ["direct", "kubegate", "haproxy", "nginx", "envoy"]:
 table = "\n".join(lines) if rows else "(not run: `--only l7`)"
 
 # Terminate mode: per-round figures, idle connections and idle watches.
-rows7, idle7, watch7 = {}, {}, {}
+rows7, idle7, watch7, reviews7 = {}, {}, {}, None
 for line in open(path7):
     f = line.rstrip("\n").split("\t")
-    if f[0] == "idle":
+    if f[0] == "reviews":
+        reviews7 = f[2]
+    elif f[0] == "idle":
         idle7[f[1]] = float(f[2])
     elif f[0] == "watch":
         watch7[f[1]] = (float(f[2]), float(f[3]))
@@ -67,11 +69,14 @@ l7 = []
 if rows7:
     l7.append("| target | HTTP/2 rps | p50 ms | p99 ms | CPU µs/req HTTP/2 | HTTP/1.1 rps | CPU µs/req HTTP/1.1 | new TLS conn/s | CPU µs/new conn | resumed conn/s | CPU µs/resumed conn | bulk MB/s | KiB/idle TLS HTTP/2 conn |")
     l7.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for t in ["direct", "kubegate-l7", "kubegate-l7-logged", "kubegate-l7-rules", "envoy-l7", "haproxy-l7"]:
+    for t in ["direct", "kubegate-l7", "kubegate-l7-logged", "kubegate-l7-rules", "kubegate-l7-token", "envoy-l7", "haproxy-l7"]:
         if t not in rows7: continue
         d = rows7[t]
         idle = f"{idle7[t]:.1f}" if t in idle7 else "—"
         l7.append(f"| {t} | {cell(d['rps'], '{:,.0f}')} | {cell(d['p50'], '{:.2f}')} | {cell(d['p99'], '{:.2f}')} | {cell(d['cpu'], '{:.1f}')} | {cell(d['h1rps'], '{:,.0f}')} | {cell(d['h1cpu'], '{:.1f}')} | {cell(d['new'], '{:,.0f}')} | {cell(d['newcpu'], '{:.1f}')} | {cell(d['res'], '{:,.0f}')} | {cell(d['rescpu'], '{:.1f}')} | {cell(d['bulk'], '{:,.0f}')} | {idle} |")
+    if reviews7 is not None:
+        l7.append("")
+        l7.append(f"kubegate-l7-token: every request carried one bearer token; TokenReviews kubegate sent over the whole run: {reviews7}.")
     if watch7:
         l7.append("")
         l7.append("| target | KiB per idle watch | CPU µs per idle watch per second |")

@@ -119,8 +119,16 @@ fn manifests_parse_as_kubernetes_objects_and_their_configs_pass_check() {
         assert!(pod.contains("terminationGracePeriodSeconds: 45"));
     }
 
-    // The configs they mount pass `kubegate check` once the CA they name exists; the CA path
-    // is the only thing replaced.
+    // The configs they mount pass `kubegate check` once the files they name exist (the CA,
+    // the admin certificate and token): only those paths are replaced. And the rollback
+    // rehearsal: the previous release accepts each of them as it is (`--compat`).
+    let (admin_crt, admin_key) =
+        pki.serving_with("admin-serving", "kubegate-admin", &["127.0.0.1"], -1, 30);
+    let own = dir.path().join("kubegate-pki");
+    std::fs::create_dir_all(&own).unwrap();
+    std::fs::copy(&admin_crt, own.join("admin.crt")).unwrap();
+    std::fs::copy(&admin_key, own.join("admin.key")).unwrap();
+    std::fs::write(own.join("metrics-token"), "t\n").unwrap();
     for config in [
         "deploy/static-pod/kubegate-config.yaml",
         "deploy/node-local/kubegate.yaml",
@@ -138,16 +146,35 @@ fn manifests_parse_as_kubernetes_objects_and_their_configs_pass_check() {
             text.replace(
                 "/etc/kubernetes/pki/ca.crt",
                 pki.ca_file().to_str().unwrap(),
+            )
+            .replace(
+                "/etc/kubernetes/pki/kubegate/",
+                &format!("{}/", own.display()),
             ),
         )
         .unwrap();
         run_ok(
             Command::new(bin("kubegate"))
-                .args(["check", "--config"])
+                .args(["check", "--compat", PREVIOUS_RELEASE, "--config"])
                 .arg(&local),
         );
     }
+    for config in [
+        "deploy/static-pod/kubegate-terminate-config.yaml",
+        "deploy/systemd/../packaging/kubegate.yaml",
+    ] {
+        let text = std::fs::read_to_string(repo(config)).unwrap();
+        let release = kubegate_config::parse_version(PREVIOUS_RELEASE).unwrap();
+        assert_eq!(
+            kubegate_config::keys_newer_than(&text, release),
+            vec![],
+            "{config} uses keys {PREVIOUS_RELEASE} refuses: a rollback would fail"
+        );
+    }
 }
+
+/// The release before this one: what a rollback goes back to.
+const PREVIOUS_RELEASE: &str = "0.2.0";
 
 #[test]
 fn systemd_unit_passes_systemd_analyze_verify() {
@@ -188,8 +215,8 @@ fn keepalived_config_passes_config_test() {
     );
     let conf = std::fs::read_to_string(repo("deploy/keepalived/keepalived.conf")).unwrap();
     assert!(
-        conf.contains("\n$ADMIN=http://127.0.0.1:9444\n"),
-        "ADMIN defaults to the admin address"
+        conf.contains("\n$ADMIN=https://127.0.0.1:9444\n"),
+        "ADMIN defaults to the shipped admin address, with TLS"
     );
     for check in ["/readyz/lifecycle", "/readyz/backends"] {
         assert!(
@@ -232,6 +259,51 @@ impl Node {
         self.write(path, &std::fs::read(from).unwrap(), uid, mode);
     }
 
+    /// The admin endpoint's certificate (the cluster CA's, naming `kubegate-admin` and
+    /// 127.0.0.1) and the metrics token, in /etc/kubernetes/pki/kubegate/ owned by the
+    /// image's user, as `kubegate init` writes them.
+    fn admin_files(&self) {
+        let (crt, key) = self.pki.serving_with(
+            "admin-serving",
+            "kubegate-admin",
+            &["kubegate-admin", "127.0.0.1"],
+            -1,
+            30,
+        );
+        let dir = "/etc/kubernetes/pki/kubegate";
+        self.copy(&crt, &format!("{dir}/admin.crt"), UID, 0o444);
+        self.copy(&key, &format!("{dir}/admin.key"), UID, 0o400);
+        self.write(
+            &format!("{dir}/metrics-token"),
+            b"scrape-token\n",
+            UID,
+            0o400,
+        );
+    }
+
+    /// `path` of the admin endpoint at `admin` (TLS, verified against the cluster CA, with the
+    /// metrics token): the body and the status code on its last line.
+    fn admin(&self, admin: std::net::SocketAddr, path: &str) -> String {
+        let out = Command::new("curl")
+            .args(["--silent", "--max-time", "5", "--cacert"])
+            .arg(self.pki.ca_file())
+            .args(["--header", "Authorization: Bearer scrape-token"])
+            .args(["--write-out", "\n%{http_code}"])
+            .arg(format!("https://{admin}{path}"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+
+    /// Replaces the file at `path` on the node by writing a new one and renaming it over the
+    /// old, as `sed -i`, editors and Ansible do.
+    fn replace_by_rename(&self, path: &str, text: &[u8]) {
+        let p = self.host.join(path.trim_start_matches('/'));
+        let tmp = p.with_extension("new");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &p).unwrap();
+    }
+
     /// A shipped configuration (`deploy/...`) as the node would have it: its paths as they
     /// are (the container's), its listener, admin address and backends those of this test.
     fn configure(
@@ -258,104 +330,21 @@ fn free_addr() -> std::net::SocketAddr {
     std::net::SocketAddr::from(([127, 0, 0, 1], free_port()))
 }
 
-/// A pod manifest's container as a [`ContainerSpec`]: its command, user, read-only root,
-/// capabilities, and each volume mount from the hostPath under `node`.
+/// A shipped pod manifest's container, its hostPaths under `node`.
 fn pod_spec(manifest: &str, node: &Node) -> ContainerSpec {
-    let pod: serde_json::Value =
-        serde_yaml_ng::from_str(&std::fs::read_to_string(repo(manifest)).unwrap()).unwrap();
-    let spec = &pod["spec"];
-    assert_eq!(spec["hostNetwork"], true, "{manifest}");
-    let c = &spec["containers"][0];
-    let sc = &c["securityContext"];
-    let strings = |v: &serde_json::Value| -> Vec<String> {
-        v.as_array()
-            .map(|a| a.iter().map(|s| s.as_str().unwrap().to_string()).collect())
-            .unwrap_or_default()
-    };
-    let mounts = c["volumeMounts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| {
-            let volume = spec["volumes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|v| v["name"] == m["name"])
-                .unwrap();
-            let host_path = volume["hostPath"]["path"].as_str().unwrap();
-            (
-                node.host.join(host_path.trim_start_matches('/')),
-                m["mountPath"].as_str().unwrap().to_string(),
-                m["readOnly"] == true,
-            )
-        })
-        .collect();
-    assert_eq!(strings(&sc["capabilities"]["drop"]), ["ALL"], "{manifest}");
-    ContainerSpec {
-        args: strings(&c["command"]),
-        user: (
-            sc["runAsUser"].as_u64().unwrap() as u32,
-            sc["runAsGroup"].as_u64().unwrap() as u32,
-        ),
-        read_only_root: sc["readOnlyRootFilesystem"] == true,
-        mounts,
-        capabilities: strings(&sc["capabilities"]["add"])
-            .into_iter()
-            .map(|c| format!("CAP_{c}"))
-            .collect(),
-        // A soft limit of 1024, as container runtimes commonly give: kubegate raises it to the
-        // hard one (this machine's) itself.
-        nofile: (1024, hard_nofile()),
-    }
+    ContainerSpec::of_pod(
+        &std::fs::read_to_string(repo(manifest)).unwrap(),
+        &node.host,
+    )
 }
 
-/// Runs `manifest`'s `probe` (`livenessProbe`, ...) once as the kubelet does — its scheme and
-/// path, against `admin` (the test's address for the port), HTTPS without verifying the
-/// certificate — and returns the status code (0: no answer).
-fn kubelet_probe(manifest: &str, probe: &str, admin: std::net::SocketAddr) -> u16 {
-    let pod: serde_json::Value =
-        serde_yaml_ng::from_str(&std::fs::read_to_string(repo(manifest)).unwrap()).unwrap();
-    let get = &pod["spec"]["containers"][0][probe]["httpGet"];
-    let scheme = get["scheme"].as_str().unwrap_or("HTTP").to_lowercase();
-    let path = get["path"].as_str().unwrap();
-    let out = Command::new("curl")
-        .args([
-            "--silent",
-            "--insecure",
-            "--max-time",
-            "5",
-            "--output",
-            "/dev/null",
-        ])
-        .args(["--write-out", "%{http_code}"])
-        .arg(format!("{scheme}://{admin}{path}"))
-        .output()
-        .expect("curl");
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .unwrap_or(0)
-}
-
-/// Waits for `manifest`'s readiness probe to pass against `admin`, then checks its startup
-/// and liveness probes pass too; the container's log on failure.
+/// Waits for a shipped manifest's probes to pass against `admin`.
 fn wait_probes(manifest: &str, admin: std::net::SocketAddr, container: &Container) {
-    let ready =
-        kubegate_testbed::wait_until("the readiness probe", Duration::from_secs(60), || {
-            (kubelet_probe(manifest, "readinessProbe", admin) == 200).then_some(())
-        });
-    assert!(ready.is_ok(), "{}", container.log());
-    for probe in ["livenessProbe", "startupProbe"] {
-        let pod = std::fs::read_to_string(repo(manifest)).unwrap();
-        if pod.contains(&format!("{probe}:")) {
-            assert_eq!(
-                kubelet_probe(manifest, probe, admin),
-                200,
-                "{manifest} {probe}"
-            );
-        }
-    }
+    wait_pod_probes(
+        &std::fs::read_to_string(repo(manifest)).unwrap(),
+        admin,
+        container,
+    );
 }
 
 /// Waits for `/readyz` 200 on `admin`; the container's log on failure.
@@ -371,28 +360,20 @@ fn wait_ready(admin: std::net::SocketAddr, container: &Container) {
 
 const UID: u32 = 65532;
 
-/// This process's hard open-files limit.
-fn hard_nofile() -> u64 {
-    let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
-    let line = limits
-        .lines()
-        .find(|l| l.starts_with("Max open files"))
-        .unwrap();
-    line.split_whitespace().nth(4).unwrap().parse().unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_static_pod_runs_as_shipped_in_passthrough_mode() {
     let dir = tempfile::tempdir().unwrap();
     let node = Node::new(dir.path());
-    let sims: Vec<Sim> = (1..=2)
+    let sims: Vec<Sim> = (1..=3)
         .map(|i| Sim::start(&node.pki, &format!("replica-{i}"), SimOptions::default()))
         .collect();
+    let config = "/etc/kubegate/pod/kubegate.yaml";
     let (listen, admin) = node.configure(
         "deploy/static-pod/kubegate-config.yaml",
-        "/etc/kubegate/kubegate.yaml",
-        &sims.iter().collect::<Vec<_>>(),
+        config,
+        &[&sims[0], &sims[1]],
     );
+    node.admin_files();
     // Beside the CA, what a passthrough gateway must not need: the CA key.
     node.write("/etc/kubernetes/pki/ca.key", b"secret", 0, 0o600);
     let spec = pod_spec("deploy/static-pod/kubegate.yaml", &node);
@@ -407,6 +388,52 @@ async fn the_static_pod_runs_as_shipped_in_passthrough_mode() {
     let mut conn = Conn::open(listen, &node.pki, false).await.unwrap();
     assert_eq!(conn.get("/version").await.unwrap().status, 200);
     assert!(c.log().contains(r#""soft_before":"1024""#), "{}", c.log());
+    // Scraped over TLS with the token; refused without it.
+    let metrics = node.admin(admin, "/metrics");
+    assert!(metrics.ends_with("\n200"), "{metrics}");
+
+    // An edit made by rename (sed -i, an editor, Ansible) reaches the pod: it mounts the
+    // configuration's folder.
+    let mut c2: kubegate_config::Config =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(node.host.join(&config[1..])).unwrap())
+            .unwrap();
+    c2.backends.push(kubegate_config::BackendSpec::named(
+        &sims[2].name,
+        sims[2].addr,
+    ));
+    node.replace_by_rename(config, c2.to_yaml().as_bytes());
+    wait_for("the renamed-in backend", Duration::from_secs(30), || {
+        node.admin(admin, "/debug/backends")
+            .contains("replica-3")
+            .then_some(())
+    });
+    drop(c);
+
+    // Mounted as a single file (the manifests before 0.3.0), the same edit never arrives:
+    // the mount keeps the old file; kubegate says so.
+    let mut spec = spec;
+    for m in &mut spec.mounts {
+        if m.1 == "/etc/kubegate" {
+            *m = (
+                node.host.join(&config[1..]),
+                "/etc/kubegate/kubegate.yaml".into(),
+                true,
+            );
+        }
+    }
+    node.replace_by_rename(config, c2.to_yaml().as_bytes());
+    let c = Container::start(dir.path(), "static-single-file", &spec);
+    wait_probes("deploy/static-pod/kubegate.yaml", admin, &c);
+    c2.backends.pop();
+    node.replace_by_rename(config, c2.to_yaml().as_bytes());
+    wait_for("the stale mount noticed", Duration::from_secs(30), || {
+        node.admin(admin, "/metrics")
+            .lines()
+            .any(|l| l == "kubegate_config_file_stale 1")
+            .then_some(())
+    });
+    assert!(node.admin(admin, "/debug/backends").contains("replica-3"));
+    assert!(c.log().contains("single-file bind mount"), "{}", c.log());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -463,12 +490,6 @@ async fn the_static_pod_runs_as_shipped_in_terminate_mode() {
         UID,
         0o400,
     );
-    node.write(
-        &format!("{pki}/kubegate/metrics-token"),
-        b"scrape-token\n",
-        UID,
-        0o400,
-    );
     let sims: Vec<Sim> = (1..=2)
         .map(|i| {
             Sim::start(
@@ -485,32 +506,26 @@ async fn the_static_pod_runs_as_shipped_in_terminate_mode() {
             )
         })
         .collect();
+    node.admin_files();
     let (listen, admin) = node.configure(
         "deploy/static-pod/kubegate-terminate-config.yaml",
-        "/etc/kubegate/kubegate.yaml",
+        "/etc/kubegate/pod/kubegate.yaml",
         &sims.iter().collect::<Vec<_>>(),
     );
     let spec = pod_spec("deploy/static-pod/kubegate-terminate.yaml", &node);
     let c = Container::start(dir.path(), "static-terminate", &spec);
     // The admin endpoint serves TLS: the probes are HTTPS, the metrics need the token.
     wait_probes("deploy/static-pod/kubegate-terminate.yaml", admin, &c);
-    let metrics = |token: Option<&str>| {
-        let mut curl = Command::new("curl");
-        curl.args(["--silent", "--max-time", "5", "--cacert"])
-            .arg(node.pki.ca_file())
-            .args(["--write-out", "\n%{http_code}"]);
-        if let Some(t) = token {
-            curl.args(["--header", &format!("Authorization: Bearer {t}")]);
-        }
-        // The serving certificate names the cluster's endpoints, 127.0.0.1 among them.
-        let out = curl
-            .arg(format!("https://{admin}/metrics"))
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).to_string()
-    };
-    assert!(metrics(None).ends_with("\n401"), "{}", metrics(None));
-    let scraped = metrics(Some("scrape-token"));
+    let anonymous = Command::new("curl")
+        .args(["--silent", "--max-time", "5", "--cacert"])
+        .arg(node.pki.ca_file())
+        .args(["--write-out", "\n%{http_code}"])
+        .arg(format!("https://{admin}/metrics"))
+        .output()
+        .unwrap();
+    let anonymous = String::from_utf8_lossy(&anonymous.stdout).to_string();
+    assert!(anonymous.ends_with("\n401"), "{anonymous}");
+    let scraped = node.admin(admin, "/metrics");
     assert!(scraped.ends_with("\n200"), "{scraped}");
     assert!(scraped.contains("kubegate_build_info"));
     // The admin's certificate ends at kubegate; the replica sees its identity through
@@ -528,16 +543,35 @@ async fn the_static_pod_runs_as_shipped_in_terminate_mode() {
         .unwrap();
     assert_eq!(r.status, 201, "{}", r.text());
     assert!(r.text().contains("kubernetes-admin"), "{}", r.text());
+    // The CLI in the image, as `crictl exec` / `kubectl exec` run it (docs/deploy.md): the
+    // configuration there names the admin endpoint, its CA and token.
+    let (ok, status) = c.exec(&[
+        "kubegate",
+        "status",
+        "--config",
+        "/etc/kubegate/kubegate.yaml",
+    ]);
+    assert!(ok, "kubegate status inside the pod: {status}");
+    assert!(
+        status.contains("replica-1") && status.contains("ready"),
+        "{status}"
+    );
     drop(c);
 
     // With kubeadm's shared pair in place of kubegate's own, the container cannot read the
     // key (root, 0600) and says which file.
-    let mut config = std::fs::read_to_string(node.host.join("etc/kubegate/kubegate.yaml")).unwrap();
+    let mut config =
+        std::fs::read_to_string(node.host.join("etc/kubegate/pod/kubegate.yaml")).unwrap();
     config = config.replace(
         "/etc/kubernetes/pki/kubegate/front-proxy-client",
         "/etc/kubernetes/pki/front-proxy-client",
     );
-    node.write("/etc/kubegate/kubegate.yaml", config.as_bytes(), 0, 0o644);
+    node.write(
+        "/etc/kubegate/pod/kubegate.yaml",
+        config.as_bytes(),
+        0,
+        0o644,
+    );
     let mut spec = spec;
     spec.mounts.push((
         node.host.join("etc/kubernetes/pki/front-proxy-client.key"),
@@ -571,12 +605,30 @@ async fn the_static_pod_runs_as_shipped_in_terminate_mode() {
 async fn the_node_local_pod_runs_as_shipped() {
     let dir = tempfile::tempdir().unwrap();
     let node = Node::new(dir.path());
+    // kube-proxy's service-account token, as the apiservers know it.
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(
+        &tokens,
+        "kube-proxy-token,system:serviceaccount:kube-system:kube-proxy,kp,\"system:serviceaccounts\"\n",
+    )
+    .unwrap();
     let sims: Vec<Sim> = (1..=2)
-        .map(|i| Sim::start(&node.pki, &format!("replica-{i}"), SimOptions::default()))
+        .map(|i| {
+            let args = vec!["--token-auth-file".into(), tokens.display().to_string()];
+            Sim::start(
+                &node.pki,
+                &format!("replica-{i}"),
+                SimOptions {
+                    args,
+                    ..Default::default()
+                },
+            )
+        })
         .collect();
+    node.admin_files();
     let (listen, admin) = node.configure(
         "deploy/node-local/kubegate.yaml",
-        "/etc/kubegate/node-local.yaml",
+        "/etc/kubegate/node-local/kubegate.yaml",
         &sims.iter().collect::<Vec<_>>(),
     );
     let spec = pod_spec("deploy/node-local/kubegate-node-local.yaml", &node);
@@ -584,6 +636,85 @@ async fn the_node_local_pod_runs_as_shipped() {
     wait_probes("deploy/node-local/kubegate-node-local.yaml", admin, &c);
     let mut conn = Conn::open(listen, &node.pki, true).await.unwrap();
     assert_eq!(conn.get("/version").await.unwrap().status, 200);
+
+    // kube-proxy's kubeconfig is one ConfigMap for every node, rendered by kubeadm (at init
+    // and at every `upgrade apply`) from controlPlaneEndpoint: with the endpoint the node-local
+    // gateway's own address (127.0.0.1:7443 in the guide; this test's listener here), the
+    // same text works on every node, through that node's gateway.
+    let configmap = kube_proxy_configmap(&format!("https://{listen}"));
+    let cm: serde_yaml_ng::Value = serde_yaml_ng::from_str(&configmap).unwrap();
+    let kubeconfig: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(cm["data"]["kubeconfig.conf"].as_str().unwrap()).unwrap();
+    let cluster = &kubeconfig["clusters"][0]["cluster"];
+    let user = &kubeconfig["users"][0]["user"];
+    // The pod's service-account CA is the cluster CA; its token file holds its token.
+    assert_eq!(
+        cluster["certificate-authority"].as_str(),
+        Some("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt")
+    );
+    assert_eq!(
+        user["tokenFile"].as_str(),
+        Some("/var/run/secrets/kubernetes.io/serviceaccount/token")
+    );
+    let out = Command::new("curl")
+        .args(["--silent", "--max-time", "5", "--cacert"])
+        .arg(node.pki.ca_file())
+        .args(["--header", "Authorization: Bearer kube-proxy-token"])
+        .args(["--header", "Content-Type: application/json", "--data"])
+        .arg(r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#)
+        .arg(format!(
+            "{}/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            cluster["server"].as_str().unwrap()
+        ))
+        .output()
+        .unwrap();
+    let review = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        review.contains("system:serviceaccount:kube-system:kube-proxy"),
+        "kube-proxy reaches an apiserver through the node's gateway: {review}"
+    );
+}
+
+/// kube-proxy's ConfigMap as kubeadm renders it (`kubeadm init phase addon kube-proxy`, the
+/// `KubeProxyConfigMap19` template of cmd/kubeadm/app/phases/addons/proxy/manifests.go), with
+/// `server` the cluster's controlPlaneEndpoint; its `config.conf` cut to what names the
+/// kubeconfig.
+fn kube_proxy_configmap(server: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: ConfigMap
+metadata:
+  labels:
+    app: kube-proxy
+  name: kube-proxy
+  namespace: kube-system
+data:
+  config.conf: |-
+    apiVersion: kubeproxy.config.k8s.io/v1alpha1
+    kind: KubeProxyConfiguration
+    clientConnection:
+      kubeconfig: /var/lib/kube-proxy/kubeconfig.conf
+  kubeconfig.conf: |-
+    apiVersion: v1
+    kind: Config
+    clusters:
+    - cluster:
+        certificate-authority: /var/run/secrets/kubernetes.io/serviceaccount/ca.crt
+        server: {server}
+      name: default
+    contexts:
+    - context:
+        cluster: default
+        namespace: default
+        user: default
+      name: default
+    current-context: default
+    users:
+    - name: default
+      user:
+        tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token
+"#
+    )
 }
 
 /// The values of `key` in a systemd unit, in order.
@@ -649,14 +780,16 @@ fn the_systemd_sandbox_lets_kubegate_write_only_its_state_and_runtime_directorie
         0o644,
     );
 
+    // A path with "-" is optional: mounted when the host has it.
     let mut mounts: Vec<(PathBuf, String, bool)> = unit_values(&unit, "ReadOnlyPaths")[0]
         .split_whitespace()
-        .map(|p| {
-            (
-                node.host.join(p.trim_start_matches('/')),
-                p.to_string(),
-                true,
-            )
+        .filter_map(|p| {
+            let (optional, p) = match p.strip_prefix('-') {
+                Some(p) => (true, p),
+                None => (false, p),
+            };
+            let host = node.host.join(p.trim_start_matches('/'));
+            (!optional || host.exists()).then(|| (host, p.to_string(), true))
         })
         .collect();
     mounts.push((state_dir.clone(), format!("/var/lib/{state}"), false));

@@ -8,6 +8,8 @@
 //! 6. `the_monitors_select_the_shipped_pods_and_their_admin_ports`
 //! 7. `dashboard_is_well_formed`: variables defined, every query scoped to `$job` and
 //!    `$instance`, stat panels per instance.
+//! 8. `the_prometheus_rule_carries_the_shipped_alerts`: deploy/monitoring/prometheusrule.yaml
+//!    holds exactly dashboards/alerts.yaml's groups.
 
 use kubegate_e2e::*;
 use serde::Deserialize as _;
@@ -609,5 +611,33 @@ fn dashboard_is_well_formed() {
             );
         }
         earlier.insert(v["name"].as_str().unwrap().to_string());
+    }
+}
+
+#[test]
+fn the_prometheus_rule_carries_the_shipped_alerts() {
+    let read = |p: &str| -> serde_yaml_ng::Value {
+        serde_yaml_ng::from_str(&std::fs::read_to_string(repo(p)).unwrap()).unwrap()
+    };
+    let alerts = read("dashboards/alerts.yaml");
+    let rule = read("deploy/monitoring/prometheusrule.yaml");
+    assert_eq!(rule["kind"], "PrometheusRule");
+    assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(
+        rule["spec"]["groups"], alerts["groups"],
+        "copy dashboards/alerts.yaml's groups into deploy/monitoring/prometheusrule.yaml"
+    );
+    // Every file a comment of alerts.yaml names is shipped.
+    let text = std::fs::read_to_string(repo("dashboards/alerts.yaml")).unwrap();
+    for word in text.split_whitespace() {
+        let word = word.trim_matches(|c: char| {
+            !c.is_ascii_alphanumeric() && c != '/' && c != '.' && c != '-' && c != '_'
+        });
+        if word.starts_with("deploy/") || word.starts_with("dashboards/") {
+            assert!(
+                repo(word).exists(),
+                "alerts.yaml names {word}, which does not exist"
+            );
+        }
     }
 }

@@ -2,13 +2,15 @@
 //! two nodes as network namespaces on one bridge (VRRP between them), each with a simulated
 //! apiserver, kubegate (the static pod's configuration) and keepalived with the shipped file
 //! (only the VIP changed, to a link-local address: nothing leaves this machine's namespaces).
-//! The first node's admin endpoint serves TLS (`admin.tls`, keepalived's `ADMIN` set to https),
-//! the second's plain HTTP, as shipped.
+//! The first node's admin endpoint serves TLS (`admin.tls`, keepalived's `ADMIN` as shipped),
+//! the second's plain HTTP (`ADMIN` set to http).
 //!
 //! 1. `the_vip_follows_kubegate_and_rides_out_an_outage_every_node_sees`:
 //!    a. the node holding the VIP alone sees no ready apiserver: the VIP moves;
 //!    b. every apiserver fails /readyz for every node: the VIP stays where it is;
-//!    c. kubegate on the node holding the VIP stops: the VIP moves within its shutdown delay.
+//!    c. kubegate on the node holding the VIP stops: the VIP moves within its shutdown delay;
+//!       a watch held through the VIP from a third namespace (a client) is measured: when and
+//!       how it ends (docs/deploy.md, "What a client sees when the VIP moves").
 
 use kubegate_e2e::*;
 use std::path::{Path, PathBuf};
@@ -62,6 +64,7 @@ impl Group {
     fn signal(&self, sig: &str) {
         let _ = Command::new("kill")
             .args([sig, "--", &format!("-{}", self.child.id())])
+            .stderr(Stdio::null())
             .status();
     }
 
@@ -131,6 +134,26 @@ impl Drop for Lab {
     }
 }
 
+/// Adds a client namespace on the bridge at 169.254.77.50.
+fn client_ns(lab: &Lab) -> String {
+    let id = std::process::id();
+    let ns = format!("kgc-{id}");
+    ip(&["netns", "add", &ns]);
+    let (inner, outer) = (format!("kgci-{id}"), format!("kgco-{id}"));
+    ip(&[
+        "link", "add", &inner, "type", "veth", "peer", "name", &outer,
+    ]);
+    ip(&["link", "set", &inner, "netns", &ns]);
+    ip(&["link", "set", &outer, "netns", &lab.switch]);
+    ip(&["-n", &ns, "link", "set", &inner, "name", "eth0"]);
+    ip(&["-n", &ns, "addr", "add", "169.254.77.50/24", "dev", "eth0"]);
+    ip(&["-n", &ns, "link", "set", "eth0", "up"]);
+    ip(&["-n", &ns, "link", "set", "lo", "up"]);
+    ip(&["-n", &lab.switch, "link", "set", &outer, "master", "br0"]);
+    ip(&["-n", &lab.switch, "link", "set", &outer, "up"]);
+    ns
+}
+
 fn lab(n: usize) -> Lab {
     let id = std::process::id();
     let switch = format!("kgsw-{id}");
@@ -179,7 +202,7 @@ fn the_vip_follows_kubegate_and_rides_out_an_outage_every_node_sees() {
     let shipped = std::fs::read_to_string(repo("deploy/keepalived/keepalived.conf")).unwrap();
     assert!(shipped.contains("192.0.2.10/24"));
     let keepalived_conf = shipped.replace("192.0.2.10/24", &format!("{VIP}/24"));
-    assert!(keepalived_conf.contains("\n$ADMIN=http://127.0.0.1:9444\n"));
+    assert!(keepalived_conf.contains("\n$ADMIN=https://127.0.0.1:9444\n"));
     let (api, fault) = (17443, 17543);
     for (i, node) in lab.nodes.iter_mut().enumerate() {
         let d = dir.path().join(format!("node-{i}"));
@@ -216,11 +239,14 @@ fn the_vip_follows_kubegate_and_rides_out_an_outage_every_node_sees() {
             format!("127.0.0.1:{api}").parse().unwrap(),
         )];
         c.health.tls.ca_file = Some(pki.ca_file());
+        // The probe paths keepalived reads are public either way; the token is not needed.
+        c.admin.bearer_token_file = None;
         if i == 0 {
             let (crt, key) = pki.serving("kubegate-admin");
             c.admin.tls = Some(kubegate_config::ListenerTls::new(crt, key));
             node.admin = "https://127.0.0.1:9444".into();
         } else {
+            c.admin.tls = None;
             node.admin = "http://127.0.0.1:9444".into();
         }
         let config = d.join("kubegate.yaml");
@@ -238,7 +264,7 @@ fn the_vip_follows_kubegate_and_rides_out_an_outage_every_node_sees() {
         let admin_line = format!("\n$ADMIN={}\n", node.admin);
         std::fs::write(
             &conf,
-            keepalived_conf.replace("\n$ADMIN=http://127.0.0.1:9444\n", &admin_line),
+            keepalived_conf.replace("\n$ADMIN=https://127.0.0.1:9444\n", &admin_line),
         )
         .unwrap();
         let keepalived = Command::new("sh")
@@ -321,9 +347,177 @@ fn the_vip_follows_kubegate_and_rides_out_an_outage_every_node_sees() {
     }
 
     // c. kubegate on the holder stops: /readyz/lifecycle fails at once, keepalived goes to
-    // FAULT, the VIP moves while kubegate still accepts (shutdown.delay).
-    lab.nodes[other].procs[1].signal("-TERM");
-    wait_for("the VIP back on the first node", T, || {
-        (holder(&lab) == Some(first)).then_some(())
+    // FAULT, the VIP moves while kubegate still accepts (shutdown.delay). Two clients in their
+    // own namespace hold connections through the VIP when it moves: an idle watch, which sends
+    // nothing, and a client that sends a request every 200 ms on one keep-alive connection.
+    // When and how each connection ends is measured.
+    let client = client_ns(&lab);
+    let _client_ns = scopeguard(client.clone());
+    let (admin_crt, admin_key) = pki.client("watcher", "kubernetes-admin", "system:masters");
+    let (crt, key) = (admin_crt.to_str().unwrap(), admin_key.to_str().unwrap());
+    let url = format!("https://{VIP}:8443/api/v1/namespaces/default/configmaps?watch=1");
+    let mut watcher = Group::spawn(
+        &client,
+        Path::new("curl"),
+        &[
+            "-sk",
+            "-N",
+            // client-go's dialer probes an idle connection after 30 s (curl's default is 60).
+            "--keepalive-time",
+            "30",
+            "--max-time",
+            "90",
+            "--cert",
+            crt,
+            "--key",
+            key,
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code} %{errormsg}\n",
+            &url,
+        ],
+        dir.path().join("watcher.log"),
+    );
+    let writer = Group::spawn(
+        &client,
+        Path::new("python3"),
+        &["-c", WRITING_CLIENT, VIP, crt, key],
+        dir.path().join("writer.log"),
+    );
+    wait_for("the watch held through the VIP", T, || {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &lab.nodes[other].ns,
+                "ss",
+                "-Htn",
+                "state",
+                "established",
+            ])
+            .output()
+            .ok()?;
+        let held = String::from_utf8_lossy(&out.stdout)
+            .matches("169.254.77.50")
+            .count();
+        (held >= 2 && writer.log().contains("connected")).then_some(())
     });
+    let sigterm = std::time::Instant::now();
+    let sigterm_at = now_unix();
+    lab.nodes[other].procs[1].signal("-TERM");
+    let moved = wait_for("the VIP back on the first node", T, || {
+        (holder(&lab) == Some(first)).then(|| sigterm.elapsed())
+    });
+    // The writer's next request after the move reaches the new holder, which has no socket for
+    // the connection: a reset at once; its retry on a new connection is served there.
+    let events = wait_for("the writing client to fail over", T, || {
+        let log = writer.log();
+        log.contains("again").then_some(log)
+    });
+    let at = |event: &str| -> f64 {
+        let line = events.lines().find(|l| l.starts_with(event)).unwrap();
+        line.split(' ').nth(1).unwrap().parse::<f64>().unwrap() - sigterm_at
+    };
+    let (failed, again) = (at("failed"), at("again"));
+    assert!(
+        failed >= moved.as_secs_f64() - 1.0,
+        "the writing client's connection is served until the VIP moves: {events}"
+    );
+    assert!(
+        events.trim_end().ends_with(" 200"),
+        "served by the new holder after the failure: {events}"
+    );
+    // How it failed, from the client namespace's kernel: a reset (Python's TLS reads it as an
+    // end of stream), not a close by the old node.
+    assert_eq!(
+        estab_resets(&client),
+        1,
+        "the new holder reset the writer's connection"
+    );
+    // The idle watch sends nothing: nothing reaches it from the old node (whose socket lost its
+    // address) until its own TCP keepalive probe, 30 s idle, draws the new holder's reset.
+    let ended = wait_for("the idle watch to end", Duration::from_secs(100), || {
+        watcher.child.try_wait().ok()?.map(|_| sigterm.elapsed())
+    });
+    let outcome = watcher.log();
+    assert!(
+        ended > moved,
+        "the idle watch outlives the VIP's move: {outcome}"
+    );
+    assert_eq!(
+        estab_resets(&client),
+        2,
+        "the idle watch ends by a reset too"
+    );
+    println!(
+        "FIGURE vip_move_s={moved:.1} writer_reset_s={failed:.1} writer_served_again_s={again:.1} idle_watch_ended_s={ended:.1} how={:?}",
+        outcome.trim(),
+        moved = moved.as_secs_f64(),
+        ended = ended.as_secs_f64(),
+    );
+}
+
+/// A client that sends `GET /version` every 200 ms on one keep-alive connection to the VIP,
+/// prints `connected`, then at its first failure `failed <unix time> <error>`, retries once on
+/// a new connection and prints `again <unix time> <status>`.
+const WRITING_CLIENT: &str = r#"
+import http.client, ssl, sys, time
+vip, crt, key = sys.argv[1:4]
+ctx = ssl.create_default_context()
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+ctx.load_cert_chain(crt, key)
+def get(c):
+    c.request("GET", "/version")
+    r = c.getresponse()
+    r.read()
+    return r.status
+c = http.client.HTTPSConnection(vip, 8443, context=ctx, timeout=30)
+get(c)
+print("connected", flush=True)
+deadline = time.time() + 90
+while time.time() < deadline:
+    time.sleep(0.2)
+    try:
+        get(c)
+    except Exception as e:
+        print(f"failed {time.time():.3f} {type(e).__name__}: {e}", flush=True)
+        c = http.client.HTTPSConnection(vip, 8443, context=ctx, timeout=30)
+        print(f"again {time.time():.3f} {get(c)}", flush=True)
+        break
+"#;
+
+/// Connections in `ns` ended by a reset (the kernel's Tcp EstabResets counter).
+fn estab_resets(ns: &str) -> u64 {
+    let snmp = Command::new("ip")
+        .args(["netns", "exec", ns, "cat", "/proc/net/snmp"])
+        .output()
+        .unwrap();
+    let snmp = String::from_utf8_lossy(&snmp.stdout);
+    let mut tcp = snmp.lines().filter(|l| l.starts_with("Tcp:"));
+    let (names, values) = (tcp.next().unwrap(), tcp.next().unwrap());
+    let at = names
+        .split_whitespace()
+        .position(|n| n == "EstabResets")
+        .unwrap();
+    values.split_whitespace().nth(at).unwrap().parse().unwrap()
+}
+
+fn now_unix() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// Deletes the client namespace when dropped.
+fn scopeguard(ns: String) -> impl Drop {
+    struct Ns(String);
+    impl Drop for Ns {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    Ns(ns)
 }

@@ -92,6 +92,8 @@ def main():
         "os": "linux",
         "config": {
             "User": "65532:65532",
+            # `crictl exec` / `kubectl exec ... -- kubegate status` find the CLI by PATH.
+            "Env": ["PATH=/usr/local/bin"],
             "Entrypoint": ["/usr/local/bin/kubegate"],
             "Cmd": ["run", "--config", "/etc/kubegate/kubegate.yaml", "--log-format", "json"],
             "WorkingDir": "/",

@@ -12,6 +12,7 @@
 //! | `certs` | serving and front-proxy certificates that follow their files |
 //! | `expiry` | every certificate file's expiry, exported |
 //! | `files` | the file checks `kubegate check` and every load run |
+//! | `init` | `kubegate init`: what a node needs to run kubegate, written for the chosen shape |
 //! | `discovery` | backends from the `default/kubernetes` EndpointSlices |
 //! | `upgrade` | zero-downtime upgrades of kubegate itself (sockets over `SCM_RIGHTS`) |
 //! | `notify` | systemd's `sd_notify` |
@@ -21,6 +22,7 @@ mod certs;
 mod discovery;
 mod expiry;
 mod files;
+pub mod init;
 pub mod notify;
 mod reload;
 mod service;

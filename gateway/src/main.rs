@@ -3,7 +3,8 @@
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand, ValueEnum};
-use kubegate::control::{check_files_and_tls, status};
+use kubegate::control::init::{InitArgs, Mode, Shape};
+use kubegate::control::{check_files_and_tls, init, status};
 use kubegate_config::load_file_with;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,6 +41,55 @@ enum Command {
         #[arg(long, value_name = "VERSION")]
         compat: Option<String>,
     },
+    /// Write what this node needs to run kubegate: its configuration, certificates signed by
+    /// the node's CAs (kubeadm's layout), the metrics token, the pod manifest, keepalived's and
+    /// Prometheus' configuration, the kubeadm fragment; then print the next commands. Files
+    /// already as they would be written are left alone; `--dry-run` writes nothing.
+    Init {
+        /// Where kubegate runs: static-pod (control-plane nodes, behind a VIP), node-local
+        /// (every node, clients on 127.0.0.1), systemd (the package's service).
+        #[arg(long, value_enum)]
+        shape: ShapeArg,
+        /// passthrough (TLS passed to the apiservers) or terminate (ended at kubegate).
+        #[arg(long, value_enum, default_value = "passthrough")]
+        mode: ModeArg,
+        /// This node's address: the admin endpoint's, keepalived's source, in the certificates.
+        #[arg(long)]
+        address: std::net::IpAddr,
+        /// An apiserver, NAME=HOST:PORT (repeated); none: this node and its peers on 6443.
+        #[arg(long, value_parser = parse_backend)]
+        backend: Vec<(String, std::net::SocketAddr)>,
+        /// The other kubegate nodes (comma-separated, or repeated): keepalived's unicast
+        /// peers, scrape targets, and (without --backend) apiservers.
+        #[arg(long, value_delimiter = ',')]
+        peer: Vec<std::net::IpAddr>,
+        /// The VIP keepalived holds, with its prefix (10.0.0.10/24); none: no keepalived file.
+        #[arg(long)]
+        vip: Option<String>,
+        /// keepalived's interface.
+        #[arg(long, default_value = "eth0")]
+        interface: String,
+        /// Where kubegate listens (default: 0.0.0.0:8443 static-pod, 127.0.0.1:7443
+        /// node-local, 0.0.0.0:6443 systemd).
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
+        /// Another name the serving certificate holds (terminate mode; repeated).
+        #[arg(long)]
+        san: Vec<String>,
+        /// The image the manifest names (default: this release's, kubegate:VERSION).
+        #[arg(long)]
+        image: Option<String>,
+        /// Write under this folder instead of / (another node's files, or a try-out).
+        #[arg(long, default_value = "/")]
+        root: PathBuf,
+        /// Print what would be written; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Rewrite files that differ from what init writes (an operator's edits are otherwise
+        /// kept).
+        #[arg(long)]
+        force: bool,
+    },
     /// Print the backends of a running gateway as a table.
     Status {
         /// Admin endpoint of the running gateway: HOST:PORT, or https://HOST:PORT when it
@@ -74,10 +124,81 @@ enum LogFormat {
     Json,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum ShapeArg {
+    StaticPod,
+    NodeLocal,
+    Systemd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ModeArg {
+    Passthrough,
+    Terminate,
+}
+
+fn parse_backend(s: &str) -> Result<(String, std::net::SocketAddr), String> {
+    let (name, addr) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: write NAME=HOST:PORT"))?;
+    let addr = addr
+        .parse()
+        .map_err(|e| format!("{s:?}: {e} (write NAME=HOST:PORT)"))?;
+    Ok((name.to_string(), addr))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { config, compat } => check(&config, compat.as_deref()),
+        Command::Init {
+            shape,
+            mode,
+            address,
+            backend,
+            peer,
+            vip,
+            interface,
+            listen,
+            san,
+            image,
+            root,
+            dry_run,
+            force,
+        } => {
+            let args = InitArgs {
+                shape: match shape {
+                    ShapeArg::StaticPod => Shape::StaticPod,
+                    ShapeArg::NodeLocal => Shape::NodeLocal,
+                    ShapeArg::Systemd => Shape::Systemd,
+                },
+                mode: match mode {
+                    ModeArg::Passthrough => Mode::Passthrough,
+                    ModeArg::Terminate => Mode::Terminate,
+                },
+                address,
+                backends: backend,
+                peers: peer,
+                vip,
+                interface,
+                listen,
+                sans: san,
+                image,
+                root,
+                dry_run,
+                force,
+            };
+            match init::run(args) {
+                Ok(report) => {
+                    print!("{report}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("kubegate init: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Command::Status {
             admin,
             config,

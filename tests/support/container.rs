@@ -7,6 +7,7 @@
 //! Ended by PID (SIGKILL to the container's process) and deleted from runc when dropped.
 
 use crate::kubegate::bin;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -28,11 +29,118 @@ pub struct ContainerSpec {
     pub nofile: (u64, u64),
 }
 
+impl ContainerSpec {
+    /// A pod manifest's first container as the kubelet would run it: its command, user,
+    /// read-only root, capabilities, and each volume mount from its hostPath, found under
+    /// `host` (`/` on the node itself, or a folder standing for it).
+    pub fn of_pod(manifest: &str, host: &Path) -> ContainerSpec {
+        let pod: serde_json::Value = serde_yaml_ng::from_str(manifest).unwrap();
+        let spec = &pod["spec"];
+        assert_eq!(spec["hostNetwork"], true, "{manifest}");
+        let c = &spec["containers"][0];
+        let sc = &c["securityContext"];
+        let strings = |v: &serde_json::Value| -> Vec<String> {
+            v.as_array()
+                .map(|a| a.iter().map(|s| s.as_str().unwrap().to_string()).collect())
+                .unwrap_or_default()
+        };
+        let mounts = c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                let volume = spec["volumes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|v| v["name"] == m["name"])
+                    .unwrap();
+                let host_path = volume["hostPath"]["path"].as_str().unwrap();
+                (
+                    host.join(host_path.trim_start_matches('/')),
+                    m["mountPath"].as_str().unwrap().to_string(),
+                    m["readOnly"] == true,
+                )
+            })
+            .collect();
+        assert_eq!(strings(&sc["capabilities"]["drop"]), ["ALL"], "{manifest}");
+        ContainerSpec {
+            args: strings(&c["command"]),
+            user: (
+                sc["runAsUser"].as_u64().unwrap() as u32,
+                sc["runAsGroup"].as_u64().unwrap() as u32,
+            ),
+            read_only_root: sc["readOnlyRootFilesystem"] == true,
+            mounts,
+            capabilities: strings(&sc["capabilities"]["add"])
+                .into_iter()
+                .map(|c| format!("CAP_{c}"))
+                .collect(),
+            // A soft limit of 1024, as container runtimes commonly give: kubegate raises it
+            // to the hard one (this machine's) itself.
+            nofile: (1024, hard_nofile()),
+        }
+    }
+}
+
+/// This process's hard open-files limit.
+pub fn hard_nofile() -> u64 {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    line.split_whitespace().nth(4).unwrap().parse().unwrap()
+}
+
+/// Runs a pod manifest's `probe` (`livenessProbe`, ...) once as the kubelet does — its scheme
+/// and path, against `at` (where the probe's port is reached), HTTPS without verifying the
+/// certificate — and returns the status code (0: no answer).
+pub fn pod_probe(manifest: &str, probe: &str, at: SocketAddr) -> u16 {
+    let pod: serde_json::Value = serde_yaml_ng::from_str(manifest).unwrap();
+    let get = &pod["spec"]["containers"][0][probe]["httpGet"];
+    let scheme = get["scheme"].as_str().unwrap_or("HTTP").to_lowercase();
+    let path = get["path"].as_str().unwrap();
+    let out = Command::new("curl")
+        .args([
+            "--silent",
+            "--insecure",
+            "--max-time",
+            "5",
+            "--output",
+            "/dev/null",
+        ])
+        .args(["--write-out", "%{http_code}"])
+        .arg(format!("{scheme}://{at}{path}"))
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+/// Waits for a pod manifest's readiness probe to pass against `at`, then checks its startup
+/// and liveness probes pass too; the container's log on failure.
+pub fn wait_pod_probes(manifest: &str, at: SocketAddr, container: &Container) {
+    let ready =
+        kubegate_testbed::wait_until("the readiness probe", Duration::from_secs(60), || {
+            (pod_probe(manifest, "readinessProbe", at) == 200).then_some(())
+        });
+    assert!(ready.is_ok(), "{}", container.log());
+    for probe in ["livenessProbe", "startupProbe"] {
+        if manifest.contains(&format!("{probe}:")) {
+            assert_eq!(pod_probe(manifest, probe, at), 200, "{probe}");
+        }
+    }
+}
+
 /// A running container.
 pub struct Container {
     id: String,
     pid: i32,
     log: PathBuf,
+    user: (u32, u32),
 }
 
 impl Container {
@@ -110,7 +218,34 @@ impl Container {
         let pid = crate::wait_for("the container's pid file", Duration::from_secs(10), || {
             std::fs::read_to_string(&pid_file).ok()?.trim().parse().ok()
         });
-        Container { id, pid, log }
+        Container {
+            id,
+            pid,
+            log,
+            user: spec.user,
+        }
+    }
+
+    /// Runs `args` inside the running container as its user (`crictl exec`, `kubectl exec`
+    /// do the same through the runtime): what it printed, and whether it succeeded.
+    pub fn exec(&self, args: &[&str]) -> (bool, String) {
+        let out = Command::new("runc")
+            .args([
+                "exec",
+                "--user",
+                &format!("{}:{}", self.user.0, self.user.1),
+            ])
+            .arg(&self.id)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("runc exec");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
     }
 
     /// The container's process id.

@@ -19,7 +19,7 @@ mod watch;
 pub use browser::Browser;
 pub use client::{tls_client_config, tls_connect, Conn, Lines, Response};
 pub use cluster::{Cluster, Started};
-pub use container::{Container, ContainerSpec};
+pub use container::{hard_nofile, pod_probe, wait_pod_probes, Container, ContainerSpec};
 pub use kubegate::{
     bin, kubectl_bin, ms, secs, terminate_files, wait_for, Kubegate, KubegateConfig,
 };

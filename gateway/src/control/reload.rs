@@ -166,6 +166,9 @@ pub async fn watch(gw: Arc<Gateway>, terminate: Option<Arc<TerminateMode>>) {
     // The content last acted on: a change from it triggers a reload, so a broken file is
     // reported once, not every second.
     let mut settled = tokio::fs::read(&path).await.ok();
+    // The content in force: what the file is compared with for `kubegate_config_file_differs`.
+    let mut in_force = settled.clone();
+    let mut stale = Stale::default();
     // A changed content that did not load, waiting for a second look.
     let mut unsettled: Option<Vec<u8>> = None;
     let mut tick = tokio::time::interval(CHECK_EVERY);
@@ -177,14 +180,22 @@ pub async fn watch(gw: Arc<Gateway>, terminate: Option<Arc<TerminateMode>>) {
                 match tokio::fs::read(&path).await {
                     Ok(text) => {
                         settled = Some(text.clone());
-                        let result = try_reload(&gw, terminate, text).await;
+                        let result = try_reload(&gw, terminate, text.clone()).await;
+                        if result.is_ok() {
+                            in_force = Some(text);
+                        }
                         record(&gw, "SIGHUP", &result);
                     }
                     Err(e) => record(&gw, "SIGHUP", &Err(format!("{}: {e}", path.display()))),
                 }
             }
             _ = tick.tick() => {
+                stale.check(&gw, &path);
                 let Ok(now) = tokio::fs::read(&path).await else { continue };
+                gw.metrics()
+                    .control
+                    .config_file_differs
+                    .set(i64::from(Some(&now) != in_force.as_ref()));
                 if Some(&now) == settled.as_ref() {
                     unsettled = None;
                     continue;
@@ -197,10 +208,38 @@ pub async fn watch(gw: Arc<Gateway>, terminate: Option<Arc<TerminateMode>>) {
                     continue;
                 }
                 record(&gw, "file changed", &result);
+                if result.is_ok() {
+                    in_force = Some(now.clone());
+                }
+                gw.metrics()
+                    .control
+                    .config_file_differs
+                    .set(i64::from(result.is_err()));
                 settled = Some(now);
                 unsettled = None;
             }
         }
+    }
+}
+
+/// Whether the configuration file kubegate reads has been unlinked: a file replaced by rename
+/// (`sed -i`, editors, Ansible) or removed on the host, seen through a single-file bind mount
+/// (a container's `hostPath` of `type: File`), which keeps the old inode — so no edit ever
+/// arrives. Said once in the log, and as `kubegate_config_file_stale` while it lasts.
+#[derive(Default)]
+struct Stale {
+    said: bool,
+}
+
+impl Stale {
+    fn check(&mut self, gw: &Gateway, path: &Path) {
+        use std::os::unix::fs::MetadataExt;
+        let stale = std::fs::metadata(path).is_ok_and(|m| m.nlink() == 0);
+        gw.metrics().control.config_file_stale.set(i64::from(stale));
+        if stale && !self.said {
+            tracing::warn!(path = %path.display(), "the configuration file was replaced or removed, but this view of it still shows the old one (a single-file bind mount keeps the file it was given): edits will not arrive; mount the file's folder instead, and restart");
+        }
+        self.said = stale;
     }
 }
 

@@ -31,8 +31,8 @@ pub struct AdminTarget {
 /// TLS toward the admin endpoint.
 #[derive(Debug, Clone)]
 pub struct AdminTargetTls {
-    /// CA (PEM) that signs the endpoint's serving certificate.
-    pub ca_file: PathBuf,
+    /// CAs (PEM), one of which signs the endpoint's serving certificate.
+    pub ca_files: Vec<PathBuf>,
     /// Name verified in its certificate; default: the address's IP.
     pub server_name: Option<String>,
     /// A client certificate and key (PEM) the endpoint's `admin.tls.client_ca_file` verifies.
@@ -58,15 +58,18 @@ pub struct StatusOptions {
 
 impl AdminTarget {
     /// The endpoint `options` point at: `--admin`, else the configuration's `admin` (its
-    /// address; TLS when `admin.tls` is set, verified by `--ca-file` or else by
-    /// `admin.tls.client_ca_file`; its `bearer_token_file` unless `--token-file` or a client
-    /// certificate is given), else the default admin address.
+    /// address, loopback when it listens on every address; TLS when `admin.tls` is set,
+    /// verified by `--ca-file`, or else by `admin.tls.client_ca_file` and the cluster CA
+    /// (`health.tls.ca_file`, which signs the admin certificate `kubegate init` writes); its
+    /// `bearer_token_file` unless `--token-file` or a client certificate is given), else the
+    /// default admin address.
     pub fn from_options(options: StatusOptions) -> anyhow::Result<AdminTarget> {
-        let tls = |ca_file: Option<PathBuf>| -> anyhow::Result<AdminTargetTls> {
+        let tls = |ca_files: Vec<PathBuf>| -> anyhow::Result<AdminTargetTls> {
+            if ca_files.is_empty() {
+                bail!("the admin endpoint serves TLS: pass --ca-file, the CA that signs its certificate");
+            }
             Ok(AdminTargetTls {
-                ca_file: ca_file.context(
-                    "the admin endpoint serves TLS: pass --ca-file, the CA that signs its certificate",
-                )?,
+                ca_files,
                 server_name: options.server_name.clone(),
                 client_cert: options.client_cert.clone(),
             })
@@ -76,7 +79,7 @@ impl AdminTarget {
             return Ok(AdminTarget {
                 address,
                 tls: if https {
-                    Some(tls(options.ca_file.clone())?)
+                    Some(tls(options.ca_file.clone().into_iter().collect())?)
                 } else {
                     None
                 },
@@ -93,16 +96,32 @@ impl AdminTarget {
         let config = kubegate_config::load_file(path).map_err(anyhow::Error::msg)?;
         let admin = config.admin;
         let tls = match &admin.tls {
-            Some(t) => Some(tls(options.ca_file.clone().or(t.client_ca_file.clone()))?),
+            Some(t) => Some(tls(match options.ca_file.clone() {
+                Some(ca) => vec![ca],
+                None => t
+                    .client_ca_file
+                    .iter()
+                    .chain(config.health.tls.ca_file.iter())
+                    .cloned()
+                    .collect(),
+            })?),
             None => None,
         };
+        // An admin endpoint on every address is reached on loopback.
+        let mut address = admin.address;
+        if address.ip().is_unspecified() {
+            address.set_ip(match address {
+                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
         let token_file = match (&options.token_file, &options.client_cert) {
             (Some(t), _) => Some(t.clone()),
             (None, Some(_)) => None,
             (None, None) => admin.bearer_token_file,
         };
         Ok(AdminTarget {
-            address: admin.address,
+            address,
             tls,
             token_file,
         })
@@ -194,7 +213,12 @@ async fn get(target: &AdminTarget, path: &str) -> anyhow::Result<bytes::Bytes> {
 }
 
 fn client_config(tls: &AdminTargetTls) -> anyhow::Result<rustls::ClientConfig> {
-    let roots = load_roots(&tls.ca_file).map_err(anyhow::Error::msg)?;
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in &tls.ca_files {
+        for cert in load_roots(ca).map_err(anyhow::Error::msg)?.roots {
+            roots.roots.push(cert);
+        }
+    }
     let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()?
         .with_root_certificates(roots);

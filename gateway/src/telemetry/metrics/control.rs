@@ -15,6 +15,13 @@ pub struct ControlMetrics {
     pub last_reload_ok: IntGauge,
     /// `kubegate_config_last_reload_success_timestamp_seconds`.
     pub last_reload_success_time: Gauge,
+    /// `kubegate_config_file_differs`: 1 while the configuration file holds something else than
+    /// the configuration in force (a reload was refused).
+    pub config_file_differs: IntGauge,
+    /// `kubegate_config_file_stale`: 1 while the file kubegate reads has been unlinked — it was
+    /// replaced (renamed over) or removed on the host while a single-file bind mount keeps
+    /// showing the old one, so edits never arrive.
+    pub config_file_stale: IntGauge,
     /// `kubegate_certificate_reloads_total{result}`: serving and front-proxy certificates read
     /// again after their files changed.
     certificate_reloads: IntCounterVec,
@@ -47,6 +54,8 @@ impl ControlMetrics {
             reloads: counter_vec(r, "kubegate_config_reloads_total", "Configuration reloads by result (success, failure).", &["result"]),
             last_reload_ok: gauge(r, "kubegate_config_last_reload_successful", "1 if the last configuration (re)load succeeded, 0 if it was refused."),
             last_reload_success_time,
+            config_file_differs: gauge(r, "kubegate_config_file_differs", "1 while the configuration file holds something else than the configuration in force (a reload was refused); 0 when they agree."),
+            config_file_stale: gauge(r, "kubegate_config_file_stale", "1 while the configuration file kubegate reads has been unlinked: replaced or removed behind a single-file bind mount, which keeps showing the old file (mount its folder instead)."),
             certificate_reloads: counter_vec(r, "kubegate_certificate_reloads_total", "Serving and front-proxy certificates read again after their files changed, by result.", &["result"]),
             certificate_reload_failing: gauge_vec(r, "kubegate_certificate_reload_failing", "1 while the last load of a changed certificate file failed and the previous certificate is still in use; 0 once one loads.", &["file"]),
             certificate_expiry: gauge_vec(r, "kubegate_certificate_expiry_timestamp_seconds", "Unix time when the first certificate in each certificate file kubegate reads expires (serving and client certificates, CA bundles).", &["file"]),
