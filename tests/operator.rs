@@ -717,7 +717,7 @@ fn inner_balancer_host() {
     host.shell("curl --silent --fail --insecure https://127.0.0.1:9444/livez");
 
     // A newer package over the running service: restarted on the new binary.
-    host.shell("dpkg -i /debs/kubegate_0.3.1_amd64.deb");
+    println!("{}", host.shell("dpkg -i /debs/kubegate_0.3.1_amd64.deb"));
     wait_for("the service restarted", Duration::from_secs(60), || {
         let pid = host.main_pid();
         (pid != 0 && pid != first).then_some(())
@@ -755,11 +755,12 @@ impl Booted {
                 r = root.display()
             ),
         );
-        // A host without /etc/kubernetes, and without the package this machine may have.
+        // A host without /etc/kubernetes, without the package this machine may have, and
+        // without a container image's policy-rc.d (which forbids packages to start services).
         shell(
             "",
             &format!(
-                "rm -rf {r}/etc/kubernetes\nchroot {r} sh -c 'dpkg -P kubegate >/dev/null 2>&1 || true'\n",
+                "rm -rf {r}/etc/kubernetes {r}/usr/sbin/policy-rc.d\nchroot {r} sh -c 'dpkg -P kubegate >/dev/null 2>&1 || true'\n",
                 r = root.display()
             ),
         );
@@ -777,18 +778,36 @@ impl Booted {
             ])
             .arg(format!("--machine=kubegate-test-{}", std::process::id()))
             .arg(format!("--bind-ro={}:/debs", debs.display()))
+            // Boot to basic.target: what the guide needs (systemd, journald, dpkg's triggers),
+            // without whatever services this machine itself has enabled.
+            .arg("systemd.unit=basic.target")
             .stdin(std::process::Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .expect("systemd-nspawn (Debian package systemd-container) is installed");
         let nspawn_pid = nspawn.id();
-        let init = wait_for("the container's PID 1", Duration::from_secs(30), || {
-            let children =
-                std::fs::read_to_string(format!("/proc/{nspawn_pid}/task/{nspawn_pid}/children"))
-                    .ok()?;
-            children.split_whitespace().next()?.parse().ok()
-        });
+        // nspawn forks a helper first, which starts the container's init: the child of nspawn
+        // that is PID 1 of its own PID namespace (its last NSpid) is the one to enter and kill.
+        let mut nspawn = nspawn;
+        let init =
+            kubegate_testbed::wait_until("the container's PID 1", Duration::from_secs(30), || {
+                let children = std::fs::read_to_string(format!(
+                    "/proc/{nspawn_pid}/task/{nspawn_pid}/children"
+                ))
+                .ok()?;
+                children.split_whitespace().find_map(|pid| {
+                    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+                    let ns_pids = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+                    let ns_pids: Vec<&str> = ns_pids.split_whitespace().collect();
+                    (ns_pids.len() > 1 && ns_pids.last() == Some(&"1")).then(|| pid.parse().ok())?
+                })
+            })
+            .unwrap_or_else(|e| {
+                let _ = nspawn.kill();
+                let _ = nspawn.wait();
+                panic!("{e}")
+            });
         let booted = Booted { root, nspawn, init };
         wait_for(
             "systemd to finish booting",
@@ -846,6 +865,7 @@ impl Booted {
 
 impl Drop for Booted {
     fn drop(&mut self) {
+        // Killing PID 1 ends its whole PID namespace; nspawn then exits by itself.
         let _ = Command::new("kill")
             .args(["-KILL", &self.init.to_string()])
             .status();

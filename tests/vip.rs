@@ -6,11 +6,12 @@
 //! the second's plain HTTP (`ADMIN` set to http).
 //!
 //! 1. `the_vip_follows_kubegate_and_rides_out_an_outage_every_node_sees`:
-//!    a. the node holding the VIP alone sees no ready apiserver: the VIP moves;
-//!    b. every apiserver fails /readyz for every node: the VIP stays where it is;
-//!    c. kubegate on the node holding the VIP stops: the VIP moves within its shutdown delay;
-//!       a watch held through the VIP from a third namespace (a client) is measured: when and
-//!       how it ends (docs/deploy.md, "What a client sees when the VIP moves").
+//!    - (a) the node holding the VIP alone sees no ready apiserver: the VIP moves;
+//!    - (b) every apiserver fails /readyz for every node: the VIP stays where it is;
+//!    - (c) kubegate on the node holding the VIP stops: the VIP moves within its shutdown
+//!      delay; a watch and a writing client held through the VIP from a third namespace (the
+//!      clients) are measured: when and how they end (docs/deploy.md, "What a client sees
+//!      when the VIP moves").
 
 use kubegate_e2e::*;
 use std::path::{Path, PathBuf};

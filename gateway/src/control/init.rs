@@ -551,7 +551,7 @@ fn next_steps(init: &Init) -> String {
     let mut s = String::from("Next:\n");
     let config = init.config_path();
     s.push_str(&format!(
-        "  kubegate check --config {config}    # what the pod will load\n"
+        "  kubegate check --config {config}    # what kubegate will load\n"
     ));
     match init.shape {
         Shape::StaticPod => {
