@@ -421,6 +421,87 @@ async fn a_shutting_down_replicas_429_is_retried_on_another() {
     slow.abort();
 }
 
+/// A replica whose etcd fails answers 500 "etcdserver: request timed out" before its probe
+/// shows it. Reads it failed (GET, LIST) go to another replica; writes do not (the replica
+/// answered: a write may have reached etcd), and their 500 reaches the client. When every
+/// replica fails so, the client gets the apiserver's own answer, not one of kubegate's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_a_replicas_failing_storage_refused_go_to_another_and_writes_do_not() {
+    // kubegate must not notice the failure through its probes: the answers are what it sees.
+    let bed = cluster(2, &[], |cfg| {
+        cfg.health.interval = secs(120);
+        cfg.health.fast_interval = secs(120);
+        cfg.health.rise = 1;
+    });
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
+    let mut conn = kg.connect(pki, true).await.unwrap();
+    let r = conn
+        .send(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            &[("Content-Type", "application/json")],
+            Some(r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"kept"}}"#),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 201, "{}", r.text());
+    sims[1].force_check("etcd", true);
+    for i in 0..4 {
+        for path in [
+            "/api/v1/namespaces/default/configmaps",
+            "/api/v1/namespaces/default/configmaps/kept",
+        ] {
+            let r = conn.get(path).await.unwrap();
+            assert_eq!(r.status, 200, "{path} ({i}): {}", r.text());
+            assert_eq!(replica(&r), "replica-1", "{path} ({i})");
+        }
+    }
+    assert!(kg.metric(r#"kubegate_request_retries_total{reason="storage_failed"}"#) >= 1.0);
+    let mut failed_writes = 0;
+    for i in 0..4 {
+        let body =
+            format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"s{i}"}}}}"#);
+        let r = conn
+            .send(
+                "POST",
+                "/api/v1/namespaces/default/configmaps",
+                &[("Content-Type", "application/json")],
+                Some(&body),
+            )
+            .await
+            .unwrap();
+        match r.status {
+            201 => assert_eq!(replica(&r), "replica-1"),
+            500 => {
+                assert!(
+                    r.text().contains("etcdserver: request timed out"),
+                    "{}",
+                    r.text()
+                );
+                failed_writes += 1;
+            }
+            other => panic!("write {i}: {other} {}", r.text()),
+        }
+    }
+    assert!(failed_writes >= 1, "no write reached replica-2");
+    // Every replica's storage fails: the last one's own answer.
+    sims[0].force_check("etcd", true);
+    let r = conn
+        .get("/api/v1/namespaces/default/configmaps")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert!(
+        r.text().contains("etcdserver: request timed out"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        kg.metric(r#"kubegate_requests_failed_total{reason="unavailable"}"#),
+        0.0
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_ready_replica_is_a_503_status_the_client_retries() {
     let bed = cluster(1, &[], |cfg| {

@@ -185,6 +185,14 @@ label! {
         /// discovery document: the replica has no handler for it (another version, or a CRD
         /// it has not seen yet), so nothing was processed.
         NotServed => "not_served",
+        /// 429 "storage is (re)initializing": the replica's watch cache for the resource is
+        /// not ready yet (KEP-4568; custom resources' caches after `/readyz` passes), so
+        /// nothing was processed.
+        Initializing => "storage_initializing",
+        /// A read answered 5xx for a failure of the replica's own: its answer names its
+        /// storage (etcd), or its probe fails. Another replica may answer it; only reads are
+        /// retried so.
+        StorageFailed => "storage_failed",
         /// The stream or connection broke after the request was sent: it may have been
         /// processed.
         Reset => "reset",
@@ -194,7 +202,7 @@ label! {
 impl AttemptFailure {
     /// The apiserver provably did not process the request.
     pub fn unprocessed(self) -> bool {
-        !matches!(self, AttemptFailure::Reset)
+        !matches!(self, AttemptFailure::Reset | AttemptFailure::StorageFailed)
     }
 }
 

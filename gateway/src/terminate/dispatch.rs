@@ -6,6 +6,9 @@
 //! broke before response headers; a shutting-down apiserver's 429/503 counts as unprocessed.
 //! Nothing is retried once its response headers were forwarded. While the replicas serve
 //! different group-versions, those that do not serve the request's are left out (`skew`).
+//! A read one replica cannot serve for a reason of its own — its watch cache still
+//! initializing (429), its storage failing (5xx naming etcd, or while its probe fails) — is
+//! tried on another; when none answers better, the client gets the last such answer.
 
 use crate::net::{place, Attempt, Unplaced};
 use crate::state::{Backend, Gateway, Stream};
@@ -16,7 +19,7 @@ use crate::terminate::h2client::{self, ResponseStream};
 use crate::terminate::in_flight::InFlight;
 use crate::terminate::mode::Upstreams;
 use crate::terminate::request::Outgoing;
-use crate::terminate::retry::may_retry;
+use crate::terminate::retry::{may_retry, reads_storage};
 use crate::terminate::rules::Rule;
 use crate::terminate::skew;
 use crate::terminate::status::unavailable;
@@ -42,6 +45,22 @@ pub enum Answer {
     Whole(Response<ResponseBody>),
 }
 
+/// An attempt that failed, and the replica's own answer when it gave one that another
+/// replica may better (what the client gets if none does).
+struct Failed {
+    failure: AttemptFailure,
+    answer: Option<Response<ResponseBody>>,
+}
+
+impl From<AttemptFailure> for Failed {
+    fn from(failure: AttemptFailure) -> Failed {
+        Failed {
+            failure,
+            answer: None,
+        }
+    }
+}
+
 /// Sends `outgoing` to backends not in `tried` until one answers or the rules forbid another
 /// try: the backend that answered and its answer. `NoBackend`: no backend could be picked;
 /// `Failed`: the last attempt's failure.
@@ -57,6 +76,7 @@ pub async fn dispatch(
         upstreams,
         outgoing,
         class,
+        kept: None,
     };
     // Replicas that do not serve what the request wants are placed as tried, and forgotten
     // again once it is placed: they were never tried.
@@ -64,7 +84,16 @@ pub async fn dispatch(
     let steered = skew::steer(gw, outgoing.uri(), tried);
     let placed = place(gw, &mut forward, tried).await;
     tried.drain(before..before + steered);
-    placed
+    match (placed, forward.kept) {
+        // No replica did better than one that could not serve the read: its own answer.
+        (Err(Unplaced::Failed(_)), Some((backend, answer))) => {
+            gw.metrics()
+                .terminate
+                .count_request(&backend.info().name, class.verb, answer.status());
+            Ok((backend, Answer::Whole(answer)))
+        }
+        (placed, _) => placed,
+    }
 }
 
 /// The backends a request may go to under its `dispatch` rule: the others are placed as
@@ -142,6 +171,8 @@ struct Forward<'a> {
     upstreams: &'a Upstreams,
     outgoing: &'a Outgoing,
     class: RequestClass,
+    /// The last answer of a replica that could not serve the read, and that replica.
+    kept: Option<(Arc<Backend>, Response<ResponseBody>)>,
 }
 
 impl Attempt for Forward<'_> {
@@ -162,11 +193,17 @@ impl Attempt for Forward<'_> {
     }
 
     async fn attempt(&mut self, backend: &Arc<Backend>) -> Result<Answer, AttemptFailure> {
-        let result = attempt(self.gw, self.upstreams, backend, self.outgoing, self.class).await;
-        if let Err(failure) = result {
-            tracing::debug!(backend = %backend.info().name, failure = failure.as_str(), verb = self.class.verb.as_str(), "request attempt failed");
+        let failed =
+            match attempt(self.gw, self.upstreams, backend, self.outgoing, self.class).await {
+                Ok(answer) => return Ok(answer),
+                Err(failed) => failed,
+            };
+        let failure = failed.failure;
+        tracing::debug!(backend = %backend.info().name, failure = failure.as_str(), verb = self.class.verb.as_str(), "request attempt failed");
+        if let Some(answer) = failed.answer {
+            self.kept = Some((backend.clone(), answer));
         }
-        result
+        Err(failure)
     }
 
     fn may_try_another(&self, failure: AttemptFailure) -> bool {
@@ -198,7 +235,7 @@ async fn attempt(
     backend: &Arc<Backend>,
     outgoing: &Outgoing,
     class: RequestClass,
-) -> Result<Answer, AttemptFailure> {
+) -> Result<Answer, Failed> {
     let mut stream = stream_to(gw, upstreams, backend, outgoing.kind()).await?;
     let in_flight = InFlight::begin(backend, class.long_running.is_some());
     let mut sent = Instant::now();
@@ -218,7 +255,7 @@ async fn attempt(
             stream.refused();
         }
         if !connection_refused || backend.shutting_down() || std::mem::replace(&mut refused, true) {
-            return Err(failure);
+            return Err(failure.into());
         }
         stream = stream_to(gw, upstreams, backend, outgoing.kind()).await?;
         sent = Instant::now();
@@ -233,23 +270,40 @@ async fn attempt(
     }
     let code = resp.status();
     let refused = code == StatusCode::TOO_MANY_REQUESTS || code == StatusCode::SERVICE_UNAVAILABLE;
+    let failed_read = code.is_server_error() && reads_storage(&class);
     let answer = if refused
+        || failed_read
         || (code == StatusCode::NOT_FOUND && skew::may_be_unserved(class, resp.headers()))
     {
-        // Read whole to tell a shutting-down apiserver's 429/503 from a busy one, and a
-        // replica without the group-version (another may have it) from an object that does
-        // not exist.
+        // Read whole to tell a shutting-down apiserver's 429/503 from a busy one, a replica
+        // that cannot serve a read (another may) from a request that fails everywhere, and
+        // a replica without the group-version (another may have it) from an object that
+        // does not exist.
         let (parts, body) = resp.into_parts();
         let body = read_small(body).await.map_err(|_| AttemptFailure::Reset)?;
         if refused && shutting_down(backend, &body) {
             // It comes back as whatever it is restarted as.
             backend.planes().apis.forget();
-            return Err(AttemptFailure::ShuttingDown);
+            return Err(AttemptFailure::ShuttingDown.into());
         }
-        if !refused && skew::not_served(gw, backend, outgoing.uri(), &body) {
-            return Err(AttemptFailure::NotServed);
+        if code == StatusCode::NOT_FOUND && skew::not_served(gw, backend, outgoing.uri(), &body) {
+            return Err(AttemptFailure::NotServed.into());
         }
-        Answer::Whole(Response::from_parts(parts, ResponseBody::full(body)))
+        let failure = if code == StatusCode::TOO_MANY_REQUESTS && initializing(&body) {
+            Some(AttemptFailure::Initializing)
+        } else if failed_read && storage_failed(backend, &body) {
+            Some(AttemptFailure::StorageFailed)
+        } else {
+            None
+        };
+        let answer = Response::from_parts(parts, ResponseBody::full(body));
+        if let Some(failure) = failure {
+            return Err(Failed {
+                failure,
+                answer: Some(answer),
+            });
+        }
+        Answer::Whole(answer)
     } else {
         Answer::Streaming {
             resp,
@@ -269,9 +323,36 @@ fn shutting_down(backend: &Backend, body: &[u8]) -> bool {
     backend.shutting_down() || says(body, b"is shutting down")
 }
 
+/// Whether a 429 came from a watch cache that is not ready yet (the cacher's `ready` check,
+/// KEP-4568), rather than from priority and fairness.
+fn initializing(body: &[u8]) -> bool {
+    says(body, b"storage is (re)initializing")
+}
+
+/// Whether a read's 5xx is the replica's own failure: its answer names its storage (the
+/// etcd client's errors, which the apiserver passes on as "Internal error occurred: ..."),
+/// or its last probe failed. A 5xx from anything else (an aggregated API, a webhook) fails
+/// on every replica alike and reaches the client.
+fn storage_failed(backend: &Backend, body: &[u8]) -> bool {
+    backend.failures().since.is_some()
+        || says(body, b"etcdserver: ")
+        || says(body, b"rpc error: code = Unavailable")
+        || says(body, b"rpc error: code = DeadlineExceeded")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_initializing_cache_is_told_from_a_busy_replica() {
+        assert!(initializing(
+            br#"{"kind":"Status","message":"storage is (re)initializing","reason":"TooManyRequests","code":429}"#
+        ));
+        assert!(!initializing(
+            br#"{"kind":"Status","message":"Too many requests, please try again later.","code":429}"#
+        ));
+    }
 
     #[test]
     fn a_shutdown_answer_is_told_from_a_busy_one() {

@@ -1,10 +1,11 @@
 //! When a request may go to another backend: only where the apiserver provably did not process
 //! it (any verb), and, for idempotent reads, also after a failure before response headers
-//! (RFC 9113 §8.7; client-go's own rules in `rest/request.go`). Never once response headers
-//! were forwarded: kubegate only forwards them after deciding.
+//! (RFC 9113 §8.7; client-go's own rules in `rest/request.go`); a read (GET, LIST, a new
+//! watch) that one replica's own storage failed also goes to another. Never once response
+//! headers were forwarded: kubegate only forwards them after deciding.
 
 use crate::telemetry::AttemptFailure;
-use kubegate_wire::classify::RequestClass;
+use kubegate_wire::classify::{LongRunning, RequestClass, Verb};
 
 /// Reads what an error on an upstream HTTP/2 stream says about the request.
 pub fn failure_of(error: &h2::Error) -> AttemptFailure {
@@ -22,7 +23,19 @@ pub fn failure_of(error: &h2::Error) -> AttemptFailure {
 
 /// Whether a request of `class` that failed with `failure` may be sent to another backend.
 pub fn may_retry(failure: AttemptFailure, class: &RequestClass) -> bool {
-    failure.unprocessed() || (class.verb.idempotent_read() && class.long_running.is_none())
+    match failure {
+        AttemptFailure::StorageFailed => reads_storage(class),
+        f if f.unprocessed() => true,
+        _ => class.verb.idempotent_read() && class.long_running.is_none(),
+    }
+}
+
+/// A read the replica answers from its own storage or watch cache: a GET, a LIST or a watch.
+/// Not a log, exec or proxied request: their failures belong to a kubelet or a pod, which
+/// every replica reaches alike.
+pub fn reads_storage(class: &RequestClass) -> bool {
+    matches!(class.verb, Verb::Get | Verb::List | Verb::Watch)
+        && matches!(class.long_running, None | Some(LongRunning::Watch))
 }
 
 #[cfg(test)]
@@ -43,12 +56,35 @@ mod tests {
             AttemptFailure::GoAway,
             AttemptFailure::ShuttingDown,
             AttemptFailure::NotServed,
+            AttemptFailure::Initializing,
         ] {
             for v in Verb::ALL {
                 assert!(may_retry(f, &class(v, None)), "{f:?} {v:?}");
             }
             assert!(may_retry(f, &class(Verb::Watch, Some(LongRunning::Watch))));
         }
+    }
+
+    #[test]
+    fn a_storage_failure_is_retried_for_reads_of_storage_only() {
+        let table = [
+            (class(Verb::Get, None), true),
+            (class(Verb::List, None), true),
+            (class(Verb::Watch, Some(LongRunning::Watch)), true),
+            (class(Verb::Get, Some(LongRunning::Log)), false),
+            (class(Verb::Get, Some(LongRunning::Session)), false),
+            (class(Verb::Create, None), false),
+            (class(Verb::Update, None), false),
+            (class(Verb::Patch, None), false),
+            (class(Verb::Delete, None), false),
+            (class(Verb::DeleteCollection, None), false),
+        ];
+        for (c, want) in table {
+            assert_eq!(may_retry(AttemptFailure::StorageFailed, &c), want, "{c:?}");
+        }
+        // The replica answered: a write it failed may still have reached etcd.
+        assert!(!AttemptFailure::StorageFailed.unprocessed());
+        assert!(AttemptFailure::Initializing.unprocessed());
     }
 
     #[test]
