@@ -421,6 +421,54 @@ async fn a_shutting_down_replicas_429_is_retried_on_another() {
     slow.abort();
 }
 
+/// A replica whose watch caches re-initialize (the cacher after its etcd watch failed) answers
+/// LISTs and watches 429 "storage is (re)initializing" while its `/readyz` passes: they go to
+/// another replica (nothing was processed). When every replica's caches initialize, the
+/// client gets the apiserver's own 429 and its Retry-After.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_a_replicas_initializing_cache_refused_go_to_another() {
+    let bed = cluster(2, &[], |_| {});
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
+    let mut conn = kg.connect(pki, true).await.unwrap();
+    sims[1].set_cache_initializing(true);
+    for i in 0..4 {
+        for path in [
+            "/api/v1/namespaces/default/configmaps",
+            "/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=1",
+        ] {
+            let r = conn.get(path).await.unwrap();
+            assert_eq!(r.status, 200, "{path} ({i}): {}", r.text());
+            assert_eq!(replica(&r), "replica-1", "{path} ({i})");
+        }
+    }
+    assert!(kg.metric(r#"kubegate_request_retries_total{reason="storage_initializing"}"#) >= 1.0);
+    assert_eq!(kg.state("replica-2").as_deref(), Some("ready"));
+    sims[0].set_cache_initializing(true);
+    let r = conn
+        .get("/api/v1/namespaces/default/configmaps")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert!(
+        r.text().contains("storage is (re)initializing"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(r.header("retry-after"), Some("1"));
+    // Ready again: served where it lands.
+    sims[1].set_cache_initializing(false);
+    let r = conn
+        .get("/api/v1/namespaces/default/configmaps")
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.status, replica(&r).as_str()),
+        (200, "replica-2"),
+        "{}",
+        r.text()
+    );
+}
+
 /// A replica whose etcd fails answers 500 "etcdserver: request timed out" before its probe
 /// shows it. Reads it failed (GET, LIST) go to another replica; writes do not (the replica
 /// answered: a write may have reached etcd), and their 500 reaches the client. When every

@@ -90,6 +90,7 @@ pub struct Checks {
     started: AtomicBool,
     shutting_down: AtomicBool,
     storage_down: AtomicBool,
+    cache_reinitializing: AtomicBool,
 }
 
 impl Checks {
@@ -106,6 +107,19 @@ impl Checks {
     /// Post-start hooks finished (the watch cache is initialised).
     pub fn started(&self) -> bool {
         self.started.load(Ordering::Acquire)
+    }
+
+    /// The watch caches re-initialize (true) or are ready again (false): the cacher after
+    /// its etcd watch failed. `/readyz` is not affected (its `storage-readiness` hook ran once,
+    /// at start).
+    pub fn set_cache_initializing(&self, initializing: bool) {
+        self.cache_reinitializing
+            .store(initializing, Ordering::Release);
+    }
+
+    /// Whether the watch caches cannot serve yet: startup not finished, or re-initializing.
+    pub fn cache_initializing(&self) -> bool {
+        !self.started() || self.cache_reinitializing.load(Ordering::Acquire)
     }
 
     /// Shutdown began.

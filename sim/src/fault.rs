@@ -4,6 +4,9 @@
 //! POST /fail?check=etcd        the check fails from now on (on every endpoint that has it)
 //! POST /pass?check=etcd        it passes again
 //! POST /latency?ms=250         every request waits this long first (0 to clear)
+//! POST /cache?state=initializing  the watch caches re-initialize, as the cacher does after
+//!                              its etcd watch failed: LISTs and watches get 429 "storage is
+//!                              (re)initializing" while /readyz passes; state=ready ends it
 //! GET  /state                  forced checks, latency, in-flight requests, open watches, and
 //!                              the LIST and WATCH requests received since the start
 //! ```
@@ -68,6 +71,18 @@ fn handle(sim: &Sim, req: Request<Incoming>) -> Response<Full<Bytes>> {
                 json!({"error": "ms=<integer> is required"}),
             ),
         },
+        (&Method::POST, "/cache") => match get("state") {
+            Some(state @ ("initializing" | "ready")) => {
+                let initializing = state == "initializing";
+                sim.checks.set_cache_initializing(initializing);
+                tracing::info!(initializing, "fault: watch caches");
+                (StatusCode::OK, json!({"cache": state}))
+            }
+            _ => (
+                StatusCode::BAD_REQUEST,
+                json!({"error": "state=initializing or state=ready is required"}),
+            ),
+        },
         (&Method::GET, "/state") => (
             StatusCode::OK,
             json!({
@@ -80,6 +95,7 @@ fn handle(sim: &Sim, req: Request<Incoming>) -> Response<Full<Bytes>> {
                 "watches_received": sim.requests.watches.load(Ordering::Relaxed),
                 "token_reviews_received": sim.requests.token_reviews.load(Ordering::Relaxed),
                 "shutting_down": sim.checks.shutting_down(),
+                "cache_initializing": sim.checks.cache_initializing(),
             }),
         ),
         _ => (

@@ -220,4 +220,15 @@ impl Replica {
     pub fn set_latency_ms(&self, ms: u64) -> anyhow::Result<()> {
         self.fault(&format!("/latency?ms={ms}"))
     }
+
+    /// Makes the replica's watch caches re-initialize (LISTs and watches answered 429
+    /// "storage is (re)initializing", `/readyz` passing), or ready again.
+    pub fn set_cache_initializing(&self, initializing: bool) -> anyhow::Result<()> {
+        let state = if initializing {
+            "initializing"
+        } else {
+            "ready"
+        };
+        self.fault(&format!("/cache?state={state}"))
+    }
 }

@@ -137,6 +137,14 @@ impl Sim {
             .unwrap_or_else(|e| panic!("{e:#}"));
     }
 
+    /// Makes the replica's watch caches re-initialize (429 to LISTs and watches, `/readyz`
+    /// passing), or ready again.
+    pub fn set_cache_initializing(&self, initializing: bool) {
+        self.replica
+            .set_cache_initializing(initializing)
+            .unwrap_or_else(|e| panic!("{e:#}"));
+    }
+
     /// Adds latency to every request.
     pub fn set_latency_ms(&self, ms: u64) {
         self.replica
