@@ -9,6 +9,8 @@
 //! 3. `watches_leave_a_draining_replica_before_it_goes`: they move when its drain starts.
 //! 4. `a_frozen_replicas_requests_and_watches_move_on`: kubegate ends what runs on a replica it
 //!    found down (its connections stay open otherwise): reads are retried, watches resume.
+//! 5. `a_replica_restarted_after_a_watchs_position_does_not_end_the_watch`: a replica whose
+//!    watch cache begins after a watch's position says 410; another replica serves it.
 
 use kubegate_e2e::*;
 use std::collections::HashMap;
@@ -32,19 +34,28 @@ fn cluster(args: &[&str]) -> Started {
 /// "it may have been applied"), and kubegate rightly does not send it again; this client then
 /// does what a careful one does: looks the object up, and creates it only if it is not there.
 async fn create(conn: &mut Conn, name: &str) {
+    create_in(conn, "default", name).await
+}
+
+/// [`create`] in namespace `ns`.
+async fn create_in(conn: &mut Conn, ns: &str, name: &str) {
     let body = format!(
         r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}},"data":{{"a":"b"}}}}"#
     );
     for _ in 0..3 {
         let r = conn
-            .request("POST", "/api/v1/namespaces/default/configmaps", Some(&body))
+            .request(
+                "POST",
+                &format!("/api/v1/namespaces/{ns}/configmaps"),
+                Some(&body),
+            )
             .await
             .expect("create answered");
         if r.status == 201 {
             return;
         }
         assert_eq!(r.status, 502, "create {name}: {}", r.text());
-        let path = format!("/api/v1/namespaces/default/configmaps/{name}");
+        let path = format!("/api/v1/namespaces/{ns}/configmaps/{name}");
         let found = conn.get(&path).await.expect("get answered");
         if found.status == 200 {
             return;
@@ -218,6 +229,76 @@ async fn a_watch_that_cannot_resume_gets_the_apiservers_410() {
     wait_for("the 410 counted", T, || {
         (kg.metric(r#"kubegate_watches_ended_total{reason="expired"}"#) == 1.0).then_some(())
     });
+}
+
+/// A quiet watch's position predates a replica's restart: that replica's watch cache begins
+/// at its start, so it answers the position with 410 (as an apiserver's cacher does), while a
+/// replica up longer still serves it. kubegate holds such a 410 back and asks the replicas
+/// that have not said it: new watches from the old position, and a watch moved off a crashed
+/// replica, go on without an ERROR; no client relists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_restarted_after_a_watchs_position_does_not_end_the_watch() {
+    let mut bed = cluster(&["--watch-cache", "--bookmark-interval", "1h"]);
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &mut bed.sims);
+    let mut writer = kg.connect(pki, true).await.unwrap();
+    let from = list_version(&mut writer).await;
+    let path = format!("/api/v1/namespaces/quiet/configmaps?watch=1&resourceVersion={from}");
+    let mut watches = Vec::new();
+    let mut c = kg.connect(pki, true).await.unwrap();
+    watches.push((c.watch(&path, false).await.unwrap(), c));
+    wait_for("the first watch open", T, || {
+        (watches_on(kg, sims).values().sum::<f64>() == 1.0).then_some(())
+    });
+    // The store moves on elsewhere; then a replica that holds no watch restarts: its cache
+    // begins after the watch's position.
+    for i in 0..3 {
+        create(&mut writer, &format!("busy-{i}")).await;
+    }
+    let held = watches_on(kg, sims);
+    let holder = sims.iter().position(|s| held[&s.name] > 0.0).unwrap();
+    let restarted = (holder + 1) % sims.len();
+    sims[restarted].restart();
+    let mut direct = sims[restarted].connect(pki, false).await.unwrap();
+    let r = direct
+        .get(&path.replace("watch=1", "watch=1&timeoutSeconds=1"))
+        .await;
+    let r = r.unwrap();
+    assert!(
+        r.text().contains("too old resource version"),
+        "the restarted replica serves the old position: {}",
+        r.text()
+    );
+    // New watches from the old position: the restarted replica holds none, so at least one is
+    // offered to it first.
+    for _ in 0..2 {
+        let mut c = kg.connect(pki, true).await.unwrap();
+        let w = c.watch(&path, false).await.unwrap();
+        assert_eq!(w.status, 200);
+        watches.push((w, c));
+    }
+    wait_for("the three watches open", T, || {
+        (watches_on(kg, sims).values().sum::<f64>() == 3.0).then_some(())
+    });
+    wait_for(
+        "a 410 from the restarted replica taken elsewhere",
+        T,
+        || (kg.metric(r#"kubegate_watch_resumes_total{cause="expired"}"#) >= 1.0).then_some(()),
+    );
+    // The first watch's replica crashes: its watches move, wherever they land.
+    sims[holder].kill();
+    create_in(&mut writer, "quiet", "q1").await;
+    for (i, (w, _)) in watches.iter_mut().enumerate() {
+        let e = w.next(T).await.unwrap().expect("an event");
+        assert_eq!(
+            (e.kind.as_str(), e.name.as_str()),
+            ("ADDED", "q1"),
+            "watch {i}: {e:?}"
+        );
+    }
+    assert_eq!(
+        kg.metric(r#"kubegate_watches_ended_total{reason="expired"}"#),
+        0.0
+    );
 }
 
 /// A POST with a JSON body to `host` (plain HTTP), the raw response.

@@ -239,6 +239,10 @@ label! {
         Failed => "failed",
         /// Its replica started draining: moved before the deadline.
         Drained => "drained",
+        /// The replica's watch cache did not reach back to the watch's position (410 before
+        /// any event: it started after it, or keeps a shorter window): asked of a replica
+        /// that has not said so.
+        Expired => "expired",
     }
 }
 

@@ -10,12 +10,19 @@
 //! replica starts draining, rather than at the drain deadline. Resumes are bounded per watch;
 //! a watch that cannot resume ends cleanly, as an apiserver ending it would.
 //!
+//! A 410 that comes before any event is one replica's answer, not the store's: each
+//! replica's watch cache begins when the replica started (or keeps a shorter window), so a
+//! replica restarted after the position cannot serve it while one up longer can. That 410 is
+//! held back and the watch asked of the replicas that have not said it; the client gets it
+//! only when none can serve the position.
+//!
 //! A watch's time is kept across replicas: it ends when the client's `timeoutSeconds` says,
 //! or, without one, after `terminate.min_request_timeout` times a random factor in [1, 2), as
 //! the apiserver's `--min-request-timeout` ends it. The time left is what each replica is
 //! asked for, and kubegate ends the client's stream at the deadline itself, so a client's
 //! watches end and rotate across replicas as they would on the apiserver.
 
+use crate::net::Unplaced;
 use crate::state::{Backend, Gateway, Stream};
 use crate::telemetry::{WatchBreak, WatchEnd};
 use crate::terminate::body::{ResponseBody, WatchBody};
@@ -129,6 +136,9 @@ async fn run(
     let asked = &watch.asked;
     let mut progress = Progress::new(asked);
     let mut resumes: VecDeque<Instant> = VecDeque::new();
+    // The replicas that answered the current position with 410, and the first such answer.
+    let mut expired_at: Vec<SocketAddr> = Vec::new();
+    let mut expired: Option<Bytes> = None;
     let time_left = || {
         watch
             .ends
@@ -136,7 +146,18 @@ async fn run(
     };
     loop {
         let broke = match pump(&mut upstream, framing, watch, &mut progress, &tx).await {
-            Ok(b) => b,
+            Ok(Stopped::Broke(b)) => {
+                // The position may have moved on: what replicas said of the old one no longer
+                // holds.
+                expired_at.clear();
+                expired = None;
+                b
+            }
+            Ok(Stopped::Expired(answer)) => {
+                expired_at.push(upstream.backend.address);
+                expired.get_or_insert(answer);
+                WatchBreak::Expired
+            }
             Err(ended) => return ended,
         };
         let left = time_left();
@@ -167,8 +188,20 @@ async fn run(
             ))
         };
         let patience = left.map_or(REOPEN_PATIENCE, |l| l.min(REOPEN_PATIENCE));
-        upstream = match reopen(gw, upstreams, again, class, broken, framing, &tx, patience).await {
+        let avoid = Avoid {
+            broken,
+            expired_at: &expired_at,
+        };
+        upstream = match reopen(gw, upstreams, again, class, avoid, framing, &tx, patience).await {
             Ok(u) => u,
+            Err(WatchEnd::NoBackend | WatchEnd::Expired) if expired.is_some() => {
+                // No replica left that has not said 410 for this position: the client gets
+                // the answer, as the apiserver gave it, and relists.
+                if let Some(answer) = expired.take() {
+                    let _ = tx.send(answer).await;
+                }
+                return WatchEnd::Expired;
+            }
             Err(WatchEnd::NoBackend) if left.is_some_and(|l| l <= REOPEN_PATIENCE) => {
                 // The client's own timeout came first: the watch ends as the apiserver
                 // would end it then.
@@ -189,6 +222,15 @@ async fn run(
     }
 }
 
+/// Why the upstream stream stopped while the watch goes on.
+enum Stopped {
+    /// It ended or broke, or its replica drains.
+    Broke(WatchBreak),
+    /// Its first event was a 410 (held here, not sent): this replica cannot serve the
+    /// position.
+    Expired(Bytes),
+}
+
 /// Forwards events until the upstream stream stops (`Ok`, with why) or the watch is over.
 async fn pump(
     upstream: &mut Upstream,
@@ -196,9 +238,10 @@ async fn pump(
     watch: &Watch,
     progress: &mut Progress,
     tx: &mpsc::Sender<Bytes>,
-) -> Result<WatchBreak, WatchEnd> {
+) -> Result<Stopped, WatchEnd> {
     let asked = &watch.asked;
     let mut decoder = Decoder::new(framing);
+    let mut heard = false;
     let mut drains = upstream.held.0.drains();
     let over = async {
         match watch.ends {
@@ -214,12 +257,12 @@ async fn pump(
             // The replica was asked for the same time and ends the stream itself about now;
             // the client's stream ends here whatever the replica does.
             () = &mut over => return Err(WatchEnd::Timeout),
-            Ok(()) = drains.changed() => return Ok(WatchBreak::Drained),
+            Ok(()) = drains.changed() => return Ok(Stopped::Broke(WatchBreak::Drained)),
             frame = upstream.body.frame() => match frame {
-                None => return Ok(WatchBreak::Ended),
+                None => return Ok(Stopped::Broke(WatchBreak::Ended)),
                 Some(Err(e)) => {
                     tracing::debug!(backend = %upstream.backend.info().name, error = %e, "upstream watch broke");
-                    return Ok(WatchBreak::Failed);
+                    return Ok(Stopped::Broke(WatchBreak::Failed));
                 }
                 Some(Ok(frame)) => {
                     let Ok(data) = frame.into_data() else { continue };
@@ -233,6 +276,13 @@ async fn pump(
                                 return Err(WatchEnd::Malformed);
                             }
                         };
+                        if !std::mem::replace(&mut heard, true)
+                            && event.kind == Kind::Error
+                            && event.code == Some(410)
+                        {
+                            tracing::debug!(backend = %upstream.backend.info().name, "a replica's watch cache does not reach back to the watch's position");
+                            return Ok(Stopped::Expired(event.bytes));
+                        }
                         let bytes = match progress.observe(asked, &event) {
                             Deliver::Drop => continue,
                             Deliver::AsIs => event.bytes.clone(),
@@ -251,15 +301,24 @@ async fn pump(
     }
 }
 
-/// Asks `again()` of a replica other than `broken` (that one too, when it is the only one
-/// left), with growing pauses, until one answers with a watch stream or `patience` runs out.
+/// The replicas a watch is not asked of again: the one it broke on (for a first few tries)
+/// and those whose caches do not reach back to its position (ever).
+struct Avoid<'a> {
+    broken: SocketAddr,
+    expired_at: &'a [SocketAddr],
+}
+
+/// Asks `again()` of a replica other than `avoid.broken` (that one too, after two misses:
+/// it may be the only one left) and never of those in `avoid.expired_at`, with growing
+/// pauses, until one answers with a watch stream or `patience` runs out. `Expired`: every
+/// ready replica's cache said 410 for the position.
 #[allow(clippy::too_many_arguments)]
 async fn reopen(
     gw: &Gateway,
     upstreams: &Upstreams,
     again: impl Fn() -> Outgoing,
     class: RequestClass,
-    broken: SocketAddr,
+    avoid: Avoid<'_>,
     framing: Framing,
     tx: &mpsc::Sender<Bytes>,
     patience: Duration,
@@ -277,12 +336,11 @@ async fn reopen(
             }
         }
         let again = again();
-        // Prefer another replica; after two misses, any.
-        let mut tried = if attempt < 2 {
-            vec![broken]
-        } else {
-            Vec::new()
-        };
+        // Prefer another replica; after two misses, any whose cache may reach the position.
+        let mut tried = avoid.expired_at.to_vec();
+        if attempt < 2 {
+            tried.push(avoid.broken);
+        }
         match dispatch(gw, upstreams, &again, class, &mut tried).await {
             Ok((
                 _,
@@ -313,6 +371,10 @@ async fn reopen(
             }
             Ok((_, Answer::Whole(resp))) => {
                 tracing::debug!(status = %resp.status(), "a replica refused to resume a watch");
+            }
+            Err(Unplaced::NoBackend) if !avoid.expired_at.is_empty() && attempt >= 2 => {
+                // Every replica left has said its cache does not reach the position.
+                return Err(WatchEnd::Expired);
             }
             Err(_) => {}
         }
