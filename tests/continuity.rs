@@ -11,6 +11,7 @@
 //!    found down (its connections stay open otherwise): reads are retried, watches resume.
 //! 5. `a_replica_restarted_after_a_watchs_position_does_not_end_the_watch`: a replica whose
 //!    watch cache begins after a watch's position says 410; another replica serves it.
+//! 6. `a_replica_back_from_a_restart_gets_its_share_of_the_watches`: watches move to it live.
 
 use kubegate_e2e::*;
 use std::collections::HashMap;
@@ -299,6 +300,66 @@ async fn a_replica_restarted_after_a_watchs_position_does_not_end_the_watch() {
         kg.metric(r#"kubegate_watches_ended_total{reason="expired"}"#),
         0.0
     );
+}
+
+/// A replica back from a restart holds no watch until its share is moved to it: the others,
+/// holding more than theirs, give some up, live, each watch from its client's last position.
+/// Every watch still sees every object once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_back_from_a_restart_gets_its_share_of_the_watches() {
+    let mut bed = cluster(&["--shutdown-delay-duration", "2s"]);
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &mut bed.sims);
+    let mut writer = kg.connect(pki, true).await.unwrap();
+    let from = list_version(&mut writer).await;
+    let path = format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={from}");
+    let mut watches = Vec::new();
+    for _ in 0..12 {
+        let mut c = kg.connect(pki, true).await.unwrap();
+        watches.push((c.watch(&path, false).await.unwrap(), c));
+    }
+    wait_for("the watches open", T, || {
+        (watches_on(kg, sims).values().sum::<f64>() == 12.0).then_some(())
+    });
+    let mut created = Vec::new();
+    for i in 0..2 {
+        let name = format!("before-{i}");
+        create(&mut writer, &name).await;
+        created.push(name);
+    }
+    // The third replica restarts: its watches move off as it drains; back, it holds none.
+    let back = sims[2].name.clone();
+    sims[2].signal(libc::SIGTERM);
+    let status = sims[2].wait_exit(T);
+    assert!(status.success(), "{status:?}");
+    sims[2].restart();
+    kg.wait_state(&back, "ready", T);
+    for i in 0..2 {
+        let name = format!("between-{i}");
+        create(&mut writer, &name).await;
+        created.push(name);
+    }
+    // Its share comes to it: 12 watches over 3 replicas, 4 each.
+    let share = wait_for("the share moved to the replica back", T, || {
+        let on = watches_on(kg, sims);
+        (on[&back] >= 3.0 && on.values().all(|&n| n <= 5.0)).then_some(on)
+    });
+    for i in 0..2 {
+        let name = format!("after-{i}");
+        create(&mut writer, &name).await;
+        created.push(name);
+    }
+    for (i, (w, _)) in watches.iter_mut().enumerate() {
+        let mut seen = Vec::new();
+        while seen.len() < created.len() {
+            match w.next(T).await {
+                Ok(Some(e)) => seen.push(e.name),
+                other => panic!("watch {i} ended or stalled after {seen:?}: {other:?}"),
+            }
+        }
+        assert_eq!(seen, created, "watch {i}: every object once, in order");
+    }
+    let moved = kg.metric(r#"kubegate_watch_resumes_total{cause="moved"}"#);
+    assert!(moved >= 3.0, "{moved} moves for {share:?}");
 }
 
 /// A POST with a JSON body to `host` (plain HTTP), the raw response.

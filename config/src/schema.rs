@@ -273,6 +273,10 @@ pub struct TerminateConfig {
     /// moved across; a watch with `timeoutSeconds` ends at that time.
     #[serde(with = "crate::duration")]
     pub min_request_timeout: Duration,
+    /// Watches moved per second, live, from replicas that hold more than their share of the
+    /// long-running requests onto those that hold less (one back from a restart): each move
+    /// a resume from the client's last position, unseen by the client. 0 turns moving off.
+    pub watch_moves_per_second: u32,
     /// Largest request head accepted: the request line or pseudo-headers and every header,
     /// decoded (HPACK included). Larger ones get 431 (HTTP/1.1) or have their stream refused
     /// (HTTP/2). Envoy's default is 60 KiB; bearer tokens from OIDC providers run to several
@@ -407,6 +411,7 @@ impl Default for TerminateConfig {
             max_request_body_bytes_in_total: 128 * 1024 * 1024,
             request_body_timeout: Duration::from_secs(60),
             min_request_timeout: Duration::from_secs(1800),
+            watch_moves_per_second: 20,
             max_header_list_bytes: 64 * 1024,
             rapid_reset_min_streams: 100,
             trusted_proxies: Vec::new(),

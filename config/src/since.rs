@@ -56,6 +56,7 @@ pub const ADDED: &[(&str, Version)] = &[
     ("terminate.max_request_body_bytes_in_total", (0, 3, 0)),
     ("terminate.request_body_timeout", (0, 3, 0)),
     ("terminate.min_request_timeout", (0, 3, 0)),
+    ("terminate.watch_moves_per_second", (0, 3, 0)),
     ("terminate.token_review", (0, 3, 0)),
     ("terminate.token_review.enabled", (0, 3, 0)),
     ("terminate.token_review.ttl", (0, 3, 0)),

@@ -5,7 +5,8 @@
 //! Imports run one way: `listener` → `handle` → {`upgrade`, `watch`, `token_review`} →
 //! `dispatch` → {`connect`, `h2client`, `in_flight`, `skew`}, with `served`, `request`,
 //! `bodies`, `body`, `status`, `retry`, `rules`, `tokens` and `mode` as leaves; `versions`
-//! (started by the control runtime) uses `connect` and `h2client`.
+//! (started by the control runtime) uses `connect` and `h2client`; `share` (started by the
+//! control runtime too) asks moves of backends, which `watch` carries out.
 //!
 //! | module | job |
 //! |---|---|
@@ -25,6 +26,7 @@
 //! | `in_flight` | a request's registration with its backend (the load signal, what a drain waits for) |
 //! | `upgrade` | exec, attach, port-forward, proxy, a watch over WebSocket: HTTP/1.1 end to end, 101 passed on, then bytes both ways |
 //! | `watch` | watch continuity: a watch whose replica goes away continues on another from its last position, until its time is up |
+//! | `share` | the share of long-running requests kept even: a replica holding more than its share asks some of its watches to move |
 //! | `resets` | the rapid reset rule: a connection whose streams are mostly reset at once is closed |
 //! | `retry` | the pure rule of when a request may go to another backend |
 //! | `mode`, `tls`, `body`, `status` | shared upstream settings, upstream TLS, response bodies, the `Status` errors kubegate answers itself |
@@ -47,6 +49,7 @@ mod resets;
 mod retry;
 mod rules;
 mod served;
+mod share;
 mod skew;
 mod status;
 mod tls;
@@ -59,4 +62,5 @@ mod watch;
 pub use listener::TerminateListener;
 pub use mode::{TerminateMode, Upstreams};
 pub use rules::Rules;
+pub use share::keep as keep_share;
 pub use versions::learn as learn_versions;

@@ -81,6 +81,7 @@ impl BackgroundService for Control {
                 gw.clone(),
                 terminate.clone(),
             ));
+            tokio::spawn(crate::terminate::keep_share(gw.clone()));
         }
         reload::record_initial_load(&gw);
         tokio::spawn(admin::serve(admin, parts.admin_tls.clone(), gw.clone()));

@@ -243,6 +243,9 @@ label! {
         /// any event: it started after it, or keeps a shorter window): asked of a replica
         /// that has not said so.
         Expired => "expired",
+        /// Its replica held more than its share of the long-running requests: moved live
+        /// onto one that holds less.
+        Moved => "moved",
     }
 }
 

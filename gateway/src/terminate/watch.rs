@@ -10,6 +10,10 @@
 //! replica starts draining, rather than at the drain deadline. Resumes are bounded per watch;
 //! a watch that cannot resume ends cleanly, as an apiserver ending it would.
 //!
+//! Watches also move live, one at a time as the share keeper (`share`) asks a replica
+//! holding more than its share to give some up: the same resume, from a watch that can
+//! continue exactly, onto the replica the balancer picks (the one holding fewest).
+//!
 //! A 410 that comes before any event is one replica's answer, not the store's: each
 //! replica's watch cache begins when the replica started (or keeps a shorter window), so a
 //! replica restarted after the position cannot serve it while one up longer can. That 410 is
@@ -242,6 +246,11 @@ async fn pump(
     let asked = &watch.asked;
     let mut decoder = Decoder::new(framing);
     let mut heard = false;
+    // Registered once with the backend's moves, for the stream's life: a move asked while
+    // the watch cannot resume exactly waits for it to be able to.
+    let backend = upstream.backend.clone();
+    let moved = backend.planes().terminate.move_asked();
+    tokio::pin!(moved);
     let mut drains = upstream.held.0.drains();
     let over = async {
         match watch.ends {
@@ -251,6 +260,7 @@ async fn pump(
     };
     tokio::pin!(over);
     loop {
+        let movable = progress.resumable(asked);
         tokio::select! {
             biased;
             _ = tx.closed() => return Err(WatchEnd::Client),
@@ -258,6 +268,7 @@ async fn pump(
             // the client's stream ends here whatever the replica does.
             () = &mut over => return Err(WatchEnd::Timeout),
             Ok(()) = drains.changed() => return Ok(Stopped::Broke(WatchBreak::Drained)),
+            () = &mut moved, if movable => return Ok(Stopped::Broke(WatchBreak::Moved)),
             frame = upstream.body.frame() => match frame {
                 None => return Ok(Stopped::Broke(WatchBreak::Ended)),
                 Some(Err(e)) => {

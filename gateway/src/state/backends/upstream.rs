@@ -154,6 +154,9 @@ pub struct Upstream {
     closes: tokio::sync::watch::Sender<u64>,
     /// Bumped by every drain: followed watches move to another backend when it changes.
     drains: tokio::sync::watch::Sender<u64>,
+    /// Moves asked of this backend's followed watches (the share keeper): each permit moves
+    /// one watch to another backend. Its waiters are woken one per permit, in order.
+    moves: tokio::sync::Semaphore,
     gauges: arc_swap::ArcSwap<Gauges>,
 }
 
@@ -178,6 +181,7 @@ impl Upstream {
             latency_us: AtomicU64::new(0),
             closes: tokio::sync::watch::Sender::new(0),
             drains: tokio::sync::watch::Sender::new(0),
+            moves: tokio::sync::Semaphore::new(0),
             gauges: arc_swap::ArcSwap::from_pointee(gauges),
         }
     }
@@ -212,6 +216,26 @@ impl Upstream {
     /// Long-running requests in flight (watches, logs, exec, attach, port-forward).
     pub fn long_running(&self) -> usize {
         self.in_flight().saturating_sub(self.busy())
+    }
+
+    /// Asks `n` of this backend's followed watches to move to another backend; what was
+    /// asked before and not yet taken is replaced.
+    pub fn ask_moves(&self, n: usize) {
+        let waiting = self.moves.available_permits();
+        if n > waiting {
+            self.moves.add_permits(n - waiting);
+        } else {
+            self.moves.forget_permits(waiting - n);
+        }
+    }
+
+    /// Resolves when a watch waiting here is asked to move (the ask is used up).
+    pub async fn move_asked(&self) {
+        match self.moves.acquire().await {
+            Ok(permit) => permit.forget(),
+            // Never closed: wait for ever rather than move.
+            Err(_) => std::future::pending().await,
+        }
     }
 
     /// Records a response-header latency (EWMA, weight 1/8).
