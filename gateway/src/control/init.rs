@@ -23,228 +23,23 @@
 
 mod pki;
 mod render;
+mod spec;
 
 use pki::{Signer, Usage};
-use std::net::{IpAddr, SocketAddr};
+pub use spec::{Init, InitArgs, Mode, Shape, ADMIN_SERVER_NAME, FRONT_PROXY_CN, POD_UID};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-/// The server name the admin certificate carries and the shipped scrape configurations verify.
-pub const ADMIN_SERVER_NAME: &str = "kubegate-admin";
-/// The common name of kubegate's own front-proxy certificate (in the apiservers'
-/// `--requestheader-allowed-names`).
-pub const FRONT_PROXY_CN: &str = "kubegate-front-proxy";
-/// The user the image runs as.
-pub const POD_UID: u32 = 65532;
-
-/// Where kubegate runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shape {
-    /// A static pod on each control-plane node, clients reaching it through a VIP or a DNS
-    /// name.
-    StaticPod,
-    /// A pod on every node, its clients on the node itself (`127.0.0.1`).
-    NodeLocal,
-    /// A systemd service (the Debian package's unit).
-    Systemd,
-}
-
-impl Shape {
-    /// As written on the command line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Shape::StaticPod => "static-pod",
-            Shape::NodeLocal => "node-local",
-            Shape::Systemd => "systemd",
-        }
-    }
-}
-
-/// How kubegate treats client connections.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// TLS passed through to the apiservers.
-    Passthrough,
-    /// TLS ended at kubegate (needs the front-proxy CA's key).
-    Terminate,
-}
-
-impl Mode {
-    /// As written on the command line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Passthrough => "passthrough",
-            Mode::Terminate => "terminate",
-        }
-    }
-}
-
-/// What the operator asked for, as given on the command line.
-#[derive(Debug, Clone)]
-pub struct InitArgs {
-    /// Where kubegate runs.
-    pub shape: Shape,
-    /// Passthrough or terminate.
-    pub mode: Mode,
-    /// This node's address: the admin endpoint's, in the certificates, keepalived's source.
-    pub address: IpAddr,
-    /// The apiservers, `NAME=HOST:PORT`; none: this node and its peers on 6443.
-    pub backends: Vec<(String, SocketAddr)>,
-    /// The other kubegate nodes (keepalived's unicast peers, scrape targets).
-    pub peers: Vec<IpAddr>,
-    /// The VIP (`10.0.0.10/24`) keepalived holds; none: no keepalived file.
-    pub vip: Option<String>,
-    /// keepalived's interface.
-    pub interface: String,
-    /// Where kubegate listens; none: the shape's default.
-    pub listen: Option<SocketAddr>,
-    /// More names the serving certificate holds (terminate mode).
-    pub sans: Vec<String>,
-    /// The image the manifest names.
-    pub image: Option<String>,
-    /// Where the files go: `/` on the node itself.
-    pub root: PathBuf,
-    /// Print, write nothing.
-    pub dry_run: bool,
-    /// Rewrite files that differ from what `init` would write.
-    pub force: bool,
-}
-
-/// What `init` writes for, resolved.
-pub struct Init {
-    shape: Shape,
-    mode: Mode,
-    address: IpAddr,
-    backends: Vec<(String, SocketAddr)>,
-    peers: Vec<IpAddr>,
-    vip: Option<String>,
-    interface: String,
-    listen: SocketAddr,
-    /// What clients use: the VIP on the listener's port, or the listener.
-    endpoint: SocketAddr,
-    admin_port: u16,
-    sans: Vec<String>,
-    image: String,
-    root: PathBuf,
-}
-
-impl Init {
-    /// Resolves `args`' defaults.
-    pub fn new(args: InitArgs) -> Result<Init, String> {
-        let (listen, admin_port) = match args.shape {
-            Shape::StaticPod => (SocketAddr::from(([0, 0, 0, 0], 8443)), 9444),
-            Shape::NodeLocal => (SocketAddr::from(([127, 0, 0, 1], 7443)), 9445),
-            Shape::Systemd => (SocketAddr::from(([0, 0, 0, 0], 6443)), 9444),
-        };
-        let listen = args.listen.unwrap_or(listen);
-        let vip_ip = match &args.vip {
-            Some(v) => Some(
-                v.split('/')
-                    .next()
-                    .unwrap_or_default()
-                    .parse::<IpAddr>()
-                    .map_err(|e| format!("--vip {v}: {e} (write it as 10.0.0.10/24)"))?,
-            ),
-            None => None,
-        };
-        let endpoint = match (vip_ip, listen.ip().is_unspecified()) {
-            (Some(ip), _) => SocketAddr::new(ip, listen.port()),
-            (None, true) => SocketAddr::new(args.address, listen.port()),
-            (None, false) => listen,
-        };
-        let backends = if args.backends.is_empty() {
-            let mut nodes: Vec<IpAddr> = std::iter::once(args.address)
-                .chain(args.peers.iter().copied())
-                .collect();
-            nodes.sort();
-            nodes.dedup();
-            nodes
-                .into_iter()
-                .enumerate()
-                .map(|(i, ip)| (format!("cp-{}", i + 1), SocketAddr::new(ip, 6443)))
-                .collect()
-        } else {
-            args.backends
-        };
-        if args.shape == Shape::StaticPod && listen.port() == 6443 && listen.ip().is_unspecified() {
-            return Err("--listen 0.0.0.0:6443 conflicts with the apiserver on the same node (kubeadm binds 0.0.0.0:6443): keep 8443, or see docs/deploy.md, \"The address kubegate binds\"".into());
-        }
-        let mut peers = args.peers;
-        peers.sort();
-        peers.dedup();
-        Ok(Init {
-            shape: args.shape,
-            mode: args.mode,
-            address: args.address,
-            backends,
-            peers,
-            vip: args.vip,
-            interface: args.interface,
-            listen,
-            endpoint,
-            admin_port,
-            sans: args.sans,
-            image: args
-                .image
-                .unwrap_or_else(|| render::SHIPPED_IMAGE.to_string()),
-            root: args.root,
-        })
-    }
-
-    /// The folder of kubegate's certificates, token and CA as kubegate sees it (the pods mount
-    /// it at the same path as on the host).
-    fn pki_dir_seen(&self) -> &'static str {
-        match self.shape {
-            Shape::StaticPod | Shape::NodeLocal => "/etc/kubernetes/pki/kubegate",
-            Shape::Systemd => "/etc/kubegate/pki",
-        }
-    }
-
-    /// The cluster CA as kubegate sees it.
-    fn ca_seen(&self) -> &'static str {
-        match self.shape {
-            Shape::StaticPod | Shape::NodeLocal => "/etc/kubernetes/pki/ca.crt",
-            Shape::Systemd => "/etc/kubegate/pki/ca.crt",
-        }
-    }
-
-    /// The configuration file on the host (the pods mount its folder as `/etc/kubegate`).
-    fn config_path(&self) -> &'static str {
-        match self.shape {
-            Shape::StaticPod => "/etc/kubegate/pod/kubegate.yaml",
-            Shape::NodeLocal => "/etc/kubegate/node-local/kubegate.yaml",
-            Shape::Systemd => "/etc/kubegate/kubegate.yaml",
-        }
-    }
-
-    fn manifest_path(&self) -> Option<&'static str> {
-        match self.shape {
-            Shape::StaticPod => Some("/etc/kubernetes/manifests/kubegate.yaml"),
-            Shape::NodeLocal => Some("/etc/kubernetes/manifests/kubegate-node-local.yaml"),
-            Shape::Systemd => None,
-        }
-    }
-
-    fn endpoint_host(&self) -> String {
-        self.endpoint.ip().to_string()
-    }
-
-    /// `path` (as on the node) under the root.
-    fn at(&self, path: &str) -> PathBuf {
-        self.root.join(path.trim_start_matches('/'))
-    }
-
-    /// Who owns kubegate's secrets: the pods' user, or (systemd) root with the `kubegate`
-    /// group, which the package creates.
-    fn secret_owner(&self) -> Result<(u32, u32, u32), String> {
-        match self.shape {
-            Shape::StaticPod | Shape::NodeLocal => Ok((POD_UID, POD_UID, 0o400)),
-            Shape::Systemd => {
-                let gid = group_id("kubegate").ok_or(
-                    "no kubegate group: install the package first (it creates the kubegate user and group)",
-                )?;
-                Ok((0, gid, 0o440))
-            }
+/// Who owns kubegate's secrets: the pods' user, or (systemd) root with the `kubegate`
+/// group, which the package creates.
+fn secret_owner(init: &Init) -> Result<(u32, u32, u32), String> {
+    match init.shape {
+        Shape::StaticPod | Shape::NodeLocal => Ok((POD_UID, POD_UID, 0o400)),
+        Shape::Systemd => {
+            let gid = group_id("kubegate").ok_or(
+                "no kubegate group: install the package first (it creates the kubegate user and group)",
+            )?;
+            Ok((0, gid, 0o440))
         }
     }
 }
@@ -340,7 +135,7 @@ pub fn run(args: InitArgs) -> Result<String, String> {
 /// Every file, in the order they are written (keys before the certificates that need them,
 /// the manifest last: the kubelet starts the pod as soon as it appears).
 fn plan(init: &Init) -> Result<Vec<Planned>, String> {
-    let (uid, gid, secret_mode) = init.secret_owner()?;
+    let (uid, gid, secret_mode) = secret_owner(init)?;
     let text = |path: &str, content: String, mode: u32| Planned {
         path: path.to_string(),
         content: content.into_bytes(),
@@ -657,7 +452,7 @@ mod tests {
             m.contains("image: registry.example.com/kubegate:1.2.3"),
             "{m}"
         );
-        assert!(!m.contains(render::SHIPPED_IMAGE));
+        assert!(!m.contains(spec::SHIPPED_IMAGE));
         assert!(
             render::manifest(&Init::new(args(Shape::Systemd, Mode::Passthrough)).unwrap())
                 .is_none()

@@ -3,7 +3,7 @@
 //! everything else is rendered here, and `tests/operator.rs` runs each with the tool that
 //! reads it.
 
-use crate::control::init::{Init, Mode, Shape, ADMIN_SERVER_NAME, FRONT_PROXY_CN};
+use super::spec::{Init, Mode, Shape, ADMIN_SERVER_NAME, FRONT_PROXY_CN, SHIPPED_IMAGE};
 use std::fmt::Write as _;
 
 /// The shipped static pod (passthrough and terminate) and node-local pod.
@@ -11,9 +11,6 @@ const STATIC_POD: &str = include_str!("../../../../deploy/static-pod/kubegate.ya
 const STATIC_POD_TERMINATE: &str =
     include_str!("../../../../deploy/static-pod/kubegate-terminate.yaml");
 const NODE_LOCAL_POD: &str = include_str!("../../../../deploy/node-local/kubegate-node-local.yaml");
-
-/// The image the shipped manifests name.
-pub const SHIPPED_IMAGE: &str = concat!("kubegate:", env!("CARGO_PKG_VERSION"));
 
 /// The pod manifest for `init`'s shape and mode (none for systemd).
 pub fn manifest(init: &Init) -> Option<String> {
