@@ -132,13 +132,15 @@ impl Progress {
         deliver
     }
 
-    /// Whether the watch could continue exactly on another replica now ([`resume_from`]
-    /// would say where).
+    /// Whether the watch could continue on another replica from a position now (what
+    /// [`resume_from`] says is `Ok(Some(_))`): a watch kubegate moves of its own accord must
+    /// not lose what happened while nothing had reached its client yet.
     ///
     /// [`resume_from`]: Progress::resume_from
     pub fn resumable(&self, asked: &Asked) -> bool {
         if self.delivered == 0 {
-            return true;
+            return (self.positional && self.position.is_some() && !asked.initial_events)
+                || asked.from.is_some();
         }
         let initial_events_done = self.initial_events_done || !asked.initial_events;
         initial_events_done && self.positional && self.position.is_some()
@@ -249,19 +251,28 @@ mod tests {
         let mut p = Progress::new(&asked);
         // Nothing delivered: ask again exactly as the client did.
         assert_eq!(p.resume_from(&asked), Ok(None));
-        assert_eq!(p.resumable(&asked), p.resume_from(&asked).is_ok());
+        assert_eq!(
+            p.resumable(&asked),
+            matches!(p.resume_from(&asked), Ok(Some(_)))
+        );
         // Synthetic ADDED events of the listing: their versions are not positions.
         p.observe(&asked, &event(Kind::Change, "90"));
         p.observe(&asked, &event(Kind::Change, "40"));
         assert_eq!(p.resume_from(&asked), Err(NotResumable::NoPosition));
-        assert_eq!(p.resumable(&asked), p.resume_from(&asked).is_ok());
+        assert_eq!(
+            p.resumable(&asked),
+            matches!(p.resume_from(&asked), Ok(Some(_)))
+        );
         // A bookmark (dropped: the client did not ask for bookmarks) gives a position.
         assert_eq!(
             p.observe(&asked, &event(Kind::Bookmark, "120")),
             Deliver::Drop
         );
         assert_eq!(p.resume_from(&asked), Ok(Some("120".into())));
-        assert_eq!(p.resumable(&asked), p.resume_from(&asked).is_ok());
+        assert_eq!(
+            p.resumable(&asked),
+            matches!(p.resume_from(&asked), Ok(Some(_)))
+        );
         p.observe(&asked, &event(Kind::Change, "125"));
         assert_eq!(p.resume_from(&asked), Ok(Some("125".into())));
         assert_eq!(p.delivered, 3);
@@ -275,13 +286,19 @@ mod tests {
         let mut p = Progress::new(&asked);
         p.observe(&asked, &event(Kind::Change, "30"));
         assert_eq!(p.resume_from(&asked), Err(NotResumable::InitialEvents));
-        assert_eq!(p.resumable(&asked), p.resume_from(&asked).is_ok());
+        assert_eq!(
+            p.resumable(&asked),
+            matches!(p.resume_from(&asked), Ok(Some(_)))
+        );
         assert_eq!(
             p.observe(&asked, &end_of_initial_events("50")),
             Deliver::AsIs
         );
         assert_eq!(p.resume_from(&asked), Ok(Some("50".into())));
-        assert_eq!(p.resumable(&asked), p.resume_from(&asked).is_ok());
+        assert_eq!(
+            p.resumable(&asked),
+            matches!(p.resume_from(&asked), Ok(Some(_)))
+        );
     }
 
     #[test]

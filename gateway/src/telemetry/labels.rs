@@ -306,7 +306,7 @@ mod tests {
         for (i, f) in AttemptFailure::ALL.into_iter().enumerate() {
             assert_eq!(f as usize, i);
         }
-        assert_eq!(AttemptFailure::ALL.len(), 7);
+        assert_eq!(AttemptFailure::ALL.len(), 9);
         assert_eq!(WatchEnd::NoPosition.as_str(), "not_resumable_no_position");
         assert_eq!(ClientProtocol::Http1.as_str(), "http/1.1");
         assert!(AttemptFailure::GoAway.unprocessed());

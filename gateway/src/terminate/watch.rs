@@ -12,7 +12,7 @@
 //!
 //! Watches also move live, one at a time as the share keeper (`share`) asks a replica
 //! holding more than its share to give some up: the same resume, from a watch that can
-//! continue exactly, onto the replica the balancer picks (the one holding fewest).
+//! continue from a position, onto the replica the balancer picks (the one holding fewest).
 //!
 //! A 410 that comes before any event is one replica's answer, not the store's: each
 //! replica's watch cache begins when the replica started (or keeps a shorter window), so a
@@ -247,7 +247,7 @@ async fn pump(
     let mut decoder = Decoder::new(framing);
     let mut heard = false;
     // Registered once with the backend's moves, for the stream's life: a move asked while
-    // the watch cannot resume exactly waits for it to be able to.
+    // the watch has no position to resume from waits until it has one.
     let backend = upstream.backend.clone();
     let moved = backend.planes().terminate.move_asked();
     tokio::pin!(moved);
