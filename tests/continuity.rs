@@ -92,6 +92,19 @@ fn watches_on(kg: &Kubegate, sims: &[Sim]) -> HashMap<String, f64> {
         .collect()
 }
 
+/// `n` JSON watches of `path` through kubegate, each on a connection of its own (kept beside
+/// it: the watch lasts as long as its connection).
+async fn open_watches(kg: &Kubegate, pki: &Pki, path: &str, n: usize) -> Vec<(Watch, Conn)> {
+    let mut watches = Vec::new();
+    for _ in 0..n {
+        let mut c = kg.connect(pki, true).await.unwrap();
+        let w = c.watch(path, false).await.unwrap();
+        assert_eq!(w.status, 200, "{path}");
+        watches.push((w, c));
+    }
+    watches
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_and_protobuf_watches_continue_across_restarts_and_a_crash() {
     let mut bed = cluster(&["--shutdown-delay-duration", "2s"]);
@@ -244,9 +257,7 @@ async fn a_replica_restarted_after_a_watchs_position_does_not_end_the_watch() {
     let mut writer = kg.connect(pki, true).await.unwrap();
     let from = list_version(&mut writer).await;
     let path = format!("/api/v1/namespaces/quiet/configmaps?watch=1&resourceVersion={from}");
-    let mut watches = Vec::new();
-    let mut c = kg.connect(pki, true).await.unwrap();
-    watches.push((c.watch(&path, false).await.unwrap(), c));
+    let mut watches = open_watches(kg, pki, &path, 1).await;
     wait_for("the first watch open", T, || {
         (watches_on(kg, sims).values().sum::<f64>() == 1.0).then_some(())
     });
@@ -271,12 +282,7 @@ async fn a_replica_restarted_after_a_watchs_position_does_not_end_the_watch() {
     );
     // New watches from the old position: the restarted replica holds none, so at least one is
     // offered to it first.
-    for _ in 0..2 {
-        let mut c = kg.connect(pki, true).await.unwrap();
-        let w = c.watch(&path, false).await.unwrap();
-        assert_eq!(w.status, 200);
-        watches.push((w, c));
-    }
+    watches.extend(open_watches(kg, pki, &path, 2).await);
     wait_for("the three watches open", T, || {
         (watches_on(kg, sims).values().sum::<f64>() == 3.0).then_some(())
     });
@@ -312,11 +318,7 @@ async fn a_replica_back_from_a_restart_gets_its_share_of_the_watches() {
     let mut writer = kg.connect(pki, true).await.unwrap();
     let from = list_version(&mut writer).await;
     let path = format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={from}");
-    let mut watches = Vec::new();
-    for _ in 0..12 {
-        let mut c = kg.connect(pki, true).await.unwrap();
-        watches.push((c.watch(&path, false).await.unwrap(), c));
-    }
+    let mut watches = open_watches(kg, pki, &path, 12).await;
     wait_for("the watches open", T, || {
         (watches_on(kg, sims).values().sum::<f64>() == 12.0).then_some(())
     });
@@ -386,12 +388,7 @@ async fn watches_leave_a_draining_replica_before_it_goes() {
     let mut writer = kg.connect(pki, true).await.unwrap();
     let from = list_version(&mut writer).await;
     let path = format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={from}");
-    let mut watches = Vec::new();
-    for _ in 0..6 {
-        let mut c = kg.connect(pki, true).await.unwrap();
-        let w = c.watch(&path, false).await.unwrap();
-        watches.push((c, w));
-    }
+    let mut watches = open_watches(kg, pki, &path, 6).await;
     wait_for("six watches open", T, || {
         (watches_on(kg, sims).values().sum::<f64>() == 6.0).then_some(())
     });
@@ -407,7 +404,7 @@ async fn watches_leave_a_draining_replica_before_it_goes() {
     assert!(kg.metric(r#"kubegate_watch_resumes_total{cause="drained"}"#) >= 1.0);
     // And they still see what happens.
     create(&mut writer, "after-the-move").await;
-    for (_, w) in &mut watches {
+    for (w, _) in &mut watches {
         let e = w.next(T).await.unwrap().expect("an event");
         assert_eq!(
             (e.kind.as_str(), e.name.as_str()),
@@ -428,11 +425,7 @@ async fn a_frozen_replicas_requests_and_watches_move_on() {
     let mut writer = kg.connect(pki, true).await.unwrap();
     let from = list_version(&mut writer).await;
     let path = format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={from}");
-    let mut watches = Vec::new();
-    for _ in 0..3 {
-        let mut c = kg.connect(pki, true).await.unwrap();
-        watches.push((c.watch(&path, false).await.unwrap(), c));
-    }
+    let mut watches = open_watches(kg, pki, &path, 3).await;
     wait_for("a watch on each replica", T, || {
         watches_on(kg, sims)
             .values()

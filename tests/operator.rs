@@ -169,39 +169,48 @@ const VIP: &str = "127.0.0.10";
 /// running `inner_kubeadm_node`).
 #[test]
 fn the_guide_runs_as_written_on_kubeadm_nodes() {
-    let exe = std::env::current_exe().unwrap();
     for mode in ["passthrough", "terminate"] {
         let work = tempfile::Builder::new()
             .prefix("operator-")
             .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
             .unwrap();
-        let out = Command::new("unshare")
-            .args(["--mount", "--propagation", "private", "--"])
-            .arg(&exe)
-            .args([
-                "inner_kubeadm_node",
-                "--exact",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("KUBEGATE_GUIDE_MODE", mode)
-            .env("KUBEGATE_GUIDE_WORK", work.path())
-            .output()
-            .expect("unshare (util-linux) is installed");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        let (passed, text) = in_private_mount_namespace(
+            "inner_kubeadm_node",
+            &[
+                ("KUBEGATE_GUIDE_MODE", mode),
+                ("KUBEGATE_GUIDE_WORK", work.path().to_str().unwrap()),
+            ],
         );
         println!("---- {mode} ----\n{text}");
         // The folder the guide writes a worker's files into was made on the shared /tmp.
         let _ = std::fs::remove_dir("/tmp/worker-1");
-        assert!(
-            out.status.success() && text.contains("test result: ok. 1 passed"),
-            "the guide failed in {mode} mode:\n{text}"
-        );
+        assert!(passed, "the guide failed in {mode} mode:\n{text}");
     }
+}
+
+/// Runs `inner` (an ignored test of this binary) again in a private mount namespace
+/// (`unshare --mount`), with `env`: whether it passed, and what it printed.
+fn in_private_mount_namespace(inner: &str, env: &[(&str, &str)]) -> (bool, String) {
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            inner,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .envs(env.iter().copied())
+        .output()
+        .expect("unshare (util-linux) is installed");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let passed = out.status.success() && text.contains("test result: ok. 1 passed");
+    (passed, text)
 }
 
 /// One node's stand-in, inside the private mount namespace.
@@ -647,29 +656,12 @@ fn the_guide_runs_as_written_on_a_balancer_host_under_systemd() {
         .prefix("balancer-")
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .unwrap();
-    let out = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "--"])
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "inner_balancer_host",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("KUBEGATE_GUIDE_WORK", work.path())
-        .output()
-        .expect("unshare (util-linux) is installed");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let (passed, text) = in_private_mount_namespace(
+        "inner_balancer_host",
+        &[("KUBEGATE_GUIDE_WORK", work.path().to_str().unwrap())],
     );
     println!("{text}");
-    assert!(
-        out.status.success() && text.contains("test result: ok. 1 passed"),
-        "the guide failed on the balancer host:\n{text}"
-    );
+    assert!(passed, "the guide failed on the balancer host:\n{text}");
 }
 
 #[test]

@@ -38,6 +38,14 @@ fn cluster(
         .start()
 }
 
+/// Ready after one probe, then probed every two minutes: what kubegate learns of a replica
+/// during the test comes from its answers, not its probes.
+fn probes_rarely(cfg: &mut KubegateConfig) {
+    cfg.health.interval = secs(120);
+    cfg.health.fast_interval = secs(120);
+    cfg.health.rise = 1;
+}
+
 fn replica(r: &Response) -> String {
     r.header("x-kubegate-sim-replica")
         .unwrap_or("<none>")
@@ -390,11 +398,7 @@ async fn a_crashed_replicas_reads_are_retried_and_its_writes_reported_never_repl
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutting_down_replicas_429_is_retried_on_another() {
     // kubegate must not notice the shutdown through its probes: the 429s are what it sees.
-    let bed = cluster(3, &["--shutdown-send-retry-after"], |cfg| {
-        cfg.health.interval = secs(120);
-        cfg.health.fast_interval = secs(120);
-        cfg.health.rise = 1;
-    });
+    let bed = cluster(3, &["--shutdown-send-retry-after"], probes_rarely);
     let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
     // A slow request straight to replica-1 keeps it answering 429 while it drains.
     sims[0].set_latency_ms(20_000);
@@ -476,11 +480,7 @@ async fn reads_a_replicas_initializing_cache_refused_go_to_another() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_a_replicas_failing_storage_refused_go_to_another_and_writes_do_not() {
     // kubegate must not notice the failure through its probes: the answers are what it sees.
-    let bed = cluster(2, &[], |cfg| {
-        cfg.health.interval = secs(120);
-        cfg.health.fast_interval = secs(120);
-        cfg.health.rise = 1;
-    });
+    let bed = cluster(2, &[], probes_rarely);
     let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
     let mut conn = kg.connect(pki, true).await.unwrap();
     let r = conn

@@ -248,20 +248,21 @@ mod tests {
     /// A CA as kubeadm writes one: `openssl` makes the key (`genkey` args) and a self-signed
     /// CA certificate, `<name>.crt`/`.key` in `dir`.
     fn openssl_ca(dir: &Path, name: &str, genkey: &[&str]) {
+        let run = |cmd: &mut Command| {
+            let out = cmd.output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
         let key = dir.join(format!("{name}.key"));
-        let out = Command::new("openssl")
+        run(Command::new("openssl")
             .arg(genkey[0])
             .arg("-out")
             .arg(&key)
-            .args(&genkey[1..])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let out = Command::new("openssl")
+            .args(&genkey[1..]));
+        run(Command::new("openssl")
             .args(["req", "-x509", "-new", "-days", "30", "-subj"])
             .arg(format!("/CN={name}"))
             .args(["-addext", "basicConstraints=critical,CA:TRUE"])
@@ -269,14 +270,7 @@ mod tests {
             .arg("-key")
             .arg(&key)
             .arg("-out")
-            .arg(dir.join(format!("{name}.crt")))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+            .arg(dir.join(format!("{name}.crt"))));
     }
 
     #[test]
