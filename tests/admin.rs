@@ -261,4 +261,44 @@ async fn with_tls_and_authentication_only_the_probes_are_public() {
         "{}",
         String::from_utf8_lossy(&without.stderr)
     );
+
+    // `kubegate drain` changes something: with authentication configured, only an
+    // authenticated caller may, wherever it connects from.
+    let kubegate_cli = |command: &str, args: &[&std::ffi::OsStr]| {
+        std::process::Command::new(bin("kubegate"))
+            .args([command, "replica-1"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let ca = pki.ca_file();
+    let tls_only = [
+        "--admin".as_ref(),
+        url.as_ref(),
+        "--ca-file".as_ref(),
+        ca.as_os_str(),
+    ];
+    let refused = kubegate_cli("drain", &tls_only);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("HTTP 403"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let drained = kubegate_cli("drain", &["--config".as_ref(), config_path.as_os_str()]);
+    assert!(
+        drained.status.success(),
+        "{}",
+        String::from_utf8_lossy(&drained.stderr)
+    );
+    assert!(String::from_utf8_lossy(&drained.stdout).contains("replica-1: drained"));
+    let table = kubegate_status(&["--config".as_ref(), config_path.as_os_str()]);
+    assert!(
+        String::from_utf8_lossy(&table.stdout).contains("ready,drained"),
+        "{}",
+        String::from_utf8_lossy(&table.stdout)
+    );
+    let undrained = kubegate_cli("undrain", &["--config".as_ref(), config_path.as_os_str()]);
+    assert!(undrained.status.success());
+    assert!(String::from_utf8_lossy(&undrained.stdout).contains("replica-1: undrained"));
 }

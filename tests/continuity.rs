@@ -12,6 +12,14 @@
 //! 5. `a_replica_restarted_after_a_watchs_position_does_not_end_the_watch`: a replica whose
 //!    watch cache begins after a watch's position says 410; another replica serves it.
 //! 6. `a_replica_back_from_a_restart_gets_its_share_of_the_watches`: watches move to it live.
+//! 7. `kubegate_drain_moves_a_replicas_watches_before_its_restart`: `kubegate drain --wait`
+//!    returns once the replica holds nothing; its restart then moves nothing; `undrain` gives
+//!    it its share back.
+//! 8. `a_replica_whose_cache_lags_its_etcd_does_not_end_a_watch`: its "Too large resource
+//!    version" is taken to another replica.
+//! 9. `a_quiet_watch_outlives_a_rolling_restart_on_its_bookmarks`: bookmarks carry the watch
+//!    cache's progress; resumed from them, a watch that heard no event since before every
+//!    replica restarted needs no relist.
 
 use kubegate_e2e::*;
 use std::collections::HashMap;
@@ -308,6 +316,115 @@ async fn a_replica_restarted_after_a_watchs_position_does_not_end_the_watch() {
     );
 }
 
+/// A replica whose watch cache lags its etcd cannot serve a position newer than its cache:
+/// after its wait it answers "Too large resource version". kubegate holds that answer back and
+/// asks another replica; no client sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_cache_lags_its_etcd_does_not_end_a_watch() {
+    let bed = cluster(&["--watch-cache", "--bookmark-interval", "1h"]);
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
+    let mut writer = kg.connect(pki, true).await.unwrap();
+    let lagging = &sims[0];
+    lagging.set_cache("lagging");
+    for i in 0..3 {
+        create(&mut writer, &format!("busy-{i}")).await;
+    }
+    let from = list_version(&mut writer).await;
+    let path = format!("/api/v1/namespaces/lag/configmaps?watch=1&resourceVersion={from}");
+    let mut direct = lagging.connect(pki, false).await.unwrap();
+    let r = direct
+        .get(&path.replace("watch=1", "watch=1&timeoutSeconds=10"))
+        .await
+        .unwrap();
+    assert!(
+        r.text().contains("Too large resource version"),
+        "the lagging replica serves the new position: {}",
+        r.text()
+    );
+    // Three watches over three replicas holding none: one is offered to the lagging replica.
+    let mut watches = open_watches(kg, pki, &path, 3).await;
+    wait_for("the lagging replica's answer taken elsewhere", T, || {
+        (kg.metric(r#"kubegate_watch_resumes_total{cause="cache_behind"}"#) >= 1.0).then_some(())
+    });
+    wait_for("the three watches on the other replicas", T, || {
+        let on = watches_on(kg, sims);
+        (on[&lagging.name] == 0.0 && on.values().sum::<f64>() == 3.0).then_some(())
+    });
+    create_in(&mut writer, "lag", "l1").await;
+    for (i, (w, _)) in watches.iter_mut().enumerate() {
+        let e = w.next(T).await.unwrap().expect("an event");
+        assert_eq!(
+            (e.kind.as_str(), e.name.as_str()),
+            ("ADDED", "l1"),
+            "watch {i}: {e:?}"
+        );
+    }
+    assert_eq!(
+        kg.metric(r#"kubegate_watches_ended_total{reason="error"}"#),
+        0.0
+    );
+    lagging.set_cache("ready");
+}
+
+/// A quiet watch (a kubelet's of its own pods) hears no event for long; its bookmarks carry
+/// the watch cache's progress, which other objects' changes move. Resumed from its last
+/// bookmark, it is served by replicas whose caches begin after its last event: a rolling
+/// restart of every replica ends it nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_watch_outlives_a_rolling_restart_on_its_bookmarks() {
+    let mut bed = cluster(&[
+        "--watch-cache",
+        "--bookmark-interval",
+        "1s",
+        "--shutdown-delay-duration",
+        "1s",
+    ]);
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &mut bed.sims);
+    let mut writer = kg.connect(pki, true).await.unwrap();
+    let from = list_version(&mut writer).await;
+    let path = format!(
+        "/api/v1/namespaces/quiet/configmaps?watch=1&allowWatchBookmarks=true&resourceVersion={from}"
+    );
+    let mut watches = open_watches(kg, pki, &path, 1).await;
+    let (w, _) = &mut watches[0];
+    for i in 0..sims.len() {
+        // Elsewhere the store moves on; the quiet watch hears of it only by its bookmarks.
+        create(&mut writer, &format!("busy-{i}")).await;
+        let now: u64 = list_version(&mut writer).await.parse().unwrap();
+        let deadline = std::time::Instant::now() + T;
+        loop {
+            let e = w.next(T).await.unwrap().expect("a bookmark");
+            assert_eq!(e.kind, "BOOKMARK", "{e:?}");
+            if e.resource_version.parse::<u64>().unwrap() >= now {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no bookmark at {now} or later: {e:?}"
+            );
+        }
+        let name = sims[i].name.clone();
+        sims[i].signal(libc::SIGTERM);
+        let status = sims[i].wait_exit(T);
+        assert!(status.success(), "{status:?}");
+        sims[i].restart();
+        kg.wait_state(&name, "ready", T);
+    }
+    // Every replica's cache now begins after the watch's last event, and still it goes on.
+    create_in(&mut writer, "quiet", "q1").await;
+    let e = loop {
+        let e = w.next(T).await.unwrap().expect("an event");
+        if e.kind != "BOOKMARK" {
+            break e;
+        }
+    };
+    assert_eq!((e.kind.as_str(), e.name.as_str()), ("ADDED", "q1"), "{e:?}");
+    assert_eq!(
+        kg.metric(r#"kubegate_watches_ended_total{reason="expired"}"#),
+        0.0
+    );
+}
+
 /// A replica back from a restart holds no watch until its share is moved to it: the others,
 /// holding more than theirs, give some up, live, each watch from its client's last position.
 /// Every watch still sees every object once, in order.
@@ -362,6 +479,114 @@ async fn a_replica_back_from_a_restart_gets_its_share_of_the_watches() {
     }
     let moved = kg.metric(r#"kubegate_watch_resumes_total{cause="moved"}"#);
     assert!(moved >= 3.0, "{moved} moves for {share:?}");
+}
+
+/// Runs `kubegate ARGS --admin ADMIN` (a drain call), its exit status and output.
+fn kubegate_cli(kg: &Kubegate, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(bin("kubegate"))
+        .args(args)
+        .arg("--admin")
+        .arg(kg.admin.to_string())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubegate_drain_moves_a_replicas_watches_before_its_restart() {
+    let mut bed = cluster(&["--shutdown-delay-duration", "2s"]);
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &mut bed.sims);
+    let mut writer = kg.connect(pki, true).await.unwrap();
+    let from = list_version(&mut writer).await;
+    let path = format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={from}");
+    let mut watches = open_watches(kg, pki, &path, 9).await;
+    wait_for("the watches open", T, || {
+        (watches_on(kg, sims).values().sum::<f64>() == 9.0).then_some(())
+    });
+    let held = watches_on(kg, sims);
+    let target = sims
+        .iter()
+        .position(|s| held[&s.name] > 0.0)
+        .expect("a replica holds watches");
+    let name = sims[target].name.clone();
+    let mut created = Vec::new();
+    create(&mut writer, "before").await;
+    created.push("before".to_string());
+
+    // A browser cannot ask for a drain, even on loopback.
+    let from_browser = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(kg.admin).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(s, "POST /backends/{name}/drain HTTP/1.1\r\nHost: x\r\nOrigin: http://evil.example\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    };
+    assert!(from_browser.starts_with("HTTP/1.1 403"), "{from_browser}");
+    let (ok, out) = kubegate_cli(kg, &["drain", "nobody"]);
+    assert!(!ok && out.contains("404"), "{out}");
+
+    // Drained, the replica gives up every watch without a break, and `--wait` says so.
+    let (ok, out) =
+        tokio::task::block_in_place(|| kubegate_cli(kg, &["drain", &name, "--wait", "60s"]));
+    assert!(ok, "{out}");
+    assert!(out.contains("holds no long-running request"), "{out}");
+    let on = watches_on(kg, sims);
+    assert_eq!((on[&name], on.values().sum::<f64>()), (0.0, 9.0), "{on:?}");
+    let table = kg.backends();
+    let row = table.iter().find(|b| b["name"] == name.as_str()).unwrap();
+    assert_eq!(row["drained_by_operator"], true, "{row}");
+    // New watches go elsewhere too.
+    let more = open_watches(kg, pki, &path, 3).await;
+    wait_for("the new watches open", T, || {
+        (watches_on(kg, sims).values().sum::<f64>() == 12.0).then_some(())
+    });
+    assert_eq!(watches_on(kg, sims)[&name], 0.0);
+    watches.extend(more);
+
+    // Its restart moves nothing.
+    let resumed = |kg: &Kubegate| {
+        ["ended", "failed", "drained", "expired"]
+            .iter()
+            .map(|c| kg.metric(&format!("kubegate_watch_resumes_total{{cause=\"{c}\"}}")))
+            .sum::<f64>()
+    };
+    let before = resumed(kg);
+    sims[target].signal(libc::SIGTERM);
+    let status = sims[target].wait_exit(T);
+    assert!(status.success(), "{status:?}");
+    sims[target].restart();
+    kg.wait_state(&name, "ready", T);
+    assert_eq!(resumed(kg), before, "a watch moved at the restart");
+    create(&mut writer, "between").await;
+    created.push("between".to_string());
+
+    // Undrained, it gets its share back.
+    let (ok, out) = kubegate_cli(kg, &["undrain", &name]);
+    assert!(ok && out.contains("undrained"), "{out}");
+    wait_for("the share back on the undrained replica", T, || {
+        (watches_on(kg, sims)[&name] >= 3.0).then_some(())
+    });
+    create(&mut writer, "after").await;
+    created.push("after".to_string());
+    // Every watch (the later ones too: they watch from the same position) saw every object
+    // once, in order.
+    for (i, (w, _)) in watches.iter_mut().enumerate() {
+        let mut seen = Vec::new();
+        while seen.len() < created.len() {
+            match w.next(T).await {
+                Ok(Some(e)) => seen.push(e.name),
+                other => panic!("watch {i} ended or stalled after {seen:?}: {other:?}"),
+            }
+        }
+        assert_eq!(seen, created, "watch {i}: every object once, in order");
+    }
 }
 
 /// A POST with a JSON body to `host` (plain HTTP), the raw response.

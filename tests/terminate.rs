@@ -434,7 +434,7 @@ async fn reads_a_replicas_initializing_cache_refused_go_to_another() {
     let bed = cluster(2, &[], |_| {});
     let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
     let mut conn = kg.connect(pki, true).await.unwrap();
-    sims[1].set_cache_initializing(true);
+    sims[1].set_cache("initializing");
     for i in 0..4 {
         for path in [
             "/api/v1/namespaces/default/configmaps",
@@ -447,7 +447,7 @@ async fn reads_a_replicas_initializing_cache_refused_go_to_another() {
     }
     assert!(kg.metric(r#"kubegate_request_retries_total{reason="storage_initializing"}"#) >= 1.0);
     assert_eq!(kg.state("replica-2").as_deref(), Some("ready"));
-    sims[0].set_cache_initializing(true);
+    sims[0].set_cache("initializing");
     let r = conn
         .get("/api/v1/namespaces/default/configmaps")
         .await
@@ -460,7 +460,7 @@ async fn reads_a_replicas_initializing_cache_refused_go_to_another() {
     );
     assert_eq!(r.header("retry-after"), Some("1"));
     // Ready again: served where it lands.
-    sims[1].set_cache_initializing(false);
+    sims[1].set_cache("ready");
     let r = conn
         .get("/api/v1/namespaces/default/configmaps")
         .await

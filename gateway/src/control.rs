@@ -6,8 +6,9 @@
 //! | module | job |
 //! |---|---|
 //! | `service` | the control runtime (a pingora background service): starts every task below |
-//! | `admin` | `/livez`, `/readyz`, `/metrics`, `/debug/backends`, `/debug/config` |
+//! | `admin` | `/livez`, `/readyz`, `/metrics`, `/debug/backends`, `/debug/config`, drain calls |
 //! | `status` | `kubegate status`: the admin endpoint's backends as a table |
+//! | `drain` | `kubegate drain` and `undrain`: a replica's work moved ahead of its restart |
 //! | `reload` | SIGHUP and file-change reloads: all or nothing |
 //! | `certs` | serving and front-proxy certificates that follow their files |
 //! | `expiry` | every certificate file's expiry, exported |
@@ -20,6 +21,7 @@
 mod admin;
 mod certs;
 mod discovery;
+pub mod drain;
 mod expiry;
 mod files;
 pub mod init;

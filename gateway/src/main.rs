@@ -1,4 +1,4 @@
-//! `kubegate`'s command line: `run`, `check`, `status`. Everything else is the library's
+//! `kubegate`'s command line: `run`, `check`, `init`, `status`, `drain`, `undrain`. Everything else is the library's
 //! (`lib.rs`).
 #![forbid(unsafe_code)]
 
@@ -92,30 +92,76 @@ enum Command {
     },
     /// Print the backends of a running gateway as a table.
     Status {
-        /// Admin endpoint of the running gateway: HOST:PORT, or https://HOST:PORT when it
-        /// serves TLS.
-        #[arg(long, conflicts_with = "config")]
-        admin: Option<String>,
-        /// Read the admin endpoint from this configuration file: its address, TLS (verified
-        /// by --ca-file, else admin.tls.client_ca_file) and bearer_token_file.
-        #[arg(long, short)]
-        config: Option<PathBuf>,
-        /// CA (PEM) that signs the admin endpoint's serving certificate.
-        #[arg(long)]
-        ca_file: Option<PathBuf>,
-        /// Name to verify in the admin endpoint's certificate (default: its IP address).
-        #[arg(long)]
-        server_name: Option<String>,
-        /// Client certificate (PEM) the admin endpoint's client CA verifies.
-        #[arg(long, requires = "key_file")]
-        cert_file: Option<PathBuf>,
-        /// Key (PEM) of --cert-file.
-        #[arg(long, requires = "cert_file")]
-        key_file: Option<PathBuf>,
-        /// File whose first line is a bearer token the admin endpoint accepts.
-        #[arg(long)]
-        token_file: Option<PathBuf>,
+        #[command(flatten)]
+        admin: AdminArgs,
     },
+    /// Move a backend's work elsewhere ahead of a planned restart: new requests and
+    /// connections go to the other ready backends, and terminate mode moves its watches live
+    /// (at terminate.watch_moves_per_second). Held until `kubegate undrain` (a reload keeps
+    /// it; a restart of kubegate forgets it).
+    Drain {
+        /// The backend, by the name `kubegate status` shows.
+        backend: String,
+        /// Wait until it holds no long-running request (exit 1 if it still does after this
+        /// long), e.g. --wait 5m.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        wait: Option<std::time::Duration>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Give a drained backend its share of new work again.
+    Undrain {
+        /// The backend, by the name `kubegate status` shows.
+        backend: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+}
+
+/// How to reach a running gateway's admin endpoint (`status`, `drain`, `undrain`).
+#[derive(clap::Args)]
+struct AdminArgs {
+    /// Admin endpoint of the running gateway: HOST:PORT, or https://HOST:PORT when it
+    /// serves TLS.
+    #[arg(long, conflicts_with = "config")]
+    admin: Option<String>,
+    /// Read the admin endpoint from this configuration file: its address, TLS (verified
+    /// by --ca-file, else admin.tls.client_ca_file) and bearer_token_file.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// CA (PEM) that signs the admin endpoint's serving certificate.
+    #[arg(long)]
+    ca_file: Option<PathBuf>,
+    /// Name to verify in the admin endpoint's certificate (default: its IP address).
+    #[arg(long)]
+    server_name: Option<String>,
+    /// Client certificate (PEM) the admin endpoint's client CA verifies.
+    #[arg(long, requires = "key_file")]
+    cert_file: Option<PathBuf>,
+    /// Key (PEM) of --cert-file.
+    #[arg(long, requires = "cert_file")]
+    key_file: Option<PathBuf>,
+    /// File whose first line is a bearer token the admin endpoint accepts.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+}
+
+impl AdminArgs {
+    /// The admin endpoint these point at; exit code 2 (after saying why) if they do not.
+    fn target(self, command: &str) -> Result<status::AdminTarget, ExitCode> {
+        let options = status::StatusOptions {
+            admin: self.admin,
+            config: self.config,
+            ca_file: self.ca_file,
+            server_name: self.server_name,
+            client_cert: self.cert_file.zip(self.key_file),
+            token_file: self.token_file,
+        };
+        status::AdminTarget::from_options(options).map_err(|e| {
+            eprintln!("kubegate {command}: {e:#}");
+            ExitCode::from(2)
+        })
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -135,6 +181,31 @@ enum ShapeArg {
 enum ModeArg {
     Passthrough,
     Terminate,
+}
+
+fn drain_command(
+    command: &str,
+    backend: String,
+    drain: bool,
+    wait: Option<std::time::Duration>,
+    admin: AdminArgs,
+) -> ExitCode {
+    let target = match admin.target(command) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let request = kubegate::control::drain::DrainRequest {
+        backend,
+        drain,
+        wait,
+    };
+    match kubegate::control::drain::run(&target, &request) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kubegate {command}: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn parse_backend(s: &str) -> Result<(String, std::net::SocketAddr), String> {
@@ -199,29 +270,10 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Status {
-            admin,
-            config,
-            ca_file,
-            server_name,
-            cert_file,
-            key_file,
-            token_file,
-        } => {
-            let options = status::StatusOptions {
-                admin,
-                config,
-                ca_file,
-                server_name,
-                client_cert: cert_file.zip(key_file),
-                token_file,
-            };
-            let target = match status::AdminTarget::from_options(options) {
+        Command::Status { admin } => {
+            let target = match admin.target("status") {
                 Ok(t) => t,
-                Err(e) => {
-                    eprintln!("kubegate status: {e:#}");
-                    return ExitCode::from(2);
-                }
+                Err(code) => return code,
             };
             match status::print(&target) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -230,6 +282,14 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+        Command::Drain {
+            backend,
+            wait,
+            admin,
+        } => drain_command("drain", backend, true, wait, admin),
+        Command::Undrain { backend, admin } => {
+            drain_command("undrain", backend, false, None, admin)
         }
         Command::Run {
             config,

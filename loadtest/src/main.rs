@@ -38,7 +38,7 @@ enum Command {
     Run {
         /// Scenarios, comma-separated: rolling-restart, rolling-restart-goaway, crash,
         /// crash-writes, freeze, freeze-leader, flap, slow-start, not-ready, all-down, etcd-down,
-        /// or all.
+        /// upgrade, or all.
         #[arg(long, value_delimiter = ',', default_value = "all")]
         scenario: Vec<String>,
         /// Gateways, comma-separated: kubegate, haproxy-kubeadm, haproxy-tuned, nginx, envoy
@@ -526,5 +526,24 @@ async fn interrupted() -> &'static str {
     tokio::select! {
         _ = int.recv() => "SIGINT",
         _ = term.recv() => "SIGTERM",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn run_help_names_every_scenario() {
+        let mut cli = Cli::command();
+        let run = cli.find_subcommand_mut("run").expect("run");
+        let help = run.render_long_help().to_string();
+        for s in scenarios::ALL {
+            assert!(
+                help.contains(&format!(" {s},")),
+                "`run --help` misses {s}: {help}"
+            );
+        }
     }
 }

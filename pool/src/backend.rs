@@ -76,6 +76,8 @@ pub struct Backend<P> {
     state: AtomicU8,
     since_unix_ms: AtomicU64,
     shutting_down: AtomicBool,
+    /// The operator asked for its work to move elsewhere ahead of a planned restart.
+    drained_by_operator: AtomicBool,
     last_probe: ArcSwapOption<ProbeRecord>,
     /// When the current run of failed probes began (none while the last probe passed), and
     /// when the last failed probe started.
@@ -110,6 +112,7 @@ impl<P: DataPlanes> Backend<P> {
             state: AtomicU8::new(state as u8),
             since_unix_ms: AtomicU64::new(0),
             shutting_down: AtomicBool::new(false),
+            drained_by_operator: AtomicBool::new(false),
             last_probe: ArcSwapOption::empty(),
             failures: Mutex::new(Failures::default()),
             ejection: Ejection::new(),
@@ -187,6 +190,17 @@ impl<P> Backend<P> {
     /// The last probe said `[-]shutdown`.
     pub fn shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::Acquire)
+    }
+
+    /// The operator drained it (`kubegate drain`): it gets new work only when every ready
+    /// backend is drained, and terminate mode moves its watches elsewhere.
+    pub fn drained_by_operator(&self) -> bool {
+        self.drained_by_operator.load(Ordering::Acquire)
+    }
+
+    /// Sets the operator's drain; returns whether it was set before.
+    pub(crate) fn set_drained_by_operator(&self, drained: bool) -> bool {
+        self.drained_by_operator.swap(drained, Ordering::AcqRel)
     }
 
     /// Records a probe that ran; returns whether the backend was shutting down before it.

@@ -104,6 +104,26 @@ impl<P: DataPlanes> Pool<P> {
         self.members().iter().map(|b| b.planes().open()).sum()
     }
 
+    /// Sets or clears the operator's drain of the backend named `name` (`kubegate drain`):
+    /// while set, new work goes to the other ready backends. Returns whether the backend
+    /// exists. The drain lives as long as the backend: a reload keeps it, a restart of
+    /// kubegate forgets it.
+    pub fn drain_by_operator(&self, name: &str, drained: bool) -> bool {
+        let Some(backend) = self
+            .members()
+            .iter()
+            .find(|b| b.info().name == name)
+            .cloned()
+        else {
+            return false;
+        };
+        if backend.set_drained_by_operator(drained) != drained {
+            tracing::info!(backend = %name, drained, "backend drained by the operator");
+            self.rebuild_routing();
+        }
+        true
+    }
+
     /// Adds a backend in `unknown` and starts probing it. Must run inside the runtime that is
     /// to carry its health checks.
     pub fn add(&self, spec: &BackendSpec) {
@@ -501,6 +521,11 @@ impl<P: DataPlanes> Pool<P> {
                 ready: members
                     .iter()
                     .filter(|b| b.state() == BackendState::Ready)
+                    .cloned()
+                    .collect(),
+                undrained: members
+                    .iter()
+                    .filter(|b| b.state() == BackendState::Ready && !b.drained_by_operator())
                     .cloned()
                     .collect(),
                 fallback: members

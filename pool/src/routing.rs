@@ -9,6 +9,9 @@ use std::sync::Arc;
 pub struct RoutingTable<P> {
     /// `ready` backends.
     pub ready: Vec<Arc<Backend<P>>>,
+    /// Of those, the ones the operator has not drained (`kubegate drain`): new work goes
+    /// here, and to a drained one only when every ready backend is drained.
+    pub undrained: Vec<Arc<Backend<P>>>,
     /// `not_ready` backends that still answer and are not shutting down: used only when
     /// `ready` is empty and `no_ready_backend: alive`.
     pub fallback: Vec<Arc<Backend<P>>>,
@@ -23,6 +26,7 @@ impl<P> Default for RoutingTable<P> {
     fn default() -> Self {
         RoutingTable {
             ready: Vec::new(),
+            undrained: Vec::new(),
             fallback: Vec::new(),
             shutting_down: Vec::new(),
         }
@@ -43,7 +47,9 @@ pub enum Candidates<'a, P> {
 impl<P> RoutingTable<P> {
     /// The candidates for new work under `policy`.
     pub fn candidates(&self, policy: NoReadyBackendPolicy) -> Candidates<'_, P> {
-        if !self.ready.is_empty() {
+        if !self.undrained.is_empty() {
+            Candidates::Ready(&self.undrained)
+        } else if !self.ready.is_empty() {
             Candidates::Ready(&self.ready)
         } else if policy == NoReadyBackendPolicy::Refuse {
             Candidates::None

@@ -371,6 +371,11 @@ fn store_error(target: &Target<'_>, name: &str, e: StoreError) -> Reply {
             &format!("too old resource version: {requested} ({compacted})"),
             None,
         ),
+        e @ StoreError::TooLarge { .. } => {
+            let status = crate::watch::too_large(&e);
+            Reply::new(StatusCode::GATEWAY_TIMEOUT, Bytes::from(status.to_string()))
+            .header("content-type", "application/json")
+        }
         StoreError::Unavailable(why) => {
             tracing::warn!(error = %why, "storage unavailable");
             respond::status(500, "InternalError", &format!("Internal error occurred: {why}"), None)

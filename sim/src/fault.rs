@@ -7,6 +7,9 @@
 //! POST /cache?state=initializing  the watch caches re-initialize, as the cacher does after
 //!                              its etcd watch failed: LISTs and watches get 429 "storage is
 //!                              (re)initializing" while /readyz passes; state=ready ends it
+//! POST /cache?state=lagging    the watch cache stops taking etcd's changes (--watch-cache):
+//!                              a watch from beyond it fails "Too large resource version"
+//!                              after 3 s; state=ready catches it up
 //! GET  /state                  forced checks, latency, in-flight requests, open watches, and
 //!                              the LIST and WATCH requests received since the start
 //! ```
@@ -72,15 +75,22 @@ fn handle(sim: &Sim, req: Request<Incoming>) -> Response<Full<Bytes>> {
             ),
         },
         (&Method::POST, "/cache") => match get("state") {
-            Some(state @ ("initializing" | "ready")) => {
-                let initializing = state == "initializing";
-                sim.checks.set_cache_initializing(initializing);
-                tracing::info!(initializing, "fault: watch caches");
-                (StatusCode::OK, json!({"cache": state}))
+            Some(state @ ("initializing" | "ready" | "lagging")) => {
+                let lagging = state == "lagging";
+                if sim.store.set_lagging(lagging) || !lagging {
+                    sim.checks.set_cache_initializing(state == "initializing");
+                    tracing::info!(state, "fault: watch caches");
+                    (StatusCode::OK, json!({"cache": state}))
+                } else {
+                    (
+                        StatusCode::BAD_REQUEST,
+                        json!({"error": "state=lagging needs a watch cache (--watch-cache)"}),
+                    )
+                }
             }
             _ => (
                 StatusCode::BAD_REQUEST,
-                json!({"error": "state=initializing or state=ready is required"}),
+                json!({"error": "state=initializing, state=lagging or state=ready is required"}),
             ),
         },
         (&Method::GET, "/state") => (

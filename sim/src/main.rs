@@ -138,8 +138,8 @@ pub struct ServeArgs {
     /// Simulator: loopback port of the fault-injection endpoint (none if unset).
     #[arg(long)]
     fault_port: Option<u16>,
-    /// Simulator: interval of watch BOOKMARK events.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    /// Simulator: interval of watch BOOKMARK events (the cacher's, KEP-1904: 1 min).
+    #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
     bookmark_interval: Duration,
     /// Simulator: latency added to every API request (health endpoints answer at once); the
     /// fault port's `/latency` changes it at run time.

@@ -13,6 +13,8 @@ pub use etcd::EtcdStore;
 pub use memory::MemoryStore;
 
 use async_trait::async_trait;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc};
 
 /// One stored key.
@@ -78,10 +80,49 @@ pub enum StoreError {
     /// The store cannot be reached.
     #[error("storage unavailable: {0}")]
     Unavailable(String),
+    /// A watch cache behind the store was asked for a position beyond what it has seen, and
+    /// did not reach it within its wait.
+    #[error("Too large resource version: {requested}, current: {current}")]
+    TooLarge {
+        /// What was asked for.
+        requested: i64,
+        /// What the cache has seen.
+        current: i64,
+    },
 }
 
 /// Receives watch events in revision order; ends when the watch ends.
-pub type EventStream = mpsc::Receiver<Result<StoreEvent, StoreError>>;
+pub struct EventStream {
+    rx: mpsc::Receiver<Result<StoreEvent, StoreError>>,
+    /// A watch cache's progress for this watch (see [`EventStream::progress`]).
+    progress: Option<Arc<AtomicI64>>,
+}
+
+impl EventStream {
+    /// A stream of what `rx` receives, with no progress known beyond its events (etcd's
+    /// watch, as the apiserver uses it without a cache: no bookmarks come from there).
+    pub fn new(rx: mpsc::Receiver<Result<StoreEvent, StoreError>>) -> EventStream {
+        EventStream { rx, progress: None }
+    }
+
+    /// The next event, or `None` once the watch ended.
+    pub async fn recv(&mut self) -> Option<Result<StoreEvent, StoreError>> {
+        self.rx.recv().await
+    }
+
+    /// Whether no event waits to be received.
+    pub fn is_empty(&self) -> bool {
+        self.rx.is_empty()
+    }
+
+    /// The newest revision up to which every change under the watch's prefix has been put in
+    /// this stream (a cache's progress: changes elsewhere move it too), as a bookmark carries
+    /// it; `None` without a cache. Read before [`EventStream::is_empty`]: when nothing waits
+    /// after it was read, every change it covers has been received.
+    pub fn progress(&self) -> Option<i64> {
+        self.progress.as_ref().map(|p| p.load(Ordering::Acquire))
+    }
+}
 
 /// The operations the API needs.
 #[async_trait]
@@ -105,6 +146,12 @@ pub trait Store: Send + Sync + 'static {
     async fn watch(&self, prefix: &str, after: i64) -> Result<EventStream, StoreError>;
     /// The current revision (also a health check).
     async fn revision(&self) -> Result<i64, StoreError>;
+    /// Makes a cache in front of the store stop taking the store's changes (`true`) or catch
+    /// up again (`false`), as a watch cache whose etcd watch lags; false for a store without
+    /// a cache.
+    fn set_lagging(&self, _lagging: bool) -> bool {
+        false
+    }
 }
 
 impl StoreEvent {
@@ -120,15 +167,26 @@ impl StoreEvent {
 /// A watch's stream, for stores that keep history and broadcast live changes: `backlog` (the
 /// changes after `after` already made, oldest first), then every live change under `prefix`
 /// newer than what was sent. A watcher too slow for the broadcast gets `Compacted` and ends, as
-/// etcd ends a watcher that falls behind.
+/// etcd ends a watcher that falls behind. `looked_to` (a cache: the newest revision its
+/// history held when `backlog` was taken from it): the stream also says how far it has looked,
+/// changes under other prefixes included.
 fn stream_from(
     backlog: Vec<StoreEvent>,
     mut live: broadcast::Receiver<StoreEvent>,
     after: i64,
     prefix: &str,
+    looked_to: Option<i64>,
 ) -> EventStream {
     let prefix = prefix.to_string();
     let (tx, rx) = mpsc::channel(256);
+    let progress = looked_to.map(|_| Arc::new(AtomicI64::new(after)));
+    let seen = progress.clone();
+    // Stored only once every change up to `revision` under the prefix is in the channel.
+    let looked_at = move |revision: i64| {
+        if let Some(p) = &seen {
+            p.fetch_max(revision, Ordering::Release);
+        }
+    };
     tokio::spawn(async move {
         let mut last = after;
         for e in backlog {
@@ -136,6 +194,11 @@ fn stream_from(
             if tx.send(Ok(e)).await.is_err() {
                 return;
             }
+            looked_at(last);
+        }
+        // The backlog was everything under the prefix up to there.
+        if let Some(to) = looked_to {
+            looked_at(to);
         }
         loop {
             tokio::select! {
@@ -145,8 +208,9 @@ fn stream_from(
                         if tx.send(Ok(e)).await.is_err() {
                             return;
                         }
+                        looked_at(last);
                     }
-                    Ok(_) => {}
+                    Ok(e) => looked_at(e.revision()),
                     Err(broadcast::error::RecvError::Lagged(_)) => {
                         let _ = tx
                             .send(Err(StoreError::Compacted {
@@ -162,5 +226,5 @@ fn stream_from(
             }
         }
     });
-    rx
+    EventStream { rx, progress }
 }

@@ -4,7 +4,12 @@
 //! - `resourceVersion=N`: every change after N, from any replica (they share the store);
 //! - `fieldSelector=metadata.name=...` and `labelSelector` (equality terms) filter the events;
 //! - N compacted away: one ERROR event with a 410 `Expired` Status (the client relists);
-//! - `allowWatchBookmarks`: periodic BOOKMARK events carrying the last resourceVersion;
+//! - N beyond a lagging watch cache (after its 3 s wait): one ERROR event with a 504
+//!   `Timeout` Status whose cause is `ResourceVersionTooLarge`;
+//! - `allowWatchBookmarks`: a BOOKMARK every `--bookmark-interval` (1 min, the cacher's
+//!   `bookmarkFrequency`, KEP-1904) and one 2 s before the watch's deadline; with a watch
+//!   cache it carries the cache's progress (changes to other objects move it), without one the
+//!   last resourceVersion sent;
 //! - `timeoutSeconds`: the stream ends cleanly then (default: 30–60 min, as the apiserver);
 //! - `sendInitialEvents=true` (with `resourceVersionMatch=NotOlderThan`, as the apiserver
 //!   requires): the current objects as ADDED, then a BOOKMARK annotated
@@ -131,6 +136,10 @@ pub async fn serve(
             });
             let _ = tx.try_send(encode(encoding, "ERROR", &status));
         }
+        // The cacher's `newErrWatcher`: the error as the stream's only event.
+        Err(e @ StoreError::TooLarge { .. }) => {
+            let _ = tx.try_send(encode(encoding, "ERROR", &too_large(&e)));
+        }
         Err(e) => return unavailable(e),
     }
     let body = StreamBody::new(futures_util::stream::unfold(rx, |mut rx| async move {
@@ -147,6 +156,21 @@ pub async fn serve(
         .header("cache-control", "no-cache, private");
     reply.stream = Some(body.boxed());
     reply
+}
+
+/// apimachinery's `NewTooLargeResourceVersionError`: a Timeout (504) with the
+/// `ResourceVersionTooLarge` cause and a second to wait.
+pub fn too_large(e: &StoreError) -> Value {
+    json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": e.to_string(),
+        "reason": "Timeout",
+        "details": {
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1,
+        },
+        "code": 504,
+    })
 }
 
 fn unavailable(e: StoreError) -> Reply {
@@ -198,6 +222,11 @@ impl Stream {
         self.sim.watches.fetch_add(1, Ordering::AcqRel);
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
+        // The cacher also sends a bookmark 2 s before the watch's deadline, so that the
+        // client resumes from a fresh position.
+        let pre_deadline = tokio::time::sleep(timeout.saturating_sub(Duration::from_secs(2)));
+        tokio::pin!(pre_deadline);
+        let mut pre_deadline_sent = timeout <= Duration::from_secs(2);
         let mut bookmark = tokio::time::interval(self.sim.behaviour.bookmark_interval);
         bookmark.tick().await;
         let mut open = true;
@@ -240,8 +269,11 @@ impl Stream {
                     }
                 }
                 _ = bookmark.tick(), if bookmarks => {
-                    let obj = self.bookmark(None);
-                    open = self.tx.send(encode(self.encoding, "BOOKMARK", &obj)).await.is_ok();
+                    open = self.send_bookmark(events.as_ref()).await;
+                }
+                () = &mut pre_deadline, if bookmarks && !pre_deadline_sent => {
+                    pre_deadline_sent = true;
+                    open = self.send_bookmark(events.as_ref()).await;
                 }
                 _ = &mut deadline => open = false,
                 _ = self.sim.end_watches.cancelled() => open = false,
@@ -263,6 +295,27 @@ impl Stream {
     }
 
     /// A BOOKMARK's object: the kind with only the resourceVersion (and `annotations`).
+    /// A BOOKMARK at the newest position the stream can vouch for: with a watch cache, its
+    /// progress (changes to other objects move it, as the cacher's resourceVersion moves with
+    /// etcd's progress notifications), so a quiet watch's position stays fresh; false once the
+    /// client is gone.
+    async fn send_bookmark(&mut self, events: Option<&crate::store::EventStream>) -> bool {
+        if let Some(events) = events {
+            // Read before looking whether anything waits: when nothing does, every change the
+            // progress covers has been forwarded.
+            if let Some(progress) = events.progress() {
+                if events.is_empty() {
+                    self.last_revision = self.last_revision.max(progress);
+                }
+            }
+        }
+        let obj = self.bookmark(None);
+        self.tx
+            .send(encode(self.encoding, "BOOKMARK", &obj))
+            .await
+            .is_ok()
+    }
+
     fn bookmark(&self, annotations: Option<Value>) -> Value {
         let mut obj = json!({
             "kind": self.resource.kind,

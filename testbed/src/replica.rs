@@ -221,14 +221,10 @@ impl Replica {
         self.fault(&format!("/latency?ms={ms}"))
     }
 
-    /// Makes the replica's watch caches re-initialize (LISTs and watches answered 429
-    /// "storage is (re)initializing", `/readyz` passing), or ready again.
-    pub fn set_cache_initializing(&self, initializing: bool) -> anyhow::Result<()> {
-        let state = if initializing {
-            "initializing"
-        } else {
-            "ready"
-        };
+    /// Puts its watch caches in `state` through the fault port: `initializing` (429 to LISTs
+    /// and watches, `/readyz` passing), `lagging` (they stop taking etcd's changes: a watch
+    /// from beyond them fails "Too large resource version"), or `ready`.
+    pub fn set_cache(&self, state: &str) -> anyhow::Result<()> {
         self.fault(&format!("/cache?state={state}"))
     }
 }

@@ -137,11 +137,12 @@ impl Sim {
             .unwrap_or_else(|e| panic!("{e:#}"));
     }
 
-    /// Makes the replica's watch caches re-initialize (429 to LISTs and watches, `/readyz`
-    /// passing), or ready again.
-    pub fn set_cache_initializing(&self, initializing: bool) {
+    /// Puts the replica's watch caches in `state`: `initializing` (429 to LISTs and watches,
+    /// `/readyz` passing), `lagging` (behind etcd: a watch from beyond them fails "Too large
+    /// resource version"), or `ready`.
+    pub fn set_cache(&self, state: &str) {
         self.replica
-            .set_cache_initializing(initializing)
+            .set_cache(state)
             .unwrap_or_else(|e| panic!("{e:#}"));
     }
 

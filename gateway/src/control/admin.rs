@@ -1,5 +1,7 @@
 //! The admin endpoint: the status page (`/`), `/livez`, `/readyz` (and its checks,
-//! `/readyz/lifecycle`, `/readyz/backends`), `/metrics`, `/debug/backends`, `/debug/config`.
+//! `/readyz/lifecycle`, `/readyz/backends`), `/metrics`, `/debug/backends`, `/debug/config`;
+//! and the one kind of call that changes something, `POST /backends/NAME/drain` and
+//! `/undrain` (`drain.rs`).
 //!
 //! HTTP/1.1, over TLS when `admin.tls` is set; it keeps answering through `stopping` and
 //! `draining` so probes and scrapes see the shutdown happen. `/livez` is 200 until the process
@@ -8,15 +10,17 @@
 //! Hardened so that whoever reaches the port cannot keep probes out or read more than they
 //! should: at most `admin.max_connections` at once, a new one closing the oldest (an idle or
 //! slow client holds a slot only until newer ones need it); request headers within
-//! `admin.header_read_timeout` and 16 KiB; only GET and HEAD. With a client CA or a bearer
+//! `admin.header_read_timeout` and 16 KiB; only GET and HEAD, but for the drain calls. With a client CA or a bearer
 //! token file configured, everything but `admin.public_paths` (the probes, by default) needs a
 //! verified client certificate or one of the tokens.
 
+mod drain;
 mod page;
 mod readyz;
 mod respond;
 mod views;
 
+pub use drain::DrainAnswer;
 pub use views::BackendView;
 
 use crate::state::Gateway;
@@ -96,7 +100,7 @@ pub async fn serve(listener: TcpListener, tls: Option<Arc<AdminTls>>, gw: Arc<Ga
             // The successor answers on this socket now.
             _ = handed_over.wait_for(|h| *h) => return,
         };
-        let (stream, _) = match accepted {
+        let (stream, peer) = match accepted {
             Ok(pair) => pair,
             Err(e) => {
                 tracing::warn!(error = %e, "admin accept failed");
@@ -109,13 +113,13 @@ pub async fn serve(listener: TcpListener, tls: Option<Arc<AdminTls>>, gw: Arc<Ga
             (gw.clone(), tls.clone(), open.clone(), settings.clone());
         let task = tokio::spawn(async move {
             match tls {
-                None => connection(stream, false, &gw2, &settings2).await,
+                None => connection(stream, peer, false, &gw2, &settings2).await,
                 Some(tls) => {
                     let handshake = tls.acceptor.accept(stream);
                     match tokio::time::timeout(settings2.header_read_timeout, handshake).await {
                         Ok(Ok(stream)) => {
                             let verified = stream.get_ref().1.peer_certificates().is_some();
-                            connection(stream, verified, &gw2, &settings2).await
+                            connection(stream, peer, verified, &gw2, &settings2).await
                         }
                         Ok(Err(_)) => {}
                         Err(_) => gw2.metrics().control.admin_refused(AdminRefusal::Timeout),
@@ -135,16 +139,21 @@ pub async fn serve(listener: TcpListener, tls: Option<Arc<AdminTls>>, gw: Arc<Ga
     }
 }
 
-/// Serves HTTP/1.1 on one connection; `verified`: it presented a client certificate the
-/// admin CA verified.
-async fn connection<S>(stream: S, verified: bool, gw: &Arc<Gateway>, settings: &AdminConfig)
-where
+/// Serves HTTP/1.1 on one connection from `peer`; `verified`: it presented a client
+/// certificate the admin CA verified.
+async fn connection<S>(
+    stream: S,
+    peer: std::net::SocketAddr,
+    verified: bool,
+    gw: &Arc<Gateway>,
+    settings: &AdminConfig,
+) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let gw2 = gw.clone();
     let service = hyper::service::service_fn(move |req| {
         let gw = gw2.clone();
-        async move { Ok::<_, Infallible>(route(&gw, req, verified).await) }
+        async move { Ok::<_, Infallible>(route(&gw, req, peer, verified).await) }
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
@@ -160,12 +169,27 @@ where
     }
 }
 
-async fn route(gw: &Gateway, req: Request<Incoming>, verified: bool) -> Response<Full<Bytes>> {
+async fn route(
+    gw: &Gateway,
+    req: Request<Incoming>,
+    peer: std::net::SocketAddr,
+    verified: bool,
+) -> Response<Full<Bytes>> {
+    let admin = gw.config().load().admin.clone();
+    let path = req.uri().path();
+    if let Some((name, drain)) = drain::target(path) {
+        if req.method() != Method::POST {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "only POST\n".into());
+        }
+        let caller = drain::Caller {
+            authenticated: verified || token_matches(&admin, &req).await,
+            loopback: peer.ip().to_canonical().is_loopback(),
+        };
+        return drain::handle(gw, caller, req.headers(), name, drain);
+    }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n".into());
     }
-    let admin = gw.config().load().admin.clone();
-    let path = req.uri().path();
     let public = admin.public_paths.iter().any(|p| p == path);
     if admin.authenticates() && !public && !verified && !token_matches(&admin, &req).await {
         gw.metrics()

@@ -148,7 +148,7 @@ pub fn print(target: &AdminTarget) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let body = rt.block_on(async {
-        tokio::time::timeout(TIMEOUT, get(target, "/debug/backends"))
+        tokio::time::timeout(TIMEOUT, call(target, http::Method::GET, "/debug/backends"))
             .await
             .with_context(|| format!("admin endpoint did not answer within {TIMEOUT:?}"))?
     })?;
@@ -158,7 +158,12 @@ pub fn print(target: &AdminTarget) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn get(target: &AdminTarget, path: &str) -> anyhow::Result<bytes::Bytes> {
+/// Sends `method path` to the admin endpoint at `target`; the body of a 2xx answer.
+pub async fn call(
+    target: &AdminTarget,
+    method: http::Method,
+    path: &str,
+) -> anyhow::Result<bytes::Bytes> {
     let addr = target.address;
     let tcp = tokio::net::TcpStream::connect(addr)
         .await
@@ -175,7 +180,10 @@ async fn get(target: &AdminTarget, path: &str) -> anyhow::Result<bytes::Bytes> {
         ),
         None => None,
     };
-    let mut req = http::Request::get(path).header(http::header::HOST, addr.to_string());
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(http::header::HOST, addr.to_string());
     if let Some(t) = token {
         req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
     }
@@ -208,7 +216,11 @@ async fn get(target: &AdminTarget, path: &str) -> anyhow::Result<bytes::Bytes> {
         http::StatusCode::UNAUTHORIZED => bail!(
             "{path}: HTTP 401: the admin endpoint wants a client certificate (--cert-file, --key-file) or a token (--token-file)"
         ),
-        s => bail!("{path}: HTTP {s}"),
+        s => {
+            // The endpoint says why in its body (a drain refused, a backend not found).
+            let body = resp.into_body().collect().await?.to_bytes();
+            bail!("{path}: HTTP {s}: {}", String::from_utf8_lossy(&body).trim())
+        }
     }
 }
 
@@ -246,7 +258,11 @@ pub fn table(rows: &[BackendView]) -> String {
                 r.name.clone(),
                 r.address.clone(),
                 r.source.clone(),
-                r.state.clone(),
+                if r.drained_by_operator {
+                    format!("{},drained", r.state)
+                } else {
+                    r.state.clone()
+                },
                 r.since.clone(),
                 r.active_connections.to_string(),
                 r.requests_in_flight.to_string(),

@@ -189,6 +189,9 @@ label! {
         /// not ready yet (KEP-4568; custom resources' caches after `/readyz` passes), so
         /// nothing was processed.
         Initializing => "storage_initializing",
+        /// A read answered 504 "Too large resource version": the replica's watch cache has
+        /// not reached the position asked for (it lags its etcd), so nothing was processed.
+        CacheBehind => "cache_behind",
         /// A read answered 5xx for a failure of the replica's own: its answer names its
         /// storage (etcd), or its probe fails. Another replica may answer it; only reads are
         /// retried so.
@@ -243,9 +246,13 @@ label! {
         /// any event: it started after it, or keeps a shorter window): asked of a replica
         /// that has not said so.
         Expired => "expired",
-        /// Its replica held more than its share of the long-running requests: moved live
-        /// onto one that holds less.
+        /// Its replica held more than its share of the long-running requests (or the operator
+        /// drained it): moved live onto one that holds less.
         Moved => "moved",
+        /// The replica's watch cache had not reached the watch's position ("Too large
+        /// resource version" before any event: it lags its etcd): asked of a replica that has
+        /// not said so.
+        CacheBehind => "cache_behind",
     }
 }
 
@@ -306,7 +313,8 @@ mod tests {
         for (i, f) in AttemptFailure::ALL.into_iter().enumerate() {
             assert_eq!(f as usize, i);
         }
-        assert_eq!(AttemptFailure::ALL.len(), 9);
+        assert_eq!(AttemptFailure::ALL.len(), 10);
+        assert!(AttemptFailure::CacheBehind.unprocessed());
         assert_eq!(WatchEnd::NoPosition.as_str(), "not_resumable_no_position");
         assert_eq!(ClientProtocol::Http1.as_str(), "http/1.1");
         assert!(AttemptFailure::GoAway.unprocessed());

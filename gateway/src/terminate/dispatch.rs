@@ -291,6 +291,8 @@ async fn attempt(
         }
         let failure = if code == StatusCode::TOO_MANY_REQUESTS && initializing(&body) {
             Some(AttemptFailure::Initializing)
+        } else if failed_read && cache_behind(&body) {
+            Some(AttemptFailure::CacheBehind)
         } else if failed_read && storage_failed(backend, &body) {
             Some(AttemptFailure::StorageFailed)
         } else {
@@ -329,6 +331,13 @@ fn initializing(body: &[u8]) -> bool {
     says(body, b"storage is (re)initializing")
 }
 
+/// Whether an answer (a read's 504, or a watch's first ERROR event) says the replica's watch
+/// cache has not reached the resourceVersion asked for (apimachinery's
+/// `NewTooLargeResourceVersionError`): another replica's cache may have.
+pub fn cache_behind(answer: &[u8]) -> bool {
+    says(answer, b"Too large resource version")
+}
+
 /// Whether a read's 5xx is the replica's own failure: its answer names its storage (the
 /// etcd client's errors, which the apiserver passes on as "Internal error occurred: ..."),
 /// or its last probe failed. A 5xx from anything else (an aggregated API, a webhook) fails
@@ -351,6 +360,16 @@ mod tests {
         ));
         assert!(!initializing(
             br#"{"kind":"Status","message":"Too many requests, please try again later.","code":429}"#
+        ));
+    }
+
+    #[test]
+    fn a_cache_behind_its_etcd_is_told_from_other_timeouts() {
+        assert!(cache_behind(
+            br#"{"kind":"Status","message":"Too large resource version: 120, current: 97","reason":"Timeout","details":{"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}],"retryAfterSeconds":1},"code":504}"#
+        ));
+        assert!(!cache_behind(
+            br#"{"kind":"Status","message":"Timeout: request did not complete within requested timeout","reason":"Timeout","code":504}"#
         ));
     }
 

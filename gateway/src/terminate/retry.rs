@@ -57,6 +57,7 @@ mod tests {
             AttemptFailure::ShuttingDown,
             AttemptFailure::NotServed,
             AttemptFailure::Initializing,
+            AttemptFailure::CacheBehind,
         ] {
             for v in Verb::ALL {
                 assert!(may_retry(f, &class(v, None)), "{f:?} {v:?}");

@@ -8,6 +8,9 @@
 //! `terminate.watch_moves_per_second`, so a returning replica's cache and etcd are not
 //! stampeded, and only a replica clearly above the mean gives any up, so the share settles
 //! rather than churns.
+//!
+//! A replica the operator drained ahead of a planned restart (`kubegate drain`) gives up
+//! every watch it holds, first and at the same pace, so that the restart moves nothing.
 
 use crate::state::Gateway;
 use kubegate_health::BackendState;
@@ -16,6 +19,10 @@ use std::time::Duration;
 
 /// How often the share is looked at (and the moves asked per second are spent).
 const TICK: Duration = Duration::from_secs(1);
+/// A replica whose watch cache said it cannot serve a position this recently is left out of
+/// the share (it lags its etcd, or started after positions still in use): watches moved to it
+/// would only come back.
+const REFUSED_LATELY: Duration = Duration::from_secs(30);
 /// A replica gives watches up when it holds more than this times the mean...
 const TOLERANCE: f64 = 1.1;
 /// ...and at least this many more than the mean (small counts are not worth a move).
@@ -29,17 +36,38 @@ pub async fn keep(gw: Arc<Gateway>) {
         tick.tick().await;
         let budget = gw.config().load().terminate.watch_moves_per_second as usize;
         let backends = gw.pool().backends();
+        let mut moves = vec![0; backends.len()];
+        // Drained by the operator: everything goes, before any evening out (unless every
+        // ready replica is drained: there is nowhere better to go).
+        let mut left = budget;
+        let elsewhere = !gw.pool().routing().undrained.is_empty();
+        for (i, b) in backends.iter().enumerate() {
+            if elsewhere && b.drained_by_operator() {
+                let n = b.planes().terminate.long_running().min(left);
+                moves[i] = n;
+                left -= n;
+            }
+        }
         // A draining replica's watches move by the drain; one that is not ready holds
-        // nothing new. Neither counts toward the share.
+        // nothing new; nor does one whose cache refused a position lately. None of them
+        // counts toward the share.
         let sharing: Vec<usize> = (0..backends.len())
-            .filter(|&i| backends[i].state() == BackendState::Ready && !backends[i].shutting_down())
+            .filter(|&i| {
+                let b = &backends[i];
+                b.state() == BackendState::Ready
+                    && !b.shutting_down()
+                    && !b.drained_by_operator()
+                    && !b
+                        .planes()
+                        .terminate
+                        .refused_a_position_within(REFUSED_LATELY)
+            })
             .collect();
         let holding: Vec<usize> = sharing
             .iter()
             .map(|&i| backends[i].planes().terminate.long_running())
             .collect();
-        let mut moves = vec![0; backends.len()];
-        for (&i, n) in sharing.iter().zip(plan(&holding, budget)) {
+        for (&i, n) in sharing.iter().zip(plan(&holding, left)) {
             moves[i] = n;
         }
         for (b, n) in backends.iter().zip(moves) {

@@ -16,9 +16,11 @@
 //!
 //! A 410 that comes before any event is one replica's answer, not the store's: each
 //! replica's watch cache begins when the replica started (or keeps a shorter window), so a
-//! replica restarted after the position cannot serve it while one up longer can. That 410 is
-//! held back and the watch asked of the replicas that have not said it; the client gets it
-//! only when none can serve the position.
+//! replica restarted after the position cannot serve it while one up longer can. So is a
+//! "Too large resource version" before any event: that replica's cache lags its etcd, and
+//! another's may have reached the position. Either answer is held back and the watch asked of
+//! the replicas that have not said it; the client gets it only when none can serve the
+//! position.
 //!
 //! A watch's time is kept across replicas: it ends when the client's `timeoutSeconds` says,
 //! or, without one, after `terminate.min_request_timeout` times a random factor in [1, 2), as
@@ -30,7 +32,7 @@ use crate::net::Unplaced;
 use crate::state::{Backend, Gateway, Stream};
 use crate::telemetry::{WatchBreak, WatchEnd};
 use crate::terminate::body::{ResponseBody, WatchBody};
-use crate::terminate::dispatch::{dispatch, Answer};
+use crate::terminate::dispatch::{cache_behind, dispatch, Answer};
 use crate::terminate::h2client::ResponseStream;
 use crate::terminate::in_flight::InFlight;
 use crate::terminate::mode::Upstreams;
@@ -140,9 +142,10 @@ async fn run(
     let asked = &watch.asked;
     let mut progress = Progress::new(asked);
     let mut resumes: VecDeque<Instant> = VecDeque::new();
-    // The replicas that answered the current position with 410, and the first such answer.
-    let mut expired_at: Vec<SocketAddr> = Vec::new();
-    let mut expired: Option<Bytes> = None;
+    // The replicas that said they cannot serve the current position (410, too large), and
+    // the first such answer.
+    let mut refused_at: Vec<SocketAddr> = Vec::new();
+    let mut refused: Option<(Bytes, WatchBreak)> = None;
     let time_left = || {
         watch
             .ends
@@ -153,14 +156,15 @@ async fn run(
             Ok(Stopped::Broke(b)) => {
                 // The position may have moved on: what replicas said of the old one no longer
                 // holds.
-                expired_at.clear();
-                expired = None;
+                refused_at.clear();
+                refused = None;
                 b
             }
-            Ok(Stopped::Expired(answer)) => {
-                expired_at.push(upstream.backend.address);
-                expired.get_or_insert(answer);
-                WatchBreak::Expired
+            Ok(Stopped::Refused(answer, cause)) => {
+                upstream.backend.planes().terminate.refused_a_position();
+                refused_at.push(upstream.backend.address);
+                refused.get_or_insert((answer, cause));
+                cause
             }
             Err(ended) => return ended,
         };
@@ -194,17 +198,21 @@ async fn run(
         let patience = left.map_or(REOPEN_PATIENCE, |l| l.min(REOPEN_PATIENCE));
         let avoid = Avoid {
             broken,
-            expired_at: &expired_at,
+            refused_at: &refused_at,
         };
         upstream = match reopen(gw, upstreams, again, class, avoid, framing, &tx, patience).await {
             Ok(u) => u,
-            Err(WatchEnd::NoBackend | WatchEnd::Expired) if expired.is_some() => {
-                // No replica left that has not said 410 for this position: the client gets
-                // the answer, as the apiserver gave it, and relists.
-                if let Some(answer) = expired.take() {
-                    let _ = tx.send(answer).await;
-                }
-                return WatchEnd::Expired;
+            Err(WatchEnd::NoBackend | WatchEnd::Expired) if refused.is_some() => {
+                // No replica left that has not refused this position: the client gets the
+                // first answer, as the apiserver gave it (on a 410 it relists).
+                let Some((answer, cause)) = refused.take() else {
+                    return WatchEnd::Expired;
+                };
+                let _ = tx.send(answer).await;
+                return match cause {
+                    WatchBreak::Expired => WatchEnd::Expired,
+                    _ => WatchEnd::Error,
+                };
             }
             Err(WatchEnd::NoBackend) if left.is_some_and(|l| l <= REOPEN_PATIENCE) => {
                 // The client's own timeout came first: the watch ends as the apiserver
@@ -230,9 +238,9 @@ async fn run(
 enum Stopped {
     /// It ended or broke, or its replica drains.
     Broke(WatchBreak),
-    /// Its first event was a 410 (held here, not sent): this replica cannot serve the
-    /// position.
-    Expired(Bytes),
+    /// Its first event said this replica cannot serve the position (410, or too large): held
+    /// here, not sent; `cause` says which.
+    Refused(Bytes, WatchBreak),
 }
 
 /// Forwards events until the upstream stream stops (`Ok`, with why) or the watch is over.
@@ -287,12 +295,16 @@ async fn pump(
                                 return Err(WatchEnd::Malformed);
                             }
                         };
-                        if !std::mem::replace(&mut heard, true)
-                            && event.kind == Kind::Error
-                            && event.code == Some(410)
-                        {
-                            tracing::debug!(backend = %upstream.backend.info().name, "a replica's watch cache does not reach back to the watch's position");
-                            return Ok(Stopped::Expired(event.bytes));
+                        if !std::mem::replace(&mut heard, true) && event.kind == Kind::Error {
+                            let cause = match event.code {
+                                Some(410) => Some(WatchBreak::Expired),
+                                Some(504) if cache_behind(&event.bytes) => Some(WatchBreak::CacheBehind),
+                                _ => None,
+                            };
+                            if let Some(cause) = cause {
+                                tracing::debug!(backend = %upstream.backend.info().name, cause = cause.as_str(), "a replica's watch cache cannot serve the watch's position");
+                                return Ok(Stopped::Refused(event.bytes, cause));
+                            }
                         }
                         let bytes = match progress.observe(asked, &event) {
                             Deliver::Drop => continue,
@@ -313,16 +325,16 @@ async fn pump(
 }
 
 /// The replicas a watch is not asked of again: the one it broke on (for a first few tries)
-/// and those whose caches do not reach back to its position (ever).
+/// and those whose caches said they cannot serve its position (for this position).
 struct Avoid<'a> {
     broken: SocketAddr,
-    expired_at: &'a [SocketAddr],
+    refused_at: &'a [SocketAddr],
 }
 
 /// Asks `again()` of a replica other than `avoid.broken` (that one too, after two misses:
-/// it may be the only one left) and never of those in `avoid.expired_at`, with growing
+/// it may be the only one left) and never of those in `avoid.refused_at`, with growing
 /// pauses, until one answers with a watch stream or `patience` runs out. `Expired`: every
-/// ready replica's cache said 410 for the position.
+/// ready replica's cache said it cannot serve the position.
 #[allow(clippy::too_many_arguments)]
 async fn reopen(
     gw: &Gateway,
@@ -348,7 +360,7 @@ async fn reopen(
         }
         let again = again();
         // Prefer another replica; after two misses, any whose cache may reach the position.
-        let mut tried = avoid.expired_at.to_vec();
+        let mut tried = avoid.refused_at.to_vec();
         if attempt < 2 {
             tried.push(avoid.broken);
         }
@@ -383,8 +395,8 @@ async fn reopen(
             Ok((_, Answer::Whole(resp))) => {
                 tracing::debug!(status = %resp.status(), "a replica refused to resume a watch");
             }
-            Err(Unplaced::NoBackend) if !avoid.expired_at.is_empty() && attempt >= 2 => {
-                // Every replica left has said its cache does not reach the position.
+            Err(Unplaced::NoBackend) if !avoid.refused_at.is_empty() && attempt >= 2 => {
+                // Every replica left has said its cache cannot serve the position.
                 return Err(WatchEnd::Expired);
             }
             Err(_) => {}

@@ -487,6 +487,36 @@ async fn not_ready_backends_are_the_fallback_and_shutting_down_ones_the_last_res
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_operator_drained_backend_gets_new_work_only_when_every_ready_one_is_drained() {
+    use kubegate_config::NoReadyBackendPolicy;
+    let (pool, _) = pool(drains(30, 0));
+    ready_backend(&pool, 1, "a");
+    ready_backend(&pool, 2, "b");
+    let names = |pool: &Pool<TestPlanes>| match pool
+        .routing()
+        .candidates(NoReadyBackendPolicy::Refuse)
+    {
+        crate::Candidates::Ready(r) => r.iter().map(|b| b.info().name.clone()).collect::<Vec<_>>(),
+        _ => panic!("ready backends expected"),
+    };
+    assert!(pool.drain_by_operator("a", true));
+    assert!(find(&pool, "a").drained_by_operator());
+    assert_eq!(names(&pool), ["b"]);
+    // Still ready: kubegate's own readiness counts it.
+    assert_eq!(pool.routing().ready.len(), 2);
+    // Every ready backend drained: they take the work rather than nobody.
+    assert!(pool.drain_by_operator("b", true));
+    assert_eq!(names(&pool), ["a", "b"]);
+    assert!(pool.drain_by_operator("a", false));
+    assert_eq!(names(&pool), ["a"]);
+    // A drained backend that fails and comes back is still drained.
+    probe(&pool, "b", &[fail("etcd"), fail("etcd"), pass(), pass()]);
+    assert_eq!(find(&pool, "b").state(), BackendState::Ready);
+    assert_eq!(names(&pool), ["a"]);
+    assert!(!pool.drain_by_operator("nobody", true));
+}
+
+#[tokio::test(start_paused = true)]
 async fn failing_checks_are_reported_when_they_change() {
     let (pool, events) = pool(drains(30, 0));
     ready_backend(&pool, 1, "a");

@@ -10,6 +10,12 @@
 //! (the apiserver ends it). While etcd is away, open watches stay open and the cache re-watches
 //! every second from the last revision it saw; until the cache has started, watches fail as
 //! storage does.
+//!
+//! A cache told to lag (the fault port's `POST /cache?state=lagging`) stops taking the
+//! store's changes, as one whose etcd watch falls behind: a watch from a position beyond what
+//! it has seen waits up to 3 s for it, then fails "Too large resource version"
+//! (`ResourceVersionTooLarge`, the cacher's `waitUntilFreshAndBlock`), while a watch from an
+//! older position is served what it has.
 
 use super::{EventStream, Store, StoreError, StoreEvent, Stored};
 use async_trait::async_trait;
@@ -25,6 +31,8 @@ const LAG: usize = 4_096;
 
 /// Every key the API stores is under this prefix: one cache holds them all.
 const ROOT: &str = "/registry/";
+/// How long a watch from beyond the cache waits for it (the cacher's `blockTimeout`).
+const FRESH_WAIT: Duration = Duration::from_secs(3);
 
 /// A store whose watches are served from one cache.
 pub struct WatchCache {
@@ -36,6 +44,10 @@ struct Cacher {
     /// `None` until the store answered once.
     window: Mutex<Option<Window>>,
     live: broadcast::Sender<StoreEvent>,
+    /// Told to lag: the store's changes are not taken until this is false again.
+    lagging: tokio::sync::watch::Sender<bool>,
+    /// The newest revision the cache has seen.
+    seen: tokio::sync::watch::Sender<i64>,
 }
 
 /// The changes the cache can still replay: every change after `since`.
@@ -50,6 +62,8 @@ impl WatchCache {
         let cacher = Arc::new(Cacher {
             window: Mutex::new(None),
             live: broadcast::channel(LAG).0,
+            lagging: tokio::sync::watch::Sender::new(false),
+            seen: tokio::sync::watch::Sender::new(0),
         });
         tokio::spawn(fill(store.clone(), cacher.clone()));
         WatchCache { store, cacher }
@@ -67,6 +81,7 @@ impl Cacher {
             since,
             history: VecDeque::new(),
         });
+        self.seen.send_replace(since);
     }
 
     fn push(&self, event: StoreEvent) {
@@ -78,6 +93,7 @@ impl Cacher {
             }
         }
         w.history.push_back(event.clone());
+        self.seen.send_replace(event.revision());
         // Sent under the window's lock, so a watcher that subscribes under it misses nothing
         // and sees nothing twice.
         let _ = self.live.send(event);
@@ -94,9 +110,12 @@ async fn fill(store: Arc<dyn Store>, cacher: Arc<Cacher>) {
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
+    let mut lagging = cacher.lagging.subscribe();
     loop {
         let compacted = match store.watch(ROOT, last).await {
             Ok(mut events) => loop {
+                // Lagging: the store's changes wait in the stream until told to catch up.
+                let _ = lagging.wait_for(|l| !*l).await;
                 match events.recv().await {
                     Some(Ok(e)) => {
                         last = e.revision();
@@ -148,7 +167,18 @@ impl Store for WatchCache {
     }
 
     async fn watch(&self, prefix: &str, after: i64) -> Result<EventStream, StoreError> {
-        let (replay, live) = {
+        if *self.cacher.lagging.borrow() {
+            // A position beyond what a lagging cache has seen: wait for it, then give up.
+            let mut seen = self.cacher.seen.subscribe();
+            let reached = tokio::time::timeout(FRESH_WAIT, seen.wait_for(|&s| s >= after)).await;
+            if !matches!(reached, Ok(Ok(_))) {
+                return Err(StoreError::TooLarge {
+                    requested: after,
+                    current: *self.cacher.seen.borrow(),
+                });
+            }
+        }
+        let (replay, live, looked_to) = {
             let w = self.cacher.window();
             let Some(w) = w.as_ref() else {
                 return Err(StoreError::Unavailable(
@@ -171,12 +201,24 @@ impl Store for WatchCache {
                 .cloned()
                 .collect();
             replay.reverse();
-            (replay, self.cacher.live.subscribe())
+            let newest = w.history.back().map_or(w.since, StoreEvent::revision);
+            (replay, self.cacher.live.subscribe(), newest)
         };
-        Ok(super::stream_from(replay, live, after, prefix))
+        Ok(super::stream_from(
+            replay,
+            live,
+            after,
+            prefix,
+            Some(looked_to),
+        ))
     }
 
     async fn revision(&self) -> Result<i64, StoreError> {
         self.store.revision().await
+    }
+
+    fn set_lagging(&self, lagging: bool) -> bool {
+        self.cacher.lagging.send_replace(lagging);
+        true
     }
 }

@@ -313,7 +313,7 @@ async fn stream_events(
             }
         }
     });
-    Ok(rx)
+    Ok(EventStream::new(rx))
 }
 
 /// The next JSON message of the gateway's stream, or `None` when the stream ended.

@@ -147,7 +147,7 @@ impl Store for MemoryStore {
             // Subscribing under the lock: no change can fall between backlog and live.
             (backlog, self.live.subscribe())
         };
-        Ok(super::stream_from(backlog, live, after, prefix))
+        Ok(super::stream_from(backlog, live, after, prefix, None))
     }
 
     async fn revision(&self) -> Result<i64, StoreError> {

@@ -14,6 +14,7 @@ use crate::state::Gateway;
 use crate::telemetry::build;
 use crate::telemetry::busiest::Sender;
 use crate::telemetry::transitions::Recorded;
+use crate::telemetry::WatchBreak;
 use bytes::Bytes;
 use http::Response;
 use http_body_util::Full;
@@ -138,10 +139,11 @@ fn listeners(page: &mut String, gw: &Gateway) {
         "<tr><th>all<th><th class=n>{open} of {}</tr></table>",
         gw.client_limit()
     );
-    if watches > 0 {
+    let moved = gw.metrics().terminate.watches_resumed(WatchBreak::Moved);
+    if watches > 0 || moved > 0 {
         let _ = write!(
             page,
-            "<p class=meta>{watches} watches followed across replicas</p>"
+            "<p class=meta>{watches} watches followed across replicas; {moved} moved live since the start, to even the share or off a drained replica</p>"
         );
     }
 }
@@ -164,6 +166,10 @@ fn backends_table(page: &mut String, backends: &[BackendView], rise: u32) {
         if b.shutting_down {
             why.push_str(if why.is_empty() { "" } else { "; " });
             why.push_str("shutting down");
+        }
+        if b.drained_by_operator {
+            why.push_str(if why.is_empty() { "" } else { "; " });
+            why.push_str("drained by the operator (kubegate undrain to return it)");
         }
         if b.ejected {
             why.push_str(if why.is_empty() { "" } else { "; " });

@@ -35,6 +35,10 @@ pub struct BackendView {
     pub shutting_down: bool,
     /// Skipped after a failed connect until the next probe.
     pub ejected: bool,
+    /// The operator drained it (`kubegate drain`): new work goes elsewhere while another
+    /// ready backend is undrained, and its watches move.
+    #[serde(default)]
+    pub drained_by_operator: bool,
     /// Passing probes in a row it needs to (re)enter `ready`: `health.rise`, or more while it
     /// flaps (`health.flap_damping`).
     pub passes_to_ready: u32,
@@ -100,6 +104,7 @@ pub fn backends_view(gw: &Gateway) -> Vec<BackendView> {
                     .unwrap_or_default(),
                 shutting_down: b.shutting_down(),
                 ejected: b.ejected(),
+                drained_by_operator: b.drained_by_operator(),
                 passes_to_ready: b.passes_to_ready(),
                 active_connections: b.planes().passthrough.open() as i64,
                 requests_in_flight: b.planes().terminate.in_flight(),

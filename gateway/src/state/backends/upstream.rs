@@ -157,6 +157,9 @@ pub struct Upstream {
     /// Moves asked of this backend's followed watches (the share keeper): each permit moves
     /// one watch to another backend. Its waiters are woken one per permit, in order.
     moves: tokio::sync::Semaphore,
+    /// When its watch cache last said it cannot serve a watch's position (seconds on
+    /// [`clock`], plus one; 0: never).
+    refused_position: AtomicU64,
     gauges: arc_swap::ArcSwap<Gauges>,
 }
 
@@ -179,6 +182,7 @@ impl Upstream {
             in_flight: AtomicUsize::new(0),
             busy: AtomicUsize::new(0),
             latency_us: AtomicU64::new(0),
+            refused_position: AtomicU64::new(0),
             closes: tokio::sync::watch::Sender::new(0),
             drains: tokio::sync::watch::Sender::new(0),
             moves: tokio::sync::Semaphore::new(0),
@@ -227,6 +231,18 @@ impl Upstream {
         } else {
             self.moves.forget_permits(waiting - n);
         }
+    }
+
+    /// Its watch cache said it cannot serve a watch's position (410 or too large).
+    pub fn refused_a_position(&self) {
+        self.refused_position.store(clock() + 1, Ordering::Relaxed);
+    }
+
+    /// Whether its watch cache said it cannot serve a position within the last `d`: a
+    /// cache that lags is no place to move watches to.
+    pub fn refused_a_position_within(&self, d: Duration) -> bool {
+        let at = self.refused_position.load(Ordering::Relaxed);
+        at != 0 && clock() + 1 - at < d.as_secs()
     }
 
     /// Resolves when a watch waiting here is asked to move (the ask is used up).
