@@ -387,7 +387,7 @@ async fn a_quiet_watch_outlives_a_rolling_restart_on_its_bookmarks() {
     );
     let mut watches = open_watches(kg, pki, &path, 1).await;
     let (w, _) = &mut watches[0];
-    for i in 0..sims.len() {
+    for (i, sim) in sims.iter_mut().enumerate() {
         // Elsewhere the store moves on; the quiet watch hears of it only by its bookmarks.
         create(&mut writer, &format!("busy-{i}")).await;
         let now: u64 = list_version(&mut writer).await.parse().unwrap();
@@ -403,11 +403,11 @@ async fn a_quiet_watch_outlives_a_rolling_restart_on_its_bookmarks() {
                 "no bookmark at {now} or later: {e:?}"
             );
         }
-        let name = sims[i].name.clone();
-        sims[i].signal(libc::SIGTERM);
-        let status = sims[i].wait_exit(T);
+        let name = sim.name.clone();
+        sim.signal(libc::SIGTERM);
+        let status = sim.wait_exit(T);
         assert!(status.success(), "{status:?}");
-        sims[i].restart();
+        sim.restart();
         kg.wait_state(&name, "ready", T);
     }
     // Every replica's cache now begins after the watch's last event, and still it goes on.
