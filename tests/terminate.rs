@@ -473,10 +473,58 @@ async fn reads_a_replicas_initializing_cache_refused_go_to_another() {
     );
 }
 
+/// A custom resource's watch cache initializes after the built-in ones', and `/readyz` does
+/// not wait for it (KEP-4568): a replica just started is ready, serves built-in resources, and
+/// answers LISTs and watches of custom resources 429 "storage is (re)initializing". Those go to
+/// another replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_resources_read_from_a_replica_still_initializing_them_go_to_another() {
+    let mut bed = cluster(2, &["--custom-resource-cache-init", "0s"], |_| {});
+    // replica-2 comes back with its custom resources' caches an hour from initialized.
+    bed.sims[1].restart_with(vec!["--custom-resource-cache-init".into(), "1h".into()]);
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
+    let widgets = "/apis/kubegate.example.com/v1/namespaces/default/widgets";
+    let mut direct = sims[1].connect(pki, false).await.unwrap();
+    let r = direct.get(widgets).await.unwrap();
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(direct.get("/readyz").await.unwrap().status, 200);
+    let mut conn = kg.connect(pki, true).await.unwrap();
+    // Its built-in resources are served (kubegate found it ready again).
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let r = conn
+            .get("/api/v1/namespaces/default/configmaps")
+            .await
+            .unwrap();
+        if r.status == 200 && replica(&r) == "replica-2" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "replica-2 never served a built-in LIST: {} {}",
+            r.status,
+            r.text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for i in 0..4 {
+        for path in [
+            widgets.to_string(),
+            format!("{widgets}?watch=1&timeoutSeconds=1"),
+        ] {
+            let r = conn.get(&path).await.unwrap();
+            assert_eq!(r.status, 200, "{path} ({i}): {}", r.text());
+            assert_eq!(replica(&r), "replica-1", "{path} ({i})");
+        }
+    }
+    assert!(kg.metric(r#"kubegate_request_retries_total{reason="storage_initializing"}"#) >= 1.0);
+}
+
 /// A replica whose etcd fails answers 500 "etcdserver: request timed out" before its probe
 /// shows it. Reads it failed (GET, LIST) go to another replica; writes do not (the replica
-/// answered: a write may have reached etcd), and their 500 reaches the client. When every
-/// replica fails so, the client gets the apiserver's own answer, not one of kubegate's.
+/// answered: a write may have reached etcd), and their 500 reaches the client. A read's
+/// failure is a passive signal too: the replica is probed at once. When every replica fails
+/// so, the client gets the apiserver's own answer, not one of kubegate's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_a_replicas_failing_storage_refused_go_to_another_and_writes_do_not() {
     // kubegate must not notice the failure through its probes: the answers are what it sees.
@@ -494,17 +542,7 @@ async fn reads_a_replicas_failing_storage_refused_go_to_another_and_writes_do_no
         .unwrap();
     assert_eq!(r.status, 201, "{}", r.text());
     sims[1].force_check("etcd", true);
-    for i in 0..4 {
-        for path in [
-            "/api/v1/namespaces/default/configmaps",
-            "/api/v1/namespaces/default/configmaps/kept",
-        ] {
-            let r = conn.get(path).await.unwrap();
-            assert_eq!(r.status, 200, "{path} ({i}): {}", r.text());
-            assert_eq!(replica(&r), "replica-1", "{path} ({i})");
-        }
-    }
-    assert!(kg.metric(r#"kubegate_request_retries_total{reason="storage_failed"}"#) >= 1.0);
+    // Writes first: a failed one is never replayed (it may have been processed).
     let mut failed_writes = 0;
     for i in 0..4 {
         let body =
@@ -532,6 +570,24 @@ async fn reads_a_replicas_failing_storage_refused_go_to_another_and_writes_do_no
         }
     }
     assert!(failed_writes >= 1, "no write reached replica-2");
+    // Reads: another replica answers.
+    for i in 0..4 {
+        for path in [
+            "/api/v1/namespaces/default/configmaps",
+            "/api/v1/namespaces/default/configmaps/kept",
+        ] {
+            let r = conn.get(path).await.unwrap();
+            assert_eq!(r.status, 200, "{path} ({i}): {}", r.text());
+            assert_eq!(replica(&r), "replica-1", "{path} ({i})");
+        }
+    }
+    assert!(kg.metric(r#"kubegate_request_retries_total{reason="storage_failed"}"#) >= 1.0);
+    // The failing answer was also a passive signal: replica-2 was probed at once, though its
+    // probes are two minutes apart.
+    wait_for("a probe asked by the failing answer", T, || {
+        (kg.metric(r#"kubegate_backend_probes_total{backend="replica-2",result="fail"}"#) >= 1.0)
+            .then_some(())
+    });
     // Every replica's storage fails: the last one's own answer.
     sims[0].force_check("etcd", true);
     let r = conn

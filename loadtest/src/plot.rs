@@ -91,28 +91,31 @@ fn run(s: &mut String, r: &RunReport, top: f64, px_per_ms: f64, longest_ms: f64)
     let bottom = axis_y + AXIS_H;
 
     // Who and what, on the left.
+    // A count is red only when something failed.
+    let failed = r.client_go_failed();
     s.push_str(&format!(
-        "<text x=\"10\" y=\"{:.1}\" font-weight=\"bold\">{}</text>\n<text x=\"10\" y=\"{:.1}\">{}</text>\n<text x=\"10\" y=\"{:.1}\" fill=\"#b00\">client-go failures: {}</text>\n<text x=\"10\" y=\"{:.1}\" fill=\"#555\" font-size=\"9\">ambiguous writes: {}</text>\n",
+        "<text x=\"10\" y=\"{:.1}\" font-weight=\"bold\">{}</text>\n<text x=\"10\" y=\"{:.1}\">{}</text>\n<text x=\"10\" y=\"{:.1}\" fill=\"{}\">client-go failures: {failed}</text>\n<text x=\"10\" y=\"{:.1}\" fill=\"#555\" font-size=\"9\">ambiguous writes: {}</text>\n",
         mid - 22.0,
         xml(&r.gateway),
         mid - 8.0,
         xml(&r.scenario),
         mid + 6.0,
-        r.client_go_failed(),
+        if failed > 0 { "#b00" } else { "#555" },
         mid + 20.0,
         r.ambiguous_writes.total
     ));
 
-    // Requests per 100 ms, with a y scale in requests.
-    let peak = r
-        .timeline
-        .iter()
-        .map(|(ok, bad)| (*ok).max(*bad))
-        .max()
-        .unwrap_or(1)
-        .max(1);
-    let scale = MAIN_H * 0.55 / peak as f64;
+    // Requests per 100 ms, with a y scale in requests: one scale for both directions, so
+    // that completed bars fit above the middle line and failed ones below it, inside the
+    // main area (not over the replica lanes).
+    let peak_ok = r.timeline.iter().map(|(ok, _)| *ok).max().unwrap_or(0);
+    let peak_bad = r.timeline.iter().map(|(_, bad)| *bad).max().unwrap_or(0);
+    let peak = peak_ok.max(peak_bad).max(1);
+    let scale =
+        (MAIN_H * 0.55 / peak_ok.max(1) as f64).min((MAIN_H * 0.38 - 2.0) / peak_bad.max(1) as f64);
     let bar = BUCKET_MS as f64 * px_per_ms;
+    // A bar never runs past the axis's end.
+    let width_at = |x: f64, w: f64| w.min(LEFT + WIDTH - x).max(0.0);
     s.push_str(&format!(
         "<line x1=\"{LEFT}\" y1=\"{mid:.1}\" x2=\"{:.1}\" y2=\"{mid:.1}\" stroke=\"#999\" stroke-width=\"0.5\"/>\n<line x1=\"{LEFT}\" y1=\"{main_top:.1}\" x2=\"{LEFT}\" y2=\"{:.1}\" stroke=\"#999\" stroke-width=\"0.5\"/>\n<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"9\" text-anchor=\"end\" fill=\"#555\">{peak} req / 100 ms</text>\n",
         LEFT + WIDTH,
@@ -124,11 +127,11 @@ fn run(s: &mut String, r: &RunReport, top: f64, px_per_ms: f64, longest_ms: f64)
         let x = x_of(i as u64 * BUCKET_MS);
         if *ok > 0 {
             let h = *ok as f64 * scale;
-            s.push_str(&format!("<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"{:.2}\" height=\"{h:.1}\" fill=\"#2a2\"/>\n", mid - h, bar.max(0.5)));
+            s.push_str(&format!("<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"{:.2}\" height=\"{h:.1}\" fill=\"#2a2\"/>\n", mid - h, width_at(x, bar.max(0.5))));
         }
         if *bad > 0 {
             let h = (*bad as f64 * scale).max(2.0);
-            s.push_str(&format!("<rect x=\"{x:.1}\" y=\"{mid:.1}\" width=\"{:.2}\" height=\"{h:.1}\" fill=\"#d22\"/>\n", bar.max(1.0)));
+            s.push_str(&format!("<rect x=\"{x:.1}\" y=\"{mid:.1}\" width=\"{:.2}\" height=\"{h:.1}\" fill=\"#d22\"/>\n", width_at(x, bar.max(1.0))));
         }
     }
 
@@ -175,11 +178,11 @@ fn run(s: &mut String, r: &RunReport, top: f64, px_per_ms: f64, longest_ms: f64)
                 continue;
             }
             let h = (LANE_H - 3.0) * counts[replica] as f64 / all as f64;
+            let x = x_of(b as u64 * SHARE_BUCKET_MS);
             s.push_str(&format!(
-                "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.2}\" height=\"{h:.1}\" fill=\"{colour}\"/>\n",
-                x_of(b as u64 * SHARE_BUCKET_MS),
+                "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"{:.2}\" height=\"{h:.1}\" fill=\"{colour}\"/>\n",
                 lane_bottom - h,
-                share_bar.max(0.5)
+                width_at(x, share_bar.max(0.5))
             ));
         }
     }
@@ -246,6 +249,70 @@ mod tests {
             (400.0, "replica-2 exited"),
         ]);
         assert_eq!(rows, vec![0, 1, 2, 0]);
+    }
+
+    /// Every `<rect>` of a run's drawing as (x, y, width, height, fill).
+    fn rects(svg: &str) -> Vec<(f64, f64, f64, f64, String)> {
+        let attr = |line: &str, name: &str| -> Option<String> {
+            let start = line.find(&format!(" {name}=\""))? + name.len() + 3;
+            let len = line[start..].find('"')?;
+            Some(line[start..start + len].to_string())
+        };
+        svg.lines()
+            .filter(|l| l.starts_with("<rect x="))
+            .map(|l| {
+                let n = |name| attr(l, name).unwrap().parse::<f64>().unwrap();
+                (
+                    n("x"),
+                    n("y"),
+                    n("width"),
+                    n("height"),
+                    attr(l, "fill").unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn bars_stay_inside_their_areas_and_failures_are_red_only_when_some_failed() {
+        // More failures than successes at the peak, and a timeline whose last bucket ends
+        // at the axis's end.
+        let mut timeline = vec![(20, 0); 100];
+        timeline[50] = (2, 40);
+        let mut report = RunReport {
+            timeline,
+            replica_timeline: vec![vec![5, 5]; 10],
+            ..RunReport::unavailable("restart-one", "kubegate", "ok".into())
+        };
+        let mut s = String::new();
+        let top = 62.0;
+        run(&mut s, &report, top, WIDTH / 10_000.0, 10_000.0);
+        let main_top = top + 4.0;
+        let lanes_top = main_top + MAIN_H + 4.0;
+        for (x, y, w, h, fill) in rects(&s) {
+            assert!(
+                x >= LEFT && x + w <= LEFT + WIDTH + 0.01,
+                "{x} + {w} past the axis"
+            );
+            let (from, to) = if fill == "#2a2" || fill == "#d22" {
+                (main_top, main_top + MAIN_H)
+            } else {
+                (lanes_top, lanes_top + 2.0 * LANE_H)
+            };
+            assert!(
+                y >= from - 0.01 && y + h <= to + 0.01,
+                "{fill} bar {y}..{} outside {from}..{to}",
+                y + h
+            );
+        }
+        assert!(
+            !s.contains("fill=\"#b00\">client-go failures"),
+            "no failure drawn red"
+        );
+        report.client_go_failures.insert("watch".into(), 1);
+        let mut s = String::new();
+        run(&mut s, &report, top, WIDTH / 10_000.0, 10_000.0);
+        assert!(s.contains("fill=\"#b00\">client-go failures: 1"));
     }
 
     #[test]

@@ -239,15 +239,16 @@ impl<P> Backend<P> {
         self.passes_to_ready.load(Ordering::Relaxed)
     }
 
-    /// Passively ejected right now (a connect to it failed within the ejection time).
+    /// Passively ejected right now (a connect to it failed, or it answered a failure of its
+    /// own, within the ejection time).
     pub fn ejected(&self) -> bool {
         self.ejection.active()
     }
 
-    /// A connect to this backend failed: skip it for new work for `eject_for` (unless nothing
-    /// else is left), and probe it now rather than at the next interval, so that its state
-    /// follows within one probe.
-    pub fn connect_failed(&self, eject_for: Duration) {
+    /// A connect to this backend failed, or it answered with a failure of its own (its
+    /// storage): skip it for new work for `eject_for` (unless nothing else is left), and probe
+    /// it now rather than at the next interval, so that its state follows within one probe.
+    pub fn failed_passively(&self, eject_for: Duration) {
         self.ejection.eject_for(eject_for);
         if let Some(c) = &self.health().checker {
             c.probe_soon();

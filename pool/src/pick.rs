@@ -159,9 +159,9 @@ mod tests {
     #[test]
     fn ejected_backends_are_skipped_unless_nothing_else_is_left() {
         let set = backends(2);
-        set[0].connect_failed(Duration::from_secs(60));
+        set[0].failed_passively(Duration::from_secs(60));
         assert_eq!(ports(BalancePolicy::RoundRobin, &set, 4), [2, 2, 2, 2]);
-        set[1].connect_failed(Duration::from_secs(60));
+        set[1].failed_passively(Duration::from_secs(60));
         assert_eq!(ports(BalancePolicy::RoundRobin, &set, 2), [1, 2]);
     }
 }

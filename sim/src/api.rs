@@ -153,10 +153,13 @@ async fn serve_as(
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
-    // Until the watch cache is initialised (at start, or again after its etcd watch failed),
-    // reads it serves (LIST, WATCH) get 429 with Retry-After: 1, as the apiserver's cacher
-    // answers meanwhile.
-    if req.method() == Method::GET && target.name.is_none() && sim.checks.cache_initializing() {
+    // Until the resource's watch cache is initialised (at start — a custom resource's later
+    // than the built-in ones' — or again after its etcd watch failed), reads it serves (LIST,
+    // WATCH) get 429 with Retry-After: 1, as the apiserver's cacher answers meanwhile.
+    if req.method() == Method::GET
+        && target.name.is_none()
+        && sim.checks.cache_initializing_for(target.resource.custom)
+    {
         return respond::status(
             429,
             "TooManyRequests",

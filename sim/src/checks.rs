@@ -88,6 +88,8 @@ impl Endpoint {
 pub struct Checks {
     forced: RwLock<BTreeSet<String>>,
     started: AtomicBool,
+    /// The custom resources' watch caches initialized (after `started`).
+    custom_caches_ready: AtomicBool,
     shutting_down: AtomicBool,
     storage_down: AtomicBool,
     cache_reinitializing: AtomicBool,
@@ -120,6 +122,17 @@ impl Checks {
     /// Whether the watch caches cannot serve yet: startup not finished, or re-initializing.
     pub fn cache_initializing(&self) -> bool {
         !self.started() || self.cache_reinitializing.load(Ordering::Acquire)
+    }
+
+    /// The custom resources' watch caches initialized: the CRD informer synced and their
+    /// caches listed, some time after the built-in ones. `/readyz` never waited for them.
+    pub fn finish_custom_caches(&self) {
+        self.custom_caches_ready.store(true, Ordering::Release);
+    }
+
+    /// Whether the watch cache of a resource (`custom` or built-in) cannot serve yet.
+    pub fn cache_initializing_for(&self, custom: bool) -> bool {
+        self.cache_initializing() || (custom && !self.custom_caches_ready.load(Ordering::Acquire))
     }
 
     /// Shutdown began.

@@ -106,6 +106,7 @@ fn handle(sim: &Sim, req: Request<Incoming>) -> Response<Full<Bytes>> {
                 "token_reviews_received": sim.requests.token_reviews.load(Ordering::Relaxed),
                 "shutting_down": sim.checks.shutting_down(),
                 "cache_initializing": sim.checks.cache_initializing(),
+                "custom_caches_initializing": sim.checks.cache_initializing_for(true),
             }),
         ),
         _ => (

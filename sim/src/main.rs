@@ -138,6 +138,11 @@ pub struct ServeArgs {
     /// Simulator: loopback port of the fault-injection endpoint (none if unset).
     #[arg(long)]
     fault_port: Option<u16>,
+    /// Simulator: how long after the built-in resources' watch caches (when /readyz passes)
+    /// the custom resources' caches (kubegate.example.com/v1 widgets) initialize; LISTs and
+    /// watches of them get 429 "storage is (re)initializing" meanwhile (KEP-4568).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    custom_resource_cache_init: Duration,
     /// Simulator: interval of watch BOOKMARK events (the cacher's, KEP-1904: 1 min).
     #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
     bookmark_interval: Duration,
@@ -278,14 +283,23 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         // Without one they are finished before the listener opens: a task spawned to finish
         // them could run after the first /readyz on a busy machine.
         let startup = args.startup_duration;
+        let custom = args.custom_resource_cache_init;
         if startup.is_zero() {
             sim.checks.finish_startup();
+        }
+        if startup.is_zero() && custom.is_zero() {
+            sim.checks.finish_custom_caches();
         } else {
             let starting = sim.clone();
             tokio::spawn(async move {
-                tokio::time::sleep(startup).await;
-                starting.checks.finish_startup();
-                tracing::info!("post-start hooks finished");
+                if !startup.is_zero() {
+                    tokio::time::sleep(startup).await;
+                    starting.checks.finish_startup();
+                    tracing::info!("post-start hooks finished");
+                }
+                tokio::time::sleep(custom).await;
+                starting.checks.finish_custom_caches();
+                tracing::info!("custom resources' watch caches initialized");
             });
         }
         if !args.etcd_servers.is_empty() {

@@ -20,6 +20,9 @@ pub struct Resource {
     /// Served unless `--runtime-config` turns it off (a GA or alpha-1.24 beta API); a beta
     /// API since 1.24 is off until turned on.
     pub enabled_by_default: bool,
+    /// A custom resource (a CRD's): its watch cache initializes after the built-in ones, and
+    /// `/readyz` does not wait for it (KEP-4568).
+    pub custom: bool,
 }
 
 impl Resource {
@@ -56,6 +59,7 @@ pub const CONFIGMAPS: Resource = Resource {
     short_names: &["cm"],
     introduced: 0,
     enabled_by_default: true,
+    custom: false,
 };
 
 /// `leases` (coordination.k8s.io/v1).
@@ -68,6 +72,7 @@ pub const LEASES: Resource = Resource {
     short_names: &[],
     introduced: 0,
     enabled_by_default: true,
+    custom: false,
 };
 
 /// `pods` (v1): created running, with every container ready (no scheduler or kubelet acts on
@@ -81,6 +86,7 @@ pub const PODS: Resource = Resource {
     short_names: &["po"],
     introduced: 0,
     enabled_by_default: true,
+    custom: false,
 };
 
 /// `endpointslices` (discovery.k8s.io/v1): the `default/kubernetes` slice is the lease
@@ -94,6 +100,7 @@ pub const ENDPOINTSLICES: Resource = Resource {
     short_names: &[],
     introduced: 0,
     enabled_by_default: true,
+    custom: false,
 };
 
 /// `resourceclaims` (resource.k8s.io/v1beta1): a beta API, off unless `--runtime-config`
@@ -107,6 +114,7 @@ pub const RESOURCECLAIMS_V1BETA1: Resource = Resource {
     short_names: &[],
     introduced: 32,
     enabled_by_default: false,
+    custom: false,
 };
 
 /// `resourceclaims` (resource.k8s.io/v1): GA, served from 1.34 — what a rolling upgrade from
@@ -120,17 +128,33 @@ pub const RESOURCECLAIMS_V1: Resource = Resource {
     short_names: &[],
     introduced: 34,
     enabled_by_default: true,
+    custom: false,
+};
+
+/// `widgets` (kubegate.example.com/v1): a custom resource, as if its CRD were installed: its
+/// watch cache initializes `--custom-resource-cache-init` after the built-in ones.
+pub const WIDGETS: Resource = Resource {
+    group: "kubegate.example.com",
+    version: "v1",
+    plural: "widgets",
+    singular: "widget",
+    kind: "Widget",
+    short_names: &["wd"],
+    introduced: 0,
+    enabled_by_default: true,
+    custom: true,
 };
 
 /// Every resource the simulator knows; which of them a replica serves depends on its version
 /// and `--runtime-config` (`versions.rs`).
-pub const ALL: [&Resource; 6] = [
+pub const ALL: [&Resource; 7] = [
     &CONFIGMAPS,
     &PODS,
     &LEASES,
     &ENDPOINTSLICES,
     &RESOURCECLAIMS_V1BETA1,
     &RESOURCECLAIMS_V1,
+    &WIDGETS,
 ];
 
 /// A request path that names a resource.

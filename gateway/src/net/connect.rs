@@ -106,5 +106,5 @@ pub fn connect_failed(gw: &Gateway, backend: &Backend, error: &io::Error, purpos
     let reason = ConnectError::of(error);
     gw.metrics().net.connect_error(&name, reason);
     tracing::warn!(backend = %name, reason = reason.as_str(), error = %error, purpose, "connect to backend failed");
-    backend.connect_failed(PASSIVE_EJECTION);
+    backend.failed_passively(PASSIVE_EJECTION);
 }

@@ -10,7 +10,7 @@
 //! initializing (429), its storage failing (5xx naming etcd, or while its probe fails) — is
 //! tried on another; when none answers better, the client gets the last such answer.
 
-use crate::net::{place, Attempt, Unplaced};
+use crate::net::{place, Attempt, Unplaced, PASSIVE_EJECTION};
 use crate::state::{Backend, Gateway, Stream};
 use crate::telemetry::{AttemptFailure, RequestFailure};
 use crate::terminate::body::{read_small, says, ResponseBody};
@@ -294,6 +294,9 @@ async fn attempt(
         } else if failed_read && cache_behind(&body) {
             Some(AttemptFailure::CacheBehind)
         } else if failed_read && storage_failed(backend, &body) {
+            // A passive signal: out of new work until a probe (asked for now) says otherwise,
+            // rather than until the next probe finds its etcd failing.
+            backend.failed_passively(PASSIVE_EJECTION);
             Some(AttemptFailure::StorageFailed)
         } else {
             None

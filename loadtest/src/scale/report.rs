@@ -164,6 +164,20 @@ pub fn markdown(runs: &[ScaleRun]) -> String {
     out
 }
 
+/// A size as the axis shows it: `500`, `1k`, `2.5k`, `20k`.
+fn size_label(watches: usize) -> String {
+    if watches >= 1000 && watches % 100 == 0 {
+        let k = watches as f64 / 1000.0;
+        if watches % 1000 == 0 {
+            format!("{k:.0}k")
+        } else {
+            format!("{k:.1}k")
+        }
+    } else {
+        watches.to_string()
+    }
+}
+
 /// The cost curve: RSS at rest and CPU (at rest, in the restart) against watches, one line per
 /// gateway.
 pub fn svg(runs: &[ScaleRun]) -> String {
@@ -172,6 +186,11 @@ pub fn svg(runs: &[ScaleRun]) -> String {
         by_gateway.entry(&r.gateway).or_default().push(r);
     }
     let max_w = runs.iter().map(|r| r.watches).max().unwrap_or(1).max(1) as f64;
+    let sizes: std::collections::BTreeSet<usize> = runs
+        .iter()
+        .filter(|r| r.status == "ok")
+        .map(|r| r.watches)
+        .collect();
     let max_rss = runs
         .iter()
         .map(|r| r.rest.rss_kib as f64 / 1024.0)
@@ -202,7 +221,7 @@ pub fn svg(runs: &[ScaleRun]) -> String {
     {
         let x0 = left + panel as f64 * (w + 80.0);
         body.push_str(&format!(
-            "<text x=\"{x0}\" y=\"{}\" font-weight=\"bold\">{title}</text>\n<line x1=\"{x0}\" y1=\"{}\" x2=\"{x0}\" y2=\"{}\" stroke=\"#333\"/>\n<line x1=\"{x0}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#333\"/>\n<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{max:.1}</text>\n<text x=\"{}\" y=\"{}\" text-anchor=\"end\">0</text>\n<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{max_w} watches</text>\n",
+            "<text x=\"{x0}\" y=\"{}\" font-weight=\"bold\">{title}</text>\n<line x1=\"{x0}\" y1=\"{}\" x2=\"{x0}\" y2=\"{}\" stroke=\"#333\"/>\n<line x1=\"{x0}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#333\"/>\n<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{max:.1}</text>\n<text x=\"{}\" y=\"{}\" text-anchor=\"end\">0</text>\n<text x=\"{}\" y=\"{}\" text-anchor=\"end\" fill=\"#555\">watches</text>\n",
             top - 10.0,
             top,
             top + h,
@@ -213,9 +232,30 @@ pub fn svg(runs: &[ScaleRun]) -> String {
             top + 4.0,
             x0 - 4.0,
             top + h,
-            x0 + w,
-            top + h + 16.0,
+            x0 - 4.0,
+            top + h + 14.0,
         ));
+        // Each size measured, ticked and labelled where it lies on the axis; a label that
+        // would run into the one before is left to the tick's tooltip.
+        let mut label_end = f64::MIN;
+        for &size in &sizes {
+            let x = x0 + size as f64 / max_w * w;
+            let label = size_label(size);
+            let half = label.len() as f64 * 3.5;
+            let shown = x - half >= label_end;
+            body.push_str(&format!(
+                "<line x1=\"{x:.1}\" y1=\"{}\" x2=\"{x:.1}\" y2=\"{}\" stroke=\"#333\"><title>{size} watches</title></line>\n",
+                top + h,
+                top + h + 4.0
+            ));
+            if shown {
+                body.push_str(&format!(
+                    "<text x=\"{x:.1}\" y=\"{}\" text-anchor=\"middle\">{label}</text>\n",
+                    top + h + 14.0
+                ));
+                label_end = x + half + 4.0;
+            }
+        }
         let point = |r: &ScaleRun, v: f64| {
             (
                 x0 + r.watches as f64 / max_w * w,
@@ -269,4 +309,47 @@ pub fn svg(runs: &[ScaleRun]) -> String {
     format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{total_w}\" height=\"{total_h}\" viewBox=\"0 0 {total_w} {total_h}\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"10\" y=\"18\" font-size=\"13\" font-weight=\"bold\">What a gateway costs as watches grow (kubegate-loadtest scale)</text>\n{body}</svg>\n"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_size_measured_is_labelled_where_it_lies_on_the_axis() {
+        let runs: Vec<ScaleRun> = [1_000, 5_000, 10_000, 20_000]
+            .into_iter()
+            .map(|w| ScaleRun {
+                status: "ok".into(),
+                ..ScaleRun::failed("kubegate-l7", 10, w, String::new())
+            })
+            .collect();
+        let svg = svg(&runs);
+        let x_of = |label: &str| -> Vec<f64> {
+            svg.lines()
+                .filter(|l| {
+                    l.ends_with(&format!(">{label}</text>")) && l.contains("text-anchor=\"middle\"")
+                })
+                .map(|l| {
+                    let start = l.find("x=\"").unwrap() + 3;
+                    l[start..start + l[start..].find('"').unwrap()]
+                        .parse()
+                        .unwrap()
+                })
+                .collect()
+        };
+        // Two panels, each with its own axis: 20k at the end, 10k halfway, 5k a quarter.
+        let (w, left) = (360.0, 60.0);
+        for (label, at) in [("20k", 1.0), ("10k", 0.5), ("5k", 0.25), ("1k", 0.05)] {
+            let xs = x_of(label);
+            assert_eq!(xs.len(), 2, "{label}: {xs:?}");
+            assert!(
+                (xs[0] - (left + at * w)).abs() < 0.1,
+                "{label} at {}",
+                xs[0]
+            );
+        }
+        assert_eq!(size_label(2_500), "2.5k");
+        assert_eq!(size_label(500), "500");
+    }
 }
