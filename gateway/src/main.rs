@@ -1,5 +1,5 @@
-//! `kubegate`'s command line: `run`, `check`, `init`, `status`, `drain`, `undrain`. Everything else is the library's
-//! (`lib.rs`).
+//! `kubegate`'s command line: `run`, `check`, `init`, `status`, `drain`, `undrain`. Everything
+//! else is the library's (`lib.rs`).
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand, ValueEnum};

@@ -109,19 +109,22 @@ impl<P: DataPlanes> Pool<P> {
     /// exists. The drain lives as long as the backend: a reload keeps it, a restart of
     /// kubegate forgets it.
     pub fn drain_by_operator(&self, name: &str, drained: bool) -> bool {
-        let Some(backend) = self
+        // Every member of that name: a backend re-added while its old self still drains too.
+        let named: Vec<_> = self
             .members()
             .iter()
-            .find(|b| b.info().name == name)
+            .filter(|b| b.info().name == name)
             .cloned()
-        else {
-            return false;
-        };
-        if backend.set_drained_by_operator(drained) != drained {
+            .collect();
+        let changed = named
+            .iter()
+            .filter(|b| b.set_drained_by_operator(drained) != drained)
+            .count();
+        if changed > 0 {
             tracing::info!(backend = %name, drained, "backend drained by the operator");
             self.rebuild_routing();
         }
-        true
+        !named.is_empty()
     }
 
     /// Adds a backend in `unknown` and starts probing it. Must run inside the runtime that is

@@ -377,7 +377,7 @@ fn store_error(target: &Target<'_>, name: &str, e: StoreError) -> Reply {
         e @ StoreError::TooLarge { .. } => {
             let status = crate::watch::too_large(&e);
             Reply::new(StatusCode::GATEWAY_TIMEOUT, Bytes::from(status.to_string()))
-            .header("content-type", "application/json")
+                .header("content-type", "application/json")
         }
         StoreError::Unavailable(why) => {
             tracing::warn!(error = %why, "storage unavailable");

@@ -10,9 +10,9 @@
 //! Hardened so that whoever reaches the port cannot keep probes out or read more than they
 //! should: at most `admin.max_connections` at once, a new one closing the oldest (an idle or
 //! slow client holds a slot only until newer ones need it); request headers within
-//! `admin.header_read_timeout` and 16 KiB; only GET and HEAD, but for the drain calls. With a client CA or a bearer
-//! token file configured, everything but `admin.public_paths` (the probes, by default) needs a
-//! verified client certificate or one of the tokens.
+//! `admin.header_read_timeout` and 16 KiB; only GET and HEAD, but for the drain calls. With a
+//! client CA or a bearer token file configured, everything but `admin.public_paths` (the
+//! probes, by default) needs a verified client certificate or one of the tokens.
 
 mod drain;
 mod page;

@@ -166,9 +166,9 @@ pub fn markdown(runs: &[ScaleRun]) -> String {
 
 /// A size as the axis shows it: `500`, `1k`, `2.5k`, `20k`.
 fn size_label(watches: usize) -> String {
-    if watches >= 1000 && watches % 100 == 0 {
+    if watches >= 1000 && watches.is_multiple_of(100) {
         let k = watches as f64 / 1000.0;
-        if watches % 1000 == 0 {
+        if watches.is_multiple_of(1000) {
             format!("{k:.0}k")
         } else {
             format!("{k:.1}k")

@@ -108,7 +108,7 @@ impl TerminateMetrics {
             client_connections: gauge_vec(r, "kubegate_client_connections", "Open terminate-mode client connections, by protocol (h2, http/1.1).", &["protocol"]),
             tls_handshake_failures: counter_vec(r, "kubegate_tls_handshake_failures_total", "Terminate-mode client TLS handshakes that failed (error) or did not finish in time (timeout).", &["reason"]),
             watches_open: gauge(r, "kubegate_watches_open", "Terminate-mode watches kubegate follows across backends."),
-            watch_resumes: counter_vec(r, "kubegate_watch_resumes_total", "Watches continued on another backend from their last position, by what stopped the upstream stream (ended, failed, drained, expired, moved).", &["cause"]),
+            watch_resumes: counter_vec(r, "kubegate_watch_resumes_total", "Watches continued on another backend from their last position, by what stopped the upstream stream (ended, failed, drained, expired, moved, cache_behind).", &["cause"]),
             access_log_dropped: counter(r, "kubegate_access_log_dropped_total", "Access log lines not written: over terminate.access_log.max_per_second, or the writer's queue was full."),
             dispatch_requests: counter_vec(r, "kubegate_dispatch_requests_total", "Terminate-mode requests each dispatch rule took.", &["rule"]),
             dispatch_limited: counter_vec(r, "kubegate_dispatch_limited_total", "Requests a dispatch rule's limit answered 429, by limit (in_flight, rate).", &["rule", "limit"]),
