@@ -20,6 +20,8 @@
 //! 9. `a_quiet_watch_outlives_a_rolling_restart_on_its_bookmarks`: bookmarks carry the watch
 //!    cache's progress; resumed from them, a watch that heard no event since before every
 //!    replica restarted needs no relist.
+//! 10. `a_quiet_watch_leaves_a_draining_replica_with_a_fresh_position`: a position older than
+//!     every other replica's cache is brought up to date on the replica it leaves.
 
 use kubegate_e2e::*;
 use std::collections::HashMap;
@@ -423,6 +425,65 @@ async fn a_quiet_watch_outlives_a_rolling_restart_on_its_bookmarks() {
         kg.metric(r#"kubegate_watches_ended_total{reason="expired"}"#),
         0.0
     );
+}
+
+/// A quiet watch's position can be older than the caches of every replica that came back
+/// since (its bookmarks come once a minute). Before it leaves a replica that still answers,
+/// kubegate asks that replica for a fresh position (a bookmark before a short deadline), so
+/// the replicas that came back serve it: no 410, no relist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_watch_leaves_a_draining_replica_with_a_fresh_position() {
+    let mut bed = cluster(&[
+        "--watch-cache",
+        "--bookmark-interval",
+        "1h",
+        "--shutdown-delay-duration",
+        "5s",
+    ]);
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &mut bed.sims);
+    let mut writer = kg.connect(pki, true).await.unwrap();
+    let from = list_version(&mut writer).await;
+    let path = format!("/api/v1/namespaces/quiet/configmaps?watch=1&resourceVersion={from}");
+    let mut watches = open_watches(kg, pki, &path, 1).await;
+    wait_for("the watch open", T, || {
+        (watches_on(kg, sims).values().sum::<f64>() == 1.0).then_some(())
+    });
+    let held = watches_on(kg, sims);
+    let holder = sims.iter().position(|s| held[&s.name] > 0.0).unwrap();
+    // The store moves on elsewhere, and the two other replicas restart: their caches begin
+    // after the watch's position, which it heard nothing to move.
+    for i in 0..3 {
+        create(&mut writer, &format!("busy-{i}")).await;
+    }
+    for (i, sim) in sims.iter_mut().enumerate() {
+        if i == holder {
+            continue;
+        }
+        let name = sim.name.clone();
+        sim.signal(libc::SIGTERM);
+        let status = sim.wait_exit(T);
+        assert!(status.success(), "{status:?}");
+        sim.restart();
+        kg.wait_state(&name, "ready", T);
+    }
+    // The holder shuts down (serving 5 s more): the watch leaves it.
+    let holder_name = sims[holder].name.clone();
+    sims[holder].signal(libc::SIGTERM);
+    wait_for("the watch to leave the draining replica", T, || {
+        let on = watches_on(kg, sims);
+        (on[&holder_name] == 0.0 && on.values().sum::<f64>() == 1.0).then_some(())
+    });
+    assert!(kg.metric("kubegate_watch_positions_freshened_total") >= 1.0);
+    create_in(&mut writer, "quiet", "q1").await;
+    let (w, _) = &mut watches[0];
+    let e = w.next(T).await.unwrap().expect("an event");
+    assert_eq!((e.kind.as_str(), e.name.as_str()), ("ADDED", "q1"), "{e:?}");
+    assert_eq!(
+        kg.metric(r#"kubegate_watches_ended_total{reason="expired"}"#),
+        0.0
+    );
+    let status = sims[holder].wait_exit(T);
+    assert!(status.success(), "{status:?}");
 }
 
 /// A replica back from a restart holds no watch until its share is moved to it: the others,

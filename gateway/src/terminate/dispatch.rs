@@ -228,6 +228,18 @@ pub fn load_for(policy: BalancePolicy) -> fn(&Backend) -> u64 {
     }
 }
 
+/// One attempt on `backend` alone, whatever its state (a watch freshened on the replica it
+/// leaves): its answer, or `None` when it gave none worth reading.
+pub async fn attempt_on(
+    gw: &Gateway,
+    upstreams: &Upstreams,
+    backend: &Arc<Backend>,
+    outgoing: &Outgoing,
+    class: RequestClass,
+) -> Option<Answer> {
+    attempt(gw, upstreams, backend, outgoing, class).await.ok()
+}
+
 /// One attempt on `backend`.
 async fn attempt(
     gw: &Gateway,

@@ -22,6 +22,14 @@
 //! the replicas that have not said it; the client gets it only when none can serve the
 //! position.
 //!
+//! A position can be too old for where the watch goes: a replica that came back after the
+//! client's last event or bookmark begins its cache after it (a quiet watch hears a bookmark
+//! once a minute). When the replica the watch leaves still answers (a drain, a move), the watch
+//! is first asked of it again for a few seconds: the apiserver sends a bookmark 2 s before a
+//! watch's deadline, at its cache's current resourceVersion, so the watch leaves with a fresh
+//! position (`freshen`; `kubegate_watch_resumes_total{cause}` is unchanged, the freshened
+//! positions are counted apart).
+//!
 //! A watch's time is kept across replicas: it ends when the client's `timeoutSeconds` says,
 //! or, without one, after `terminate.min_request_timeout` times a random factor in [1, 2), as
 //! the apiserver's `--min-request-timeout` ends it. The time left is what each replica is
@@ -32,7 +40,7 @@ use crate::net::Unplaced;
 use crate::state::{Backend, Gateway, Stream};
 use crate::telemetry::{WatchBreak, WatchEnd};
 use crate::terminate::body::{ResponseBody, WatchBody};
-use crate::terminate::dispatch::{cache_behind, dispatch, Answer};
+use crate::terminate::dispatch::{self, cache_behind, dispatch, Answer};
 use crate::terminate::h2client::ResponseStream;
 use crate::terminate::in_flight::InFlight;
 use crate::terminate::mode::Upstreams;
@@ -62,6 +70,9 @@ const REOPEN_PATIENCE: Duration = Duration::from_secs(60);
 const MAX_PAUSE: Duration = Duration::from_millis(1600);
 /// Events waiting for a slow client.
 const QUEUE: usize = 16;
+/// How long a freshening watch is asked for: the cacher sends a bookmark 2 s before a
+/// watch's deadline, so it hears one about a second in.
+const FRESHEN_FOR: Duration = Duration::from_secs(3);
 
 /// What a client asked of its watch, and when the watch ends (`None`: the client's
 /// `timeoutSeconds` cannot be read, and the apiserver answers that).
@@ -141,6 +152,9 @@ async fn run(
 ) -> WatchEnd {
     let asked = &watch.asked;
     let mut progress = Progress::new(asked);
+    // When the position last moved (Unix ms): what a replica that came back since may not
+    // reach.
+    let mut position_at = unix_ms();
     let mut resumes: VecDeque<Instant> = VecDeque::new();
     // The replicas that said they cannot serve the current position (410, too large), and
     // the first such answer.
@@ -152,7 +166,17 @@ async fn run(
             .map(|e| e.saturating_duration_since(Instant::now()))
     };
     loop {
-        let broke = match pump(&mut upstream, framing, watch, &mut progress, &tx).await {
+        let broke = match pump(
+            &mut upstream,
+            framing,
+            watch,
+            &mut progress,
+            &mut position_at,
+            Until::Stopped,
+            &tx,
+        )
+        .await
+        {
             Ok(Stopped::Broke(b)) => {
                 // The position may have moved on: what replicas said of the old one no longer
                 // holds.
@@ -172,10 +196,14 @@ async fn run(
         if left.is_some_and(|l| l < Duration::from_secs(1)) {
             return WatchEnd::Timeout;
         }
-        let from = match progress.resume_from(asked) {
+        let resume_from = |progress: &Progress| match progress.resume_from(asked) {
+            Ok(from) => Ok(from),
+            Err(position::NotResumable::NoPosition) => Err(WatchEnd::NoPosition),
+            Err(position::NotResumable::InitialEvents) => Err(WatchEnd::InitialEvents),
+        };
+        let mut from = match resume_from(&progress) {
             Ok(from) => from,
-            Err(position::NotResumable::NoPosition) => return WatchEnd::NoPosition,
-            Err(position::NotResumable::InitialEvents) => return WatchEnd::InitialEvents,
+            Err(ended) => return ended,
         };
         while resumes.front().is_some_and(|t| t.elapsed() > RESUME_WINDOW) {
             resumes.pop_front();
@@ -185,8 +213,40 @@ async fn run(
         }
         let broken = upstream.backend.address;
         let name = upstream.backend.info().name.clone();
+        let leaving = upstream.backend.clone();
         // What was held on the replica is let go before another is asked.
         drop(upstream);
+        // The replica left still answers, and one the watch may go to came back after the
+        // position: the position is brought up to date here first.
+        if matches!(broke, WatchBreak::Drained | WatchBreak::Moved)
+            && from.is_some()
+            && returned_since(gw, &leaving, position_at)
+        {
+            let fresh = freshen(
+                gw,
+                upstreams,
+                outgoing,
+                class,
+                watch,
+                framing,
+                &leaving,
+                from.as_deref().unwrap_or_default(),
+                (&mut progress, &mut position_at),
+                &tx,
+            )
+            .await;
+            match fresh {
+                Ok(true) => {
+                    gw.metrics().terminate.watch_freshened();
+                    from = match resume_from(&progress) {
+                        Ok(from) => from,
+                        Err(ended) => return ended,
+                    };
+                }
+                Ok(false) => {}
+                Err(ended) => return ended,
+            }
+        }
         // Asked again with the watch's time left at each attempt.
         let again = || {
             outgoing.with_query(&resumed_query(
@@ -243,12 +303,24 @@ enum Stopped {
     Refused(Bytes, WatchBreak),
 }
 
-/// Forwards events until the upstream stream stops (`Ok`, with why) or the watch is over.
+/// How long [`pump`] forwards.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Until {
+    /// Until the stream stops, its replica drains or the watch is asked to move.
+    Stopped,
+    /// Until the first bookmark (or the stream stops): a freshening watch.
+    Bookmark,
+}
+
+/// Forwards events until the upstream stream stops (`Ok`, with why) or the watch is over;
+/// `position_at` follows when the position last moved.
 async fn pump(
     upstream: &mut Upstream,
     framing: Framing,
     watch: &Watch,
     progress: &mut Progress,
+    position_at: &mut u64,
+    until: Until,
     tx: &mpsc::Sender<Bytes>,
 ) -> Result<Stopped, WatchEnd> {
     let asked = &watch.asked;
@@ -267,15 +339,16 @@ async fn pump(
         }
     };
     tokio::pin!(over);
+    let following = until == Until::Stopped;
     loop {
-        let movable = progress.resumable(asked);
+        let movable = following && progress.resumable(asked);
         tokio::select! {
             biased;
             _ = tx.closed() => return Err(WatchEnd::Client),
             // The replica was asked for the same time and ends the stream itself about now;
             // the client's stream ends here whatever the replica does.
             () = &mut over => return Err(WatchEnd::Timeout),
-            Ok(()) = drains.changed() => return Ok(Stopped::Broke(WatchBreak::Drained)),
+            Ok(()) = drains.changed(), if following => return Ok(Stopped::Broke(WatchBreak::Drained)),
             () = &mut moved, if movable => return Ok(Stopped::Broke(WatchBreak::Moved)),
             frame = upstream.body.frame() => match frame {
                 None => return Ok(Stopped::Broke(WatchBreak::Ended)),
@@ -306,13 +379,22 @@ async fn pump(
                                 return Ok(Stopped::Refused(event.bytes, cause));
                             }
                         }
-                        let bytes = match progress.observe(asked, &event) {
-                            Deliver::Drop => continue,
-                            Deliver::AsIs => event.bytes.clone(),
-                            Deliver::WithoutTableHeader => framing::without_table_header(&event),
+                        let deliver = progress.observe(asked, &event);
+                        if event.kind != Kind::Error && event.resource_version.is_some() {
+                            *position_at = unix_ms();
+                        }
+                        let bytes = match deliver {
+                            Deliver::Drop => None,
+                            Deliver::AsIs => Some(event.bytes.clone()),
+                            Deliver::WithoutTableHeader => Some(framing::without_table_header(&event)),
                         };
-                        if tx.send(bytes).await.is_err() {
-                            return Err(WatchEnd::Client);
+                        if let Some(bytes) = bytes {
+                            if tx.send(bytes).await.is_err() {
+                                return Err(WatchEnd::Client);
+                            }
+                        }
+                        if until == Until::Bookmark && event.kind == Kind::Bookmark {
+                            return Ok(Stopped::Broke(WatchBreak::Ended));
                         }
                         if event.kind == Kind::Error {
                             return Err(if progress.error == Some(410) { WatchEnd::Expired } else { WatchEnd::Error });
@@ -321,6 +403,83 @@ async fn pump(
                 }
             }
         }
+    }
+}
+
+/// Now, in Unix milliseconds (as a backend's state `since`).
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Whether a ready replica other than `leaving` became ready after the position moved last
+/// (`position_at`): its cache may begin after the position.
+fn returned_since(gw: &Gateway, leaving: &Backend, position_at: u64) -> bool {
+    gw.pool()
+        .routing()
+        .ready
+        .iter()
+        .any(|b| b.address != leaving.address && b.since_unix_ms() > position_at)
+}
+
+/// Asks the watch of `leaving` again from `from` for [`FRESHEN_FOR`], forwarding what comes,
+/// until its first bookmark: `Ok(true)` when the position moved on. Whatever fails here
+/// leaves the position as it was; only the watch's own end is an error.
+#[allow(clippy::too_many_arguments)]
+async fn freshen(
+    gw: &Gateway,
+    upstreams: &Upstreams,
+    outgoing: &Outgoing,
+    class: RequestClass,
+    watch: &Watch,
+    framing: Framing,
+    leaving: &Arc<Backend>,
+    from: &str,
+    (progress, position_at): (&mut Progress, &mut u64),
+    tx: &mpsc::Sender<Bytes>,
+) -> Result<bool, WatchEnd> {
+    let again = outgoing.with_query(&resumed_query(
+        outgoing.client_query(),
+        Some(from),
+        Some(FRESHEN_FOR),
+    ));
+    let Some(Answer::Streaming {
+        resp,
+        in_flight,
+        stream,
+    }) = dispatch::attempt_on(gw, upstreams, leaving, &again, class).await
+    else {
+        return Ok(false);
+    };
+    let same = resp
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(Framing::of)
+        == Some(framing);
+    if resp.status() != http::StatusCode::OK || !same {
+        return Ok(false);
+    }
+    let mut upstream = Upstream {
+        body: resp.into_body(),
+        backend: leaving.clone(),
+        held: (in_flight, stream),
+    };
+    let before = *position_at;
+    match pump(
+        &mut upstream,
+        framing,
+        watch,
+        progress,
+        position_at,
+        Until::Bookmark,
+        tx,
+    )
+    .await?
+    {
+        Stopped::Broke(_) => Ok(*position_at > before),
+        Stopped::Refused(..) => Ok(false),
     }
 }
 

@@ -52,6 +52,9 @@ pub struct TerminateMetrics {
     /// `kubegate_watch_resumes_total{cause}`: watches continued on another backend, by what
     /// stopped the one before.
     watch_resumes: IntCounterVec,
+    /// `kubegate_watch_positions_freshened_total`: positions brought up to date on the
+    /// replica a watch left, before it moved.
+    watch_positions_freshened: IntCounter,
     /// `kubegate_watches_ended_total{reason}`.
     watches_ended: IntCounterVec,
     /// `kubegate_access_log_dropped_total`: access log lines over `max_per_second` or that
@@ -109,6 +112,7 @@ impl TerminateMetrics {
             tls_handshake_failures: counter_vec(r, "kubegate_tls_handshake_failures_total", "Terminate-mode client TLS handshakes that failed (error) or did not finish in time (timeout).", &["reason"]),
             watches_open: gauge(r, "kubegate_watches_open", "Terminate-mode watches kubegate follows across backends."),
             watch_resumes: counter_vec(r, "kubegate_watch_resumes_total", "Watches continued on another backend from their last position, by what stopped the upstream stream (ended, failed, drained, expired, moved, cache_behind).", &["cause"]),
+            watch_positions_freshened: counter(r, "kubegate_watch_positions_freshened_total", "Watch positions brought up to date (a bookmark asked of the replica the watch left) before the watch moved to a replica that came back after its position."),
             access_log_dropped: counter(r, "kubegate_access_log_dropped_total", "Access log lines not written: over terminate.access_log.max_per_second, or the writer's queue was full."),
             dispatch_requests: counter_vec(r, "kubegate_dispatch_requests_total", "Terminate-mode requests each dispatch rule took.", &["rule"]),
             dispatch_limited: counter_vec(r, "kubegate_dispatch_limited_total", "Requests a dispatch rule's limit answered 429, by limit (in_flight, rate).", &["rule", "limit"]),
@@ -222,6 +226,11 @@ impl TerminateMetrics {
         self.watch_resumes
             .with_label_values(&[cause.as_str()])
             .get()
+    }
+
+    /// Counts a watch position brought up to date before a move.
+    pub fn watch_freshened(&self) {
+        self.watch_positions_freshened.inc();
     }
 
     /// Counts a followed watch that ended.
