@@ -171,7 +171,12 @@ mod tests {
         assert!(!off.serves(&RESOURCECLAIMS_V1));
         assert_eq!(
             gvs(&off),
-            ["coordination.k8s.io/v1", "discovery.k8s.io/v1", "v1"]
+            [
+                "coordination.k8s.io/v1",
+                "discovery.k8s.io/v1",
+                "kubegate.example.com/v1",
+                "v1"
+            ]
         );
     }
 
