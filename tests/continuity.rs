@@ -115,6 +115,16 @@ async fn open_watches(kg: &Kubegate, pki: &Pki, path: &str, n: usize) -> Vec<(Wa
     watches
 }
 
+/// Restarts `sim` as an operator would (SIGTERM, a clean exit, started again) and waits
+/// until kubegate finds it ready.
+fn restart_gracefully(kg: &Kubegate, sim: &mut Sim) {
+    sim.signal(libc::SIGTERM);
+    let status = sim.wait_exit(T);
+    assert!(status.success(), "{status:?}");
+    sim.restart();
+    kg.wait_state(&sim.name, "ready", T);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_and_protobuf_watches_continue_across_restarts_and_a_crash() {
     let mut bed = cluster(&["--shutdown-delay-duration", "2s"]);
@@ -405,12 +415,7 @@ async fn a_quiet_watch_outlives_a_rolling_restart_on_its_bookmarks() {
                 "no bookmark at {now} or later: {e:?}"
             );
         }
-        let name = sim.name.clone();
-        sim.signal(libc::SIGTERM);
-        let status = sim.wait_exit(T);
-        assert!(status.success(), "{status:?}");
-        sim.restart();
-        kg.wait_state(&name, "ready", T);
+        restart_gracefully(kg, sim);
     }
     // Every replica's cache now begins after the watch's last event, and still it goes on.
     create_in(&mut writer, "quiet", "q1").await;
@@ -459,12 +464,7 @@ async fn a_quiet_watch_leaves_a_draining_replica_with_a_fresh_position() {
         if i == holder {
             continue;
         }
-        let name = sim.name.clone();
-        sim.signal(libc::SIGTERM);
-        let status = sim.wait_exit(T);
-        assert!(status.success(), "{status:?}");
-        sim.restart();
-        kg.wait_state(&name, "ready", T);
+        restart_gracefully(kg, sim);
     }
     // The holder shuts down (serving 5 s more): the watch leaves it.
     let holder_name = sims[holder].name.clone();
@@ -508,11 +508,7 @@ async fn a_replica_back_from_a_restart_gets_its_share_of_the_watches() {
     }
     // The third replica restarts: its watches move off as it drains; back, it holds none.
     let back = sims[2].name.clone();
-    sims[2].signal(libc::SIGTERM);
-    let status = sims[2].wait_exit(T);
-    assert!(status.success(), "{status:?}");
-    sims[2].restart();
-    kg.wait_state(&back, "ready", T);
+    restart_gracefully(kg, &mut sims[2]);
     for i in 0..2 {
         let name = format!("between-{i}");
         create(&mut writer, &name).await;
@@ -619,11 +615,7 @@ async fn kubegate_drain_moves_a_replicas_watches_before_its_restart() {
             .sum::<f64>()
     };
     let before = resumed(kg);
-    sims[target].signal(libc::SIGTERM);
-    let status = sims[target].wait_exit(T);
-    assert!(status.success(), "{status:?}");
-    sims[target].restart();
-    kg.wait_state(&name, "ready", T);
+    restart_gracefully(kg, &mut sims[target]);
     assert_eq!(resumed(kg), before, "a watch moved at the restart");
     create(&mut writer, "between").await;
     created.push("between".to_string());

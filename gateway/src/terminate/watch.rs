@@ -406,6 +406,14 @@ async fn pump(
     }
 }
 
+/// How a replica's answer frames its events (a resumed watch must keep the client's).
+fn framing_of<B>(resp: &Response<B>) -> Option<Framing> {
+    resp.headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(Framing::of)
+}
+
 /// Now, in Unix milliseconds (as a backend's state `since`).
 fn unix_ms() -> u64 {
     std::time::SystemTime::now()
@@ -452,13 +460,7 @@ async fn freshen(
     else {
         return Ok(false);
     };
-    let same = resp
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(Framing::of)
-        == Some(framing);
-    if resp.status() != http::StatusCode::OK || !same {
+    if resp.status() != http::StatusCode::OK || framing_of(&resp) != Some(framing) {
         return Ok(false);
     }
     let mut upstream = Upstream {
@@ -532,13 +534,7 @@ async fn reopen(
                     stream,
                 },
             )) if resp.status() == http::StatusCode::OK => {
-                let same = resp
-                    .headers()
-                    .get(http::header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(Framing::of)
-                    == Some(framing);
-                if !same {
+                if framing_of(&resp) != Some(framing) {
                     return Err(WatchEnd::Malformed);
                 }
                 let backend = in_flight.backend().clone();
