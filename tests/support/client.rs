@@ -122,6 +122,8 @@ pub struct Conn {
     sender: Sender,
     task: JoinHandle<()>,
     peer: Vec<u8>,
+    /// How long a request may take (10 s unless a test waits on a slow answer on purpose).
+    request_timeout: Duration,
 }
 
 impl Conn {
@@ -181,7 +183,12 @@ impl Conn {
                 }),
             )
         };
-        Ok(Conn { sender, task, peer })
+        Ok(Conn {
+            sender,
+            task,
+            peer,
+            request_timeout: Duration::from_secs(10),
+        })
     }
 
     /// DER of the certificate the server presented (tells which replica answered).
@@ -199,7 +206,12 @@ impl Conn {
         self.request("GET", path, None).await
     }
 
-    /// Any request, with an optional JSON body; fails after 10 s.
+    /// Lets each request take up to `limit`, for an answer slow on purpose.
+    pub fn set_request_timeout(&mut self, limit: Duration) {
+        self.request_timeout = limit;
+    }
+
+    /// Any request, with an optional JSON body; fails after the request timeout (10 s).
     pub async fn request(
         &mut self,
         method: &str,
@@ -234,6 +246,7 @@ impl Conn {
         let req = req
             .body(Full::new(Bytes::from(body.unwrap_or("").to_string())))
             .unwrap();
+        let limit = self.request_timeout;
         let fut = async {
             let resp = self.send_raw(req).await?;
             let status = resp.status().as_u16();
@@ -250,7 +263,7 @@ impl Conn {
                 body,
             })
         };
-        tokio::time::timeout(Duration::from_secs(10), fut)
+        tokio::time::timeout(limit, fut)
             .await
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "request timeout"))?
     }
