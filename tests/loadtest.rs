@@ -419,10 +419,11 @@ fn an_external_control_plane_runs_the_same_scenarios() {
 fn a_small_scale_run_relists_nothing_through_terminate_mode() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    // Four groups: every informer hears an event at least every 0.4 s even when a loaded
-    // machine slows the writer down, so its position stays inside a restarted replica's watch
-    // cache (an informer idle since before that replica started would meet 410 there, through
-    // any gateway).
+    // Four groups: every busy informer hears an event every half second, later when a loaded
+    // machine slows the writer down. A third of the informers are quiet (bookmarks only, once
+    // a minute: their position is from before the restarted replicas started, so those
+    // replicas' watch caches do not reach it) and a tenth watch the custom resource whose
+    // cache initializes 5 s after a restarted replica is ready.
     let (table, report) = subcommand(
         dir.path(),
         &[
@@ -436,12 +437,14 @@ fn a_small_scale_run_relists_nothing_through_terminate_mode() {
             "--gateways",
             "kubegate-l7,kubegate",
             "--short",
+            "--settle",
+            "30s",
             "--plot",
             "scale.svg",
         ],
     );
     assert!(
-        table.contains("| watches (connections) | gateway |"),
+        table.contains("| watches (connections; quiet, custom) | gateway |"),
         "{table}"
     );
     let of = |gateway: &str| {
@@ -456,14 +459,30 @@ fn a_small_scale_run_relists_nothing_through_terminate_mode() {
     let n = |r: &Value, k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k}: {r}"));
     let l7 = of("kubegate-l7");
     assert_eq!(l7["status"], "ok", "{l7}");
-    // Terminate mode moved the watches of each restarted replica itself: no client saw a
-    // break, none relisted, no LIST reached a replica.
-    assert_eq!(n(&l7, "breaks"), 0, "{l7}");
-    assert_eq!(n(&l7, "relists"), 0, "{l7}");
-    assert_eq!(n(&l7, "lists_at_replicas"), 0, "{l7}");
+    assert!(
+        n(&l7, "quiet_watches") > 100 && n(&l7, "custom_watches") > 0,
+        "{l7}"
+    );
+    // Terminate mode moved the watches of each restarted replica itself, quiet ones and the
+    // custom resource's included: no client saw a break, a 410 or a 429, none relisted, no
+    // LIST reached a replica, and every informer heard every write once, in order.
+    for k in [
+        "breaks",
+        "relists",
+        "lists_at_replicas",
+        "expired",
+        "throttled",
+        "gaps",
+        "duplicates",
+    ] {
+        assert_eq!(n(&l7, k), 0, "{k}: {l7}");
+    }
     assert!(n(&l7, "gateway_resumes") > 0, "{l7}");
-    // Every informer kept hearing events throughout: the longest silence stays well under a
-    // bookmark interval past the write period.
+    // And the replica restarted last got its share back within the settle period.
+    assert!(l7["share_even_after_s"].is_number(), "{l7}");
+    assert!(l7["share_over_mean"].as_f64().unwrap() <= 1.2, "{l7}");
+    // Every busy informer kept hearing events throughout: the longest silence stays well
+    // under a bookmark interval past the write period.
     assert!(n(&l7, "longest_silence_ms") < 20_000, "{l7}");
     // Through passthrough the same restarts break the watches the replicas held.
     let l4 = of("kubegate");

@@ -275,7 +275,9 @@ pub struct TerminateConfig {
     pub min_request_timeout: Duration,
     /// Watches moved per second, live, from replicas that hold more than their share of the
     /// long-running requests onto those that hold less (one back from a restart): each move
-    /// a resume from the client's last position, unseen by the client. 0 turns moving off.
+    /// a resume from the client's last position, unseen by the client, served from the
+    /// replica's watch cache (not etcd). 50 evens a restarted replica's third of 10,000
+    /// watches in about 40 s. 0 turns moving off.
     pub watch_moves_per_second: u32,
     /// Largest request head accepted: the request line or pseudo-headers and every header,
     /// decoded (HPACK included). Larger ones get 431 (HTTP/1.1) or have their stream refused
@@ -411,7 +413,7 @@ impl Default for TerminateConfig {
             max_request_body_bytes_in_total: 128 * 1024 * 1024,
             request_body_timeout: Duration::from_secs(60),
             min_request_timeout: Duration::from_secs(1800),
-            watch_moves_per_second: 20,
+            watch_moves_per_second: 50,
             max_header_list_bytes: 64 * 1024,
             rapid_reset_min_streams: 100,
             trusted_proxies: Vec::new(),

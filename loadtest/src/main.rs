@@ -121,6 +121,18 @@ enum Command {
         /// Writes per second (cycling over the groups).
         #[arg(long, default_value_t = 10)]
         writes_per_second: u32,
+        /// The share of the watches that are quiet: their objects never change, so they hear
+        /// only the replicas' bookmarks (once a minute), as a kubelet's watch of its pods.
+        #[arg(long, default_value_t = 1.0 / 3.0)]
+        quiet: f64,
+        /// The share of the watches of a custom resource, whose watch cache initializes a few
+        /// seconds after a restarted replica is ready.
+        #[arg(long, default_value_t = 0.1)]
+        custom: f64,
+        /// How long the run goes on after the last replica is ready again (the share is read
+        /// every second meanwhile).
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        settle: Duration,
         /// Restart two replicas, not three (CI).
         #[arg(long)]
         short: bool,
@@ -240,11 +252,20 @@ fn main() -> anyhow::Result<()> {
             gateways,
             groups,
             writes_per_second,
+            quiet,
+            custom,
+            settle,
             short,
             dir,
             json,
             plot,
         } => {
+            anyhow::ensure!(
+                (0.0..=1.0).contains(&quiet)
+                    && (0.0..=1.0).contains(&custom)
+                    && quiet + custom <= 1.0,
+                "--quiet and --custom are shares of the watches: each between 0 and 1, together at most 1"
+            );
             let sizes = if sweep.is_empty() {
                 vec![(connections, watches)]
             } else {
@@ -255,6 +276,9 @@ fn main() -> anyhow::Result<()> {
                     gateways: gateways::expand(&gateways),
                     sizes,
                     groups: groups.max(1),
+                    quiet,
+                    custom,
+                    settle,
                     writes_per_second,
                     short,
                     dir: PathBuf::new(),

@@ -4,6 +4,7 @@
 
 use crate::record::Recorder;
 use crate::traffic::tokio_util_like::Stop;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +29,39 @@ pub async fn follow(admin: SocketAddr, rec: Arc<Recorder>, stop: Stop) {
 /// The sum over its labels of metric family `name` (or of the series `name` begins, such as
 /// `kubegate_config_reloads_total{result="failure"`), from kubegate's `/metrics` at `admin`.
 pub async fn metric_sum(admin: SocketAddr, name: &str) -> Option<u64> {
+    Some(
+        series(&metrics_text(admin).await?, name)
+            .map(|(_, v)| v)
+            .sum::<f64>() as u64,
+    )
+}
+
+/// Metric family `name` by the value of its one label, from kubegate's `/metrics` at `admin`:
+/// `kubegate_watch_resumes_total` → `{"drained": 40, "moved": 12}`.
+pub async fn metric_by_label(admin: SocketAddr, name: &str) -> Option<BTreeMap<String, u64>> {
+    let text = metrics_text(admin).await?;
+    let mut by_label = BTreeMap::new();
+    for (labels, v) in series(&text, name) {
+        // `{cause="moved"}` → `moved`.
+        let value = labels.split('"').nth(1).unwrap_or_default().to_string();
+        *by_label.entry(value).or_insert(0) += v as u64;
+    }
+    Some(by_label)
+}
+
+/// The series of `name` (or the ones `name` begins) in `text`: their labels and value.
+fn series<'a>(text: &'a str, name: &'a str) -> impl Iterator<Item = (&'a str, f64)> + 'a {
+    text.lines().filter_map(move |l| {
+        let rest = l.strip_prefix(name)?;
+        if !rest.starts_with(['{', '}', ',', ' ']) {
+            return None;
+        }
+        let (labels, value) = rest.rsplit_once(' ')?;
+        Some((labels, value.parse().ok()?))
+    })
+}
+
+async fn metrics_text(admin: SocketAddr) -> Option<String> {
     let read = async {
         let mut s = TcpStream::connect(admin).await.ok()?;
         s.write_all(b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
@@ -37,16 +71,7 @@ pub async fn metric_sum(admin: SocketAddr, name: &str) -> Option<u64> {
         s.read_to_string(&mut text).await.ok()?;
         Some(text)
     };
-    let text = tokio::time::timeout(Duration::from_secs(2), read)
+    tokio::time::timeout(Duration::from_secs(2), read)
         .await
-        .ok()??;
-    Some(
-        text.lines()
-            .filter(|l| {
-                l.strip_prefix(name)
-                    .is_some_and(|rest| rest.starts_with(['{', '}', ',', ' ']))
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>() as u64,
-    )
+        .ok()?
 }

@@ -6,9 +6,11 @@
 //!
 //! What a failover costs, per gateway: the watches the clients saw break, those the gateway
 //! continued by itself, the relists (LISTs that followed a break) and every LIST that reached
-//! the replicas during the restart, how soon broken watches were open again and the longest
-//! silence any informer heard, each replica's watches before and after, and the gateway's
-//! memory, descriptors and CPU at rest and during the restart.
+//! the replicas during the restart, the 410s and 429s that reached clients, events an informer
+//! missed or heard twice, how soon broken watches were open again and the longest silence any
+//! informer heard, each replica's watches before and after a settle period (and how soon they
+//! were evenly shared again), and the gateway's memory, descriptors and CPU at rest and during
+//! the restart.
 //!
 //! | module | job |
 //! |---|---|
@@ -26,7 +28,7 @@ use crate::sampler::{Reading, Sampler};
 use crate::scenarios::{self, Events, Pace};
 use crate::traffic::{self, Target};
 use counts::ReplicaCounts;
-use informer::{Seen, SharedConnection};
+use informer::{Seen, SharedConnection, Subject, Writes};
 pub use report::{markdown, svg, ScaleRun};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -41,6 +43,12 @@ pub struct Plan {
     pub sizes: Vec<(usize, usize)>,
     /// Groups the watches are spread over (each write reaches watches/groups informers).
     pub groups: usize,
+    /// The share of the watches that are quiet (bookmarks only).
+    pub quiet: f64,
+    /// The share of the watches of the custom resource.
+    pub custom: f64,
+    /// How long the run goes on after the last replica is ready again.
+    pub settle: Duration,
     /// Writes per second.
     pub writes_per_second: u32,
     /// Restart two replicas rather than all three.
@@ -51,6 +59,62 @@ pub struct Plan {
 
 /// How long the gateway is measured at rest, with every watch open.
 const REST: Duration = Duration::from_secs(10);
+
+/// The share is even when the busiest replica holds at most this much more than the mean.
+const EVEN_SHARE: f64 = 1.2;
+
+/// What informer `i` of `watches` watches: `quiet` and `custom` are shares of the watches,
+/// interleaved so that every connection carries each kind.
+fn subject(plan: &Plan, i: usize) -> Subject {
+    const SLOTS: usize = 60;
+    let slot = i % SLOTS;
+    let quiet = (plan.quiet * SLOTS as f64).round() as usize;
+    let custom = (plan.custom * SLOTS as f64).round() as usize;
+    let group = (i / SLOTS) % plan.groups;
+    if slot < quiet {
+        Subject::Quiet(group)
+    } else if slot < quiet + custom {
+        Subject::Custom(group % custom_groups(plan))
+    } else {
+        Subject::Busy(group)
+    }
+}
+
+/// Custom-resource objects: a quarter as many as the ConfigMap groups, so their watches share
+/// the writes as the ConfigMaps' do.
+fn custom_groups(plan: &Plan) -> usize {
+    (plan.groups / 4).max(1)
+}
+
+/// Every object the run creates, and the ones the writer changes in turn.
+fn subjects(plan: &Plan) -> (Vec<Subject>, Vec<Subject>) {
+    let custom = if plan.custom > 0.0 {
+        custom_groups(plan)
+    } else {
+        0
+    };
+    let written: Vec<Subject> = (0..plan.groups)
+        .map(Subject::Busy)
+        .chain((0..custom).map(Subject::Custom))
+        .collect();
+    let all = written
+        .iter()
+        .copied()
+        .chain((0..plan.groups).map(Subject::Quiet))
+        .collect();
+    (all, written)
+}
+
+/// The busiest replica's watches over the mean (1.0: even); `None` while a replica is not
+/// answering.
+fn share_over_mean(open: &[i64]) -> Option<f64> {
+    if open.is_empty() || open.iter().any(|n| *n < 0) {
+        return None;
+    }
+    let mean = open.iter().sum::<i64>() as f64 / open.len() as f64;
+    let max = *open.iter().max()? as f64;
+    Some(if mean == 0.0 { 1.0 } else { max / mean })
+}
 
 /// Runs every size against every gateway.
 pub async fn run(plan: &Plan) -> anyhow::Result<Vec<ScaleRun>> {
@@ -108,7 +172,9 @@ async fn one(
     let sampler = Sampler::start(pid, start);
     let idle = sampler.latest();
     let writer_conn = Arc::new(SharedConnection::new(gw.listen, cp.tls().clone()));
-    informer::seed(&writer_conn, plan.groups).await?;
+    let (every_subject, written) = subjects(plan);
+    informer::seed(&writer_conn, &every_subject).await?;
+    let writes = Arc::new(Writes::new(written));
 
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let counts = Arc::new(ReplicaCounts::new(cp.fault_ports()));
@@ -123,16 +189,16 @@ async fn one(
     for i in 0..watches {
         let conn = conns[i % conns.len()].clone();
         let (seen, stop, measure_from) = (seen.clone(), stop.clone(), measure_from.clone());
-        let group = i % plan.groups;
+        let (subject, writes) = (subject(plan, i), writes.clone());
         tasks.push(tokio::spawn(async move {
             // Spread the first LISTs over a few seconds, as clients start over time.
             tokio::time::sleep(Duration::from_millis(fastrand::u64(..3000))).await;
-            informer::run(conn, group, seen, stop, measure_from).await
+            informer::run(conn, subject, writes, seen, stop, measure_from).await
         }));
     }
     let writer = tokio::spawn(informer::writer(
         writer_conn,
-        plan.groups,
+        writes,
         plan.writes_per_second,
         stop.clone(),
     ));
@@ -175,18 +241,34 @@ async fn one(
     )
     .await?;
     let fault_end = sampler.latest();
-    // Until every watch is open again, then as long again as the rest period.
-    let back_by = Instant::now() + Duration::from_secs(120);
-    while (seen.open.load(Ordering::Relaxed) as usize) < watches && Instant::now() < back_by {
-        tokio::time::sleep(Duration::from_millis(250)).await;
+    // The settle period: the share read every second, and when it was even again (staying so
+    // until the end).
+    let last_ready = Instant::now();
+    let settle_end = last_ready + plan.settle.max(REST);
+    let mut even_since: Option<Duration> = None;
+    while Instant::now() < settle_end {
+        let even = share_over_mean(&counts.poll().await).is_some_and(|s| s <= EVEN_SHARE);
+        even_since = match (even, even_since) {
+            (true, None) => Some(last_ready.elapsed()),
+            (true, since) => since,
+            (false, _) => None,
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    tokio::time::sleep(REST).await;
     let after = Snapshot::take(&seen, &counts).await;
-    let resumes = match gw.admin {
-        Some(admin) => crate::resumes::metric_sum(admin, "kubegate_watch_resumes_total")
-            .await
-            .unwrap_or(0),
-        None => 0,
+    let (resumes, freshened, watches_ended) = match gw.admin {
+        Some(admin) => (
+            crate::resumes::metric_sum(admin, "kubegate_watch_resumes_total")
+                .await
+                .unwrap_or(0),
+            crate::resumes::metric_sum(admin, "kubegate_watch_positions_freshened_total")
+                .await
+                .unwrap_or(0),
+            crate::resumes::metric_by_label(admin, "kubegate_watches_ended_total")
+                .await
+                .unwrap_or_default(),
+        ),
+        None => (0, 0, Default::default()),
     };
     let _ = stop_tx.send(true);
     for t in tasks {
@@ -227,8 +309,13 @@ async fn one(
         all_open_s: all_open_ms as f64 / 1e3,
         breaks: after.breaks - before.breaks,
         gateway_resumes: resumes,
+        gateway_freshened: freshened,
+        gateway_watches_ended: watches_ended,
         relists: after.relists - before.relists,
         expired: after.expired - before.expired,
+        throttled: after.throttled - before.throttled,
+        gaps: after.gaps - before.gaps,
+        duplicates: after.duplicates - before.duplicates,
         lists_at_replicas: after.lists - before.lists,
         watches_at_replicas: after.watch_requests - before.watch_requests,
         longest_reopen_ms: reopened.iter().copied().max().unwrap_or(0),
@@ -238,7 +325,15 @@ async fn one(
             .copied()
             .unwrap_or(0),
         share_before: before.open_per_replica,
+        share_over_mean: share_over_mean(&after.open_per_replica).unwrap_or(0.0),
         share_after: after.open_per_replica,
+        share_even_after_s: even_since.map(|d| d.as_secs_f64()),
+        quiet_watches: (0..watches)
+            .filter(|i| matches!(subject(plan, *i), Subject::Quiet(_)))
+            .count(),
+        custom_watches: (0..watches)
+            .filter(|i| matches!(subject(plan, *i), Subject::Custom(_)))
+            .count(),
         events: seen.events.load(Ordering::Relaxed),
         writes_ok,
         writes_failed,
@@ -266,6 +361,9 @@ struct Snapshot {
     breaks: u64,
     relists: u64,
     expired: u64,
+    throttled: u64,
+    gaps: u64,
+    duplicates: u64,
     lists: u64,
     watch_requests: u64,
     open_per_replica: Vec<i64>,
@@ -279,9 +377,46 @@ impl Snapshot {
             breaks: seen.breaks.load(Ordering::Relaxed),
             relists: seen.relists.load(Ordering::Relaxed),
             expired: seen.expired.load(Ordering::Relaxed),
+            throttled: seen.throttled.load(Ordering::Relaxed),
+            gaps: seen.gaps.load(Ordering::Relaxed),
+            duplicates: seen.duplicates.load(Ordering::Relaxed),
             lists,
             watch_requests,
             open_per_replica,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kinds_of_watch_take_their_shares_and_the_share_is_read_against_the_mean() {
+        let plan = Plan {
+            gateways: Vec::new(),
+            sizes: Vec::new(),
+            groups: 20,
+            quiet: 1.0 / 3.0,
+            custom: 0.1,
+            settle: Duration::ZERO,
+            short: true,
+            writes_per_second: 10,
+            dir: PathBuf::new(),
+        };
+        let kinds: Vec<Subject> = (0..6000).map(|i| subject(&plan, i)).collect();
+        let count = |f: fn(&Subject) -> bool| kinds.iter().filter(|s| f(s)).count();
+        assert_eq!(count(|s| matches!(s, Subject::Quiet(_))), 2000);
+        assert_eq!(count(|s| matches!(s, Subject::Custom(_))), 600);
+        // Every object watched is one the run creates.
+        let (all, written) = subjects(&plan);
+        assert!(kinds.iter().all(|s| all.contains(s)), "{all:?}");
+        assert!(written.iter().all(|s| s.written()));
+        assert_eq!(share_over_mean(&[5000, 5000, 0]), Some(1.5));
+        assert_eq!(
+            share_over_mean(&[3400, 3300, 3300]),
+            Some(3400.0 / (10000.0 / 3.0))
+        );
+        assert_eq!(share_over_mean(&[10, -1, 10]), None);
     }
 }

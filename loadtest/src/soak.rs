@@ -163,7 +163,9 @@ pub async fn soak(plan: &SoakPlan) -> anyhow::Result<SoakReport> {
             writers: 1,
             writer_pause: Duration::from_millis(100),
             short_lived: 1,
-            watchers: 1,
+            // Several watches through terminate mode, so that a replica back from a restart
+            // has watches moved onto it while the faults go on.
+            watchers: if *name == "terminate" { 6 } else { 1 },
             discovering: 0,
             first_id: n * 4,
         };
@@ -224,6 +226,10 @@ pub async fn soak(plan: &SoakPlan) -> anyhow::Result<SoakReport> {
     eprintln!("soak: traffic stopped; waiting for kubegate's descriptors to settle");
     let settled = sampler.settle(baseline.fds, Duration::from_secs(60)).await;
     let still_running = gw.proc.running() && gw.pid() == Some(pid);
+    let watch_resumes_by_cause =
+        crate::resumes::metric_by_label(gw.layout.admin, "kubegate_watch_resumes_total")
+            .await
+            .unwrap_or_default();
     eprintln!("soak: checking every acknowledged write in the store");
     let store = verdict::store_names(&cp).await?;
     let report = verdict::judge(verdict::Evidence {
@@ -238,6 +244,7 @@ pub async fn soak(plan: &SoakPlan) -> anyhow::Result<SoakReport> {
         settled,
         still_running,
         pid,
+        watch_resumes_by_cause,
     });
     gw.proc.kill();
     Ok(report)

@@ -19,10 +19,10 @@ use std::time::Duration;
 
 /// How often the share is looked at (and the moves asked per second are spent).
 const TICK: Duration = Duration::from_secs(1);
-/// A replica whose watch cache said it cannot serve a position this recently is left out of
-/// the share (it lags its etcd, or started after positions still in use): watches moved to it
-/// would only come back.
-const REFUSED_LATELY: Duration = Duration::from_secs(30);
+/// A replica whose watch cache said it lags its etcd this recently is left out of the share:
+/// watches moved to it would only come back. (One that answered 410 stays in: it started
+/// after some positions, and a move freshens an old position before it goes.)
+const BEHIND_LATELY: Duration = Duration::from_secs(30);
 /// A replica gives watches up when it holds more than this times the mean...
 const TOLERANCE: f64 = 1.1;
 /// ...and at least this many more than the mean (small counts are not worth a move).
@@ -49,18 +49,15 @@ pub async fn keep(gw: Arc<Gateway>) {
             }
         }
         // A draining replica's watches move by the drain; one that is not ready holds
-        // nothing new; nor does one whose cache refused a position lately. None of them
-        // counts toward the share.
+        // nothing new; nor does one whose cache fell behind lately. None of them counts
+        // toward the share.
         let sharing: Vec<usize> = (0..backends.len())
             .filter(|&i| {
                 let b = &backends[i];
                 b.state() == BackendState::Ready
                     && !b.shutting_down()
                     && !b.drained_by_operator()
-                    && !b
-                        .planes()
-                        .terminate
-                        .refused_a_position_within(REFUSED_LATELY)
+                    && !b.planes().terminate.cache_fell_behind_within(BEHIND_LATELY)
             })
             .collect();
         let holding: Vec<usize> = sharing

@@ -28,7 +28,8 @@
 //! is first asked of it again for a few seconds: the apiserver sends a bookmark 2 s before a
 //! watch's deadline, at its cache's current resourceVersion, so the watch leaves with a fresh
 //! position (`freshen`; `kubegate_watch_resumes_total{cause}` is unchanged, the freshened
-//! positions are counted apart).
+//! positions are counted apart). When it does not (it crashed, froze), the watch is asked
+//! first of replicas ready since before its position, while there is one (`Avoid::at`).
 //!
 //! A watch's time is kept across replicas: it ends when the client's `timeoutSeconds` says,
 //! or, without one, after `terminate.min_request_timeout` times a random factor in [1, 2), as
@@ -185,7 +186,9 @@ async fn run(
                 b
             }
             Ok(Stopped::Refused(answer, cause)) => {
-                upstream.backend.planes().terminate.refused_a_position();
+                if matches!(cause, WatchBreak::CacheBehind) {
+                    upstream.backend.planes().terminate.cache_fell_behind();
+                }
                 refused_at.push(upstream.backend.address);
                 refused.get_or_insert((answer, cause));
                 cause
@@ -259,6 +262,7 @@ async fn run(
         let avoid = Avoid {
             broken,
             refused_at: &refused_at,
+            position_at,
         };
         upstream = match reopen(gw, upstreams, again, class, avoid, framing, &tx, patience).await {
             Ok(u) => u,
@@ -486,10 +490,37 @@ async fn freshen(
 }
 
 /// The replicas a watch is not asked of again: the one it broke on (for a first few tries)
-/// and those whose caches said they cannot serve its position (for this position).
+/// and those whose caches said they cannot serve its position (for this position); and, at
+/// the first try, those ready only since after `position_at` (Unix ms), whose caches begin
+/// after the position, while a replica up longer is there to ask.
 struct Avoid<'a> {
     broken: SocketAddr,
     refused_at: &'a [SocketAddr],
+    position_at: u64,
+}
+
+impl Avoid<'_> {
+    /// The replicas not to ask at try `attempt`.
+    fn at(&self, gw: &Gateway, attempt: u32) -> Vec<SocketAddr> {
+        let mut avoid = self.refused_at.to_vec();
+        if attempt < 2 {
+            avoid.push(self.broken);
+        }
+        if attempt == 0 {
+            // A replica whose cache began after the position would answer 410 (or, a custom
+            // resource's, 429 while it initializes): one up longer is asked first.
+            let routing = gw.pool().routing();
+            let (younger, covering): (Vec<&Arc<Backend>>, Vec<&Arc<Backend>>) = routing
+                .ready
+                .iter()
+                .filter(|b| !avoid.contains(&b.address))
+                .partition(|b| b.since_unix_ms() > self.position_at);
+            if !covering.is_empty() {
+                avoid.extend(younger.iter().map(|b| b.address));
+            }
+        }
+        avoid
+    }
 }
 
 /// Asks `again()` of a replica other than `avoid.broken` (that one too, after two misses:
@@ -520,11 +551,9 @@ async fn reopen(
             }
         }
         let again = again();
-        // Prefer another replica; after two misses, any whose cache may reach the position.
-        let mut tried = avoid.refused_at.to_vec();
-        if attempt < 2 {
-            tried.push(avoid.broken);
-        }
+        // Prefer another replica up since before the position; after two misses, any whose
+        // cache may reach the position.
+        let mut tried = avoid.at(gw, attempt);
         match dispatch(gw, upstreams, &again, class, &mut tried).await {
             Ok((
                 _,

@@ -12,11 +12,16 @@
 //!   error (a reset, a 5xx, a timeout): it LISTs again.
 //!
 //! Pauses follow the reflector's backoff: 800 ms, doubling to 30 s, with jitter.
+//!
+//! Each informer also checks what it heard: every write to its object reaches it once, in
+//! order (a duplicate or a gap is a move the client saw), and it counts the 410s and 429s that
+//! reached it.
 
 use crate::client::{Client, ClientTls, ErrorClass};
 use crate::traffic::NAMESPACE;
 use http_body_util::BodyExt;
 use serde_json::Value;
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -71,8 +76,15 @@ pub struct Seen {
     pub timeouts: AtomicU64,
     /// LISTs after the first (each informer's first LIST is its start, not a relist).
     pub relists: AtomicU64,
-    /// ERROR events with 410.
+    /// 410s that reached the informer: ERROR events with 410, or a watch or LIST answered 410.
     pub expired: AtomicU64,
+    /// Watches and LISTs answered 429 (a replica whose cache was initializing, or one shutting
+    /// down, passed on to the client).
+    pub throttled: AtomicU64,
+    /// Events heard twice (a write's event again, or an older one after a newer).
+    pub duplicates: AtomicU64,
+    /// Events never heard: a write that succeeded whose event an informer skipped.
+    pub gaps: AtomicU64,
     /// Events and bookmarks received.
     pub events: AtomicU64,
     /// For each break, ms from it until the informer's watch was open again.
@@ -81,24 +93,128 @@ pub struct Seen {
     pub longest_silence_ms: Mutex<Vec<u64>>,
 }
 
-/// What an informer watches: ConfigMaps of one group (a label), as a kubelet watches its node's
+/// What an informer watches: one object of a group (a label), as a kubelet watches its node's
 /// pods.
-pub fn selector(group: usize) -> String {
-    format!("scale-group%3Dg{group}")
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subject {
+    /// A ConfigMap the writer keeps changing.
+    Busy(usize),
+    /// A ConfigMap never changed after it is created: the informer hears only bookmarks, once
+    /// a minute, as a kubelet's watch of its own pods does; its position is that old.
+    Quiet(usize),
+    /// A custom resource (the simulator's widgets) the writer keeps changing: its watch cache
+    /// initializes after the replica's `/readyz` passes.
+    Custom(usize),
 }
 
-/// Runs one informer until `stop`; silences count once `measure_from` is set.
+impl Subject {
+    /// The collection's path and the object's name.
+    fn path_and_name(self) -> (String, String) {
+        let configmaps = format!("/api/v1/namespaces/{NAMESPACE}/configmaps");
+        match self {
+            Subject::Busy(g) => (configmaps, format!("scale-g{g}")),
+            Subject::Quiet(g) => (configmaps, format!("scale-q{g}")),
+            Subject::Custom(g) => (
+                format!("/apis/kubegate.example.com/v1/namespaces/{NAMESPACE}/widgets"),
+                format!("scale-w{g}"),
+            ),
+        }
+    }
+
+    /// The label value that selects the object.
+    fn label(self) -> String {
+        match self {
+            Subject::Busy(g) => format!("g{g}"),
+            Subject::Quiet(g) => format!("q{g}"),
+            Subject::Custom(g) => format!("w{g}"),
+        }
+    }
+
+    /// What the informer LISTs and WATCHes: its collection, selected by label.
+    fn list_path(self) -> String {
+        format!(
+            "{}?labelSelector=scale-group%3D{}",
+            self.path_and_name().0,
+            self.label()
+        )
+    }
+
+    /// The object itself, as the writer PUTs it.
+    fn object_path(self) -> String {
+        let (collection, name) = self.path_and_name();
+        format!("{collection}/{name}")
+    }
+
+    /// The object with `n` as its data.
+    fn object(self, n: u64) -> String {
+        let (api_version, kind) = match self {
+            Subject::Custom(_) => ("kubegate.example.com/v1", "Widget"),
+            _ => ("v1", "ConfigMap"),
+        };
+        serde_json::json!({
+            "apiVersion": api_version,
+            "kind": kind,
+            "metadata": {"name": self.path_and_name().1, "namespace": NAMESPACE,
+                         "labels": {"scale-group": self.label()}},
+            "data": {"n": n.to_string()},
+        })
+        .to_string()
+    }
+
+    /// Whether the writer changes it (and so the informer hears events, not only bookmarks).
+    pub fn written(self) -> bool {
+        !matches!(self, Subject::Quiet(_))
+    }
+}
+
+/// The writes, as the informers check what they heard: the writer writes its subjects in
+/// turn, numbering writes 1, 2, ..., so one subject's writes are `stride` apart.
+pub struct Writes {
+    /// The subjects written, in turn.
+    subjects: Vec<Subject>,
+    /// Writes that failed (their number); an informer does not miss what was never written.
+    failed: Mutex<HashSet<u64>>,
+}
+
+impl Writes {
+    /// Writes to `subjects`, in turn.
+    pub fn new(subjects: Vec<Subject>) -> Writes {
+        Writes {
+            subjects,
+            failed: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// How many of the writes between `heard` and `next` (one subject's, exclusive) succeeded:
+    /// the events an informer missed.
+    fn missed_between(&self, heard: u64, next: u64) -> u64 {
+        let stride = self.subjects.len().max(1) as u64;
+        let failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        (heard + stride..next)
+            .step_by(stride as usize)
+            .filter(|n| !failed.contains(n))
+            .count() as u64
+    }
+}
+
+/// The write number an event or a listed object carries.
+fn write_number(object: &Value) -> Option<u64> {
+    object["data"]["n"].as_str()?.parse().ok()
+}
+
+/// Runs one informer until `stop`; silences count once `measure_from` is set (and only for a
+/// subject that is written: a quiet one hears a bookmark a minute).
 pub async fn run(
     conn: Arc<SharedConnection>,
-    group: usize,
+    subject: Subject,
+    writes: Arc<Writes>,
     seen: Arc<Seen>,
     mut stop: watch::Receiver<bool>,
     measure_from: Arc<OnceLock<Instant>>,
 ) {
-    let base = format!(
-        "/api/v1/namespaces/{NAMESPACE}/configmaps?labelSelector={}",
-        selector(group)
-    );
+    let base = subject.list_path();
+    // The last write heard (from a LIST or an event).
+    let mut heard: Option<u64> = None;
     let mut rv: Option<String> = None;
     let mut listed_once = false;
     let mut backoff = Backoff::default();
@@ -134,9 +250,15 @@ pub async fn run(
                     rv = v["metadata"]["resourceVersion"]
                         .as_str()
                         .map(str::to_string);
+                    // A LIST is the whole state: what came before it need not be heard.
+                    heard = v["items"].get(0).and_then(write_number);
                     backoff.reset();
                 }
-                _ => or_stop!(tokio::time::sleep(backoff.next())),
+                Ok(r) => {
+                    seen.count_refusal(r.status);
+                    or_stop!(tokio::time::sleep(backoff.next()))
+                }
+                Err(_) => or_stop!(tokio::time::sleep(backoff.next())),
             }
             continue;
         };
@@ -148,6 +270,9 @@ pub async fn run(
             let mut c = conn.handle().await?;
             c.watch(&path).await
         });
+        if let Ok((status, _)) = &opened {
+            seen.count_refusal(*status);
+        }
         let mut body = match opened {
             Ok((200, body)) => body,
             // The reflector retries these without a LIST.
@@ -197,7 +322,8 @@ pub async fn run(
                             continue;
                         };
                         let now = Instant::now();
-                        if measure_from.get().is_some_and(|m| last_heard >= *m) {
+                        if subject.written() && measure_from.get().is_some_and(|m| last_heard >= *m)
+                        {
                             longest_silence = longest_silence.max(now - last_heard);
                         }
                         last_heard = now;
@@ -210,6 +336,12 @@ pub async fn run(
                         }
                         events += 1;
                         seen.events.fetch_add(1, Ordering::Relaxed);
+                        if ev["type"] != "BOOKMARK" {
+                            if let Some(n) = write_number(&ev["object"]) {
+                                seen.check_order(&writes, heard, n);
+                                heard = Some(heard.map_or(n, |h| h.max(n)));
+                            }
+                        }
                         if let Some(v) = ev["object"]["metadata"]["resourceVersion"].as_str() {
                             rv = Some(v.to_string());
                         }
@@ -244,6 +376,28 @@ pub async fn run(
     finish(&seen, longest_silence);
 }
 
+impl Seen {
+    /// Counts a 410 or 429 answer that reached the informer.
+    fn count_refusal(&self, status: u16) {
+        match status {
+            410 => self.expired.fetch_add(1, Ordering::Relaxed),
+            429 => self.throttled.fetch_add(1, Ordering::Relaxed),
+            _ => 0,
+        };
+    }
+
+    /// Checks an event carrying write `n` against the last write heard.
+    fn check_order(&self, writes: &Writes, heard: Option<u64>, n: u64) {
+        let Some(heard) = heard else { return };
+        if n <= heard {
+            self.duplicates.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.gaps
+                .fetch_add(writes.missed_between(heard, n), Ordering::Relaxed);
+        }
+    }
+}
+
 fn finish(seen: &Seen, longest_silence: Duration) {
     seen.longest_silence_ms
         .lock()
@@ -270,11 +424,12 @@ impl Backoff {
     }
 }
 
-/// Keeps the watched objects changing: `per_second` updates, cycling over the groups, each
-/// an unconditional PUT of the group's ConfigMap; returns how many succeeded and failed.
+/// Keeps the watched objects changing: `per_second` updates, cycling over the written
+/// subjects, each an unconditional PUT of the subject's object; returns how many succeeded and
+/// failed.
 pub async fn writer(
     conn: Arc<SharedConnection>,
-    groups: usize,
+    writes: Arc<Writes>,
     per_second: u32,
     mut stop: watch::Receiver<bool>,
 ) -> (u64, u64) {
@@ -287,55 +442,73 @@ pub async fn writer(
             _ = tick.tick() => {}
             _ = stop.changed() => return (ok, failed),
         }
-        let group = (n as usize) % groups;
+        let subject = writes.subjects[(n as usize) % writes.subjects.len()];
         n += 1;
         let put = async {
             let mut c = conn.handle().await?;
-            c.send(
-                "PUT",
-                &format!("/api/v1/namespaces/{NAMESPACE}/configmaps/scale-g{group}"),
-                Some(&object(group, n)),
-            )
-            .await
+            c.send("PUT", &subject.object_path(), Some(&subject.object(n)))
+                .await
         };
         match tokio::time::timeout(Duration::from_secs(10), put).await {
             Ok(Ok(r)) if r.status < 300 => ok += 1,
-            _ => failed += 1,
+            _ => {
+                // Recorded before the next write to the subject: an informer hearing that one
+                // knows this one was never made (or may have been: then it hears it too).
+                writes
+                    .failed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(n);
+                failed += 1
+            }
         }
     }
 }
 
-/// Creates each group's ConfigMap (before the informers list).
-pub async fn seed(conn: &SharedConnection, groups: usize) -> anyhow::Result<()> {
-    for group in 0..groups {
+/// Creates every subject's object (before the informers list).
+pub async fn seed(conn: &SharedConnection, subjects: &[Subject]) -> anyhow::Result<()> {
+    for subject in subjects {
         let mut c = conn
             .handle()
             .await
             .map_err(|e| anyhow::anyhow!("connect: {e:?}"))?;
+        let (collection, name) = subject.path_and_name();
         let r = c
-            .send(
-                "POST",
-                &format!("/api/v1/namespaces/{NAMESPACE}/configmaps"),
-                Some(&object(group, 0)),
-            )
+            .send("POST", &collection, Some(&subject.object(0)))
             .await
             .map_err(|e| anyhow::anyhow!("create: {e:?}"))?;
         anyhow::ensure!(
             r.status == 201 || r.status == 409,
-            "create scale-g{group}: {}",
+            "create {name}: {}",
             r.status
         );
     }
     Ok(())
 }
 
-fn object(group: usize, n: u64) -> String {
-    serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": format!("scale-g{group}"), "namespace": NAMESPACE,
-                     "labels": {"scale-group": format!("g{group}")}},
-        "data": {"n": n.to_string()},
-    })
-    .to_string()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_informer_misses_only_writes_that_succeeded_and_never_hears_one_twice() {
+        // Two subjects in turn: the first's writes are 1, 3, 5, 7, ...
+        let writes = Writes::new(vec![Subject::Busy(0), Subject::Custom(0)]);
+        writes.failed.lock().unwrap().insert(5);
+        let seen = Seen::default();
+        seen.check_order(&writes, Some(1), 3);
+        assert_eq!(seen.gaps.load(Ordering::Relaxed), 0);
+        // 5 failed: hearing 7 after 3 misses nothing.
+        seen.check_order(&writes, Some(3), 7);
+        assert_eq!(seen.gaps.load(Ordering::Relaxed), 0);
+        // 9 and 11 succeeded: hearing 13 after 7 missed two.
+        seen.check_order(&writes, Some(7), 13);
+        assert_eq!(seen.gaps.load(Ordering::Relaxed), 2);
+        seen.check_order(&writes, Some(13), 13);
+        seen.check_order(&writes, Some(13), 11);
+        assert_eq!(seen.duplicates.load(Ordering::Relaxed), 2);
+        // After a LIST nothing before is owed.
+        seen.check_order(&writes, None, 99);
+        assert_eq!(seen.gaps.load(Ordering::Relaxed), 2);
+    }
 }

@@ -22,10 +22,25 @@ pub struct ScaleRun {
     pub breaks: u64,
     /// Watches the gateway continued on another replica by itself (kubegate's counter).
     pub gateway_resumes: u64,
+    /// Positions kubegate brought up to date before a move (its counter).
+    pub gateway_freshened: u64,
+    /// Watches kubegate ended, by reason (its counter): `expired` is a 410 no replica could
+    /// take back.
+    pub gateway_watches_ended: BTreeMap<String, u64>,
     /// LISTs the informers sent after a break.
     pub relists: u64,
-    /// 410 Expired events among the breaks.
+    /// 410s that reached the informers (ERROR events or answers).
     pub expired: u64,
+    /// 429s that reached the informers.
+    pub throttled: u64,
+    /// Writes that succeeded whose event an informer never heard.
+    pub gaps: u64,
+    /// Events an informer heard twice.
+    pub duplicates: u64,
+    /// Watches that were quiet (bookmarks only).
+    pub quiet_watches: usize,
+    /// Watches of the custom resource.
+    pub custom_watches: usize,
     /// LIST requests the replicas received from the restart until everything settled.
     pub lists_at_replicas: u64,
     /// WATCH requests the replicas received in the same time.
@@ -38,8 +53,13 @@ pub struct ScaleRun {
     pub p99_silence_ms: u64,
     /// Open watches per replica before the restart.
     pub share_before: Vec<i64>,
-    /// And after.
+    /// And at the end of the settle period.
     pub share_after: Vec<i64>,
+    /// The busiest replica's watches over the mean at the end (1.0: even).
+    pub share_over_mean: f64,
+    /// Seconds from the last replica's return until the share was even (busiest ≤ 1.2 × the
+    /// mean) and stayed so; `None`: not within the settle period.
+    pub share_even_after_s: Option<f64>,
     /// Events and bookmarks the informers received.
     pub events: u64,
     /// Writes that succeeded.
@@ -73,8 +93,15 @@ impl ScaleRun {
             all_open_s: 0.0,
             breaks: 0,
             gateway_resumes: 0,
+            gateway_freshened: 0,
+            gateway_watches_ended: BTreeMap::new(),
             relists: 0,
             expired: 0,
+            throttled: 0,
+            gaps: 0,
+            duplicates: 0,
+            quiet_watches: 0,
+            custom_watches: 0,
             lists_at_replicas: 0,
             watches_at_replicas: 0,
             longest_reopen_ms: 0,
@@ -82,6 +109,8 @@ impl ScaleRun {
             p99_silence_ms: 0,
             share_before: Vec::new(),
             share_after: Vec::new(),
+            share_over_mean: 0.0,
+            share_even_after_s: None,
             events: 0,
             writes_ok: 0,
             writes_failed: 0,
@@ -111,32 +140,42 @@ fn share(v: &[i64]) -> String {
 /// The two Markdown tables: what the restart cost, and what the gateway cost.
 pub fn markdown(runs: &[ScaleRun]) -> String {
     let mut out = String::from(
-        "| watches (connections) | gateway | watch breaks seen | resumed by gateway | relists | 410 Expired | LISTs at replicas | WATCHes at replicas | longest reopen | longest silence (p99) | watches per replica before → after | writes ok (failed) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| watches (connections; quiet, custom) | gateway | watch breaks seen | resumed by gateway | relists | 410s to clients | 429s to clients | LISTs at replicas | WATCHes at replicas | events missed (twice) | longest reopen | longest silence (p99) | watches per replica before → after | busiest/mean at the end (even after) | writes ok (failed) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in runs {
         if r.status != "ok" {
             out.push_str(&format!(
-                "| {} ({}) | {} | {} | | | | | | | | | |\n",
+                "| {} ({}) | {} | {} | | | | | | | | | | | | |\n",
                 r.watches, r.connections, r.gateway, r.status
             ));
             continue;
         }
+        let even_after = match r.share_even_after_s {
+            Some(s) => format!("{s:.0} s"),
+            None => "not within the run".into(),
+        };
         out.push_str(&format!(
-            "| {} ({}) | {} | {} | {} | {} | {} | {} | {} | {:.1} s | {:.1} s ({:.1} s) | {} → {} | {} ({}) |\n",
+            "| {} ({}; {}, {}) | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {:.1} s | {:.1} s ({:.1} s) | {} → {} | {:.2} ({even_after}) | {} ({}) |\n",
             r.watches,
             r.connections,
+            r.quiet_watches,
+            r.custom_watches,
             r.gateway,
             r.breaks,
             r.gateway_resumes,
             r.relists,
             r.expired,
+            r.throttled,
             r.lists_at_replicas,
             r.watches_at_replicas,
+            r.gaps,
+            r.duplicates,
             r.longest_reopen_ms as f64 / 1e3,
             r.longest_silence_ms as f64 / 1e3,
             r.p99_silence_ms as f64 / 1e3,
             share(&r.share_before),
             share(&r.share_after),
+            r.share_over_mean,
             r.writes_ok,
             r.writes_failed,
         ));
@@ -159,6 +198,20 @@ pub fn markdown(runs: &[ScaleRun]) -> String {
             r.idle.fds,
             r.rest.fds,
             r.settled.fds,
+        ));
+    }
+    for r in runs.iter().filter(|r| r.gateway_resumes > 0) {
+        let ended: Vec<String> = r
+            .gateway_watches_ended
+            .iter()
+            .map(|(reason, n)| format!("{reason} {n}"))
+            .collect();
+        out.push_str(&format!(
+            "\n{} at {} watches: {} positions freshened before a move; watches it ended, by reason: {}\n",
+            r.gateway,
+            r.watches,
+            r.gateway_freshened,
+            if ended.is_empty() { "none".into() } else { ended.join(", ") }
         ));
     }
     out

@@ -46,6 +46,9 @@ pub struct Evidence<'a> {
     pub still_running: bool,
     /// Its PID.
     pub pid: u32,
+    /// Watches kubegate continued on another replica by itself, by cause (its metric at the
+    /// end).
+    pub watch_resumes_by_cause: BTreeMap<String, u64>,
 }
 
 /// One listener's traffic.
@@ -152,6 +155,9 @@ pub struct SoakReport {
     pub samples: Vec<Reading>,
     /// When traffic stopped, ms.
     pub end_ms: u64,
+    /// Watches kubegate continued on another replica by itself, by cause (`moved`: to even the
+    /// share; `drained`: off a replica shutting down; ...).
+    pub watch_resumes_by_cause: BTreeMap<String, u64>,
 }
 
 impl SoakReport {
@@ -442,6 +448,7 @@ pub fn judge(e: Evidence<'_>) -> SoakReport {
         checks,
         samples: e.samples,
         end_ms: e.end_ms,
+        watch_resumes_by_cause: e.watch_resumes_by_cause,
     }
 }
 
@@ -469,6 +476,20 @@ pub fn markdown(r: &SoakReport) -> String {
         })
         .collect();
     let _ = writeln!(out, "Faults: {}\n", counts.join(", "));
+    let resumes: Vec<String> = r
+        .watch_resumes_by_cause
+        .iter()
+        .map(|(cause, n)| format!("{cause} {n}"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "Watches kubegate continued by itself, by cause: {}\n",
+        if resumes.is_empty() {
+            "none".to_string()
+        } else {
+            resumes.join(", ")
+        }
+    );
     let _ = writeln!(out, "| check | held | figures |\n|---|---|---|");
     for c in &r.checks {
         let _ = writeln!(

@@ -157,9 +157,9 @@ pub struct Upstream {
     /// Moves asked of this backend's followed watches (the share keeper): each permit moves
     /// one watch to another backend. Its waiters are woken one per permit, in order.
     moves: tokio::sync::Semaphore,
-    /// When its watch cache last said it cannot serve a watch's position (seconds on
+    /// When its watch cache last said it lags its etcd ("Too large resource version"; seconds on
     /// [`clock`], plus one; 0: never).
-    refused_position: AtomicU64,
+    cache_behind_at: AtomicU64,
     gauges: arc_swap::ArcSwap<Gauges>,
 }
 
@@ -182,7 +182,7 @@ impl Upstream {
             in_flight: AtomicUsize::new(0),
             busy: AtomicUsize::new(0),
             latency_us: AtomicU64::new(0),
-            refused_position: AtomicU64::new(0),
+            cache_behind_at: AtomicU64::new(0),
             closes: tokio::sync::watch::Sender::new(0),
             drains: tokio::sync::watch::Sender::new(0),
             moves: tokio::sync::Semaphore::new(0),
@@ -233,15 +233,17 @@ impl Upstream {
         }
     }
 
-    /// Its watch cache said it cannot serve a watch's position (410 or too large).
-    pub fn refused_a_position(&self) {
-        self.refused_position.store(clock() + 1, Ordering::Relaxed);
+    /// Its watch cache said a watch's position is beyond it ("Too large resource version"):
+    /// the cache lags its etcd.
+    pub fn cache_fell_behind(&self) {
+        self.cache_behind_at.store(clock() + 1, Ordering::Relaxed);
     }
 
-    /// Whether its watch cache said it cannot serve a position within the last `d`: a
-    /// cache that lags is no place to move watches to.
-    pub fn refused_a_position_within(&self, d: Duration) -> bool {
-        let at = self.refused_position.load(Ordering::Relaxed);
+    /// Whether its watch cache said it lags within the last `d`: no place to move watches to.
+    /// (A 410 does not count: it says the position is older than the cache, which a replica
+    /// that restarted says of every old position, and the move freshens those first.)
+    pub fn cache_fell_behind_within(&self, d: Duration) -> bool {
+        let at = self.cache_behind_at.load(Ordering::Relaxed);
         at != 0 && clock() + 1 - at < d.as_secs()
     }
 
