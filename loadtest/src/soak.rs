@@ -204,7 +204,12 @@ pub async fn soak(plan: &SoakPlan) -> anyhow::Result<SoakReport> {
         let from_ms = start.elapsed().as_millis() as u64;
         eprintln!("soak: {:>5} s  {}", from_ms / 1000, fault.describe());
         let outcome = fault.carry_out(&mut cp, &gw, &mut state).await;
-        let to_ms = start.elapsed().as_millis() as u64;
+        let mut to_ms = start.elapsed().as_millis() as u64;
+        if fault.kind() == faults::FaultKind::RemoveBackend {
+            // The removed backend's connections stay until its drain deadline, where
+            // passthrough closes what is left: the fault lasts until then.
+            to_ms = to_ms.max(from_ms + faults::DRAIN_TIMEOUTS[state.drain].as_millis() as u64);
+        }
         windows.push(Window {
             fault: fault.describe(),
             kind: fault.kind(),

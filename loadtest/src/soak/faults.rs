@@ -92,7 +92,7 @@ pub struct Window {
     pub kind: FaultKind,
     /// Start, ms since the soak began.
     pub from_ms: u64,
-    /// End (replica ready again, reload applied), ms.
+    /// End (replica ready again, reload applied; a removed backend's drain deadline), ms.
     pub to_ms: u64,
     /// If the fault could not be carried out as planned (a replica slow to come back).
     pub problem: Option<String>,
