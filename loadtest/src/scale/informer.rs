@@ -168,7 +168,8 @@ impl Subject {
 }
 
 /// The writes, as the informers check what they heard: the writer writes its subjects in
-/// turn, numbering writes 1, 2, ..., so one subject's writes are `stride` apart.
+/// turn, numbering writes 1, 2, ..., so one subject's writes are as many apart as there are
+/// subjects.
 pub struct Writes {
     /// The subjects written, in turn.
     subjects: Vec<Subject>,
