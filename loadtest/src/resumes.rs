@@ -29,24 +29,46 @@ pub async fn follow(admin: SocketAddr, rec: Arc<Recorder>, stop: Stop) {
 /// The sum over its labels of metric family `name` (or of the series `name` begins, such as
 /// `kubegate_config_reloads_total{result="failure"`), from kubegate's `/metrics` at `admin`.
 pub async fn metric_sum(admin: SocketAddr, name: &str) -> Option<u64> {
-    Some(
-        series(&metrics_text(admin).await?, name)
-            .map(|(_, v)| v)
-            .sum::<f64>() as u64,
-    )
+    Some(Scrape::of(admin).await?.sum(name))
 }
 
-/// Metric family `name` by the value of its one label, from kubegate's `/metrics` at `admin`:
-/// `kubegate_watch_resumes_total` → `{"drained": 40, "moved": 12}`.
-pub async fn metric_by_label(admin: SocketAddr, name: &str) -> Option<BTreeMap<String, u64>> {
-    let text = metrics_text(admin).await?;
-    let mut by_label = BTreeMap::new();
-    for (labels, v) in series(&text, name) {
-        // `{cause="moved"}` → `moved`.
-        let value = labels.split('"').nth(1).unwrap_or_default().to_string();
-        *by_label.entry(value).or_insert(0) += v as u64;
+/// One read of kubegate's `/metrics`, for several figures taken at the same moment.
+pub struct Scrape(String);
+
+impl Scrape {
+    /// Reads `/metrics` from the admin endpoint at `admin`.
+    pub async fn of(admin: SocketAddr) -> Option<Scrape> {
+        metrics_text(admin).await.map(Scrape)
     }
-    Some(by_label)
+
+    /// The sum over its labels of metric family `name` (or of the series `name` begins).
+    pub fn sum(&self, name: &str) -> u64 {
+        series(&self.0, name).map(|(_, v)| v).sum::<f64>() as u64
+    }
+
+    /// Metric family `name` by the value of its one label:
+    /// `kubegate_watch_resumes_total` → `{"drained": 40, "moved": 12}`.
+    pub fn by_label(&self, name: &str) -> BTreeMap<String, u64> {
+        let mut by_label = BTreeMap::new();
+        for (labels, v) in series(&self.0, name) {
+            // `{cause="moved"}` → `moved`.
+            let value = labels.split('"').nth(1).unwrap_or_default().to_string();
+            *by_label.entry(value).or_insert(0) += v as u64;
+        }
+        by_label
+    }
+}
+
+/// Counts by label as a report shows them: `drained 40, moved 12`, or `none`.
+pub fn by_label_line(counts: &BTreeMap<String, u64>) -> String {
+    if counts.is_empty() {
+        return "none".into();
+    }
+    counts
+        .iter()
+        .map(|(label, n)| format!("{label} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The series of `name` (or the ones `name` begins) in `text`: their labels and value.

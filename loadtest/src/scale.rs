@@ -241,13 +241,13 @@ async fn one(
     )
     .await?;
     let fault_end = sampler.latest();
-    // The settle period: the share read every second, and when it was even again (staying so
-    // until the end).
+    // The settle period: the share (as the follower last read it) looked at every second, and
+    // when it was even again (staying so until the end).
     let last_ready = Instant::now();
     let settle_end = last_ready + plan.settle.max(REST);
     let mut even_since: Option<Duration> = None;
     while Instant::now() < settle_end {
-        let even = share_over_mean(&counts.poll().await).is_some_and(|s| s <= EVEN_SHARE);
+        let even = share_over_mean(&counts.open()).is_some_and(|s| s <= EVEN_SHARE);
         even_since = match (even, even_since) {
             (true, None) => Some(last_ready.elapsed()),
             (true, since) => since,
@@ -256,17 +256,16 @@ async fn one(
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let after = Snapshot::take(&seen, &counts).await;
-    let (resumes, freshened, watches_ended) = match gw.admin {
-        Some(admin) => (
-            crate::resumes::metric_sum(admin, "kubegate_watch_resumes_total")
-                .await
-                .unwrap_or(0),
-            crate::resumes::metric_sum(admin, "kubegate_watch_positions_freshened_total")
-                .await
-                .unwrap_or(0),
-            crate::resumes::metric_by_label(admin, "kubegate_watches_ended_total")
-                .await
-                .unwrap_or_default(),
+    // kubegate's own counts, read once.
+    let scrape = match gw.admin {
+        Some(admin) => crate::resumes::Scrape::of(admin).await,
+        None => None,
+    };
+    let (resumes, freshened, watches_ended) = match &scrape {
+        Some(m) => (
+            m.sum("kubegate_watch_resumes_total"),
+            m.sum("kubegate_watch_positions_freshened_total"),
+            m.by_label("kubegate_watches_ended_total"),
         ),
         None => (0, 0, Default::default()),
     };

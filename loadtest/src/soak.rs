@@ -231,10 +231,10 @@ pub async fn soak(plan: &SoakPlan) -> anyhow::Result<SoakReport> {
     eprintln!("soak: traffic stopped; waiting for kubegate's descriptors to settle");
     let settled = sampler.settle(baseline.fds, Duration::from_secs(60)).await;
     let still_running = gw.proc.running() && gw.pid() == Some(pid);
-    let watch_resumes_by_cause =
-        crate::resumes::metric_by_label(gw.layout.admin, "kubegate_watch_resumes_total")
-            .await
-            .unwrap_or_default();
+    let watch_resumes_by_cause = crate::resumes::Scrape::of(gw.layout.admin)
+        .await
+        .map(|m| m.by_label("kubegate_watch_resumes_total"))
+        .unwrap_or_default();
     eprintln!("soak: checking every acknowledged write in the store");
     let store = verdict::store_names(&cp).await?;
     let report = verdict::judge(verdict::Evidence {

@@ -12,6 +12,8 @@ use tokio::sync::watch;
 pub struct ReplicaCounts {
     ports: Vec<u16>,
     replicas: Mutex<Vec<Totals>>,
+    /// Each replica's open watches at the last read.
+    open: Mutex<Vec<i64>>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -35,7 +37,12 @@ impl ReplicaCounts {
     /// Counts for the replicas behind these fault ports.
     pub fn new(ports: Vec<u16>) -> ReplicaCounts {
         let replicas = Mutex::new(vec![Totals::default(); ports.len()]);
-        ReplicaCounts { ports, replicas }
+        let open = Mutex::new(vec![-1; ports.len()]);
+        ReplicaCounts {
+            ports,
+            replicas,
+            open,
+        }
     }
 
     /// Reads every replica until `stop`.
@@ -73,7 +80,13 @@ impl ReplicaCounts {
             t.last = now;
             open.push(state["watches"].as_i64().unwrap_or(-1));
         }
+        *self.open.lock().unwrap_or_else(|e| e.into_inner()) = open.clone();
         open
+    }
+
+    /// Each replica's open watches at the last read (-1: it did not answer).
+    pub fn open(&self) -> Vec<i64> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// LISTs and WATCHes received by all replicas so far.

@@ -201,17 +201,12 @@ pub fn markdown(runs: &[ScaleRun]) -> String {
         ));
     }
     for r in runs.iter().filter(|r| r.gateway_resumes > 0) {
-        let ended: Vec<String> = r
-            .gateway_watches_ended
-            .iter()
-            .map(|(reason, n)| format!("{reason} {n}"))
-            .collect();
         out.push_str(&format!(
             "\n{} at {} watches: {} positions freshened before a move; watches it ended, by reason: {}\n",
             r.gateway,
             r.watches,
             r.gateway_freshened,
-            if ended.is_empty() { "none".into() } else { ended.join(", ") }
+            crate::resumes::by_label_line(&r.gateway_watches_ended)
         ));
     }
     out

@@ -476,19 +476,10 @@ pub fn markdown(r: &SoakReport) -> String {
         })
         .collect();
     let _ = writeln!(out, "Faults: {}\n", counts.join(", "));
-    let resumes: Vec<String> = r
-        .watch_resumes_by_cause
-        .iter()
-        .map(|(cause, n)| format!("{cause} {n}"))
-        .collect();
     let _ = writeln!(
         out,
         "Watches kubegate continued by itself, by cause: {}\n",
-        if resumes.is_empty() {
-            "none".to_string()
-        } else {
-            resumes.join(", ")
-        }
+        crate::resumes::by_label_line(&r.watch_resumes_by_cause)
     );
     let _ = writeln!(out, "| check | held | figures |\n|---|---|---|");
     for c in &r.checks {
