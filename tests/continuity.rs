@@ -22,6 +22,8 @@
 //!    replica restarted needs no relist.
 //! 10. `a_quiet_watch_leaves_a_draining_replica_with_a_fresh_position`: a position older than
 //!     every other replica's cache is brought up to date on the replica it leaves.
+//! 11. `a_busy_watch_leaves_a_draining_replica_on_its_next_event`: one that hears events
+//!     often waits for the next on the replica it leaves, which takes no new request.
 
 use kubegate_e2e::*;
 use std::collections::HashMap;
@@ -113,6 +115,36 @@ async fn open_watches(kg: &Kubegate, pki: &Pki, path: &str, n: usize) -> Vec<(Wa
         watches.push((w, c));
     }
     watches
+}
+
+/// One JSON watch of namespace `ns` through kubegate from now on, and the index of the
+/// replica holding it.
+async fn one_watch(
+    kg: &Kubegate,
+    pki: &Pki,
+    sims: &[Sim],
+    writer: &mut Conn,
+    ns: &str,
+) -> (Vec<(Watch, Conn)>, usize) {
+    let from = list_version(writer).await;
+    let path = format!("/api/v1/namespaces/{ns}/configmaps?watch=1&resourceVersion={from}");
+    let watches = open_watches(kg, pki, &path, 1).await;
+    wait_for("the watch open", T, || {
+        (watches_on(kg, sims).values().sum::<f64>() == 1.0).then_some(())
+    });
+    let held = watches_on(kg, sims);
+    let holder = sims.iter().position(|s| held[&s.name] > 0.0).unwrap();
+    (watches, holder)
+}
+
+/// The watch's next event that is not a bookmark.
+async fn next_object(w: &mut Watch) -> WatchEvent {
+    loop {
+        let e = w.next(T).await.unwrap().expect("an event");
+        if e.kind != "BOOKMARK" {
+            return e;
+        }
+    }
 }
 
 /// Restarts `sim` as an operator would (SIGTERM, a clean exit, started again) and waits
@@ -447,14 +479,7 @@ async fn a_quiet_watch_leaves_a_draining_replica_with_a_fresh_position() {
     ]);
     let (kg, pki, sims) = (&bed.kg, &bed.pki, &mut bed.sims);
     let mut writer = kg.connect(pki, true).await.unwrap();
-    let from = list_version(&mut writer).await;
-    let path = format!("/api/v1/namespaces/quiet/configmaps?watch=1&resourceVersion={from}");
-    let mut watches = open_watches(kg, pki, &path, 1).await;
-    wait_for("the watch open", T, || {
-        (watches_on(kg, sims).values().sum::<f64>() == 1.0).then_some(())
-    });
-    let held = watches_on(kg, sims);
-    let holder = sims.iter().position(|s| held[&s.name] > 0.0).unwrap();
+    let (mut watches, holder) = one_watch(kg, pki, sims, &mut writer, "quiet").await;
     // The store moves on elsewhere, and the two other replicas restart: their caches begin
     // after the watch's position, which it heard nothing to move.
     for i in 0..3 {
@@ -473,11 +498,87 @@ async fn a_quiet_watch_leaves_a_draining_replica_with_a_fresh_position() {
         let on = watches_on(kg, sims);
         (on[&holder_name] == 0.0 && on.values().sum::<f64>() == 1.0).then_some(())
     });
-    assert!(kg.metric("kubegate_watch_positions_freshened_total") >= 1.0);
+    assert!(kg.metric(r#"kubegate_watch_positions_freshened_total{by="bookmark"}"#) >= 1.0);
     create_in(&mut writer, "quiet", "q1").await;
     let (w, _) = &mut watches[0];
     let e = w.next(T).await.unwrap().expect("an event");
     assert_eq!((e.kind.as_str(), e.name.as_str()), ("ADDED", "q1"), "{e:?}");
+    assert_eq!(
+        kg.metric(r#"kubegate_watches_ended_total{reason="expired"}"#),
+        0.0
+    );
+    let status = sims[holder].wait_exit(T);
+    assert!(status.success(), "{status:?}");
+}
+
+/// A watch that hears events often, leaving a replica while the others came back after its
+/// position, stays on its stream for its next event rather than ask the replica for a
+/// bookmark: here the draining replica answers every new request 429 (as an apiserver with
+/// `--shutdown-send-retry-after` does), so that no bookmark could be asked, and only the
+/// event can carry the watch across with no 410.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_watch_leaves_a_draining_replica_on_its_next_event() {
+    let mut bed = cluster(&[
+        "--watch-cache",
+        "--bookmark-interval",
+        "1h",
+        "--shutdown-delay-duration",
+        "0s",
+        "--shutdown-send-retry-after",
+    ]);
+    let (kg, pki, sims) = (&bed.kg, &bed.pki, &mut bed.sims);
+    let mut writer = kg.connect(pki, true).await.unwrap();
+    let (mut watches, holder) = one_watch(kg, pki, sims, &mut writer, "busy").await;
+    // Events close together: the watch hears something often.
+    let mut expected = Vec::new();
+    for i in 0..3 {
+        let name = format!("before-{i}");
+        create_in(&mut writer, "busy", &name).await;
+        expected.push(name);
+    }
+    let (w, _) = &mut watches[0];
+    for name in &expected {
+        let e = next_object(w).await;
+        assert_eq!(
+            (e.kind.as_str(), e.name.as_str()),
+            ("ADDED", name.as_str()),
+            "{e:?}"
+        );
+    }
+    // The two other replicas restart: their caches begin after the watch's position.
+    for (i, sim) in sims.iter_mut().enumerate() {
+        if i != holder {
+            restart_gracefully(kg, sim);
+        }
+    }
+    // The holder shuts down, refusing new requests; its watch stream goes on.
+    let holder_name = sims[holder].name.clone();
+    sims[holder].signal(libc::SIGTERM);
+    kg.wait_state(&holder_name, "not_ready", T);
+    create_in(&mut writer, "busy", "during").await;
+    let (w, _) = &mut watches[0];
+    let e = next_object(w).await;
+    assert_eq!(
+        (e.kind.as_str(), e.name.as_str()),
+        ("ADDED", "during"),
+        "{e:?}"
+    );
+    wait_for("the watch to leave the draining replica", T, || {
+        let on = watches_on(kg, sims);
+        (on[&holder_name] == 0.0 && on.values().sum::<f64>() == 1.0).then_some(())
+    });
+    create_in(&mut writer, "busy", "after").await;
+    let (w, _) = &mut watches[0];
+    let e = next_object(w).await;
+    assert_eq!(
+        (e.kind.as_str(), e.name.as_str()),
+        ("ADDED", "after"),
+        "{e:?}"
+    );
+    assert_eq!(
+        kg.metric(r#"kubegate_watch_positions_freshened_total{by="next_event"}"#),
+        1.0
+    );
     assert_eq!(
         kg.metric(r#"kubegate_watches_ended_total{reason="expired"}"#),
         0.0

@@ -16,7 +16,7 @@ pub mod transitions;
 pub use events::{MetricEvents, Readiness};
 pub use labels::{
     code_class, AcceptError, AdminRefusal, AttemptFailure, ClientLimit, ClientProtocol,
-    ConnectError, HandshakeFailure, Identity, Refusal, ReloadResult, RequestFailure,
+    ConnectError, Freshened, HandshakeFailure, Identity, Refusal, ReloadResult, RequestFailure,
     TokenReviewResult, WatchBreak, WatchEnd,
 };
 pub use metrics::{

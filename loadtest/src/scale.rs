@@ -264,10 +264,10 @@ async fn one(
     let (resumes, freshened, watches_ended) = match &scrape {
         Some(m) => (
             m.sum("kubegate_watch_resumes_total"),
-            m.sum("kubegate_watch_positions_freshened_total"),
+            m.by_label("kubegate_watch_positions_freshened_total"),
             m.by_label("kubegate_watches_ended_total"),
         ),
-        None => (0, 0, Default::default()),
+        None => (0, Default::default(), Default::default()),
     };
     let _ = stop_tx.send(true);
     for t in tasks {

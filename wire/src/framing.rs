@@ -150,27 +150,160 @@ fn kind_of(t: &str) -> Result<Kind, FramingError> {
 }
 
 fn json_event(bytes: Bytes) -> Result<Event, FramingError> {
-    let v: serde_json::Value = serde_json::from_slice(&bytes)
-        .map_err(|e| FramingError::Malformed(format!("watch event: {e}")))?;
-    let kind = kind_of(v["type"].as_str().unwrap_or(""))?;
-    let object = &v["object"];
+    let malformed = |e: serde_json::Error| FramingError::Malformed(format!("watch event: {e}"));
+    // Only the few fields continuity needs are read, in one pass, borrowed: the rest of the
+    // object (a whole pod, say) is read past, not built into a tree. A field of an unexpected
+    // type reads as absent, as a lookup in a parsed tree would.
+    let event: json::Event = serde_json::from_slice(&bytes).map_err(malformed)?;
+    let kind = kind_of(json::string(event.kind).as_deref().unwrap_or(""))?;
+    let object = event.object.0.unwrap_or_default();
+    let table = json::string(object.kind).as_deref() == Some("Table");
     // A `Table` event's object is the table; the row's object carries the version.
-    let meta = if object["kind"] == "Table" {
-        object["rows"][0]["object"]["metadata"]
-            .as_object()
-            .map(|_| &object["rows"][0]["object"]["metadata"])
-            .unwrap_or(&object["metadata"])
+    let row_meta = if table {
+        json::first(object.rows)
+            .and_then(|row| serde_json::from_str::<json::IfMap<json::Row>>(row.get()).ok())
+            .and_then(|row| row.0?.object.0?.metadata.0)
     } else {
-        &object["metadata"]
+        None
     };
+    let meta = row_meta.or(object.metadata.0).unwrap_or_default();
+    let annotations = meta.annotations.0.unwrap_or_default();
     Ok(Event {
         kind,
-        resource_version: meta["resourceVersion"].as_str().map(str::to_string),
-        initial_events_end: meta["annotations"]["k8s.io/initial-events-end"] == "true",
-        code: object["code"].as_u64().and_then(|c| u16::try_from(c).ok()),
-        table_header: object["kind"] == "Table" && object.get("columnDefinitions").is_some(),
+        resource_version: json::string(meta.resource_version).map(Into::into),
+        initial_events_end: json::string(annotations.initial_events_end).as_deref() == Some("true"),
+        code: object
+            .code
+            .and_then(|c| serde_json::from_str::<u64>(c.get()).ok())
+            .and_then(|c| u16::try_from(c).ok()),
+        table_header: table && object.column_definitions.is_some(),
         bytes,
     })
+}
+
+/// The parts of a JSON watch event [`json_event`] reads: objects it looks into as structs of
+/// just those fields, values as raw text until looked at.
+mod json {
+    use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use serde::Deserialize;
+    use serde_json::value::RawValue;
+    use std::borrow::Cow;
+    use std::marker::PhantomData;
+
+    type Raw<'a> = Option<&'a RawValue>;
+
+    #[derive(Deserialize)]
+    pub struct Event<'a> {
+        #[serde(rename = "type", borrow, default)]
+        pub kind: Raw<'a>,
+        #[serde(borrow, default)]
+        pub object: IfMap<Object<'a>>,
+    }
+
+    #[derive(Deserialize, Default)]
+    pub struct Object<'a> {
+        #[serde(borrow, default)]
+        pub kind: Raw<'a>,
+        #[serde(borrow, default)]
+        pub metadata: IfMap<Meta<'a>>,
+        #[serde(borrow, default)]
+        pub code: Raw<'a>,
+        #[serde(rename = "columnDefinitions", borrow, default)]
+        pub column_definitions: Raw<'a>,
+        #[serde(borrow, default)]
+        pub rows: Raw<'a>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct Row<'a> {
+        #[serde(borrow, default)]
+        pub object: IfMap<Object<'a>>,
+    }
+
+    #[derive(Deserialize, Default)]
+    pub struct Meta<'a> {
+        #[serde(rename = "resourceVersion", borrow, default)]
+        pub resource_version: Raw<'a>,
+        #[serde(borrow, default)]
+        pub annotations: IfMap<Annotations<'a>>,
+    }
+
+    #[derive(Deserialize, Default)]
+    pub struct Annotations<'a> {
+        #[serde(rename = "k8s.io/initial-events-end", borrow, default)]
+        pub initial_events_end: Raw<'a>,
+    }
+
+    /// `T` when the value is a JSON object; any other value is read past and gives nothing.
+    pub struct IfMap<T>(pub Option<T>);
+
+    impl<T> Default for IfMap<T> {
+        fn default() -> Self {
+            IfMap(None)
+        }
+    }
+
+    impl<'de, T: Deserialize<'de>> Deserialize<'de> for IfMap<T> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(IfMapVisitor(PhantomData))
+        }
+    }
+
+    struct IfMapVisitor<T>(PhantomData<T>);
+
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for IfMapVisitor<T> {
+        type Value = IfMap<T>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("any JSON value")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<IfMap<T>, A::Error> {
+            T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                .map(|t| IfMap(Some(t)))
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<IfMap<T>, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(IfMap(None))
+        }
+
+        fn visit_bool<E>(self, _: bool) -> Result<IfMap<T>, E> {
+            Ok(IfMap(None))
+        }
+
+        fn visit_i64<E>(self, _: i64) -> Result<IfMap<T>, E> {
+            Ok(IfMap(None))
+        }
+
+        fn visit_u64<E>(self, _: u64) -> Result<IfMap<T>, E> {
+            Ok(IfMap(None))
+        }
+
+        fn visit_f64<E>(self, _: f64) -> Result<IfMap<T>, E> {
+            Ok(IfMap(None))
+        }
+
+        fn visit_str<E>(self, _: &str) -> Result<IfMap<T>, E> {
+            Ok(IfMap(None))
+        }
+
+        fn visit_unit<E>(self) -> Result<IfMap<T>, E> {
+            Ok(IfMap(None))
+        }
+    }
+
+    /// A raw value as a string, when it is one.
+    pub fn string(raw: Raw<'_>) -> Option<Cow<'_, str>> {
+        raw.and_then(|r| serde_json::from_str(r.get()).ok())
+    }
+
+    /// The first element of a raw array.
+    pub fn first(raw: Raw<'_>) -> Option<&RawValue> {
+        raw.filter(|r| r.get().starts_with('['))
+            .and_then(|r| serde_json::from_str::<Vec<&RawValue>>(r.get()).ok())
+            .and_then(|rows| rows.into_iter().next())
+    }
 }
 
 /// Removes a `Table` event's `columnDefinitions`: a resumed stream starts with a first event
@@ -341,6 +474,7 @@ impl<'a> Iterator for Fields<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn decode_all(framing: Framing, chunks: &[&[u8]]) -> Vec<Event> {
         let mut d = Decoder::new(framing);
@@ -455,6 +589,214 @@ mod tests {
             assert_eq!(events[1].resource_version.as_deref(), Some("40"));
             assert!(events[1].initial_events_end);
             assert_eq!((events[2].kind, events[2].code), (Kind::Error, Some(410)));
+        }
+    }
+
+    /// What an event says: type, resourceVersion, initial events end, code, table header.
+    type Says = (Kind, Option<String>, bool, Option<u16>, bool);
+
+    /// What `json_event` reads of `line`.
+    fn says(line: &[u8]) -> Option<Says> {
+        json_event(Bytes::copy_from_slice(line)).ok().map(|e| {
+            (
+                e.kind,
+                e.resource_version,
+                e.initial_events_end,
+                e.code,
+                e.table_header,
+            )
+        })
+    }
+
+    /// What an event says, read from a whole parsed tree: the reading `json_event` must agree
+    /// with, however the fields it looks at are typed.
+    fn by_tree(line: &[u8]) -> Option<Says> {
+        let v: serde_json::Value = serde_json::from_slice(line).ok()?;
+        let kind = kind_of(v["type"].as_str().unwrap_or("")).ok()?;
+        let object = &v["object"];
+        let meta = if object["kind"] == "Table" {
+            object["rows"][0]["object"]["metadata"]
+                .as_object()
+                .map(|_| &object["rows"][0]["object"]["metadata"])
+                .unwrap_or(&object["metadata"])
+        } else {
+            &object["metadata"]
+        };
+        Some((
+            kind,
+            meta["resourceVersion"].as_str().map(str::to_string),
+            meta["annotations"]["k8s.io/initial-events-end"] == "true",
+            object["code"].as_u64().and_then(|c| u16::try_from(c).ok()),
+            object["kind"] == "Table"
+                && object
+                    .get("columnDefinitions")
+                    .is_some_and(|c| !c.is_null()),
+        ))
+    }
+
+    /// Any JSON value, a few levels deep, strings with escapes among them.
+    fn any_json() -> impl Strategy<Value = serde_json::Value> {
+        use serde_json::{json, Value};
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::from),
+            "[a-z\\\"\n é]{0,8}".prop_map(Value::from),
+            Just(json!("true")),
+            Just(json!("Table")),
+            Just(json!("42")),
+            Just(json!(410)),
+            Just(json!(70000)),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3).prop_map(Value::from),
+                prop::collection::btree_map(
+                    prop_oneof![
+                        Just("kind".to_string()),
+                        Just("metadata".to_string()),
+                        Just("resourceVersion".to_string()),
+                        Just("annotations".to_string()),
+                        Just("k8s.io/initial-events-end".to_string()),
+                        Just("code".to_string()),
+                        Just("rows".to_string()),
+                        Just("object".to_string()),
+                        Just("columnDefinitions".to_string()),
+                        "[a-z]{1,6}",
+                    ],
+                    inner,
+                    0..5
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// A JSON object of the fields given (absent ones left out).
+    fn fields(pairs: Vec<(&'static str, Option<serde_json::Value>)>) -> serde_json::Value {
+        serde_json::Value::Object(
+            pairs
+                .into_iter()
+                .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
+                .collect(),
+        )
+    }
+
+    /// Either `likely` (the shapes an apiserver sends) or any JSON value, or absent.
+    fn maybe(
+        likely: impl Strategy<Value = serde_json::Value> + 'static,
+    ) -> impl Strategy<Value = Option<serde_json::Value>> {
+        prop::option::of(prop_oneof![3 => likely, 1 => any_json()])
+    }
+
+    /// Object metadata: a resourceVersion and annotations, well or oddly typed.
+    fn metadata() -> impl Strategy<Value = serde_json::Value> {
+        use serde_json::json;
+        let annotations = (
+            maybe(prop_oneof![
+                Just(json!("true")),
+                Just(json!("false")),
+                Just(json!(true))
+            ]),
+            any_json(),
+        )
+            .prop_map(|(end, other)| {
+                fields(vec![
+                    ("k8s.io/initial-events-end", end),
+                    ("other", Some(other)),
+                ])
+            });
+        (
+            maybe(prop_oneof![
+                Just(json!("1234")),
+                Just(json!(1234)),
+                Just(json!("9\\u0030"))
+            ]),
+            maybe(annotations),
+        )
+            .prop_map(|(rv, ann)| fields(vec![("resourceVersion", rv), ("annotations", ann)]))
+    }
+
+    /// A watch event's object: a plain object, a Status or a Table, with fields of any type.
+    fn object() -> impl Strategy<Value = serde_json::Value> {
+        use serde_json::json;
+        let row = maybe(maybe(metadata()).prop_map(|m| fields(vec![("metadata", m)])))
+            .prop_map(|o| fields(vec![("cells", Some(json!([1]))), ("object", o)]));
+        (
+            maybe(prop_oneof![
+                Just(json!("Table")),
+                Just(json!("Pod")),
+                Just(json!("Status"))
+            ]),
+            maybe(metadata()),
+            maybe(prop_oneof![
+                Just(json!(410)),
+                Just(json!(70000)),
+                Just(json!("410")),
+                Just(json!(4.5))
+            ]),
+            maybe(prop_oneof![
+                Just(json!([{"name": "Name"}])),
+                Just(json!(null))
+            ]),
+            maybe(prop::collection::vec(row, 0..3).prop_map(serde_json::Value::from)),
+        )
+            .prop_map(|(kind, meta, code, columns, rows)| {
+                fields(vec![
+                    ("kind", kind),
+                    ("metadata", meta),
+                    ("code", code),
+                    ("columnDefinitions", columns),
+                    ("rows", rows),
+                ])
+            })
+    }
+
+    #[test]
+    fn odd_json_events_read_as_a_whole_parse_reads_them() {
+        for line in [
+            // A row whose metadata is not an object: the table's own version.
+            r#"{"type":"ADDED","object":{"kind":"Table","metadata":{"resourceVersion":"5"},"rows":[{"object":{"metadata":"x"}}]}}"#,
+            r#"{"type":"ADDED","object":{"kind":"Table","metadata":{"resourceVersion":"5"},"rows":{"a":1}}}"#,
+            r#"{"type":"ADDED","object":{"kind":"Table","rows":[{"object":{"metadata":{"resourceVersion":"7"}}}],"columnDefinitions":null}}"#,
+            // Codes that are not a u16.
+            r#"{"type":"ERROR","object":{"kind":"Status","code":"410"}}"#,
+            r#"{"type":"ERROR","object":{"kind":"Status","code":4.5}}"#,
+            r#"{"type":"ERROR","object":{"kind":"Status","code":70000}}"#,
+            r#"{"type":"ERROR","object":{"kind":"Status","code":410}}"#,
+            // Escapes, and fields of the wrong type.
+            r#"{"type":"\u0041DDED","object":{"metadata":{"resourceVersion":"1\u0032"}}}"#,
+            r#"{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":12,"annotations":{"k8s.io/initial-events-end":true}}}}"#,
+            r#"{"type":"BOOKMARK","object":{"metadata":{"annotations":{"k8s.io/initial-events-end":"true"}}}}"#,
+            r#"{"type":"ADDED","object":[1,2]}"#,
+            r#"{"type":"ADDED"}"#,
+        ] {
+            let read = says(line.as_bytes());
+            assert!(read.is_some(), "{line}");
+            assert_eq!(read, by_tree(line.as_bytes()), "{line}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn json_events_read_as_a_whole_parse_reads_them(
+            kind in prop_oneof![
+                Just(serde_json::json!("ADDED")),
+                Just(serde_json::json!("BOOKMARK")),
+                Just(serde_json::json!("ERROR")),
+                any_json(),
+            ],
+            object in prop_oneof![3 => object(), 1 => any_json()],
+            extra in any_json(),
+        ) {
+            let line = serde_json::to_vec(
+                &serde_json::json!({"type": kind, "object": object, "extra": extra}),
+            ).unwrap();
+            let tree = by_tree(&line);
+            prop_assert_eq!(says(&line), tree, "{}", String::from_utf8_lossy(&line));
         }
     }
 

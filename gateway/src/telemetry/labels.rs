@@ -257,6 +257,17 @@ label! {
 }
 
 label! {
+    /// How a watch's position was brought up to date before it moved to a replica that came
+    /// back after it.
+    pub enum Freshened {
+        /// The watch stayed on the replica it left until its next event.
+        NextEvent => "next_event",
+        /// A bookmark was asked of the replica it left (a short watch there).
+        Bookmark => "bookmark",
+    }
+}
+
+label! {
     /// How a terminate-mode client's TLS handshake failed.
     pub enum HandshakeFailure {
         /// The handshake failed (bad certificate, protocol error, the client left).

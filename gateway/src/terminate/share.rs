@@ -62,7 +62,7 @@ pub async fn keep(gw: Arc<Gateway>) {
             .collect();
         let holding: Vec<usize> = sharing
             .iter()
-            .map(|&i| backends[i].planes().terminate.long_running())
+            .map(|&i| backends[i].planes().terminate.long_running_staying())
             .collect();
         for (&i, n) in sharing.iter().zip(plan(&holding, left)) {
             moves[i] = n;

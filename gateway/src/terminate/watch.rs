@@ -39,7 +39,7 @@
 
 use crate::net::Unplaced;
 use crate::state::{Backend, Gateway, Stream};
-use crate::telemetry::{WatchBreak, WatchEnd};
+use crate::telemetry::{Freshened, WatchBreak, WatchEnd};
 use crate::terminate::body::{ResponseBody, WatchBody};
 use crate::terminate::dispatch::{self, cache_behind, dispatch, Answer};
 use crate::terminate::h2client::ResponseStream;
@@ -74,6 +74,10 @@ const QUEUE: usize = 16;
 /// How long a freshening watch is asked for: the cacher sends a bookmark 2 s before a
 /// watch's deadline, so it hears one about a second in.
 const FRESHEN_FOR: Duration = Duration::from_secs(3);
+/// A watch leaving a replica that still answers, which hears something more often than this,
+/// stays on its stream up to this long for its next event rather than ask for a bookmark: a
+/// busy watch leaves with a fresh position and costs the replica no request.
+const LINGER: Duration = Duration::from_secs(3);
 
 /// What a client asked of its watch, and when the watch ends (`None`: the client's
 /// `timeoutSeconds` cannot be read, and the apiserver answers that).
@@ -153,9 +157,8 @@ async fn run(
 ) -> WatchEnd {
     let asked = &watch.asked;
     let mut progress = Progress::new(asked);
-    // When the position last moved (Unix ms): what a replica that came back since may not
-    // reach.
-    let mut position_at = unix_ms();
+    // When the position last moved: what a replica that came back since may not reach.
+    let mut heard = Heard::new();
     let mut resumes: VecDeque<Instant> = VecDeque::new();
     // The replicas that said they cannot serve the current position (410, too large), and
     // the first such answer.
@@ -172,7 +175,7 @@ async fn run(
             framing,
             watch,
             &mut progress,
-            &mut position_at,
+            &mut heard,
             Until::Stopped,
             &tx,
         )
@@ -195,6 +198,39 @@ async fn run(
             }
             Err(ended) => return ended,
         };
+        let leaving = upstream.backend.clone();
+        // Until it is open elsewhere, a moving watch is not counted where it was.
+        let _moving =
+            matches!(broke, WatchBreak::Moved).then(|| leaving.planes().terminate.leaving());
+        // The replica left still answers, and one the watch may go to came back after the
+        // position: a watch that hears something often waits here for its next event.
+        if matches!(broke, WatchBreak::Drained | WatchBreak::Moved)
+            && progress.resumable(asked)
+            && heard.often()
+        {
+            if let Some(back) = returned_since(gw, &leaving, heard.last) {
+                let until = Until::PositionAfter(back, Instant::now() + LINGER);
+                let before = heard.last;
+                if let Err(ended) = pump(
+                    &mut upstream,
+                    framing,
+                    watch,
+                    &mut progress,
+                    &mut heard,
+                    until,
+                    &tx,
+                )
+                .await
+                {
+                    return ended;
+                }
+                if heard.last > back {
+                    gw.metrics().terminate.watch_freshened(Freshened::NextEvent);
+                } else if heard.last > before {
+                    tracing::debug!("a lingering watch heard something, not yet past every return");
+                }
+            }
+        }
         let left = time_left();
         if left.is_some_and(|l| l < Duration::from_secs(1)) {
             return WatchEnd::Timeout;
@@ -216,14 +252,13 @@ async fn run(
         }
         let broken = upstream.backend.address;
         let name = upstream.backend.info().name.clone();
-        let leaving = upstream.backend.clone();
         // What was held on the replica is let go before another is asked.
         drop(upstream);
         // The replica left still answers, and one the watch may go to came back after the
         // position: the position is brought up to date here first.
         if matches!(broke, WatchBreak::Drained | WatchBreak::Moved)
             && from.is_some()
-            && returned_since(gw, &leaving, position_at)
+            && returned_since(gw, &leaving, heard.last).is_some()
         {
             let fresh = freshen(
                 gw,
@@ -234,13 +269,13 @@ async fn run(
                 framing,
                 &leaving,
                 from.as_deref().unwrap_or_default(),
-                (&mut progress, &mut position_at),
+                (&mut progress, &mut heard),
                 &tx,
             )
             .await;
             match fresh {
                 Ok(true) => {
-                    gw.metrics().terminate.watch_freshened();
+                    gw.metrics().terminate.watch_freshened(Freshened::Bookmark);
                     from = match resume_from(&progress) {
                         Ok(from) => from,
                         Err(ended) => return ended,
@@ -262,7 +297,7 @@ async fn run(
         let avoid = Avoid {
             broken,
             refused_at: &refused_at,
-            position_at,
+            position_at: heard.last,
         };
         upstream = match reopen(gw, upstreams, again, class, avoid, framing, &tx, patience).await {
             Ok(u) => u,
@@ -314,28 +349,40 @@ enum Until {
     Stopped,
     /// Until the first bookmark (or the stream stops): a freshening watch.
     Bookmark,
+    /// Until the position moves after this time (Unix ms), or this instant, on a stream
+    /// already followed: a watch lingering on a replica it leaves.
+    PositionAfter(u64, Instant),
 }
 
 /// Forwards events until the upstream stream stops (`Ok`, with why) or the watch is over;
-/// `position_at` follows when the position last moved.
+/// `heard` follows when the position moves.
 async fn pump(
     upstream: &mut Upstream,
     framing: Framing,
     watch: &Watch,
     progress: &mut Progress,
-    position_at: &mut u64,
+    heard: &mut Heard,
     until: Until,
     tx: &mpsc::Sender<Bytes>,
 ) -> Result<Stopped, WatchEnd> {
     let asked = &watch.asked;
     let mut decoder = Decoder::new(framing);
-    let mut heard = false;
+    // A lingering watch's stream was heard from before: an ERROR on it is the watch's own.
+    let mut heard_before = matches!(until, Until::PositionAfter(..));
     // Registered once with the backend's moves, for the stream's life: a move asked while
     // the watch has no position to resume from waits until it has one.
     let backend = upstream.backend.clone();
     let moved = backend.planes().terminate.move_asked();
     tokio::pin!(moved);
+    // Each signal's future is made once and polled at every wakeup, rather than made and
+    // dropped per event: that registered and unregistered a waiter with the backend's drain
+    // notifier (shared by all its watches) for every event relayed.
     let mut drains = upstream.held.0.drains();
+    let drained = drains.changed();
+    tokio::pin!(drained);
+    let mut drains_gone = false;
+    let client_gone = tx.closed();
+    tokio::pin!(client_gone);
     let over = async {
         match watch.ends {
             Some(at) => tokio::time::sleep_until(at.into()).await,
@@ -343,17 +390,29 @@ async fn pump(
         }
     };
     tokio::pin!(over);
+    let lingered = async {
+        match until {
+            Until::PositionAfter(_, by) => tokio::time::sleep_until(by.into()).await,
+            _ => std::future::pending().await,
+        }
+    };
+    tokio::pin!(lingered);
     let following = until == Until::Stopped;
     loop {
         let movable = following && progress.resumable(asked);
         tokio::select! {
             biased;
-            _ = tx.closed() => return Err(WatchEnd::Client),
+            () = &mut client_gone => return Err(WatchEnd::Client),
             // The replica was asked for the same time and ends the stream itself about now;
             // the client's stream ends here whatever the replica does.
             () = &mut over => return Err(WatchEnd::Timeout),
-            Ok(()) = drains.changed(), if following => return Ok(Stopped::Broke(WatchBreak::Drained)),
+            changed = &mut drained, if following && !drains_gone => match changed {
+                Ok(()) => return Ok(Stopped::Broke(WatchBreak::Drained)),
+                // The backend is gone with its sender: nothing to follow any more.
+                Err(_) => drains_gone = true,
+            },
             () = &mut moved, if movable => return Ok(Stopped::Broke(WatchBreak::Moved)),
+            () = &mut lingered => return Ok(Stopped::Broke(WatchBreak::Ended)),
             frame = upstream.body.frame() => match frame {
                 None => return Ok(Stopped::Broke(WatchBreak::Ended)),
                 Some(Err(e)) => {
@@ -372,7 +431,7 @@ async fn pump(
                                 return Err(WatchEnd::Malformed);
                             }
                         };
-                        if !std::mem::replace(&mut heard, true) && event.kind == Kind::Error {
+                        if !std::mem::replace(&mut heard_before, true) && event.kind == Kind::Error {
                             let cause = match event.code {
                                 Some(410) => Some(WatchBreak::Expired),
                                 Some(504) if cache_behind(&event.bytes) => Some(WatchBreak::CacheBehind),
@@ -385,7 +444,7 @@ async fn pump(
                         }
                         let deliver = progress.observe(asked, &event);
                         if event.kind != Kind::Error && event.resource_version.is_some() {
-                            *position_at = unix_ms();
+                            heard.moved();
                         }
                         let bytes = match deliver {
                             Deliver::Drop => None,
@@ -397,8 +456,14 @@ async fn pump(
                                 return Err(WatchEnd::Client);
                             }
                         }
-                        if until == Until::Bookmark && event.kind == Kind::Bookmark {
-                            return Ok(Stopped::Broke(WatchBreak::Ended));
+                        match until {
+                            Until::Bookmark if event.kind == Kind::Bookmark => {
+                                return Ok(Stopped::Broke(WatchBreak::Ended));
+                            }
+                            Until::PositionAfter(after, _) if heard.last > after => {
+                                return Ok(Stopped::Broke(WatchBreak::Ended));
+                            }
+                            _ => {}
                         }
                         if event.kind == Kind::Error {
                             return Err(if progress.error == Some(410) { WatchEnd::Expired } else { WatchEnd::Error });
@@ -418,6 +483,36 @@ fn framing_of<B>(resp: &Response<B>) -> Option<Framing> {
         .and_then(Framing::of)
 }
 
+/// When a watch's position last moved (an event or a bookmark), and how long before that it
+/// moved (Unix ms): how often the watch hears something.
+#[derive(Clone, Copy)]
+struct Heard {
+    last: u64,
+    gap: Option<u64>,
+}
+
+impl Heard {
+    /// A watch opened now.
+    fn new() -> Heard {
+        Heard {
+            last: unix_ms(),
+            gap: None,
+        }
+    }
+
+    /// Its position moved now.
+    fn moved(&mut self) {
+        let now = unix_ms();
+        self.gap = Some(now.saturating_sub(self.last));
+        self.last = now;
+    }
+
+    /// It hears something more often than [`LINGER`]: its next event is worth waiting for.
+    fn often(&self) -> bool {
+        self.gap.is_some_and(|g| g < LINGER.as_millis() as u64)
+    }
+}
+
 /// Now, in Unix milliseconds (as a backend's state `since`).
 fn unix_ms() -> u64 {
     std::time::SystemTime::now()
@@ -425,14 +520,17 @@ fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Whether a ready replica other than `leaving` became ready after the position moved last
-/// (`position_at`): its cache may begin after the position.
-fn returned_since(gw: &Gateway, leaving: &Backend, position_at: u64) -> bool {
+/// When the last ready replica other than `leaving` that became ready after the position
+/// moved last (`position_at`) did so (Unix ms): its cache may begin after the position.
+fn returned_since(gw: &Gateway, leaving: &Backend, position_at: u64) -> Option<u64> {
     gw.pool()
         .routing()
         .ready
         .iter()
-        .any(|b| b.address != leaving.address && b.since_unix_ms() > position_at)
+        .filter(|b| b.address != leaving.address)
+        .map(|b| b.since_unix_ms())
+        .filter(|&since| since > position_at)
+        .max()
 }
 
 /// Asks the watch of `leaving` again from `from` for [`FRESHEN_FOR`], forwarding what comes,
@@ -448,7 +546,7 @@ async fn freshen(
     framing: Framing,
     leaving: &Arc<Backend>,
     from: &str,
-    (progress, position_at): (&mut Progress, &mut u64),
+    (progress, heard): (&mut Progress, &mut Heard),
     tx: &mpsc::Sender<Bytes>,
 ) -> Result<bool, WatchEnd> {
     let again = outgoing.with_query(&resumed_query(
@@ -472,19 +570,19 @@ async fn freshen(
         backend: leaving.clone(),
         held: (in_flight, stream),
     };
-    let before = *position_at;
+    let before = heard.last;
     match pump(
         &mut upstream,
         framing,
         watch,
         progress,
-        position_at,
+        heard,
         Until::Bookmark,
         tx,
     )
     .await?
     {
-        Stopped::Broke(_) => Ok(*position_at > before),
+        Stopped::Broke(_) => Ok(heard.last > before),
         Stopped::Refused(..) => Ok(false),
     }
 }

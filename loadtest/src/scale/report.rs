@@ -22,8 +22,9 @@ pub struct ScaleRun {
     pub breaks: u64,
     /// Watches the gateway continued on another replica by itself (kubegate's counter).
     pub gateway_resumes: u64,
-    /// Positions kubegate brought up to date before a move (its counter).
-    pub gateway_freshened: u64,
+    /// Positions kubegate brought up to date before a move, by how (its counter:
+    /// `next_event`, `bookmark`).
+    pub gateway_freshened: BTreeMap<String, u64>,
     /// Watches kubegate ended, by reason (its counter): `expired` is a 410 no replica could
     /// take back.
     pub gateway_watches_ended: BTreeMap<String, u64>,
@@ -93,7 +94,7 @@ impl ScaleRun {
             all_open_s: 0.0,
             breaks: 0,
             gateway_resumes: 0,
-            gateway_freshened: 0,
+            gateway_freshened: BTreeMap::new(),
             gateway_watches_ended: BTreeMap::new(),
             relists: 0,
             expired: 0,
@@ -202,10 +203,10 @@ pub fn markdown(runs: &[ScaleRun]) -> String {
     }
     for r in runs.iter().filter(|r| r.gateway_resumes > 0) {
         out.push_str(&format!(
-            "\n{} at {} watches: {} positions freshened before a move; watches it ended, by reason: {}\n",
+            "\n{} at {} watches: positions freshened before a move, by how: {}; watches it ended, by reason: {}\n",
             r.gateway,
             r.watches,
-            r.gateway_freshened,
+            crate::resumes::by_label_line(&r.gateway_freshened),
             crate::resumes::by_label_line(&r.gateway_watches_ended)
         ));
     }

@@ -157,10 +157,22 @@ pub struct Upstream {
     /// Moves asked of this backend's followed watches (the share keeper): each permit moves
     /// one watch to another backend. Its waiters are woken one per permit, in order.
     moves: tokio::sync::Semaphore,
+    /// Watches asked to move that have not left yet (each waits for a fresh position first):
+    /// not counted as held by the share keeper, which would otherwise ask more to move.
+    leaving: AtomicUsize,
     /// When its watch cache last said it lags its etcd ("Too large resource version"; seconds on
     /// [`clock`], plus one; 0: never).
     cache_behind_at: AtomicU64,
     gauges: arc_swap::ArcSwap<Gauges>,
+}
+
+/// A watch asked to move, leaving its backend; see [`Upstream::leaving`].
+pub struct Leaving<'a>(&'a Upstream);
+
+impl Drop for Leaving<'_> {
+    fn drop(&mut self) {
+        self.0.leaving.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Per-backend gauges, resolved once per name.
@@ -183,6 +195,7 @@ impl Upstream {
             busy: AtomicUsize::new(0),
             latency_us: AtomicU64::new(0),
             cache_behind_at: AtomicU64::new(0),
+            leaving: AtomicUsize::new(0),
             closes: tokio::sync::watch::Sender::new(0),
             drains: tokio::sync::watch::Sender::new(0),
             moves: tokio::sync::Semaphore::new(0),
@@ -220,6 +233,19 @@ impl Upstream {
     /// Long-running requests in flight (watches, logs, exec, attach, port-forward).
     pub fn long_running(&self) -> usize {
         self.in_flight().saturating_sub(self.busy())
+    }
+
+    /// Long-running requests in flight that stay: those of watches asked to move and not yet
+    /// gone are left out.
+    pub fn long_running_staying(&self) -> usize {
+        self.long_running()
+            .saturating_sub(self.leaving.load(Ordering::Relaxed))
+    }
+
+    /// Counts a watch asked to move as leaving until the guard is dropped (it has moved).
+    pub fn leaving(&self) -> Leaving<'_> {
+        self.leaving.fetch_add(1, Ordering::Relaxed);
+        Leaving(self)
     }
 
     /// Asks `n` of this backend's followed watches to move to another backend; what was

@@ -2,8 +2,8 @@
 //! connections and requests in flight per backend, followed watches.
 
 use crate::telemetry::labels::{
-    code_class, AttemptFailure, ClientProtocol, HandshakeFailure, Identity, RequestFailure,
-    TokenReviewResult, WatchBreak, WatchEnd,
+    code_class, AttemptFailure, ClientProtocol, Freshened, HandshakeFailure, Identity,
+    RequestFailure, TokenReviewResult, WatchBreak, WatchEnd,
 };
 use crate::telemetry::metrics::register::{
     counter, counter_vec, forget_in, gauge, gauge_vec, histogram_vec,
@@ -52,9 +52,9 @@ pub struct TerminateMetrics {
     /// `kubegate_watch_resumes_total{cause}`: watches continued on another backend, by what
     /// stopped the one before.
     watch_resumes: IntCounterVec,
-    /// `kubegate_watch_positions_freshened_total`: positions brought up to date on the
+    /// `kubegate_watch_positions_freshened_total{by}`: positions brought up to date on the
     /// replica a watch left, before it moved.
-    watch_positions_freshened: IntCounter,
+    watch_positions_freshened: IntCounterVec,
     /// `kubegate_watches_ended_total{reason}`.
     watches_ended: IntCounterVec,
     /// `kubegate_access_log_dropped_total`: access log lines over `max_per_second` or that
@@ -112,7 +112,7 @@ impl TerminateMetrics {
             tls_handshake_failures: counter_vec(r, "kubegate_tls_handshake_failures_total", "Terminate-mode client TLS handshakes that failed (error) or did not finish in time (timeout).", &["reason"]),
             watches_open: gauge(r, "kubegate_watches_open", "Terminate-mode watches kubegate follows across backends."),
             watch_resumes: counter_vec(r, "kubegate_watch_resumes_total", "Watches continued on another backend from their last position, by what stopped the upstream stream (ended, failed, drained, expired, moved, cache_behind).", &["cause"]),
-            watch_positions_freshened: counter(r, "kubegate_watch_positions_freshened_total", "Watch positions brought up to date (a bookmark asked of the replica the watch left) before the watch moved to a replica that came back after its position."),
+            watch_positions_freshened: counter_vec(r, "kubegate_watch_positions_freshened_total", "Watch positions brought up to date on the replica the watch left, before it moved to a replica that came back after its position: by its next event (next_event) or a bookmark asked of that replica (bookmark).", &["by"]),
             access_log_dropped: counter(r, "kubegate_access_log_dropped_total", "Access log lines not written: over terminate.access_log.max_per_second, or the writer's queue was full."),
             dispatch_requests: counter_vec(r, "kubegate_dispatch_requests_total", "Terminate-mode requests each dispatch rule took.", &["rule"]),
             dispatch_limited: counter_vec(r, "kubegate_dispatch_limited_total", "Requests a dispatch rule's limit answered 429, by limit (in_flight, rate).", &["rule", "limit"]),
@@ -147,6 +147,10 @@ impl TerminateMetrics {
         }
         for reason in WatchEnd::ALL {
             m.watches_ended.with_label_values(&[reason.as_str()]);
+        }
+        for by in Freshened::ALL {
+            m.watch_positions_freshened
+                .with_label_values(&[by.as_str()]);
         }
         m
     }
@@ -228,9 +232,11 @@ impl TerminateMetrics {
             .get()
     }
 
-    /// Counts a watch position brought up to date before a move.
-    pub fn watch_freshened(&self) {
-        self.watch_positions_freshened.inc();
+    /// Counts a watch position brought up to date before a move, `by` how.
+    pub fn watch_freshened(&self, by: Freshened) {
+        self.watch_positions_freshened
+            .with_label_values(&[by.as_str()])
+            .inc();
     }
 
     /// Counts a followed watch that ended.
