@@ -107,6 +107,25 @@ struct Upstream {
     body: ResponseStream,
     backend: Arc<Backend>,
     held: (InFlight, Stream),
+    /// The stream cut into events; kept with it, since an event can span frames and the
+    /// stream can be read on after a pause (a watch lingering on a replica it leaves).
+    decoder: Decoder,
+}
+
+impl Upstream {
+    fn new(
+        body: ResponseStream,
+        backend: Arc<Backend>,
+        held: (InFlight, Stream),
+        framing: Framing,
+    ) -> Upstream {
+        Upstream {
+            body,
+            backend,
+            held,
+            decoder: Decoder::new(framing),
+        }
+    }
 }
 
 /// Takes over a watch whose first answer came back `200` in a framing kubegate follows, and
@@ -126,11 +145,7 @@ pub fn follow(
     let backend = held.0.backend().clone();
     let (tx, rx) = mpsc::channel(QUEUE);
     gw.metrics().terminate.watches_open.inc();
-    let upstream = Upstream {
-        body,
-        backend,
-        held,
-    };
+    let upstream = Upstream::new(body, backend, held, framing);
     tokio::spawn(async move {
         let ended = run(
             &gw, &upstreams, &outgoing, class, &watch, framing, upstream, tx,
@@ -172,7 +187,6 @@ async fn run(
     loop {
         let broke = match pump(
             &mut upstream,
-            framing,
             watch,
             &mut progress,
             &mut heard,
@@ -211,16 +225,8 @@ async fn run(
             if let Some(back) = returned_since(gw, &leaving, heard.last) {
                 let until = Until::PositionAfter(back, Instant::now() + LINGER);
                 let before = heard.last;
-                if let Err(ended) = pump(
-                    &mut upstream,
-                    framing,
-                    watch,
-                    &mut progress,
-                    &mut heard,
-                    until,
-                    &tx,
-                )
-                .await
+                if let Err(ended) =
+                    pump(&mut upstream, watch, &mut progress, &mut heard, until, &tx).await
                 {
                     return ended;
                 }
@@ -358,7 +364,6 @@ enum Until {
 /// `heard` follows when the position moves.
 async fn pump(
     upstream: &mut Upstream,
-    framing: Framing,
     watch: &Watch,
     progress: &mut Progress,
     heard: &mut Heard,
@@ -366,7 +371,6 @@ async fn pump(
     tx: &mpsc::Sender<Bytes>,
 ) -> Result<Stopped, WatchEnd> {
     let asked = &watch.asked;
-    let mut decoder = Decoder::new(framing);
     // A lingering watch's stream was heard from before: an ERROR on it is the watch's own.
     let mut heard_before = matches!(until, Until::PositionAfter(..));
     // Registered once with the backend's moves, for the stream's life: a move asked while
@@ -421,9 +425,9 @@ async fn pump(
                 }
                 Some(Ok(frame)) => {
                     let Ok(data) = frame.into_data() else { continue };
-                    decoder.push(&data);
+                    upstream.decoder.push(&data);
                     loop {
-                        let event = match decoder.next_event() {
+                        let event = match upstream.decoder.next_event() {
                             Ok(Some(e)) => e,
                             Ok(None) => break,
                             Err(e) => {
@@ -565,23 +569,14 @@ async fn freshen(
     if resp.status() != http::StatusCode::OK || framing_of(&resp) != Some(framing) {
         return Ok(false);
     }
-    let mut upstream = Upstream {
-        body: resp.into_body(),
-        backend: leaving.clone(),
-        held: (in_flight, stream),
-    };
-    let before = heard.last;
-    match pump(
-        &mut upstream,
+    let mut upstream = Upstream::new(
+        resp.into_body(),
+        leaving.clone(),
+        (in_flight, stream),
         framing,
-        watch,
-        progress,
-        heard,
-        Until::Bookmark,
-        tx,
-    )
-    .await?
-    {
+    );
+    let before = heard.last;
+    match pump(&mut upstream, watch, progress, heard, Until::Bookmark, tx).await? {
         Stopped::Broke(_) => Ok(heard.last > before),
         Stopped::Refused(..) => Ok(false),
     }
@@ -665,11 +660,12 @@ async fn reopen(
                     return Err(WatchEnd::Malformed);
                 }
                 let backend = in_flight.backend().clone();
-                return Ok(Upstream {
-                    body: resp.into_body(),
+                return Ok(Upstream::new(
+                    resp.into_body(),
                     backend,
-                    held: (in_flight, stream),
-                });
+                    (in_flight, stream),
+                    framing,
+                ));
             }
             Ok((_, Answer::Streaming { resp, .. })) => {
                 tracing::debug!(status = %resp.status(), "a replica refused to resume a watch");
