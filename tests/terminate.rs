@@ -324,7 +324,8 @@ async fn a_replica_shutting_down_finishes_its_requests_and_gets_no_new_ones() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashed_replicas_reads_are_retried_and_its_writes_reported_never_replayed() {
+async fn a_crashed_replicas_reads_and_new_watches_are_retried_and_its_writes_reported_never_replayed(
+) {
     // Round-robin keeps sending to replica-1 while it is slow (least-request would avoid it).
     let mut bed = Cluster::new()
         .replicas(3)
@@ -333,19 +334,54 @@ async fn a_crashed_replicas_reads_are_retried_and_its_writes_reported_never_repl
         .configure(|cfg| cfg.balance = kubegate_config::BalancePolicy::RoundRobin)
         .start();
     let (kg, pki, sims) = (&bed.kg, &bed.pki, &mut bed.sims);
+    // A replica whose versions kubegate has not learned yet, while it knows the others', is
+    // kept out of placement (version skew): learned first, then slowed down.
+    wait_for("every replica's version learned", T, || {
+        let metrics = kg.admin_body("/metrics");
+        (1..=3)
+            .all(|k| {
+                metrics.contains(&format!(
+                    "kubegate_backend_version_info{{backend=\"replica-{k}\""
+                ))
+            })
+            .then_some(())
+    });
     sims[0].set_latency_ms(60_000);
     let on_replica_1 = r#"kubegate_backend_requests_in_flight{backend="replica-1"}"#;
-    // Reads and writes in turn, one at a time, until replica-1 holds one of each: a request
-    // either comes back at once from another replica or stays in flight on replica-1.
-    let (mut stuck_read, mut stuck_write) = (None, None);
+    // Reads, writes and new watches in turn, one at a time, until replica-1 holds one of
+    // each: a request either comes back at once from another replica or stays in flight on
+    // replica-1 (a watch's response headers too wait out the latency). The kinds come in a
+    // cycle of four, so that round-robin over three replicas sends each kind to each replica.
+    let (mut stuck_read, mut stuck_write, mut stuck_watch) = (None, None, None);
     let mut answered = Vec::new();
-    for i in 0..12 {
-        if stuck_read.is_some() && stuck_write.is_some() {
+    let mut watching = Vec::new();
+    for i in 0..30 {
+        if stuck_read.is_some() && stuck_write.is_some() && stuck_watch.is_some() {
             break;
         }
-        let write = i % 2 == 1;
         let before = kg.metric(on_replica_1);
         let mut c = kg.connect(pki, true).await.unwrap();
+        if i % 4 == 2 {
+            let task = tokio::spawn(async move {
+                let w = c
+                    .watch("/api/v1/namespaces/default/configmaps?watch=1", false)
+                    .await;
+                w.map(|w| (w, c))
+            });
+            let stuck = wait_for("the watch answered or held by replica-1", T, || {
+                if kg.metric(on_replica_1) > before {
+                    Some(true)
+                } else {
+                    task.is_finished().then_some(false)
+                }
+            });
+            match stuck {
+                true if stuck_watch.is_none() => stuck_watch = Some(task),
+                _ => watching.push(task),
+            }
+            continue;
+        }
+        let write = i % 4 == 1;
         let task = tokio::spawn(async move {
             if write {
                 let body = format!(
@@ -371,10 +407,15 @@ async fn a_crashed_replicas_reads_are_retried_and_its_writes_reported_never_repl
         }
     }
     let (stuck_read, (w, stuck_write)) = (stuck_read.unwrap(), stuck_write.unwrap());
+    let stuck_watch = stuck_watch.expect("replica-1 held a new watch");
     sims[0].kill();
     let r = stuck_read.await.unwrap().expect("the read is answered");
     assert_eq!(r.status, 200, "the read was not retried: {}", r.text());
     assert_ne!(replica(&r), "replica-1");
+    // The watch had no answer yet when its replica died: another replica serves it, and it
+    // hears what is written next.
+    let (mut watch, _conn) = stuck_watch.await.unwrap().expect("the watch is answered");
+    assert_eq!(watch.status, 200, "the new watch was not retried");
     let r = stuck_write.await.unwrap().expect("the write is answered");
     assert_eq!(r.status, 502, "{}", r.text());
     assert!(
@@ -385,7 +426,7 @@ async fn a_crashed_replicas_reads_are_retried_and_its_writes_reported_never_repl
         let r = t.await.unwrap().unwrap();
         assert!(r.status == 200 || r.status == 201, "{}", r.text());
     }
-    assert!(kg.metric(r#"kubegate_request_retries_total{reason="reset"}"#) >= 1.0);
+    assert!(kg.metric(r#"kubegate_request_retries_total{reason="reset"}"#) >= 2.0);
     // The write on the crashed replica was never replayed on another.
     let mut c = kg.connect(pki, true).await.unwrap();
     let r = c
@@ -393,6 +434,20 @@ async fn a_crashed_replicas_reads_are_retried_and_its_writes_reported_never_repl
         .await
         .unwrap();
     assert_eq!(r.status, 404, "w{w}: {}", r.text());
+    let body = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"after-the-crash"},"data":{"a":"b"}}"#;
+    let r = c
+        .request("POST", "/api/v1/namespaces/default/configmaps", Some(body))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 201, "{}", r.text());
+    loop {
+        let e = watch.next(T).await.unwrap().expect("an event");
+        if e.name == "after-the-crash" {
+            assert_eq!(e.kind, "ADDED");
+            break;
+        }
+    }
+    drop(watching);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

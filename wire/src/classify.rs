@@ -63,11 +63,6 @@ impl Verb {
             Verb::Other => "other",
         }
     }
-
-    /// A read the apiserver cannot have changed anything with (`GET`/`HEAD`, not a watch).
-    pub fn idempotent_read(self) -> bool {
-        matches!(self, Verb::Get | Verb::List)
-    }
 }
 
 /// A request that may run for as long as it likes.
@@ -989,15 +984,6 @@ mod tests {
         assert!(!upgradable(Method::DELETE, "/api/v1/namespaces/d/pods/p"));
         assert!(!upgradable(Method::GET, "/api/v1/namespaces/d/pods/p/log"));
         assert!(!upgradable(Method::GET, "/version"));
-    }
-
-    #[test]
-    fn only_gets_and_lists_are_idempotent_reads() {
-        let reads: Vec<_> = Verb::ALL
-            .into_iter()
-            .filter(|v| v.idempotent_read())
-            .collect();
-        assert_eq!(reads, [Verb::Get, Verb::List]);
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! When a request may go to another backend: only where the apiserver provably did not process
-//! it (any verb), and, for idempotent reads, also after a failure before response headers
-//! (RFC 9113 §8.7; client-go's own rules in `rest/request.go`); a read (GET, LIST, a new
-//! watch) that one replica's own storage failed also goes to another. Never once response
-//! headers were forwarded: kubegate only forwards them after deciding.
+//! it (any verb), and, for reads of storage (GET, LIST, a new watch), also after a failure
+//! before response headers (RFC 9113 §8.7; client-go's own rules in `rest/request.go`) or
+//! when one replica's own storage failed them. Never once response headers were forwarded:
+//! kubegate only forwards them after deciding.
 
 use crate::telemetry::AttemptFailure;
 use kubegate_wire::classify::{LongRunning, RequestClass, Verb};
@@ -26,7 +26,10 @@ pub fn may_retry(failure: AttemptFailure, class: &RequestClass) -> bool {
     match failure {
         AttemptFailure::StorageFailed => reads_storage(class),
         f if f.unprocessed() => true,
-        _ => class.verb.idempotent_read() && class.long_running.is_none(),
+        // A new watch is a read like a GET: until its response headers, its client has seen
+        // nothing, and the replica changed nothing (a 30-minute soak answered 502 to two new
+        // watches whose replica was SIGKILLed, where another replica could serve them).
+        _ => reads_storage(class),
     }
 }
 
@@ -89,11 +92,12 @@ mod tests {
     }
 
     #[test]
-    fn after_a_reset_only_idempotent_short_reads_are_retried() {
+    fn after_a_reset_only_reads_of_storage_are_retried() {
         let table = [
             (class(Verb::Get, None), true),
             (class(Verb::List, None), true),
-            (class(Verb::Watch, Some(LongRunning::Watch)), false),
+            (class(Verb::Watch, Some(LongRunning::Watch)), true),
+            (class(Verb::Get, Some(LongRunning::Session)), false),
             (class(Verb::Get, Some(LongRunning::Log)), false),
             (class(Verb::Create, None), false),
             (class(Verb::Update, None), false),
