@@ -29,7 +29,7 @@ pub enum Change {
     /// Names the key.
     Setting(&'static str),
     /// A setting that only takes effect at start (listeners, admin, threads, upgrade,
-    /// discovery). Names the key. A
+    /// discovery, clusters). Names the key. A
     /// reload that holds one is refused, so the running process never claims a state it is not in.
     NeedsRestart(&'static str),
 }
@@ -58,6 +58,7 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         upgrade: old_upgrade,
         discovery: old_discovery,
         dispatch: old_dispatch,
+        clusters: old_clusters,
     } = old;
     let Config {
         listeners,
@@ -77,6 +78,7 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         upgrade,
         discovery,
         dispatch,
+        clusters,
     } = new;
     let mut changes = Vec::new();
     for b in backends {
@@ -94,11 +96,20 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
             changes.push(Change::BackendRemoved(o.clone()));
         }
     }
+    // With clusters, the top-level health and upstream are what clusters inherit, and a
+    // cluster's pool and probes are built at start for now.
+    let named = !old_clusters.is_empty() || !clusters.is_empty();
     if old_health != health {
-        changes.push(Change::HealthChanged);
+        changes.push(match named {
+            true => Change::NeedsRestart("health"),
+            false => Change::HealthChanged,
+        });
     }
     if old_upstream != upstream {
-        changes.push(Change::UpstreamChanged);
+        changes.push(match named {
+            true => Change::NeedsRestart("upstream"),
+            false => Change::UpstreamChanged,
+        });
     }
     let settings = [
         ("balance", old_balance != balance),
@@ -123,6 +134,8 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         ("threads", old_threads != threads),
         ("upgrade", old_upgrade != upgrade),
         ("discovery", old_discovery != discovery),
+        // A cluster's pool, probes and listeners' routes are built at start for now.
+        ("clusters", old_clusters != clusters),
     ];
     changes.extend(
         restart
@@ -140,11 +153,7 @@ mod tests {
 
     fn config(backends: &[&str]) -> Config {
         Config {
-            listeners: vec![ListenerSpec {
-                address: "127.0.0.1:6443".parse().unwrap(),
-                mode: ListenerMode::Passthrough,
-                tls: None,
-            }],
+            listeners: vec![ListenerSpec::passthrough("127.0.0.1:6443".parse().unwrap())],
             backends: backends
                 .iter()
                 .map(|a| BackendSpec {
@@ -168,6 +177,7 @@ mod tests {
             upgrade: None,
             discovery: None,
             dispatch: Vec::new(),
+            clusters: Vec::new(),
         }
     }
 

@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 mod cidr;
+mod cluster;
 mod diff;
 mod dispatch;
 mod duration;
@@ -26,6 +27,7 @@ mod tls;
 mod validate;
 
 pub use cidr::Cidr;
+pub use cluster::{ClusterConfig, ClusterSpec, ClusterTls, ServerNamePattern, IMPLICIT};
 pub use diff::{diff, Change};
 pub use dispatch::{DispatchRule, Fallback, RuleLimit, RuleMatch, NON_RESOURCE_VERBS, VERBS};
 pub use error::{ConfigError, Problem};

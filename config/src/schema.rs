@@ -15,7 +15,9 @@ use std::time::Duration;
 pub struct Config {
     /// Where clients connect. At least one.
     pub listeners: Vec<ListenerSpec>,
-    /// The apiserver replicas. At least one; addresses and names are unique.
+    /// The apiserver replicas. At least one; addresses and names are unique. With `clusters:`,
+    /// each cluster lists its own instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backends: Vec<BackendSpec>,
     /// How backends are probed.
     #[serde(default)]
@@ -64,6 +66,10 @@ pub struct Config {
     /// each kind of traffic is let through (`dispatch.rs`). The first match decides.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dispatch: Vec<crate::DispatchRule>,
+    /// Several control planes, each chosen by the TLS server name its clients send
+    /// (`cluster.rs`). Empty: the top-level keys are the one cluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<crate::ClusterSpec>,
 }
 
 impl Config {
@@ -88,6 +94,7 @@ impl Config {
             upgrade: None,
             discovery: None,
             dispatch: Vec::new(),
+            clusters: Vec::new(),
         }
     }
 
@@ -105,6 +112,8 @@ impl ListenerSpec {
             address,
             mode: ListenerMode::Passthrough,
             tls: None,
+            clusters: None,
+            default_cluster: None,
         }
     }
 }
@@ -162,6 +171,13 @@ pub struct ListenerSpec {
     /// The TLS kubegate terminates (`mode: terminate` only).
     #[serde(default)]
     pub tls: Option<ListenerTls>,
+    /// The clusters served here, by name (a file with `clusters:` only); absent: every one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clusters: Option<Vec<String>>,
+    /// The cluster a client that sends no server name reaches (a file with `clusters:`
+    /// only); absent: such a client is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_cluster: Option<String>,
 }
 
 /// What a listener does with its connections.
@@ -882,6 +898,8 @@ pub(crate) mod tests_support {
                 address: "127.0.0.1:6443".parse().unwrap(),
                 mode: ListenerMode::Terminate,
                 tls: Some(tls.clone()),
+                clusters: Some(vec!["a".into()]),
+                default_cluster: Some("a".into()),
             }],
             vec![BackendSpec {
                 name: Some("a".into()),
@@ -927,6 +945,21 @@ pub(crate) mod tests_support {
                 max_in_flight: Some(1),
                 rate: Some(1.0),
                 burst: Some(1),
+            }),
+        }];
+        // Not a loadable file (top-level backends beside clusters): only its keys matter.
+        c.clusters = vec![crate::ClusterSpec {
+            name: "a".into(),
+            server_names: vec!["a.example".into()],
+            backends: c.backends.clone(),
+            discovery: c.discovery.clone(),
+            health: Some(c.health.clone()),
+            upstream: Some(c.upstream.clone()),
+            dispatch: c.dispatch.clone(),
+            tls: Some(crate::ClusterTls {
+                cert_file: "c".into(),
+                key_file: "k".into(),
+                client_ca_file: Some("ca".into()),
             }),
         }];
         c

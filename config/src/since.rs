@@ -3,7 +3,8 @@
 //! older kubegate refuses a key it does not know (unknown keys are errors). `kubegate check
 //! --compat VERSION` names every key a file uses that VERSION does not know.
 //!
-//! A key not listed here is in every release. `keys_of_0_1_0.txt` (beside this file) lists
+//! A key not listed here is in every release, unless a key it sits under is listed: the keys
+//! under `clusters` came with it. `keys_of_0_1_0.txt` (beside this file) lists
 //! the keys of 0.1.0, and a test fails for a key in the schema that is in neither, so a new key
 //! cannot be added without its release here.
 
@@ -64,6 +65,10 @@ pub const ADDED: &[(&str, Version)] = &[
     ("terminate.token_review.max_entries", (0, 3, 0)),
     ("terminate.token_review.timeout", (0, 3, 0)),
     ("terminate.token_review.max_in_flight", (0, 3, 0)),
+    // Every key under `clusters` came with it.
+    ("clusters", (0, 3, 0)),
+    ("listeners[].clusters", (0, 3, 0)),
+    ("listeners[].default_cluster", (0, 3, 0)),
 ];
 
 /// Reads `1.2.3` (a leading `v` allowed).
@@ -150,9 +155,14 @@ mod tests {
             .lines()
             .filter(|l| !l.is_empty() && !l.starts_with('#'))
             .collect();
+        let added_with = |key: &str| {
+            ADDED.iter().any(|(p, _)| {
+                key == *p || key.starts_with(&format!("{p}.")) || key.starts_with(&format!("{p}[]"))
+            })
+        };
         for key in schema_keys() {
             assert!(
-                old.contains(key.as_str()) || ADDED.iter().any(|(p, _)| *p == key),
+                old.contains(key.as_str()) || added_with(&key),
                 "{key} is new: add it to since::ADDED with the release that adds it"
             );
         }

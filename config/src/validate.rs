@@ -61,26 +61,6 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
         .iter()
         .any(|l| l.mode == ListenerMode::Terminate);
     validate_admin(&mut bad, &mut config.admin, base_dir);
-    if let Some(d) = &mut config.discovery {
-        resolve_path(
-            &mut bad,
-            "discovery.kubeconfig",
-            &mut d.kubeconfig,
-            base_dir,
-        );
-        if let Some(state) = &mut d.state_file {
-            if state.is_relative() {
-                *state = base_dir.join(&*state);
-            }
-            if !state.parent().is_some_and(Path::is_dir) {
-                bad(
-                    "discovery.state_file".into(),
-                    format!("{}: its directory does not exist", state.display()),
-                );
-            }
-        }
-        positive(&mut bad, "discovery.debounce", d.debounce);
-    }
     if let Some(u) = &mut config.upgrade {
         // The socket need not exist (kubegate creates it), its directory must.
         if u.socket.is_relative() {
@@ -95,118 +75,43 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
         }
     }
 
-    if config.backends.is_empty() {
-        bad("backends".into(), "at least one backend is required".into());
-    }
-    let mut addresses = HashSet::new();
-    let mut names = HashSet::new();
-    for (i, b) in config.backends.iter().enumerate() {
-        if !addresses.insert(b.address) {
-            bad(
-                format!("backends[{i}].address"),
-                format!("duplicate backend address {}", b.address),
-            );
-        }
-        if let Some(name) = &b.name {
-            if name.is_empty() || name.chars().any(|c| c.is_control()) {
-                bad(
-                    format!("backends[{i}].name"),
-                    "backend name must be non-empty printable text".into(),
-                );
+    if config.clusters.is_empty() {
+        let mut parts = Parts {
+            backends: &config.backends,
+            discovery: &mut config.discovery,
+            health: &mut config.health,
+            upstream: &mut config.upstream,
+            dispatch: &config.dispatch,
+        };
+        validate_parts(
+            &mut bad,
+            &mut parts,
+            terminating,
+            verifies_client_certs.as_deref(),
+            base_dir,
+        );
+        for (i, l) in config.listeners.iter().enumerate() {
+            for (key, set) in [
+                ("clusters", l.clusters.is_some()),
+                ("default_cluster", l.default_cluster.is_some()),
+            ] {
+                if set {
+                    bad(
+                        format!("listeners[{i}].{key}"),
+                        "names clusters, but the file has no clusters: (its top-level backends are the one cluster)".into(),
+                    );
+                }
             }
         }
-        let name = b.display_name();
-        // A defaulted name repeats only when the address does, which is reported above.
-        if !names.insert(name.clone()) && b.name.is_some() {
-            bad(
-                format!("backends[{i}].name"),
-                format!("duplicate backend name {name:?}"),
-            );
-        }
-        if b.address.port() == 0 {
-            bad(
-                format!("backends[{i}].address"),
-                "backend port must not be 0".into(),
-            );
-        }
-    }
-
-    let h = &mut config.health;
-    if !h.path.starts_with('/') || h.path.contains(['?', '#', ' ']) {
-        bad(
-            "health.path".into(),
-            format!(
-                "health path {:?} must start with / and hold no query (?verbose is added)",
-                h.path
-            ),
+    } else {
+        crate::cluster::validate(
+            config,
+            terminating,
+            verifies_client_certs.as_deref(),
+            base_dir,
+            &mut bad,
         );
     }
-    positive(&mut bad, "health.interval", h.interval);
-    positive(&mut bad, "health.timeout", h.timeout);
-    at_least_one(&mut bad, "health.rise", h.rise);
-    at_least_one(&mut bad, "health.fall", h.fall);
-    positive(&mut bad, "health.fast_interval", h.fast_interval);
-    if h.fast_interval > h.interval {
-        bad(
-            "health.fast_interval".into(),
-            format!(
-                "fast_interval ({:?}) must not be longer than interval ({:?})",
-                h.fast_interval, h.interval
-            ),
-        );
-    }
-    if !valid_server_name(&h.tls.server_name) {
-        bad(
-            "health.tls.server_name".into(),
-            format!(
-                "{:?} is neither a DNS name nor an IP address",
-                h.tls.server_name
-            ),
-        );
-    }
-    match (&h.tls.ca_file, h.tls.insecure_skip_verify) {
-        (None, false) => bad(
-            "health.tls".into(),
-            "health.tls.ca_file is required (or set insecure_skip_verify: true, not for production)"
-                .into(),
-        ),
-        (Some(_), true) => bad(
-            "health.tls.insecure_skip_verify".into(),
-            "ca_file and insecure_skip_verify exclude each other".into(),
-        ),
-        _ => {}
-    }
-    resolve_file(&mut bad, "health.tls.ca_file", &mut h.tls.ca_file, base_dir);
-    match (&h.tls.client_cert_file, &h.tls.client_key_file) {
-        (Some(_), None) => bad(
-            "health.tls.client_cert_file".into(),
-            "client_cert_file needs client_key_file".into(),
-        ),
-        (None, Some(_)) => bad(
-            "health.tls.client_key_file".into(),
-            "client_key_file needs client_cert_file".into(),
-        ),
-        _ => {}
-    }
-    resolve_file(
-        &mut bad,
-        "health.tls.client_cert_file",
-        &mut h.tls.client_cert_file,
-        base_dir,
-    );
-    resolve_file(
-        &mut bad,
-        "health.tls.client_key_file",
-        &mut h.tls.client_key_file,
-        base_dir,
-    );
-    resolve_file(
-        &mut bad,
-        "health.bearer_token_file",
-        &mut h.bearer_token_file,
-        base_dir,
-    );
-
     let k = &config.client_keepalive;
     // The kernel takes whole seconds, at most 32767 (TCP_KEEPIDLE, TCP_KEEPINTVL), and at most
     // 127 probes (TCP_KEEPCNT).
@@ -226,9 +131,6 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
             "client_keepalive.count".into(),
             format!("client_keepalive.count must be 1..=127, not {}", k.count),
         );
-    }
-    if terminating {
-        validate_upstream(config, verifies_client_certs, base_dir, &mut bad);
     }
     let t = &config.terminate;
     positive(&mut bad, "terminate.handshake_timeout", t.handshake_timeout);
@@ -318,20 +220,6 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
         "terminate.token_review.max_in_flight",
         tr.max_in_flight,
     );
-    if !config.dispatch.is_empty() && !terminating {
-        bad(
-            "dispatch".into(),
-            "dispatch rules apply to requests, which only mode: terminate listeners see; no listener terminates".into(),
-        );
-    }
-    // Discovered backends are named by the cluster: their names are not known yet.
-    let names: Option<Vec<String>> = config
-        .discovery
-        .is_none()
-        .then(|| config.backends.iter().map(|b| b.display_name()).collect());
-    for (path, message) in crate::dispatch::validate(&config.dispatch, names.as_deref()) {
-        bad(path, message);
-    }
     positive(&mut bad, "connect.timeout", config.connect.timeout);
     at_least_one(&mut bad, "connect.attempts", config.connect.attempts);
     if config.threads == 0 || config.threads > 256 {
@@ -340,12 +228,191 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
             format!("threads must be 1..=256, not {}", config.threads),
         );
     }
+    // Clusters that inherit the top-level health or upstream each report its problems.
+    let mut seen = HashSet::new();
+    findings.retain(|f| seen.insert(f.clone()));
     findings
 }
 
-/// Terminate mode's upstream: TLS defaults taken from `health.tls`, the front-proxy identity
-/// required where client certificates are verified (`verifies_client_certs` names the first
-/// listener that does).
+/// What a cluster has of its own: the top level of a file without `clusters:`, or one of its
+/// clusters (with what it inherits filled in).
+pub(crate) struct Parts<'a> {
+    pub backends: &'a [crate::schema::BackendSpec],
+    pub discovery: &'a mut Option<crate::schema::DiscoveryConfig>,
+    pub health: &'a mut crate::schema::HealthConfig,
+    pub upstream: &'a mut crate::schema::UpstreamConfig,
+    pub dispatch: &'a [crate::DispatchRule],
+}
+
+/// Validates one cluster's parts; `bad` takes paths relative to where the parts are written.
+pub(crate) fn validate_parts(
+    bad: &mut impl FnMut(String, String),
+    parts: &mut Parts<'_>,
+    terminating: bool,
+    verifies_client_certs: Option<&str>,
+    base_dir: &Path,
+) {
+    if let Some(d) = &mut parts.discovery {
+        resolve_path(bad, "discovery.kubeconfig", &mut d.kubeconfig, base_dir);
+        if let Some(state) = &mut d.state_file {
+            if state.is_relative() {
+                *state = base_dir.join(&*state);
+            }
+            if !state.parent().is_some_and(Path::is_dir) {
+                bad(
+                    "discovery.state_file".into(),
+                    format!("{}: its directory does not exist", state.display()),
+                );
+            }
+        }
+        positive(bad, "discovery.debounce", d.debounce);
+    }
+    if parts.backends.is_empty() {
+        bad("backends".into(), "at least one backend is required".into());
+    }
+    let mut addresses = HashSet::new();
+    let mut names = HashSet::new();
+    for (i, b) in parts.backends.iter().enumerate() {
+        if !addresses.insert(b.address) {
+            bad(
+                format!("backends[{i}].address"),
+                format!("duplicate backend address {}", b.address),
+            );
+        }
+        if let Some(name) = &b.name {
+            if name.is_empty() || name.chars().any(|c| c.is_control()) {
+                bad(
+                    format!("backends[{i}].name"),
+                    "backend name must be non-empty printable text".into(),
+                );
+            }
+        }
+        let name = b.display_name();
+        // A defaulted name repeats only when the address does, which is reported above.
+        if !names.insert(name.clone()) && b.name.is_some() {
+            bad(
+                format!("backends[{i}].name"),
+                format!("duplicate backend name {name:?}"),
+            );
+        }
+        if b.address.port() == 0 {
+            bad(
+                format!("backends[{i}].address"),
+                "backend port must not be 0".into(),
+            );
+        }
+    }
+
+    validate_health(bad, parts.health, base_dir);
+    if terminating {
+        let health_tls = parts.health.tls.clone();
+        validate_upstream(
+            parts.upstream,
+            &health_tls,
+            verifies_client_certs,
+            base_dir,
+            bad,
+        );
+    }
+    if !parts.dispatch.is_empty() && !terminating {
+        bad(
+            "dispatch".into(),
+            "dispatch rules apply to requests, which only mode: terminate listeners see; no listener terminates".into(),
+        );
+    }
+    // Discovered backends are named by the cluster: their names are not known yet.
+    let names: Option<Vec<String>> = parts
+        .discovery
+        .is_none()
+        .then(|| parts.backends.iter().map(|b| b.display_name()).collect());
+    for (path, message) in crate::dispatch::validate(parts.dispatch, names.as_deref()) {
+        bad(path, message);
+    }
+}
+
+/// How a cluster's replicas are probed.
+pub(crate) fn validate_health(
+    bad: &mut impl FnMut(String, String),
+    h: &mut crate::schema::HealthConfig,
+    base_dir: &Path,
+) {
+    if !h.path.starts_with('/') || h.path.contains(['?', '#', ' ']) {
+        bad(
+            "health.path".into(),
+            format!(
+                "health path {:?} must start with / and hold no query (?verbose is added)",
+                h.path
+            ),
+        );
+    }
+    positive(bad, "health.interval", h.interval);
+    positive(bad, "health.timeout", h.timeout);
+    at_least_one(bad, "health.rise", h.rise);
+    at_least_one(bad, "health.fall", h.fall);
+    positive(bad, "health.fast_interval", h.fast_interval);
+    if h.fast_interval > h.interval {
+        bad(
+            "health.fast_interval".into(),
+            format!(
+                "fast_interval ({:?}) must not be longer than interval ({:?})",
+                h.fast_interval, h.interval
+            ),
+        );
+    }
+    if !valid_server_name(&h.tls.server_name) {
+        bad(
+            "health.tls.server_name".into(),
+            format!(
+                "{:?} is neither a DNS name nor an IP address",
+                h.tls.server_name
+            ),
+        );
+    }
+    match (&h.tls.ca_file, h.tls.insecure_skip_verify) {
+        (None, false) => bad(
+            "health.tls".into(),
+            "health.tls.ca_file is required (or set insecure_skip_verify: true, not for production)"
+                .into(),
+        ),
+        (Some(_), true) => bad(
+            "health.tls.insecure_skip_verify".into(),
+            "ca_file and insecure_skip_verify exclude each other".into(),
+        ),
+        _ => {}
+    }
+    resolve_file(bad, "health.tls.ca_file", &mut h.tls.ca_file, base_dir);
+    match (&h.tls.client_cert_file, &h.tls.client_key_file) {
+        (Some(_), None) => bad(
+            "health.tls.client_cert_file".into(),
+            "client_cert_file needs client_key_file".into(),
+        ),
+        (None, Some(_)) => bad(
+            "health.tls.client_key_file".into(),
+            "client_key_file needs client_cert_file".into(),
+        ),
+        _ => {}
+    }
+    resolve_file(
+        bad,
+        "health.tls.client_cert_file",
+        &mut h.tls.client_cert_file,
+        base_dir,
+    );
+    resolve_file(
+        bad,
+        "health.tls.client_key_file",
+        &mut h.tls.client_key_file,
+        base_dir,
+    );
+    resolve_file(
+        bad,
+        "health.bearer_token_file",
+        &mut h.bearer_token_file,
+        base_dir,
+    );
+}
+
+/// The admin endpoint: its TLS files, its token only over TLS.
 fn validate_admin(
     bad: &mut impl FnMut(String, String),
     admin: &mut crate::schema::AdminConfig,
@@ -390,14 +457,16 @@ fn validate_admin(
     positive(bad, "admin.header_read_timeout", admin.header_read_timeout);
 }
 
-fn validate_upstream(
-    config: &mut Config,
-    verifies_client_certs: Option<String>,
+/// Terminate mode's upstream: TLS defaults taken from `health.tls`, the front-proxy identity
+/// required where client certificates are verified (`verifies_client_certs` names the first
+/// listener that does).
+pub(crate) fn validate_upstream(
+    u: &mut crate::schema::UpstreamConfig,
+    health_tls: &crate::schema::HealthTls,
+    verifies_client_certs: Option<&str>,
     base_dir: &Path,
     bad: &mut impl FnMut(String, String),
 ) {
-    let health_tls = config.health.tls.clone();
-    let u = &mut config.upstream;
     if u.tls.server_name.is_none() {
         u.tls.server_name = Some(health_tls.server_name.clone());
     } else if let Some(name) = u
@@ -415,7 +484,7 @@ fn validate_upstream(
         resolve_file(bad, "upstream.tls.ca_file", &mut u.tls.ca_file, base_dir);
     } else if health_tls.ca_file.is_some() {
         // Already resolved with health.tls.
-        u.tls.ca_file = health_tls.ca_file;
+        u.tls.ca_file = health_tls.ca_file.clone();
     } else {
         bad(
             "upstream.tls".into(),
@@ -502,7 +571,7 @@ fn validate_upstream(
         None => {
             if let Some(at) = verifies_client_certs {
                 bad(
-                    at,
+                    at.to_string(),
                     "verifying client certificates needs upstream.front_proxy: kubegate passes the identity on with its front-proxy certificate".into(),
                 );
             }
@@ -536,7 +605,7 @@ fn at_least_one(bad: &mut impl FnMut(String, String), path: &str, n: u32) {
 }
 
 /// Makes a relative path absolute against the config's directory and checks it can be read.
-fn resolve_file(
+pub(crate) fn resolve_file(
     bad: &mut impl FnMut(String, String),
     path: &str,
     file: &mut Option<PathBuf>,
@@ -548,7 +617,7 @@ fn resolve_file(
 }
 
 /// [`resolve_file`] for a file that must be given.
-fn resolve_path(
+pub(crate) fn resolve_path(
     bad: &mut impl FnMut(String, String),
     path: &str,
     file: &mut PathBuf,
@@ -566,17 +635,21 @@ fn resolve_path(
 }
 
 fn valid_server_name(name: &str) -> bool {
-    if name.parse::<std::net::IpAddr>().is_ok() {
-        return true;
-    }
+    name.parse::<std::net::IpAddr>().is_ok()
+        || dotted_name(name, |c| {
+            c.is_ascii_alphanumeric() || c == b'-' || c == b'_'
+        })
+}
+
+/// A name of dot-separated labels (253 bytes at most, each label 1–63) of the bytes `allowed`
+/// takes, no label starting or ending with `-`.
+pub(crate) fn dotted_name(name: &str, allowed: impl Fn(u8) -> bool) -> bool {
     !name.is_empty()
         && name.len() <= 253
         && name.split('.').all(|label| {
             !label.is_empty()
                 && label.len() <= 63
-                && label
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                && label.bytes().all(&allowed)
                 && !label.starts_with('-')
                 && !label.ends_with('-')
         })

@@ -34,4 +34,4 @@ pub mod upgrade;
 pub use admin::AdminTls;
 pub use discovery::{load_credentials, Credentials};
 pub use files::{check_files_and_tls, log_warnings};
-pub use service::{Control, ControlParts, UpgradeState};
+pub use service::{Control, ControlParts, Discovery, UpgradeState};

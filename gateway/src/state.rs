@@ -4,6 +4,7 @@
 //! carries traffic.
 
 mod backends;
+mod cluster;
 mod gateway;
 mod lifecycle;
 mod listeners;
@@ -14,6 +15,7 @@ pub use backends::{
     ApiSet, Backend, Gauges, H2Conn, Killer, Kind, Planes, Pool, Registered, Relays, Served,
     ServedApis, Stream, Upstream,
 };
+pub use cluster::{Cluster, Clusters, Route};
 pub use gateway::Gateway;
 pub use lifecycle::{Lifecycle, Phase};
 pub use listeners::{ClientListener, ClientSlot};

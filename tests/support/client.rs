@@ -99,17 +99,24 @@ pub async fn tls_connect(
     addr: SocketAddr,
     config: rustls::ClientConfig,
 ) -> io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    tls_connect_to(addr, config, ServerName::try_from("kubernetes").unwrap()).await
+}
+
+/// A TLS connection to `addr` asking for `name` (an IP address sends no SNI), handshake
+/// complete.
+pub async fn tls_connect_to(
+    addr: SocketAddr,
+    config: rustls::ClientConfig,
+    name: ServerName<'static>,
+) -> io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let tcp = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timeout"))??;
     tcp.set_nodelay(true)?;
-    tokio::time::timeout(
-        Duration::from_secs(5),
-        connector.connect(ServerName::try_from("kubernetes").unwrap(), tcp),
-    )
-    .await
-    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timeout"))?
+    tokio::time::timeout(Duration::from_secs(5), connector.connect(name, tcp))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timeout"))?
 }
 
 enum Sender {
@@ -148,12 +155,30 @@ impl Conn {
         Conn::open_with(addr, anonymous_client_config(pki, alpn(h2)), h2).await
     }
 
+    /// Connects asking for server `name` (the SNI; an IP address sends none), trusting
+    /// `config`'s roots and presenting its certificate.
+    pub async fn open_named(
+        addr: SocketAddr,
+        config: rustls::ClientConfig,
+        name: &str,
+        h2: bool,
+    ) -> io::Result<Conn> {
+        let name = ServerName::try_from(name.to_string()).map_err(io::Error::other)?;
+        Conn::open_tls(tls_connect_to(addr, config, name).await?, h2).await
+    }
+
     async fn open_with(
         addr: SocketAddr,
         config: rustls::ClientConfig,
         h2: bool,
     ) -> io::Result<Conn> {
-        let tls = tls_connect(addr, config).await?;
+        Conn::open_tls(tls_connect(addr, config).await?, h2).await
+    }
+
+    async fn open_tls(
+        tls: tokio_rustls::client::TlsStream<TcpStream>,
+        h2: bool,
+    ) -> io::Result<Conn> {
         let peer = tls
             .get_ref()
             .1

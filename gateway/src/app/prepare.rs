@@ -7,7 +7,7 @@ use crate::app::descriptors;
 use crate::control::{self, upgrade, AdminTls, ControlParts, UpgradeState};
 use crate::net::{self, Serve};
 use crate::passthrough::Passthrough;
-use crate::state::{probe_settings, ClientListener, Gateway};
+use crate::state::{ClientListener, Gateway};
 use crate::terminate::{Rules, TerminateListener, TerminateMode};
 use kubegate_config::{load_file_with, Config, ListenerMode};
 use std::net::TcpListener;
@@ -45,24 +45,44 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
         (Some(u), None) => Some(upgrade::bind(&u.socket)?),
         _ => None,
     };
-    if config.health.tls.insecure_skip_verify {
-        tracing::warn!(
-            "health.tls.insecure_skip_verify is set: backend certificates are not verified"
-        );
+    for cluster in config.clusters() {
+        if cluster.health.tls.insecure_skip_verify {
+            tracing::warn!(
+                cluster = cluster.name,
+                "health.tls.insecure_skip_verify is set: backend certificates are not verified"
+            );
+        }
     }
-    let probes = probe_settings(&config)?;
-    let terminate = if config
+    // A process taking over accepts once it has a backend; until then its predecessor does.
+    let accepting = inherited.is_none();
+    let counts = config
+        .listeners
+        .iter()
+        .map(|l| ClientListener::leak(l.address, l.mode))
+        .collect();
+    let gateway = Gateway::new(
+        config.clone(),
+        config_path.to_path_buf(),
+        accepting,
+        descriptors.client_capacity(),
+        counts,
+    )?;
+    // Terminate listeners serve the one cluster of a file without `clusters:` (`kubegate
+    // check` refuses them beside `clusters:`).
+    let terminate = match config
         .listeners
         .iter()
         .any(|l| l.mode == ListenerMode::Terminate)
     {
-        // The rules are compiled once the gateway's metrics exist (below).
-        Some(Arc::new(
-            TerminateMode::new(&config.upstream, Rules::default())
-                .map_err(|e| anyhow::anyhow!("upstream: {e}"))?,
-        ))
-    } else {
-        None
+        true => {
+            let cluster = gateway.clusters().all()[0].clone();
+            let rules = Rules::compile(&config.dispatch, &gateway.metrics().terminate);
+            Some(Arc::new(
+                TerminateMode::new(&config.upstream, cluster, rules)
+                    .map_err(|e| anyhow::anyhow!("upstream: {e}"))?,
+            ))
+        }
+        false => None,
     };
     let (listeners, serving) = bind_listeners(&config, inherited.as_mut(), terminate.as_ref())?;
     let admin = match inherited
@@ -91,21 +111,29 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
     tracing::info!(
         listeners = ?config.listeners.iter().map(|l| l.address).collect::<Vec<_>>(),
         admin = %config.admin.address,
-        backends = config.backends.len(),
+        clusters = config.clusters().len(),
+        backends = config.clusters().iter().map(|c| c.backends.len()).sum::<usize>(),
         version = crate::telemetry::build::VERSION,
         commit = crate::telemetry::build::COMMIT,
         "kubegate starting"
     );
-    let discovery = match &config.discovery {
-        Some(d) => Some((
-            d.clone(),
-            control::load_credentials(&d.kubeconfig, config.health.tls.ca_file.as_deref())
-                .map_err(|e| anyhow::anyhow!("discovery.kubeconfig: {e}"))?,
-        )),
-        None => None,
-    };
-    // A process taking over accepts once it has a backend; until then its predecessor does.
-    let accepting = inherited.is_none();
+    let mut discovery = Vec::new();
+    for spec in config.clusters() {
+        let (Some(settings), Some(cluster)) =
+            (spec.discovery, gateway.clusters().named(&spec.name))
+        else {
+            continue;
+        };
+        let credentials =
+            control::load_credentials(&settings.kubeconfig, spec.health.tls.ca_file.as_deref())
+                .map_err(|e| anyhow::anyhow!("discovery.kubeconfig: {e}"))?;
+        discovery.push(control::Discovery {
+            cluster: cluster.clone(),
+            settings,
+            credentials,
+            server_name: spec.health.tls.server_name.clone(),
+        });
+    }
     let upgrade = config.upgrade.as_ref().map(|u| UpgradeState {
         path: u.socket.clone(),
         socket: upgrade_socket,
@@ -113,25 +141,6 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
         predecessor: inherited.map(upgrade::Inherited::into_stream),
     });
     let threads = config.threads;
-    let counts = config
-        .listeners
-        .iter()
-        .map(|l| ClientListener::leak(l.address, l.mode))
-        .collect();
-    let gateway = Gateway::new(
-        config,
-        config_path.to_path_buf(),
-        probes,
-        accepting,
-        descriptors.client_capacity(),
-        counts,
-    );
-    if let Some(t) = &terminate {
-        t.replace_rules(Rules::compile(
-            &gateway.config().load().dispatch,
-            &gateway.metrics().terminate,
-        ));
-    }
     Ok(Prepared {
         gateway,
         listeners,
@@ -170,7 +179,7 @@ fn bind_listeners(
                 serving.push(listener.serving().clone());
                 Arc::new(listener)
             }
-            _ => Arc::new(Passthrough),
+            _ => Arc::new(Passthrough::new(l.clone())),
         };
         let socket = match inherited.as_deref_mut().and_then(|i| i.take(l.address)) {
             Some(s) => {

@@ -93,13 +93,26 @@ impl ShutdownSequence {
 
 /// Lets open work finish until `grace`, then closes the rest.
 async fn drain(gw: &Gateway, grace: Duration) {
-    let pool = gw.pool();
-    if tokio::time::timeout(grace, pool.idle()).await.is_ok() {
+    let pools: Vec<_> = gw
+        .clusters()
+        .all()
+        .iter()
+        .map(|c| c.pool().clone())
+        .collect();
+    // Draining: no pool takes new work, so one idle stays idle while the next is awaited.
+    let idle = || async {
+        for pool in &pools {
+            pool.idle().await;
+        }
+    };
+    if tokio::time::timeout(grace, idle()).await.is_ok() {
         return;
     }
-    let left = pool.open();
+    let left: usize = pools.iter().map(|p| p.open()).sum();
     tracing::warn!(open = left, "shutdown grace ran out: closing open work");
-    pool.close_all(CloseReason::ShutdownGrace);
+    for pool in &pools {
+        pool.close_all(CloseReason::ShutdownGrace);
+    }
     // Closed relays deregister as their tasks are dropped; let them count their end.
-    let _ = tokio::time::timeout(SETTLE, pool.idle()).await;
+    let _ = tokio::time::timeout(SETTLE, idle()).await;
 }

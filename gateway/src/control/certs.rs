@@ -87,7 +87,8 @@ pub async fn watch_certificates(gw: Arc<Gateway>, watched: Watched) {
         if now != upstream_seen {
             upstream_seen = now;
             let upstream = gw.config().load().upstream.clone();
-            let result = tokio::task::spawn_blocking(move || Upstreams::load(&upstream))
+            let cluster = terminate.cluster().clone();
+            let result = tokio::task::spawn_blocking(move || Upstreams::load(&upstream, cluster))
                 .await
                 .unwrap_or_else(|e| Err(e.to_string()))
                 .map(|u| terminate.replace(u));

@@ -16,7 +16,7 @@ mod slices;
 
 pub use kubeconfig::{load as load_credentials, Credentials};
 
-use crate::state::Gateway;
+use crate::state::{Cluster, Gateway, Pool};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
@@ -43,10 +43,11 @@ const MAX_PAUSE: Duration = Duration::from_secs(30);
 
 type Found = Option<BTreeSet<SocketAddr>>;
 
-/// Follows the slices until the process ends. `server_name` verifies the backends when the
-/// kubeconfig names none.
+/// Follows the slices of `cluster` until the process ends. `server_name` verifies the
+/// backends when the kubeconfig names none.
 pub async fn run(
     gw: Arc<Gateway>,
+    cluster: Arc<Cluster>,
     settings: DiscoveryConfig,
     creds: Credentials,
     server_name: String,
@@ -56,10 +57,16 @@ pub async fn run(
     if let Some(path) = &settings.state_file {
         if let Some(remembered) = read_state(path) {
             tracing::info!(backends = remembered.len(), file = %path.display(), "discovery: starting from the state file");
-            apply(&gw, &mut applied, &remembered);
+            apply(&gw, &cluster, &mut applied, &remembered);
         }
     }
-    tokio::spawn(apply_changes(gw.clone(), settings.clone(), latest, applied));
+    tokio::spawn(apply_changes(
+        gw.clone(),
+        cluster.clone(),
+        settings.clone(),
+        latest,
+        applied,
+    ));
     let name = creds.server_name.clone().unwrap_or(server_name);
     let Ok(name) = ServerName::try_from(name.clone()) else {
         tracing::error!(name, "discovery: not a valid TLS server name");
@@ -67,7 +74,7 @@ pub async fn run(
     };
     let mut pause = Duration::from_secs(1);
     loop {
-        for target in candidates(&gw) {
+        for target in candidates(cluster.pool()) {
             match follow(target, &creds, &name, &found).await {
                 Ok(()) => pause = Duration::from_secs(1),
                 Err(e) => {
@@ -82,16 +89,10 @@ pub async fn run(
 }
 
 /// Where to ask: ready backends first, then every other one still configured.
-fn candidates(gw: &Gateway) -> Vec<SocketAddr> {
-    let mut out: Vec<SocketAddr> = gw
-        .pool()
-        .routing()
-        .ready
-        .iter()
-        .map(|b| b.address)
-        .collect();
-    for b in gw.pool().backends() {
-        if gw.pool().configured(b.address).is_some() && !out.contains(&b.address) {
+fn candidates(pool: &Pool) -> Vec<SocketAddr> {
+    let mut out: Vec<SocketAddr> = pool.routing().ready.iter().map(|b| b.address).collect();
+    for b in pool.backends() {
+        if pool.configured(b.address).is_some() && !out.contains(&b.address) {
             out.push(b.address);
         }
     }
@@ -194,6 +195,7 @@ async fn get(
 /// Applies what was found once it has been stable for the debounce period.
 async fn apply_changes(
     gw: Arc<Gateway>,
+    cluster: Arc<Cluster>,
     settings: DiscoveryConfig,
     mut latest: watch::Receiver<Found>,
     mut applied: BTreeSet<SocketAddr>,
@@ -220,7 +222,7 @@ async fn apply_changes(
         if found == applied {
             continue;
         }
-        apply(&gw, &mut applied, &found);
+        apply(&gw, &cluster, &mut applied, &found);
         if let Some(path) = &settings.state_file {
             if let Err(e) = write_state(path, &found).await {
                 tracing::warn!(file = %path.display(), error = %e, "discovery: cannot write the state file");
@@ -230,15 +232,27 @@ async fn apply_changes(
 }
 
 /// Adds what is new and removes (drains) what left, leaving the static backends alone.
-fn apply(gw: &Gateway, applied: &mut BTreeSet<SocketAddr>, found: &BTreeSet<SocketAddr>) {
-    let config = gw.config().load();
-    let is_static = |a: &SocketAddr| config.backends.iter().any(|b| b.address == *a);
+fn apply(
+    gw: &Gateway,
+    cluster: &Cluster,
+    applied: &mut BTreeSet<SocketAddr>,
+    found: &BTreeSet<SocketAddr>,
+) {
+    let statics: Vec<SocketAddr> = gw
+        .config()
+        .load()
+        .clusters()
+        .into_iter()
+        .filter(|c| c.name == cluster.name())
+        .flat_map(|c| c.backends.into_iter().map(|b| b.address))
+        .collect();
+    let is_static = |a: &SocketAddr| statics.contains(a);
+    let pool = cluster.pool();
     let spec = |address: SocketAddr| BackendSpec {
         name: None,
         address,
         health_address: None,
     };
-    let pool = gw.pool();
     for a in found.iter().filter(|a| !is_static(a)) {
         if pool.configured(*a).is_none() {
             tracing::info!(address = %a, "discovery: new apiserver");
@@ -252,10 +266,22 @@ fn apply(gw: &Gateway, applied: &mut BTreeSet<SocketAddr>, found: &BTreeSet<Sock
     }
     pool.rebuild_routing();
     *applied = found.clone();
+    // Over every cluster that discovers its replicas.
+    let discovered = gw
+        .clusters()
+        .all()
+        .iter()
+        .flat_map(|c| {
+            c.pool().backends().into_iter().filter(|b| {
+                b.info().source == BackendSource::Discovered
+                    && c.pool().configured(b.address).is_some()
+            })
+        })
+        .count();
     gw.metrics()
         .control
         .discovered_backends
-        .set(found.iter().filter(|a| !is_static(a)).count() as i64);
+        .set(discovered as i64);
 }
 
 fn read_state(path: &Path) -> Option<BTreeSet<SocketAddr>> {

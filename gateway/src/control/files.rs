@@ -53,6 +53,30 @@ pub fn check_files_and_tls(config: &Config) -> Vec<Finding> {
             findings.push(("discovery.kubeconfig".into(), e));
         }
     }
+    for (i, c) in config.clusters.iter().enumerate() {
+        if let Some(d) = &c.discovery {
+            let ca = c
+                .health
+                .as_ref()
+                .unwrap_or(&config.health)
+                .tls
+                .ca_file
+                .as_deref();
+            if let Err(e) = discovery::load_credentials(&d.kubeconfig, ca) {
+                findings.push((format!("clusters[{i}].discovery.kubeconfig"), e));
+            }
+        }
+        if let Some(tls) = &c.tls {
+            if let Err(e) = certified_key(&tls.cert_file, &tls.key_file) {
+                findings.push((format!("clusters[{i}].tls.key_file"), e));
+            }
+            if let Some(ca) = &tls.client_ca_file {
+                if let Err(e) = load_roots(ca) {
+                    findings.push((format!("clusters[{i}].tls.client_ca_file"), e));
+                }
+            }
+        }
+    }
     findings
 }
 
@@ -86,6 +110,16 @@ fn check_tls(config: &Config) -> Vec<Finding> {
         health.min_version,
         &health.cipher_suites,
     ));
+    for (i, c) in config.clusters.iter().enumerate() {
+        if let Some(h) = &c.health {
+            let t = &h.tls;
+            sections.push((
+                format!("clusters[{i}].health.tls"),
+                t.min_version,
+                &t.cipher_suites,
+            ));
+        }
+    }
     sections
         .into_iter()
         .filter_map(|(at, min, suites)| {

@@ -12,7 +12,7 @@
 
 use crate::control::files::{check_files_and_tls, log_warnings};
 use crate::control::notify;
-use crate::state::{pool_settings, probe_settings, Gateway};
+use crate::state::{pool_settings, probe_settings, Cluster, Gateway};
 use crate::telemetry::ReloadResult;
 use crate::terminate::{Rules, TerminateMode, Upstreams};
 use kubegate_config::{diff, load_str_with, Change, Config};
@@ -35,13 +35,14 @@ struct Prepared {
     upstreams: Option<Upstreams>,
 }
 
-/// Loads `text` (the file at `path`) against the `running` configuration (`terminating`: it
-/// has terminate-mode listeners). Blocking: reads the files the configuration names.
+/// Loads `text` (the file at `path`) against the `running` configuration (`terminating`: the
+/// cluster its terminate-mode listeners serve). Blocking: reads the files the configuration
+/// names.
 fn prepare(
     text: &[u8],
     path: &Path,
     running: &Config,
-    terminating: bool,
+    terminating: Option<Arc<Cluster>>,
 ) -> Result<Prepared, String> {
     let text =
         std::str::from_utf8(text).map_err(|e| format!("{}: not UTF-8: {e}", path.display()))?;
@@ -63,15 +64,17 @@ fn prepare(
             restart.join(", ")
         ));
     }
+    // Only a file without `clusters:` gets here with health or upstream changed (`diff`).
     let probes = if changes.contains(&Change::HealthChanged) {
-        Some(probe_settings(&config).map_err(|e| e.to_string())?)
+        Some(probe_settings(&config.health).map_err(|e| e.to_string())?)
     } else {
         None
     };
-    let upstreams = if terminating && changes.contains(&Change::UpstreamChanged) {
-        Some(Upstreams::load(&config.upstream).map_err(|e| format!("upstream: {e}"))?)
-    } else {
-        None
+    let upstreams = match terminating {
+        Some(cluster) if changes.contains(&Change::UpstreamChanged) => {
+            Some(Upstreams::load(&config.upstream, cluster).map_err(|e| format!("upstream: {e}"))?)
+        }
+        _ => None,
     };
     Ok(Prepared {
         config,
@@ -96,9 +99,19 @@ fn apply(gw: &Gateway, terminate: Option<&TerminateMode>, p: Prepared) -> Vec<Ch
             terminate.replace_rules(Rules::compile(&p.config.dispatch, &gw.metrics().terminate));
         }
     }
-    let pool = gw.pool();
-    pool.reconfigure(pool_settings(&p.config), p.probes);
-    let configured = p.config.backends.len() as i64;
+    let clusters = p.config.clusters();
+    let mut probes = p.probes;
+    for spec in &clusters {
+        if let Some(cluster) = gw.clusters().named(&spec.name) {
+            let probes = probes.take();
+            cluster
+                .pool()
+                .reconfigure(pool_settings(&spec.health, &p.config.drain), probes);
+        }
+    }
+    let configured: usize = clusters.iter().map(|c| c.backends.len()).sum();
+    // Backends change here only in a file without `clusters:`: its one cluster's.
+    let pool = gw.clusters().all()[0].pool().clone();
     gw.config().replace(p.config);
     for change in &p.changes {
         match change {
@@ -115,9 +128,14 @@ fn apply(gw: &Gateway, terminate: Option<&TerminateMode>, p: Prepared) -> Vec<Ch
             | Change::NeedsRestart(_) => {}
         }
     }
-    gw.metrics().control.backends_configured.set(configured);
+    gw.metrics()
+        .control
+        .backends_configured
+        .set(configured as i64);
     gw.publish_client_limit();
-    pool.rebuild_routing();
+    for cluster in gw.clusters().all() {
+        cluster.pool().rebuild_routing();
+    }
     p.changes
 }
 
@@ -129,7 +147,7 @@ async fn try_reload(
 ) -> Result<Vec<Change>, String> {
     let path: PathBuf = gw.config().path().to_path_buf();
     let running = gw.config().load_full();
-    let terminating = terminate.is_some();
+    let terminating = terminate.map(|t| t.cluster().clone());
     notify::reloading();
     let prepared =
         tokio::task::spawn_blocking(move || prepare(&text, &path, &running, terminating))

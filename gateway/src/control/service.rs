@@ -6,7 +6,7 @@ use crate::control::admin::{self, AdminTls};
 use crate::control::certs::{watch_certificates, Watched};
 use crate::control::discovery::{self, Credentials};
 use crate::control::{expiry, notify, reload, upgrade};
-use crate::state::{Gateway, Phase};
+use crate::state::{Cluster, Gateway, Phase};
 use crate::terminate::TerminateMode;
 use async_trait::async_trait;
 use kubegate_config::DiscoveryConfig;
@@ -28,8 +28,21 @@ pub struct ControlParts {
     pub serving: Vec<Arc<kubegate_net::tls::ServingCert>>,
     /// With `upgrade.socket` configured: what this process hands over, and what it took over.
     pub upgrade: Option<UpgradeState>,
-    /// With `discovery` configured: its settings and credentials.
-    pub discovery: Option<(DiscoveryConfig, Credentials)>,
+    /// Each cluster with `discovery` configured: what it follows with.
+    pub discovery: Vec<Discovery>,
+}
+
+/// One cluster's discovery, its credentials read at start.
+pub struct Discovery {
+    /// The cluster whose replicas it finds.
+    pub cluster: Arc<Cluster>,
+    /// Its settings.
+    pub settings: DiscoveryConfig,
+    /// Its kubeconfig's credentials.
+    pub credentials: Credentials,
+    /// The name its replicas' certificates are verified for when the kubeconfig names none
+    /// (the cluster's `health.tls.server_name`).
+    pub server_name: String,
 }
 
 /// Starts the control tasks when pingora starts its services.
@@ -72,16 +85,24 @@ impl BackgroundService for Control {
             .expect("control starts once");
         let admin = tokio::net::TcpListener::from_std(parts.admin).expect("admin listener");
         gw.start_backends();
-        if let Some((settings, creds)) = parts.discovery {
-            let name = gw.config().load().health.tls.server_name.clone();
-            tokio::spawn(discovery::run(gw.clone(), settings, creds, name));
+        for found in parts.discovery {
+            tokio::spawn(discovery::run(
+                gw.clone(),
+                found.cluster,
+                found.settings,
+                found.credentials,
+                found.server_name,
+            ));
         }
         if let Some(terminate) = &parts.terminate {
             tokio::spawn(crate::terminate::learn_versions(
                 gw.clone(),
                 terminate.clone(),
             ));
-            tokio::spawn(crate::terminate::keep_share(gw.clone()));
+            tokio::spawn(crate::terminate::keep_share(
+                gw.clone(),
+                terminate.cluster().pool().clone(),
+            ));
         }
         reload::record_initial_load(&gw);
         tokio::spawn(admin::serve(admin, parts.admin_tls.clone(), gw.clone()));
@@ -142,9 +163,8 @@ async fn upgrades(gw: Arc<Gateway>, state: UpgradeState) {
 /// Accepts once a backend can take the connections (the predecessor accepts meanwhile), then
 /// lets the predecessor go.
 async fn take_over(gw: &Gateway, predecessor: std::os::unix::net::UnixStream) {
-    let pool = gw.pool();
     let ready = async {
-        while pool.routing().ready.is_empty() {
+        while gw.clusters().ready() == 0 {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     };

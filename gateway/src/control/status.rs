@@ -247,14 +247,21 @@ fn client_config(tls: &AdminTargetTls) -> anyhow::Result<rustls::ClientConfig> {
 
 /// Renders rows as an aligned text table.
 pub fn table(rows: &[BackendView]) -> String {
-    let header = [
+    // A CLUSTER column only when the file names clusters: a one-cluster table stays as it was.
+    let clusters = rows
+        .iter()
+        .any(|r| !r.cluster.is_empty() && r.cluster != kubegate_config::IMPLICIT);
+    let mut header = vec![
         "NAME", "ADDRESS", "SOURCE", "STATE", "SINCE", "CONNS", "REQUESTS", "VERSION", "PROBE",
         "LATENCY", "DETAIL",
     ];
-    let cells: Vec<[String; 11]> = rows
+    if clusters {
+        header.insert(0, "CLUSTER");
+    }
+    let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            [
+            let mut row = vec![
                 r.name.clone(),
                 r.address.clone(),
                 r.source.clone(),
@@ -272,10 +279,14 @@ pub fn table(rows: &[BackendView]) -> String {
                     .map(|ms| format!("{ms:.1}ms"))
                     .unwrap_or_else(|| "-".into()),
                 r.last_probe_detail.clone().unwrap_or_default(),
-            ]
+            ];
+            if clusters {
+                row.insert(0, r.cluster.clone());
+            }
+            row
         })
         .collect();
-    let mut widths = header.map(str::len);
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in &cells {
         for (w, c) in widths.iter_mut().zip(row) {
             *w = (*w).max(c.len());
@@ -285,7 +296,7 @@ pub fn table(rows: &[BackendView]) -> String {
     let mut line = |row: &[&str]| {
         let parts: Vec<String> = row
             .iter()
-            .zip(widths)
+            .zip(&widths)
             .map(|(c, w)| format!("{c:<w$}"))
             .collect();
         out.push_str(parts.join("  ").trim_end());

@@ -8,7 +8,7 @@
 //! backends. A failed connect is reported through [`connect_failed`]: counted, logged, and the
 //! backend skipped by the balancer for [`PASSIVE_EJECTION`] with a probe asked for now.
 
-use crate::state::{Backend, Gateway};
+use crate::state::{Backend, Gateway, Pool};
 use crate::telemetry::ConnectError;
 use kubegate_config::BalancePolicy;
 use kubegate_pool::{pick, Candidates};
@@ -54,9 +54,11 @@ pub enum Unplaced<F> {
     Failed(F),
 }
 
-/// Places `work` on a backend not in `tried` (each backend tried is added to it).
+/// Places `work` on a backend of `pool` (one cluster's) not in `tried` (each backend tried
+/// is added to it).
 pub async fn place<A: Attempt>(
     gw: &Gateway,
+    pool: &Pool,
     work: &mut A,
     tried: &mut Vec<SocketAddr>,
 ) -> Result<(Arc<Backend>, A::Output), Unplaced<A::Failure>> {
@@ -64,7 +66,6 @@ pub async fn place<A: Attempt>(
         let c = gw.config().load();
         (c.balance, c.connect.attempts, c.no_ready_backend)
     };
-    let pool = gw.pool();
     let load = work.load(policy);
     let mut last = None;
     for _ in 0..attempts {

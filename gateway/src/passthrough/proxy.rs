@@ -1,34 +1,67 @@
-//! The passthrough plane's entry: place a new connection on a backend (a TCP connect,
-//! retried on another backend), then hand both sockets to a relay task of their own.
+//! The passthrough plane's entry: choose the client's cluster (by the server name of its
+//! ClientHello, when the file names clusters), place the connection on one of its backends (a
+//! TCP connect, retried on another backend), then hand both sockets to a relay task of their
+//! own.
 
 use crate::net::{connect_failed, place, Attempt, Serve, Unplaced};
 use crate::passthrough::copy::Relay;
 use crate::passthrough::guard::ConnectionGuard;
-use crate::state::{Backend, ClientSlot, Gateway};
+use crate::passthrough::hello::{self, HelloError, UNRECOGNIZED_NAME};
+use crate::state::{Backend, ClientSlot, Cluster, Gateway, Pool, Route};
 use crate::telemetry::Refusal;
-use kubegate_config::BalancePolicy;
+use kubegate_config::{BalancePolicy, ListenerSpec};
 use kubegate_net::{dial, out_of_resources};
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-/// Passthrough listeners' plane.
-pub struct Passthrough;
+/// A passthrough listener's plane.
+pub struct Passthrough {
+    /// The listener as configured: the clusters it serves and its default one.
+    listener: Arc<ListenerSpec>,
+}
 
-impl Serve for Passthrough {
-    fn serve(&self, gw: &Arc<Gateway>, client: TcpStream, slot: ClientSlot) {
-        drop(tokio::spawn(open(gw.clone(), client, slot)));
+impl Passthrough {
+    /// The plane of `listener`.
+    pub fn new(listener: ListenerSpec) -> Passthrough {
+        Passthrough {
+            listener: Arc::new(listener),
+        }
     }
 }
 
-/// Connects `client` to a backend, then hands both sockets to a relay task of their own and
-/// ends: an open connection costs only its relay.
-async fn open(gw: Arc<Gateway>, client: TcpStream, slot: ClientSlot) {
-    let Some((backend, upstream)) = connect(&gw).await else {
+impl Serve for Passthrough {
+    fn serve(&self, gw: &Arc<Gateway>, client: TcpStream, slot: ClientSlot) {
+        drop(tokio::spawn(open(
+            gw.clone(),
+            self.listener.clone(),
+            client,
+            slot,
+        )));
+    }
+}
+
+/// Connects `client` to a backend of its cluster, then hands both sockets to a relay task of
+/// their own and ends: an open connection costs only its relay.
+async fn open(gw: Arc<Gateway>, listener: Arc<ListenerSpec>, client: TcpStream, slot: ClientSlot) {
+    let (cluster, hello) = if gw.clusters().by_server_name() {
+        match choose(&gw, &listener, &client).await {
+            Some(chosen) => chosen,
+            None => return,
+        }
+    } else {
+        (gw.clusters().all()[0].clone(), Vec::new())
+    };
+    let Some((backend, mut upstream)) = connect(&gw, cluster.pool()).await else {
         return;
     };
     let _ = upstream.set_nodelay(true);
+    // The ClientHello read to choose the cluster goes first; the relay carries the rest.
+    if !hello.is_empty() && upstream.write_all(&hello).await.is_err() {
+        return;
+    }
     let guard = ConnectionGuard::register(&backend, slot);
     let id = guard.id();
     let task = tokio::spawn(Relay::new(client, upstream, guard));
@@ -91,14 +124,47 @@ impl Connects<'_> {
     }
 }
 
-/// Chooses and connects a backend, retrying on others; `None` when the client must be closed.
-async fn connect(gw: &Gateway) -> Option<(Arc<Backend>, TcpStream)> {
+/// The cluster `client` asks for by the server name of its ClientHello, and the bytes read;
+/// `None` when it is turned away (an unrecognized name is told so with a TLS alert) or closed.
+async fn choose(
+    gw: &Gateway,
+    listener: &ListenerSpec,
+    client: &TcpStream,
+) -> Option<(Arc<Cluster>, Vec<u8>)> {
+    let refusal = match hello::read(client).await {
+        Ok(hello) => match gw.clusters().route(listener, hello.server_name.as_deref()) {
+            Route::To(cluster) => return Some((cluster, hello.bytes)),
+            Route::NoServerName => {
+                tracing::debug!(listener = %listener.address, "a ClientHello without a server name, and no default_cluster: closing");
+                Refusal::NoServerName
+            }
+            Route::UnknownServerName => {
+                tracing::debug!(listener = %listener.address, server_name = hello.server_name.as_deref().unwrap_or(""), "no cluster answers the server name: closing");
+                Refusal::UnknownServerName
+            }
+        },
+        Err(HelloError::ClosedEarly) => return None,
+        Err(HelloError::Unreadable(why)) => {
+            tracing::debug!(listener = %listener.address, why, "unreadable ClientHello: closing");
+            gw.metrics().net.refuse(Refusal::ClientHello);
+            return None;
+        }
+    };
+    gw.metrics().net.refuse(refusal);
+    // A fresh socket's send buffer takes 7 bytes; what does not go is not worth waiting for.
+    let _ = client.try_write(&UNRECOGNIZED_NAME);
+    None
+}
+
+/// Chooses and connects a backend of `pool`, retrying on others; `None` when the client must
+/// be closed.
+async fn connect(gw: &Gateway, pool: &Pool) -> Option<(Arc<Backend>, TcpStream)> {
     let mut connects = Connects {
         gw,
         timeout: gw.config().load().connect.timeout,
         retried: false,
     };
-    let refusal = match place(gw, &mut connects, &mut Vec::new()).await {
+    let refusal = match place(gw, pool, &mut connects, &mut Vec::new()).await {
         Ok(placed) => return Some(placed),
         Err(Unplaced::NoBackend) => {
             tracing::debug!("no ready backend: closing client connection");

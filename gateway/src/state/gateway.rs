@@ -1,25 +1,26 @@
-//! The gateway's parts, each with its own job: the running configuration, the backend pool
-//! (with the data planes' per-backend state), the lifecycle, the metrics, and who sends the
-//! most requests. Nothing here decides a backend's state (the pool does) or carries traffic
-//! (the data planes do).
+//! The gateway's parts, each with its own job: the running configuration, the clusters (each
+//! a backend pool, with the data planes' per-backend state), the lifecycle, the metrics, and
+//! who sends the most requests. Nothing here decides a backend's state (the pool does) or
+//! carries traffic (the data planes do).
 
 use crate::state::backends::{Planes, Pool};
+use crate::state::cluster::{Cluster, Clusters};
 use crate::state::lifecycle::{Lifecycle, Phase};
 use crate::state::listeners::ClientListener;
 use crate::state::running::RunningConfig;
-use crate::state::settings::pool_settings;
+use crate::state::settings::{pool_settings, probe_settings};
 use crate::telemetry::busiest::Busiest;
 use crate::telemetry::transitions::Transitions;
 use crate::telemetry::{MetricEvents, Metrics};
 use kubegate_config::Config;
-use kubegate_health::ProbeSettings;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 /// The gateway's shared state.
 pub struct Gateway {
     config: RunningConfig,
-    pool: Arc<Pool>,
+    /// Fixed at start: a reload that changes them is refused (`diff`).
+    clusters: Clusters,
     lifecycle: Arc<Lifecycle>,
     metrics: Arc<Metrics>,
     /// Who sent the most requests lately (terminate mode), for the status page.
@@ -40,46 +41,59 @@ impl Gateway {
     /// A gateway for `config` (read from `path`) with no backends started yet (see
     /// [`Gateway::start_backends`]); `accepting` unless it takes over from a running
     /// predecessor; room for `client_capacity` client connections in its descriptors; clients
-    /// on `listeners`.
+    /// on `listeners`. Fails when a cluster's probe files cannot be read.
     pub fn new(
         config: Config,
         path: PathBuf,
-        probes: ProbeSettings,
         accepting: bool,
         client_capacity: usize,
         listeners: Vec<&'static ClientListener>,
-    ) -> Arc<Gateway> {
+    ) -> anyhow::Result<Arc<Gateway>> {
         let metrics = Arc::new(Metrics::new());
         metrics.gateway.publish_build();
         let lifecycle = Arc::new(Lifecycle::new(metrics.clone(), accepting));
-        let readiness = {
-            let lifecycle = lifecycle.clone();
-            Box::new(move |ready: usize| lifecycle.readiness(ready).is_ok())
-        };
         let transitions = Arc::new(Transitions::default());
-        let events = Arc::new(MetricEvents::new(
-            metrics.clone(),
-            readiness,
-            transitions.clone(),
-        ));
-        let planes_metrics = metrics.clone();
-        let pool = Pool::new(pool_settings(&config), Some(probes), events, move |name| {
-            Planes::new(planes_metrics.clone(), name)
-        });
-        let gw = Arc::new(Gateway {
-            config: RunningConfig::new(config, path),
-            pool,
-            lifecycle,
-            metrics,
-            busiest: Busiest::default(),
-            transitions,
-            listeners,
-            started: std::time::SystemTime::now(),
-            client_capacity,
-            warned_limit: std::sync::atomic::AtomicUsize::new(0),
+        let specs = config.clusters();
+        let mut probes = Vec::with_capacity(specs.len());
+        for cluster in &specs {
+            probes.push(
+                probe_settings(&cluster.health)
+                    .map_err(|e| anyhow::anyhow!("cluster {}: health: {e}", cluster.name))?,
+            );
+        }
+        let named = config.names_clusters();
+        let gw = Arc::new_cyclic(|gw: &std::sync::Weak<Gateway>| {
+            let clusters = specs
+                .into_iter()
+                .zip(probes)
+                .map(|(cluster, probes)| {
+                    // The gauge follows the whole gateway's readiness, not one pool's.
+                    let gw = gw.clone();
+                    let readiness =
+                        Box::new(move || gw.upgrade().is_some_and(|g| g.ready().is_ok()));
+                    let events = Arc::new(MetricEvents::new(
+                        metrics.clone(),
+                        readiness,
+                        transitions.clone(),
+                    ));
+                    cluster_with_pool(cluster, &config, probes, events, &metrics)
+                })
+                .collect();
+            Gateway {
+                config: RunningConfig::new(config, path),
+                clusters: Clusters::new(clusters, named),
+                lifecycle,
+                metrics,
+                busiest: Busiest::default(),
+                transitions,
+                listeners,
+                started: std::time::SystemTime::now(),
+                client_capacity,
+                warned_limit: std::sync::atomic::AtomicUsize::new(0),
+            }
         });
         gw.publish_client_limit();
-        gw
+        Ok(gw)
     }
 
     /// Client connections admitted at once: `limits.max_client_connections`, held to what the
@@ -118,9 +132,9 @@ impl Gateway {
         &self.config
     }
 
-    /// The backends.
-    pub fn pool(&self) -> &Pool {
-        &self.pool
+    /// Every cluster.
+    pub fn clusters(&self) -> &Clusters {
+        &self.clusters
     }
 
     /// Every metric.
@@ -175,14 +189,21 @@ impl Gateway {
     /// that is to carry the health checks.
     pub fn start_backends(&self) {
         let config = self.config.load_full();
-        for spec in &config.backends {
-            self.pool.add(spec);
+        let mut configured = 0;
+        for spec in config.clusters() {
+            let Some(cluster) = self.clusters.named(&spec.name) else {
+                continue;
+            };
+            for b in &spec.backends {
+                cluster.pool().add(b);
+            }
+            configured += spec.backends.len();
+            cluster.pool().rebuild_routing();
         }
         self.metrics
             .control
             .backends_configured
-            .set(config.backends.len() as i64);
-        self.pool.rebuild_routing();
+            .set(configured as i64);
     }
 
     /// Moves the lifecycle forward and republishes readiness.
@@ -192,8 +213,28 @@ impl Gateway {
         }
     }
 
-    /// Ready to take traffic: serving, with at least one ready backend.
+    /// Ready to take traffic: serving, with at least one ready backend (in any cluster: one
+    /// cluster's control plane down is no reason to take every other cluster's entry point
+    /// out of its load balancer).
     pub fn ready(&self) -> Result<(), &'static str> {
-        self.lifecycle.readiness(self.pool.routing().ready.len())
+        self.lifecycle.readiness(self.clusters.ready())
     }
+}
+
+/// `cluster`'s pool, probing with `probes`, its decisions told to `events`.
+fn cluster_with_pool(
+    cluster: kubegate_config::ClusterConfig,
+    config: &Config,
+    probes: kubegate_health::ProbeSettings,
+    events: Arc<MetricEvents>,
+    metrics: &Arc<Metrics>,
+) -> Arc<Cluster> {
+    let planes_metrics = metrics.clone();
+    let pool = Pool::new(
+        pool_settings(&cluster.health, &config.drain),
+        Some(probes),
+        events,
+        move |name| Planes::new(planes_metrics.clone(), name),
+    );
+    Arc::new(Cluster::new(cluster.name, cluster.server_names, pool))
 }

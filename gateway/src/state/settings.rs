@@ -1,14 +1,13 @@
 //! What the pool and the checkers decide with, taken from the configuration (at start and on
 //! every reload).
 
-use kubegate_config::Config;
+use kubegate_config::{DrainConfig, HealthConfig};
 use kubegate_health::{ProbeIntervals, ProbeSettings, Prober, ProberError, Thresholds};
 use kubegate_pool::PoolSettings;
 use std::time::Duration;
 
-/// What the pool decides with, from `config`.
-pub fn pool_settings(config: &Config) -> PoolSettings {
-    let health = &config.health;
+/// What a cluster's pool decides with, from its `health` and the gateway's `drain`.
+pub fn pool_settings(health: &HealthConfig, drain: &DrainConfig) -> PoolSettings {
     PoolSettings {
         thresholds: Thresholds {
             rise: health.rise,
@@ -16,18 +15,19 @@ pub fn pool_settings(config: &Config) -> PoolSettings {
             max_rise: health.flap_damping.max_rise,
             stable_probes: probes_in(health.flap_damping.window, health.interval),
         },
-        drain: config.drain.clone(),
+        drain: drain.clone(),
         probe_interval: health.interval,
     }
 }
 
-/// What checkers probe with, from `config`; reads the TLS files and the token now.
-pub fn probe_settings(config: &Config) -> Result<ProbeSettings, ProberError> {
+/// What a cluster's checkers probe with, from its `health`; reads the TLS files and the
+/// token now.
+pub fn probe_settings(health: &HealthConfig) -> Result<ProbeSettings, ProberError> {
     Ok(ProbeSettings {
-        prober: Prober::new(&config.health)?,
+        prober: Prober::new(health)?,
         intervals: ProbeIntervals {
-            interval: config.health.interval,
-            fast_interval: config.health.fast_interval,
+            interval: health.interval,
+            fast_interval: health.fast_interval,
         },
     })
 }

@@ -7,8 +7,9 @@ use kubegate_health::{BackendState, ProbeRecord, Transition};
 use kubegate_pool::{CloseReason, PoolEvents};
 use std::sync::Arc;
 
-/// Whether the gateway takes traffic with `ready` backends ready (the lifecycle decides).
-pub type Readiness = Box<dyn Fn(usize) -> bool + Send + Sync>;
+/// Whether the gateway takes traffic now (the lifecycle and every cluster's ready backends
+/// decide; one pool knows only its own).
+pub type Readiness = Box<dyn Fn() -> bool + Send + Sync>;
 
 /// Turns pool decisions into metric updates.
 pub struct MetricEvents {
@@ -19,7 +20,7 @@ pub struct MetricEvents {
 
 impl MetricEvents {
     /// Counts into `metrics` and keeps transitions in `transitions`; `kubegate_ready` follows
-    /// `readiness` of the ready backend count.
+    /// `readiness` whenever a routing table changes.
     pub fn new(
         metrics: Arc<Metrics>,
         readiness: Readiness,
@@ -105,10 +106,7 @@ impl PoolEvents for MetricEvents {
         self.metrics.forget_backend(name);
     }
 
-    fn routing_changed(&self, ready: usize) {
-        self.metrics
-            .gateway
-            .ready
-            .set((self.readiness)(ready) as i64);
+    fn routing_changed(&self, _ready: usize) {
+        self.metrics.gateway.ready.set((self.readiness)() as i64);
     }
 }

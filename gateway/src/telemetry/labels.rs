@@ -51,6 +51,14 @@ label! {
         ConnectFailed => "connect_failed",
         /// kubegate itself is out of descriptors or memory.
         OutOfResources => "out_of_resources",
+        /// With clusters: the ClientHello named no server and the listener has no
+        /// `default_cluster`.
+        NoServerName => "no_server_name",
+        /// With clusters: no cluster of the listener answers the ClientHello's server name.
+        UnknownServerName => "unknown_server_name",
+        /// With clusters: no ClientHello could be read (not TLS, larger than 16 KiB, or not
+        /// whole within 10 s).
+        ClientHello => "client_hello",
     }
 }
 

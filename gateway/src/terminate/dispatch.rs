@@ -11,7 +11,7 @@
 //! tried on another; when none answers better, the client gets the last such answer.
 
 use crate::net::{place, Attempt, Unplaced, PASSIVE_EJECTION};
-use crate::state::{Backend, Gateway, Stream};
+use crate::state::{Backend, Gateway, Pool, Stream};
 use crate::telemetry::{AttemptFailure, RequestFailure};
 use crate::terminate::body::{read_small, says, ResponseBody};
 use crate::terminate::connect::stream_to;
@@ -81,8 +81,9 @@ pub async fn dispatch(
     // Replicas that do not serve what the request wants are placed as tried, and forgotten
     // again once it is placed: they were never tried.
     let before = tried.len();
-    let steered = skew::steer(gw, outgoing.uri(), tried);
-    let placed = place(gw, &mut forward, tried).await;
+    let pool = upstreams.pool();
+    let steered = skew::steer(gw, pool, outgoing.uri(), tried);
+    let placed = place(gw, pool, &mut forward, tried).await;
     tried.drain(before..before + steered);
     match (placed, forward.kept) {
         // No replica did better than one that could not serve the read: its own answer.
@@ -123,11 +124,11 @@ impl RuleRefused {
 }
 
 impl Within {
-    /// Within `rule`'s backends (all, without a rule or with a rule that names none).
-    pub fn rule(gw: &Gateway, rule: Option<Arc<Rule>>) -> Within {
+    /// Within `rule`'s backends among `pool`'s (all, without a rule or with a rule that
+    /// names none).
+    pub fn rule(pool: &Pool, rule: Option<Arc<Rule>>) -> Within {
         let tried: Vec<SocketAddr> = match &rule {
-            Some(r) if !r.backends.is_empty() => gw
-                .pool()
+            Some(r) if !r.backends.is_empty() => pool
                 .backends()
                 .iter()
                 .filter(|b| !r.backends.contains(&b.info().name))
@@ -298,7 +299,9 @@ async fn attempt(
             backend.planes().apis.forget();
             return Err(AttemptFailure::ShuttingDown.into());
         }
-        if code == StatusCode::NOT_FOUND && skew::not_served(gw, backend, outgoing.uri(), &body) {
+        if code == StatusCode::NOT_FOUND
+            && skew::not_served(gw, upstreams.pool(), backend, outgoing.uri(), &body)
+        {
             return Err(AttemptFailure::NotServed.into());
         }
         let failure = if code == StatusCode::TOO_MANY_REQUESTS && initializing(&body) {

@@ -112,7 +112,7 @@ async fn serve(
             Ok(slot) => slot,
             Err((rule, refusal)) => return limited(&gw, rule, refusal),
         };
-        let within = Within::rule(&gw, rule);
+        let within = Within::rule(upstreams.pool(), rule);
         let upgrading = upgrade::proxy(&gw, &upstreams, client, req, class, served, within);
         let resp = Box::pin(upgrading).await;
         drop(slot);
@@ -164,7 +164,7 @@ async fn serve(
             ends: lasts.map(|d| Instant::now() + d),
         });
     }
-    let within = Within::rule(&gw, rule);
+    let within = Within::rule(upstreams.pool(), rule);
     send(gw, upstreams, outgoing, class, served, within, slot, watch).await
 }
 

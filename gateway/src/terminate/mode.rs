@@ -1,7 +1,9 @@
-//! Terminate mode's shared state: how it reaches the backends and whom it vouches for,
-//! replaced whole when the configuration or the front-proxy certificate changes; and the
-//! compiled dispatch rules, replaced when `dispatch:` changes.
+//! Terminate mode's shared state for the cluster it serves: which backends (the cluster's
+//! pool), how it reaches them and whom it vouches for, replaced whole when the configuration
+//! or the front-proxy certificate changes; and the compiled dispatch rules, replaced when
+//! `dispatch:` changes.
 
+use crate::state::{Cluster, Pool};
 use crate::terminate::rules::Rules;
 use crate::terminate::tls::UpstreamTls;
 use crate::terminate::tokens::TokenReviews;
@@ -13,6 +15,7 @@ use std::sync::Arc;
 
 /// Shared by every terminate-mode listener.
 pub struct TerminateMode {
+    cluster: Arc<Cluster>,
     upstream: ArcSwap<Upstreams>,
     rules: ArcSwap<Rules>,
     /// What bearer tokens were found to name (kept across reloads).
@@ -21,8 +24,11 @@ pub struct TerminateMode {
     body_bytes: Arc<AtomicU64>,
 }
 
-/// Everything taken from `upstream`, replaced whole on a reload or a certificate change.
+/// Everything taken from `upstream`, replaced whole on a reload or a certificate change, and
+/// the cluster whose backends it reaches.
 pub struct Upstreams {
+    /// The cluster the requests go to.
+    pub(crate) cluster: Arc<Cluster>,
     /// Client TLS toward the backends.
     pub(crate) tls: UpstreamTls,
     /// The front-proxy header names.
@@ -30,13 +36,19 @@ pub struct Upstreams {
 }
 
 impl Upstreams {
-    /// Reads the CA and front-proxy files of `upstream` now.
-    pub fn load(upstream: &UpstreamConfig) -> Result<Upstreams, String> {
+    /// The backends the requests go to.
+    pub fn pool(&self) -> &Pool {
+        self.cluster.pool()
+    }
+
+    /// Reads the CA and front-proxy files of `upstream` (`cluster`'s) now.
+    pub fn load(upstream: &UpstreamConfig, cluster: Arc<Cluster>) -> Result<Upstreams, String> {
         let identity = match &upstream.front_proxy {
             Some(fp) => IdentityHeaders::new(fp)?,
             None => IdentityHeaders::default(),
         };
         Ok(Upstreams {
+            cluster,
             tls: UpstreamTls::new(upstream)?,
             identity,
         })
@@ -44,14 +56,29 @@ impl Upstreams {
 }
 
 impl TerminateMode {
-    /// From `upstream`, with `rules`.
-    pub fn new(upstream: &UpstreamConfig, rules: Rules) -> Result<TerminateMode, String> {
+    /// `cluster`'s, from its `upstream`, with `rules`.
+    pub fn new(
+        upstream: &UpstreamConfig,
+        cluster: Arc<Cluster>,
+        rules: Rules,
+    ) -> Result<TerminateMode, String> {
         Ok(TerminateMode {
-            upstream: ArcSwap::from_pointee(Upstreams::load(upstream)?),
+            upstream: ArcSwap::from_pointee(Upstreams::load(upstream, cluster.clone())?),
+            cluster,
             rules: ArcSwap::from_pointee(rules),
             tokens: Arc::default(),
             body_bytes: Arc::default(),
         })
+    }
+
+    /// The cluster served.
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
+    }
+
+    /// The cluster's backends.
+    pub fn pool(&self) -> &Pool {
+        self.cluster.pool()
     }
 
     /// The bearer tokens kubegate has reviewed.

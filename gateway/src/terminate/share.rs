@@ -12,7 +12,7 @@
 //! A replica the operator drained ahead of a planned restart (`kubegate drain`) gives up
 //! every watch it holds, first and at the same pace, so that the restart moves nothing.
 
-use crate::state::Gateway;
+use crate::state::{Gateway, Pool};
 use kubegate_health::BackendState;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,19 +28,20 @@ const TOLERANCE: f64 = 1.1;
 /// ...and at least this many more than the mean (small counts are not worth a move).
 const MIN_EXCESS: usize = 2;
 
-/// Keeps the share of long-running requests even across the ready replicas, for ever.
-pub async fn keep(gw: Arc<Gateway>) {
+/// Keeps the share of long-running requests even across the ready replicas of `pool` (one
+/// cluster's), for ever.
+pub async fn keep(gw: Arc<Gateway>, pool: Arc<Pool>) {
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         let budget = gw.config().load().terminate.watch_moves_per_second as usize;
-        let backends = gw.pool().backends();
+        let backends = pool.backends();
         let mut moves = vec![0; backends.len()];
         // Drained by the operator: everything goes, before any evening out (unless every
         // ready replica is drained: there is nowhere better to go).
         let mut left = budget;
-        let elsewhere = !gw.pool().routing().undrained.is_empty();
+        let elsewhere = !pool.routing().undrained.is_empty();
         for (i, b) in backends.iter().enumerate() {
             if elsewhere && b.drained_by_operator() {
                 let n = b.planes().terminate.long_running().min(left);

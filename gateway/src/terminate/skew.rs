@@ -32,7 +32,7 @@
 //! requests; this way they cost at most one extra attempt per replica per [`MIN_CLAIM_AGE`]
 //! (or while a replica is being read), not a retry each.
 
-use crate::state::{Backend, Gateway, Served};
+use crate::state::{Backend, Gateway, Pool, Served};
 use crate::terminate::body::says;
 use http::{header, HeaderMap, Uri};
 use kubegate_config::NoReadyBackendPolicy;
@@ -112,7 +112,7 @@ pub fn may_be_unserved(class: RequestClass, headers: &HeaderMap) -> bool {
 /// was restarted as another version, or its APIs changed, unseen), or a ready replica is
 /// being read again right now (this one or another: what was known of it may be stale). `false` for a claim younger than [`MIN_CLAIM_AGE`] and with
 /// routing by skew off.
-pub fn not_served(gw: &Gateway, backend: &Backend, uri: &Uri, body: &[u8]) -> bool {
+pub fn not_served(gw: &Gateway, pool: &Pool, backend: &Backend, uri: &Uri, body: &[u8]) -> bool {
     if !gw.config().load().terminate.version_skew.routing || !says(body, NO_HANDLER) {
         return false;
     }
@@ -139,7 +139,7 @@ pub fn not_served(gw: &Gateway, backend: &Backend, uri: &Uri, body: &[u8]) -> bo
     }
     // A replica being read again (it just restarted — this one, perhaps — or became ready)
     // may be another version than kubegate knew: another replica may serve it.
-    let table = gw.pool().routing();
+    let table = pool.routing();
     let Candidates::Ready(ready) = table.candidates(NoReadyBackendPolicy::Refuse) else {
         return false;
     };
@@ -167,13 +167,13 @@ pub fn skewed(ready: &[Arc<Backend>]) -> bool {
     unknown && first.is_some()
 }
 
-/// Appends to `tried` the ready replicas (not in it yet) that should not take a request for
-/// `uri`; returns how many. The caller removes them once the request is placed.
-pub fn steer(gw: &Gateway, uri: &Uri, tried: &mut Vec<SocketAddr>) -> usize {
+/// Appends to `tried` the ready replicas of `pool` (not in it yet) that should not take a
+/// request for `uri`; returns how many. The caller removes them once the request is placed.
+pub fn steer(gw: &Gateway, pool: &Pool, uri: &Uri, tried: &mut Vec<SocketAddr>) -> usize {
     if !gw.config().load().terminate.version_skew.routing {
         return 0;
     }
-    let table = gw.pool().routing();
+    let table = pool.routing();
     // With no replica ready, whatever the fallback policy offers is taken as it is.
     let Candidates::Ready(ready) = table.candidates(NoReadyBackendPolicy::Refuse) else {
         return 0;

@@ -156,8 +156,9 @@ async fn connect(
         timeout: gw.config().load().connect.timeout,
     };
     let before = tried.len();
-    let steered = skew::steer(gw, uri, tried);
-    let placed = place(gw, &mut connects, tried).await;
+    let pool = upstreams.pool();
+    let steered = skew::steer(gw, pool, uri, tried);
+    let placed = place(gw, pool, &mut connects, tried).await;
     tried.drain(before..before + steered);
     placed
 }

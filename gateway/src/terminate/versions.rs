@@ -38,7 +38,7 @@ pub async fn learn(gw: Arc<Gateway>, mode: Arc<TerminateMode>) {
     loop {
         tick.tick().await;
         let refresh = gw.config().load().terminate.version_skew.refresh;
-        let backends = gw.pool().backends();
+        let backends = mode.pool().backends();
         for b in &backends {
             let served = b.planes().apis.get();
             if b.state() != BackendState::Ready {

@@ -38,7 +38,7 @@
 //! watches end and rotate across replicas as they would on the apiserver.
 
 use crate::net::Unplaced;
-use crate::state::{Backend, Gateway, Stream};
+use crate::state::{Backend, Gateway, Pool, Stream};
 use crate::telemetry::{Freshened, WatchBreak, WatchEnd};
 use crate::terminate::body::{ResponseBody, WatchBody};
 use crate::terminate::dispatch::{self, cache_behind, dispatch, Answer};
@@ -222,7 +222,7 @@ async fn run(
             && progress.resumable(asked)
             && heard.often()
         {
-            if let Some(back) = returned_since(gw, &leaving, heard.last) {
+            if let Some(back) = returned_since(upstreams.pool(), &leaving, heard.last) {
                 let until = Until::PositionAfter(back, Instant::now() + LINGER);
                 let before = heard.last;
                 if let Err(ended) =
@@ -264,7 +264,7 @@ async fn run(
         // position: the position is brought up to date here first.
         if matches!(broke, WatchBreak::Drained | WatchBreak::Moved)
             && from.is_some()
-            && returned_since(gw, &leaving, heard.last).is_some()
+            && returned_since(upstreams.pool(), &leaving, heard.last).is_some()
         {
             let fresh = freshen(
                 gw,
@@ -526,9 +526,8 @@ fn unix_ms() -> u64 {
 
 /// When the last ready replica other than `leaving` that became ready after the position
 /// moved last (`position_at`) did so (Unix ms): its cache may begin after the position.
-fn returned_since(gw: &Gateway, leaving: &Backend, position_at: u64) -> Option<u64> {
-    gw.pool()
-        .routing()
+fn returned_since(pool: &Pool, leaving: &Backend, position_at: u64) -> Option<u64> {
+    pool.routing()
         .ready
         .iter()
         .filter(|b| b.address != leaving.address)
@@ -594,7 +593,7 @@ struct Avoid<'a> {
 
 impl Avoid<'_> {
     /// The replicas not to ask at try `attempt`.
-    fn at(&self, gw: &Gateway, attempt: u32) -> Vec<SocketAddr> {
+    fn at(&self, pool: &Pool, attempt: u32) -> Vec<SocketAddr> {
         let mut avoid = self.refused_at.to_vec();
         if attempt < 2 {
             avoid.push(self.broken);
@@ -602,7 +601,7 @@ impl Avoid<'_> {
         if attempt == 0 {
             // A replica whose cache began after the position would answer 410 (or, a custom
             // resource's, 429 while it initializes): one up longer is asked first.
-            let routing = gw.pool().routing();
+            let routing = pool.routing();
             let (younger, covering): (Vec<&Arc<Backend>>, Vec<&Arc<Backend>>) = routing
                 .ready
                 .iter()
@@ -646,7 +645,7 @@ async fn reopen(
         let again = again();
         // Prefer another replica up since before the position; after two misses, any whose
         // cache may reach the position.
-        let mut tried = avoid.at(gw, attempt);
+        let mut tried = avoid.at(upstreams.pool(), attempt);
         match dispatch(gw, upstreams, &again, class, &mut tried).await {
             Ok((
                 _,

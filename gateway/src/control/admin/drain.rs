@@ -76,14 +76,20 @@ pub fn handle(
         Ok(n) => n.into_owned(),
         Err(_) => return text(StatusCode::BAD_REQUEST, "malformed backend name\n".into()),
     };
-    if !gw.pool().drain_by_operator(&name, drain) {
+    // Backend names are unique across clusters (`kubegate check`).
+    let found = gw
+        .clusters()
+        .all()
+        .iter()
+        .any(|c| c.pool().drain_by_operator(&name, drain));
+    if !found {
         return text(
             StatusCode::NOT_FOUND,
             format!("no backend named {name:?}\n"),
         );
     }
     let long_running_requests = gw
-        .pool()
+        .clusters()
         .backends()
         .iter()
         .filter(|b| b.info().name == name)

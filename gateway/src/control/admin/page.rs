@@ -69,7 +69,18 @@ pub fn render(gw: &Gateway) -> Response<Full<Bytes>> {
     );
     readiness(&mut page, gw);
     listeners(&mut page, gw);
-    backends_table(&mut page, &backends, config.health.rise);
+    // One table per cluster, each judged by its own health settings.
+    for cluster in config.clusters() {
+        let title = match config.names_clusters() {
+            true => format!("Backends of cluster {}", esc(&cluster.name)),
+            false => "Backends".to_string(),
+        };
+        let own: Vec<&BackendView> = backends
+            .iter()
+            .filter(|b| b.cluster == cluster.name)
+            .collect();
+        backends_table(&mut page, &title, &own, cluster.health.rise);
+    }
     transitions(&mut page, &gw.transitions().newest());
     if gw
         .listeners()
@@ -148,9 +159,10 @@ fn listeners(page: &mut String, gw: &Gateway) {
     }
 }
 
-fn backends_table(page: &mut String, backends: &[BackendView], rise: u32) {
-    page.push_str(
-        "<h2>Backends</h2><table><tr><th>Name<th>Address<th>State<th>Since<th>Why\
+fn backends_table(page: &mut String, title: &str, backends: &[&BackendView], rise: u32) {
+    let _ = write!(
+        page,
+        "<h2>{title}</h2><table><tr><th>Name<th>Address<th>State<th>Since<th>Why\
          <th>Connections<th>In flight<th>Long-running<th>Upstream conns<th>Version<th>Last probe</tr>",
     );
     if backends.is_empty() {

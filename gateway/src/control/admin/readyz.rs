@@ -35,7 +35,7 @@ impl Check {
                 Phase::Starting => Err("starting"),
                 Phase::Stopping | Phase::Draining => Err("shutting down"),
             },
-            Check::Backends if gw.pool().routing().ready.is_empty() => Err("no ready backend"),
+            Check::Backends if gw.clusters().ready() == 0 => Err("no ready backend"),
             Check::Backends => Ok(()),
         }
     }

@@ -10,6 +10,9 @@ use std::time::{Duration, UNIX_EPOCH};
 pub struct BackendView {
     /// Name in logs and metrics.
     pub name: String,
+    /// The cluster it belongs to (`default` for a file without `clusters:`).
+    #[serde(default)]
+    pub cluster: String,
     /// Where connections go.
     pub address: String,
     /// Where probes go.
@@ -66,10 +69,11 @@ pub struct BackendView {
 }
 
 pub fn backends_view(gw: &Gateway) -> Vec<BackendView> {
-    gw.pool()
-        .backends()
+    gw.clusters()
+        .all()
         .iter()
-        .map(|b| {
+        .flat_map(|c| c.pool().backends().into_iter().map(move |b| (c, b)))
+        .map(|(cluster, b)| {
             let info = b.info();
             let probe = b.last_probe();
             // One snapshot of what terminate mode knows, so the three fields agree.
@@ -84,6 +88,7 @@ pub fn backends_view(gw: &Gateway) -> Vec<BackendView> {
             };
             BackendView {
                 name: info.name.clone(),
+                cluster: cluster.name().to_string(),
                 address: b.address.to_string(),
                 probe_address: info.probe_address.to_string(),
                 source: info.source.as_str().into(),

@@ -1,0 +1,202 @@
+//! One control plane behind kubegate: its backends (the pool: probes, states, routing table)
+//! and the TLS server names that reach it. A file without `clusters:` has one, reached by
+//! every name.
+
+use crate::state::backends::{Backend, Pool};
+use kubegate_config::{ListenerSpec, ServerNamePattern};
+use std::sync::Arc;
+
+/// One cluster's share of the gateway.
+pub struct Cluster {
+    name: String,
+    /// As written (each parses: the configuration was checked).
+    server_names: Vec<String>,
+    pool: Arc<Pool>,
+}
+
+impl Cluster {
+    /// Cluster `name`, reached by `server_names`, its backends in `pool`.
+    pub fn new(name: String, server_names: Vec<String>, pool: Arc<Pool>) -> Cluster {
+        Cluster {
+            name,
+            server_names,
+            pool,
+        }
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its backends.
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    /// How specifically `name` (lower case) reaches this cluster, if it does.
+    fn matches(&self, name: &str) -> Option<(bool, usize)> {
+        self.server_names
+            .iter()
+            .filter_map(|w| ServerNamePattern::parse(w).ok())
+            .filter(|p| p.matches(name))
+            .map(ServerNamePattern::rank)
+            .max()
+    }
+}
+
+/// Where a client connection goes, by the server name it sent.
+pub enum Route {
+    /// To this cluster.
+    To(Arc<Cluster>),
+    /// It sent no server name and its listener has no `default_cluster`.
+    NoServerName,
+    /// No cluster its listener serves answers the name it sent.
+    UnknownServerName,
+}
+
+/// Every cluster, in configuration order, and how a client finds one.
+pub struct Clusters {
+    list: Vec<Arc<Cluster>>,
+    /// Whether the file names its clusters: without, the one cluster takes every client.
+    named: bool,
+}
+
+impl Clusters {
+    /// `list`; `named` when the file has `clusters:`.
+    pub fn new(list: Vec<Arc<Cluster>>, named: bool) -> Clusters {
+        Clusters { list, named }
+    }
+
+    /// Whether clients are routed by the server name they send (the file names clusters).
+    pub fn by_server_name(&self) -> bool {
+        self.named
+    }
+
+    /// Every cluster.
+    pub fn all(&self) -> &[Arc<Cluster>] {
+        &self.list
+    }
+
+    /// The cluster named `name`.
+    pub fn named(&self, name: &str) -> Option<&Arc<Cluster>> {
+        self.list.iter().find(|c| c.name == name)
+    }
+
+    /// Every backend of every cluster.
+    pub fn backends(&self) -> Vec<Arc<Backend>> {
+        self.list.iter().flat_map(|c| c.pool.backends()).collect()
+    }
+
+    /// Ready backends over every cluster.
+    pub fn ready(&self) -> usize {
+        self.list.iter().map(|c| c.pool.routing().ready.len()).sum()
+    }
+
+    /// Where a client of `listener` that sent `server_name` goes: the most specific match
+    /// among the listener's clusters (an exact name over a wildcard, a longer suffix over a
+    /// shorter); without a name, the listener's `default_cluster`.
+    pub fn route(&self, listener: &ListenerSpec, server_name: Option<&str>) -> Route {
+        if !self.named {
+            return Route::To(self.list[0].clone());
+        }
+        let serves = |c: &&Arc<Cluster>| {
+            listener
+                .clusters
+                .as_ref()
+                .is_none_or(|names| names.contains(&c.name))
+        };
+        let Some(name) = server_name else {
+            return match listener
+                .default_cluster
+                .as_deref()
+                .and_then(|d| self.named(d))
+            {
+                Some(c) => Route::To(c.clone()),
+                None => Route::NoServerName,
+            };
+        };
+        let name = name.to_ascii_lowercase();
+        self.list
+            .iter()
+            .filter(serves)
+            .filter_map(|c| Some((c.matches(&name)?, c)))
+            .max_by_key(|(rank, _)| *rank)
+            .map_or(Route::UnknownServerName, |(_, c)| Route::To(c.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::backends::Planes;
+    use crate::state::settings::pool_settings;
+    use crate::telemetry::transitions::Transitions;
+    use crate::telemetry::{MetricEvents, Metrics};
+    use kubegate_config::{DrainConfig, HealthConfig};
+
+    fn cluster(name: &str, server_names: &[&str]) -> Arc<Cluster> {
+        let metrics = Arc::new(Metrics::new());
+        let events = Arc::new(MetricEvents::new(
+            metrics.clone(),
+            Box::new(|| false),
+            Arc::new(Transitions::default()),
+        ));
+        let pool = Pool::new(
+            pool_settings(&HealthConfig::default(), &DrainConfig::default()),
+            None,
+            events,
+            move |n| Planes::new(metrics.clone(), n),
+        );
+        let names = server_names.iter().map(|s| s.to_string()).collect();
+        Arc::new(Cluster::new(name.into(), names, pool))
+    }
+
+    fn reached(route: Route) -> String {
+        match route {
+            Route::To(c) => c.name().to_string(),
+            Route::NoServerName => "no server name".into(),
+            Route::UnknownServerName => "unknown".into(),
+        }
+    }
+
+    #[test]
+    fn the_most_specific_name_of_the_listeners_clusters_decides() {
+        let clusters = Clusters::new(
+            vec![
+                cluster("a", &["a.example", "*.a.example"]),
+                cluster("b", &["b.example", "*.x.a.example"]),
+            ],
+            true,
+        );
+        let mut l = ListenerSpec::passthrough("127.0.0.1:6443".parse().unwrap());
+        let to = |l: &ListenerSpec, name: Option<&str>| reached(clusters.route(l, name));
+        assert_eq!(to(&l, Some("a.example")), "a");
+        assert_eq!(
+            to(&l, Some("API.A.Example")),
+            "a",
+            "names compare in lower case"
+        );
+        assert_eq!(to(&l, Some("y.a.example")), "a");
+        assert_eq!(to(&l, Some("y.x.a.example")), "b", "the longer suffix");
+        assert_eq!(to(&l, Some("b.example")), "b");
+        assert_eq!(to(&l, Some("c.example")), "unknown");
+        assert_eq!(to(&l, None), "no server name");
+        l.default_cluster = Some("b".into());
+        assert_eq!(to(&l, None), "b");
+        // A listener serves only its clusters: another's names are unknown there.
+        l.clusters = Some(vec!["b".into()]);
+        assert_eq!(to(&l, Some("a.example")), "unknown");
+        assert_eq!(to(&l, Some("y.x.a.example")), "b");
+    }
+
+    #[test]
+    fn the_one_cluster_of_a_file_without_clusters_takes_every_client() {
+        let clusters = Clusters::new(vec![cluster("default", &[])], false);
+        let l = ListenerSpec::passthrough("127.0.0.1:6443".parse().unwrap());
+        for name in [None, Some("anything.example")] {
+            assert_eq!(reached(clusters.route(&l, name)), "default");
+        }
+        assert!(!clusters.by_server_name());
+    }
+}

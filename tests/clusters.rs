@@ -1,0 +1,278 @@
+//! Several control planes behind one kubegate, chosen by the TLS server name: each cluster
+//! with its own CA, replicas and probes; a passthrough client reaches only the cluster it
+//! names, whatever segments its ClientHello comes in; a name no cluster answers, and no name
+//! at all without a `default_cluster`, are turned away with a TLS alert and counted.
+
+use kubegate_config::{ClusterSpec, HealthConfig};
+use kubegate_e2e::*;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const T: Duration = Duration::from_secs(30);
+
+/// A replica of a cluster whose CA is `pki`, serving `names`.
+fn replica(pki: &Pki, name: &str, names: &[&str]) -> Sim {
+    let serving = pki.serving_with(name, name, names, -1, 30);
+    Sim::start(
+        pki,
+        name,
+        SimOptions {
+            serving: Some(serving),
+            ..Default::default()
+        },
+    )
+}
+
+/// Cluster `name` answering `server_names`, its replicas `sims` probed with `pki`'s CA.
+fn cluster(
+    name: &str,
+    server_names: &[&str],
+    pki: &Pki,
+    sims: &[&Sim],
+    base: &HealthConfig,
+) -> ClusterSpec {
+    let mut health = base.clone();
+    health.tls.ca_file = Some(pki.ca_file());
+    ClusterSpec {
+        name: name.into(),
+        server_names: server_names.iter().map(|s| s.to_string()).collect(),
+        backends: sims
+            .iter()
+            .map(|s| kubegate_config::BackendSpec::named(&s.name, s.addr))
+            .collect(),
+        discovery: None,
+        health: Some(health),
+        upstream: None,
+        dispatch: Vec::new(),
+        tls: None,
+    }
+}
+
+/// The replica (by its certificate) that answered on `conn`, with the request's status.
+async fn answered(conn: &mut Conn, sims: &[&Sim]) -> (String, u16) {
+    let r = conn
+        .get("/api/v1/namespaces/default/configmaps")
+        .await
+        .expect("an answer");
+    let who = sims
+        .iter()
+        .find(|s| s.cert_der == conn.peer())
+        .map_or("someone else".to_string(), |s| s.name.clone());
+    (who, r.status)
+}
+
+/// Forwards one connection to `to`, sending the client's first `split` bytes in a segment of
+/// their own and the rest after a pause: a ClientHello in two TCP segments (and so, read as
+/// they come, in two reads).
+async fn splitting_forwarder(to: SocketAddr, split: usize) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut client, _) = listener.accept().await.unwrap();
+        let mut upstream = TcpStream::connect(to).await.unwrap();
+        upstream.set_nodelay(true).unwrap();
+        let mut head = vec![0u8; split];
+        client.read_exact(&mut head).await.unwrap();
+        upstream.write_all(&head).await.unwrap();
+        upstream.flush().await.unwrap();
+        // Part of the stimulus, not a wait: the second segment comes later.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_client_reaches_only_the_cluster_its_server_name_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pki, pki_a, pki_b) = (
+        Pki::new(&dir.path().join("gateway")),
+        Pki::new(&dir.path().join("a")),
+        Pki::new(&dir.path().join("b")),
+    );
+    let a_names = ["a.example", "api.a.example", "kubernetes"];
+    let (a1, a2) = (
+        replica(&pki_a, "a1", &a_names),
+        replica(&pki_a, "a2", &a_names),
+    );
+    let b1 = replica(&pki_b, "b1", &["b.example", "kubernetes"]);
+    let mut cfg = KubegateConfig::new(&[]);
+    cfg.clusters = vec![
+        cluster(
+            "a",
+            &["a.example", "*.a.example"],
+            &pki_a,
+            &[&a1, &a2],
+            &cfg.health,
+        ),
+        cluster("b", &["b.example"], &pki_b, &[&b1], &cfg.health),
+    ];
+    let kg = Kubegate::start(&pki, &cfg);
+    for name in ["a1", "a2", "b1"] {
+        kg.wait_state(name, "ready", T);
+    }
+    let (a_sims, b_sims) = ([&a1, &a2], [&b1]);
+    let as_a = |h2| tls_client_config(&pki_a, if h2 { &[b"h2"] } else { &[b"http/1.1"] });
+    let as_b = tls_client_config(&pki_b, &[b"http/1.1"]);
+
+    // By exact name and by wildcard, over HTTP/1.1 and HTTP/2: cluster a's replicas only,
+    // both of them in turn.
+    let mut reached = std::collections::BTreeSet::new();
+    for (i, name) in ["a.example", "api.a.example", "a.example", "api.a.example"]
+        .into_iter()
+        .enumerate()
+    {
+        let mut c = Conn::open_named(kg.listen, as_a(i % 2 == 0), name, i % 2 == 0)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (who, status) = answered(&mut c, &a_sims).await;
+        assert_eq!(status, 200, "{name}");
+        assert!(who == "a1" || who == "a2", "{name} reached {who}");
+        reached.insert(who);
+    }
+    assert_eq!(reached.len(), 2, "both of a's replicas take connections");
+    let mut c = Conn::open_named(kg.listen, as_b.clone(), "b.example", false)
+        .await
+        .unwrap();
+    assert_eq!(answered(&mut c, &b_sims).await, ("b1".to_string(), 200));
+
+    // A ClientHello that comes in two segments, cut inside its record header and inside the
+    // message, is read whole.
+    for split in [3, 100] {
+        let via = splitting_forwarder(kg.listen, split).await;
+        let mut c = Conn::open_named(via, as_b.clone(), "b.example", false)
+            .await
+            .unwrap_or_else(|e| panic!("split at {split}: {e}"));
+        assert_eq!(answered(&mut c, &b_sims).await, ("b1".to_string(), 200));
+    }
+
+    // Cluster a's certificate presented to cluster b reaches b's replica, whose CA refuses it:
+    // the client is never served as a's admin there.
+    let a_admin_at_b = client_config_as(
+        &pki_b,
+        &[b"http/1.1"],
+        &pki_a.dir().join("admin.crt"),
+        &pki_a.dir().join("admin.key"),
+    );
+    // (TLS 1.3: the client's handshake ends before the server has read its certificate, so
+    // the refusal comes as the connection's end instead of an answer.)
+    match Conn::open_named(kg.listen, a_admin_at_b, "b.example", false).await {
+        Err(e) => assert!(e.to_string().contains("alert"), "{e}"),
+        Ok(mut c) => match c.get("/api/v1/namespaces/default/configmaps").await {
+            Err(_) => {}
+            Ok(r) => assert_eq!(r.status, 401, "a's admin at b: {}", r.text()),
+        },
+    }
+
+    // A name no cluster answers, and no name at all (an IP address sends none) without a
+    // default_cluster: a TLS alert, counted; the replicas never see them.
+    let refused = |reason: &str| {
+        kg.metric(&format!(
+            "kubegate_connections_refused_total{{reason=\"{reason}\"}}"
+        ))
+    };
+    let e = Conn::open_named(kg.listen, as_b.clone(), "c.example", false)
+        .await
+        .err()
+        .expect("c.example is refused");
+    assert!(e.to_string().contains("UnrecognisedName"), "{e}");
+    assert_eq!(refused("unknown_server_name"), 1.0);
+    let e = Conn::open_named(kg.listen, as_b.clone(), "127.0.0.1", false)
+        .await
+        .err()
+        .expect("a client without a server name is refused");
+    assert!(e.to_string().contains("UnrecognisedName"), "{e}");
+    assert_eq!(refused("no_server_name"), 1.0);
+
+    // The status endpoint names each backend's cluster.
+    let view: Vec<serde_json::Value> =
+        serde_json::from_str(&kg.admin_body("/debug/backends")).unwrap();
+    let clusters: Vec<(String, String)> = view
+        .iter()
+        .map(|b| {
+            (
+                b["name"].as_str().unwrap().to_string(),
+                b["cluster"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        clusters,
+        [("a1", "a"), ("a2", "a"), ("b1", "b")].map(|(n, c)| (n.to_string(), c.to_string()))
+    );
+    // The status page has a table per cluster.
+    let page = kg.admin_body("/");
+    let (at_a, at_b) = (
+        page.find("Backends of cluster a").expect("a's table"),
+        page.find("Backends of cluster b").expect("b's table"),
+    );
+    assert!(at_a < page.find(">a2<").unwrap() && page.find(">a2<").unwrap() < at_b);
+    assert!(page.find(">b1<").unwrap() > at_b);
+    // `kubegate status` shows the cluster first.
+    let out = std::process::Command::new(bin("kubegate"))
+        .args(["status", "--admin", &kg.admin.to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.starts_with("CLUSTER  NAME"), "{text}");
+    for (cluster, name) in [("a", "a1"), ("a", "a2"), ("b", "b1")] {
+        assert!(
+            text.lines()
+                .any(|l| l.split_whitespace().take(2).eq([cluster, name])),
+            "{text}"
+        );
+    }
+}
+
+/// A listener's `default_cluster` takes clients that send no server name; a cluster whose
+/// replicas are all down leaves the other cluster served and kubegate ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_default_cluster_takes_clients_without_a_name_and_one_cluster_down_spares_the_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pki, pki_a, pki_b) = (
+        Pki::new(&dir.path().join("gateway")),
+        Pki::new(&dir.path().join("a")),
+        Pki::new(&dir.path().join("b")),
+    );
+    let a1 = replica(&pki_a, "a1", &["a.example", "kubernetes", "127.0.0.1"]);
+    let mut b1 = replica(&pki_b, "b1", &["b.example", "kubernetes"]);
+    let mut cfg = KubegateConfig::new(&[]);
+    cfg.clusters = vec![
+        cluster("a", &["a.example"], &pki_a, &[&a1], &cfg.health),
+        cluster("b", &["b.example"], &pki_b, &[&b1], &cfg.health),
+    ];
+    cfg.listeners[0].default_cluster = Some("a".into());
+    let kg = Kubegate::start(&pki, &cfg);
+    kg.wait_state("a1", "ready", T);
+    kg.wait_state("b1", "ready", T);
+    let as_a = tls_client_config(&pki_a, &[b"http/1.1"]);
+    let mut c = Conn::open_named(kg.listen, as_a.clone(), "127.0.0.1", false)
+        .await
+        .unwrap();
+    assert_eq!(answered(&mut c, &[&a1]).await, ("a1".to_string(), 200));
+
+    b1.kill();
+    kg.wait_state("b1", "down", T);
+    let e = Conn::open_named(
+        kg.listen,
+        tls_client_config(&pki_b, &[b"http/1.1"]),
+        "b.example",
+        false,
+    )
+    .await
+    .err()
+    .expect("cluster b has no replica");
+    assert!(!e.to_string().is_empty());
+    assert_eq!(
+        kg.metric(r#"kubegate_connections_refused_total{reason="no_ready_backend"}"#),
+        1.0
+    );
+    let mut c = Conn::open_named(kg.listen, as_a, "a.example", false)
+        .await
+        .unwrap();
+    assert_eq!(answered(&mut c, &[&a1]).await, ("a1".to_string(), 200));
+    assert_eq!(kg.metric("kubegate_ready"), 1.0, "cluster a still serves");
+}
