@@ -1,9 +1,10 @@
 //! Several control planes behind one kubegate, chosen by the TLS server name: each cluster
-//! with its own CA, replicas and probes; a passthrough client reaches only the cluster it
-//! names, whatever segments its ClientHello comes in; a name no cluster answers, and no name
-//! at all without a `default_cluster`, are turned away with a TLS alert and counted.
+//! with its own CA, replicas and probes; a client reaches only the cluster it names, in
+//! passthrough whatever segments its ClientHello comes in, in terminate mode seeing that
+//! cluster's certificate and verified by that cluster's CA; a name no cluster answers, and no
+//! name at all without a `default_cluster`, are turned away with a TLS alert and counted.
 
-use kubegate_config::{ClusterSpec, HealthConfig};
+use kubegate_config::{ClusterSpec, ClusterTls, FrontProxy, HealthConfig, ListenerMode};
 use kubegate_e2e::*;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -275,4 +276,137 @@ async fn a_default_cluster_takes_clients_without_a_name_and_one_cluster_down_spa
         .unwrap();
     assert_eq!(answered(&mut c, &[&a1]).await, ("a1".to_string(), 200));
     assert_eq!(kg.metric("kubegate_ready"), 1.0, "cluster a still serves");
+}
+
+/// Terminate mode: each cluster's certificate is what its clients see, its CA verifies their
+/// certificates (a certificate of cluster a is refused at b's name), and its requests go to
+/// its own replicas with its own front-proxy identity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pki, pki_a, pki_b) = (
+        Pki::new(&dir.path().join("gateway")),
+        Pki::new(&dir.path().join("a")),
+        Pki::new(&dir.path().join("b")),
+    );
+    let (fp_a, fp_b) = (pki_a.front_proxy(), pki_b.front_proxy());
+    let a1 = Sim::behind_front_proxy(&pki_a, &fp_a, "a1", Vec::new());
+    let a2 = Sim::behind_front_proxy(&pki_a, &fp_a, "a2", Vec::new());
+    let b1 = Sim::behind_front_proxy(&pki_b, &fp_b, "b1", Vec::new());
+    let mut cfg = KubegateConfig::new(&[]);
+    cfg.listeners[0].mode = ListenerMode::Terminate;
+    let terminating = |mut c: ClusterSpec, pki: &Pki, fp: &FrontProxyPki, name: &str| {
+        let (cert_file, key_file) =
+            pki.serving_with(&format!("kubegate-{}", c.name), "kubegate", &[name], -1, 30);
+        c.tls = Some(ClusterTls {
+            cert_file,
+            key_file,
+            client_ca_file: Some(pki.ca_file()),
+        });
+        let mut upstream = cfg.upstream.clone();
+        upstream.front_proxy = Some(FrontProxy::new(fp.cert.clone(), fp.key.clone()));
+        c.upstream = Some(upstream);
+        c
+    };
+    cfg.clusters = vec![
+        terminating(
+            cluster("a", &["a.example"], &pki_a, &[&a1, &a2], &cfg.health),
+            &pki_a,
+            &fp_a,
+            "a.example",
+        ),
+        terminating(
+            cluster("b", &["b.example"], &pki_b, &[&b1], &cfg.health),
+            &pki_b,
+            &fp_b,
+            "b.example",
+        ),
+    ];
+    let kg = Kubegate::start(&pki, &cfg);
+    for name in ["a1", "a2", "b1"] {
+        kg.wait_state(name, "ready", T);
+    }
+    let served_by = |r: &Response| r.header("x-kubegate-sim-replica").unwrap_or("").to_string();
+    let kubegate_cert = |pki: &Pki, c: &str| {
+        let pem = std::fs::read(pki.dir().join(format!("kubegate-{c}.crt"))).unwrap();
+        let der: rustls_pki_types::CertificateDer<'static> =
+            rustls_pki_types::pem::PemObject::from_pem_slice(&pem).unwrap();
+        der.to_vec()
+    };
+
+    // One HTTP/2 connection per cluster: each sees its cluster's certificate, and its
+    // requests are spread over its own replicas only, as its admin.
+    let mut seen = std::collections::BTreeSet::new();
+    let mut c = Conn::open_named(
+        kg.listen,
+        tls_client_config(&pki_a, &[b"h2"]),
+        "a.example",
+        true,
+    )
+    .await
+    .unwrap();
+    assert_eq!(c.peer(), kubegate_cert(&pki_a, "a"));
+    for _ in 0..6 {
+        let r = c
+            .get("/api/v1/namespaces/default/configmaps")
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        seen.insert(served_by(&r));
+    }
+    assert_eq!(seen, ["a1", "a2"].map(String::from).into());
+    let mut c = Conn::open_named(
+        kg.listen,
+        tls_client_config(&pki_b, &[b"h2"]),
+        "b.example",
+        true,
+    )
+    .await
+    .unwrap();
+    assert_eq!(c.peer(), kubegate_cert(&pki_b, "b"));
+    let r = c
+        .get("/api/v1/namespaces/default/configmaps")
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.status, served_by(&r)),
+        (200, "b1".to_string()),
+        "{}",
+        r.text()
+    );
+
+    // Cluster a's admin certificate at b's name: b's CA does not verify it.
+    let a_admin_at_b = client_config_as(
+        &pki_b,
+        &[b"http/1.1"],
+        &pki_a.dir().join("admin.crt"),
+        &pki_a.dir().join("admin.key"),
+    );
+    match Conn::open_named(kg.listen, a_admin_at_b, "b.example", false).await {
+        Err(e) => assert!(e.to_string().contains("alert"), "{e}"),
+        Ok(mut c) => match c.get("/api/v1/namespaces/default/configmaps").await {
+            Err(_) => {}
+            Ok(r) => panic!("a's admin was answered at b: {} {}", r.status, r.text()),
+        },
+    }
+    assert!(
+        kg.metric(r#"kubegate_tls_handshake_failures_total{reason="error"}"#) >= 1.0,
+        "kubegate refused the handshake itself"
+    );
+
+    // A name no cluster answers: the alert, counted.
+    let e = Conn::open_named(
+        kg.listen,
+        tls_client_config(&pki_b, &[b"h2"]),
+        "c.example",
+        true,
+    )
+    .await
+    .err()
+    .expect("c.example is refused");
+    assert!(e.to_string().contains("UnrecognisedName"), "{e}");
+    assert_eq!(
+        kg.metric(r#"kubegate_connections_refused_total{reason="unknown_server_name"}"#),
+        1.0
+    );
 }

@@ -128,7 +128,6 @@ impl Config {
 pub(crate) fn validate(
     config: &mut Config,
     terminating: bool,
-    verifies_client_certs: Option<&str>,
     base_dir: &Path,
     bad: &mut impl FnMut(String, String),
 ) {
@@ -144,14 +143,25 @@ pub(crate) fn validate(
             );
         }
     }
+    // The clusters a terminate listener serves, and the first such listener.
+    let mut terminated: HashMap<&str, usize> = HashMap::new();
     for (i, l) in config.listeners.iter().enumerate() {
-        if l.mode == crate::ListenerMode::Terminate {
-            bad(
-                format!("listeners[{i}].mode"),
-                "mode: terminate does not serve clusters: yet (each cluster's certificate and client CA by server name); use mode: passthrough, or the one-cluster file".into(),
-            );
+        if l.mode != crate::ListenerMode::Terminate {
+            continue;
+        }
+        for c in &config.clusters {
+            if l.clusters
+                .as_ref()
+                .is_none_or(|names| names.contains(&c.name))
+            {
+                terminated.entry(c.name.as_str()).or_insert(i);
+            }
         }
     }
+    let terminated: HashMap<String, usize> = terminated
+        .into_iter()
+        .map(|(name, i)| (name.to_string(), i))
+        .collect();
     // What clusters inherit, as written: each validates its copy against its own health.
     let upstream_written = config.upstream.clone();
     crate::validate::validate_health(bad, &mut config.health, base_dir);
@@ -217,6 +227,18 @@ pub(crate) fn validate(
                 }
             }
         }
+        if let (Some(l), None) = (terminated.get(&c.name), &c.tls) {
+            bad(
+                format!("{prefix}name"),
+                format!("cluster {:?} is served by the terminate listener listeners[{l}]: it needs tls.cert_file and tls.key_file (the certificate its clients see)", c.name),
+            );
+        }
+        // Its client CA verifies certificates kubegate then vouches for upstream.
+        let verifies = c
+            .tls
+            .as_ref()
+            .filter(|t| t.client_ca_file.is_some() && terminated.contains_key(&c.name))
+            .map(|_| "tls.client_ca_file");
         let (own_health, own_upstream) = (c.health.is_some(), c.upstream.is_some());
         let mut under = |path: String, message: String| {
             let top = path.starts_with("listeners")
@@ -233,13 +255,7 @@ pub(crate) fn validate(
             upstream,
             dispatch: &c.dispatch,
         };
-        validate_parts(
-            &mut under,
-            &mut parts,
-            terminating,
-            verifies_client_certs,
-            base_dir,
-        );
+        validate_parts(&mut under, &mut parts, terminating, verifies, base_dir);
         if let Some(tls) = &mut c.tls {
             resolve_path(&mut under, "tls.cert_file", &mut tls.cert_file, base_dir);
             resolve_path(&mut under, "tls.key_file", &mut tls.key_file, base_dir);
@@ -486,6 +502,32 @@ clusters:
             err.contains("kubegate.yaml:18:17: health.interval must be greater than 0"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_terminate_listener_needs_each_of_its_clusters_certificate_and_no_own_tls() {
+        let terminate = TWO.replace(
+            "    default_cluster: a\n",
+            "    default_cluster: a\n    mode: terminate\n",
+        );
+        let err = errors(&terminate);
+        for name in ["a", "b"] {
+            assert!(
+                err.contains(&format!("cluster \"{name}\" is served by the terminate listener listeners[0]: it needs tls.cert_file and tls.key_file")),
+                "{err}"
+            );
+        }
+        let with_own = terminate.replace(
+            "    mode: terminate\n",
+            "    mode: terminate\n    tls: { cert_file: ca.crt, key_file: ca.crt }\n",
+        );
+        assert!(
+            errors(&with_own).contains("kubegate.yaml:6:12: with clusters:, each cluster's tls"),
+            "{}",
+            errors(&with_own)
+        );
+        // Served only by a passthrough listener, a cluster needs no certificate.
+        assert!(load(TWO).is_ok());
     }
 
     #[test]

@@ -22,6 +22,8 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
     }
     let mut seen = HashSet::new();
     let mut verifies_client_certs = None;
+    // With clusters, each cluster's `tls` serves a terminate listener's clients.
+    let named = !config.clusters.is_empty();
     for (i, l) in config.listeners.iter_mut().enumerate() {
         if !seen.insert(l.address) {
             bad(
@@ -40,9 +42,13 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
                 format!("listeners[{i}].tls"),
                 "tls is for mode: terminate; in passthrough the apiserver's own TLS reaches the client".into(),
             ),
-            (ListenerMode::Terminate, None) => bad(
+            (ListenerMode::Terminate, None) if !named => bad(
                 format!("listeners[{i}].mode"),
                 "mode: terminate needs tls.cert_file and tls.key_file (the certificate clients see)".into(),
+            ),
+            (ListenerMode::Terminate, Some(_)) if named => bad(
+                format!("listeners[{i}].tls"),
+                "with clusters:, each cluster's tls (clusters[].tls) is what its clients see; a listener has none".into(),
             ),
             (ListenerMode::Terminate, Some(tls)) => {
                 let at = |key: &str| format!("listeners[{i}].tls.{key}");
@@ -53,7 +59,7 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
                     verifies_client_certs = Some(at("client_ca_file"));
                 }
             }
-            (ListenerMode::Passthrough, None) => {}
+            (_, None) => {}
         }
     }
     let terminating = config
@@ -104,13 +110,7 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
             }
         }
     } else {
-        crate::cluster::validate(
-            config,
-            terminating,
-            verifies_client_certs.as_deref(),
-            base_dir,
-            &mut bad,
-        );
+        crate::cluster::validate(config, terminating, base_dir, &mut bad);
     }
     let k = &config.client_keepalive;
     // The kernel takes whole seconds, at most 32767 (TCP_KEEPIDLE, TCP_KEEPINTVL), and at most

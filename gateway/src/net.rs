@@ -6,3 +6,9 @@ mod connect;
 
 pub use accept::{bind, Acceptor, Serve};
 pub use connect::{connect_failed, place, Attempt, Unplaced, PASSIVE_EJECTION};
+
+/// The TLS alert a client whose server name reaches no cluster of its listener gets (RFC 6066
+/// §3: fatal `unrecognized_name`, 112), in a TLS 1.2 record, as a server that never began the
+/// handshake sends it: Go prints "remote error: tls: unrecognized name". Both planes send it
+/// (passthrough never answers the ClientHello otherwise).
+pub const UNRECOGNIZED_NAME: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x70];

@@ -67,24 +67,30 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
         descriptors.client_capacity(),
         counts,
     )?;
-    // Terminate listeners serve the one cluster of a file without `clusters:` (`kubegate
-    // check` refuses them beside `clusters:`).
-    let terminate = match config
+    // Terminate mode's state for each cluster, when a listener terminates TLS.
+    let mut terminate = Vec::new();
+    if config
         .listeners
         .iter()
         .any(|l| l.mode == ListenerMode::Terminate)
     {
-        true => {
-            let cluster = gateway.clusters().all()[0].clone();
-            let rules = Rules::compile(&config.dispatch, &gateway.metrics().terminate);
-            Some(Arc::new(
-                TerminateMode::new(&config.upstream, cluster, rules)
-                    .map_err(|e| anyhow::anyhow!("upstream: {e}"))?,
-            ))
+        let body_bytes = Arc::default();
+        for spec in config.clusters() {
+            let Some(cluster) = gateway.clusters().named(&spec.name) else {
+                continue;
+            };
+            let rules = Rules::compile(&spec.dispatch, &gateway.metrics().terminate);
+            let mode = TerminateMode::new(
+                &spec.upstream,
+                cluster.clone(),
+                rules,
+                Arc::clone(&body_bytes),
+            )
+            .map_err(|e| anyhow::anyhow!("cluster {}: upstream: {e}", spec.name))?;
+            terminate.push(Arc::new(mode));
         }
-        false => None,
-    };
-    let (listeners, serving) = bind_listeners(&config, inherited.as_mut(), terminate.as_ref())?;
+    }
+    let (listeners, serving) = bind_listeners(&config, inherited.as_mut(), &terminate)?;
     let admin = match inherited
         .as_mut()
         .and_then(|i| i.take(config.admin.address))
@@ -157,29 +163,50 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
 }
 
 /// Binds every listener (or takes it from `inherited`), each with its plane; and the serving
-/// certificates of the terminate-mode ones.
+/// certificates of the terminate-mode ones. `terminate`: terminate mode's state of each
+/// cluster, in configuration order.
 #[allow(clippy::type_complexity)]
 fn bind_listeners(
     config: &Config,
     mut inherited: Option<&mut upgrade::Inherited>,
-    terminate: Option<&Arc<TerminateMode>>,
+    terminate: &[Arc<TerminateMode>],
 ) -> anyhow::Result<(
     Vec<(TcpListener, Arc<dyn Serve>)>,
     Vec<Arc<kubegate_net::tls::ServingCert>>,
 )> {
     let mut listeners = Vec::new();
     let mut serving = Vec::new();
+    let clusters = config.clusters();
     for l in &config.listeners {
-        let plane: Arc<dyn Serve> = match (l.mode, &l.tls, terminate) {
-            (ListenerMode::Terminate, Some(tls), Some(mode)) => {
-                let listener = Arc::new(
-                    TerminateListener::new(tls, mode.clone())
-                        .map_err(|e| anyhow::anyhow!("listeners: {}: {e}", l.address))?,
-                );
-                serving.push(listener.serving().clone());
+        let at = |e: String| anyhow::anyhow!("listeners: {}: {e}", l.address);
+        let plane: Arc<dyn Serve> = match (l.mode, &l.tls) {
+            (ListenerMode::Passthrough, _) => Arc::new(Passthrough::new(l.clone())),
+            // The one cluster of a file without `clusters:`, with the listener's certificate.
+            (ListenerMode::Terminate, Some(tls)) => {
+                let mode = terminate
+                    .first()
+                    .expect("terminate mode for a terminate listener");
+                let listener = Arc::new(TerminateListener::new(l, tls, mode.clone()).map_err(at)?);
+                serving.extend(listener.serving().iter().cloned());
                 Arc::new(listener)
             }
-            _ => Arc::new(Passthrough::new(l.clone())),
+            // Each cluster it serves with that cluster's certificate (`kubegate check` made
+            // sure each has one).
+            (ListenerMode::Terminate, None) => {
+                let served = clusters
+                    .iter()
+                    .zip(terminate)
+                    .filter(|(c, _)| {
+                        l.clusters
+                            .as_ref()
+                            .is_none_or(|names| names.contains(&c.name))
+                    })
+                    .filter_map(|(c, mode)| Some((c.name.clone(), c.tls.as_ref()?, mode.clone())))
+                    .collect();
+                let listener = Arc::new(TerminateListener::by_name(l, served).map_err(at)?);
+                serving.extend(listener.serving().iter().cloned());
+                Arc::new(listener)
+            }
         };
         let socket = match inherited.as_deref_mut().and_then(|i| i.take(l.address)) {
             Some(s) => {

@@ -8,6 +8,7 @@
 use crate::state::Gateway;
 use crate::telemetry::ReloadResult;
 use crate::terminate::{TerminateMode, Upstreams};
+use kubegate_config::UpstreamConfig;
 use kubegate_net::tls::ServingCert;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,8 +24,9 @@ type Stamp = Option<(u64, SystemTime)>;
 pub struct Watched {
     /// Serving certificates (terminate-mode listeners, the admin endpoint).
     pub serving: Vec<Arc<ServingCert>>,
-    /// Terminate mode, whose front-proxy certificate (`upstream.front_proxy`) is followed.
-    pub terminate: Option<Arc<TerminateMode>>,
+    /// Terminate mode's state of each cluster, whose front-proxy certificate
+    /// (`upstream.front_proxy`) is followed.
+    pub terminate: Vec<Arc<TerminateMode>>,
 }
 
 async fn stamp(paths: &[&Path]) -> Vec<Stamp> {
@@ -43,16 +45,19 @@ async fn stamp(paths: &[&Path]) -> Vec<Stamp> {
 /// Watches every certificate kubegate serves or presents until the process ends.
 pub async fn watch_certificates(gw: Arc<Gateway>, watched: Watched) {
     let Watched { serving, terminate } = watched;
-    if serving.is_empty() && terminate.is_none() {
+    if serving.is_empty() && terminate.is_empty() {
         return;
     }
     // Every followed certificate has its series from the start: loaded, not failing.
     let failing = &gw.metrics().control.certificate_reload_failing;
-    let front_proxy = front_proxy_files(&gw);
+    let front_proxies: Vec<PathBuf> = terminate
+        .iter()
+        .filter_map(|t| front_proxy_files(&gw, t).into_iter().next())
+        .collect();
     for file in serving
         .iter()
         .map(|s| s.files()[0])
-        .chain(front_proxy.first().map(PathBuf::as_path))
+        .chain(front_proxies.iter().map(PathBuf::as_path))
     {
         failing
             .with_label_values(&[&file.display().to_string()])
@@ -62,7 +67,10 @@ pub async fn watch_certificates(gw: Arc<Gateway>, watched: Watched) {
     for s in &serving {
         serving_seen.push(stamp(&s.files()).await);
     }
-    let mut upstream_seen = stamp(&paths(&front_proxy_files(&gw))).await;
+    let mut upstream_seen = Vec::new();
+    for t in &terminate {
+        upstream_seen.push(stamp(&paths(&front_proxy_files(&gw, t))).await);
+    }
     let mut tick = tokio::time::interval(CHECK_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
@@ -79,14 +87,17 @@ pub async fn watch_certificates(gw: Arc<Gateway>, watched: Watched) {
                 .unwrap_or_else(|e| Err(e.to_string()));
             record(&gw, s.files()[0], result);
         }
-        let Some(terminate) = &terminate else {
-            continue;
-        };
-        let files = front_proxy_files(&gw);
-        let now = stamp(&paths(&files)).await;
-        if now != upstream_seen {
-            upstream_seen = now;
-            let upstream = gw.config().load().upstream.clone();
+        // Each cluster's front-proxy certificate, for terminate mode's state of that cluster.
+        for (i, terminate) in terminate.iter().enumerate() {
+            let files = front_proxy_files(&gw, terminate);
+            let now = stamp(&paths(&files)).await;
+            if now == upstream_seen[i] {
+                continue;
+            }
+            upstream_seen[i] = now;
+            let Some(upstream) = upstream_of(&gw, terminate) else {
+                continue;
+            };
             let cluster = terminate.cluster().clone();
             let result = tokio::task::spawn_blocking(move || Upstreams::load(&upstream, cluster))
                 .await
@@ -104,13 +115,20 @@ pub async fn watch_certificates(gw: Arc<Gateway>, watched: Watched) {
     }
 }
 
-fn front_proxy_files(gw: &Gateway) -> Vec<PathBuf> {
+/// The `upstream` of the cluster `terminate` serves, as configured now.
+fn upstream_of(gw: &Gateway, terminate: &TerminateMode) -> Option<UpstreamConfig> {
     gw.config()
         .load()
-        .upstream
-        .front_proxy
-        .as_ref()
-        .map(|fp| vec![fp.cert_file.clone(), fp.key_file.clone()])
+        .clusters()
+        .into_iter()
+        .find(|c| c.name == terminate.cluster().name())
+        .map(|c| c.upstream)
+}
+
+fn front_proxy_files(gw: &Gateway, terminate: &TerminateMode) -> Vec<PathBuf> {
+    upstream_of(gw, terminate)
+        .and_then(|u| u.front_proxy)
+        .map(|fp| vec![fp.cert_file, fp.key_file])
         .unwrap_or_default()
 }
 

@@ -35,14 +35,27 @@ pub fn check_files_and_tls(config: &Config) -> Vec<Finding> {
         .iter()
         .any(|l| l.mode == ListenerMode::Terminate)
     {
-        if let Some(fp) = &config.upstream.front_proxy {
-            if let Err(e) = certified_key(&fp.cert_file, &fp.key_file) {
-                findings.push(("upstream.front_proxy.key_file".into(), e));
+        // Each cluster's upstream (the top-level one for a file without `clusters:`).
+        let upstreams: Vec<(String, &kubegate_config::UpstreamConfig)> =
+            match config.names_clusters() {
+                false => vec![(String::new(), &config.upstream)],
+                true => config
+                    .clusters
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, c)| Some((format!("clusters[{i}]."), c.upstream.as_ref()?)))
+                    .collect(),
+            };
+        for (at, upstream) in upstreams {
+            if let Some(fp) = &upstream.front_proxy {
+                if let Err(e) = certified_key(&fp.cert_file, &fp.key_file) {
+                    findings.push((format!("{at}upstream.front_proxy.key_file"), e));
+                }
             }
-        }
-        if let Some(ca) = &config.upstream.tls.ca_file {
-            if let Err(e) = load_roots(ca) {
-                findings.push(("upstream.tls.ca_file".into(), e));
+            if let Some(ca) = &upstream.tls.ca_file {
+                if let Err(e) = load_roots(ca) {
+                    findings.push((format!("{at}upstream.tls.ca_file"), e));
+                }
             }
         }
     }
@@ -115,6 +128,14 @@ fn check_tls(config: &Config) -> Vec<Finding> {
             let t = &h.tls;
             sections.push((
                 format!("clusters[{i}].health.tls"),
+                t.min_version,
+                &t.cipher_suites,
+            ));
+        }
+        if let Some(u) = &c.upstream {
+            let t = &u.tls;
+            sections.push((
+                format!("clusters[{i}].upstream.tls"),
                 t.min_version,
                 &t.cipher_suites,
             ));

@@ -21,9 +21,9 @@ pub struct ControlParts {
     pub admin: std::net::TcpListener,
     /// The admin endpoint's TLS.
     pub admin_tls: Option<Arc<AdminTls>>,
-    /// Terminate mode's shared state, when a listener terminates TLS: reloads and the
-    /// front-proxy certificate replace its upstream settings.
-    pub terminate: Option<Arc<TerminateMode>>,
+    /// Terminate mode's state for each cluster, when a listener terminates TLS: reloads and
+    /// the front-proxy certificate replace its upstream settings.
+    pub terminate: Vec<Arc<TerminateMode>>,
     /// The serving certificates of terminate-mode listeners, which follow their files.
     pub serving: Vec<Arc<kubegate_net::tls::ServingCert>>,
     /// With `upgrade.socket` configured: what this process hands over, and what it took over.
@@ -94,7 +94,7 @@ impl BackgroundService for Control {
                 found.server_name,
             ));
         }
-        if let Some(terminate) = &parts.terminate {
+        for terminate in &parts.terminate {
             tokio::spawn(crate::terminate::learn_versions(
                 gw.clone(),
                 terminate.clone(),
@@ -106,7 +106,13 @@ impl BackgroundService for Control {
         }
         reload::record_initial_load(&gw);
         tokio::spawn(admin::serve(admin, parts.admin_tls.clone(), gw.clone()));
-        tokio::spawn(reload::watch(gw.clone(), parts.terminate.clone()));
+        // A reload changes terminate mode only in a file without `clusters:` (`diff`).
+        let reloaded = parts
+            .terminate
+            .first()
+            .filter(|_| !gw.clusters().by_server_name())
+            .cloned();
+        tokio::spawn(reload::watch(gw.clone(), reloaded));
         let mut serving = parts.serving;
         if let Some(t) = &parts.admin_tls {
             serving.push(t.serving().clone());

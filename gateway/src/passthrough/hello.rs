@@ -20,11 +20,6 @@ pub const MAX_HELLO: usize = 16 * 1024;
 /// Time a client has to send its whole ClientHello.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The TLS alert a client whose server name reaches no cluster gets (RFC 6066 §3: fatal
-/// `unrecognized_name`, 112), in a TLS 1.2 record, as a server that never began the
-/// handshake sends it. Go prints "remote error: tls: unrecognized name".
-pub const UNRECOGNIZED_NAME: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x70];
-
 /// A ClientHello read.
 pub struct Hello {
     /// Its server name (SNI), lower case; `None` when it sent none.

@@ -3,10 +3,10 @@
 //! TCP connect, retried on another backend), then hand both sockets to a relay task of their
 //! own.
 
-use crate::net::{connect_failed, place, Attempt, Serve, Unplaced};
+use crate::net::{connect_failed, place, Attempt, Serve, Unplaced, UNRECOGNIZED_NAME};
 use crate::passthrough::copy::Relay;
 use crate::passthrough::guard::ConnectionGuard;
-use crate::passthrough::hello::{self, HelloError, UNRECOGNIZED_NAME};
+use crate::passthrough::hello::{self, HelloError};
 use crate::state::{Backend, ClientSlot, Cluster, Gateway, Pool, Route};
 use crate::telemetry::Refusal;
 use kubegate_config::{BalancePolicy, ListenerSpec};

@@ -1,6 +1,7 @@
-//! A terminate-mode client connection: the TLS handshake within `terminate.handshake_timeout`,
-//! the identity of a verified client certificate, then HTTP/2 (ALPN `h2`) or HTTP/1.1 (ALPN
-//! `http/1.1` or none). When kubegate drains, HTTP/2 clients get GOAWAY and HTTP/1.1 ones
+//! A terminate-mode client connection: the TLS handshake within `terminate.handshake_timeout`
+//! (with clusters, the ClientHello's server name chooses the cluster, and so the certificate
+//! the client sees and the CA that verifies its own), the identity of a verified client
+//! certificate, then HTTP/2 (ALPN `h2`) or HTTP/1.1 (ALPN `http/1.1` or none). When kubegate drains, HTTP/2 clients get GOAWAY and HTTP/1.1 ones
 //! `Connection: close` on their next response; requests in flight finish.
 //!
 //! What one client can make kubegate hold is bounded here: the handshake and the HTTP/1.1
@@ -12,8 +13,8 @@
 
 use crate::net::Serve;
 use crate::state::ClientSlot;
-use crate::state::{Gateway, Phase};
-use crate::telemetry::{ClientLimit, ClientProtocol, HandshakeFailure};
+use crate::state::{Gateway, Phase, Route};
+use crate::telemetry::{ClientLimit, ClientProtocol, HandshakeFailure, Refusal};
 use crate::terminate::handle::handle;
 use crate::terminate::mode::TerminateMode;
 use crate::terminate::request::{CertificateRefusal, Client};
@@ -21,7 +22,7 @@ use crate::terminate::resets::ResetWatch;
 use crate::terminate::tls::ALPN;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use kubegate_config::{ListenerTls, TerminateConfig};
+use kubegate_config::{ClusterTls, ListenerSpec, ListenerTls, TerminateConfig};
 use kubegate_net::tls::{server_config, ServingCert, TlsPolicy};
 use kubegate_wire::identity::{IdentityHeaders, UserInfo};
 use std::convert::Infallible;
@@ -29,18 +30,43 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
-use tokio_rustls::TlsAcceptor;
+use tokio_rustls::{LazyConfigAcceptor, TlsAcceptor};
 
-/// One terminate-mode listener: its TLS, and terminate mode's shared state.
+/// One terminate-mode listener: its TLS, and terminate mode's state for each cluster it
+/// serves.
 pub struct TerminateListener {
-    acceptor: TlsAcceptor,
-    serving: Arc<ServingCert>,
+    handshakes: Handshakes,
+    serving: Vec<Arc<ServingCert>>,
+    listener: ListenerSpec,
+}
+
+/// How a client's handshake is completed.
+enum Handshakes {
+    /// With the listener's own certificate and client CA, for the one cluster of a file
+    /// without `clusters:`.
+    One {
+        acceptor: TlsAcceptor,
+        mode: Arc<TerminateMode>,
+    },
+    /// With the certificate and client CA of the cluster the ClientHello names.
+    ByName(Vec<ClusterHandshake>),
+}
+
+/// One cluster's side of a listener.
+struct ClusterHandshake {
+    cluster: String,
+    config: Arc<rustls::ServerConfig>,
     mode: Arc<TerminateMode>,
 }
 
 impl TerminateListener {
-    /// Loads the serving certificate and client CA now.
-    pub fn new(tls: &ListenerTls, mode: Arc<TerminateMode>) -> Result<TerminateListener, String> {
+    /// `listener` serving the one cluster of a file without `clusters:` with its `tls`;
+    /// loads the serving certificate and client CA now.
+    pub fn new(
+        listener: &ListenerSpec,
+        tls: &ListenerTls,
+        mode: Arc<TerminateMode>,
+    ) -> Result<TerminateListener, String> {
         let serving = Arc::new(ServingCert::load(&tls.cert_file, &tls.key_file)?);
         let policy = TlsPolicy::new(tls.min_version, &tls.cipher_suites)?;
         let config = server_config(
@@ -50,14 +76,47 @@ impl TerminateListener {
             &policy,
         )?;
         Ok(TerminateListener {
-            acceptor: TlsAcceptor::from(Arc::new(config)),
-            serving,
-            mode,
+            handshakes: Handshakes::One {
+                acceptor: TlsAcceptor::from(Arc::new(config)),
+                mode,
+            },
+            serving: vec![serving],
+            listener: listener.clone(),
         })
     }
 
-    /// Its serving certificate, which follows its files (the control plane watches them).
-    pub fn serving(&self) -> &Arc<ServingCert> {
+    /// `listener` serving `clusters` (each its name, its `tls` and terminate mode's state
+    /// for it); loads each serving certificate and client CA now.
+    pub fn by_name(
+        listener: &ListenerSpec,
+        clusters: Vec<(String, &ClusterTls, Arc<TerminateMode>)>,
+    ) -> Result<TerminateListener, String> {
+        let policy = TlsPolicy::new(None, &[])?;
+        let mut handshakes = Vec::with_capacity(clusters.len());
+        let mut serving = Vec::with_capacity(clusters.len());
+        for (cluster, tls, mode) in clusters {
+            let cert = Arc::new(
+                ServingCert::load(&tls.cert_file, &tls.key_file)
+                    .map_err(|e| format!("cluster {cluster}: {e}"))?,
+            );
+            let config = server_config(cert.clone(), tls.client_ca_file.as_deref(), &ALPN, &policy)
+                .map_err(|e| format!("cluster {cluster}: {e}"))?;
+            serving.push(cert);
+            handshakes.push(ClusterHandshake {
+                cluster,
+                config: Arc::new(config),
+                mode,
+            });
+        }
+        Ok(TerminateListener {
+            handshakes: Handshakes::ByName(handshakes),
+            serving,
+            listener: listener.clone(),
+        })
+    }
+
+    /// Its serving certificates, which follow their files (the control plane watches them).
+    pub fn serving(&self) -> &[Arc<ServingCert>] {
         &self.serving
     }
 }
@@ -85,6 +144,7 @@ async fn serve(
         h2,
         identity,
         refused_certificate,
+        mode,
     }) = handshake(&gw, &listener, tcp, addr, &limits).await
     else {
         return;
@@ -105,7 +165,6 @@ async fn serve(
         });
         let service = {
             let gw = gw.clone();
-            let mode = listener.mode.clone();
             let resets = resets.clone();
             hyper::service::service_fn(move |req| {
                 let gw = gw.clone();
@@ -193,6 +252,8 @@ struct Accepted {
     identity: Option<UserInfo>,
     /// A verified client certificate was presented that cannot be passed on.
     refused_certificate: Option<CertificateRefusal>,
+    /// Terminate mode's state for the client's cluster.
+    mode: Arc<TerminateMode>,
 }
 
 /// The TLS handshake within `terminate.handshake_timeout`; failures are counted and logged.
@@ -204,8 +265,11 @@ async fn handshake(
     limits: &TerminateConfig,
 ) -> Option<Accepted> {
     let metrics = gw.metrics();
-    match tokio::time::timeout(limits.handshake_timeout, listener.acceptor.accept(tcp)).await {
-        Ok(Ok(tls)) => {
+    let accepted =
+        tokio::time::timeout(limits.handshake_timeout, accept(gw, listener, tcp, addr)).await;
+    match accepted {
+        Ok(Ok(None)) => None,
+        Ok(Ok(Some((tls, mode)))) => {
             let session = tls.get_ref().1;
             let leaf = session.peer_certificates().and_then(|chain| chain.first());
             let read = leaf.map(|leaf| UserInfo::from_der(leaf));
@@ -223,6 +287,7 @@ async fn handshake(
                 h2,
                 refused_certificate,
                 identity,
+                mode,
             })
         }
         Ok(Err(e)) => {
@@ -236,6 +301,49 @@ async fn handshake(
                 .handshake_failed(HandshakeFailure::Timeout);
             tracing::debug!(client = %addr, "TLS handshake timed out");
             None
+        }
+    }
+}
+
+/// The handshake with the listener's certificate, or with the certificate of the cluster the
+/// ClientHello names: the TLS stream and terminate mode's state for its cluster. `None`: the
+/// client was turned away for its name (counted; told `unrecognized_name`).
+async fn accept(
+    gw: &Gateway,
+    listener: &TerminateListener,
+    tcp: TcpStream,
+    addr: SocketAddr,
+) -> std::io::Result<Option<(TlsStream<TcpStream>, Arc<TerminateMode>)>> {
+    let clusters = match &listener.handshakes {
+        Handshakes::One { acceptor, mode } => {
+            return Ok(Some((acceptor.accept(tcp).await?, mode.clone())))
+        }
+        Handshakes::ByName(clusters) => clusters,
+    };
+    let mut start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp).await?;
+    let name = start
+        .client_hello()
+        .server_name()
+        .map(str::to_ascii_lowercase);
+    let chosen = match gw.clusters().route(&listener.listener, name.as_deref()) {
+        Route::To(cluster) => clusters
+            .iter()
+            .find(|c| c.cluster == cluster.name())
+            .ok_or(Refusal::UnknownServerName),
+        Route::NoServerName => Err(Refusal::NoServerName),
+        Route::UnknownServerName => Err(Refusal::UnknownServerName),
+    };
+    match chosen {
+        Ok(c) => Ok(Some((
+            start.into_stream(c.config.clone()).await?,
+            c.mode.clone(),
+        ))),
+        Err(refusal) => {
+            tracing::debug!(client = %addr, server_name = name.as_deref().unwrap_or(""), reason = refusal.as_str(), "no cluster of the listener answers the client's server name");
+            gw.metrics().net.refuse(refusal);
+            use tokio::io::AsyncWriteExt;
+            let _ = start.io.write_all(&crate::net::UNRECOGNIZED_NAME).await;
+            Ok(None)
         }
     }
 }

@@ -13,7 +13,7 @@ use kubegate_wire::identity::IdentityHeaders;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-/// Shared by every terminate-mode listener.
+/// Shared by every terminate-mode listener, one per cluster.
 pub struct TerminateMode {
     cluster: Arc<Cluster>,
     upstream: ArcSwap<Upstreams>,
@@ -56,18 +56,20 @@ impl Upstreams {
 }
 
 impl TerminateMode {
-    /// `cluster`'s, from its `upstream`, with `rules`.
+    /// `cluster`'s, from its `upstream`, with `rules`; request bodies counted in
+    /// `body_bytes`, which every cluster's mode shares (the bound is on all clients together).
     pub fn new(
         upstream: &UpstreamConfig,
         cluster: Arc<Cluster>,
         rules: Rules,
+        body_bytes: Arc<AtomicU64>,
     ) -> Result<TerminateMode, String> {
         Ok(TerminateMode {
             upstream: ArcSwap::from_pointee(Upstreams::load(upstream, cluster.clone())?),
             cluster,
             rules: ArcSwap::from_pointee(rules),
             tokens: Arc::default(),
-            body_bytes: Arc::default(),
+            body_bytes,
         })
     }
 
