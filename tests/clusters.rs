@@ -276,6 +276,22 @@ async fn a_default_cluster_takes_clients_without_a_name_and_one_cluster_down_spa
         .unwrap();
     assert_eq!(answered(&mut c, &[&a1]).await, ("a1".to_string(), 200));
     assert_eq!(kg.metric("kubegate_ready"), 1.0, "cluster a still serves");
+    // Per cluster: which backend is whose, and each one's ready backends.
+    assert_eq!(
+        kg.metric(r#"kubegate_backend_cluster{backend="b1",cluster="b"}"#),
+        1.0
+    );
+    assert_eq!(
+        kg.metric(r#"kubegate_cluster_ready_backends{cluster="a"}"#),
+        1.0
+    );
+    assert_eq!(
+        kg.metric(r#"kubegate_cluster_ready_backends{cluster="b"}"#),
+        0.0
+    );
+    assert!(kg
+        .admin_body("/metrics")
+        .contains(r#"kubegate_cluster_ready_backends{cluster="b"} 0"#));
 }
 
 /// Terminate mode: each cluster's certificate is what its clients see, its CA verifies their

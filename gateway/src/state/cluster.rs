@@ -138,6 +138,7 @@ mod tests {
     fn cluster(name: &str, server_names: &[&str]) -> Arc<Cluster> {
         let metrics = Arc::new(Metrics::new());
         let events = Arc::new(MetricEvents::new(
+            name,
             metrics.clone(),
             Box::new(|| false),
             Arc::new(Transitions::default()),

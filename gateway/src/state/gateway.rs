@@ -72,6 +72,7 @@ impl Gateway {
                     let readiness =
                         Box::new(move || gw.upgrade().is_some_and(|g| g.ready().is_ok()));
                     let events = Arc::new(MetricEvents::new(
+                        &cluster.name,
                         metrics.clone(),
                         readiness,
                         transitions.clone(),

@@ -11,26 +11,38 @@ use std::sync::Arc;
 /// decide; one pool knows only its own).
 pub type Readiness = Box<dyn Fn() -> bool + Send + Sync>;
 
-/// Turns pool decisions into metric updates.
+/// Turns one cluster's pool decisions into metric updates.
 pub struct MetricEvents {
+    /// The cluster whose pool this is.
+    cluster: String,
     metrics: Arc<Metrics>,
     readiness: Readiness,
     transitions: Arc<Transitions>,
 }
 
 impl MetricEvents {
-    /// Counts into `metrics` and keeps transitions in `transitions`; `kubegate_ready` follows
-    /// `readiness` whenever a routing table changes.
+    /// Counts `cluster`'s pool into `metrics` and keeps transitions in `transitions`;
+    /// `kubegate_ready` follows `readiness` whenever a routing table changes.
     pub fn new(
+        cluster: &str,
         metrics: Arc<Metrics>,
         readiness: Readiness,
         transitions: Arc<Transitions>,
     ) -> MetricEvents {
         MetricEvents {
+            cluster: cluster.to_string(),
             metrics,
             readiness,
             transitions,
         }
+    }
+
+    fn publish_cluster(&self, name: &str) {
+        self.metrics
+            .backends
+            .cluster
+            .with_label_values(&[name, &self.cluster])
+            .set(1);
     }
 
     fn publish_state(&self, name: &str, state: BackendState) {
@@ -47,12 +59,14 @@ impl MetricEvents {
 impl PoolEvents for MetricEvents {
     fn backend_added(&self, name: &str, state: BackendState) {
         self.metrics.init_backend(name);
+        self.publish_cluster(name);
         self.publish_state(name, state);
     }
 
     fn backend_renamed(&self, old: &str, new: &str, state: BackendState) {
         self.metrics.forget_backend(old);
         self.metrics.init_backend(new);
+        self.publish_cluster(new);
         self.publish_state(new, state);
     }
 
@@ -106,7 +120,11 @@ impl PoolEvents for MetricEvents {
         self.metrics.forget_backend(name);
     }
 
-    fn routing_changed(&self, _ready: usize) {
-        self.metrics.gateway.ready.set((self.readiness)() as i64);
+    fn routing_changed(&self, ready: usize) {
+        let g = &self.metrics.gateway;
+        g.cluster_ready_backends
+            .with_label_values(&[&self.cluster])
+            .set(i64::try_from(ready).unwrap_or(i64::MAX));
+        g.ready.set((self.readiness)() as i64);
     }
 }

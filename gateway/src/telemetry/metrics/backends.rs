@@ -12,6 +12,8 @@ const PROBE_BUCKETS: &[f64] = &[
 pub struct BackendMetrics {
     /// `kubegate_backend_state{backend,state}`: one-hot per backend.
     pub state: IntGaugeVec,
+    /// `kubegate_backend_cluster{backend,cluster}`: 1, the cluster each backend belongs to.
+    pub cluster: IntGaugeVec,
     /// `kubegate_backend_state_transitions_total{backend,from,to}`.
     pub state_transitions: IntCounterVec,
     /// `kubegate_backend_probes_total{backend,result}`.
@@ -31,6 +33,7 @@ impl BackendMetrics {
     pub fn new(r: &Registry) -> BackendMetrics {
         BackendMetrics {
             state: gauge_vec(r, "kubegate_backend_state", "1 for each backend's current health state (unknown, ready, not_ready, down, removed).", &["backend", "state"]),
+            cluster: gauge_vec(r, "kubegate_backend_cluster", "Always 1: the cluster each backend belongs to (join on backend to group any backend series by cluster).", &["backend", "cluster"]),
             state_transitions: counter_vec(r, "kubegate_backend_state_transitions_total", "Backend health state changes.", &["backend", "from", "to"]),
             probes: counter_vec(r, "kubegate_backend_probes_total", "Readiness probes by result (pass, fail, tls_error, refused, timeout, reset, error, not_run).", &["backend", "result"]),
             probe_duration: histogram_vec(r, "kubegate_backend_probe_duration_seconds", "Time for one readiness probe: connect, TLS handshake and response.", &["backend"], PROBE_BUCKETS),
@@ -52,6 +55,7 @@ impl BackendMetrics {
         forget_in(
             &[
                 &self.state,
+                &self.cluster,
                 &self.state_transitions,
                 &self.probes,
                 &self.probe_duration,

@@ -11,6 +11,8 @@ pub struct GatewayMetrics {
     pub lifecycle_phase: IntGaugeVec,
     /// `kubegate_ready`: 1 while the admin `/readyz` answers 200.
     pub ready: IntGauge,
+    /// `kubegate_cluster_ready_backends{cluster}`: each cluster's ready backends.
+    pub cluster_ready_backends: IntGaugeVec,
     /// `kubegate_heap_allocated_bytes`: held in allocations (set when scraped).
     pub heap_allocated: IntGauge,
     /// `kubegate_heap_resident_bytes`: the allocator's resident pages (set when scraped).
@@ -31,6 +33,7 @@ impl GatewayMetrics {
             build_info: gauge_vec(r, "kubegate_build_info", "Always 1; labels carry the build: version, revision (commit), tree_state (clean, dirty), rustc.", &["version", "revision", "tree_state", "rustc"]),
             lifecycle_phase: gauge_vec(r, "kubegate_lifecycle_phase", "1 for the gateway's current lifecycle phase (starting, serving, stopping, draining).", &["phase"]),
             ready: gauge(r, "kubegate_ready", "1 while the gateway is serving with at least one ready backend (its /readyz answers 200)."),
+            cluster_ready_backends: gauge_vec(r, "kubegate_cluster_ready_backends", "Ready backends of each cluster (default: the one cluster of a file without clusters:).", &["cluster"]),
             heap_allocated: gauge(r, "kubegate_heap_allocated_bytes", "Bytes kubegate holds in heap allocations (the allocator's count, when scraped)."),
             heap_resident: gauge(r, "kubegate_heap_resident_bytes", "Resident bytes of the allocator's pages: allocations, freed memory kept for reuse, metadata (when scraped)."),
         }
