@@ -426,3 +426,76 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
         1.0
     );
 }
+
+/// Cluster a's replicas crash and come back one after the other while cluster b's clients
+/// open connection after connection: not one of b's fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_in_one_cluster_costs_the_other_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pki, pki_a, pki_b) = (
+        Pki::new(&dir.path().join("gateway")),
+        Pki::new(&dir.path().join("a")),
+        Pki::new(&dir.path().join("b")),
+    );
+    let a_names = ["a.example", "kubernetes"];
+    let mut a_sims = vec![
+        replica(&pki_a, "a1", &a_names),
+        replica(&pki_a, "a2", &a_names),
+    ];
+    let b_names = ["b.example", "kubernetes"];
+    let (b1, b2) = (
+        replica(&pki_b, "b1", &b_names),
+        replica(&pki_b, "b2", &b_names),
+    );
+    let mut cfg = KubegateConfig::new(&[]);
+    let a_refs: Vec<&Sim> = a_sims.iter().collect();
+    cfg.clusters = vec![
+        cluster("a", &["a.example"], &pki_a, &a_refs, &cfg.health),
+        cluster("b", &["b.example"], &pki_b, &[&b1, &b2], &cfg.health),
+    ];
+    let kg = Kubegate::start(&pki, &cfg);
+    for name in ["a1", "a2", "b1", "b2"] {
+        kg.wait_state(name, "ready", T);
+    }
+    // b's clients, a new connection for every request, until told to stop.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients = {
+        let (stop, listen) = (stop.clone(), kg.listen);
+        let config = tls_client_config(&pki_b, &[b"http/1.1"]);
+        tokio::spawn(async move {
+            let (mut served, mut failed) = (0u32, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let answer = async {
+                    let mut c =
+                        Conn::open_named(listen, config.clone(), "b.example", false).await?;
+                    c.get("/api/v1/namespaces/default/configmaps").await
+                };
+                match answer.await {
+                    Ok(r) if r.status == 200 => served += 1,
+                    Ok(r) => failed.push(format!("{} {}", r.status, r.text())),
+                    Err(e) => failed.push(e.to_string()),
+                }
+            }
+            (served, failed)
+        })
+    };
+    for i in 0..a_sims.len() {
+        let name = a_sims[i].name.clone();
+        a_sims[i].kill();
+        kg.wait_state(&name, "down", T);
+        a_sims[i].restart();
+        kg.wait_state(&name, "ready", T);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (served, failed) = clients.await.unwrap();
+    assert!(failed.is_empty(), "b's clients failed: {failed:?}");
+    assert!(served >= 10, "b's clients were served {served} times");
+    assert_eq!(
+        kg.metric(
+            r#"kubegate_backend_state_transitions_total{backend="b1",from="ready",to="down"}"#
+        ) + kg.metric(
+            r#"kubegate_backend_state_transitions_total{backend="b2",from="ready",to="down"}"#
+        ),
+        0.0
+    );
+}
