@@ -438,7 +438,7 @@ async fn a_restart_in_one_cluster_costs_the_other_nothing() {
         Pki::new(&dir.path().join("b")),
     );
     let a_names = ["a.example", "kubernetes"];
-    let mut a_sims = vec![
+    let mut a_sims = [
         replica(&pki_a, "a1", &a_names),
         replica(&pki_a, "a2", &a_names),
     ];
@@ -479,11 +479,11 @@ async fn a_restart_in_one_cluster_costs_the_other_nothing() {
             (served, failed)
         })
     };
-    for i in 0..a_sims.len() {
-        let name = a_sims[i].name.clone();
-        a_sims[i].kill();
+    for sim in a_sims.iter_mut() {
+        let name = sim.name.clone();
+        sim.kill();
         kg.wait_state(&name, "down", T);
-        a_sims[i].restart();
+        sim.restart();
         kg.wait_state(&name, "ready", T);
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -498,4 +498,84 @@ async fn a_restart_in_one_cluster_costs_the_other_nothing() {
         ),
         0.0
     );
+}
+
+/// A reload adds a cluster, removes one and gives a third another replica: clients of the new
+/// one get through, the removed one's names are unrecognized, and a connection open to the
+/// kept cluster goes on as if nothing happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_adds_changes_and_removes_clusters_without_touching_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let pkis: Vec<Pki> = ["gateway", "a", "b", "c"]
+        .iter()
+        .map(|d| Pki::new(&dir.path().join(d)))
+        .collect();
+    let (pki, pki_a, pki_b, pki_c) = (&pkis[0], &pkis[1], &pkis[2], &pkis[3]);
+    let a1 = replica(pki_a, "a1", &["a.example", "kubernetes"]);
+    let a2 = replica(pki_a, "a2", &["a.example", "kubernetes"]);
+    let b1 = replica(pki_b, "b1", &["b.example", "kubernetes"]);
+    let c1 = replica(pki_c, "c1", &["c.example", "kubernetes"]);
+    let mut cfg = KubegateConfig::new(&[]);
+    cfg.clusters = vec![
+        cluster("a", &["a.example"], pki_a, &[&a1], &cfg.health),
+        cluster("b", &["b.example"], pki_b, &[&b1], &cfg.health),
+    ];
+    let kg = Kubegate::start(pki, &cfg);
+    kg.wait_state("a1", "ready", T);
+    kg.wait_state("b1", "ready", T);
+    let as_a = tls_client_config(pki_a, &[b"h2"]);
+    let mut kept = Conn::open_named(kg.listen, as_a.clone(), "a.example", true)
+        .await
+        .unwrap();
+    assert_eq!(answered(&mut kept, &[&a1]).await, ("a1".to_string(), 200));
+
+    let base = cfg.health.clone();
+    cfg.clusters = vec![
+        cluster("a", &["a.example"], pki_a, &[&a1, &a2], &base),
+        cluster("c", &["c.example"], pki_c, &[&c1], &base),
+    ];
+    kg.rewrite(&cfg);
+    kg.wait_state("c1", "ready", T);
+    kg.wait_state("a2", "ready", T);
+    wait_for("b1 forgotten", T, || kg.state("b1").is_none().then_some(()));
+    assert_eq!(
+        kg.metric(r#"kubegate_config_reloads_total{result="success"}"#),
+        1.0
+    );
+
+    // The connection opened before the reload is served by the same replica still.
+    assert_eq!(answered(&mut kept, &[&a1]).await, ("a1".to_string(), 200));
+    let mut c = Conn::open_named(
+        kg.listen,
+        tls_client_config(pki_c, &[b"h2"]),
+        "c.example",
+        true,
+    )
+    .await
+    .unwrap();
+    assert_eq!(answered(&mut c, &[&c1]).await, ("c1".to_string(), 200));
+    let e = Conn::open_named(
+        kg.listen,
+        tls_client_config(pki_b, &[b"h2"]),
+        "b.example",
+        true,
+    )
+    .await
+    .err()
+    .expect("cluster b is gone");
+    assert!(e.to_string().contains("UnrecognisedName"), "{e}");
+    // a's new replica takes new connections too.
+    let mut reached = std::collections::BTreeSet::new();
+    for _ in 0..4 {
+        let mut c = Conn::open_named(kg.listen, as_a.clone(), "a.example", true)
+            .await
+            .unwrap();
+        reached.insert(answered(&mut c, &[&a1, &a2]).await.0);
+    }
+    assert!(reached.contains("a2"), "{reached:?}");
+    // Once b1 is forgotten, nothing of cluster b is left in the metrics.
+    wait_for("b's series gone", T, || {
+        let m = kg.admin_body("/metrics");
+        (!m.contains(r#"cluster="b""#) && !m.contains(r#"backend="b1""#)).then_some(())
+    });
 }

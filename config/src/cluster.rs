@@ -531,6 +531,51 @@ clusters:
     }
 
     #[test]
+    fn a_reload_lists_clusters_added_removed_and_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.crt"), "pem").unwrap();
+        let load = |text: &str| load_str(text, Path::new("kubegate.yaml"), dir.path()).unwrap();
+        let before = load(TWO);
+        let after = load(
+            &TWO.replace("clusters: [a, b]", "clusters: [a, c]")
+                .replace(
+                    "      - { name: a1, address: 127.0.0.1:7001 }\n",
+                    "      - { name: a1, address: 127.0.0.1:7001 }\n      - { name: a2, address: 127.0.0.1:7003 }\n",
+                )
+                .replace("[a.example, \"*.a.example\"]", "[a.example]")
+                .replace("name: b\n", "name: c\n")
+                .replace("[b.example]", "[c.example]"),
+        );
+        let changes = crate::diff(&before, &after);
+        let names: Vec<String> = changes
+            .iter()
+            .map(|c| match c {
+                crate::Change::ClusterAdded(c) => format!("added {}", c.name),
+                crate::Change::ClusterRemoved(name) => format!("removed {name}"),
+                crate::Change::ClusterChanged {
+                    name,
+                    server_names,
+                    changes,
+                } => format!("changed {name} {server_names:?} {}", changes.len()),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "changed a Some([\"a.example\"]) 1",
+                "added c",
+                "removed b",
+                "NeedsRestart(\"listeners\")"
+            ]
+        );
+        // From the one-cluster form to clusters: every route changes, a restart.
+        let one = "listeners:\n  - address: 127.0.0.1:6443\nbackends:\n  - address: 127.0.0.1:7001\nhealth:\n  tls:\n    ca_file: ca.crt\n";
+        let changes = crate::diff(&load(one), &after);
+        assert!(changes.contains(&crate::Change::NeedsRestart("clusters")));
+    }
+
+    #[test]
     fn an_older_release_is_told_of_clusters_where_they_are_written() {
         let found: Vec<_> = crate::keys_newer_than(TWO, (0, 2, 0))
             .into_iter()

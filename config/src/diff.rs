@@ -1,9 +1,11 @@
-//! What changed between the running configuration and a newly loaded one.
+//! What changed between the running configuration and a newly loaded one: with `clusters:`,
+//! cluster by cluster (added, removed, changed and what in it).
 //!
 //! The gateway applies the list in one place (`reload`); here it is plain data so the rules are
 //! tested without sockets. Backends are identified by `address`: a backend whose address stays
 //! keeps its health state and its open connections across a reload.
 
+use crate::cluster::ClusterConfig;
 use crate::schema::{BackendSpec, Config};
 
 /// One difference between two configurations.
@@ -28,8 +30,23 @@ pub enum Change {
     /// shutdown, no_ready_backend, terminate, limits, dispatch) changed: it applies to the next connection with no further action.
     /// Names the key.
     Setting(&'static str),
+    /// A cluster that was not configured before (a file with `clusters:`).
+    ClusterAdded(Box<ClusterConfig>),
+    /// A cluster no longer configured: its backends are drained, then it is forgotten.
+    ClusterRemoved(String),
+    /// A cluster kept by name, changed: what changed in it (backends, `HealthChanged`,
+    /// `UpstreamChanged`, `Setting("dispatch")`), and its server names when they changed.
+    ClusterChanged {
+        /// Its name.
+        name: String,
+        /// Its server names now, when they changed.
+        server_names: Option<Vec<String>>,
+        /// What changed in it.
+        changes: Vec<Change>,
+    },
     /// A setting that only takes effect at start (listeners, admin, threads, upgrade,
-    /// discovery, clusters). Names the key. A
+    /// discovery, whether the file names clusters, a cluster's discovery or tls). Names the
+    /// key. A
     /// reload that holds one is refused, so the running process never claims a state it is not in.
     NeedsRestart(&'static str),
 }
@@ -81,35 +98,22 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         clusters,
     } = new;
     let mut changes = Vec::new();
-    for b in backends {
-        match old_backends.iter().find(|o| o.address == b.address) {
-            None => changes.push(Change::BackendAdded(b.clone())),
-            Some(o) if o != b => changes.push(Change::BackendUpdated {
-                before: o.clone(),
-                after: b.clone(),
-            }),
-            Some(_) => {}
+    // With clusters, the top-level health and upstream are what clusters inherit: their
+    // changes show in each cluster that inherits them (`Config::clusters`).
+    let named = (!old_clusters.is_empty(), !clusters.is_empty());
+    match named {
+        (false, false) => {
+            backend_changes(old_backends, backends, &mut changes);
+            if old_health != health {
+                changes.push(Change::HealthChanged);
+            }
+            if old_upstream != upstream {
+                changes.push(Change::UpstreamChanged);
+            }
         }
-    }
-    for o in old_backends {
-        if !backends.iter().any(|b| b.address == o.address) {
-            changes.push(Change::BackendRemoved(o.clone()));
-        }
-    }
-    // With clusters, the top-level health and upstream are what clusters inherit, and a
-    // cluster's pool and probes are built at start for now.
-    let named = !old_clusters.is_empty() || !clusters.is_empty();
-    if old_health != health {
-        changes.push(match named {
-            true => Change::NeedsRestart("health"),
-            false => Change::HealthChanged,
-        });
-    }
-    if old_upstream != upstream {
-        changes.push(match named {
-            true => Change::NeedsRestart("upstream"),
-            false => Change::UpstreamChanged,
-        });
+        (true, true) => cluster_changes(&old.clusters(), &new.clusters(), &mut changes),
+        // From one cluster to named ones or back: every route changes.
+        _ => changes.push(Change::NeedsRestart("clusters")),
     }
     let settings = [
         ("balance", old_balance != balance),
@@ -134,8 +138,6 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         ("threads", old_threads != threads),
         ("upgrade", old_upgrade != upgrade),
         ("discovery", old_discovery != discovery),
-        // A cluster's pool, probes and listeners' routes are built at start for now.
-        ("clusters", old_clusters != clusters),
     ];
     changes.extend(
         restart
@@ -144,6 +146,66 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
             .map(|(key, _)| Change::NeedsRestart(key)),
     );
     changes
+}
+
+/// The backends of `new` against those of `old`, by address, in `new`'s order.
+fn backend_changes(old: &[BackendSpec], new: &[BackendSpec], changes: &mut Vec<Change>) {
+    for b in new {
+        match old.iter().find(|o| o.address == b.address) {
+            None => changes.push(Change::BackendAdded(b.clone())),
+            Some(o) if o != b => changes.push(Change::BackendUpdated {
+                before: o.clone(),
+                after: b.clone(),
+            }),
+            Some(_) => {}
+        }
+    }
+    for o in old {
+        if !new.iter().any(|b| b.address == o.address) {
+            changes.push(Change::BackendRemoved(o.clone()));
+        }
+    }
+}
+
+/// The clusters of `new` against those of `old`, by name: added, removed, changed. A
+/// cluster's discovery and serving certificate are read at start.
+fn cluster_changes(old: &[ClusterConfig], new: &[ClusterConfig], changes: &mut Vec<Change>) {
+    for c in new {
+        let Some(o) = old.iter().find(|o| o.name == c.name) else {
+            changes.push(Change::ClusterAdded(Box::new(c.clone())));
+            continue;
+        };
+        if o == c {
+            continue;
+        }
+        if o.discovery != c.discovery {
+            changes.push(Change::NeedsRestart("clusters[].discovery"));
+        }
+        if o.tls != c.tls {
+            changes.push(Change::NeedsRestart("clusters[].tls"));
+        }
+        let mut inner = Vec::new();
+        backend_changes(&o.backends, &c.backends, &mut inner);
+        if o.health != c.health {
+            inner.push(Change::HealthChanged);
+        }
+        if o.upstream != c.upstream {
+            inner.push(Change::UpstreamChanged);
+        }
+        if o.dispatch != c.dispatch {
+            inner.push(Change::Setting("dispatch"));
+        }
+        changes.push(Change::ClusterChanged {
+            name: c.name.clone(),
+            server_names: (o.server_names != c.server_names).then(|| c.server_names.clone()),
+            changes: inner,
+        });
+    }
+    for o in old {
+        if !new.iter().any(|c| c.name == o.name) {
+            changes.push(Change::ClusterRemoved(o.name.clone()));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -52,6 +52,9 @@ pub struct Pool<P> {
     /// Bumped after every probe observed: drains waiting for a failure to show itself one
     /// backend's own look again.
     probed: tokio::sync::watch::Sender<u64>,
+    /// Every backend is being removed with the pool itself (its cluster left the
+    /// configuration): no drain waits for another backend to be ready.
+    retiring: std::sync::atomic::AtomicBool,
     this: Weak<Pool<P>>,
 }
 
@@ -75,6 +78,7 @@ impl<P: DataPlanes> Pool<P> {
             idle: Arc::new(Notify::new()),
             ready: tokio::sync::watch::Sender::new(0),
             probed: tokio::sync::watch::Sender::new(0),
+            retiring: std::sync::atomic::AtomicBool::new(false),
             this: this.clone(),
         })
     }
@@ -187,6 +191,21 @@ impl<P: DataPlanes> Pool<P> {
         health.checker = None;
         if let Some(t) = health.tracker.remove() {
             self.apply(&backend, &mut health, t, "removed from configuration");
+        }
+    }
+
+    /// Removes every backend, the pool going with them (its cluster left the configuration):
+    /// each drains until the drain deadline without waiting for another backend to be
+    /// ready, since none will be, and is forgotten once its work has ended.
+    pub fn retire(&self) {
+        self.retiring
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        for b in self.backends() {
+            let mut health = b.health();
+            health.checker = None;
+            if let Some(t) = health.tracker.remove() {
+                self.apply(&b, &mut health, t, "its cluster removed from configuration");
+            }
         }
     }
 
@@ -395,10 +414,11 @@ impl<P: DataPlanes> Pool<P> {
             // for it to go (and `no_ready_backend: alive` sends new work here anyway), so the
             // drain begins when another backend is ready.
             Order::Drain { timeout }
-                if !self
-                    .members()
-                    .iter()
-                    .any(|b| b.state() == BackendState::Ready) =>
+                if !self.retiring.load(std::sync::atomic::Ordering::Relaxed)
+                    && !self
+                        .members()
+                        .iter()
+                        .any(|b| b.state() == BackendState::Ready) =>
             {
                 tracing::info!(backend = %name, open, "no other backend is ready: the drain waits for one");
                 health.drain = Some(self.spawn_drain(backend, timeout, t.to, DrainWait::Ready));

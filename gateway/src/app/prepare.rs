@@ -75,8 +75,9 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
         .any(|l| l.mode == ListenerMode::Terminate)
     {
         let body_bytes = Arc::default();
+        let clusters = gateway.clusters();
         for spec in config.clusters() {
-            let Some(cluster) = gateway.clusters().named(&spec.name) else {
+            let Some(cluster) = clusters.named(&spec.name) else {
                 continue;
             };
             let rules = Rules::compile(&spec.dispatch, &gateway.metrics().terminate);
@@ -124,10 +125,9 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
         "kubegate starting"
     );
     let mut discovery = Vec::new();
+    let clusters = gateway.clusters();
     for spec in config.clusters() {
-        let (Some(settings), Some(cluster)) =
-            (spec.discovery, gateway.clusters().named(&spec.name))
-        else {
+        let (Some(settings), Some(cluster)) = (spec.discovery, clusters.named(&spec.name)) else {
             continue;
         };
         let credentials =

@@ -1,4 +1,7 @@
-//! Reloading the configuration on SIGHUP or when the file changes.
+//! Reloading the configuration on SIGHUP or when the file changes: backends, probes and
+//! terminate mode's upstream and rules; with `clusters:`, clusters added (a new pool),
+//! removed (its pool retired: its backends drain, then it is forgotten) and changed, the
+//! others untouched.
 //!
 //! A reload is all or nothing: the new file is loaded and validated, the changes are listed
 //! (`kubegate_config::diff`), and only if every change can be applied is anything applied. A
@@ -12,11 +15,12 @@
 
 use crate::control::files::{check_files_and_tls, log_warnings};
 use crate::control::notify;
-use crate::state::{pool_settings, probe_settings, Cluster, Gateway};
+use crate::state::{pool_settings, probe_settings, Cluster, Clusters, Gateway, Pool};
 use crate::telemetry::ReloadResult;
 use crate::terminate::{Rules, TerminateMode, Upstreams};
 use kubegate_config::{diff, load_str_with, Change, Config};
 use kubegate_health::ProbeSettings;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -29,8 +33,10 @@ const CHECK_EVERY: Duration = Duration::from_secs(1);
 struct Prepared {
     config: Config,
     changes: Vec<Change>,
-    /// New probe settings, when `health` changed.
+    /// New probe settings, when `health` changed (a file without `clusters:`).
     probes: Option<ProbeSettings>,
+    /// Probe settings of each cluster added, or whose health changed.
+    cluster_probes: HashMap<String, ProbeSettings>,
     /// New upstream TLS and identity for terminate mode, when `upstream` changed.
     upstreams: Option<Upstreams>,
 }
@@ -64,12 +70,35 @@ fn prepare(
             restart.join(", ")
         ));
     }
-    // Only a file without `clusters:` gets here with health or upstream changed (`diff`).
+    if terminating_listener(&config) {
+        // Terminate mode's state per cluster (its upstream, its rules, its certificate in the
+        // listeners' handshakes) is built at start.
+        if let Some(why) = changes.iter().find_map(needs_terminate_restart) {
+            return Err(format!(
+                "{why} cannot change while a terminate listener serves the clusters; restart kubegate to apply"
+            ));
+        }
+    }
     let probes = if changes.contains(&Change::HealthChanged) {
         Some(probe_settings(&config.health).map_err(|e| e.to_string())?)
     } else {
         None
     };
+    let mut cluster_probes = HashMap::new();
+    for spec in config.clusters() {
+        let probed = changes.iter().any(|c| match c {
+            Change::ClusterAdded(added) => added.name == spec.name,
+            Change::ClusterChanged { name, changes, .. } => {
+                *name == spec.name && changes.contains(&Change::HealthChanged)
+            }
+            _ => false,
+        });
+        if probed {
+            let p = probe_settings(&spec.health)
+                .map_err(|e| format!("cluster {}: health: {e}", spec.name))?;
+            cluster_probes.insert(spec.name, p);
+        }
+    }
     let upstreams = match terminating {
         Some(cluster) if changes.contains(&Change::UpstreamChanged) => {
             Some(Upstreams::load(&config.upstream, cluster).map_err(|e| format!("upstream: {e}"))?)
@@ -80,6 +109,7 @@ fn prepare(
         config,
         changes,
         probes,
+        cluster_probes,
         upstreams,
     })
 }
@@ -99,35 +129,84 @@ fn apply(gw: &Gateway, terminate: Option<&TerminateMode>, p: Prepared) -> Vec<Ch
             terminate.replace_rules(Rules::compile(&p.config.dispatch, &gw.metrics().terminate));
         }
     }
-    let clusters = p.config.clusters();
-    let mut probes = p.probes;
-    for spec in &clusters {
-        if let Some(cluster) = gw.clusters().named(&spec.name) {
-            let probes = probes.take();
-            cluster
-                .pool()
-                .reconfigure(pool_settings(&spec.health, &p.config.drain), probes);
-        }
-    }
-    let configured: usize = clusters.iter().map(|c| c.backends.len()).sum();
-    // Backends change here only in a file without `clusters:`: its one cluster's.
-    let pool = gw.clusters().all()[0].pool().clone();
+    let specs = p.config.clusters();
+    let configured: usize = specs.iter().map(|c| c.backends.len()).sum();
+    let running = gw.clusters();
+    let named = p.config.names_clusters();
+    let drain = p.config.drain.clone();
+    let (mut probes, mut cluster_probes) = (p.probes, p.cluster_probes);
     gw.config().replace(p.config);
+    let mut kept: HashMap<String, Arc<Cluster>> = running
+        .all()
+        .iter()
+        .map(|c| (c.name().to_string(), c.clone()))
+        .collect();
     for change in &p.changes {
         match change {
-            // Already there when discovery found it first: it is kept, now configured.
-            Change::BackendAdded(spec) if pool.configured(spec.address).is_some() => {
-                pool.update(spec)
+            Change::ClusterAdded(spec) => {
+                let Some(probes) = cluster_probes.remove(&spec.name) else {
+                    continue;
+                };
+                let cluster = gw.new_cluster((**spec).clone(), &drain, probes);
+                for b in &spec.backends {
+                    cluster.pool().add(b);
+                }
+                tracing::info!(
+                    cluster = spec.name,
+                    backends = spec.backends.len(),
+                    "cluster added"
+                );
+                kept.insert(spec.name.clone(), cluster);
             }
-            Change::BackendAdded(spec) => pool.add(spec),
-            Change::BackendRemoved(spec) => pool.remove(spec),
-            Change::BackendUpdated { after, .. } => pool.update(after),
+            Change::ClusterRemoved(name) => {
+                if let Some(cluster) = kept.remove(name) {
+                    retire(gw, cluster);
+                }
+            }
+            Change::ClusterChanged {
+                name,
+                server_names,
+                changes,
+            } => {
+                let Some(cluster) = kept.get(name).cloned() else {
+                    continue;
+                };
+                apply_backends(cluster.pool(), changes);
+                if let Some(names) = server_names {
+                    // The same pool, reached by the new names from now on.
+                    let renamed = Cluster::new(name.clone(), names.clone(), cluster.pool().clone());
+                    kept.insert(name.clone(), Arc::new(renamed));
+                }
+            }
+            // A file without `clusters:`: its one cluster's backends.
+            Change::BackendAdded(_) | Change::BackendRemoved(_) | Change::BackendUpdated { .. } => {
+                if let Some(cluster) = running.all().first() {
+                    apply_backends(cluster.pool(), std::slice::from_ref(change));
+                }
+            }
             Change::HealthChanged
             | Change::UpstreamChanged
             | Change::Setting(_)
             | Change::NeedsRestart(_) => {}
         }
     }
+    // Every pool takes the drain settings; each its cluster's health, and new probes where
+    // its health changed.
+    let mut list = Vec::with_capacity(specs.len());
+    for spec in &specs {
+        let Some(cluster) = kept.remove(&spec.name) else {
+            continue;
+        };
+        let new_probes = match named {
+            true => cluster_probes.remove(&spec.name),
+            false => probes.take(),
+        };
+        cluster
+            .pool()
+            .reconfigure(pool_settings(&spec.health, &drain), new_probes);
+        list.push(cluster);
+    }
+    gw.replace_clusters(Clusters::new(list, named));
     gw.metrics()
         .control
         .backends_configured
@@ -137,6 +216,71 @@ fn apply(gw: &Gateway, terminate: Option<&TerminateMode>, p: Prepared) -> Vec<Ch
         cluster.pool().rebuild_routing();
     }
     p.changes
+}
+
+/// Applies backend changes (`BackendAdded`, `BackendRemoved`, `BackendUpdated`) to `pool`.
+fn apply_backends(pool: &Pool, changes: &[Change]) {
+    for change in changes {
+        match change {
+            // Already there when discovery found it first: it is kept, now configured.
+            Change::BackendAdded(spec) if pool.configured(spec.address).is_some() => {
+                pool.update(spec)
+            }
+            Change::BackendAdded(spec) => pool.add(spec),
+            Change::BackendRemoved(spec) => pool.remove(spec),
+            Change::BackendUpdated { after, .. } => pool.update(after),
+            _ => {}
+        }
+    }
+}
+
+/// A cluster no longer configured: new clients no longer reach it (the caller puts the
+/// clusters without it in force); its backends drain like removed ones, their open work kept
+/// until the drain deadline, and the pool lives until the last is forgotten.
+fn retire(gw: &Gateway, cluster: Arc<Cluster>) {
+    tracing::info!(
+        cluster = cluster.name(),
+        "cluster removed; draining its backends"
+    );
+    let pool = cluster.pool().clone();
+    pool.retire();
+    let metrics = gw.metrics_shared();
+    let name = cluster.name().to_string();
+    tokio::spawn(async move {
+        while !pool.backends().is_empty() {
+            pool.idle().await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let _ = metrics
+            .gateway
+            .cluster_ready_backends
+            .remove_label_values(&[&name]);
+        tracing::info!(cluster = name, "removed cluster forgotten");
+    });
+}
+
+/// Whether `config` has a terminate-mode listener.
+fn terminating_listener(config: &Config) -> bool {
+    config
+        .listeners
+        .iter()
+        .any(|l| l.mode == kubegate_config::ListenerMode::Terminate)
+}
+
+/// What of a change needs a restart while a terminate listener serves clusters: a cluster
+/// added or removed, or one whose upstream or rules changed.
+fn needs_terminate_restart(change: &Change) -> Option<String> {
+    match change {
+        Change::ClusterAdded(c) => Some(format!("cluster {} (added)", c.name)),
+        Change::ClusterRemoved(name) => Some(format!("cluster {name} (removed)")),
+        Change::ClusterChanged { name, changes, .. }
+            if changes.contains(&Change::UpstreamChanged)
+                || changes.contains(&Change::Setting("dispatch")) =>
+        {
+            Some(format!("the upstream or dispatch rules of cluster {name}"))
+        }
+        _ => None,
+    }
 }
 
 /// Loads `text` and applies it if it can be applied whole.

@@ -12,15 +12,18 @@ use crate::state::settings::{pool_settings, probe_settings};
 use crate::telemetry::busiest::Busiest;
 use crate::telemetry::transitions::Transitions;
 use crate::telemetry::{MetricEvents, Metrics};
+use arc_swap::ArcSwap;
 use kubegate_config::Config;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 /// The gateway's shared state.
 pub struct Gateway {
+    /// Itself, for what its pools tell it (their readiness).
+    this: std::sync::Weak<Gateway>,
     config: RunningConfig,
-    /// Fixed at start: a reload that changes them is refused (`diff`).
-    clusters: Clusters,
+    /// Replaced whole by a reload that adds, changes or removes a cluster.
+    clusters: ArcSwap<Clusters>,
     lifecycle: Arc<Lifecycle>,
     metrics: Arc<Metrics>,
     /// Who sent the most requests lately (terminate mode), for the status page.
@@ -62,37 +65,28 @@ impl Gateway {
             );
         }
         let named = config.names_clusters();
-        let gw = Arc::new_cyclic(|gw: &std::sync::Weak<Gateway>| {
-            let clusters = specs
-                .into_iter()
-                .zip(probes)
-                .map(|(cluster, probes)| {
-                    // The gauge follows the whole gateway's readiness, not one pool's.
-                    let gw = gw.clone();
-                    let readiness =
-                        Box::new(move || gw.upgrade().is_some_and(|g| g.ready().is_ok()));
-                    let events = Arc::new(MetricEvents::new(
-                        &cluster.name,
-                        metrics.clone(),
-                        readiness,
-                        transitions.clone(),
-                    ));
-                    cluster_with_pool(cluster, &config, probes, events, &metrics)
-                })
-                .collect();
-            Gateway {
-                config: RunningConfig::new(config, path),
-                clusters: Clusters::new(clusters, named),
-                lifecycle,
-                metrics,
-                busiest: Busiest::default(),
-                transitions,
-                listeners,
-                started: std::time::SystemTime::now(),
-                client_capacity,
-                warned_limit: std::sync::atomic::AtomicUsize::new(0),
-            }
+        let drain = config.drain.clone();
+        // Pools tell the gateway's readiness through a weak handle to it: clusters are made
+        // once it exists.
+        let gw = Arc::new_cyclic(|this| Gateway {
+            this: this.clone(),
+            config: RunningConfig::new(config, path),
+            clusters: ArcSwap::from_pointee(Clusters::new(Vec::new(), named)),
+            lifecycle,
+            metrics,
+            busiest: Busiest::default(),
+            transitions,
+            listeners,
+            started: std::time::SystemTime::now(),
+            client_capacity,
+            warned_limit: std::sync::atomic::AtomicUsize::new(0),
         });
+        let clusters = specs
+            .into_iter()
+            .zip(probes)
+            .map(|(spec, probes)| gw.new_cluster(spec, &drain, probes))
+            .collect();
+        gw.replace_clusters(Clusters::new(clusters, named));
         gw.publish_client_limit();
         Ok(gw)
     }
@@ -133,9 +127,41 @@ impl Gateway {
         &self.config
     }
 
-    /// Every cluster.
-    pub fn clusters(&self) -> &Clusters {
-        &self.clusters
+    /// Every cluster, as configured now (a reload may replace them).
+    pub fn clusters(&self) -> Arc<Clusters> {
+        self.clusters.load_full()
+    }
+
+    /// Puts `clusters` in force: new clients are routed among them.
+    pub fn replace_clusters(&self, clusters: Clusters) {
+        self.clusters.store(Arc::new(clusters));
+    }
+
+    /// A cluster for `spec`, its pool probing with `probes` (no backend added yet), its
+    /// decisions counted in the gateway's metrics.
+    pub fn new_cluster(
+        &self,
+        spec: kubegate_config::ClusterConfig,
+        drain: &kubegate_config::DrainConfig,
+        probes: kubegate_health::ProbeSettings,
+    ) -> Arc<Cluster> {
+        // The gauge follows the whole gateway's readiness, not one pool's.
+        let gw = self.this.clone();
+        let readiness = Box::new(move || gw.upgrade().is_some_and(|g| g.ready().is_ok()));
+        let events = Arc::new(MetricEvents::new(
+            &spec.name,
+            self.metrics.clone(),
+            readiness,
+            self.transitions.clone(),
+        ));
+        let metrics = self.metrics.clone();
+        let pool = Pool::new(
+            pool_settings(&spec.health, drain),
+            Some(probes),
+            events,
+            move |name| Planes::new(metrics.clone(), name),
+        );
+        Arc::new(Cluster::new(spec.name, spec.server_names, pool))
     }
 
     /// Every metric.
@@ -191,8 +217,9 @@ impl Gateway {
     pub fn start_backends(&self) {
         let config = self.config.load_full();
         let mut configured = 0;
+        let clusters = self.clusters();
         for spec in config.clusters() {
-            let Some(cluster) = self.clusters.named(&spec.name) else {
+            let Some(cluster) = clusters.named(&spec.name) else {
                 continue;
             };
             for b in &spec.backends {
@@ -218,24 +245,6 @@ impl Gateway {
     /// cluster's control plane down is no reason to take every other cluster's entry point
     /// out of its load balancer).
     pub fn ready(&self) -> Result<(), &'static str> {
-        self.lifecycle.readiness(self.clusters.ready())
+        self.lifecycle.readiness(self.clusters.load().ready())
     }
-}
-
-/// `cluster`'s pool, probing with `probes`, its decisions told to `events`.
-fn cluster_with_pool(
-    cluster: kubegate_config::ClusterConfig,
-    config: &Config,
-    probes: kubegate_health::ProbeSettings,
-    events: Arc<MetricEvents>,
-    metrics: &Arc<Metrics>,
-) -> Arc<Cluster> {
-    let planes_metrics = metrics.clone();
-    let pool = Pool::new(
-        pool_settings(&cluster.health, &config.drain),
-        Some(probes),
-        events,
-        move |name| Planes::new(planes_metrics.clone(), name),
-    );
-    Arc::new(Cluster::new(cluster.name, cluster.server_names, pool))
 }

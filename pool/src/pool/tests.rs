@@ -357,6 +357,27 @@ async fn a_removed_backend_is_closed_at_the_deadline_then_forgotten() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_retired_pool_drains_every_backend_without_waiting_for_another_to_be_ready() {
+    let (pool, events) = pool(drains(30, 5));
+    let busy = ready_backend(&pool, 1, "a");
+    ready_backend(&pool, 2, "b");
+    busy.planes().set_open(1);
+    pool.retire();
+    assert!(pool.routing().ready.is_empty(), "no new work");
+    // b had nothing open: forgotten at once; a drains, though no backend is ready.
+    assert_eq!(pool.backends().len(), 1);
+    advance(Duration::from_secs(31)).await;
+    assert_eq!(busy.planes().closes(), [(CloseReason::DrainTimeout, 1)]);
+    busy.work_ended();
+    settle().await;
+    assert!(pool.backends().is_empty());
+    assert_eq!(
+        events_of(&events, &["forgotten"]),
+        ["forgotten b", "forgotten a"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_name_still_configured_keeps_its_series_when_its_old_self_is_forgotten() {
     let (pool, events) = pool(drains(30, 5));
     let old = ready_backend(&pool, 1, "a");
