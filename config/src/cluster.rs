@@ -569,6 +569,18 @@ clusters:
                 "NeedsRestart(\"listeners\")"
             ]
         );
+        // A cluster that discovers its replicas is neither added nor removed by a reload.
+        let discovering = TWO.replace(
+            "  - name: b\n",
+            "  - name: b\n    discovery: { kubeconfig: ca.crt }\n",
+        );
+        let without_b = discovering.replace("clusters: [a, b]", "clusters: [a]");
+        let cut = without_b.find("  - name: b\n").unwrap();
+        let changes = crate::diff(&load(&discovering), &load(&without_b[..cut]));
+        assert!(
+            changes.contains(&crate::Change::NeedsRestart("clusters[].discovery")),
+            "{changes:?}"
+        );
         // From the one-cluster form to clusters: every route changes, a restart.
         let one = "listeners:\n  - address: 127.0.0.1:6443\nbackends:\n  - address: 127.0.0.1:7001\nhealth:\n  tls:\n    ca_file: ca.crt\n";
         let changes = crate::diff(&load(one), &after);

@@ -168,10 +168,14 @@ fn backend_changes(old: &[BackendSpec], new: &[BackendSpec], changes: &mut Vec<C
 }
 
 /// The clusters of `new` against those of `old`, by name: added, removed, changed. A
-/// cluster's discovery and serving certificate are read at start.
+/// cluster's discovery (a task following its EndpointSlices) and serving certificate are
+/// set up at start, so a cluster with discovery is neither added nor removed by a reload.
 fn cluster_changes(old: &[ClusterConfig], new: &[ClusterConfig], changes: &mut Vec<Change>) {
     for c in new {
         let Some(o) = old.iter().find(|o| o.name == c.name) else {
+            if c.discovery.is_some() {
+                changes.push(Change::NeedsRestart("clusters[].discovery"));
+            }
             changes.push(Change::ClusterAdded(Box::new(c.clone())));
             continue;
         };
@@ -203,6 +207,9 @@ fn cluster_changes(old: &[ClusterConfig], new: &[ClusterConfig], changes: &mut V
     }
     for o in old {
         if !new.iter().any(|c| c.name == o.name) {
+            if o.discovery.is_some() {
+                changes.push(Change::NeedsRestart("clusters[].discovery"));
+            }
             changes.push(Change::ClusterRemoved(o.name.clone()));
         }
     }
