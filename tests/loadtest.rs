@@ -104,7 +104,21 @@ fn short_l4_runs_with_a_leader_against_kubegate_and_haproxy() {
     // kubegate: a rolling restart with a 5 s shutdown delay costs clients nothing.
     let rr = run(&report, "rolling-restart", "kubegate");
     assert_eq!(total(&rr["client_go_failures"]), 0, "{rr}");
-    assert_eq!(total(&rr["first_attempt_failures"]), 0, "{rr}");
+    // kubegate closes nothing itself. A request that races a replica's own close of its
+    // connections as it exits (after its in-flight requests drained) is reset and retried by
+    // the client: the apiserver does the same, and at L4 kubegate cannot see into it. On a
+    // loaded machine a CI run saw one such race.
+    let first = total(&rr["first_attempt_failures"]);
+    let replicas_closing: u64 = rr["explanation"]["explained"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| {
+            k.contains("first attempt") && k.contains("the replica closed its connections")
+        })
+        .map(|(_, v)| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(first, replicas_closing, "{rr}");
     assert_eq!(
         rr["watch"]["relists"], 0,
         "watches resume, never relist: {rr}"
