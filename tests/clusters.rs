@@ -64,6 +64,27 @@ async fn answered(conn: &mut Conn, sims: &[&Sim]) -> (String, u16) {
     (who, r.status)
 }
 
+/// Presents `from`'s admin certificate at `name`, trusting `at`'s CA for the server: the
+/// handshake's error, `None` when the connection ended without an answer (TLS 1.3: the
+/// client's handshake ends before the server has read its certificate), or the answer.
+async fn admin_of_another_cluster(
+    listen: SocketAddr,
+    at: &Pki,
+    from: &Pki,
+    name: &str,
+) -> Result<Option<Response>, String> {
+    let config = client_config_as(
+        at,
+        &[b"http/1.1"],
+        &from.dir().join("admin.crt"),
+        &from.dir().join("admin.key"),
+    );
+    let mut c = Conn::open_named(listen, config, name, false)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(c.get("/api/v1/namespaces/default/configmaps").await.ok())
+}
+
 /// Forwards one connection to `to`, sending the client's first `split` bytes in a segment of
 /// their own and the rest after a pause: a ClientHello in two TCP segments (and so, read as
 /// they come, in two reads).
@@ -151,20 +172,10 @@ async fn each_client_reaches_only_the_cluster_its_server_name_names() {
 
     // Cluster a's certificate presented to cluster b reaches b's replica, whose CA refuses it:
     // the client is never served as a's admin there.
-    let a_admin_at_b = client_config_as(
-        &pki_b,
-        &[b"http/1.1"],
-        &pki_a.dir().join("admin.crt"),
-        &pki_a.dir().join("admin.key"),
-    );
-    // (TLS 1.3: the client's handshake ends before the server has read its certificate, so
-    // the refusal comes as the connection's end instead of an answer.)
-    match Conn::open_named(kg.listen, a_admin_at_b, "b.example", false).await {
-        Err(e) => assert!(e.to_string().contains("alert"), "{e}"),
-        Ok(mut c) => match c.get("/api/v1/namespaces/default/configmaps").await {
-            Err(_) => {}
-            Ok(r) => assert_eq!(r.status, 401, "a's admin at b: {}", r.text()),
-        },
+    match admin_of_another_cluster(kg.listen, &pki_b, &pki_a, "b.example").await {
+        Err(e) => assert!(e.contains("alert"), "{e}"),
+        Ok(None) => {}
+        Ok(Some(r)) => assert_eq!(r.status, 401, "a's admin at b: {}", r.text()),
     }
 
     // A name no cluster answers, and no name at all (an IP address sends none) without a
@@ -392,18 +403,10 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
     );
 
     // Cluster a's admin certificate at b's name: b's CA does not verify it.
-    let a_admin_at_b = client_config_as(
-        &pki_b,
-        &[b"http/1.1"],
-        &pki_a.dir().join("admin.crt"),
-        &pki_a.dir().join("admin.key"),
-    );
-    match Conn::open_named(kg.listen, a_admin_at_b, "b.example", false).await {
-        Err(e) => assert!(e.to_string().contains("alert"), "{e}"),
-        Ok(mut c) => match c.get("/api/v1/namespaces/default/configmaps").await {
-            Err(_) => {}
-            Ok(r) => panic!("a's admin was answered at b: {} {}", r.status, r.text()),
-        },
+    match admin_of_another_cluster(kg.listen, &pki_b, &pki_a, "b.example").await {
+        Err(e) => assert!(e.contains("alert"), "{e}"),
+        Ok(None) => {}
+        Ok(Some(r)) => panic!("a's admin was answered at b: {} {}", r.status, r.text()),
     }
     assert!(
         kg.metric(r#"kubegate_tls_handshake_failures_total{reason="error"}"#) >= 1.0,
