@@ -315,9 +315,9 @@ pub enum ServerNamePattern<'a> {
 impl<'a> ServerNamePattern<'a> {
     /// Reads `written`, or says why it is not a server name a client can send.
     pub fn parse(written: &'a str) -> Result<ServerNamePattern<'a>, String> {
-        let (pattern, name) = match written.strip_prefix("*.") {
-            Some(suffix) => (ServerNamePattern::Suffix(suffix), suffix),
-            None => (ServerNamePattern::Exact(written), written),
+        let pattern = ServerNamePattern::checked(written);
+        let name = match pattern {
+            ServerNamePattern::Exact(n) | ServerNamePattern::Suffix(n) => n,
         };
         if name.parse::<std::net::IpAddr>().is_ok() {
             return Err(format!(
@@ -330,6 +330,15 @@ impl<'a> ServerNamePattern<'a> {
             ));
         }
         Ok(pattern)
+    }
+
+    /// Reads `written`, a name of a configuration that was checked (`parse` accepted it):
+    /// what routing does for every client, without checking it again.
+    pub fn checked(written: &'a str) -> ServerNamePattern<'a> {
+        match written.strip_prefix("*.") {
+            Some(suffix) => ServerNamePattern::Suffix(suffix),
+            None => ServerNamePattern::Exact(written),
+        }
     }
 
     /// Whether `name` (lower case) matches.

@@ -38,7 +38,7 @@ impl Cluster {
     fn matches(&self, name: &str) -> Option<(bool, usize)> {
         self.server_names
             .iter()
-            .filter_map(|w| ServerNamePattern::parse(w).ok())
+            .map(|w| ServerNamePattern::checked(w))
             .filter(|p| p.matches(name))
             .map(ServerNamePattern::rank)
             .max()
