@@ -4,7 +4,10 @@
 //! cluster's certificate and verified by that cluster's CA; a name no cluster answers, and no
 //! name at all without a `default_cluster`, are turned away with a TLS alert and counted.
 
-use kubegate_config::{ClusterSpec, ClusterTls, FrontProxy, HealthConfig, ListenerMode};
+use kubegate_config::{
+    ClusterSpec, ClusterTls, DispatchRule, Fallback, FrontProxy, HealthConfig, ListenerMode,
+    RuleMatch, TlsVersion, UpstreamConfig,
+};
 use kubegate_e2e::*;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -49,6 +52,37 @@ fn cluster(
         dispatch: Vec::new(),
         tls: None,
     }
+}
+
+/// `c` served in terminate mode: its own certificate (`kubegate-<cluster>`, from `pki`) for
+/// `name`, its clients verified by `pki`'s CA, `fp` its front-proxy identity upstream.
+fn terminating(
+    mut c: ClusterSpec,
+    pki: &Pki,
+    fp: &FrontProxyPki,
+    name: &str,
+    upstream: &UpstreamConfig,
+) -> ClusterSpec {
+    let (cert_file, key_file) =
+        pki.serving_with(&format!("kubegate-{}", c.name), "kubegate", &[name], -1, 30);
+    c.tls = Some(ClusterTls::new(cert_file, key_file, Some(pki.ca_file())));
+    let mut upstream = upstream.clone();
+    upstream.front_proxy = Some(FrontProxy::new(fp.cert.clone(), fp.key.clone()));
+    c.upstream = Some(upstream);
+    c
+}
+
+/// The certificate kubegate serves cluster `c` with ([`terminating`]'s), as DER.
+fn kubegate_cert(pki: &Pki, c: &str) -> Vec<u8> {
+    let pem = std::fs::read(pki.dir().join(format!("kubegate-{c}.crt"))).unwrap();
+    let der: rustls_pki_types::CertificateDer<'static> =
+        rustls_pki_types::pem::PemObject::from_pem_slice(&pem).unwrap();
+    der.to_vec()
+}
+
+/// The simulated replica that answered `r` (its `X-Kubegate-Sim-Replica`).
+fn served_by(r: &Response) -> String {
+    r.header("x-kubegate-sim-replica").unwrap_or("").to_string()
 }
 
 /// The replica (by its certificate) that answered on `conn`, with the request's status.
@@ -322,19 +356,7 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
     let b1 = Sim::behind_front_proxy(&pki_b, &fp_b, "b1", Vec::new());
     let mut cfg = KubegateConfig::new(&[]);
     cfg.listeners[0].mode = ListenerMode::Terminate;
-    let terminating = |mut c: ClusterSpec, pki: &Pki, fp: &FrontProxyPki, name: &str| {
-        let (cert_file, key_file) =
-            pki.serving_with(&format!("kubegate-{}", c.name), "kubegate", &[name], -1, 30);
-        c.tls = Some(ClusterTls {
-            cert_file,
-            key_file,
-            client_ca_file: Some(pki.ca_file()),
-        });
-        let mut upstream = cfg.upstream.clone();
-        upstream.front_proxy = Some(FrontProxy::new(fp.cert.clone(), fp.key.clone()));
-        c.upstream = Some(upstream);
-        c
-    };
+    let terminating = |c, pki, fp, name| terminating(c, pki, fp, name, &cfg.upstream);
     cfg.clusters = vec![
         terminating(
             cluster("a", &["a.example"], &pki_a, &[&a1, &a2], &cfg.health),
@@ -349,18 +371,12 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
             "b.example",
         ),
     ];
+    // b's tenant takes TLS 1.3 alone; a keeps rustls's default (1.2 and 1.3).
+    cfg.clusters[1].tls.as_mut().unwrap().min_version = Some(TlsVersion::Tls13);
     let kg = Kubegate::start(&pki, &cfg);
     for name in ["a1", "a2", "b1"] {
         kg.wait_state(name, "ready", T);
     }
-    let served_by = |r: &Response| r.header("x-kubegate-sim-replica").unwrap_or("").to_string();
-    let kubegate_cert = |pki: &Pki, c: &str| {
-        let pem = std::fs::read(pki.dir().join(format!("kubegate-{c}.crt"))).unwrap();
-        let der: rustls_pki_types::CertificateDer<'static> =
-            rustls_pki_types::pem::PemObject::from_pem_slice(&pem).unwrap();
-        der.to_vec()
-    };
-
     // One HTTP/2 connection per cluster: each sees its cluster's certificate, and its
     // requests are spread over its own replicas only, as its admin.
     let mut seen = std::collections::BTreeSet::new();
@@ -401,6 +417,31 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
         "{}",
         r.text()
     );
+
+    // A client offering TLS 1.2 alone: taken at a's name, refused at b's.
+    let mut c = Conn::open_named(
+        kg.listen,
+        tls12_client_config(&pki_a, &[b"h2"]),
+        "a.example",
+        true,
+    )
+    .await
+    .unwrap();
+    let r = c
+        .get("/api/v1/namespaces/default/configmaps")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let e = Conn::open_named(
+        kg.listen,
+        tls12_client_config(&pki_b, &[b"h2"]),
+        "b.example",
+        true,
+    )
+    .await
+    .err()
+    .expect("TLS 1.2 is refused at b.example");
+    assert!(e.to_string().contains("ProtocolVersion"), "{e}");
 
     // Cluster a's admin certificate at b's name: b's CA does not verify it.
     match admin_of_another_cluster(kg.listen, &pki_b, &pki_a, "b.example").await {
@@ -581,4 +622,138 @@ async fn a_reload_adds_changes_and_removes_clusters_without_touching_the_others(
         let m = kg.admin_body("/metrics");
         (!m.contains(r#"cluster="b""#) && !m.contains(r#"backend="b1""#)).then_some(())
     });
+}
+
+/// The same in terminate mode: a reload adds cluster c (its certificate, its client CA, its
+/// front-proxy identity), removes b, and gives a a new replica and a dispatch rule sending
+/// its reads there; a connection opened to a before the reload stays open and falls under the
+/// new rule at its next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_adds_changes_and_removes_clusters_in_terminate_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let pkis: Vec<Pki> = ["gateway", "a", "b", "c"]
+        .iter()
+        .map(|d| Pki::new(&dir.path().join(d)))
+        .collect();
+    let (pki, pki_a, pki_b, pki_c) = (&pkis[0], &pkis[1], &pkis[2], &pkis[3]);
+    let (fp_a, fp_b, fp_c) = (
+        pki_a.front_proxy(),
+        pki_b.front_proxy(),
+        pki_c.front_proxy(),
+    );
+    let a1 = Sim::behind_front_proxy(pki_a, &fp_a, "a1", Vec::new());
+    let a2 = Sim::behind_front_proxy(pki_a, &fp_a, "a2", Vec::new());
+    let b1 = Sim::behind_front_proxy(pki_b, &fp_b, "b1", Vec::new());
+    let c1 = Sim::behind_front_proxy(pki_c, &fp_c, "c1", Vec::new());
+    let mut cfg = KubegateConfig::new(&[]);
+    cfg.listeners[0].mode = ListenerMode::Terminate;
+    let (health, upstream) = (cfg.health.clone(), cfg.upstream.clone());
+    let a = |sims: &[&Sim]| {
+        let c = cluster("a", &["a.example"], pki_a, sims, &health);
+        terminating(c, pki_a, &fp_a, "a.example", &upstream)
+    };
+    let b = terminating(
+        cluster("b", &["b.example"], pki_b, &[&b1], &health),
+        pki_b,
+        &fp_b,
+        "b.example",
+        &upstream,
+    );
+    cfg.clusters = vec![a(&[&a1]), b];
+    let kg = Kubegate::start(pki, &cfg);
+    kg.wait_state("a1", "ready", T);
+    kg.wait_state("b1", "ready", T);
+    let mut kept = Conn::open_named(
+        kg.listen,
+        tls_client_config(pki_a, &[b"h2"]),
+        "a.example",
+        true,
+    )
+    .await
+    .unwrap();
+    let r = kept
+        .get("/api/v1/namespaces/default/configmaps")
+        .await
+        .unwrap();
+    assert_eq!((r.status, served_by(&r)), (200, "a1".to_string()));
+
+    let mut a = a(&[&a1, &a2]);
+    a.dispatch = vec![DispatchRule {
+        name: Some("reads-to-a2".into()),
+        matches: RuleMatch {
+            verbs: vec!["list".into()],
+            resources: vec!["configmaps".into()],
+            ..Default::default()
+        },
+        backends: vec!["a2".into()],
+        fallback: Fallback::None,
+        limit: None,
+    }];
+    let c = terminating(
+        cluster("c", &["c.example"], pki_c, &[&c1], &health),
+        pki_c,
+        &fp_c,
+        "c.example",
+        &upstream,
+    );
+    cfg.clusters = vec![a, c];
+    kg.rewrite(&cfg);
+    kg.wait_state("c1", "ready", T);
+    kg.wait_state("a2", "ready", T);
+    assert_eq!(
+        kg.metric(r#"kubegate_config_reloads_total{result="success"}"#),
+        1.0,
+        "{}",
+        kg.log()
+    );
+
+    // The connection from before the reload: open still, its reads now a2's.
+    for _ in 0..3 {
+        let r = kept
+            .get("/api/v1/namespaces/default/configmaps")
+            .await
+            .unwrap();
+        assert_eq!(
+            (r.status, served_by(&r)),
+            (200, "a2".to_string()),
+            "{}",
+            r.text()
+        );
+    }
+    // c: its own certificate, its replica, its CA (a's admin is refused at its name).
+    let mut to_c = Conn::open_named(
+        kg.listen,
+        tls_client_config(pki_c, &[b"h2"]),
+        "c.example",
+        true,
+    )
+    .await
+    .unwrap();
+    assert_eq!(to_c.peer(), kubegate_cert(pki_c, "c"));
+    let r = to_c
+        .get("/api/v1/namespaces/default/configmaps")
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.status, served_by(&r)),
+        (200, "c1".to_string()),
+        "{}",
+        r.text()
+    );
+    match admin_of_another_cluster(kg.listen, pki_c, pki_a, "c.example").await {
+        Err(e) => assert!(e.contains("alert"), "{e}"),
+        Ok(None) => {}
+        Ok(Some(r)) => panic!("a's admin was answered at c: {} {}", r.status, r.text()),
+    }
+    // b's name is no longer answered.
+    let e = Conn::open_named(
+        kg.listen,
+        tls_client_config(pki_b, &[b"h2"]),
+        "b.example",
+        true,
+    )
+    .await
+    .err()
+    .expect("cluster b is gone");
+    assert!(e.to_string().contains("UnrecognisedName"), "{e}");
 }

@@ -61,6 +61,32 @@ pub struct ClusterTls {
     /// cluster's CA signed is refused. Unset: none is asked for.
     #[serde(default)]
     pub client_ca_file: Option<PathBuf>,
+    /// Lowest TLS version this cluster's clients are offered: `"1.2"` (default: 1.2 and 1.3)
+    /// or `"1.3"`; as a listener's `tls.min_version`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_version: Option<crate::TlsVersion>,
+    /// Cipher suites offered to this cluster's clients, by rustls's names; empty: rustls's
+    /// defaults. As a listener's `tls.cipher_suites`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cipher_suites: Vec<String>,
+}
+
+impl ClusterTls {
+    /// Serving `cert_file` with `key_file`, clients verified by `client_ca_file`; rustls's
+    /// versions and suites.
+    pub fn new(
+        cert_file: PathBuf,
+        key_file: PathBuf,
+        client_ca_file: Option<PathBuf>,
+    ) -> ClusterTls {
+        ClusterTls {
+            cert_file,
+            key_file,
+            client_ca_file,
+            min_version: None,
+            cipher_suites: Vec::new(),
+        }
+    }
 }
 
 /// One cluster with everything it inherits filled in: what the gateway runs.
@@ -164,7 +190,8 @@ pub(crate) fn validate(
         .collect();
     // What clusters inherit, as written: each validates its copy against its own health.
     let upstream_written = config.upstream.clone();
-    crate::validate::validate_health(bad, &mut config.health, base_dir);
+    let inherited = config.clusters.iter().any(|c| c.health.is_none());
+    crate::validate::validate_health(bad, &mut config.health, base_dir, inherited);
     let top_health = config.health.clone();
     let mut names: HashMap<String, usize> = HashMap::new();
     let mut server_names: HashMap<String, String> = HashMap::new();
@@ -510,6 +537,23 @@ clusters:
         assert!(
             err.contains("kubegate.yaml:18:17: health.interval must be greater than 0"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn the_top_level_health_needs_a_ca_only_when_a_cluster_inherits_it() {
+        let own = "    health:\n      tls:\n        ca_file: ca.crt\n";
+        let every_cluster_its_own = TWO
+            .replace("health:\n  tls:\n    ca_file: ca.crt\n", "")
+            .replace(
+                "      - { name: a1, address: 127.0.0.1:7001 }\n",
+                &format!("      - {{ name: a1, address: 127.0.0.1:7001 }}\n{own}"),
+            );
+        load(&every_cluster_its_own).unwrap();
+        let a_inherits = TWO.replace("health:\n  tls:\n    ca_file: ca.crt\n", "");
+        assert!(
+            errors(&a_inherits).contains("health.tls.ca_file is required"),
+            "{a_inherits}"
         );
     }
 

@@ -960,6 +960,8 @@ pub(crate) mod tests_support {
                 cert_file: "c".into(),
                 key_file: "k".into(),
                 client_ca_file: Some("ca".into()),
+                min_version: Some(crate::TlsVersion::Tls13),
+                cipher_suites: vec!["TLS13_AES_256_GCM_SHA384".into()],
             }),
         }];
         c

@@ -303,7 +303,7 @@ pub(crate) fn validate_parts(
         }
     }
 
-    validate_health(bad, parts.health, base_dir);
+    validate_health(bad, parts.health, base_dir, true);
     if terminating {
         let health_tls = parts.health.tls.clone();
         validate_upstream(
@@ -330,11 +330,14 @@ pub(crate) fn validate_parts(
     }
 }
 
-/// How a cluster's replicas are probed.
+/// How a cluster's replicas are probed; `probes`: some cluster is probed with these settings
+/// (the top-level ones, with `clusters:`, only serve as defaults a cluster may not take, and
+/// then need no CA).
 pub(crate) fn validate_health(
     bad: &mut impl FnMut(String, String),
     h: &mut crate::schema::HealthConfig,
     base_dir: &Path,
+    probes: bool,
 ) {
     if !h.path.starts_with('/') || h.path.contains(['?', '#', ' ']) {
         bad(
@@ -369,7 +372,7 @@ pub(crate) fn validate_health(
         );
     }
     match (&h.tls.ca_file, h.tls.insecure_skip_verify) {
-        (None, false) => bad(
+        (None, false) if probes => bad(
             "health.tls".into(),
             "health.tls.ca_file is required (or set insecure_skip_verify: true, not for production)"
                 .into(),

@@ -11,6 +11,7 @@
 //! | `drain` | `kubegate drain` and `undrain`: a replica's work moved ahead of its restart |
 //! | `reload` | SIGHUP and file-change reloads: all or nothing |
 //! | `certs` | serving and front-proxy certificates that follow their files |
+//! | `terminated` | the tasks that follow each cluster terminate mode serves by name, ended with it |
 //! | `expiry` | every certificate file's expiry, exported |
 //! | `files` | the file checks `kubegate check` and every load run |
 //! | `init` | `kubegate init`: what a node needs to run kubegate, written for the chosen shape |
@@ -29,6 +30,7 @@ pub mod notify;
 mod reload;
 mod service;
 pub mod status;
+mod terminated;
 pub mod upgrade;
 
 pub use admin::AdminTls;

@@ -2,8 +2,9 @@
 //! pool's ready backends on HTTP/2 connections of its own, with the client's identity passed on
 //! by the apiserver's front-proxy scheme.
 //!
-//! Imports run one way: `listener` → `handle` → {`upgrade`, `watch`, `token_review`} →
-//! `dispatch` → {`connect`, `h2client`, `in_flight`, `skew`}, with `served`, `request`,
+//! Imports run one way: `listener` → `by_name` → `mode`; `listener` → `handle` → {`upgrade`,
+//! `watch`, `token_review`} → `dispatch` → {`connect`, `h2client`, `in_flight`, `skew`}, with
+//! `served`, `request`,
 //! `bodies`, `body`, `status`, `retry`, `rules`, `tokens` and `mode` as leaves; `versions`
 //! (started by the control runtime) uses `connect` and `h2client`; `share` (started by the
 //! control runtime too) asks moves of backends, which `watch` carries out.
@@ -27,6 +28,7 @@
 //! | `upgrade` | exec, attach, port-forward, proxy, a watch over WebSocket: HTTP/1.1 end to end, 101 passed on, then bytes both ways |
 //! | `watch` | watch continuity: a watch whose replica goes away continues on another from its last position, until its time is up |
 //! | `share` | the share of long-running requests kept even: a replica holding more than its share asks some of its watches to move |
+//! | `by_name` | the clusters served by server name: each one's handshake and terminate state, changed by a reload |
 //! | `resets` | the rapid reset rule: a connection whose streams are mostly reset at once is closed |
 //! | `retry` | the pure rule of when a request may go to another backend |
 //! | `mode`, `tls`, `body`, `status` | shared upstream settings, upstream TLS, response bodies, the `Status` errors kubegate answers itself |
@@ -37,6 +39,7 @@
 
 mod bodies;
 mod body;
+mod by_name;
 mod connect;
 mod dispatch;
 mod h2client;
@@ -59,8 +62,9 @@ mod upgrade;
 mod versions;
 mod watch;
 
+pub use by_name::{ClusterFiles, TerminatedCluster, TerminatedClusters};
 pub use listener::TerminateListener;
-pub use mode::{TerminateMode, Upstreams};
+pub use mode::{TerminateMode, UpstreamFiles, Upstreams};
 pub use rules::Rules;
 pub use share::keep as keep_share;
 pub use versions::learn as learn_versions;

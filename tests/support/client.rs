@@ -81,11 +81,32 @@ pub fn client_config_as(
     crt: &std::path::Path,
     key: &std::path::Path,
 ) -> rustls::ClientConfig {
+    client_config_offering(pki, alpn, crt, key, rustls::DEFAULT_VERSIONS)
+}
+
+/// [`tls_client_config`] offering TLS 1.2 alone, as an older client does.
+pub fn tls12_client_config(pki: &Pki, alpn: &[&[u8]]) -> rustls::ClientConfig {
+    client_config_offering(
+        pki,
+        alpn,
+        &pki.dir().join("admin.crt"),
+        &pki.dir().join("admin.key"),
+        &[&rustls::version::TLS12],
+    )
+}
+
+fn client_config_offering(
+    pki: &Pki,
+    alpn: &[&[u8]],
+    crt: &std::path::Path,
+    key: &std::path::Path,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> rustls::ClientConfig {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let chain = vec![CertificateDer::from_pem_file(crt).unwrap()];
     let key = PrivateKeyDer::from_pem_file(key).unwrap();
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(versions)
         .unwrap()
         .with_root_certificates(roots(pki))
         .with_client_auth_cert(chain, key)

@@ -8,7 +8,7 @@ use crate::control::{self, upgrade, AdminTls, ControlParts, UpgradeState};
 use crate::net::{self, Serve};
 use crate::passthrough::Passthrough;
 use crate::state::{ClientListener, Gateway};
-use crate::terminate::{Rules, TerminateListener, TerminateMode};
+use crate::terminate::{ClusterFiles, Rules, TerminateListener, TerminateMode, TerminatedClusters};
 use kubegate_config::{load_file_with, Config, ListenerMode};
 use std::net::TcpListener;
 use std::path::Path;
@@ -67,31 +67,34 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
         descriptors.client_capacity(),
         counts,
     )?;
-    // Terminate mode's state for each cluster, when a listener terminates TLS.
+    // Terminate mode's state: for the one cluster of a file without `clusters:`, or for each
+    // cluster with a serving certificate, when a listener terminates TLS.
     let mut terminate = Vec::new();
+    let by_name = Arc::new(TerminatedClusters::new());
     if config
         .listeners
         .iter()
         .any(|l| l.mode == ListenerMode::Terminate)
     {
-        let body_bytes = Arc::default();
         let clusters = gateway.clusters();
         for spec in config.clusters() {
             let Some(cluster) = clusters.named(&spec.name) else {
                 continue;
             };
             let rules = Rules::compile(&spec.dispatch, &gateway.metrics().terminate);
-            let mode = TerminateMode::new(
-                &spec.upstream,
-                cluster.clone(),
-                rules,
-                Arc::clone(&body_bytes),
-            )
-            .map_err(|e| anyhow::anyhow!("cluster {}: upstream: {e}", spec.name))?;
-            terminate.push(Arc::new(mode));
+            if !config.names_clusters() {
+                let mode =
+                    TerminateMode::new(&spec.upstream, cluster.clone(), rules, Arc::default())
+                        .map_err(|e| anyhow::anyhow!("upstream: {e}"))?;
+                terminate.push(Arc::new(mode));
+            } else if let Some(tls) = &spec.tls {
+                let files = ClusterFiles::load(&spec.name, tls, &spec.upstream)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                by_name.insert(cluster.clone(), files, rules);
+            }
         }
     }
-    let (listeners, serving) = bind_listeners(&config, inherited.as_mut(), &terminate)?;
+    let (listeners, serving) = bind_listeners(&config, inherited.as_mut(), &terminate, &by_name)?;
     let admin = match inherited
         .as_mut()
         .and_then(|i| i.take(config.admin.address))
@@ -154,6 +157,7 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
             admin,
             admin_tls,
             terminate,
+            by_name,
             serving,
             upgrade,
             discovery,
@@ -163,20 +167,20 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
 }
 
 /// Binds every listener (or takes it from `inherited`), each with its plane; and the serving
-/// certificates of the terminate-mode ones. `terminate`: terminate mode's state of each
-/// cluster, in configuration order.
+/// certificates of the terminate-mode ones. `terminate`: terminate mode's state of the one
+/// cluster of a file without `clusters:`; `by_name`: of each cluster of a file with them.
 #[allow(clippy::type_complexity)]
 fn bind_listeners(
     config: &Config,
     mut inherited: Option<&mut upgrade::Inherited>,
     terminate: &[Arc<TerminateMode>],
+    by_name: &Arc<TerminatedClusters>,
 ) -> anyhow::Result<(
     Vec<(TcpListener, Arc<dyn Serve>)>,
     Vec<Arc<kubegate_net::tls::ServingCert>>,
 )> {
     let mut listeners = Vec::new();
     let mut serving = Vec::new();
-    let clusters = config.clusters();
     for l in &config.listeners {
         let at = |e: String| anyhow::anyhow!("listeners: {}: {e}", l.address);
         let plane: Arc<dyn Serve> = match (l.mode, &l.tls) {
@@ -193,19 +197,7 @@ fn bind_listeners(
             // Each cluster it serves with that cluster's certificate (`kubegate check` made
             // sure each has one).
             (ListenerMode::Terminate, None) => {
-                let served = clusters
-                    .iter()
-                    .zip(terminate)
-                    .filter(|(c, _)| {
-                        l.clusters
-                            .as_ref()
-                            .is_none_or(|names| names.contains(&c.name))
-                    })
-                    .filter_map(|(c, mode)| Some((c.name.clone(), c.tls.as_ref()?, mode.clone())))
-                    .collect();
-                let listener = Arc::new(TerminateListener::by_name(l, served).map_err(at)?);
-                serving.extend(listener.serving().iter().cloned());
-                Arc::new(listener)
+                Arc::new(Arc::new(TerminateListener::by_name(l, by_name.clone())))
             }
         };
         let socket = match inherited.as_deref_mut().and_then(|i| i.take(l.address)) {

@@ -140,6 +140,13 @@ fn check_tls(config: &Config) -> Vec<Finding> {
                 &t.cipher_suites,
             ));
         }
+        if let Some(t) = &c.tls {
+            sections.push((
+                format!("clusters[{i}].tls"),
+                t.min_version,
+                &t.cipher_suites,
+            ));
+        }
     }
     sections
         .into_iter()

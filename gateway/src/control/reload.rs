@@ -1,7 +1,7 @@
 //! Reloading the configuration on SIGHUP or when the file changes: backends, probes and
-//! terminate mode's upstream and rules; with `clusters:`, clusters added (a new pool),
-//! removed (its pool retired: its backends drain, then it is forgotten) and changed, the
-//! others untouched.
+//! terminate mode's upstream and rules; with `clusters:`, clusters added (a new pool, and in
+//! terminate mode its handshake and state), removed (its pool retired: its backends drain,
+//! then it is forgotten) and changed, the others untouched.
 //!
 //! A reload is all or nothing: the new file is loaded and validated, the changes are listed
 //! (`kubegate_config::diff`), and only if every change can be applied is anything applied. A
@@ -15,9 +15,12 @@
 
 use crate::control::files::{check_files_and_tls, log_warnings};
 use crate::control::notify;
+use crate::control::terminated;
 use crate::state::{pool_settings, probe_settings, Cluster, Clusters, Gateway, Pool};
 use crate::telemetry::ReloadResult;
-use crate::terminate::{Rules, TerminateMode, Upstreams};
+use crate::terminate::{
+    ClusterFiles, Rules, TerminateMode, TerminatedClusters, UpstreamFiles, Upstreams,
+};
 use kubegate_config::{diff, load_str_with, Change, Config};
 use kubegate_health::ProbeSettings;
 use std::collections::HashMap;
@@ -39,6 +42,10 @@ struct Prepared {
     cluster_probes: HashMap<String, ProbeSettings>,
     /// New upstream TLS and identity for terminate mode, when `upstream` changed.
     upstreams: Option<Upstreams>,
+    /// With `clusters:` and a terminate listener: the files of each cluster added.
+    added_files: HashMap<String, ClusterFiles>,
+    /// ... and the upstream files of each cluster whose `upstream` changed.
+    changed_upstreams: HashMap<String, UpstreamFiles>,
 }
 
 /// Loads `text` (the file at `path`) against the `running` configuration (`terminating`: the
@@ -70,13 +77,35 @@ fn prepare(
             restart.join(", ")
         ));
     }
-    if terminating_listener(&config) {
-        // Terminate mode's state per cluster (its upstream, its rules, its certificate in the
-        // listeners' handshakes) is built at start.
-        if let Some(why) = changes.iter().find_map(needs_terminate_restart) {
-            return Err(format!(
-                "{why} cannot change while a terminate listener serves the clusters; restart kubegate to apply"
-            ));
+    // Terminate mode's state of each cluster by name: what an added cluster and a changed
+    // upstream read from files, read now.
+    let mut added_files = HashMap::new();
+    let mut changed_upstreams = HashMap::new();
+    if terminating_listener(&config) && config.names_clusters() {
+        for spec in config.clusters() {
+            let added = changes
+                .iter()
+                .any(|c| matches!(c, Change::ClusterAdded(a) if a.name == spec.name));
+            let upstream_changed = changes.iter().any(|c| match c {
+                Change::ClusterChanged { name, changes, .. } => {
+                    *name == spec.name && changes.contains(&Change::UpstreamChanged)
+                }
+                _ => false,
+            });
+            match &spec.tls {
+                Some(tls) if added => {
+                    added_files.insert(
+                        spec.name.clone(),
+                        ClusterFiles::load(&spec.name, tls, &spec.upstream)?,
+                    );
+                }
+                Some(_) if upstream_changed => {
+                    let files = UpstreamFiles::load(&spec.upstream)
+                        .map_err(|e| format!("cluster {}: upstream: {e}", spec.name))?;
+                    changed_upstreams.insert(spec.name.clone(), files);
+                }
+                _ => {}
+            }
         }
     }
     let probes = if changes.contains(&Change::HealthChanged) {
@@ -111,11 +140,18 @@ fn prepare(
         probes,
         cluster_probes,
         upstreams,
+        added_files,
+        changed_upstreams,
     })
 }
 
 /// Puts a prepared configuration in force.
-fn apply(gw: &Gateway, terminate: Option<&TerminateMode>, p: Prepared) -> Vec<Change> {
+fn apply(
+    gw: &Arc<Gateway>,
+    terminate: Option<&TerminateMode>,
+    by_name: &TerminatedClusters,
+    p: Prepared,
+) -> Vec<Change> {
     if p.config.health.tls.insecure_skip_verify {
         tracing::warn!(
             "health.tls.insecure_skip_verify is set: backend certificates are not verified"
@@ -135,6 +171,7 @@ fn apply(gw: &Gateway, terminate: Option<&TerminateMode>, p: Prepared) -> Vec<Ch
     let named = p.config.names_clusters();
     let drain = p.config.drain.clone();
     let (mut probes, mut cluster_probes) = (p.probes, p.cluster_probes);
+    let (mut added_files, mut changed_upstreams) = (p.added_files, p.changed_upstreams);
     gw.config().replace(p.config);
     let mut kept: HashMap<String, Arc<Cluster>> = running
         .all()
@@ -151,6 +188,11 @@ fn apply(gw: &Gateway, terminate: Option<&TerminateMode>, p: Prepared) -> Vec<Ch
                 for b in &spec.backends {
                     cluster.pool().add(b);
                 }
+                if let Some(files) = added_files.remove(&spec.name) {
+                    let rules = Rules::compile(&spec.dispatch, &gw.metrics().terminate);
+                    let terminated = by_name.insert(cluster.clone(), files, rules);
+                    terminated::follow(gw, &terminated);
+                }
                 tracing::info!(
                     cluster = spec.name,
                     backends = spec.backends.len(),
@@ -159,6 +201,7 @@ fn apply(gw: &Gateway, terminate: Option<&TerminateMode>, p: Prepared) -> Vec<Ch
                 kept.insert(spec.name.clone(), cluster);
             }
             Change::ClusterRemoved(name) => {
+                by_name.remove(name);
                 if let Some(cluster) = kept.remove(name) {
                     retire(gw, cluster);
                 }
@@ -172,6 +215,17 @@ fn apply(gw: &Gateway, terminate: Option<&TerminateMode>, p: Prepared) -> Vec<Ch
                     continue;
                 };
                 apply_backends(cluster.pool(), changes);
+                if let Some(terminated) = by_name.get(name) {
+                    let mode = terminated.mode();
+                    if let Some(files) = changed_upstreams.remove(name) {
+                        mode.replace(files.of(mode.cluster().clone()));
+                    }
+                    if changes.contains(&Change::Setting("dispatch")) {
+                        let spec = specs.iter().find(|s| s.name == *name);
+                        let dispatch = spec.map_or(&[][..], |s| &s.dispatch[..]);
+                        mode.replace_rules(Rules::compile(dispatch, &gw.metrics().terminate));
+                    }
+                }
                 if let Some(names) = server_names {
                     // The same pool, reached by the new names from now on.
                     let renamed = Cluster::new(name.clone(), names.clone(), cluster.pool().clone());
@@ -267,26 +321,11 @@ fn terminating_listener(config: &Config) -> bool {
         .any(|l| l.mode == kubegate_config::ListenerMode::Terminate)
 }
 
-/// What of a change needs a restart while a terminate listener serves clusters: a cluster
-/// added or removed, or one whose upstream or rules changed.
-fn needs_terminate_restart(change: &Change) -> Option<String> {
-    match change {
-        Change::ClusterAdded(c) => Some(format!("cluster {} (added)", c.name)),
-        Change::ClusterRemoved(name) => Some(format!("cluster {name} (removed)")),
-        Change::ClusterChanged { name, changes, .. }
-            if changes.contains(&Change::UpstreamChanged)
-                || changes.contains(&Change::Setting("dispatch")) =>
-        {
-            Some(format!("the upstream or dispatch rules of cluster {name}"))
-        }
-        _ => None,
-    }
-}
-
 /// Loads `text` and applies it if it can be applied whole.
 async fn try_reload(
-    gw: &Gateway,
+    gw: &Arc<Gateway>,
     terminate: Option<&TerminateMode>,
+    by_name: &TerminatedClusters,
     text: Vec<u8>,
 ) -> Result<Vec<Change>, String> {
     let path: PathBuf = gw.config().path().to_path_buf();
@@ -297,7 +336,7 @@ async fn try_reload(
         tokio::task::spawn_blocking(move || prepare(&text, &path, &running, terminating))
             .await
             .map_err(|e| format!("reload task failed: {e}"))?;
-    let result = prepared.map(|p| apply(gw, terminate, p));
+    let result = prepared.map(|p| apply(gw, terminate, by_name, p));
     notify::reloaded();
     result
 }
@@ -320,8 +359,13 @@ fn record(gw: &Gateway, trigger: &str, result: &Result<Vec<Change>, String>) {
 }
 
 /// Reloads on SIGHUP and whenever the file's content changes (with `terminate`, terminate
-/// mode's upstream settings too). Runs until the process ends.
-pub async fn watch(gw: Arc<Gateway>, terminate: Option<Arc<TerminateMode>>) {
+/// mode's upstream settings of a file without `clusters:` too; `by_name`, terminate mode's
+/// clusters of a file with them). Runs until the process ends.
+pub async fn watch(
+    gw: Arc<Gateway>,
+    terminate: Option<Arc<TerminateMode>>,
+    by_name: Arc<TerminatedClusters>,
+) {
     let terminate = terminate.as_deref();
     let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
     let path = gw.config().path().to_path_buf();
@@ -342,7 +386,7 @@ pub async fn watch(gw: Arc<Gateway>, terminate: Option<Arc<TerminateMode>>) {
                 match tokio::fs::read(&path).await {
                     Ok(text) => {
                         settled = Some(text.clone());
-                        let result = try_reload(&gw, terminate, text.clone()).await;
+                        let result = try_reload(&gw, terminate, &by_name, text.clone()).await;
                         if result.is_ok() {
                             in_force = Some(text);
                         }
@@ -363,7 +407,7 @@ pub async fn watch(gw: Arc<Gateway>, terminate: Option<Arc<TerminateMode>>) {
                     continue;
                 }
                 let second_look = unsettled.as_ref() == Some(&now);
-                let result = try_reload(&gw, terminate, now.clone()).await;
+                let result = try_reload(&gw, terminate, &by_name, now.clone()).await;
                 if result.is_err() && !second_look {
                     // Possibly caught mid-write: look again at the next check.
                     unsettled = Some(now);

@@ -5,9 +5,9 @@
 use crate::control::admin::{self, AdminTls};
 use crate::control::certs::{watch_certificates, Watched};
 use crate::control::discovery::{self, Credentials};
-use crate::control::{expiry, notify, reload, upgrade};
+use crate::control::{expiry, notify, reload, terminated, upgrade};
 use crate::state::{Cluster, Gateway, Phase};
-use crate::terminate::TerminateMode;
+use crate::terminate::{TerminateMode, TerminatedClusters};
 use async_trait::async_trait;
 use kubegate_config::DiscoveryConfig;
 use pingora_core::server::ShutdownWatch;
@@ -21,9 +21,13 @@ pub struct ControlParts {
     pub admin: std::net::TcpListener,
     /// The admin endpoint's TLS.
     pub admin_tls: Option<Arc<AdminTls>>,
-    /// Terminate mode's state for each cluster, when a listener terminates TLS: reloads and
-    /// the front-proxy certificate replace its upstream settings.
+    /// Terminate mode's state for the one cluster of a file without `clusters:`, when a
+    /// listener terminates TLS: reloads and the front-proxy certificate replace its upstream
+    /// settings.
     pub terminate: Vec<Arc<TerminateMode>>,
+    /// Terminate mode's clusters by server name (none without `clusters:` or a terminate
+    /// listener): each followed by its own tasks, added, changed and removed by reloads.
+    pub by_name: Arc<TerminatedClusters>,
     /// The serving certificates of terminate-mode listeners, which follow their files.
     pub serving: Vec<Arc<kubegate_net::tls::ServingCert>>,
     /// With `upgrade.socket` configured: what this process hands over, and what it took over.
@@ -104,15 +108,16 @@ impl BackgroundService for Control {
                 terminate.cluster().pool().clone(),
             ));
         }
+        for cluster in parts.by_name.all() {
+            terminated::follow(&gw, &cluster);
+        }
         reload::record_initial_load(&gw);
         tokio::spawn(admin::serve(admin, parts.admin_tls.clone(), gw.clone()));
-        // A reload changes terminate mode only in a file without `clusters:` (`diff`).
-        let reloaded = parts
-            .terminate
-            .first()
-            .filter(|_| !gw.clusters().by_server_name())
-            .cloned();
-        tokio::spawn(reload::watch(gw.clone(), reloaded));
+        tokio::spawn(reload::watch(
+            gw.clone(),
+            parts.terminate.first().cloned(),
+            parts.by_name.clone(),
+        ));
         let mut serving = parts.serving;
         if let Some(t) = &parts.admin_tls {
             serving.push(t.serving().clone());

@@ -15,6 +15,7 @@ use crate::net::Serve;
 use crate::state::ClientSlot;
 use crate::state::{Gateway, Phase, Route};
 use crate::telemetry::{ClientLimit, ClientProtocol, HandshakeFailure, Refusal};
+use crate::terminate::by_name::TerminatedClusters;
 use crate::terminate::handle::handle;
 use crate::terminate::mode::TerminateMode;
 use crate::terminate::request::{CertificateRefusal, Client};
@@ -22,7 +23,7 @@ use crate::terminate::resets::ResetWatch;
 use crate::terminate::tls::ALPN;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use kubegate_config::{ClusterTls, ListenerSpec, ListenerTls, TerminateConfig};
+use kubegate_config::{ListenerSpec, ListenerTls, TerminateConfig};
 use kubegate_net::tls::{server_config, ServingCert, TlsPolicy};
 use kubegate_wire::identity::{IdentityHeaders, UserInfo};
 use std::convert::Infallible;
@@ -48,15 +49,9 @@ enum Handshakes {
         acceptor: TlsAcceptor,
         mode: Arc<TerminateMode>,
     },
-    /// With the certificate and client CA of the cluster the ClientHello names.
-    ByName(Vec<ClusterHandshake>),
-}
-
-/// One cluster's side of a listener.
-struct ClusterHandshake {
-    cluster: String,
-    config: Arc<rustls::ServerConfig>,
-    mode: Arc<TerminateMode>,
+    /// With the certificate and client CA of the cluster the ClientHello names, as
+    /// configured now.
+    ByName(Arc<TerminatedClusters>),
 }
 
 impl TerminateListener {
@@ -85,37 +80,22 @@ impl TerminateListener {
         })
     }
 
-    /// `listener` serving `clusters` (each its name, its `tls` and terminate mode's state
-    /// for it); loads each serving certificate and client CA now.
+    /// `listener` serving, of `clusters`, those it names (or every one), each with its own
+    /// certificate and client CA.
     pub fn by_name(
         listener: &ListenerSpec,
-        clusters: Vec<(String, &ClusterTls, Arc<TerminateMode>)>,
-    ) -> Result<TerminateListener, String> {
-        let policy = TlsPolicy::new(None, &[])?;
-        let mut handshakes = Vec::with_capacity(clusters.len());
-        let mut serving = Vec::with_capacity(clusters.len());
-        for (cluster, tls, mode) in clusters {
-            let cert = Arc::new(
-                ServingCert::load(&tls.cert_file, &tls.key_file)
-                    .map_err(|e| format!("cluster {cluster}: {e}"))?,
-            );
-            let config = server_config(cert.clone(), tls.client_ca_file.as_deref(), &ALPN, &policy)
-                .map_err(|e| format!("cluster {cluster}: {e}"))?;
-            serving.push(cert);
-            handshakes.push(ClusterHandshake {
-                cluster,
-                config: Arc::new(config),
-                mode,
-            });
-        }
-        Ok(TerminateListener {
-            handshakes: Handshakes::ByName(handshakes),
-            serving,
+        clusters: Arc<TerminatedClusters>,
+    ) -> TerminateListener {
+        TerminateListener {
+            handshakes: Handshakes::ByName(clusters),
+            // Each cluster's certificate is followed with the cluster (`TerminatedCluster`).
+            serving: Vec::new(),
             listener: listener.clone(),
-        })
+        }
     }
 
-    /// Its serving certificates, which follow their files (the control plane watches them).
+    /// Its own serving certificates, which follow their files (the control plane watches
+    /// them).
     pub fn serving(&self) -> &[Arc<ServingCert>] {
         &self.serving
     }
@@ -327,16 +307,15 @@ async fn accept(
         .map(str::to_ascii_lowercase);
     let chosen = match gw.clusters().route(&listener.listener, name.as_deref()) {
         Route::To(cluster) => clusters
-            .iter()
-            .find(|c| c.cluster == cluster.name())
+            .get(cluster.name())
             .ok_or(Refusal::UnknownServerName),
         Route::NoServerName => Err(Refusal::NoServerName),
         Route::UnknownServerName => Err(Refusal::UnknownServerName),
     };
     match chosen {
         Ok(c) => Ok(Some((
-            start.into_stream(c.config.clone()).await?,
-            c.mode.clone(),
+            start.into_stream(c.handshake().clone()).await?,
+            c.mode().clone(),
         ))),
         Err(refusal) => {
             tracing::debug!(client = %addr, server_name = name.as_deref().unwrap_or(""), reason = refusal.as_str(), "no cluster of the listener answers the client's server name");

@@ -43,15 +43,37 @@ impl Upstreams {
 
     /// Reads the CA and front-proxy files of `upstream` (`cluster`'s) now.
     pub fn load(upstream: &UpstreamConfig, cluster: Arc<Cluster>) -> Result<Upstreams, String> {
+        Ok(UpstreamFiles::load(upstream)?.of(cluster))
+    }
+}
+
+/// What [`Upstreams`] reads from its files, loaded before the cluster it is for exists (a
+/// reload adding a cluster reads every file before it changes anything).
+pub struct UpstreamFiles {
+    tls: UpstreamTls,
+    identity: IdentityHeaders,
+}
+
+impl UpstreamFiles {
+    /// Reads the CA and front-proxy files of `upstream` now.
+    pub fn load(upstream: &UpstreamConfig) -> Result<UpstreamFiles, String> {
         let identity = match &upstream.front_proxy {
             Some(fp) => IdentityHeaders::new(fp)?,
             None => IdentityHeaders::default(),
         };
-        Ok(Upstreams {
-            cluster,
+        Ok(UpstreamFiles {
             tls: UpstreamTls::new(upstream)?,
             identity,
         })
+    }
+
+    /// The settings, reaching `cluster`'s backends.
+    pub fn of(self, cluster: Arc<Cluster>) -> Upstreams {
+        Upstreams {
+            cluster,
+            tls: self.tls,
+            identity: self.identity,
+        }
     }
 }
 
@@ -64,13 +86,19 @@ impl TerminateMode {
         rules: Rules,
         body_bytes: Arc<AtomicU64>,
     ) -> Result<TerminateMode, String> {
-        Ok(TerminateMode {
-            upstream: ArcSwap::from_pointee(Upstreams::load(upstream, cluster.clone())?),
-            cluster,
+        let upstreams = Upstreams::load(upstream, cluster)?;
+        Ok(TerminateMode::with(upstreams, rules, body_bytes))
+    }
+
+    /// The cluster `upstreams` reach, with `rules`; request bodies counted in `body_bytes`.
+    pub fn with(upstreams: Upstreams, rules: Rules, body_bytes: Arc<AtomicU64>) -> TerminateMode {
+        TerminateMode {
+            cluster: upstreams.cluster.clone(),
+            upstream: ArcSwap::from_pointee(upstreams),
             rules: ArcSwap::from_pointee(rules),
             tokens: Arc::default(),
             body_bytes,
-        })
+        }
     }
 
     /// The cluster served.

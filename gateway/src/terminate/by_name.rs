@@ -1,0 +1,168 @@
+//! The clusters terminate mode serves by server name: for each, the handshake its clients get
+//! (its serving certificate, its client CA, its TLS versions and suites) and its terminate
+//! state (upstream, rules, tokens). Shared by every terminate listener of a file with
+//! `clusters:`, and changed in place by a reload that adds, changes or removes a cluster: a
+//! new client finds what is configured now, a connection keeps the state it was accepted with
+//! (a removed cluster's open connections end with its retired pool's drain).
+
+use crate::state::Cluster;
+use crate::terminate::mode::{TerminateMode, UpstreamFiles};
+use crate::terminate::rules::Rules;
+use crate::terminate::tls::ALPN;
+use arc_swap::ArcSwap;
+use kubegate_config::ClusterTls;
+use kubegate_net::tls::{server_config, ServingCert, TlsPolicy};
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use tokio::task::AbortHandle;
+
+/// Every cluster terminate mode serves by name.
+pub struct TerminatedClusters {
+    by_name: ArcSwap<HashMap<String, Arc<TerminatedCluster>>>,
+    /// Request body bytes held for all clients of every cluster together (`bodies`).
+    body_bytes: Arc<AtomicU64>,
+}
+
+/// One cluster's handshake and terminate state.
+pub struct TerminatedCluster {
+    handshake: Arc<rustls::ServerConfig>,
+    serving: Arc<ServingCert>,
+    mode: Arc<TerminateMode>,
+    /// The control tasks that follow this cluster (its versions, its share, its certificate
+    /// files): ended when it is removed.
+    tasks: Mutex<Vec<AbortHandle>>,
+}
+
+/// What a cluster's handshake and upstream read from files, loaded before anything changes.
+pub struct ClusterFiles {
+    handshake: Arc<rustls::ServerConfig>,
+    serving: Arc<ServingCert>,
+    upstream: UpstreamFiles,
+}
+
+impl ClusterFiles {
+    /// Reads `tls` (the serving side) and `upstream` of cluster `name` now.
+    pub fn load(
+        name: &str,
+        tls: &ClusterTls,
+        upstream: &kubegate_config::UpstreamConfig,
+    ) -> Result<ClusterFiles, String> {
+        let at = |e: String| format!("cluster {name}: {e}");
+        let serving = Arc::new(ServingCert::load(&tls.cert_file, &tls.key_file).map_err(at)?);
+        let handshake = TlsPolicy::new(tls.min_version, &tls.cipher_suites)
+            .and_then(|policy| {
+                server_config(
+                    serving.clone(),
+                    tls.client_ca_file.as_deref(),
+                    &ALPN,
+                    &policy,
+                )
+            })
+            .map_err(at)?;
+        let upstream = UpstreamFiles::load(upstream).map_err(|e| at(format!("upstream: {e}")))?;
+        Ok(ClusterFiles {
+            handshake: Arc::new(handshake),
+            serving,
+            upstream,
+        })
+    }
+}
+
+impl TerminatedClusters {
+    /// No cluster yet.
+    pub fn new() -> TerminatedClusters {
+        TerminatedClusters {
+            by_name: ArcSwap::from_pointee(HashMap::new()),
+            body_bytes: Arc::default(),
+        }
+    }
+
+    /// Serves `cluster` with what `files` loaded and `rules`, replacing any cluster of its
+    /// name; the new entry, for its control tasks.
+    pub fn insert(
+        &self,
+        cluster: Arc<Cluster>,
+        files: ClusterFiles,
+        rules: Rules,
+    ) -> Arc<TerminatedCluster> {
+        let mode = TerminateMode::with(
+            files.upstream.of(cluster.clone()),
+            rules,
+            self.body_bytes.clone(),
+        );
+        let entry = Arc::new(TerminatedCluster {
+            handshake: files.handshake,
+            serving: files.serving,
+            mode: Arc::new(mode),
+            tasks: Mutex::default(),
+        });
+        let name = cluster.name().to_string();
+        self.by_name.rcu(|map| {
+            let mut map = HashMap::clone(map);
+            map.insert(name.clone(), entry.clone());
+            map
+        });
+        entry
+    }
+
+    /// No longer serves cluster `name`: new clients at its names are refused (routing no
+    /// longer finds it), its control tasks end.
+    pub fn remove(&self, name: &str) {
+        self.by_name.rcu(|map| {
+            let mut map = HashMap::clone(map);
+            map.remove(name);
+            map
+        });
+    }
+
+    /// Cluster `name`, if served.
+    pub fn get(&self, name: &str) -> Option<Arc<TerminatedCluster>> {
+        self.by_name.load().get(name).cloned()
+    }
+
+    /// Every cluster served.
+    pub fn all(&self) -> Vec<Arc<TerminatedCluster>> {
+        self.by_name.load().values().cloned().collect()
+    }
+}
+
+impl Default for TerminatedClusters {
+    fn default() -> TerminatedClusters {
+        TerminatedClusters::new()
+    }
+}
+
+impl TerminatedCluster {
+    /// The TLS its clients' handshakes complete with.
+    pub fn handshake(&self) -> &Arc<rustls::ServerConfig> {
+        &self.handshake
+    }
+
+    /// Its serving certificate, which follows its files.
+    pub fn serving(&self) -> &Arc<ServingCert> {
+        &self.serving
+    }
+
+    /// Its terminate state.
+    pub fn mode(&self) -> &Arc<TerminateMode> {
+        &self.mode
+    }
+
+    /// Ends `task` with this cluster.
+    pub fn keep_task(&self, task: AbortHandle) {
+        self.tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(task);
+    }
+}
+
+impl Drop for TerminatedCluster {
+    fn drop(&mut self) {
+        let tasks = self.tasks.get_mut().unwrap_or_else(|e| e.into_inner());
+        for task in tasks.drain(..) {
+            task.abort();
+        }
+    }
+}
