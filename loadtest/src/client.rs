@@ -15,12 +15,13 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 
 /// Client TLS settings: the cluster CA and a client certificate — or no certificate and a
-/// bearer token every request carries.
+/// bearer token every request carries — and the server name the handshake sends.
 #[derive(Clone)]
 pub struct ClientTls {
     h2: Arc<rustls::ClientConfig>,
     h1: Arc<rustls::ClientConfig>,
     bearer: Option<http::HeaderValue>,
+    server_name: ServerName<'static>,
 }
 
 impl ClientTls {
@@ -68,7 +69,15 @@ impl ClientTls {
             bearer: token
                 .map(|t| http::HeaderValue::from_str(&format!("Bearer {t}")))
                 .transpose()?,
+            server_name: ServerName::try_from("kubernetes")?,
         })
+    }
+
+    /// The same settings, the handshake naming `name` (`kubernetes` unless set): a gateway
+    /// in front of several clusters picks the cluster by it.
+    pub fn naming(mut self, name: &str) -> anyhow::Result<ClientTls> {
+        self.server_name = ServerName::try_from(name.to_string())?;
+        Ok(self)
     }
 }
 
@@ -166,8 +175,7 @@ impl Client {
         let _ = tcp.set_nodelay(true);
         let stream = tokio::time::timeout(
             Duration::from_secs(5),
-            tokio_rustls::TlsConnector::from(config)
-                .connect(ServerName::try_from("kubernetes").expect("valid name"), tcp),
+            tokio_rustls::TlsConnector::from(config).connect(tls.server_name.clone(), tcp),
         )
         .await
         .map_err(|_| ErrorClass::Timeout)?

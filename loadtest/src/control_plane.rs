@@ -11,7 +11,7 @@ mod external;
 
 use crate::client::{Client, ClientTls};
 pub use external::ExternalSpec;
-use kubegate_testbed::pki::write_kubeadm_layout;
+use kubegate_testbed::pki::write_kubeadm_layout_answering;
 use kubegate_testbed::{Etcd, Replica, ReplicaFlags};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -91,9 +91,20 @@ impl ControlPlane {
         n: usize,
         settings: ReplicaSettings,
     ) -> anyhow::Result<ControlPlane> {
+        ControlPlane::start_answering(dir, n, settings, &[]).await
+    }
+
+    /// [`ControlPlane::start`], the serving certificates (the replicas' and the one for a
+    /// gateway that terminates TLS) also valid for `server_names`.
+    pub async fn start_answering(
+        dir: &Path,
+        n: usize,
+        settings: ReplicaSettings,
+        server_names: &[&str],
+    ) -> anyhow::Result<ControlPlane> {
         std::fs::create_dir_all(dir)?;
         let pki = dir.join("pki");
-        write_kubeadm_layout(&pki, "https://127.0.0.1:6443")?;
+        write_kubeadm_layout_answering(&pki, "https://127.0.0.1:6443", server_names)?;
         std::fs::write(pki.join(TOKENS), tokens_file())?;
         let etcd = Etcd::new(dir).start()?;
         let tls = ClientTls::load(&pki)?;

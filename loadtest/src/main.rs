@@ -3,6 +3,7 @@
 #![forbid(unsafe_op_in_unsafe_fn)]
 
 mod client;
+mod clusters;
 mod control_plane;
 mod explain;
 mod gateways;
@@ -171,6 +172,36 @@ enum Command {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Several clusters behind one kubegate, picked by TLS server name: each scenario run in
+    /// cluster a while cluster b (its own etcd, CA and replicas) carries steady traffic, in
+    /// each listener mode — what b's clients saw — then kubegate's memory per configured
+    /// cluster at rest and busy, and a reload adding one (docs/failover.md, "Several
+    /// clusters behind one kubegate"). Exits non-zero when b's clients saw anything.
+    Clusters {
+        /// Scenarios run in cluster a (see `run --scenario`).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "rolling-restart,crash,freeze"
+        )]
+        scenario: Vec<String>,
+        /// kubegate's listener modes.
+        #[arg(long, value_delimiter = ',', default_value = "passthrough,terminate")]
+        modes: Vec<clusters::Mode>,
+        /// Cluster counts of the memory figure, 3 replicas each (the largest plus one are
+        /// started); `0` alone: no memory figure.
+        #[arg(long, value_delimiter = ',', default_value = "1,10,25,50")]
+        sizes: Vec<usize>,
+        /// Short faults (CI), as `run --short`.
+        #[arg(long)]
+        short: bool,
+        /// Working directory for configs and logs (default: a new temporary directory).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Write the report as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// The README's demo: three replicas, a rolling restart under traffic and real kubectl
     /// (a `get --watch` among them), once through kubegate passing TCP through and once
     /// through kubegate terminating TLS, where the watch survives.
@@ -307,6 +338,37 @@ fn main() -> anyhow::Result<()> {
                 dir,
                 json,
             )
+        }
+        Command::Clusters {
+            scenario,
+            modes,
+            sizes,
+            short,
+            dir,
+            json,
+        } => {
+            for s in &scenario {
+                anyhow::ensure!(
+                    scenarios::ALL.contains(&s.as_str()),
+                    "unknown scenario {s}; known: {}",
+                    scenarios::ALL.join(", ")
+                );
+            }
+            return run_clusters(
+                clusters::Plan {
+                    scenarios: scenario,
+                    modes,
+                    sizes: sizes.into_iter().filter(|n| *n > 0).collect(),
+                    pace: if short {
+                        scenarios::Pace::SHORT
+                    } else {
+                        scenarios::Pace::FULL
+                    },
+                    dir: PathBuf::new(),
+                },
+                dir,
+                json,
+            );
         }
         Command::Demo { common } => (
             vec!["rolling-restart".to_string()],
@@ -447,7 +509,35 @@ fn run_soak(
     Ok(())
 }
 
-/// `kubegate-loadtest scale`.
+/// `kubegate-loadtest clusters`.
+fn run_clusters(
+    mut plan: clusters::Plan,
+    dir: Option<PathBuf>,
+    json: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let dir = dir.unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("kubegate-clusters-{}", std::process::id()))
+    });
+    std::fs::create_dir_all(&dir)?;
+    plan.dir = std::fs::canonicalize(&dir)?;
+    let report = until_interrupted(clusters::run(&plan), &plan.dir)?;
+    println!("{}", clusters::markdown(&report));
+    if let Some(path) = json {
+        std::fs::write(&path, serde_json::to_vec_pretty(&report)?)?;
+        eprintln!("report: {}", path.display());
+    }
+    eprintln!("configs and logs: {}", plan.dir.display());
+    let failed = report.failures();
+    anyhow::ensure!(
+        failed.is_empty(),
+        "{} check(s) did not hold: {}",
+        failed.len(),
+        failed.join("; ")
+    );
+    Ok(())
+}
+
+/// `kubegate-loadtest storm`.
 fn run_storm(
     mut plan: storm::Plan,
     dir: Option<PathBuf>,

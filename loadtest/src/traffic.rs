@@ -81,7 +81,7 @@ pub async fn connected<'a>(
 
 /// Runs one logical request with client-go's retry rules on a long-lived connection slot
 /// (reconnecting as the transport would).
-async fn client_go(
+pub async fn client_go(
     target: &Target,
     conn: &mut Option<Client>,
     h2: bool,

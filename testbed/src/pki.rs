@@ -13,7 +13,7 @@ mod kubeadm;
 mod kubeconfig;
 
 pub use authority::{Authority, Leaf, Usage};
-pub use kubeadm::{write_kubeadm_layout, KUBEADM_SERVING_NAMES};
+pub use kubeadm::{write_kubeadm_layout, write_kubeadm_layout_answering, KUBEADM_SERVING_NAMES};
 pub use kubeconfig::{kubeconfig_with_certificate, kubeconfig_with_token};
 
 use std::path::{Path, PathBuf};

@@ -23,6 +23,17 @@ pub const KUBEADM_SERVING_NAMES: &[&str] = &[
 
 /// Writes the layout into `dir`, and `kubeconfig` for `server` (e.g. `https://127.0.0.1:6443`).
 pub fn write_kubeadm_layout(dir: &Path, server: &str) -> anyhow::Result<()> {
+    write_kubeadm_layout_answering(dir, server, &[])
+}
+
+/// [`write_kubeadm_layout`], its serving certificates also valid for `also`: the server names
+/// a cluster answers behind a gateway that routes by them.
+pub fn write_kubeadm_layout_answering(
+    dir: &Path,
+    server: &str,
+    also: &[&str],
+) -> anyhow::Result<()> {
+    let serving_names: Vec<&str> = KUBEADM_SERVING_NAMES.iter().chain(also).copied().collect();
     let ca = Authority::create(dir, "kubernetes", "ca")?;
     let front_proxy = Authority::create(dir, "front-proxy-ca", "front-proxy-ca")?;
     let year = Duration::days(365);
@@ -40,11 +51,11 @@ pub fn write_kubeadm_layout(dir: &Path, server: &str) -> anyhow::Result<()> {
     // What clients of a TLS-terminating gateway see, valid for the apiservers' names.
     ca.issue(
         "gateway",
-        &leaf("kubegate", &[], KUBEADM_SERVING_NAMES, Usage::Server),
+        &leaf("kubegate", &[], &serving_names, Usage::Server),
     )?;
     ca.issue(
         "apiserver",
-        &leaf("kube-apiserver", &[], KUBEADM_SERVING_NAMES, Usage::Server),
+        &leaf("kube-apiserver", &[], &serving_names, Usage::Server),
     )?;
     let (admin_crt, admin_key) = ca.issue(
         "admin",
