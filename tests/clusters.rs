@@ -652,17 +652,38 @@ async fn a_reload_adds_changes_and_removes_clusters_in_terminate_mode() {
         let c = cluster("a", &["a.example"], pki_a, sims, &health);
         terminating(c, pki_a, &fp_a, "a.example", &upstream)
     };
-    let b = terminating(
+    // A rule of each cluster named `reads`: each cluster's counts apart.
+    let reads = |backends: &[&str]| DispatchRule {
+        name: Some("reads".into()),
+        matches: RuleMatch {
+            verbs: vec!["list".into()],
+            resources: vec!["configmaps".into()],
+            ..Default::default()
+        },
+        backends: backends.iter().map(|b| b.to_string()).collect(),
+        fallback: Fallback::None,
+        limit: None,
+    };
+    let mut b = terminating(
         cluster("b", &["b.example"], pki_b, &[&b1], &health),
         pki_b,
         &fp_b,
         "b.example",
         &upstream,
     );
+    b.dispatch = vec![reads(&["b1"])];
     cfg.clusters = vec![a(&[&a1]), b];
     let kg = Kubegate::start(pki, &cfg);
     kg.wait_state("a1", "ready", T);
     kg.wait_state("b1", "ready", T);
+    let b_series = [
+        r#"kubegate_dispatch_requests_total{cluster="b",rule="reads"} 0"#,
+        r#"kubegate_version_skew_routed_total{cluster="b",group_version="discovery"} 0"#,
+    ];
+    let metrics = kg.admin_body("/metrics");
+    for series in b_series {
+        assert!(metrics.contains(series), "{series} missing:\n{metrics}");
+    }
     let mut kept = Conn::open_named(
         kg.listen,
         tls_client_config(pki_a, &[b"h2"]),
@@ -678,24 +699,15 @@ async fn a_reload_adds_changes_and_removes_clusters_in_terminate_mode() {
     assert_eq!((r.status, served_by(&r)), (200, "a1".to_string()));
 
     let mut a = a(&[&a1, &a2]);
-    a.dispatch = vec![DispatchRule {
-        name: Some("reads-to-a2".into()),
-        matches: RuleMatch {
-            verbs: vec!["list".into()],
-            resources: vec!["configmaps".into()],
-            ..Default::default()
-        },
-        backends: vec!["a2".into()],
-        fallback: Fallback::None,
-        limit: None,
-    }];
-    let c = terminating(
+    a.dispatch = vec![reads(&["a2"])];
+    let mut c = terminating(
         cluster("c", &["c.example"], pki_c, &[&c1], &health),
         pki_c,
         &fp_c,
         "c.example",
         &upstream,
     );
+    c.dispatch = vec![reads(&["c1"])];
     cfg.clusters = vec![a, c];
     kg.rewrite(&cfg);
     kg.wait_state("c1", "ready", T);
@@ -756,4 +768,21 @@ async fn a_reload_adds_changes_and_removes_clusters_in_terminate_mode() {
     .err()
     .expect("cluster b is gone");
     assert!(e.to_string().contains("UnrecognisedName"), "{e}");
+    // Each cluster's `reads` counted its own requests; b's series went with b.
+    assert_eq!(
+        kg.metric(r#"kubegate_dispatch_requests_total{cluster="a",rule="reads"}"#),
+        3.0
+    );
+    assert_eq!(
+        kg.metric(r#"kubegate_dispatch_requests_total{cluster="c",rule="reads"}"#),
+        1.0
+    );
+    let metrics = kg.admin_body("/metrics");
+    for series in b_series {
+        let family = series.split('{').next().unwrap();
+        assert!(
+            !metrics.contains(&format!("{family}{{cluster=\"b\"")),
+            "b's series are still exported:\n{metrics}"
+        );
+    }
 }

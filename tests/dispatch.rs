@@ -64,7 +64,9 @@ async fn rules_route_by_who_and_what_and_fall_back_as_configured() {
         s
     };
     assert!(others.len() >= 2, "{others:?}");
-    assert!(kg.metric(r#"kubegate_dispatch_requests_total{rule="dev-lists"}"#) >= 9.0);
+    assert!(
+        kg.metric(r#"kubegate_dispatch_requests_total{cluster="default",rule="dev-lists"}"#) >= 9.0
+    );
 
     // The rule's replica not ready: fallback all sends its LISTs to the others.
     bed.sims[2].force_check("etcd", true);
@@ -72,7 +74,9 @@ async fn rules_route_by_who_and_what_and_fall_back_as_configured() {
     let r = dev.get(LISTS).await.unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
     assert_ne!(replica(&r), "replica-3");
-    assert!(kg.metric(r#"kubegate_dispatch_fallback_total{rule="dev-lists"}"#) >= 1.0);
+    assert!(
+        kg.metric(r#"kubegate_dispatch_fallback_total{cluster="default",rule="dev-lists"}"#) >= 1.0
+    );
 
     // Reloaded with fallback none: 503 from kubegate, naming the rule.
     let mut config = bed.config.clone();
@@ -134,7 +138,10 @@ async fn a_limited_identity_gets_429_with_retry_after_and_watches_hold_no_slot()
     assert_eq!(status["kind"], "Status");
     assert_eq!(status["reason"], "TooManyRequests");
     assert_eq!(status["details"]["retryAfterSeconds"], 1);
-    assert!(kg.metric(r#"kubegate_dispatch_limited_total{limit="rate",rule="ci"}"#) >= 1.0);
+    assert!(
+        kg.metric(r#"kubegate_dispatch_limited_total{cluster="default",limit="rate",rule="ci"}"#)
+            >= 1.0
+    );
     // The connection is fine: after Retry-After, the next request passes.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(ci.get(LISTS).await.unwrap().status, 200);
@@ -160,7 +167,7 @@ async fn a_limited_identity_gets_429_with_retry_after_and_watches_hold_no_slot()
         s.set_latency_ms(5000);
     }
     let slow = tokio::spawn(async move { w.get(LISTS).await.unwrap().status });
-    let in_flight = r#"kubegate_dispatch_in_flight{rule="one-at-a-time"}"#;
+    let in_flight = r#"kubegate_dispatch_in_flight{cluster="default",rule="one-at-a-time"}"#;
     wait_for(
         "the slow request in flight",
         Duration::from_secs(10),
@@ -176,12 +183,12 @@ async fn a_limited_identity_gets_429_with_retry_after_and_watches_hold_no_slot()
     );
     assert_eq!(slow.await.unwrap(), 200);
     assert!(
-        kg.metric(r#"kubegate_dispatch_limited_total{limit="in_flight",rule="one-at-a-time"}"#)
+        kg.metric(r#"kubegate_dispatch_limited_total{cluster="default",limit="in_flight",rule="one-at-a-time"}"#)
             >= 1.0
     );
     // The watch is still open, and holds no slot.
     assert_eq!(
-        kg.metric(r#"kubegate_dispatch_in_flight{rule="one-at-a-time"}"#),
+        kg.metric(r#"kubegate_dispatch_in_flight{cluster="default",rule="one-at-a-time"}"#),
         0.0
     );
     drop(watch);

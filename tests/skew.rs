@@ -239,11 +239,15 @@ async fn a_rolling_upgrade_never_answers_404_for_what_discovery_showed() {
     assert!(seen.contains_key("resource.k8s.io/v1"), "{seen:?}");
     let kg = &bed.kg;
     assert!(
-        kg.metric(r#"kubegate_version_skew_routed_total{group_version="resource.k8s.io/v1"}"#)
+        kg.metric(r#"kubegate_version_skew_routed_total{cluster="default",group_version="resource.k8s.io/v1"}"#)
             >= 1.0,
         "requests were kept off the replicas without v1"
     );
-    assert!(kg.metric(r#"kubegate_version_skew_routed_total{group_version="discovery"}"#) >= 1.0);
+    assert!(
+        kg.metric(
+            r#"kubegate_version_skew_routed_total{cluster="default",group_version="discovery"}"#
+        ) >= 1.0
+    );
     // After the upgrade every replica serves v1 and none v1beta1.
     wait_for("v1beta1's series to go", Duration::from_secs(30), || {
         (kg.metric(

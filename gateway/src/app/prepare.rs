@@ -81,7 +81,9 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
             let Some(cluster) = clusters.named(&spec.name) else {
                 continue;
             };
-            let rules = Rules::compile(&spec.dispatch, &gateway.metrics().terminate);
+            let metrics = &gateway.metrics().terminate;
+            let rules = Rules::compile(&spec.name, &spec.dispatch, metrics);
+            metrics.cluster_served(&spec.name);
             if !config.names_clusters() {
                 let mode =
                     TerminateMode::new(&spec.upstream, cluster.clone(), rules, Arc::default())

@@ -162,7 +162,9 @@ fn apply(
     }
     if let Some(terminate) = terminate {
         if p.changes.contains(&Change::Setting("dispatch")) {
-            terminate.replace_rules(Rules::compile(&p.config.dispatch, &gw.metrics().terminate));
+            let metrics = &gw.metrics().terminate;
+            let name = terminate.cluster().name();
+            terminate.replace_rules(Rules::compile(name, &p.config.dispatch, metrics), metrics);
         }
     }
     let specs = p.config.clusters();
@@ -189,7 +191,9 @@ fn apply(
                     cluster.pool().add(b);
                 }
                 if let Some(files) = added_files.remove(&spec.name) {
-                    let rules = Rules::compile(&spec.dispatch, &gw.metrics().terminate);
+                    let metrics = &gw.metrics().terminate;
+                    let rules = Rules::compile(&spec.name, &spec.dispatch, metrics);
+                    metrics.cluster_served(&spec.name);
                     let terminated = by_name.insert(cluster.clone(), files, rules);
                     terminated::follow(gw, &terminated);
                 }
@@ -202,6 +206,7 @@ fn apply(
             }
             Change::ClusterRemoved(name) => {
                 by_name.remove(name);
+                gw.metrics().terminate.forget_cluster(name);
                 if let Some(cluster) = kept.remove(name) {
                     retire(gw, cluster);
                 }
@@ -223,7 +228,8 @@ fn apply(
                     if changes.contains(&Change::Setting("dispatch")) {
                         let spec = specs.iter().find(|s| s.name == *name);
                         let dispatch = spec.map_or(&[][..], |s| &s.dispatch[..]);
-                        mode.replace_rules(Rules::compile(dispatch, &gw.metrics().terminate));
+                        let metrics = &gw.metrics().terminate;
+                        mode.replace_rules(Rules::compile(name, dispatch, metrics), metrics);
                     }
                 }
                 if let Some(names) = server_names {

@@ -82,7 +82,7 @@ pub async fn dispatch(
     // again once it is placed: they were never tried.
     let before = tried.len();
     let pool = upstreams.pool();
-    let steered = skew::steer(gw, pool, outgoing.uri(), tried);
+    let steered = skew::steer(gw, &upstreams.cluster, outgoing.uri(), tried);
     let placed = place(gw, pool, &mut forward, tried).await;
     tried.drain(before..before + steered);
     match (placed, forward.kept) {

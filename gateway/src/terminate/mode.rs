@@ -4,6 +4,7 @@
 //! `dispatch:` changes.
 
 use crate::state::{Cluster, Pool};
+use crate::telemetry::TerminateMetrics;
 use crate::terminate::rules::Rules;
 use crate::terminate::tls::UpstreamTls;
 use crate::terminate::tokens::TokenReviews;
@@ -121,8 +122,11 @@ impl TerminateMode {
         &self.body_bytes
     }
 
-    /// New requests fall under `rules`; requests in flight keep their rule's slot.
-    pub fn replace_rules(&self, rules: Rules) {
+    /// New requests fall under `rules`; requests in flight keep their rule's slot. The series
+    /// of rules `rules` no longer names are forgotten in `metrics`.
+    pub fn replace_rules(&self, rules: Rules, metrics: &TerminateMetrics) {
+        let kept: Vec<&str> = rules.names().collect();
+        metrics.forget_rules(self.cluster.name(), &kept);
         self.rules.store(Arc::new(rules));
     }
 

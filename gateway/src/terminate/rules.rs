@@ -84,8 +84,9 @@ impl Drop for Slot {
 }
 
 impl Rules {
-    /// Compiles `rules`, their metric series in `metrics`.
-    pub fn compile(rules: &[DispatchRule], metrics: &TerminateMetrics) -> Rules {
+    /// Compiles `cluster`'s `rules`, their metric series in `metrics` (labelled by `cluster`:
+    /// two clusters' rules of one name count apart).
+    pub fn compile(cluster: &str, rules: &[DispatchRule], metrics: &TerminateMetrics) -> Rules {
         Rules {
             rules: rules
                 .iter()
@@ -93,13 +94,23 @@ impl Rules {
                 .map(|(i, r)| {
                     let name = r.name.clone().unwrap_or_else(|| format!("rule-{}", i + 1));
                     let series = Series {
-                        requests: metrics.dispatch_requests.with_label_values(&[&name]),
-                        limited_in_flight: metrics
+                        requests: metrics
+                            .dispatch_requests
+                            .with_label_values(&[cluster, &name]),
+                        limited_in_flight: metrics.dispatch_limited.with_label_values(&[
+                            cluster,
+                            &name,
+                            "in_flight",
+                        ]),
+                        limited_rate: metrics
                             .dispatch_limited
-                            .with_label_values(&[&name, "in_flight"]),
-                        limited_rate: metrics.dispatch_limited.with_label_values(&[&name, "rate"]),
-                        in_flight: metrics.dispatch_in_flight.with_label_values(&[&name]),
-                        fallback: metrics.dispatch_fallback.with_label_values(&[&name]),
+                            .with_label_values(&[cluster, &name, "rate"]),
+                        in_flight: metrics
+                            .dispatch_in_flight
+                            .with_label_values(&[cluster, &name]),
+                        fallback: metrics
+                            .dispatch_fallback
+                            .with_label_values(&[cluster, &name]),
                     };
                     Arc::new(Rule {
                         name,
@@ -112,6 +123,11 @@ impl Rules {
                 })
                 .collect(),
         }
+    }
+
+    /// The rules' names, in order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.rules.iter().map(|r| r.name.as_str())
     }
 
     /// The first rule that matches `facts`.
@@ -400,7 +416,7 @@ mod tests {
     fn rules(yaml: &str) -> Rules {
         let rules: Vec<DispatchRule> = serde_yaml_ng::from_str(yaml).unwrap();
         let metrics = TerminateMetrics::new(&prometheus::Registry::new());
-        Rules::compile(&rules, &metrics)
+        Rules::compile("default", &rules, &metrics)
     }
 
     /// The name of the rule `method path` from `user` (groups after `/`) falls under.

@@ -32,7 +32,7 @@
 //! requests; this way they cost at most one extra attempt per replica per [`MIN_CLAIM_AGE`]
 //! (or while a replica is being read), not a retry each.
 
-use crate::state::{Backend, Gateway, Pool, Served};
+use crate::state::{Backend, Cluster, Gateway, Pool, Served};
 use crate::terminate::body::says;
 use http::{header, HeaderMap, Uri};
 use kubegate_config::NoReadyBackendPolicy;
@@ -167,13 +167,13 @@ pub fn skewed(ready: &[Arc<Backend>]) -> bool {
     unknown && first.is_some()
 }
 
-/// Appends to `tried` the ready replicas of `pool` (not in it yet) that should not take a
+/// Appends to `tried` the ready replicas of `cluster` (not in it yet) that should not take a
 /// request for `uri`; returns how many. The caller removes them once the request is placed.
-pub fn steer(gw: &Gateway, pool: &Pool, uri: &Uri, tried: &mut Vec<SocketAddr>) -> usize {
+pub fn steer(gw: &Gateway, cluster: &Cluster, uri: &Uri, tried: &mut Vec<SocketAddr>) -> usize {
     if !gw.config().load().terminate.version_skew.routing {
         return 0;
     }
-    let table = pool.routing();
+    let table = cluster.pool().routing();
     // With no replica ready, whatever the fallback policy offers is taken as it is.
     let Candidates::Ready(ready) = table.candidates(NoReadyBackendPolicy::Refuse) else {
         return 0;
@@ -237,7 +237,7 @@ pub fn steer(gw: &Gateway, pool: &Pool, uri: &Uri, tried: &mut Vec<SocketAddr>) 
     gw.metrics()
         .terminate
         .skew_routed
-        .with_label_values(&[&label])
+        .with_label_values(&[cluster.name(), &label])
         .inc();
     let n = keep_off.len();
     tried.extend(keep_off);

@@ -157,7 +157,7 @@ async fn connect(
     };
     let before = tried.len();
     let pool = upstreams.pool();
-    let steered = skew::steer(gw, pool, uri, tried);
+    let steered = skew::steer(gw, &upstreams.cluster, uri, tried);
     let placed = place(gw, pool, &mut connects, tried).await;
     tried.drain(before..before + steered);
     placed

@@ -1,8 +1,9 @@
-//! Registering metric families once, and forgetting a backend's series.
+//! Registering metric families once, and forgetting a backend's (or a cluster's) series.
 
 use prometheus::{
     HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
+use std::collections::HashMap;
 
 /// A counter, registered.
 pub fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
@@ -49,23 +50,28 @@ pub fn histogram_vec(
     m
 }
 
-/// Removes every series whose `backend` label is the given name.
+/// Removes series by their labels.
 pub trait Forget {
-    /// Removes `backend`'s series.
-    fn forget(&self, backend: &str);
+    /// Removes every series whose labels `which` picks.
+    fn forget_where(&self, which: &dyn Fn(&HashMap<&str, &str>) -> bool);
+
+    /// Removes every series whose `backend` label is the given name.
+    fn forget(&self, backend: &str) {
+        self.forget_where(&|labels| labels.get("backend") == Some(&backend));
+    }
 }
 
 impl<T: prometheus::core::MetricVecBuilder> Forget for prometheus::core::MetricVec<T> {
-    fn forget(&self, backend: &str) {
+    fn forget_where(&self, which: &dyn Fn(&HashMap<&str, &str>) -> bool) {
         use prometheus::core::Collector;
         for family in self.collect() {
             for metric in family.get_metric() {
-                let labels: std::collections::HashMap<&str, &str> = metric
+                let labels: HashMap<&str, &str> = metric
                     .get_label()
                     .iter()
                     .map(|l| (l.name(), l.value()))
                     .collect();
-                if labels.get("backend") == Some(&backend) {
+                if which(&labels) {
                     let _ = self.remove(&labels);
                 }
             }

@@ -6,12 +6,13 @@ use crate::telemetry::labels::{
     RequestFailure, TokenReviewResult, WatchBreak, WatchEnd,
 };
 use crate::telemetry::metrics::register::{
-    counter, counter_vec, forget_in, gauge, gauge_vec, histogram_vec,
+    counter, counter_vec, forget_in, gauge, gauge_vec, histogram_vec, Forget,
 };
 use kubegate_wire::classify::Verb;
 use prometheus::{
     Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry,
 };
+use std::collections::HashMap;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -60,18 +61,18 @@ pub struct TerminateMetrics {
     /// `kubegate_access_log_dropped_total`: access log lines over `max_per_second` or that
     /// found the writer's queue full.
     pub access_log_dropped: IntCounter,
-    /// `kubegate_dispatch_requests_total{rule}`: requests each `dispatch` rule took.
+    /// `kubegate_dispatch_requests_total{cluster,rule}`: requests each `dispatch` rule took.
     pub dispatch_requests: IntCounterVec,
-    /// `kubegate_dispatch_limited_total{rule,limit}`: requests a rule's limit answered 429,
+    /// `kubegate_dispatch_limited_total{cluster,rule,limit}`: requests a rule's limit answered 429,
     /// by the limit (`in_flight`, `rate`).
     pub dispatch_limited: IntCounterVec,
-    /// `kubegate_dispatch_in_flight{rule}`: requests of each rule in flight (long-running ones
+    /// `kubegate_dispatch_in_flight{cluster,rule}`: requests of each rule in flight (long-running ones
     /// until their response starts).
     pub dispatch_in_flight: IntGaugeVec,
-    /// `kubegate_dispatch_fallback_total{rule}`: requests sent to the whole pool because
+    /// `kubegate_dispatch_fallback_total{cluster,rule}`: requests sent to the whole pool because
     /// none of their rule's backends was ready.
     pub dispatch_fallback: IntCounterVec,
-    /// `kubegate_version_skew_routed_total{group_version}`: requests kept off ready replicas
+    /// `kubegate_version_skew_routed_total{cluster,group_version}`: requests kept off ready replicas
     /// that do not serve their group-version (`discovery`: discovery requests kept on the
     /// newest version's replicas).
     pub skew_routed: IntCounterVec,
@@ -114,11 +115,11 @@ impl TerminateMetrics {
             watch_resumes: counter_vec(r, "kubegate_watch_resumes_total", "Watches continued on another backend from their last position, by what stopped the upstream stream (ended, failed, drained, expired, moved, cache_behind).", &["cause"]),
             watch_positions_freshened: counter_vec(r, "kubegate_watch_positions_freshened_total", "Watch positions brought up to date on the replica the watch left, before it moved to a replica that came back after its position: by its next event (next_event) or a bookmark asked of that replica (bookmark).", &["by"]),
             access_log_dropped: counter(r, "kubegate_access_log_dropped_total", "Access log lines not written: over terminate.access_log.max_per_second, or the writer's queue was full."),
-            dispatch_requests: counter_vec(r, "kubegate_dispatch_requests_total", "Terminate-mode requests each dispatch rule took.", &["rule"]),
-            dispatch_limited: counter_vec(r, "kubegate_dispatch_limited_total", "Requests a dispatch rule's limit answered 429, by limit (in_flight, rate).", &["rule", "limit"]),
-            dispatch_in_flight: gauge_vec(r, "kubegate_dispatch_in_flight", "Requests of each dispatch rule in flight (long-running ones until their response starts).", &["rule"]),
-            dispatch_fallback: counter_vec(r, "kubegate_dispatch_fallback_total", "Requests of a dispatch rule sent to the whole pool because none of the rule's backends was ready.", &["rule"]),
-            skew_routed: counter_vec(r, "kubegate_version_skew_routed_total", "Terminate-mode requests kept off ready replicas that do not serve their group-version (discovery: discovery requests kept on the newest version's replicas).", &["group_version"]),
+            dispatch_requests: counter_vec(r, "kubegate_dispatch_requests_total", "Terminate-mode requests each dispatch rule took, by cluster and rule.", &["cluster", "rule"]),
+            dispatch_limited: counter_vec(r, "kubegate_dispatch_limited_total", "Requests a dispatch rule's limit answered 429, by cluster, rule and limit (in_flight, rate).", &["cluster", "rule", "limit"]),
+            dispatch_in_flight: gauge_vec(r, "kubegate_dispatch_in_flight", "Requests of each dispatch rule in flight (long-running ones until their response starts).", &["cluster", "rule"]),
+            dispatch_fallback: counter_vec(r, "kubegate_dispatch_fallback_total", "Requests of a dispatch rule sent to the whole pool because none of the rule's backends was ready.", &["cluster", "rule"]),
+            skew_routed: counter_vec(r, "kubegate_version_skew_routed_total", "Terminate-mode requests kept off ready replicas that do not serve their group-version (discovery: discovery requests kept on the newest version's replicas).", &["cluster", "group_version"]),
             backend_version: gauge_vec(r, "kubegate_backend_version_info", "1 for the version each ready replica reports (/version), as terminate mode learned it.", &["backend", "version"]),
             backend_serves: gauge_vec(r, "kubegate_backend_serves", "1 for each API group-version a ready replica serves (its /api and /apis).", &["backend", "group_version"]),
             backend_discovery_failures: counter_vec(r, "kubegate_backend_discovery_failures_total", "Reads of a replica's /version or discovery that failed.", &["backend"]),
@@ -130,8 +131,6 @@ impl TerminateMetrics {
         for failure in AttemptFailure::ALL {
             m.request_retries.with_label_values(&[failure.as_str()]);
         }
-        // Present from the start, so that a dashboard shows 0 rather than nothing.
-        m.skew_routed.with_label_values(&["discovery"]);
         for reason in RequestFailure::ALL {
             m.requests_failed.with_label_values(&[reason.as_str()]);
         }
@@ -153,6 +152,42 @@ impl TerminateMetrics {
                 .with_label_values(&[by.as_str()]);
         }
         m
+    }
+
+    /// Makes `cluster`'s series that a dashboard should show as 0 rather than nothing.
+    pub fn cluster_served(&self, cluster: &str) {
+        self.skew_routed.with_label_values(&[cluster, "discovery"]);
+    }
+
+    /// Forgets the series of a cluster no longer served.
+    pub fn forget_cluster(&self, cluster: &str) {
+        let of_cluster = |labels: &HashMap<&str, &str>| labels.get("cluster") == Some(&cluster);
+        for family in self.dispatch_families() {
+            family.forget_where(&of_cluster);
+        }
+        self.skew_routed.forget_where(&of_cluster);
+    }
+
+    /// Forgets the dispatch series of `cluster`'s rules not named in `kept` (a rule kept keeps
+    /// counting in its series).
+    pub fn forget_rules(&self, cluster: &str, kept: &[&str]) {
+        let dropped = |labels: &HashMap<&str, &str>| {
+            labels.get("cluster") == Some(&cluster)
+                && labels.get("rule").is_some_and(|r| !kept.contains(r))
+        };
+        for family in self.dispatch_families() {
+            family.forget_where(&dropped);
+        }
+    }
+
+    /// The dispatch rules' families (each labelled by cluster and rule).
+    fn dispatch_families(&self) -> [&dyn Forget; 4] {
+        [
+            &self.dispatch_requests,
+            &self.dispatch_limited,
+            &self.dispatch_in_flight,
+            &self.dispatch_fallback,
+        ]
     }
 
     pub(super) fn forget(&self, backend: &str) {
