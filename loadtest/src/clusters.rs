@@ -13,7 +13,7 @@ mod isolation;
 mod scale;
 
 pub use isolation::IsolationRun;
-pub use scale::{ReloadCost, ScaleRow};
+pub use scale::{ReloadCost, ScaleRow, Windows};
 
 use crate::resumes::Scrape;
 use crate::scenarios::Pace;
@@ -34,8 +34,10 @@ pub struct Plan {
     pub scenarios: Vec<String>,
     /// kubegate's listener modes, each scenario run once per mode.
     pub modes: Vec<Mode>,
-    /// Cluster counts of the scale figure (none: no scale run).
+    /// Cluster counts of the scale figure, measured in each of `modes` (none: no scale run).
     pub sizes: Vec<usize>,
+    /// How long the scale figure's readings wait.
+    pub windows: Windows,
     /// Fault durations.
     pub pace: Pace,
     /// Working directory (configs, logs).
@@ -74,10 +76,10 @@ impl Mode {
 pub struct Report {
     /// One per scenario and mode.
     pub isolation: Vec<IsolationRun>,
-    /// One per cluster count.
+    /// One per mode and cluster count.
     pub scale: Vec<ScaleRow>,
-    /// The reload adding a cluster to the largest count.
-    pub reload: Option<ReloadCost>,
+    /// The reload adding a cluster to the largest count, one per mode.
+    pub reloads: Vec<ReloadCost>,
 }
 
 impl Report {
@@ -89,15 +91,21 @@ impl Report {
             .filter(|r| r.status != "ok")
             .map(|r| format!("{} · {}: {}", r.scenario, r.mode.as_str(), r.status))
             .collect();
-        failed.extend(
-            self.scale
-                .iter()
-                .filter(|r| r.status != "ok")
-                .map(|r| format!("{} clusters: {}", r.clusters, r.status)),
-        );
-        if let Some(r) = self.reload.as_ref().filter(|r| r.status != "ok") {
-            failed.push(format!("reload adding a cluster: {}", r.status));
-        }
+        failed.extend(self.scale.iter().filter(|r| r.status != "ok").map(|r| {
+            format!(
+                "{} clusters · {}: {}",
+                r.clusters,
+                r.mode.as_str(),
+                r.status
+            )
+        }));
+        failed.extend(self.reloads.iter().filter(|r| r.status != "ok").map(|r| {
+            format!(
+                "reload adding a cluster · {}: {}",
+                r.mode.as_str(),
+                r.status
+            )
+        }));
         failed
     }
 }
@@ -117,15 +125,16 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Report> {
             isolation.push(run);
         }
     }
-    let (scale, reload) = if plan.sizes.is_empty() {
-        (Vec::new(), None)
+    let (scale, reloads) = if plan.sizes.is_empty() {
+        (Vec::new(), Vec::new())
     } else {
-        scale::run(&plan.sizes, &plan.dir.join("scale")).await?
+        let dir = plan.dir.join("scale");
+        scale::run(&plan.sizes, &plan.modes, plan.windows, &dir).await?
     };
     Ok(Report {
         isolation,
         scale,
-        reload,
+        reloads,
     })
 }
 
@@ -137,7 +146,7 @@ pub fn markdown(report: &Report) -> String {
     }
     if !report.scale.is_empty() {
         out.push('\n');
-        out.push_str(&scale::markdown(&report.scale, report.reload.as_ref()));
+        out.push_str(&scale::markdown(&report.scale, &report.reloads));
     }
     out
 }

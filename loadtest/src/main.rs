@@ -185,14 +185,14 @@ enum Command {
             default_value = "rolling-restart,crash,freeze"
         )]
         scenario: Vec<String>,
-        /// kubegate's listener modes.
+        /// kubegate's listener modes (the scenarios and the memory figure each run in every one).
         #[arg(long, value_delimiter = ',', default_value = "passthrough,terminate")]
         modes: Vec<clusters::Mode>,
         /// Cluster counts of the memory figure, 3 replicas each (the largest plus one are
         /// started); `0` alone: no memory figure.
         #[arg(long, value_delimiter = ',', default_value = "1,10,25,50")]
         sizes: Vec<usize>,
-        /// Short faults (CI), as `run --short`.
+        /// Short faults (CI), as `run --short`, and short memory readings.
         #[arg(long)]
         short: bool,
         /// Working directory for configs and logs (default: a new temporary directory).
@@ -359,6 +359,11 @@ fn main() -> anyhow::Result<()> {
                     scenarios: scenario,
                     modes,
                     sizes: sizes.into_iter().filter(|n| *n > 0).collect(),
+                    windows: if short {
+                        clusters::Windows::SHORT
+                    } else {
+                        clusters::Windows::FULL
+                    },
                     pace: if short {
                         scenarios::Pace::SHORT
                     } else {

@@ -3,10 +3,12 @@
 //!
 //! The replicas of every cluster are started once (3 per cluster, each its own in-memory
 //! store: nothing restarts here, and every client's LIST and watch stay on the connection's
-//! one replica); for each count N a kubegate serves the first N clusters (passthrough, by
-//! server name). At rest, its memory is read once every backend is ready and the probes have
-//! run a while; busy, while every cluster has a client listing and a client watching. Then, at
-//! the largest count and under that traffic, a reload adds one more cluster.
+//! one replica); for each mode and count N a kubegate serves the first N clusters by server
+//! name (passthrough: spliced; terminate: each cluster's own certificate, client CA, upstream
+//! connections and front-proxy identity). At rest, its memory is read once every backend is
+//! ready and the probes have run a while; busy, while every cluster has a client listing and a
+//! client watching. Then, at the largest count and under that traffic, a reload adds one more
+//! cluster.
 
 use super::{cluster_spec, kubegate_config, server_name, Kubegate, Mode};
 use crate::client::ClientTls;
@@ -25,16 +27,35 @@ use std::time::{Duration, Instant};
 
 /// Replicas per cluster.
 const REPLICAS: usize = 3;
-/// How long the probes run before memory at rest is read.
-const AT_REST: Duration = Duration::from_secs(10);
-/// How long every cluster's clients run before busy memory is read (its peak meanwhile).
-const BUSY: Duration = Duration::from_secs(15);
+/// How long each reading waits.
+#[derive(Clone, Copy, Debug)]
+pub struct Windows {
+    /// How long the probes run before memory at rest is read.
+    pub at_rest: Duration,
+    /// How long every cluster's clients run before busy memory is read (its peak meanwhile).
+    pub busy: Duration,
+}
+
+impl Windows {
+    /// The documented run's.
+    pub const FULL: Windows = Windows {
+        at_rest: Duration::from_secs(10),
+        busy: Duration::from_secs(15),
+    };
+    /// CI's: long enough for every client to have been answered, not for a steady figure.
+    pub const SHORT: Windows = Windows {
+        at_rest: Duration::from_secs(3),
+        busy: Duration::from_secs(5),
+    };
+}
 /// Traffic after the reload, before its cost is read.
 const AFTER_RELOAD: Duration = Duration::from_secs(5);
 
 /// kubegate serving N clusters.
 #[derive(Debug, Serialize)]
 pub struct ScaleRow {
+    /// kubegate's listener mode.
+    pub mode: Mode,
     /// Clusters configured.
     pub clusters: usize,
     /// Backends over all of them.
@@ -62,6 +83,8 @@ pub struct ScaleRow {
 /// A reload adding one cluster to a kubegate serving N, under traffic to all N.
 #[derive(Debug, Serialize)]
 pub struct ReloadCost {
+    /// kubegate's listener mode.
+    pub mode: Mode,
     /// Clusters before the reload.
     pub clusters_before: usize,
     /// From SIGHUP until every backend of the new cluster was ready, ms.
@@ -93,11 +116,14 @@ struct SimCluster {
     _replicas: Vec<Replica>,
 }
 
-/// Measures every count in `sizes`, then the reload adding one cluster to the largest.
+/// Measures every count in `sizes` in each of `modes`, then the reload adding one cluster to
+/// the largest.
 pub async fn run(
     sizes: &[usize],
+    modes: &[Mode],
+    windows: Windows,
     dir: &Path,
-) -> anyhow::Result<(Vec<ScaleRow>, Option<ReloadCost>)> {
+) -> anyhow::Result<(Vec<ScaleRow>, Vec<ReloadCost>)> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir)?;
     let largest = sizes.iter().copied().max().unwrap_or(0);
@@ -117,43 +143,49 @@ pub async fn run(
     }
     let tls = ClientTls::load(&pki)?;
     let mut rows = Vec::new();
-    let mut reload = None;
+    let mut reloads = Vec::new();
     let mut sorted = sizes.to_vec();
     sorted.sort_unstable();
-    for &n in &sorted {
-        eprintln!("clusters: scale: {n} clusters");
-        let dir = dir.join(format!("{n}-clusters"));
-        let (listen, admin) = (free_addr(), free_addr());
-        let config = |count: usize| {
-            kubegate_config(listen, admin, Mode::Passthrough, |base| {
-                specs(&sims[..count], &pki, base)
-            })
-        };
-        let kubegate = Kubegate::start(&dir, &config(n))?;
-        let row = measure(&kubegate, &sims[..n], &tls).await;
-        let row = match row {
-            Ok((row, clients)) => {
-                if n == largest {
-                    eprintln!("clusters: scale: a reload adding a cluster to {n}");
-                    reload = Some(
-                        reload_adding(&kubegate, &config(n + 1), &sims[n], &tls, clients)
-                            .await
-                            .unwrap_or_else(|e| ReloadCost::failed(n, format!("{e:#}"))),
-                    );
-                } else {
-                    clients.end().await;
+    for &mode in modes {
+        for &n in &sorted {
+            eprintln!("clusters: scale: {n} clusters, {}", mode.as_str());
+            let dir = dir.join(format!("{n}-clusters-{}", mode.as_str()));
+            let (listen, admin) = (free_addr(), free_addr());
+            let config = |count: usize| {
+                kubegate_config(listen, admin, mode, |base| {
+                    specs(&sims[..count], &pki, mode, base)
+                })
+            };
+            let kubegate = Kubegate::start(&dir, &config(n))?;
+            let row = match measure(&kubegate, mode, &sims[..n], &tls, windows).await {
+                Ok((row, clients)) => {
+                    if n == largest {
+                        eprintln!("clusters: scale: a reload adding a cluster to {n}");
+                        let cost =
+                            reload_adding(&kubegate, mode, &config(n + 1), &sims[n], &tls, clients)
+                                .await
+                                .unwrap_or_else(|e| ReloadCost::failed(mode, n, format!("{e:#}")));
+                        reloads.push(cost);
+                    } else {
+                        clients.end().await;
+                    }
+                    row
                 }
-                row
-            }
-            Err(e) => ScaleRow::failed(n, format!("{e:#}")),
-        };
-        eprintln!("clusters: scale: {n} clusters: {}", row.status);
-        rows.push(row);
+                Err(e) => ScaleRow::failed(mode, n, format!("{e:#}")),
+            };
+            eprintln!(
+                "clusters: scale: {n} clusters, {}: {}",
+                mode.as_str(),
+                row.status
+            );
+            rows.push(row);
+        }
     }
-    Ok((rows, reload))
+    Ok((rows, reloads))
 }
 
-/// Cluster `name`'s replicas (`name-1` ...), serving with the shared `pki`.
+/// Cluster `name`'s replicas (`name-1` ...), serving with the shared `pki` and trusting its
+/// front-proxy CA (terminate mode's identity).
 fn start_cluster(name: &str, pki: &Path, dir: &Path) -> anyhow::Result<SimCluster> {
     let mut replicas = Vec::new();
     for r in 1..=REPLICAS {
@@ -164,6 +196,7 @@ fn start_cluster(name: &str, pki: &Path, dir: &Path) -> anyhow::Result<SimCluste
             &pki.join("ca.crt"),
         );
         flags.startup = Some("0s".into());
+        flags.front_proxy_ca = Some(pki.join("front-proxy-ca.crt"));
         replicas.push(Replica::start(flags, &dir.join(format!("{replica}.log")))?);
     }
     Ok(SimCluster {
@@ -176,9 +209,9 @@ fn start_cluster(name: &str, pki: &Path, dir: &Path) -> anyhow::Result<SimCluste
     })
 }
 
-fn specs(sims: &[SimCluster], pki: &Path, base: &Config) -> Vec<ClusterSpec> {
+fn specs(sims: &[SimCluster], pki: &Path, mode: Mode, base: &Config) -> Vec<ClusterSpec> {
     sims.iter()
-        .map(|c| cluster_spec(&c.name, &c.backends, pki, Mode::Passthrough, base))
+        .map(|c| cluster_spec(&c.name, &c.backends, pki, mode, base))
         .collect()
 }
 
@@ -249,19 +282,21 @@ async fn lister(target: Target, rec: Arc<Recorder>, stop: Stop) {
 /// kubegate's memory at rest over `sims`, then under their clients (left running).
 async fn measure(
     kubegate: &Kubegate,
+    mode: Mode,
     sims: &[SimCluster],
     tls: &ClientTls,
+    windows: Windows,
 ) -> anyhow::Result<(ScaleRow, Clients)> {
     let backends = (sims.len() * REPLICAS) as u64;
     kubegate
         .wait_ready_backends(backends, Duration::from_secs(120))
         .await?;
-    tokio::time::sleep(AT_REST).await;
+    tokio::time::sleep(windows.at_rest).await;
     let sampler = Sampler::start(kubegate.pid()?, Instant::now());
     let idle = sampler.latest();
     let idle_heap = heap_kib(kubegate).await;
     let clients = Clients::start(kubegate, sims, tls)?;
-    tokio::time::sleep(BUSY).await;
+    tokio::time::sleep(windows.busy).await;
     let last = sampler.latest();
     let busy_rss = (sampler.all().iter().chain([&last]))
         .map(|r| r.rss_kib)
@@ -279,6 +314,7 @@ async fn measure(
         status.push(format!("{watch_breaks} watches broke"));
     }
     let row = ScaleRow {
+        mode,
         clusters: sims.len(),
         backends: backends as usize,
         idle_rss_kib: idle.rss_kib,
@@ -298,6 +334,7 @@ async fn measure(
 /// others.
 async fn reload_adding(
     kubegate: &Kubegate,
+    mode: Mode,
     next: &Config,
     added: &SimCluster,
     tls: &ClientTls,
@@ -333,6 +370,7 @@ async fn reload_adding(
         )
     });
     let mut cost = ReloadCost {
+        mode,
         clusters_before: next.clusters.len() - 1,
         serving_after_ms: 0,
         rss_before_kib: rss_before,
@@ -384,8 +422,9 @@ fn status_line(failed: Vec<String>) -> String {
 }
 
 impl ScaleRow {
-    fn failed(clusters: usize, why: String) -> ScaleRow {
+    fn failed(mode: Mode, clusters: usize, why: String) -> ScaleRow {
         ScaleRow {
+            mode,
             clusters,
             backends: clusters * REPLICAS,
             idle_rss_kib: 0,
@@ -402,8 +441,9 @@ impl ScaleRow {
 }
 
 impl ReloadCost {
-    fn failed(clusters_before: usize, why: String) -> ReloadCost {
+    fn failed(mode: Mode, clusters_before: usize, why: String) -> ReloadCost {
         ReloadCost {
+            mode,
             clusters_before,
             serving_after_ms: 0,
             rss_before_kib: 0,
@@ -419,18 +459,19 @@ impl ReloadCost {
     }
 }
 
-/// The rows, the memory per cluster between the smallest and the largest count, and the
-/// reload, as Markdown.
-pub fn markdown(rows: &[ScaleRow], reload: Option<&ReloadCost>) -> String {
+/// The rows, the memory per cluster between the smallest and the largest count of each mode,
+/// and the reloads, as Markdown.
+pub fn markdown(rows: &[ScaleRow], reloads: &[ReloadCost]) -> String {
     let mib = |kib: u64| kib as f64 / 1024.0;
     let mut out = String::from(
-        "### Memory per configured cluster (passthrough, 3 replicas each; busy: a listing and a watching client per cluster)\n\n\
-         | clusters | backends | RSS at rest (MiB) | heap at rest (MiB) | RSS busy, peak (MiB) | heap busy (MiB) | descriptors busy | requests | failures | watch breaks | status |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|\n",
+        "### Memory per configured cluster (3 replicas each; busy: a listing and a watching client per cluster)\n\n\
+         | mode | clusters | backends | RSS at rest (MiB) | heap at rest (MiB) | RSS busy, peak (MiB) | heap busy (MiB) | descriptors busy | requests | failures | watch breaks | status |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         out.push_str(&format!(
-            "| {} | {} | {:.1} | {:.2} | {:.1} | {:.2} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {:.1} | {:.2} | {:.1} | {:.2} | {} | {} | {} | {} | {} |\n",
+            r.mode.as_str(),
             r.clusters,
             r.backends,
             mib(r.idle_rss_kib),
@@ -444,13 +485,21 @@ pub fn markdown(rows: &[ScaleRow], reload: Option<&ReloadCost>) -> String {
             r.status
         ));
     }
-    let ok: Vec<&ScaleRow> = rows.iter().filter(|r| r.status == "ok").collect();
-    if let (Some(first), Some(last)) = (ok.first(), ok.last()) {
+    out.push('\n');
+    for mode in [Mode::Passthrough, Mode::Terminate] {
+        let ok: Vec<&ScaleRow> = rows
+            .iter()
+            .filter(|r| r.mode == mode && r.status == "ok")
+            .collect();
+        let (Some(first), Some(last)) = (ok.first(), ok.last()) else {
+            continue;
+        };
         if last.clusters > first.clusters {
             let per =
                 |a: u64, b: u64| (b as f64 - a as f64) / (last.clusters - first.clusters) as f64;
             out.push_str(&format!(
-                "\nPer cluster added ({} → {} clusters): {:.0} KiB RSS and {:.0} KiB heap at rest; {:.0} KiB RSS and {:.0} KiB heap busy.\n",
+                "\n{}: per cluster added ({} → {} clusters): {:.0} KiB RSS and {:.0} KiB heap at rest; {:.0} KiB RSS and {:.0} KiB heap busy.\n",
+                mode.as_str(),
                 first.clusters,
                 last.clusters,
                 per(first.idle_rss_kib, last.idle_rss_kib),
@@ -460,9 +509,10 @@ pub fn markdown(rows: &[ScaleRow], reload: Option<&ReloadCost>) -> String {
             ));
         }
     }
-    if let Some(r) = reload {
+    for r in reloads {
         out.push_str(&format!(
-            "\nA reload adding cluster {} to {} (under the busy traffic): every new backend ready {} ms after SIGHUP; the new cluster answered: {}; RSS {:.1} → {:.1} MiB, heap {:.2} → {:.2} MiB; the other clusters' clients: {} requests, {} failed, {} watch breaks; reloads {} succeeded, {} refused: {}.\n",
+            "\n{}: a reload adding cluster {} to {} (under the busy traffic): every new backend ready {} ms after SIGHUP; the new cluster answered: {}; RSS {:.1} → {:.1} MiB, heap {:.2} → {:.2} MiB; the other clusters' clients: {} requests, {} failed, {} watch breaks; reloads {} succeeded, {} refused: {}.\n",
+            r.mode.as_str(),
             r.clusters_before + 1,
             r.clusters_before,
             r.serving_after_ms,
