@@ -485,7 +485,6 @@ pub fn markdown(rows: &[ScaleRow], reloads: &[ReloadCost]) -> String {
             r.status
         ));
     }
-    out.push('\n');
     for mode in [Mode::Passthrough, Mode::Terminate] {
         let ok: Vec<&ScaleRow> = rows
             .iter()

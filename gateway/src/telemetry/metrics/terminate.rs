@@ -63,18 +63,18 @@ pub struct TerminateMetrics {
     pub access_log_dropped: IntCounter,
     /// `kubegate_dispatch_requests_total{cluster,rule}`: requests each `dispatch` rule took.
     pub dispatch_requests: IntCounterVec,
-    /// `kubegate_dispatch_limited_total{cluster,rule,limit}`: requests a rule's limit answered 429,
-    /// by the limit (`in_flight`, `rate`).
+    /// `kubegate_dispatch_limited_total{cluster,rule,limit}`: requests a rule's limit
+    /// answered 429, by the limit (`in_flight`, `rate`).
     pub dispatch_limited: IntCounterVec,
-    /// `kubegate_dispatch_in_flight{cluster,rule}`: requests of each rule in flight (long-running ones
-    /// until their response starts).
+    /// `kubegate_dispatch_in_flight{cluster,rule}`: requests of each rule in flight
+    /// (long-running ones until their response starts).
     pub dispatch_in_flight: IntGaugeVec,
-    /// `kubegate_dispatch_fallback_total{cluster,rule}`: requests sent to the whole pool because
-    /// none of their rule's backends was ready.
+    /// `kubegate_dispatch_fallback_total{cluster,rule}`: requests sent to the whole pool
+    /// because none of their rule's backends was ready.
     pub dispatch_fallback: IntCounterVec,
-    /// `kubegate_version_skew_routed_total{cluster,group_version}`: requests kept off ready replicas
-    /// that do not serve their group-version (`discovery`: discovery requests kept on the
-    /// newest version's replicas).
+    /// `kubegate_version_skew_routed_total{cluster,group_version}`: requests kept off ready
+    /// replicas that do not serve their group-version (`discovery`: discovery requests kept on
+    /// the newest version's replicas).
     pub skew_routed: IntCounterVec,
     /// `kubegate_backend_version_info{backend,version}`: 1 for each replica's learned version.
     pub backend_version: IntGaugeVec,
