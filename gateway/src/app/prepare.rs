@@ -81,19 +81,23 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
             let Some(cluster) = clusters.named(&spec.name) else {
                 continue;
             };
+            // Rules and series only for a cluster terminate mode serves (with `clusters:`, one
+            // with a serving certificate).
             let metrics = &gateway.metrics().terminate;
-            let rules = Rules::compile(&spec.name, &spec.dispatch, metrics);
-            metrics.cluster_served(&spec.name);
+            let rules = || Rules::compile(&spec.name, &spec.dispatch, metrics);
             if !config.names_clusters() {
                 let mode =
-                    TerminateMode::new(&spec.upstream, cluster.clone(), rules, Arc::default())
+                    TerminateMode::new(&spec.upstream, cluster.clone(), rules(), Arc::default())
                         .map_err(|e| anyhow::anyhow!("upstream: {e}"))?;
                 terminate.push(Arc::new(mode));
             } else if let Some(tls) = &spec.tls {
                 let files = ClusterFiles::load(&spec.name, tls, &spec.upstream)
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
-                by_name.insert(cluster.clone(), files, rules);
+                by_name.insert(cluster.clone(), files, rules());
+            } else {
+                continue;
             }
+            metrics.cluster_served(&spec.name);
         }
     }
     let (listeners, serving) = bind_listeners(&config, inherited.as_mut(), &terminate, &by_name)?;

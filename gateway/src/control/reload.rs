@@ -162,9 +162,7 @@ fn apply(
     }
     if let Some(terminate) = terminate {
         if p.changes.contains(&Change::Setting("dispatch")) {
-            let metrics = &gw.metrics().terminate;
-            let name = terminate.cluster().name();
-            terminate.replace_rules(Rules::compile(name, &p.config.dispatch, metrics), metrics);
+            terminate.replace_rules(&p.config.dispatch, &gw.metrics().terminate);
         }
     }
     let specs = p.config.clusters();
@@ -228,8 +226,7 @@ fn apply(
                     if changes.contains(&Change::Setting("dispatch")) {
                         let spec = specs.iter().find(|s| s.name == *name);
                         let dispatch = spec.map_or(&[][..], |s| &s.dispatch[..]);
-                        let metrics = &gw.metrics().terminate;
-                        mode.replace_rules(Rules::compile(name, dispatch, metrics), metrics);
+                        mode.replace_rules(dispatch, &gw.metrics().terminate);
                     }
                 }
                 if let Some(names) = server_names {

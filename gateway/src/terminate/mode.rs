@@ -9,7 +9,7 @@ use crate::terminate::rules::Rules;
 use crate::terminate::tls::UpstreamTls;
 use crate::terminate::tokens::TokenReviews;
 use arc_swap::ArcSwap;
-use kubegate_config::UpstreamConfig;
+use kubegate_config::{DispatchRule, UpstreamConfig};
 use kubegate_wire::identity::IdentityHeaders;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -122,9 +122,11 @@ impl TerminateMode {
         &self.body_bytes
     }
 
-    /// New requests fall under `rules`; requests in flight keep their rule's slot. The series
-    /// of rules `rules` no longer names are forgotten in `metrics`.
-    pub fn replace_rules(&self, rules: Rules, metrics: &TerminateMetrics) {
+    /// New requests fall under `dispatch`, compiled for this cluster; requests in flight keep
+    /// their rule's slot. The series of rules `dispatch` no longer names are forgotten in
+    /// `metrics`.
+    pub fn replace_rules(&self, dispatch: &[DispatchRule], metrics: &TerminateMetrics) {
+        let rules = Rules::compile(self.cluster.name(), dispatch, metrics);
         let kept: Vec<&str> = rules.names().collect();
         metrics.forget_rules(self.cluster.name(), &kept);
         self.rules.store(Arc::new(rules));
