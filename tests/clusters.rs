@@ -340,10 +340,12 @@ async fn a_default_cluster_takes_clients_without_a_name_and_one_cluster_down_spa
 }
 
 /// Terminate mode: each cluster's certificate is what its clients see, its CA verifies their
-/// certificates (a certificate of cluster a is refused at b's name), and its requests go to
-/// its own replicas with its own front-proxy identity.
+/// certificates (a certificate of cluster a is refused at b's name), its requests go to its
+/// own replicas with its own front-proxy identity, and a connection made to one cluster's
+/// name carries no request for another's (421).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_replicas() {
+async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_replicas_and_answers_421_for_another_clusters_name(
+) {
     let dir = tempfile::tempdir().unwrap();
     let (pki, pki_a, pki_b) = (
         Pki::new(&dir.path().join("gateway")),
@@ -418,6 +420,11 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
         r.text()
     );
 
+    // A request naming another cluster on a's connection: 421 before anything is done for
+    // it (no token review at a, nothing forwarded), over HTTP/2 and HTTP/1.1; the client
+    // recovers on a connection made to that name.
+    misdirected_requests_get_421_and_recover(&kg, &pki_a, &pki_b).await;
+
     // A client offering TLS 1.2 alone: taken at a's name, refused at b's.
     let mut c = Conn::open_named(
         kg.listen,
@@ -468,6 +475,70 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
     assert_eq!(
         kg.metric(r#"kubegate_connections_refused_total{reason="unknown_server_name"}"#),
         1.0
+    );
+}
+
+/// On a connection made to a's name, a request whose authority is b's name (or a name no
+/// cluster serves) is answered 421, before any token review; its own name and an IP literal
+/// are served; the same request on a connection made to b's name is served by b.
+async fn misdirected_requests_get_421_and_recover(kg: &Kubegate, pki_a: &Pki, pki_b: &Pki) {
+    const PATH: &str = "/api/v1/namespaces/default/configmaps";
+    let reviews = || kg.metric_sum("kubegate_token_reviews_total");
+    let reviews_before = reviews();
+    for h2 in [true, false] {
+        let alpn: &[&[u8]] = if h2 { &[b"h2"] } else { &[b"http/1.1"] };
+        let mut on_a = Conn::open_named(kg.listen, tls_client_config(pki_a, alpn), "a.example", h2)
+            .await
+            .unwrap();
+        for authority in ["b.example", "B.Example.:6443", "c.example"] {
+            on_a.naming(authority);
+            let r = on_a
+                .send(
+                    "GET",
+                    PATH,
+                    &[("Authorization", "Bearer b-tenants-token")],
+                    None,
+                )
+                .await
+                .unwrap();
+            assert_eq!(r.status, 421, "h2={h2} {authority}: {}", r.text());
+            assert!(r.text().contains("Misdirected"), "{}", r.text());
+            assert!(served_by(&r).is_empty(), "not forwarded: {}", served_by(&r));
+            if !h2 {
+                assert_eq!(r.header("connection"), Some("close"));
+                // HTTP/1.1: the connection ends with the answer; a new one to a's name.
+                on_a = Conn::open_named(kg.listen, tls_client_config(pki_a, alpn), "a.example", h2)
+                    .await
+                    .unwrap();
+            }
+        }
+        for authority in ["a.example", "A.EXAMPLE:443", "127.0.0.1:6443", "[::1]:6443"] {
+            on_a.naming(authority);
+            let r = on_a.get(PATH).await.unwrap();
+            assert_eq!(r.status, 200, "h2={h2} {authority}: {}", r.text());
+            assert!(served_by(&r).starts_with('a'), "{}", served_by(&r));
+        }
+        // The client's recovery (RFC 9110 §15.5.20): the request again, on a new connection
+        // to the name it asks for.
+        let mut on_b = Conn::open_named(kg.listen, tls_client_config(pki_b, alpn), "b.example", h2)
+            .await
+            .unwrap();
+        let r = on_b.get(PATH).await.unwrap();
+        assert_eq!(
+            (r.status, served_by(&r)),
+            (200, "b1".to_string()),
+            "{}",
+            r.text()
+        );
+    }
+    assert_eq!(
+        reviews(),
+        reviews_before,
+        "a misdirected token was reviewed"
+    );
+    assert_eq!(
+        kg.metric(r#"kubegate_requests_failed_total{reason="misdirected"}"#),
+        6.0
     );
 }
 

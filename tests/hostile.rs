@@ -15,8 +15,13 @@
 //! 8. `idle_http2_connections_hold_no_codec_buffers`.
 //! 9. `request_bodies_are_held_within_their_bounds`: one connection's bodies beyond its bound
 //!    get 413, a body still arriving at the deadline 408.
-//! 10. `distinct_long_user_agents_cost_bounded_memory` (the status page's busiest lists and
+//! 10. `announced_bodies_reserve_no_more_than_the_bounds_count`: bodies announcing 3 MiB and
+//!     sending two bytes, 150 over HTTP/1.1 and 1,000 on one HTTP/2 connection.
+//! 11. `distinct_long_user_agents_cost_bounded_memory` (the status page's busiest lists and
 //!     the access log keep a bounded part of each).
+//! 12. `the_access_logs_queue_holds_within_its_bound`: requests with a 60 KB query while
+//!     standard output is blocked: what the queue keeps stays within its byte bound, and
+//!     what it cannot keep is dropped and counted.
 
 use kubegate_e2e::h2raw::{self, flag, kind, Ending, RawH2};
 use kubegate_e2e::*;
@@ -777,6 +782,137 @@ async fn request_bodies_are_held_within_their_bounds() {
     assert_alive(&s);
 }
 
+/// kubegate's `VmData` (KiB): what it has reserved, touched or not.
+fn vm_data(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmData:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+/// Bodies that announce 3 MiB and send two bytes, in two pieces: 150 over HTTP/1.1 and 1,000
+/// streams of one HTTP/2 connection. Before, each reserved its announced length the moment a
+/// second piece came (about 450 MB and 3 GB), where the bounds counted bytes received; now
+/// a body's buffer grows as bytes arrive and its capacity is what the bounds count, so what
+/// kubegate reserves stays within them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn announced_bodies_reserve_no_more_than_the_bounds_count() {
+    use http_body_util::channel::Channel;
+    const HTTP1: usize = 150;
+    const STREAMS: usize = 1000;
+    const ANNOUNCED: u64 = 3 << 20;
+    let s = Cluster::new()
+        .terminate()
+        .configure(|cfg| {
+            cfg.terminate.request_body_timeout = secs(60);
+            cfg.terminate.max_concurrent_streams = STREAMS as u32;
+            cfg.limits.max_client_connections = HTTP1 + 20;
+        })
+        .start();
+    let (pid, held) = (s.kg.proc.pid(), "kubegate_request_body_bytes_held");
+    let in_total = s.config.terminate.max_request_body_bytes_in_total as f64;
+    let (heap0, data0) = (counter(&s.kg, HEAP), vm_data(pid));
+    let mut most = (0.0f64, 0.0f64, 0u64);
+    let mut look = |s: &Started| {
+        let h = counter(&s.kg, held);
+        most = (
+            most.0.max(h),
+            most.1.max(counter(&s.kg, HEAP) - heap0),
+            most.2.max(vm_data(pid).saturating_sub(data0)),
+        );
+        h
+    };
+
+    // HTTP/1.1: each connection's head and first byte, then every second byte.
+    let mut conns = Vec::new();
+    for _ in 0..HTTP1 {
+        let mut tls = tls_connect(s.kg.listen, tls_client_config(&s.pki, &[b"http/1.1"]))
+            .await
+            .unwrap();
+        let head = format!(
+            "POST {CONFIGMAPS} HTTP/1.1\r\nHost: kubernetes\r\nContent-Type: application/json\r\nContent-Length: {ANNOUNCED}\r\n\r\n{{"
+        );
+        tls.write_all(head.as_bytes()).await.unwrap();
+        tls.flush().await.unwrap();
+        conns.push(tls);
+    }
+    for tls in &mut conns {
+        tls.write_all(b"}").await.unwrap();
+        tls.flush().await.unwrap();
+    }
+    wait_for("every HTTP/1.1 body's two bytes held", T, || {
+        (look(&s) >= (2 * HTTP1) as f64).then_some(())
+    });
+
+    // HTTP/2: one connection, a thousand such streams.
+    let tls = tls_connect(s.kg.listen, tls_client_config(&s.pki, &[b"h2"]))
+        .await
+        .unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let mut feeds = Vec::new();
+    let mut answers = Vec::new();
+    for _ in 0..STREAMS {
+        let (mut tx, body) = Channel::<bytes::Bytes>::new(2);
+        let req = http::Request::post(format!("https://kubernetes{CONFIGMAPS}"))
+            .header("content-type", "application/json")
+            .header("content-length", ANNOUNCED.to_string())
+            .body(body)
+            .unwrap();
+        sender.ready().await.unwrap();
+        answers.push(tokio::spawn(sender.send_request(req)));
+        tx.send_data(bytes::Bytes::from_static(b"{")).await.unwrap();
+        feeds.push(tx);
+    }
+    for tx in &mut feeds {
+        tx.send_data(bytes::Bytes::from_static(b"}")).await.unwrap();
+    }
+    wait_for("every HTTP/2 body's two bytes held", T, || {
+        (look(&s) >= (2 * (HTTP1 + STREAMS)) as f64).then_some(())
+    });
+    for _ in 0..5 {
+        look(&s);
+    }
+    let (most_held, heap, data) = most;
+    println!(
+        "FIGURE attack=announced-bodies held_kib={:.1} heap_growth_mib={:.1} vm_data_growth_mib={:.1}",
+        most_held / 1024.0,
+        heap / 1024.0 / 1024.0,
+        data as f64 / 1024.0
+    );
+    assert!(most_held <= in_total, "held {most_held} bytes");
+    // What the bounds count is what is reserved: the heap grows by the connections' and
+    // streams' own state (tens of MiB here), not by the 3.4 GB announced.
+    assert!(
+        heap <= in_total,
+        "kubegate's heap grew by {:.1} MiB while bodies held {:.1} KiB",
+        heap / 1024.0 / 1024.0,
+        most_held / 1024.0
+    );
+    assert!(
+        data as f64 * 1024.0 <= in_total + 128.0 * 1024.0 * 1024.0,
+        "kubegate's VmData grew by {} MiB",
+        data / 1024
+    );
+    drop(feeds);
+    drop(conns);
+    for a in answers {
+        a.abort();
+    }
+    wait_for("every body let go", T, || {
+        (counter(&s.kg, held) == 0.0).then_some(())
+    });
+    assert_alive(&s);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn distinct_long_user_agents_cost_bounded_memory() {
     const REQUESTS: usize = 1500;
@@ -804,5 +940,70 @@ async fn distinct_long_user_agents_cost_bounded_memory() {
     println!("FIGURE attack=long-user-agents requests={REQUESTS} heap_growth_mib={mib:.1}");
     // Kept whole they were 70 MiB (92 MiB of RSS); cut to 256 bytes, under 1 MiB.
     assert!(mib < 16.0, "kubegate's heap grew by {mib:.1} MiB");
+    assert_alive(&s);
+}
+
+/// Requests whose query is 60 KB, over HTTP/1.1 and HTTP/2, while kubegate's standard output
+/// is blocked (a pipe nobody reads): the access log's queue keeps at most its byte bound of
+/// what its entries hold (their own copies of the target and user agent, never the decoded
+/// header blocks), and what does not fit is dropped and counted. Before, an entry's weight
+/// counted its path only: 2,000 such requests held 135 MB with none dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_logs_queue_holds_within_its_bound() {
+    use std::os::unix::fs::OpenOptionsExt;
+    const EACH: usize = 500;
+    let fifo_dir = tempfile::tempdir().unwrap();
+    let fifo = fifo_dir.path().join("stdout");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // The reading end, held open and never read: kubegate's writes stop once the pipe is full.
+    let _reader = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)
+        .unwrap();
+    let redirect = format!("exec \"$0\" \"$@\" >{}", fifo.display());
+    let s = Cluster::new()
+        .terminate()
+        .wrapped(&["sh", "-c", &redirect])
+        .configure(|cfg| {
+            cfg.terminate.access_log.format = kubegate_config::AccessLogFormat::Json;
+            cfg.terminate.access_log.max_per_second = 100_000;
+            cfg.terminate.max_header_list_bytes = 128 * 1024;
+        })
+        .start();
+    let query = format!("{CONFIGMAPS}?x={}", "q".repeat(60_000));
+    let heap0 = counter(&s.kg, HEAP);
+    let mut tasks = Vec::new();
+    for h2 in [true, false, true, false] {
+        let mut conn = s.kg.connect(&s.pki, h2).await.unwrap();
+        let query = query.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..EACH {
+                conn.get(&query).await.expect("an answer");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mib = (counter(&s.kg, HEAP) - heap0) / 1024.0 / 1024.0;
+    let dropped = counter(&s.kg, "kubegate_access_log_dropped_total");
+    println!(
+        "FIGURE attack=access-log-queue requests={} heap_growth_mib={mib:.1} dropped={dropped}",
+        4 * EACH
+    );
+    // The queue's 4 MiB, what the writer took before the pipe filled, and the connections.
+    assert!(mib < 16.0, "kubegate's heap grew by {mib:.1} MiB");
+    // Kept: the lines the pipe took (64 KiB of ~300-byte lines), the queue's 4 MiB of 60 KB
+    // entries and one batch the writer holds; everything else is dropped (before, none was).
+    assert!(
+        dropped >= (4 * EACH) as f64 / 2.0,
+        "only {dropped} of {} lines were dropped",
+        4 * EACH
+    );
     assert_alive(&s);
 }

@@ -13,8 +13,12 @@
 //! 4. `token_clients_are_named_by_a_token_review_and_ruled`: a service account's token client
 //!    is limited by a `service_accounts` rule while a certificate client beside it is not; one
 //!    review serves many requests; a refused review leaves the client unnamed, never blocked.
-//! 5. `client_certificates_are_read_as_the_apiserver_reads_them`: a name that cannot travel as
-//!    a header is refused with 401.
+//! 5. `a_flood_of_bogus_tokens_neither_switches_rules_off_nor_evicts_names`: other
+//!    connections' distinct bogus tokens do not starve a limited client's review nor let it
+//!    pass unlimited, and a name reviewed before the flood is kept.
+//! 6. `client_certificates_are_read_as_the_apiserver_reads_them`: a name that cannot travel as
+//!    a header is refused with 401, and a certificate's UID attribute reaches the apiserver
+//!    as `X-Remote-Uid`.
 
 use kubegate_config::DispatchRule;
 use kubegate_e2e::*;
@@ -336,6 +340,108 @@ async fn token_clients_are_named_by_a_token_review_and_ruled() {
     });
 }
 
+/// A flood of distinct bogus tokens from other connections: the limited service account's
+/// first burst is still limited (its review is not starved, and a request kubegate could not
+/// name in time is never let through as if no rule named it), and a user named before the
+/// flood stays named (unknown tokens never evict named ones).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_bogus_tokens_neither_switches_rules_off_nor_evicts_names() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    const FLOODERS: usize = 8;
+    const MAX_ENTRIES: u32 = 50;
+    let limit =
+        rules("- {name: ci, match: {service_accounts: [\"ci:*\"]}, limit: {rate: 0.2, burst: 1}}");
+    let bed = Cluster::new()
+        .terminate()
+        .tokens(&[
+            ("ci-token", SA, SA_GROUPS),
+            ("early-token", "early-bot", "ops"),
+        ])
+        .configure(move |c| {
+            c.dispatch = limit;
+            // Small enough for the flood to fill: before, a full table forgot an arbitrary
+            // eighth, named tokens included, and the flood took every review.
+            c.terminate.token_review.max_entries = MAX_ENTRIES;
+            c.terminate.token_review.max_in_flight = 2;
+        })
+        .start();
+    let (kg, pki) = (&bed.kg, &bed.pki);
+    let lists = "/api/v1/namespaces/default/configmaps";
+    let named = || kg.metric(r#"kubegate_token_reviews_total{result="named"}"#);
+    // Named before the flood.
+    let mut early = Conn::open_anonymous(kg.listen, pki, true).await.unwrap();
+    let early_bearer = [("Authorization", "Bearer early-token")];
+    let r = early.send("GET", lists, &early_bearer, None).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(named(), 1.0);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let mut flood = Vec::new();
+    for f in 0..FLOODERS {
+        let mut conn = Conn::open_anonymous(kg.listen, pki, true).await.unwrap();
+        let (stop, sent) = (stop.clone(), sent.clone());
+        flood.push(tokio::spawn(async move {
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let bogus = format!("Bearer bogus-{f}-{i}");
+                let r = conn
+                    .send("GET", lists, &[("Authorization", bogus.as_str())], None)
+                    .await
+                    .expect("the flood's own requests are answered");
+                assert!(matches!(r.status, 401 | 429), "{} {}", r.status, r.text());
+                sent.fetch_add(1, Ordering::Relaxed);
+                i += 1;
+            }
+        }));
+    }
+    wait_for("the flood under way", Duration::from_secs(30), || {
+        (sent.load(Ordering::Relaxed) >= 2 * FLOODERS).then_some(())
+    });
+    // The limited client's first burst, while the flood runs.
+    let mut ci = Conn::open_anonymous(kg.listen, pki, true).await.unwrap();
+    let bearer = [("Authorization", "Bearer ci-token")];
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        let r = ci.send("GET", lists, &bearer, None).await.unwrap();
+        statuses.push(r.status);
+    }
+    let limited = statuses.iter().filter(|s| **s == 429).count();
+    assert!(
+        limited >= 3,
+        "the limited client passed during the flood: {statuses:?}"
+    );
+    // The flood goes on past the table's bound.
+    let rejected = || kg.metric(r#"kubegate_token_reviews_total{result="rejected"}"#);
+    wait_for(
+        "the flood past the table's bound",
+        Duration::from_secs(60),
+        || (rejected() > f64::from(MAX_ENTRIES) * 1.5).then_some(()),
+    );
+    stop.store(true, Ordering::Relaxed);
+    for f in flood {
+        f.await.unwrap();
+    }
+    let named_before = named();
+    let r = early.send("GET", lists, &early_bearer, None).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        named(),
+        named_before,
+        "early-bot was reviewed again: its name was evicted"
+    );
+    assert!(
+        kg.metric("kubegate_token_review_cache_entries") <= f64::from(2 * MAX_ENTRIES),
+        "each table stays within its bound"
+    );
+    println!(
+        "FIGURE token-flood sent={} rejected={} ci={statuses:?}",
+        sent.load(Ordering::Relaxed),
+        rejected()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificates_are_read_as_the_apiserver_reads_them() {
     let bed = Cluster::new().terminate().start();
@@ -365,4 +471,29 @@ async fn client_certificates_are_read_as_the_apiserver_reads_them() {
         .unwrap();
     assert_eq!(r.status, 200);
     assert_eq!(r.header("x-kubegate-sim-real-ip"), None);
+    // A certificate's UID attribute reaches the apiserver as `X-Remote-Uid` (1.33+); a UID
+    // the client sends itself never does.
+    let whoami = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
+    let review = r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#;
+    let (crt, key) = pki.client_with_uid("with-uid", "carol", "u-7f3a");
+    let mut conn = Conn::open_as(kg.listen, pki, true, &crt, &key)
+        .await
+        .unwrap();
+    let r = conn
+        .send("POST", whoami, &[("X-Remote-Uid", "mallory")], Some(review))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 201, "{}", r.text());
+    let info = &serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()["status"]["userInfo"];
+    assert_eq!(
+        (info["username"].as_str(), info["uid"].as_str()),
+        (Some("carol"), Some("u-7f3a"))
+    );
+    let mut conn = kg.connect(pki, true).await.unwrap();
+    let r = conn
+        .send("POST", whoami, &[("X-Remote-Uid", "mallory")], Some(review))
+        .await
+        .unwrap();
+    let info = &serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()["status"]["userInfo"];
+    assert_eq!(info["uid"], serde_json::Value::Null, "{info}");
 }

@@ -503,8 +503,9 @@ pub struct FrontProxy {
     /// sends no extra: a certificate carries none).
     #[serde(default = "default_extra_prefixes")]
     pub extra_prefixes: Vec<String>,
-    /// `--requestheader-uid-headers`: stripped from every request; kubegate sends no UID (a
-    /// certificate carries none).
+    /// `--requestheader-uid-headers`: stripped from every request; the first carries the
+    /// UID a verified client certificate's subject names (attribute 1.3.6.1.4.1.57683.2, as
+    /// 1.33+ reads it), when it names one.
     #[serde(default = "default_uid_headers")]
     pub uid_headers: Vec<String>,
     /// 0.1.0's one name of `username_headers`; still accepted (not with it).

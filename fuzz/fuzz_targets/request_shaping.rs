@@ -63,6 +63,7 @@ fuzz_target!(|data: &[u8]| {
     let cert = (flags & 4 == 4).then(|| UserInfo {
         user: "alice".into(),
         groups: vec!["dev".into()],
+        uid: None,
     });
     let client = Client::new("192.0.2.7:40000".parse().unwrap(), cert);
     let held = body.len();

@@ -141,6 +141,10 @@ pub struct Client {
     task: Arc<ConnectionTask>,
     /// `Authorization` every request carries, if any.
     bearer: Option<http::HeaderValue>,
+    /// The authority every request names: the server name of the handshake, as a client
+    /// dialing that name sends it (a gateway serving several clusters answers another
+    /// cluster's name on this connection with 421).
+    authority: Arc<str>,
 }
 
 /// Drives the connection; ends it when the last handle goes.
@@ -197,6 +201,7 @@ impl Client {
                 sender: Sender::H2(s),
                 task,
                 bearer: tls.bearer.clone(),
+                authority: tls.server_name.to_str().into(),
             })
         } else {
             let (s, conn) = hyper::client::conn::http1::handshake(io)
@@ -209,6 +214,7 @@ impl Client {
                 sender: Sender::H1(s),
                 task,
                 bearer: tls.bearer.clone(),
+                authority: tls.server_name.to_str().into(),
             })
         }
     }
@@ -226,6 +232,7 @@ impl Client {
                 sender: Sender::H2(s.clone()),
                 task: self.task.clone(),
                 bearer: self.bearer.clone(),
+                authority: self.authority.clone(),
             }),
             Sender::H1(_) => None,
         }
@@ -239,13 +246,13 @@ impl Client {
     ) -> Result<http::Response<Incoming>, ErrorClass> {
         let h2 = matches!(self.sender, Sender::H2(_));
         let uri = if h2 {
-            format!("https://kubernetes{path}")
+            format!("https://{}{path}", self.authority)
         } else {
             path.to_string()
         };
         let mut req = http::Request::builder().method(method).uri(uri);
         if !h2 {
-            req = req.header(http::header::HOST, "kubernetes");
+            req = req.header(http::header::HOST, &*self.authority);
         }
         if body.is_some() {
             req = req.header(http::header::CONTENT_TYPE, "application/json");

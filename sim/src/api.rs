@@ -228,6 +228,19 @@ async fn serve_as(
     .await
 }
 
+/// A `UserInfo` as the apiserver encodes it (`uid` omitted when empty).
+fn user_info(user: &User) -> serde_json::Value {
+    let mut info = json!({
+        "username": user.name,
+        "groups": user.groups,
+        "extra": user.extra,
+    });
+    if !user.uid.is_empty() {
+        info["uid"] = json!(user.uid);
+    }
+    info
+}
+
 /// `kubectl auth whoami`: the user as this replica authenticated it.
 fn self_subject_review(user: &User) -> Reply {
     Reply::json(
@@ -236,11 +249,7 @@ fn self_subject_review(user: &User) -> Reply {
             "kind": "SelfSubjectReview",
             "apiVersion": "authentication.k8s.io/v1",
             "metadata": {"creationTimestamp": null},
-            "status": {"userInfo": {
-                "username": user.name,
-                "groups": user.groups,
-                "extra": user.extra,
-            }},
+            "status": {"userInfo": user_info(user)},
         }),
     )
 }
@@ -277,7 +286,7 @@ async fn token_review(sim: &Sim, user: &User, req: Request<Incoming>) -> Reply {
     let status = match sim.authenticator.tokens.user(token) {
         Some(u) => json!({
             "authenticated": true,
-            "user": {"username": u.name, "uid": "", "groups": u.groups},
+            "user": {"username": u.name, "uid": u.uid, "groups": u.groups},
             "audiences": ["https://kubernetes.default.svc.cluster.local"],
         }),
         None => json!({"authenticated": false, "error": "invalid bearer token"}),

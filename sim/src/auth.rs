@@ -20,6 +20,9 @@ pub struct User {
     pub groups: Vec<String>,
     /// Extra attributes (from `X-Remote-Extra-*`), keys lower case.
     pub extra: BTreeMap<String, Vec<String>>,
+    /// Its UID, when the authenticator gave one (`X-Remote-Uid`, a certificate's UID
+    /// attribute, the token file's column); empty otherwise, as `user.Info`.
+    pub uid: String,
 }
 
 impl User {
@@ -29,6 +32,7 @@ impl User {
             name: "system:anonymous".into(),
             groups: vec!["system:unauthenticated".into()],
             extra: BTreeMap::new(),
+            uid: String::new(),
         }
     }
 
@@ -40,6 +44,7 @@ impl User {
             name,
             groups,
             extra: BTreeMap::new(),
+            uid: String::new(),
         }
     }
 
@@ -56,6 +61,9 @@ pub struct PeerCert {
     pub common_name: String,
     /// Organizations.
     pub organizations: Vec<String>,
+    /// The subject's UID attribute (1.3.6.1.4.1.57683.2, `AllowParsingUserUIDFromCertAuth`,
+    /// on in 1.33); empty without one.
+    pub uid: String,
     /// The issuer's distinguished name, DER: tells which CA signed it.
     pub issuer: Vec<u8>,
 }
@@ -77,10 +85,19 @@ impl PeerCert {
             .filter_map(|o| o.as_str().ok().map(str::to_string))
             .collect();
         let issuer = cert.issuer().as_raw().to_vec();
+        let uid_oid = x509_parser::der_parser::oid::Oid::from(&[1, 3, 6, 1, 4, 1, 57683, 2])
+            .expect("a valid OID");
+        let uid = subject
+            .iter_by_oid(&uid_oid)
+            .next()
+            .and_then(|u| u.as_str().ok())
+            .unwrap_or_default()
+            .to_string();
         Some(PeerCert {
             common_name,
             organizations,
             issuer,
+            uid,
         })
     }
 }
@@ -111,6 +128,8 @@ pub struct RequestHeader {
     pub group_headers: Vec<HeaderName>,
     /// `--requestheader-extra-headers-prefix`, lower case.
     pub extra_prefixes: Vec<String>,
+    /// `--requestheader-uid-headers`.
+    pub uid_headers: Vec<HeaderName>,
 }
 
 impl RequestHeader {
@@ -143,6 +162,19 @@ impl RequestHeader {
             .filter_map(|v| v.to_str().ok().map(str::to_string))
             .collect();
         let mut user = User::authenticated_user(name, groups);
+        // The first non-empty UID header, as the username.
+        user.uid = self
+            .uid_headers
+            .iter()
+            .find_map(|h| {
+                headers
+                    .get_all(h)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .find(|v| !v.is_empty())
+            })
+            .unwrap_or_default()
+            .to_string();
         for (k, v) in headers {
             let key = k.as_str();
             if let Some(suffix) = self
@@ -232,10 +264,10 @@ impl Authenticator {
         }
         if let (Some(subjects), Some(peer)) = (&self.client_ca_subjects, peer) {
             if subjects.contains(&peer.issuer) && !peer.common_name.is_empty() {
-                return Ok(User::authenticated_user(
-                    peer.common_name.clone(),
-                    peer.organizations.clone(),
-                ));
+                let mut user =
+                    User::authenticated_user(peer.common_name.clone(), peer.organizations.clone());
+                user.uid = peer.uid.clone();
+                return Ok(user);
             }
             errors.push(format!(
                 "verifying certificate CN={} failed: x509: certificate signed by unknown authority",
@@ -279,7 +311,7 @@ impl Tokens {
             let (Some(token), Some(name)) = (fields.next(), fields.next()) else {
                 continue;
             };
-            let _uid = fields.next();
+            let uid = fields.next().unwrap_or_default().to_string();
             let groups: Vec<String> = fields
                 .next()
                 .map(|g| {
@@ -290,10 +322,9 @@ impl Tokens {
                         .collect()
                 })
                 .unwrap_or_default();
-            map.insert(
-                token.to_string(),
-                User::authenticated_user(name.to_string(), groups),
-            );
+            let mut user = User::authenticated_user(name.to_string(), groups);
+            user.uid = uid;
+            map.insert(token.to_string(), user);
         }
         Tokens(map)
     }
@@ -333,6 +364,7 @@ mod tests {
             common_name: cn.into(),
             organizations: vec!["system:masters".into()],
             issuer: issuer.to_vec(),
+            uid: String::new(),
         }
     }
 
@@ -344,6 +376,7 @@ mod tests {
                 username_headers: vec![HeaderName::from_static("x-remote-user")],
                 group_headers: vec![HeaderName::from_static("x-remote-group")],
                 extra_prefixes: vec!["x-remote-extra-".into()],
+                uid_headers: vec![HeaderName::from_static("x-remote-uid")],
             }),
             client_ca_subjects: Some(vec![b"client-ca".to_vec()]),
             tokens: Tokens::parse("abc,kubegate,uid1,\"system:monitoring,ops\"\n"),
@@ -361,6 +394,7 @@ mod tests {
             u.groups,
             ["system:monitoring", "ops", "system:authenticated"]
         );
+        assert_eq!(u.uid, "uid1");
         assert_eq!(t.user("xyz").unwrap().name, "bob");
         assert!(t.user("nope").is_none());
     }
@@ -374,9 +408,11 @@ mod tests {
             ("X-Remote-Group", "dev"),
             ("X-Remote-Group", "ops"),
             ("X-Remote-Extra-Scopes%2Fa", "x"),
+            ("X-Remote-Uid", "u-1"),
         ]);
         let u = a.authenticate(Some(&proxy), &h).unwrap();
         assert_eq!(u.name, "alice");
+        assert_eq!(u.uid, "u-1");
         assert_eq!(u.groups, ["dev", "ops", "system:authenticated"]);
         assert_eq!(u.extra["scopes/a"], ["x"]);
     }

@@ -111,6 +111,9 @@ pub struct ServeArgs {
     /// Header prefixes a front proxy passes extra attributes in.
     #[arg(long, value_delimiter = ',', default_value = "x-remote-extra-")]
     requestheader_extra_headers_prefix: Vec<String>,
+    /// Headers a front proxy names the user's UID in (`RemoteRequestHeaderUID`, on in 1.33).
+    #[arg(long, value_delimiter = ',', default_value = "x-remote-uid")]
+    requestheader_uid_headers: Vec<String>,
     /// Concurrent streams one HTTP/2 client connection may have.
     #[arg(long, default_value_t = 100)]
     http2_max_streams_per_connection: u32,
@@ -356,6 +359,11 @@ fn authenticator(args: &ServeArgs) -> anyhow::Result<auth::Authenticator> {
                 .iter()
                 .map(|p| p.to_ascii_lowercase())
                 .collect(),
+            uid_headers: args
+                .requestheader_uid_headers
+                .iter()
+                .map(header)
+                .collect::<Result<_, _>>()?,
         }),
         None => None,
     };

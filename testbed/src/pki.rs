@@ -106,6 +106,18 @@ impl Pki {
         )
     }
 
+    /// Writes `<file>.crt`/`.key`: a client certificate for `user` whose subject names its
+    /// UID (the attribute 1.33+ reads).
+    pub fn client_with_uid(&self, file: &str, user: &str, uid: &str) -> (PathBuf, PathBuf) {
+        self.issue(
+            file,
+            Leaf {
+                uid: Some(uid),
+                ..Leaf::new(user, Usage::Client)
+            },
+        )
+    }
+
     /// A second CA, in `front-proxy/`, with kubegate's front-proxy client certificate
     /// (`front-proxy-client.crt`, CN `front-proxy-client`), as kubeadm lays them out.
     pub fn front_proxy(&self) -> FrontProxyPki {

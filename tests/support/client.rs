@@ -152,6 +152,9 @@ pub struct Conn {
     peer: Vec<u8>,
     /// How long a request may take (10 s unless a test waits on a slow answer on purpose).
     request_timeout: Duration,
+    /// The authority requests name (`:authority`, `Host`): the server name the handshake
+    /// asked for, as a real client sends it.
+    authority: String,
 }
 
 impl Conn {
@@ -184,8 +187,20 @@ impl Conn {
         name: &str,
         h2: bool,
     ) -> io::Result<Conn> {
-        let name = ServerName::try_from(name.to_string()).map_err(io::Error::other)?;
-        Conn::open_tls(tls_connect_to(addr, config, name).await?, h2).await
+        let server_name = ServerName::try_from(name.to_string()).map_err(io::Error::other)?;
+        let mut conn = Conn::open_tls(tls_connect_to(addr, config, server_name).await?, h2).await?;
+        conn.authority = match name.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V6(ip)) => format!("[{ip}]:{}", addr.port()),
+            Ok(ip) => format!("{ip}:{}", addr.port()),
+            Err(_) => name.to_string(),
+        };
+        Ok(conn)
+    }
+
+    /// Requests from now on name `authority` (a client reusing its connection for another
+    /// name, as browsers and OkHttp do under a certificate that covers both).
+    pub fn naming(&mut self, authority: &str) {
+        self.authority = authority.to_string();
     }
 
     async fn open_with(
@@ -234,6 +249,7 @@ impl Conn {
             task,
             peer,
             request_timeout: Duration::from_secs(10),
+            authority: "kubernetes".to_string(),
         })
     }
 
@@ -275,13 +291,9 @@ impl Conn {
         headers: &[(&str, &str)],
         body: Option<&str>,
     ) -> io::Result<Response> {
-        let uri = match self.sender {
-            Sender::H1(_) => path.to_string(),
-            Sender::H2(_) => format!("https://kubernetes{path}"),
-        };
-        let mut req = http::Request::builder().method(method).uri(uri);
+        let mut req = http::Request::builder().method(method).uri(self.uri(path));
         if matches!(self.sender, Sender::H1(_)) {
-            req = req.header(http::header::HOST, "kubernetes");
+            req = req.header(http::header::HOST, self.host());
         }
         if body.is_some() {
             req = req.header(http::header::CONTENT_TYPE, "application/json");
@@ -363,8 +375,13 @@ impl Conn {
     pub(crate) fn uri(&self, path: &str) -> String {
         match self.sender {
             Sender::H1(_) => path.to_string(),
-            Sender::H2(_) => format!("https://kubernetes{path}"),
+            Sender::H2(_) => format!("https://{}{path}", self.authority),
         }
+    }
+
+    /// The authority requests on this connection name (HTTP/1.1 sends it as `Host`).
+    pub(crate) fn host(&self) -> &str {
+        &self.authority
     }
 
     /// Sends on whichever protocol the connection speaks, once it is ready: the previous
@@ -388,12 +405,8 @@ impl Conn {
 
     /// `GET path` whose body is read as it arrives.
     pub async fn stream(&mut self, path: &str) -> io::Result<Lines> {
-        let uri = match self.sender {
-            Sender::H1(_) => path.to_string(),
-            Sender::H2(_) => format!("https://kubernetes{path}"),
-        };
-        let req = http::Request::get(uri)
-            .header(http::header::HOST, "kubernetes")
+        let req = http::Request::get(self.uri(path))
+            .header(http::header::HOST, self.host())
             .body(Full::new(Bytes::new()))
             .unwrap();
         let resp = self.send_raw(req).await?;

@@ -27,6 +27,7 @@ pub struct Cluster {
     sim_args: Vec<String>,
     tokens: Vec<(String, String, String)>,
     configure: Vec<Configure>,
+    wrapper: Vec<String>,
 }
 
 /// A started set-up. Dropped in field order: kubegate, then the replicas, etcd, the folder.
@@ -57,6 +58,7 @@ impl Cluster {
             sim_args: Vec::new(),
             tokens: Vec::new(),
             configure: Vec::new(),
+            wrapper: Vec::new(),
         }
     }
 
@@ -91,6 +93,13 @@ impl Cluster {
                 .iter()
                 .map(|(t, u, g)| (t.to_string(), u.to_string(), g.to_string())),
         );
+        self
+    }
+
+    /// kubegate is run by `wrapper` (a command and its arguments that runs the rest; it must
+    /// `exec` it, so that the process is kubegate's own).
+    pub fn wrapped(mut self, wrapper: &[&str]) -> Cluster {
+        self.wrapper = wrapper.iter().map(|s| s.to_string()).collect();
         self
     }
 
@@ -138,7 +147,8 @@ impl Cluster {
         for f in self.configure {
             f(&mut config);
         }
-        let kg = Kubegate::start(&pki, &config);
+        let wrapper: Vec<&str> = self.wrapper.iter().map(String::as_str).collect();
+        let kg = Kubegate::start_under(&pki, &config, &[], &wrapper);
         for s in &sims {
             kg.wait_state(&s.name, "ready", READY);
         }

@@ -234,6 +234,21 @@ impl Kubegate {
             .unwrap_or(0.0)
     }
 
+    /// The sum of every sample of metric `name` (all its label sets), 0 if absent.
+    pub fn metric_sum(&self, name: &str) -> f64 {
+        self.admin_body("/metrics")
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.rsplit_once(' '))
+            .filter(|(series, _)| {
+                series
+                    .strip_prefix(name)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('{'))
+            })
+            .map(|(_, v)| v.trim().parse::<f64>().unwrap())
+            .sum()
+    }
+
     /// kubegate's log so far.
     pub fn log(&self) -> String {
         self.proc.log()

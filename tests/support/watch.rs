@@ -38,7 +38,7 @@ impl Conn {
             "application/json"
         };
         let req = http::Request::get(self.uri(path))
-            .header(http::header::HOST, "kubernetes")
+            .header(http::header::HOST, self.host())
             .header(http::header::ACCEPT, accept)
             .body(Full::new(Bytes::new()))
             .unwrap();

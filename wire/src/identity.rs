@@ -1,6 +1,7 @@
 //! Who a client is, and how that reaches the apiserver: a verified client certificate becomes
-//! the front-proxy headers (`X-Remote-User` = CN, one `X-Remote-Group` per O), sent over
-//! kubegate's front-proxy certificate. Every incoming header with one of those names, or the
+//! the front-proxy headers (`X-Remote-User` = CN, one `X-Remote-Group` per O, `X-Remote-Uid`
+//! = the subject's UID attribute as 1.33+ reads it), sent over kubegate's front-proxy
+//! certificate. Every incoming header with one of those names, or the
 //! extra prefix, is removed first, whatever the client sent, so a client can never choose its
 //! identity. Bearer tokens and `Impersonate-*` pass untouched (the apiserver authenticates and
 //! authorizes them).
@@ -9,36 +10,65 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 use kubegate_config::FrontProxy;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
-/// A user and its groups (the apiserver's `user.Info`): what a client certificate kubegate
-/// verified names (CN, O), or what a TokenReview said of a bearer token.
+/// A user, its groups and UID (the apiserver's `user.Info`): what a client certificate
+/// kubegate verified names (CN, O, the UID attribute), or what a TokenReview said of a bearer
+/// token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserInfo {
     /// The user name: a certificate's common name, a token's reviewed user.
     pub user: String,
     /// Its groups: a certificate's organizations, a token's reviewed groups.
     pub groups: Vec<String>,
+    /// Its UID, when one is given: a certificate's subject attribute [`UID_OID`], a token's
+    /// reviewed `uid`.
+    pub uid: Option<String>,
+}
+
+/// The subject attribute 1.33+ reads a client certificate's UID from
+/// (`AllowParsingUserUIDFromCertAuth`): 1.3.6.1.4.1.57683.2.
+pub const UID_OID: &[u64] = &[1, 3, 6, 1, 4, 1, 57683, 2];
+
+/// Why a verified certificate names no user the apiserver would accept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CertificateName {
+    /// No common name, or an empty one ("common name of client certificate is empty").
+    NoCommonName,
+    /// More than one UID attribute, an empty one, or one that is not a string: the
+    /// apiserver's x509 authenticator refuses the certificate.
+    BadUid,
 }
 
 impl UserInfo {
-    /// Reads CN and O from a DER certificate, as the apiserver's `CommonNameUserConversion`
-    /// does (Go's `pkix.Name` keeps the last CN when a subject has several). `None` without a
-    /// CN, or with an empty one (the apiserver refuses both: "common name of client
-    /// certificate is empty").
-    pub fn from_der(der: &[u8]) -> Option<UserInfo> {
-        let (_, cert) = X509Certificate::from_der(der).ok()?;
+    /// Reads CN, O and the UID attribute from a DER certificate, as the apiserver's
+    /// `CommonNameUserConversion` does in 1.33+ (Go's `pkix.Name` keeps the last CN when a
+    /// subject has several; at most one UID, not empty).
+    pub fn from_der(der: &[u8]) -> Result<UserInfo, CertificateName> {
+        let (_, cert) =
+            X509Certificate::from_der(der).map_err(|_| CertificateName::NoCommonName)?;
         let subject = cert.subject();
         let user = subject
             .iter_common_name()
-            .last()?
-            .as_str()
-            .ok()
-            .filter(|cn| !cn.is_empty())?
+            .last()
+            .and_then(|cn| cn.as_str().ok())
+            .filter(|cn| !cn.is_empty())
+            .ok_or(CertificateName::NoCommonName)?
             .to_string();
         let groups = subject
             .iter_organization()
             .filter_map(|o| o.as_str().ok().map(str::to_string))
             .collect();
-        Some(UserInfo { user, groups })
+        let oid = x509_parser::der_parser::oid::Oid::from(UID_OID)
+            .map_err(|_| CertificateName::BadUid)?;
+        let uids: Vec<_> = subject.iter_by_oid(&oid).collect();
+        let uid = match uids.as_slice() {
+            [] => None,
+            [one] => match one.as_str() {
+                Ok(uid) if !uid.is_empty() => Some(uid.to_string()),
+                _ => return Err(CertificateName::BadUid),
+            },
+            _ => return Err(CertificateName::BadUid),
+        };
+        Ok(UserInfo { user, groups, uid })
     }
 }
 
@@ -140,7 +170,9 @@ impl IdentityHeaders {
                 && !v.starts_with([' ', '\t'])
                 && !v.ends_with([' ', '\t'])
         };
-        ok(&identity.user) && identity.groups.iter().all(|g| ok(g))
+        ok(&identity.user)
+            && identity.groups.iter().all(|g| ok(g))
+            && identity.uid.as_deref().is_none_or(ok)
     }
 
     /// Sets the headers for `identity`. Values that cannot be header values (control
@@ -157,9 +189,19 @@ impl IdentityHeaders {
         else {
             return false;
         };
+        let uid = match identity.uid.as_deref().map(HeaderValue::from_str) {
+            None => None,
+            Some(Ok(uid)) => Some(uid),
+            Some(Err(_)) => return false,
+        };
         headers.insert(self.users[0].clone(), user);
         for g in groups {
             headers.append(self.groups[0].clone(), g);
+        }
+        // The first UID header, as the apiserver's `RemoteRequestHeaderUID` (on in 1.33)
+        // reads it; configured without one, the UID is not sent.
+        if let (Some(uid), Some(name)) = (uid, self.uids.first()) {
+            headers.insert(name.clone(), uid);
         }
         true
     }
@@ -228,11 +270,13 @@ mod tests {
         let who = UserInfo {
             user: "system:node:n1".into(),
             groups: vec!["system:nodes".into(), "ops".into()],
+            uid: Some("4f2c".into()),
         };
         assert!(ids.apply(&who, &mut h));
         assert_eq!(h["x-auth-user"], "system:node:n1");
         let groups: Vec<_> = h.get_all("x-auth-group").iter().collect();
         assert_eq!(groups, ["system:nodes", "ops"]);
+        assert_eq!(h["x-auth-uid"], "4f2c");
     }
 
     #[test]
@@ -249,6 +293,42 @@ mod tests {
         let id = UserInfo::from_der(cert.der()).unwrap();
         assert_eq!(id.user, "second");
         assert_eq!(id.groups, ["ops"]);
+        assert_eq!(id.uid, None);
+    }
+
+    fn with_subject(attrs: &[(Vec<u64>, &str)]) -> Vec<u8> {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        let mut dn = rcgen::DistinguishedName::new();
+        for (oid, value) in attrs {
+            dn.push(rcgen::DnType::CustomDnType(oid.clone()), *value);
+        }
+        params.distinguished_name = dn;
+        let key = rcgen::KeyPair::generate().unwrap();
+        params.self_signed(&key).unwrap().der().to_vec()
+    }
+
+    #[test]
+    fn the_subjects_uid_attribute_is_read_as_1_33_reads_it() {
+        let cn = vec![2, 5, 4, 3];
+        let uid = UID_OID.to_vec();
+        let id = UserInfo::from_der(&with_subject(&[
+            (cn.clone(), "alice"),
+            (uid.clone(), "u-1"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (id.user.as_str(), id.uid.as_deref()),
+            ("alice", Some("u-1"))
+        );
+        assert_eq!(
+            UserInfo::from_der(&with_subject(&[(cn.clone(), "alice"), (uid.clone(), "")])),
+            Err(CertificateName::BadUid),
+            "an empty UID"
+        );
+        assert_eq!(
+            UserInfo::from_der(&with_subject(&[(uid, "u-1")])),
+            Err(CertificateName::NoCommonName)
+        );
     }
 
     #[test]
@@ -256,6 +336,7 @@ mod tests {
         let who = |user: &str, group: &str| UserInfo {
             user: user.into(),
             groups: vec![group.into()],
+            uid: None,
         };
         assert!(IdentityHeaders::sendable(&who(
             "system:node:n1",
@@ -284,6 +365,7 @@ mod tests {
         let who = UserInfo {
             user: "bad\nname".into(),
             groups: vec![],
+            uid: None,
         };
         assert!(!ids.apply(&who, &mut h));
         assert!(h.is_empty());

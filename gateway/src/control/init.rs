@@ -55,6 +55,9 @@ struct Planned {
     secret: bool,
     /// Kept when it exists (a key, the token: regenerating them would break what uses them).
     keep_existing: bool,
+    /// One half of a key pair whose other half is missing: the pair is written whole (a
+    /// certificate is never left beside a key it does not belong to).
+    half_pair: bool,
 }
 
 /// What became of one file.
@@ -90,15 +93,22 @@ pub fn run(args: InitArgs) -> Result<String, String> {
     let (dry_run, force) = (args.dry_run, args.force);
     let init = Init::new(args)?;
     let plan = plan(&init)?;
+    if !dry_run {
+        // Before anything is read or written in it: a folder an earlier release left to the
+        // pod's user is taken back first.
+        let pki = init.at(init.pki_dir_seen());
+        folder(&pki, Some(secret_owner(&init)?.1))
+            .map_err(|e| format!("{}: {e}", pki.display()))?;
+    }
     let mut report = String::new();
     for p in &plan {
         let target = init.at(&p.path);
-        let existing = std::fs::read(&target).ok();
+        let existing = read_existing(&target).map_err(|e| format!("{}: {e}", target.display()))?;
         let outcome = match &existing {
             None => Outcome::Created,
             Some(_) if p.keep_existing => Outcome::Kept,
             Some(old) if *old == p.content => Outcome::Unchanged,
-            Some(_) if force => Outcome::Rewritten,
+            Some(_) if force || p.half_pair => Outcome::Rewritten,
             Some(_) => Outcome::KeptDiffering,
         };
         if dry_run {
@@ -143,6 +153,7 @@ fn plan(init: &Init) -> Result<Vec<Planned>, String> {
         owner: (0, 0),
         secret: false,
         keep_existing: false,
+        half_pair: false,
     };
     let mut plan = Vec::new();
     // The CAs under the root, or this node's own when the root has none (another node's files
@@ -199,8 +210,12 @@ fn plan(init: &Init) -> Result<Vec<Planned>, String> {
     for (file, signer, cn, names, usage) in leaves {
         let crt_path = format!("{pki}/{file}.crt");
         let key_path = format!("{pki}/{file}.key");
-        let existing = std::fs::read_to_string(init.at(&crt_path)).ok();
-        let key_there = init.at(&key_path).exists();
+        let existing = read_existing(&init.at(&crt_path))
+            .ok()
+            .flatten()
+            .and_then(|c| String::from_utf8(c).ok());
+        let key_there = std::fs::symlink_metadata(init.at(&key_path)).is_ok();
+        let half_pair = existing.is_some() != key_there;
         let keep = existing
             .as_deref()
             .is_some_and(|c| key_there && pki::covers(c, &names) && same_issuer(c, signer));
@@ -218,6 +233,7 @@ fn plan(init: &Init) -> Result<Vec<Planned>, String> {
                 owner: (uid, gid),
                 secret: true,
                 keep_existing: false,
+                half_pair,
             });
         }
         plan.push(Planned {
@@ -227,6 +243,7 @@ fn plan(init: &Init) -> Result<Vec<Planned>, String> {
             owner: (uid, gid),
             secret: false,
             keep_existing: keep,
+            half_pair,
         });
     }
     plan.push(Planned {
@@ -236,6 +253,7 @@ fn plan(init: &Init) -> Result<Vec<Planned>, String> {
         owner: (uid, gid),
         secret: true,
         keep_existing: true,
+        half_pair: false,
     });
     if init.shape == Shape::Systemd {
         plan.push(Planned {
@@ -245,6 +263,7 @@ fn plan(init: &Init) -> Result<Vec<Planned>, String> {
             owner: (uid, gid),
             secret: false,
             keep_existing: false,
+            half_pair: false,
         });
     }
     let mut config = text(init.config_path(), render::config(init), 0o644);
@@ -309,25 +328,104 @@ fn token() -> Result<String, String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect::<String>() + "\n")
 }
 
-/// Writes `content` to `path` (its folder made as needed) by a rename, so that a reader never
-/// sees half a file, with `mode` and `owner`.
+/// Writes `content` to `path` by a rename, so that a reader never sees half a file, with
+/// `mode` and `owner`, and never through a link: the temporary file is created new
+/// (`O_EXCL | O_NOFOLLOW`, a random name) with no permission beyond its owner's, owned and
+/// given its mode through the open descriptor, and renamed over `path`. A link (or anything
+/// but a plain file) already at `path` is refused, not followed or replaced. Its folder is
+/// made (or set right) first ([`folder`]).
 fn write(path: &Path, content: &[u8], mode: u32, owner: (u32, u32)) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("/"));
+    folder(dir, None)?;
+    refuse_link(path)?;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = dir.join(format!(".{name}.{}.kubegate-init", nonce()?));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)?;
+    let written = (|| {
+        file.write_all(content)?;
+        std::os::unix::fs::fchown(&file, Some(owner.0), Some(owner.1))?;
+        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// Makes `dir` (with its parents) if missing; with `secrets_group`, it is the folder of
+/// secrets and is set right whether new or not: root's, with the secrets' group, 0750.
+/// Whoever reads the keys (the pod's user) can read them there but cannot add, remove or
+/// replace a name in it: no link can be planted for the next `init` to write through. A link
+/// in `dir`'s place is refused.
+fn folder(dir: &Path, secrets_group: Option<u32>) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     if !dir.exists() {
         std::fs::create_dir_all(dir)?;
-        // A folder of secrets belongs to their owner; others are the usual 0755.
-        let dir_mode = if mode & 0o004 == 0 { 0o750 } else { 0o755 };
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(dir_mode))?;
-        std::os::unix::fs::chown(dir, Some(owner.0), Some(owner.1))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
     }
-    let tmp = dir.join(format!(
-        ".{}.kubegate-init",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("file")
-    ));
-    std::fs::write(&tmp, content)?;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
-    std::os::unix::fs::chown(&tmp, Some(owner.0), Some(owner.1))?;
-    std::fs::rename(&tmp, path)
+    refuse_link(dir)?;
+    let Some(group) = secrets_group else {
+        return Ok(());
+    };
+    // Opened without following a link, then owned and moded through the descriptor.
+    let handle = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir)?;
+    std::os::unix::fs::fchown(&handle, Some(0), Some(group))?;
+    handle.set_permissions(std::fs::Permissions::from_mode(0o750))
+}
+
+/// An error if `path` is a symbolic link, or anything but a plain file or folder.
+fn refuse_link(path: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => Err(std::io::Error::other(
+            "is a symbolic link: kubegate init writes nothing through a link (remove it, or write elsewhere with --root)",
+        )),
+        Ok(m) if !m.is_file() && !m.is_dir() => Err(std::io::Error::other(
+            "is neither a file nor a folder: kubegate init does not replace it",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A random name part, so that nobody can guess (and plant) the temporary file's name.
+fn nonce() -> std::io::Result<String> {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 8];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| std::io::Error::other("no randomness"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The file at `path` if it is a plain file (a link is not read through).
+fn read_existing(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    refuse_link(path)?;
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path);
+    match opened {
+        Ok(mut f) => {
+            let mut content = Vec::new();
+            f.read_to_end(&mut content)?;
+            Ok(Some(content))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The id of group `name`, from the system's group database.
@@ -456,6 +554,163 @@ mod tests {
         assert!(
             render::manifest(&Init::new(args(Shape::Systemd, Mode::Passthrough)).unwrap())
                 .is_none()
+        );
+    }
+
+    /// A node under a temporary root: the cluster and front-proxy CAs where kubeadm puts
+    /// them, and a file outside every folder init writes (what a link would aim at).
+    fn node() -> (tempfile::TempDir, PathBuf) {
+        let root = tempfile::tempdir().unwrap();
+        let pki = root.path().join("etc/kubernetes/pki");
+        std::fs::create_dir_all(&pki).unwrap();
+        for name in ["ca", "front-proxy-ca"] {
+            let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, name);
+            let key = rcgen::KeyPair::generate().unwrap();
+            let cert = params.self_signed(&key).unwrap();
+            std::fs::write(pki.join(format!("{name}.crt")), cert.pem()).unwrap();
+            std::fs::write(pki.join(format!("{name}.key")), key.serialize_pem()).unwrap();
+        }
+        let outside = root.path().join("outside/shadow");
+        std::fs::create_dir_all(outside.parent().unwrap()).unwrap();
+        std::fs::write(&outside, "root's secret\n").unwrap();
+        std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o600)).unwrap();
+        (root, outside)
+    }
+
+    fn writing(root: &Path) -> InitArgs {
+        InitArgs {
+            root: root.to_path_buf(),
+            dry_run: false,
+            vip: None,
+            peers: Vec::new(),
+            ..args(Shape::StaticPod, Mode::Terminate)
+        }
+    }
+
+    fn unchanged(outside: &Path) {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(outside).unwrap();
+        assert_eq!(std::fs::read(outside).unwrap(), b"root's secret\n");
+        assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (0, 0, 0o600));
+    }
+
+    #[test]
+    fn init_writes_nothing_through_a_link_at_any_name_it_writes() {
+        // Every name init writes, as a first run on a fresh node writes them.
+        let names: Vec<String> = {
+            let (root, _) = node();
+            let init = Init::new(writing(root.path())).unwrap();
+            plan(&init).unwrap().into_iter().map(|p| p.path).collect()
+        };
+        assert!(names.len() >= 10, "{names:?}");
+        for name in &names {
+            let (root, outside) = node();
+            let at = root.path().join(name.trim_start_matches('/'));
+            std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+            std::os::unix::fs::symlink(&outside, &at).unwrap();
+            let e = run(writing(root.path())).expect_err(name);
+            assert!(
+                e.contains(name.as_str()) && e.contains("symbolic link"),
+                "{name}: {e}"
+            );
+            unchanged(&outside);
+            assert!(
+                std::fs::symlink_metadata(&at)
+                    .unwrap()
+                    .file_type()
+                    .is_symlink(),
+                "{name}: the link is left for the operator to see"
+            );
+        }
+        // A link in the place of the folder of keys.
+        let (root, outside) = node();
+        let pki = root.path().join("etc/kubernetes/pki/kubegate");
+        std::os::unix::fs::symlink(outside.parent().unwrap(), &pki).unwrap();
+        let e = run(writing(root.path())).unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
+        unchanged(&outside);
+        assert_eq!(
+            std::fs::read_dir(outside.parent().unwrap())
+                .unwrap()
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn the_folder_of_keys_is_roots_and_the_pods_user_only_reads_it() {
+        use std::os::unix::fs::MetadataExt;
+        use std::os::unix::process::CommandExt;
+        let (root, _) = node();
+        let pki = root.path().join("etc/kubernetes/pki/kubegate");
+        // As an earlier release left it: the pod's user owned the folder.
+        std::fs::create_dir_all(&pki).unwrap();
+        std::os::unix::fs::chown(&pki, Some(POD_UID), Some(POD_UID)).unwrap();
+        run(writing(root.path())).unwrap();
+        let m = std::fs::metadata(&pki).unwrap();
+        assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (0, POD_UID, 0o750));
+        let key = std::fs::metadata(pki.join("serving.key")).unwrap();
+        assert_eq!((key.uid(), key.mode() & 0o7777), (POD_UID, 0o400));
+        // The way to the folder is open to all (as /etc is); only the folder is guarded.
+        let mut up = pki.as_path();
+        while let Some(parent) = up.parent().filter(|p| p.starts_with(root.path())) {
+            std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).unwrap();
+            up = parent;
+        }
+        let as_pod = |script: &str| {
+            std::process::Command::new("sh")
+                .args(["-c", script])
+                .current_dir(&pki)
+                .uid(POD_UID)
+                .gid(POD_UID)
+                .status()
+                .unwrap()
+                .success()
+        };
+        assert!(
+            as_pod("cat serving.key >/dev/null"),
+            "the pod's user reads its key"
+        );
+        assert!(!as_pod("touch planted"), "and cannot add a name");
+        assert!(!as_pod("ln -s /etc/shadow metrics-token.new"), "nor a link");
+        assert!(!as_pod("mv serving.key moved"), "nor move one");
+    }
+
+    #[test]
+    fn a_half_key_pair_is_written_whole() {
+        let (root, _) = node();
+        run(writing(root.path())).unwrap();
+        let pki = root.path().join("etc/kubernetes/pki/kubegate");
+        let cert_before = std::fs::read(pki.join("serving.crt")).unwrap();
+        std::fs::remove_file(pki.join("serving.key")).unwrap();
+        let report = run(writing(root.path())).unwrap();
+        assert!(
+            report.contains("/etc/kubernetes/pki/kubegate/serving.key: created"),
+            "{report}"
+        );
+        assert!(
+            report.contains("/etc/kubernetes/pki/kubegate/serving.crt: rewritten"),
+            "{report}"
+        );
+        let cert = std::fs::read_to_string(pki.join("serving.crt")).unwrap();
+        assert_ne!(
+            cert.as_bytes(),
+            cert_before,
+            "a new certificate for the new key"
+        );
+        let key = std::fs::read_to_string(pki.join("serving.key")).unwrap();
+        let key = rcgen::KeyPair::from_pem(&key).unwrap();
+        use rustls_pki_types::pem::PemObject;
+        let der = rustls_pki_types::CertificateDer::from_pem_slice(cert.as_bytes()).unwrap();
+        let (_, parsed) = x509_parser::parse_x509_certificate(&der).unwrap();
+        assert_eq!(
+            parsed.public_key().raw,
+            key.public_key_der(),
+            "the certificate belongs to the key beside it"
         );
     }
 

@@ -117,12 +117,59 @@ impl Clusters {
             };
         };
         let name = name.to_ascii_lowercase();
+        let name = name.strip_suffix('.').unwrap_or(&name);
         self.list
             .iter()
             .filter(serves)
-            .filter_map(|c| Some((c.matches(&name)?, c)))
+            .filter_map(|c| Some((c.matches(name)?, c)))
             .max_by_key(|(rank, _)| *rank)
             .map_or(Route::UnknownServerName, |(_, c)| Route::To(c.clone()))
+    }
+}
+
+/// The host a request's authority (`:authority`, or HTTP/1.1 `Host`) names, as a server name
+/// is compared: its port and a trailing dot stripped, in lower case; `None` for an IP literal
+/// (clients send no server name for those, RFC 6066 §3) or no authority at all.
+pub fn authority_host(authority: &str) -> Option<String> {
+    let host = match authority.strip_prefix('[') {
+        // An IPv6 literal, `[::1]:6443`.
+        Some(_) => return None,
+        None => authority
+            .rsplit_once(':')
+            .filter(|(_, port)| port.bytes().all(|b| b.is_ascii_digit()))
+            .map_or(authority, |(host, _)| host),
+    };
+    let host = host.strip_suffix('.').unwrap_or(host);
+    if host.is_empty() || host.parse::<std::net::IpAddr>().is_ok() {
+        return None;
+    }
+    Some(host.to_ascii_lowercase())
+}
+
+impl Clusters {
+    /// Whether a request on a connection of `listener` that reached cluster `cluster` may
+    /// name `authority`: a name (see [`authority_host`]) must route to that same cluster, as
+    /// a new connection sending it as its server name would — another cluster's name, or one
+    /// no cluster serves, may not ride this connection. An IP literal (or no authority)
+    /// names no cluster and is served by the connection's: clients that dial an address
+    /// and set the server name apart (kubeconfig's `tls-server-name`) send the address as
+    /// their authority. A file without `clusters:` has one cluster: every authority is its.
+    pub fn authority_reaches(
+        &self,
+        listener: &ListenerSpec,
+        cluster: &str,
+        authority: Option<&str>,
+    ) -> bool {
+        if !self.named {
+            return true;
+        }
+        let Some(host) = authority.and_then(authority_host) else {
+            return true;
+        };
+        match self.route(listener, Some(&host)) {
+            Route::To(c) => c.name == cluster,
+            Route::NoServerName | Route::UnknownServerName => false,
+        }
     }
 }
 
@@ -189,6 +236,68 @@ mod tests {
         l.clusters = Some(vec!["b".into()]);
         assert_eq!(to(&l, Some("a.example")), "unknown");
         assert_eq!(to(&l, Some("y.x.a.example")), "b");
+    }
+
+    #[test]
+    fn a_request_may_name_only_its_connections_cluster() {
+        let clusters = Clusters::new(
+            vec![
+                cluster("a", &["a.example", "*.a.example"]),
+                cluster("b", &["b.example"]),
+            ],
+            true,
+        );
+        let mut l = ListenerSpec::passthrough("127.0.0.1:6443".parse().unwrap());
+        let reaches =
+            |l: &ListenerSpec, c: &str, a: Option<&str>| clusters.authority_reaches(l, c, a);
+        assert!(reaches(&l, "a", Some("a.example")));
+        assert!(
+            reaches(&l, "a", Some("A.Example.:6443")),
+            "port, trailing dot and case"
+        );
+        assert!(reaches(&l, "a", Some("x.a.example")));
+        assert!(
+            !reaches(&l, "a", Some("b.example")),
+            "another cluster's name"
+        );
+        assert!(!reaches(&l, "a", Some("b.example:443")));
+        assert!(
+            !reaches(&l, "a", Some("c.example")),
+            "a name no cluster serves"
+        );
+        assert!(
+            reaches(&l, "a", Some("127.0.0.1:6443")),
+            "an IP names no cluster"
+        );
+        assert!(reaches(&l, "b", Some("[::1]:6443")));
+        assert!(reaches(&l, "a", None));
+        l.default_cluster = Some("b".into());
+        assert!(
+            !reaches(&l, "a", Some("b.example")),
+            "the default cluster's name"
+        );
+        assert!(reaches(&l, "b", Some("b.example")));
+        assert!(!reaches(&l, "b", Some("a.example")));
+        // A listener that does not serve a: its name is no name there.
+        l.clusters = Some(vec!["b".into()]);
+        assert!(!reaches(&l, "b", Some("a.example")));
+        let one = Clusters::new(vec![cluster("default", &[])], false);
+        assert!(one.authority_reaches(&l, "default", Some("anything.example")));
+    }
+
+    #[test]
+    fn an_authority_is_read_as_a_server_name() {
+        assert_eq!(
+            authority_host("A.Example:6443").as_deref(),
+            Some("a.example")
+        );
+        assert_eq!(authority_host("a.example.").as_deref(), Some("a.example"));
+        assert_eq!(authority_host("a.example"), Some("a.example".into()));
+        assert_eq!(authority_host("10.0.0.1:6443"), None);
+        assert_eq!(authority_host("10.0.0.1"), None);
+        assert_eq!(authority_host("[::1]:6443"), None);
+        assert_eq!(authority_host(""), None);
+        assert_eq!(authority_host(":6443"), None);
     }
 
     #[test]

@@ -10,8 +10,8 @@
 //! - a writer thread takes what is queued every [`FLUSH_EVERY`], reads each request as the
 //!   apiserver does (verb, resource, namespace, name), formats the lines into one buffer and
 //!   writes the batch with one call;
-//! - the queue holds at most [`QUEUE`] entries and [`QUEUE_BYTES`] bytes of the text they
-//!   carry (path, user agent); a line that finds the queue full, or that exceeds
+//! - the queue holds at most [`QUEUE`] entries and [`QUEUE_BYTES`] bytes of everything they
+//!   keep alive (target with its query, user agent, the sender's names); a line that finds the queue full, or that exceeds
 //!   `max_per_second`, is dropped and counted (`kubegate_access_log_dropped_total`).
 //!
 //! Off (the default), it costs one branch per request. Measured (bench/README.md): with it on,
@@ -75,9 +75,19 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// What the entry costs the queue.
+    /// What the entry costs the queue: every byte it keeps alive. Its target and user agent
+    /// are its own copies (`served::entry`), so their lengths are what they hold; the
+    /// sender's names are counted too, as a queued entry may be what keeps them.
     fn weight(&self) -> usize {
-        ENTRY_BYTES + self.uri.path().len() + self.user_agent.as_ref().map_or(0, |u| u.len())
+        let sender = self.sender.as_ref().map_or(0, |u| {
+            u.user.len()
+                + u.groups.iter().map(|g| g.len() + 24).sum::<usize>()
+                + u.uid.as_ref().map_or(0, String::len)
+        });
+        ENTRY_BYTES
+            + self.uri.path_and_query().map_or(0, |pq| pq.as_str().len())
+            + self.user_agent.as_ref().map_or(0, |u| u.len())
+            + sender
     }
 }
 
@@ -447,6 +457,7 @@ mod tests {
             sender: Some(Arc::new(UserInfo {
                 user: "alice".into(),
                 groups: vec!["dev".into(), "ops".into()],
+                uid: None,
             })),
             replica: Some(Arc::new(BackendInfo {
                 name: "cp-1".into(),
@@ -507,6 +518,7 @@ mod tests {
         e.sender = Some(Arc::new(UserInfo {
             user: "mallory\nstatus=200".into(),
             groups: vec![],
+            uid: None,
         }));
         e.uri = "/api/v1/namespaces/d/pods/a%0Ab%22".parse().unwrap();
         for (name, f) in [("json", json as fn(&Entry, &mut String)), ("text", text)] {

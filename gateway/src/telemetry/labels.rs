@@ -159,6 +159,13 @@ label! {
         Limited => "limited",
         /// Its `dispatch` rule's backends were not ready and its fallback is `none`: 503.
         NoRuleBackend => "no_rule_backend",
+        /// Its authority is not a name of its connection's cluster (several clusters by
+        /// server name): 421, before anything else is done for it.
+        Misdirected => "misdirected",
+        /// Its sender's bearer token could not be reviewed in time (kubegate's reviews were
+        /// all busy, or the apiserver was slow or refused with 429/5xx) while a `dispatch`
+        /// rule names senders: 429 with `Retry-After`, never passed on as if no rule named it.
+        Unreviewed => "unreviewed",
     }
 }
 

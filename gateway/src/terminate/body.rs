@@ -126,10 +126,23 @@ where
     B: http_body::Body<Data = Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let read = Limited::new(body, SMALL_BODY_LIMIT).collect();
+    read_whole(body, SMALL_BODY_LIMIT).await.map_err(drop)
+}
+
+/// Reads an answer whole, at most `limit` bytes within 10 s; why not, in words for a log.
+pub async fn read_whole<B>(body: B, limit: usize) -> Result<Bytes, String>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let read = Limited::new(body, limit).collect();
     match tokio::time::timeout(Duration::from_secs(10), read).await {
         Ok(Ok(b)) => Ok(b.to_bytes()),
-        _ => Err(()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(format!("the answer is larger than {limit} bytes"))
+        }
+        Ok(Err(e)) => Err(format!("the answer broke off: {e}")),
+        Err(_) => Err("the answer did not arrive within 10s".to_string()),
     }
 }
 

@@ -20,37 +20,98 @@ use crate::terminate::rules::{Facts, Refusal, Rule, Slot};
 use crate::terminate::served::{self, Served};
 use crate::terminate::status::{broken, status, unavailable};
 use crate::terminate::token_review;
-use crate::terminate::tokens::{bearer_token, Reviewing};
+use crate::terminate::tokens::{bearer_token, Naming, Reviewing, TokenHash};
 use crate::terminate::{upgrade, watch};
 use bytes::Bytes;
 use http::header;
 use http::{Request, Response, StatusCode};
 use http_body::Body as _;
 use hyper::body::Incoming;
-use kubegate_config::AccessLogFormat;
+use kubegate_config::{AccessLogFormat, ListenerSpec};
 use kubegate_wire::classify::{ReadTarget, RequestClass, Unreadable, Verb};
 use kubegate_wire::framing::Framing;
 use kubegate_wire::position::{resumed_query, Asked};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Serves one request, and logs it if the access log is on.
+/// Serves one request that arrived on a connection of `listener`, and logs it if the access
+/// log is on.
 pub async fn handle(
     gw: Arc<Gateway>,
     mode: Arc<TerminateMode>,
+    listener: Arc<ListenerSpec>,
     client: Arc<Client>,
     req: Request<Incoming>,
 ) -> Response<ResponseBody> {
     if gw.config().load().terminate.access_log.format == AccessLogFormat::Off {
+        if let Some(resp) = misdirected(&gw, &mode, &listener, &req) {
+            return resp;
+        }
         return serve(gw, mode, &client, req, &mut Served::default()).await;
     }
     let started = Instant::now();
     let mut entry = served::entry(&client, &req);
     let mut served = Served::default();
-    // Boxed: requests served without a log line do not pay for the larger future.
-    let resp = Box::pin(serve(gw.clone(), mode, &client, req, &mut served)).await;
+    let resp = match misdirected(&gw, &mode, &listener, &req) {
+        Some(resp) => resp,
+        // Boxed: requests served without a log line do not pay for the larger future.
+        None => Box::pin(serve(gw.clone(), mode, &client, req, &mut served)).await,
+    };
     served.complete(&mut entry, &resp);
     resp.map(|body| LoggedBody::wrap(body, entry, started, gw))
+}
+
+/// 421 Misdirected Request (RFC 9110 §15.5.20) for a request whose authority is not a name
+/// of its connection's cluster, before anything is done for it (no token review, rule or
+/// forwarding): a connection made to one cluster's name never carries another's requests,
+/// however many names its serving certificate covers. The client may retry it on a new
+/// connection, whose server name then chooses the right cluster.
+fn misdirected(
+    gw: &Gateway,
+    mode: &TerminateMode,
+    listener: &ListenerSpec,
+    req: &Request<Incoming>,
+) -> Option<Response<ResponseBody>> {
+    let clusters = gw.clusters();
+    if !clusters.by_server_name() {
+        return None;
+    }
+    // HTTP/2's `:authority` (or an absolute-form target), else HTTP/1.1's `Host`.
+    let authority = match req.uri().authority() {
+        Some(a) => Some(a.as_str()),
+        None => req
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok()),
+    };
+    let cluster = mode.cluster().name();
+    if clusters.authority_reaches(listener, cluster, authority) {
+        return None;
+    }
+    gw.metrics()
+        .terminate
+        .request_failed(RequestFailure::Misdirected);
+    tracing::debug!(
+        cluster,
+        authority = authority.unwrap_or(""),
+        "a request names an authority its connection's cluster does not serve: 421"
+    );
+    let mut resp = status(
+        StatusCode::MISDIRECTED_REQUEST,
+        "Misdirected",
+        &format!(
+            "this connection serves cluster {cluster:?}, which does not answer {:?}: send the request on a connection made to that name",
+            authority.unwrap_or("")
+        ),
+        None,
+    );
+    if req.version() < http::Version::HTTP_2 {
+        // The next request on this connection would be misdirected too: a new connection
+        // (with the right server name) is what the client needs.
+        resp.headers_mut()
+            .insert(header::CONNECTION, http::HeaderValue::from_static("close"));
+    }
+    Some(resp)
 }
 
 /// Serves one request; `served` learns who sent it and which replica answered.
@@ -76,13 +137,26 @@ async fn serve(
     let upstreams = mode.upstreams();
     // A bearer token's client is named by a TokenReview (remembered), a certificate's by
     // the certificate.
-    let token_user = match (&client.identity, bearer_token(req.headers())) {
-        (None, Some(token)) if upstreams.tls.with_identity.is_some() => {
+    let token = match (&client.identity, bearer_token(req.headers())) {
+        (None, Some(token)) if upstreams.tls.with_identity.is_some() => Some(token),
+        _ => None,
+    };
+    let (token_key, token_user) = match token {
+        Some(token) => {
+            let key = TokenHash::of(token);
             let (g, u) = (gw.clone(), upstreams.clone());
             let review = move |token| -> Reviewing { Box::pin(token_review::review(g, u, token)) };
-            mode.tokens().name(&gw, token, review).await
+            let naming = mode
+                .tokens()
+                .name(&gw, key, token, &client.reviews, review)
+                .await;
+            if naming == Naming::Unreviewed && mode.rules().names_senders() {
+                // A rule may limit this sender: it is not let through as if none did.
+                return unreviewed(&gw);
+            }
+            (Some(key), naming.user().cloned())
         }
-        _ => None,
+        None => (None, None),
     };
     served.named(token_user.clone());
     let sender = client.identity.as_deref().or(token_user.as_deref());
@@ -116,6 +190,7 @@ async fn serve(
         let upgrading = upgrade::proxy(&gw, &upstreams, client, req, class, served, within);
         let resp = Box::pin(upgrading).await;
         drop(slot);
+        forget_if_refused(&mode, token_key, &resp);
         return resp;
     }
     // Anything else with an `Upgrade` header is an ordinary request, as the apiserver serves
@@ -165,7 +240,35 @@ async fn serve(
         });
     }
     let within = Within::rule(upstreams.pool(), rule);
-    send(gw, upstreams, outgoing, class, served, within, slot, watch).await
+    let resp = send(gw, upstreams, outgoing, class, served, within, slot, watch).await;
+    forget_if_refused(&mode, token_key, &resp);
+    resp
+}
+
+/// An apiserver's 401 for a token kubegate had named: the token was revoked or has expired,
+/// so its name is forgotten at once rather than kept for the rest of its TTL.
+fn forget_if_refused(
+    mode: &TerminateMode,
+    token: Option<TokenHash>,
+    resp: &Response<ResponseBody>,
+) {
+    if let Some(key) = token.filter(|_| resp.status() == StatusCode::UNAUTHORIZED) {
+        mode.tokens().forget(&key);
+    }
+}
+
+/// The answer to a bearer-token request whose sender kubegate could not name in time while
+/// a `dispatch` rule names senders: 429 with `Retry-After`, which client-go retries.
+fn unreviewed(gw: &Gateway) -> Response<ResponseBody> {
+    gw.metrics()
+        .terminate
+        .request_failed(RequestFailure::Unreviewed);
+    status(
+        StatusCode::TOO_MANY_REQUESTS,
+        "TooManyRequests",
+        "Too many requests, please try again later: kubegate could not yet review the bearer token, and its dispatch rules name senders",
+        Some(1),
+    )
 }
 
 /// The answer to a request whose target the apiserver would refuse before any handler: 400

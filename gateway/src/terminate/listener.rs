@@ -25,7 +25,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use kubegate_config::{ListenerSpec, ListenerTls, TerminateConfig};
 use kubegate_net::tls::{server_config, ServingCert, TlsPolicy};
-use kubegate_wire::identity::{IdentityHeaders, UserInfo};
+use kubegate_wire::identity::{CertificateName, IdentityHeaders, UserInfo};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,7 +38,9 @@ use tokio_rustls::{LazyConfigAcceptor, TlsAcceptor};
 pub struct TerminateListener {
     handshakes: Handshakes,
     serving: Vec<Arc<ServingCert>>,
-    listener: ListenerSpec,
+    /// As configured: routing by server name (the handshake) and by authority (each
+    /// request, `handle`) reads its clusters and default cluster.
+    listener: Arc<ListenerSpec>,
 }
 
 /// How a client's handshake is completed.
@@ -76,7 +78,7 @@ impl TerminateListener {
                 mode,
             },
             serving: vec![serving],
-            listener: listener.clone(),
+            listener: Arc::new(listener.clone()),
         })
     }
 
@@ -90,7 +92,7 @@ impl TerminateListener {
             handshakes: Handshakes::ByName(clusters),
             // Each cluster's certificate is followed with the cluster (`TerminatedCluster`).
             serving: Vec::new(),
-            listener: listener.clone(),
+            listener: Arc::new(listener.clone()),
         }
     }
 
@@ -146,14 +148,16 @@ async fn serve(
         let service = {
             let gw = gw.clone();
             let resets = resets.clone();
+            let spec = listener.listener.clone();
             hyper::service::service_fn(move |req| {
                 let gw = gw.clone();
                 let client = client.clone();
+                let spec = spec.clone();
                 let stream = resets.opened();
                 // Boxed once: hyper moves a pointer into the stream's task instead of copying
                 // the request's future, and an open stream such as a watch does not keep an
                 // inline slot for it.
-                let response = Box::pin(handle(gw, mode.clone(), client, req));
+                let response = Box::pin(handle(gw, mode.clone(), spec, client, req));
                 async move {
                     let response = response.await;
                     stream.finish();
@@ -255,11 +259,14 @@ async fn handshake(
             let read = leaf.map(|leaf| UserInfo::from_der(leaf));
             let (identity, refused_certificate) = match read {
                 None => (None, None),
-                Some(None) => (None, Some(CertificateRefusal::NoName)),
-                Some(Some(id)) if !IdentityHeaders::sendable(&id) => {
+                Some(Err(CertificateName::NoCommonName)) => {
+                    (None, Some(CertificateRefusal::NoName))
+                }
+                Some(Err(CertificateName::BadUid)) => (None, Some(CertificateRefusal::BadUid)),
+                Some(Ok(id)) if !IdentityHeaders::sendable(&id) => {
                     (None, Some(CertificateRefusal::Unsendable))
                 }
-                Some(Some(id)) => (Some(id), None),
+                Some(Ok(id)) => (Some(id), None),
             };
             let h2 = session.alpn_protocol() == Some(b"h2");
             Some(Accepted {

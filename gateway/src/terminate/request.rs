@@ -17,6 +17,7 @@ use crate::state::Kind;
 use crate::telemetry::{Identity, TerminateMetrics};
 use crate::terminate::bodies::Held;
 use crate::terminate::mode::Upstreams;
+use crate::terminate::tokens::ReviewShare;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
@@ -42,6 +43,9 @@ pub enum CertificateRefusal {
     /// Its name or an organization holds a control character or leading or trailing blanks:
     /// as a header value it would not reach the apiserver as the certificate says it.
     Unsendable,
+    /// Its subject has several UID attributes, or an empty one (1.33+'s x509 authenticator
+    /// refuses it).
+    BadUid,
 }
 
 impl CertificateRefusal {
@@ -53,6 +57,9 @@ impl CertificateRefusal {
             }
             CertificateRefusal::Unsendable => {
                 "Unauthorized: the client certificate's name or organization holds characters that cannot be passed on unchanged"
+            }
+            CertificateRefusal::BadUid => {
+                "Unauthorized: the client certificate's subject has several UID attributes (1.3.6.1.4.1.57683.2), or an empty one"
             }
         }
     }
@@ -70,6 +77,8 @@ pub struct Client {
     pub refused_certificate: Option<CertificateRefusal>,
     /// Request body bytes held for this connection (`bodies`).
     pub body_bytes: Arc<AtomicU64>,
+    /// This connection's share of the token reviews (`tokens`).
+    pub reviews: ReviewShare,
     /// The client's IP as an `X-Forwarded-For` value (the apiserver's audit log reads it),
     /// made once per connection.
     forwarded_for: Option<HeaderValue>,
@@ -88,6 +97,7 @@ impl Client {
             identity: identity.map(Arc::new),
             refused_certificate: None,
             body_bytes: Arc::default(),
+            reviews: ReviewShare::default(),
             forwarded_for,
             trusted_proxy: false,
         }
@@ -368,6 +378,7 @@ impl Outgoing {
         let me = UserInfo {
             user: SELF_USER.to_string(),
             groups: Vec::new(),
+            uid: None,
         };
         upstreams.identity.apply(&me, &mut headers);
         set_content_length(&method, &mut headers, body.len());
@@ -492,6 +503,7 @@ mod tests {
         let cert = UserInfo {
             user: "alice".into(),
             groups: vec!["dev".into()],
+            uid: None,
         };
         let client = Client::new("192.0.2.7:4000".parse().unwrap(), Some(cert));
         let req = Request::get("/api")

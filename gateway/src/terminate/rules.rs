@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 #[derive(Default)]
 pub struct Rules {
     rules: Vec<Arc<Rule>>,
+    /// Some rule names users, groups or service accounts.
+    names_senders: bool,
 }
 
 /// One compiled rule.
@@ -87,42 +89,51 @@ impl Rules {
     /// Compiles `cluster`'s `rules`, their metric series in `metrics` (labelled by `cluster`:
     /// two clusters' rules of one name count apart).
     pub fn compile(cluster: &str, rules: &[DispatchRule], metrics: &TerminateMetrics) -> Rules {
-        Rules {
-            rules: rules
-                .iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    let name = r.name.clone().unwrap_or_else(|| format!("rule-{}", i + 1));
-                    let series = Series {
-                        requests: metrics
-                            .dispatch_requests
-                            .with_label_values(&[cluster, &name]),
-                        limited_in_flight: metrics.dispatch_limited.with_label_values(&[
-                            cluster,
-                            &name,
-                            "in_flight",
-                        ]),
-                        limited_rate: metrics
-                            .dispatch_limited
-                            .with_label_values(&[cluster, &name, "rate"]),
-                        in_flight: metrics
-                            .dispatch_in_flight
-                            .with_label_values(&[cluster, &name]),
-                        fallback: metrics
-                            .dispatch_fallback
-                            .with_label_values(&[cluster, &name]),
-                    };
-                    Arc::new(Rule {
-                        name,
-                        matcher: Matcher::new(r),
-                        backends: r.backends.clone(),
-                        fallback: r.fallback,
-                        limiter: r.limit.as_ref().map(Limiter::new),
-                        series,
-                    })
+        let rules: Vec<Arc<Rule>> = rules
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let name = r.name.clone().unwrap_or_else(|| format!("rule-{}", i + 1));
+                let series = Series {
+                    requests: metrics
+                        .dispatch_requests
+                        .with_label_values(&[cluster, &name]),
+                    limited_in_flight: metrics.dispatch_limited.with_label_values(&[
+                        cluster,
+                        &name,
+                        "in_flight",
+                    ]),
+                    limited_rate: metrics
+                        .dispatch_limited
+                        .with_label_values(&[cluster, &name, "rate"]),
+                    in_flight: metrics
+                        .dispatch_in_flight
+                        .with_label_values(&[cluster, &name]),
+                    fallback: metrics
+                        .dispatch_fallback
+                        .with_label_values(&[cluster, &name]),
+                };
+                Arc::new(Rule {
+                    name,
+                    matcher: Matcher::new(r),
+                    backends: r.backends.clone(),
+                    fallback: r.fallback,
+                    limiter: r.limit.as_ref().map(Limiter::new),
+                    series,
                 })
-                .collect(),
+            })
+            .collect();
+        let names_senders = rules.iter().any(|r| r.matcher.names_sender);
+        Rules {
+            rules,
+            names_senders,
         }
+    }
+
+    /// Whether some rule names users, groups or service accounts: an unnamed sender's
+    /// request may be one it would take.
+    pub fn names_senders(&self) -> bool {
+        self.names_senders
     }
 
     /// The rules' names, in order.
@@ -428,6 +439,7 @@ mod tests {
             UserInfo {
                 user: parts.next().unwrap().to_string(),
                 groups: parts.map(str::to_string).collect(),
+                uid: None,
             }
         });
         let read = ReadTarget::of(&uri).unwrap();

@@ -72,24 +72,18 @@ fn identity(kind: Kind) -> Identity {
 }
 
 /// The access log's line for `req` from `client`, before it is served: cheap parts only (the
-/// writer thread reads and formats them). An HTTP/2 request's target and user agent are
-/// shared as they are; an HTTP/1.1 request's are copied, since they point into the
-/// connection's read buffer, which the queue must not keep alive.
+/// writer thread reads and formats them). The target and user agent are copied, whatever the
+/// protocol: an HTTP/1.1 request's point into the connection's read buffer and an HTTP/2
+/// request's into its decoded header block, which a queued entry must not keep alive (the
+/// queue's bound counts what an entry holds).
 pub fn entry<B>(client: &Client, req: &Request<B>) -> Entry {
     let ua = req.headers().get(http::header::USER_AGENT);
-    let (uri, user_agent) = if client.h2 {
-        (req.uri().clone(), ua.cloned())
-    } else {
-        let uri = req
-            .uri()
-            .path_and_query()
-            .and_then(|pq| Uri::try_from(pq.as_str()).ok())
-            .unwrap_or_default();
-        (
-            uri,
-            ua.and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok()),
-        )
-    };
+    let uri = req
+        .uri()
+        .path_and_query()
+        .and_then(|pq| Uri::try_from(pq.as_str()).ok())
+        .unwrap_or_default();
+    let user_agent = ua.and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok());
     Entry {
         started: SystemTime::now(),
         client: client.addr,

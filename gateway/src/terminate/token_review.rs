@@ -4,10 +4,11 @@
 
 use crate::net::Unplaced;
 use crate::state::Gateway;
-use crate::terminate::body::read_small;
+use crate::terminate::body::read_whole;
 use crate::terminate::dispatch::{dispatch, Answer};
 use crate::terminate::mode::Upstreams;
 use crate::terminate::request::Outgoing;
+use crate::terminate::tokens::ReviewFailure;
 use bytes::Bytes;
 use http::{Method, StatusCode};
 use kubegate_wire::classify::{RequestClass, Verb};
@@ -18,22 +19,28 @@ use std::sync::Arc;
 /// Where TokenReviews go.
 const PATH: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
 
+/// The largest review answer read: the answer echoes the token (OIDC tokens run to several
+/// KiB) and lists every group and extra of the user.
+const ANSWER_LIMIT: usize = 1 << 20;
+
 /// Sends one TokenReview: `Ok(Some)` named, `Ok(None)` the apiserver did not accept the
-/// token, `Err` the review itself failed.
+/// token, `Err` the review itself failed, why (in the apiserver's words where it gave any).
 pub async fn review(
     gw: Arc<Gateway>,
     upstreams: Arc<Upstreams>,
     token: String,
-) -> Result<Option<UserInfo>, String> {
+) -> Result<Option<UserInfo>, ReviewFailure> {
     let (gw, upstreams) = (&*gw, &*upstreams);
     let body = json!({
         "apiVersion": "authentication.k8s.io/v1",
         "kind": "TokenReview",
         "spec": {"token": token},
     });
-    let body = Bytes::from(serde_json::to_vec(&body).map_err(|e| e.to_string())?);
-    let outgoing = Outgoing::as_kubegate(upstreams, Method::POST, PATH, body)
-        .ok_or("no front-proxy certificate (upstream.front_proxy)")?;
+    let body =
+        Bytes::from(serde_json::to_vec(&body).map_err(|e| ReviewFailure::Refused(e.to_string()))?);
+    let outgoing = Outgoing::as_kubegate(upstreams, Method::POST, PATH, body).ok_or_else(|| {
+        ReviewFailure::Refused("no front-proxy certificate (upstream.front_proxy)".into())
+    })?;
     let class = RequestClass {
         verb: Verb::Create,
         long_running: None,
@@ -41,8 +48,8 @@ pub async fn review(
     let answer = dispatch(gw, upstreams, &outgoing, class, &mut Vec::new())
         .await
         .map_err(|e| match e {
-            Unplaced::NoBackend => "no apiserver is ready".to_string(),
-            Unplaced::Failed(f) => f.as_str().to_string(),
+            Unplaced::NoBackend => ReviewFailure::Transient("no apiserver is ready".to_string()),
+            Unplaced::Failed(f) => ReviewFailure::Transient(f.as_str().to_string()),
         })?
         .1;
     let (status, body) = match answer {
@@ -50,16 +57,36 @@ pub async fn review(
         Answer::Whole(resp) => (resp.status(), Bytes::new()),
         Answer::Streaming { resp, .. } => {
             let status = resp.status();
-            let body = read_small(resp.into_body())
+            let body = read_whole(resp.into_body(), ANSWER_LIMIT)
                 .await
-                .map_err(|()| "the answer broke off or was too large".to_string())?;
+                .map_err(ReviewFailure::Transient)?;
             (status, body)
         }
     };
     if status != StatusCode::CREATED && status != StatusCode::OK {
-        return Err(format!("the apiserver answered {status}"));
+        return Err(refused(status, &body));
     }
-    read_status(&body)
+    read_status(&body).map_err(ReviewFailure::Refused)
+}
+
+/// Why the apiserver answered `status` to a review, in its own words (a `Status`'s message)
+/// where its answer has them; transient for 429 and 5xx.
+fn refused(status: StatusCode, body: &[u8]) -> ReviewFailure {
+    let message = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v["message"].as_str().map(str::to_string));
+    let why = match (status, message) {
+        (StatusCode::FORBIDDEN, Some(m)) => format!(
+            "the apiserver answered 403: {m} (kubegate's user needs the system:auth-delegator ClusterRole)"
+        ),
+        (_, Some(m)) => format!("the apiserver answered {status}: {m}"),
+        (_, None) => format!("the apiserver answered {status}"),
+    };
+    if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
+        ReviewFailure::Transient(why)
+    } else {
+        ReviewFailure::Refused(why)
+    }
 }
 
 /// A TokenReview's `status`: the user it names, if the token was accepted.
@@ -79,9 +106,14 @@ fn read_status(body: &[u8]) -> Result<Option<UserInfo>, String> {
         .flatten()
         .filter_map(|g| g.as_str().map(str::to_string))
         .collect();
+    let uid = status["user"]["uid"]
+        .as_str()
+        .filter(|u| !u.is_empty())
+        .map(str::to_string);
     Ok(Some(UserInfo {
         user: user.to_string(),
         groups,
+        uid,
     }))
 }
 
@@ -94,6 +126,7 @@ mod tests {
         let named = read_status(br#"{"status":{"authenticated":true,"user":{"username":"system:serviceaccount:ci:runner","uid":"u","groups":["system:serviceaccounts","system:serviceaccounts:ci","system:authenticated"]}}}"#).unwrap().unwrap();
         assert_eq!(named.user, "system:serviceaccount:ci:runner");
         assert_eq!(named.groups.len(), 3);
+        assert_eq!(named.uid.as_deref(), Some("u"));
         assert_eq!(
             read_status(br#"{"status":{"authenticated":false,"error":"invalid bearer token"}}"#),
             Ok(None)
@@ -101,5 +134,30 @@ mod tests {
         assert_eq!(read_status(br#"{"status":{}}"#), Ok(None));
         assert!(read_status(br#"{"status":{"authenticated":true,"user":{}}}"#).is_err());
         assert!(read_status(b"not json").is_err());
+    }
+
+    #[test]
+    fn a_refused_review_names_the_apiservers_reason_and_whether_to_ask_again() {
+        let forbidden = br#"{"kind":"Status","message":"tokenreviews.authentication.k8s.io is forbidden: User \"kubegate\" cannot create resource"}"#;
+        match refused(StatusCode::FORBIDDEN, forbidden) {
+            ReviewFailure::Refused(why) => {
+                assert!(why.contains("cannot create resource"), "{why}");
+                assert!(why.contains("system:auth-delegator"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        match refused(
+            StatusCode::TOO_MANY_REQUESTS,
+            b"{\"message\":\"Too many requests\"}",
+        ) {
+            ReviewFailure::Transient(why) => assert!(why.contains("429"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        match refused(StatusCode::BAD_REQUEST, b"") {
+            ReviewFailure::Refused(why) => {
+                assert!(!why.contains("auth-delegator"), "not blamed on RBAC: {why}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -7,15 +7,26 @@
 //!
 //! The name only decides which rule a request falls under and what the access log and the
 //! status page say. The token is forwarded untouched and the apiserver authenticates it as
-//! always: kubegate asserts nothing on a token client's behalf. A review that is refused,
-//! fails or takes longer than `terminate.token_review.timeout` leaves the client unnamed (the
-//! request goes on; rules that name senders do not take it).
+//! always: kubegate asserts nothing on a token client's behalf.
 //!
-//! Bounds: at most `max_entries` tokens are remembered (a full table first forgets expired
-//! entries, then an arbitrary eighth); at most `max_in_flight` reviews are under way (a new
-//! token beyond goes on unnamed and unremembered); one review per token at a time, however
-//! many requests carry it. A warm lookup hashes the token and takes one lock, and allocates
-//! nothing.
+//! What a flood of tokens cannot do (each distinct bogus token costs a review):
+//! - **Evict names.** Named tokens and tokens the apiserver did not accept are kept in two
+//!   tables, each bounded by `max_entries` and least-recently-used within itself: unknown
+//!   tokens only ever push out other unknown tokens.
+//! - **Starve another client.** One client connection has at most [`PER_CONNECTION_IN_FLIGHT`]
+//!   reviews under way and starts at most [`PER_CONNECTION_RATE`] a second (a burst of
+//!   [`PER_CONNECTION_BURST`]); its further requests wait for its own share, so the queue for
+//!   the `max_in_flight` reviews of the whole cluster holds at most two of any one connection,
+//!   and another connection's first review waits behind no flood.
+//! - **Switch rules off.** A request whose review could not be had in time (every slot busy,
+//!   the apiserver slow, or answering 429/5xx) is [`Naming::Unreviewed`]: where a rule names
+//!   senders, `handle` answers it 429 with `Retry-After` instead of letting it pass as if no
+//!   rule named it. A review the apiserver refused for good (kubegate not authorized, an
+//!   unreadable answer) leaves the client unnamed, logged with the apiserver's own words.
+//!
+//! A named token the apiserver answers 401 for is forgotten at once ([`TokenReviews::forget`]):
+//! a revoked token does not keep its name for the rest of its TTL. One review per token at a
+//! time, however many requests carry it. A warm lookup hashes the token and takes one lock.
 
 use crate::state::Gateway;
 use crate::telemetry::TokenReviewResult;
@@ -28,53 +39,241 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify, Semaphore};
 
-/// A warning about refused reviews is logged at most this often.
+/// A warning about failed reviews is logged at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
-/// A token, as it is remembered: its SHA-256.
-type TokenHash = [u8; 32];
+/// Reviews one client connection may have under way at once.
+pub const PER_CONNECTION_IN_FLIGHT: u32 = 2;
 
-/// One review of a token (`token_review::review`): `Ok(Some)` named, `Ok(None)` not accepted,
-/// `Err` the review failed, why.
-pub type Reviewing = Pin<Box<dyn Future<Output = Result<Option<UserInfo>, String>> + Send>>;
+/// Reviews one client connection may start per second, once its burst is spent.
+pub const PER_CONNECTION_RATE: f64 = 10.0;
+
+/// Reviews one client connection may start at once before its rate applies.
+pub const PER_CONNECTION_BURST: f64 = 20.0;
+
+/// A token, as it is remembered: its SHA-256.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TokenHash([u8; 32]);
+
+impl TokenHash {
+    /// The hash of `token`.
+    pub fn of(token: &str) -> TokenHash {
+        let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+        let mut out = [0u8; 32];
+        out.copy_from_slice(digest.as_ref());
+        TokenHash(out)
+    }
+}
+
+/// Why a review gave no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReviewFailure {
+    /// It may succeed if asked again soon: no replica ready, the connection broke, the
+    /// apiserver answered 429 or 5xx.
+    Transient(String),
+    /// Asking again will not help: kubegate is not allowed to review (403), has no
+    /// front-proxy certificate, or the answer cannot be read.
+    Refused(String),
+}
+
+/// One review of a token (`token_review::review`): `Ok(Some)` named, `Ok(None)` not accepted.
+pub type Reviewing = Pin<Box<dyn Future<Output = Result<Option<UserInfo>, ReviewFailure>> + Send>>;
+
+/// Who a request's bearer token names, as far as kubegate could learn in time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Naming {
+    /// The apiserver named its user.
+    Named(Arc<UserInfo>),
+    /// The apiserver did not accept the token, refused the review for good, or reviews are
+    /// off: no name, and none coming.
+    Unnamed,
+    /// No answer in time (kubegate's reviews busy, the apiserver slow or overloaded): the
+    /// name is unknown, not absent.
+    Unreviewed,
+}
+
+impl Naming {
+    /// The user named, if any.
+    pub fn user(&self) -> Option<&Arc<UserInfo>> {
+        match self {
+            Naming::Named(u) => Some(u),
+            _ => None,
+        }
+    }
+}
 
 /// What kubegate knows of the tokens it has seen.
-#[derive(Default)]
 pub struct TokenReviews {
-    entries: Mutex<HashMap<TokenHash, Review>>,
+    tables: Mutex<Tables>,
+    /// Reviews under way for this cluster (`max_in_flight`).
     in_flight: AtomicU32,
+    /// Wakes one request waiting for a review slot when one frees.
+    freed: Notify,
     warned: Mutex<Option<Instant>>,
 }
 
-/// One token's review: under way until its channel holds the outcome.
-struct Review {
-    outcome: watch::Receiver<Option<Outcome>>,
-    started: Instant,
+impl Default for TokenReviews {
+    fn default() -> TokenReviews {
+        TokenReviews {
+            tables: Mutex::default(),
+            in_flight: AtomicU32::new(0),
+            freed: Notify::new(),
+            warned: Mutex::default(),
+        }
+    }
 }
 
-/// What a review found, and when.
-#[derive(Clone)]
-struct Outcome {
-    user: Option<Arc<UserInfo>>,
+/// The two remembered tables and the reviews under way.
+#[derive(Default)]
+struct Tables {
+    named: Remembered<Arc<UserInfo>>,
+    /// Tokens the apiserver did not accept (or a review refused for good).
+    unnamed: Remembered<()>,
+    /// One review per token under way; at most `max_in_flight` (each holds a slot).
+    pending: HashMap<TokenHash, watch::Receiver<Option<Naming>>>,
+    /// Counts lookups: the recency each entry keeps.
+    clock: u64,
+}
+
+impl Tables {
+    /// What is known of `key`: a remembered answer (marked as used), a review under way, or
+    /// nothing.
+    fn known(&mut self, key: &TokenHash, config: &TokenReviewConfig) -> Known {
+        let now = Instant::now();
+        self.clock += 1;
+        let clock = self.clock;
+        if let Some(user) = self.named.get(key, config.ttl, now, clock) {
+            return Known::Answer(Naming::Named(user));
+        }
+        if self
+            .unnamed
+            .get(key, config.negative_ttl, now, clock)
+            .is_some()
+        {
+            return Known::Answer(Naming::Unnamed);
+        }
+        match self.pending.get(key) {
+            Some(rx) => Known::Waiting(rx.clone()),
+            None => Known::Unknown,
+        }
+    }
+}
+
+/// Entries remembered until their TTL, at most a bound, least-recently-used forgotten first.
+struct Remembered<V> {
+    entries: HashMap<TokenHash, Entry<V>>,
+}
+
+struct Entry<V> {
+    value: V,
+    /// When the review answered.
     at: Instant,
+    /// `Tables::clock` at its last use.
+    used: u64,
 }
 
-impl Review {
-    /// Whether this entry no longer answers: its outcome is older than its TTL, or the review
-    /// has been under way longer than any request would wait for it.
-    fn stale(&self, config: &TokenReviewConfig, now: Instant) -> bool {
-        match &*self.outcome.borrow() {
-            Some(o) => {
-                let ttl = if o.user.is_some() {
-                    config.ttl
-                } else {
-                    config.negative_ttl
-                };
-                now.duration_since(o.at) >= ttl
+impl<V> Default for Remembered<V> {
+    fn default() -> Self {
+        Remembered {
+            entries: HashMap::new(),
+        }
+    }
+}
+
+impl<V: Clone> Remembered<V> {
+    /// The value of `key` if it is younger than `ttl`, marked as used at `clock`.
+    fn get(&mut self, key: &TokenHash, ttl: Duration, now: Instant, clock: u64) -> Option<V> {
+        let e = self.entries.get_mut(key)?;
+        if now.duration_since(e.at) >= ttl {
+            self.entries.remove(key);
+            return None;
+        }
+        e.used = clock;
+        Some(e.value.clone())
+    }
+
+    /// Remembers `key`; a full table first forgets what is older than `ttl`, then the least
+    /// recently used eighth (sorted once per eighth: a flood costs O(log n) per insert).
+    fn insert(
+        &mut self,
+        key: TokenHash,
+        value: V,
+        at: Instant,
+        clock: u64,
+        max: usize,
+        ttl: Duration,
+    ) {
+        if max == 0 {
+            return;
+        }
+        if self.entries.len() >= max && !self.entries.contains_key(&key) {
+            self.entries.retain(|_, e| at.duration_since(e.at) < ttl);
+            if self.entries.len() >= max {
+                let mut by_use: Vec<(u64, TokenHash)> =
+                    self.entries.iter().map(|(k, e)| (e.used, *k)).collect();
+                let drop = self
+                    .entries
+                    .len()
+                    .div_ceil(8)
+                    .max(self.entries.len() + 1 - max);
+                by_use.select_nth_unstable(drop - 1);
+                for (_, k) in &by_use[..drop] {
+                    self.entries.remove(k);
+                }
             }
-            None => now.duration_since(self.started) >= config.timeout * 4,
+        }
+        self.entries.insert(
+            key,
+            Entry {
+                value,
+                at,
+                used: clock,
+            },
+        );
+    }
+
+    fn remove(&mut self, key: &TokenHash) -> bool {
+        self.entries.remove(key).is_some()
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+/// One client connection's share of the reviews: at most [`PER_CONNECTION_IN_FLIGHT`] under
+/// way, and a token bucket of [`PER_CONNECTION_RATE`] a second.
+pub struct ReviewShare {
+    in_flight: Arc<Semaphore>,
+    bucket: Mutex<(f64, Instant)>,
+}
+
+impl Default for ReviewShare {
+    fn default() -> ReviewShare {
+        ReviewShare {
+            in_flight: Arc::new(Semaphore::new(PER_CONNECTION_IN_FLIGHT as usize)),
+            bucket: Mutex::new((PER_CONNECTION_BURST, Instant::now())),
+        }
+    }
+}
+
+impl ReviewShare {
+    /// Takes one review from the bucket, or says how long until one is there.
+    fn take(&self, now: Instant) -> Result<(), Duration> {
+        let mut b = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
+        let (tokens, at) = *b;
+        let tokens = (tokens + now.duration_since(at).as_secs_f64() * PER_CONNECTION_RATE)
+            .min(PER_CONNECTION_BURST);
+        if tokens >= 1.0 {
+            *b = (tokens - 1.0, now);
+            Ok(())
+        } else {
+            *b = (tokens, now);
+            Err(Duration::from_secs_f64(
+                (1.0 - tokens) / PER_CONNECTION_RATE,
+            ))
         }
     }
 }
@@ -89,107 +288,196 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
+/// What a lookup found without sending anything.
+enum Known {
+    Answer(Naming),
+    Waiting(watch::Receiver<Option<Naming>>),
+    Unknown,
+}
+
 impl TokenReviews {
-    /// Who `token` belongs to, as far as the apiserver said: at once when remembered,
-    /// otherwise after a review (at most `token_review.timeout`); `None` when unnamed.
-    /// `review` sends a review of the token it is given, when one is needed.
+    /// Who `token` (hashed: `key`) belongs to, as far as the apiserver said: at once when
+    /// remembered, otherwise after a review, all within `token_review.timeout` (waiting first
+    /// for a share of the reviews: `share` is the client connection's). `review` sends a
+    /// review of the token it is given, when one is needed.
     pub async fn name(
         self: &Arc<Self>,
         gw: &Gateway,
+        key: TokenHash,
         token: &str,
+        share: &ReviewShare,
         review: impl FnOnce(String) -> Reviewing,
-    ) -> Option<Arc<UserInfo>> {
+    ) -> Naming {
         let config = gw.config().load().terminate.token_review;
         if !config.enabled {
-            return None;
+            return Naming::Unnamed;
         }
-        let key = hash(token);
-        let now = Instant::now();
-        let mut review = Some(review);
-        let mut waiting = {
-            let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-            match entries.get(&key) {
-                Some(r) if !r.stale(&config, now) => r.outcome.clone(),
-                _ => {
-                    let reviewing = review.take().map(|r| r(token.to_string()));
-                    let Some(reviewing) = reviewing.and_then(|r| self.begin(gw, &config, r)) else {
-                        gw.metrics()
-                            .terminate
-                            .token_reviewed(TokenReviewResult::Skipped);
-                        return None;
-                    };
-                    if entries.len() >= config.max_entries as usize {
-                        forget_some(&mut entries, &config, now);
-                    }
-                    entries.insert(
-                        key,
-                        Review {
-                            outcome: reviewing.clone(),
-                            started: now,
-                        },
-                    );
+        let deadline = tokio::time::Instant::now() + config.timeout;
+        let waiting = match self.known(&key, &config) {
+            Known::Answer(naming) => return naming,
+            Known::Waiting(rx) => rx,
+            Known::Unknown => {
+                let Some(permits) = self.wait_for_share(share, &config, deadline).await else {
                     gw.metrics()
                         .terminate
-                        .token_review_cache_entries
-                        .set(entries.len() as i64);
-                    reviewing
+                        .token_reviewed(TokenReviewResult::Skipped);
+                    return Naming::Unreviewed;
+                };
+                match self.begin(gw, key, &config, permits, review(token.to_string())) {
+                    Ok(rx) => rx,
+                    Err(known) => match known {
+                        Known::Answer(naming) => return naming,
+                        Known::Waiting(rx) => rx,
+                        Known::Unknown => return Naming::Unreviewed,
+                    },
                 }
             }
         };
-        if let Some(o) = &*waiting.borrow() {
-            return o.user.clone();
+        outcome(waiting, deadline).await
+    }
+
+    /// What the tables say of `key` now.
+    fn known(&self, key: &TokenHash, config: &TokenReviewConfig) -> Known {
+        let mut t = self.tables.lock().unwrap_or_else(|e| e.into_inner());
+        t.known(key, config)
+    }
+
+    /// Waits, until `deadline`, for the connection's share (an in-flight place and a token of
+    /// its rate) and then for one of the cluster's `max_in_flight` slots.
+    async fn wait_for_share(
+        self: &Arc<Self>,
+        share: &ReviewShare,
+        config: &TokenReviewConfig,
+        deadline: tokio::time::Instant,
+    ) -> Option<Permits> {
+        let own = tokio::time::timeout_at(deadline, share.in_flight.clone().acquire_owned())
+            .await
+            .ok()?
+            .ok()?;
+        loop {
+            match share.take(Instant::now()) {
+                Ok(()) => break,
+                Err(wait) => {
+                    let until = tokio::time::Instant::now() + wait;
+                    if until > deadline {
+                        return None;
+                    }
+                    tokio::time::sleep_until(until).await;
+                }
+            }
         }
-        let known = tokio::time::timeout(config.timeout, waiting.wait_for(Option::is_some)).await;
-        match known {
-            Ok(Ok(o)) => o.as_ref().and_then(|o| o.user.clone()),
-            _ => None,
+        loop {
+            // Registered before the count is read, so a slot freed in between wakes it.
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            let max = config.max_in_flight;
+            let took = self
+                .in_flight
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < max).then_some(n + 1)
+                })
+                .is_ok();
+            if took {
+                return Some(Permits {
+                    reviews: self.clone(),
+                    _own: own,
+                });
+            }
+            tokio::time::timeout_at(deadline, freed).await.ok()?;
         }
     }
 
-    /// Starts `reviewing` in a task of its own (the review outlives a request that stops
-    /// waiting); `None` when `max_in_flight` reviews are under way.
+    /// Starts `reviewing` for `key` in a task of its own (the review outlives a request that
+    /// stops waiting), holding `permits` until it answers; what is known instead when another
+    /// request started (or finished) one meanwhile.
     fn begin(
         self: &Arc<Self>,
         gw: &Gateway,
+        key: TokenHash,
         config: &TokenReviewConfig,
+        permits: Permits,
         reviewing: Reviewing,
-    ) -> Option<watch::Receiver<Option<Outcome>>> {
-        let max = config.max_in_flight;
-        self.in_flight
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .ok()?;
-        let (tx, rx) = watch::channel(None);
+    ) -> Result<watch::Receiver<Option<Naming>>, Known> {
+        let (tx, rx) = {
+            let mut t = self.tables.lock().unwrap_or_else(|e| e.into_inner());
+            match t.known(&key, config) {
+                Known::Unknown => {}
+                known => return Err(known),
+            }
+            let (tx, rx) = watch::channel(None);
+            t.pending.insert(key, rx.clone());
+            (tx, rx)
+        };
         let tokens = self.clone();
         let metrics = gw.metrics_shared();
+        let config = *config;
         tokio::spawn(async move {
             let result = reviewing.await;
-            tokens.in_flight.fetch_sub(1, Ordering::AcqRel);
-            let user = match result {
-                Ok(user) => {
-                    metrics.terminate.token_reviewed(if user.is_some() {
-                        TokenReviewResult::Named
-                    } else {
-                        TokenReviewResult::Rejected
-                    });
-                    user.map(Arc::new)
+            let naming = match result {
+                Ok(Some(user)) => {
+                    metrics.terminate.token_reviewed(TokenReviewResult::Named);
+                    Naming::Named(Arc::new(user))
                 }
-                Err(why) => {
+                Ok(None) => {
+                    metrics
+                        .terminate
+                        .token_reviewed(TokenReviewResult::Rejected);
+                    Naming::Unnamed
+                }
+                Err(ReviewFailure::Refused(why)) => {
                     metrics.terminate.token_reviewed(TokenReviewResult::Failed);
                     tokens.warn(&why);
-                    None
+                    Naming::Unnamed
+                }
+                Err(ReviewFailure::Transient(why)) => {
+                    metrics.terminate.token_reviewed(TokenReviewResult::Failed);
+                    tracing::debug!(error = %why, "TokenReview failed for now");
+                    Naming::Unreviewed
                 }
             };
-            let _ = tx.send(Some(Outcome {
-                user,
-                at: Instant::now(),
-            }));
+            let entries = tokens.remember(key, &naming, &config);
+            metrics
+                .terminate
+                .token_review_cache_entries
+                .set(entries as i64);
+            drop(permits);
+            let _ = tx.send(Some(naming));
         });
-        Some(rx)
+        Ok(rx)
     }
 
-    /// Logs a failed review, at most once a minute (a missing RBAC binding fails them all).
+    /// Records what the review of `key` found (nothing for `Unreviewed`: asked again next
+    /// time); returns how many tokens are remembered.
+    fn remember(&self, key: TokenHash, naming: &Naming, config: &TokenReviewConfig) -> usize {
+        let now = Instant::now();
+        let max = config.max_entries as usize;
+        let mut t = self.tables.lock().unwrap_or_else(|e| e.into_inner());
+        t.pending.remove(&key);
+        t.clock += 1;
+        let clock = t.clock;
+        match naming {
+            Naming::Named(user) => {
+                t.unnamed.remove(&key);
+                t.named
+                    .insert(key, user.clone(), now, clock, max, config.ttl);
+            }
+            Naming::Unnamed => t
+                .unnamed
+                .insert(key, (), now, clock, max, config.negative_ttl),
+            Naming::Unreviewed => {}
+        }
+        t.named.len() + t.unnamed.len()
+    }
+
+    /// Forgets the name of `key`: the apiserver answered 401 for it (revoked, expired).
+    pub fn forget(&self, key: &TokenHash) -> bool {
+        let mut t = self.tables.lock().unwrap_or_else(|e| e.into_inner());
+        t.named.remove(key)
+    }
+
+    /// Logs a review refused for good, at most once a minute (a missing RBAC binding fails
+    /// them all).
     fn warn(&self, why: &str) {
         let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
         if warned.is_some_and(|at| at.elapsed() < WARN_EVERY) {
@@ -197,27 +485,35 @@ impl TokenReviews {
             return;
         }
         *warned = Some(Instant::now());
-        tracing::warn!(error = %why, "TokenReview failed: bearer-token clients stay unnamed for dispatch rules and the access log (kubegate's user needs the system:auth-delegator ClusterRole; docs/configuration.md, \"Naming token clients\")");
+        tracing::warn!(error = %why, "TokenReview failed: bearer-token clients stay unnamed for dispatch rules and the access log (docs/configuration.md, \"Naming token clients\")");
     }
 }
 
-/// Makes room in a full table: forgets stale entries, and if none were, an arbitrary eighth.
-fn forget_some(entries: &mut HashMap<TokenHash, Review>, config: &TokenReviewConfig, now: Instant) {
-    let before = entries.len();
-    entries.retain(|_, r| !r.stale(config, now));
-    if entries.len() == before {
-        let drop: Vec<TokenHash> = entries.keys().take(before.div_ceil(8)).copied().collect();
-        for k in drop {
-            entries.remove(&k);
-        }
+/// A review's places: the connection's and the cluster's, given back when it answers.
+struct Permits {
+    reviews: Arc<TokenReviews>,
+    _own: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for Permits {
+    fn drop(&mut self) {
+        self.reviews.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.reviews.freed.notify_one();
     }
 }
 
-fn hash(token: &str) -> TokenHash {
-    let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
-    let mut out = [0u8; 32];
-    out.copy_from_slice(digest.as_ref());
-    out
+/// The review's answer, or `Unreviewed` if none came by `deadline`.
+async fn outcome(
+    mut rx: watch::Receiver<Option<Naming>>,
+    deadline: tokio::time::Instant,
+) -> Naming {
+    if let Some(naming) = &*rx.borrow() {
+        return naming.clone();
+    }
+    match tokio::time::timeout_at(deadline, rx.wait_for(Option::is_some)).await {
+        Ok(Ok(naming)) => naming.clone().unwrap_or(Naming::Unreviewed),
+        _ => Naming::Unreviewed,
+    }
 }
 
 #[cfg(test)]
@@ -247,41 +543,76 @@ mod tests {
 
     #[test]
     fn tokens_are_remembered_by_their_hash_only() {
-        assert_eq!(hash("abc"), hash("abc"));
-        assert_ne!(hash("abc"), hash("abd"));
+        assert_eq!(TokenHash::of("abc"), TokenHash::of("abc"));
+        assert_ne!(TokenHash::of("abc"), TokenHash::of("abd"));
         // SHA-256("abc"), FIPS 180-2's example.
-        assert_eq!(hash("abc")[..4], [0xba, 0x78, 0x16, 0xbf]);
+        assert_eq!(TokenHash::of("abc").0[..4], [0xba, 0x78, 0x16, 0xbf]);
+    }
+
+    fn key(i: u32) -> TokenHash {
+        let mut k = [0u8; 32];
+        k[..4].copy_from_slice(&i.to_be_bytes());
+        TokenHash(k)
     }
 
     #[test]
-    fn a_full_table_forgets_the_stale_first_then_an_eighth() {
-        let config = TokenReviewConfig::default();
+    fn a_full_table_forgets_the_expired_first_then_the_least_recently_used() {
+        let ttl = Duration::from_secs(120);
         let now = Instant::now();
-        let entry = |age: Duration, named: bool| {
-            let (_tx, rx) = watch::channel(Some(Outcome {
-                user: named.then(|| {
-                    Arc::new(UserInfo {
-                        user: "u".into(),
-                        groups: vec![],
-                    })
-                }),
-                at: now - age,
-            }));
-            Review {
-                outcome: rx,
-                started: now - age,
-            }
+        let mut t: Remembered<u32> = Remembered::default();
+        t.insert(key(1), 1, now, 1, 3, ttl);
+        t.insert(key(2), 2, now - Duration::from_secs(600), 2, 3, ttl);
+        t.insert(key(3), 3, now, 3, 3, ttl);
+        // Full: the expired one goes, nothing else.
+        t.insert(key(4), 4, now, 4, 3, ttl);
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.get(&key(2), ttl, now, 5), None);
+        // 1 is used now, so 3 is the least recently used and goes first.
+        assert_eq!(t.get(&key(1), ttl, now, 6), Some(1));
+        t.insert(key(5), 5, now, 7, 3, ttl);
+        assert_eq!(t.get(&key(3), ttl, now, 8), None);
+        assert_eq!(t.get(&key(1), ttl, now, 9), Some(1));
+        assert_eq!(t.get(&key(5), ttl, now, 10), Some(5));
+        assert!(t.len() <= 3);
+    }
+
+    #[test]
+    fn unknown_tokens_never_push_out_named_ones() {
+        let config = TokenReviewConfig {
+            max_entries: 100,
+            ..TokenReviewConfig::default()
         };
-        let mut entries = HashMap::new();
-        entries.insert([1; 32], entry(Duration::from_secs(1), true));
-        entries.insert([2; 32], entry(Duration::from_secs(600), true));
-        entries.insert([3; 32], entry(Duration::from_secs(30), false));
-        forget_some(&mut entries, &config, now);
-        assert_eq!(entries.keys().collect::<Vec<_>>(), [&[1; 32]]);
-        for i in 0..16u8 {
-            entries.insert([i + 10; 32], entry(Duration::from_secs(1), true));
+        let reviews = TokenReviews::default();
+        let user = Arc::new(UserInfo {
+            user: "alice".into(),
+            groups: vec![],
+            uid: None,
+        });
+        reviews.remember(key(0), &Naming::Named(user.clone()), &config);
+        for i in 1..=10_000 {
+            reviews.remember(key(i), &Naming::Unnamed, &config);
         }
-        forget_some(&mut entries, &config, now);
-        assert_eq!(entries.len(), 17 - 3);
+        match reviews.known(&key(0), &config) {
+            Known::Answer(Naming::Named(u)) => assert_eq!(u, user),
+            _ => panic!("alice's name was forgotten by a flood of unknown tokens"),
+        }
+        let t = reviews.tables.lock().unwrap();
+        assert!(t.unnamed.len() <= 100, "{}", t.unnamed.len());
+        assert_eq!(t.named.len(), 1);
+        drop(t);
+        assert!(reviews.forget(&key(0)), "a 401 forgets the name");
+        assert!(matches!(reviews.known(&key(0), &config), Known::Unknown));
+    }
+
+    #[test]
+    fn a_connection_starts_reviews_at_its_rate_after_its_burst() {
+        let share = ReviewShare::default();
+        let now = Instant::now();
+        for _ in 0..PER_CONNECTION_BURST as usize {
+            assert!(share.take(now).is_ok());
+        }
+        let wait = share.take(now).unwrap_err();
+        assert!(wait <= Duration::from_millis(100), "{wait:?}");
+        assert!(share.take(now + Duration::from_millis(100)).is_ok());
     }
 }

@@ -24,6 +24,8 @@ pub struct Leaf<'a> {
     pub cn: &'a str,
     /// Organizations: the groups of a client certificate (at most two).
     pub orgs: &'a [&'a str],
+    /// The UID attribute (1.3.6.1.4.1.57683.2) a 1.33+ apiserver reads a user's UID from.
+    pub uid: Option<&'a str>,
     /// Subject alternative names (DNS names or IP addresses).
     pub names: &'a [&'a str],
     /// What it is for.
@@ -40,6 +42,7 @@ impl<'a> Leaf<'a> {
         Leaf {
             cn,
             orgs: &[],
+            uid: None,
             names: &[],
             usage,
             not_before: Duration::hours(-1),
@@ -105,6 +108,10 @@ impl Authority {
         let mut p =
             CertificateParams::new(leaf.names.iter().map(|s| s.to_string()).collect::<Vec<_>>())?;
         p.distinguished_name = name(leaf.cn, leaf.orgs);
+        if let Some(uid) = leaf.uid {
+            p.distinguished_name
+                .push(DnType::CustomDnType(vec![1, 3, 6, 1, 4, 1, 57683, 2]), uid);
+        }
         p.extended_key_usages = vec![match leaf.usage {
             Usage::Server => ExtendedKeyUsagePurpose::ServerAuth,
             Usage::Client => ExtendedKeyUsagePurpose::ClientAuth,
