@@ -124,7 +124,7 @@ async fn with_tls_and_authentication_only_the_probes_are_public() {
     let tokens = dir.path().join("admin-tokens");
     std::fs::write(&tokens, "first-token\n").unwrap();
     let mut cfg = KubegateConfig::new(&[&sim]);
-    let mut tls = kubegate_config::ListenerTls::new(crt, key);
+    let mut tls = kubegate_config::ServingTls::new(crt, key);
     tls.client_ca_file = Some(pki.ca_file());
     tls.min_version = Some(kubegate_config::TlsVersion::Tls13);
     cfg.admin.tls = Some(tls);

@@ -49,6 +49,21 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// kubectl with `args` against `kc`, left running: its output read line by line
+/// ([`lines_of`]), its errors dropped; ended by its PID when dropped.
+fn kubectl_streaming(kc: &Path, args: &[&str]) -> ChildProcess {
+    ChildProcess::adopt(
+        Command::new(kubectl_bin())
+            .arg("--kubeconfig")
+            .arg(kc)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
 /// A child's stdout lines, delivered as they come.
 fn lines_of(child: &mut std::process::Child) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel();
@@ -119,15 +134,9 @@ fn kubectl_scenario(kc: &Path, tag: &str, user: &str) {
     ));
     assert_eq!(data, "2");
 
-    let mut watch = ChildProcess::adopt(
-        Command::new(kubectl_bin())
-            .arg("--kubeconfig")
-            .arg(kc)
-            .args(["get", "configmaps", "--watch", "--output-watch-events"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let mut watch = kubectl_streaming(
+        kc,
+        &["get", "configmaps", "--watch", "--output-watch-events"],
     );
     let rx = lines_of(watch.child_mut().unwrap());
     wait_line(&rx, "the watch's initial listing", |l| l.contains(&name));
@@ -351,16 +360,7 @@ fn sessions_scenario(kc: &Path) {
 
     // port-forward: bytes to the local port come back from the pod.
     let port = free_port();
-    let mut forward = ChildProcess::adopt(
-        Command::new(kubectl_bin())
-            .arg("--kubeconfig")
-            .arg(kc)
-            .args(["port-forward", "p1", &format!("{port}:8080")])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut forward = kubectl_streaming(kc, &["port-forward", "p1", &format!("{port}:8080")]);
     let rx = lines_of(forward.child_mut().unwrap());
     wait_line(&rx, "port-forward to listen", |l| {
         l.starts_with("Forwarding from 127.0.0.1")
@@ -378,16 +378,7 @@ fn sessions_scenario(kc: &Path) {
     forward.kill();
 
     // logs -f: lines keep coming.
-    let mut logs = ChildProcess::adopt(
-        Command::new(kubectl_bin())
-            .arg("--kubeconfig")
-            .arg(kc)
-            .args(["logs", "-f", "p1"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut logs = kubectl_streaming(kc, &["logs", "-f", "p1"]);
     let rx = lines_of(logs.child_mut().unwrap());
     wait_line(&rx, "the fifth log line", |l| {
         l.starts_with("p1 log line 5")

@@ -5,8 +5,8 @@
 //! name at all without a `default_cluster`, are turned away with a TLS alert and counted.
 
 use kubegate_config::{
-    ClusterSpec, ClusterTls, DispatchRule, Fallback, FrontProxy, HealthConfig, ListenerMode,
-    RuleMatch, TlsVersion, UpstreamConfig,
+    ClusterSpec, DispatchRule, Fallback, FrontProxy, HealthConfig, ListenerMode, RuleMatch,
+    ServingTls, TlsVersion, UpstreamConfig,
 };
 use kubegate_e2e::*;
 use std::net::SocketAddr;
@@ -65,11 +65,33 @@ fn terminating(
 ) -> ClusterSpec {
     let (cert_file, key_file) =
         pki.serving_with(&format!("kubegate-{}", c.name), "kubegate", &[name], -1, 30);
-    c.tls = Some(ClusterTls::new(cert_file, key_file, Some(pki.ca_file())));
+    c.tls = Some(ServingTls::new(cert_file, key_file).verifying(Some(pki.ca_file())));
     let mut upstream = upstream.clone();
     upstream.front_proxy = Some(FrontProxy::new(fp.cert.clone(), fp.key.clone()));
     c.upstream = Some(upstream);
     c
+}
+
+/// A connection to `listen` asking for server `name` (HTTP/2 when `h2`).
+async fn open(listen: SocketAddr, config: rustls::ClientConfig, name: &str, h2: bool) -> Conn {
+    Conn::open_named(listen, config, name, h2)
+        .await
+        .unwrap_or_else(|e| panic!("a connection to {name}: {e}"))
+}
+
+/// The error of a connection to `listen` asking for server `name`, which must be refused
+/// (`why` says why it must).
+async fn refused(
+    listen: SocketAddr,
+    config: rustls::ClientConfig,
+    name: &str,
+    h2: bool,
+    why: &str,
+) -> std::io::Error {
+    Conn::open_named(listen, config, name, h2)
+        .await
+        .err()
+        .expect(why)
 }
 
 /// The certificate kubegate serves cluster `c` with ([`terminating`]'s), as DER.
@@ -83,6 +105,20 @@ fn kubegate_cert(pki: &Pki, c: &str) -> Vec<u8> {
 /// The simulated replica that answered `r` (its `X-Kubegate-Sim-Replica`).
 fn served_by(r: &Response) -> String {
     r.header("x-kubegate-sim-replica").unwrap_or("").to_string()
+}
+
+/// Reads configmaps on `conn`: 200, answered by the simulated replica `replica`.
+async fn read_served_by(conn: &mut Conn, replica: &str) {
+    let r = conn
+        .get("/api/v1/namespaces/default/configmaps")
+        .await
+        .expect("an answer");
+    assert_eq!(
+        (r.status, served_by(&r).as_str()),
+        (200, replica),
+        "{}",
+        r.text()
+    );
 }
 
 /// The replica (by its certificate) that answered on `conn`, with the request's status.
@@ -180,18 +216,14 @@ async fn each_client_reaches_only_the_cluster_its_server_name_names() {
         .into_iter()
         .enumerate()
     {
-        let mut c = Conn::open_named(kg.listen, as_a(i % 2 == 0), name, i % 2 == 0)
-            .await
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut c = open(kg.listen, as_a(i % 2 == 0), name, i % 2 == 0).await;
         let (who, status) = answered(&mut c, &a_sims).await;
         assert_eq!(status, 200, "{name}");
         assert!(who == "a1" || who == "a2", "{name} reached {who}");
         reached.insert(who);
     }
     assert_eq!(reached.len(), 2, "both of a's replicas take connections");
-    let mut c = Conn::open_named(kg.listen, as_b.clone(), "b.example", false)
-        .await
-        .unwrap();
+    let mut c = open(kg.listen, as_b.clone(), "b.example", false).await;
     assert_eq!(answered(&mut c, &b_sims).await, ("b1".to_string(), 200));
 
     // A ClientHello that comes in two segments, cut inside its record header and inside the
@@ -214,23 +246,31 @@ async fn each_client_reaches_only_the_cluster_its_server_name_names() {
 
     // A name no cluster answers, and no name at all (an IP address sends none) without a
     // default_cluster: a TLS alert, counted; the replicas never see them.
-    let refused = |reason: &str| {
+    let refusals = |reason: &str| {
         kg.metric(&format!(
             "kubegate_connections_refused_total{{reason=\"{reason}\"}}"
         ))
     };
-    let e = Conn::open_named(kg.listen, as_b.clone(), "c.example", false)
-        .await
-        .err()
-        .expect("c.example is refused");
+    let e = refused(
+        kg.listen,
+        as_b.clone(),
+        "c.example",
+        false,
+        "c.example is refused",
+    )
+    .await;
     assert!(e.to_string().contains("UnrecognisedName"), "{e}");
-    assert_eq!(refused("unknown_server_name"), 1.0);
-    let e = Conn::open_named(kg.listen, as_b.clone(), "127.0.0.1", false)
-        .await
-        .err()
-        .expect("a client without a server name is refused");
+    assert_eq!(refusals("unknown_server_name"), 1.0);
+    let e = refused(
+        kg.listen,
+        as_b.clone(),
+        "127.0.0.1",
+        false,
+        "a client without a server name is refused",
+    )
+    .await;
     assert!(e.to_string().contains("UnrecognisedName"), "{e}");
-    assert_eq!(refused("no_server_name"), 1.0);
+    assert_eq!(refusals("no_server_name"), 1.0);
 
     // The status endpoint names each backend's cluster.
     let view: Vec<serde_json::Value> =
@@ -295,30 +335,25 @@ async fn a_default_cluster_takes_clients_without_a_name_and_one_cluster_down_spa
     kg.wait_state("a1", "ready", T);
     kg.wait_state("b1", "ready", T);
     let as_a = tls_client_config(&pki_a, &[b"http/1.1"]);
-    let mut c = Conn::open_named(kg.listen, as_a.clone(), "127.0.0.1", false)
-        .await
-        .unwrap();
+    let mut c = open(kg.listen, as_a.clone(), "127.0.0.1", false).await;
     assert_eq!(answered(&mut c, &[&a1]).await, ("a1".to_string(), 200));
 
     b1.kill();
     kg.wait_state("b1", "down", T);
-    let e = Conn::open_named(
+    let e = refused(
         kg.listen,
         tls_client_config(&pki_b, &[b"http/1.1"]),
         "b.example",
         false,
+        "cluster b has no replica",
     )
-    .await
-    .err()
-    .expect("cluster b has no replica");
+    .await;
     assert!(!e.to_string().is_empty());
     assert_eq!(
         kg.metric(r#"kubegate_connections_refused_total{reason="no_ready_backend"}"#),
         1.0
     );
-    let mut c = Conn::open_named(kg.listen, as_a, "a.example", false)
-        .await
-        .unwrap();
+    let mut c = open(kg.listen, as_a, "a.example", false).await;
     assert_eq!(answered(&mut c, &[&a1]).await, ("a1".to_string(), 200));
     assert_eq!(kg.metric("kubegate_ready"), 1.0, "cluster a still serves");
     // Per cluster: which backend is whose, and each one's ready backends.
@@ -382,14 +417,13 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
     // One HTTP/2 connection per cluster: each sees its cluster's certificate, and its
     // requests are spread over its own replicas only, as its admin.
     let mut seen = std::collections::BTreeSet::new();
-    let mut c = Conn::open_named(
+    let mut c = open(
         kg.listen,
         tls_client_config(&pki_a, &[b"h2"]),
         "a.example",
         true,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(c.peer(), kubegate_cert(&pki_a, "a"));
     for _ in 0..6 {
         let r = c
@@ -400,25 +434,15 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
         seen.insert(served_by(&r));
     }
     assert_eq!(seen, ["a1", "a2"].map(String::from).into());
-    let mut c = Conn::open_named(
+    let mut c = open(
         kg.listen,
         tls_client_config(&pki_b, &[b"h2"]),
         "b.example",
         true,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(c.peer(), kubegate_cert(&pki_b, "b"));
-    let r = c
-        .get("/api/v1/namespaces/default/configmaps")
-        .await
-        .unwrap();
-    assert_eq!(
-        (r.status, served_by(&r)),
-        (200, "b1".to_string()),
-        "{}",
-        r.text()
-    );
+    read_served_by(&mut c, "b1").await;
 
     // A request naming another cluster on a's connection: 421 before anything is done for
     // it (no token review at a, nothing forwarded), over HTTP/2 and HTTP/1.1; the client
@@ -426,28 +450,26 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
     misdirected_requests_get_421_and_recover(&kg, &pki_a, &pki_b).await;
 
     // A client offering TLS 1.2 alone: taken at a's name, refused at b's.
-    let mut c = Conn::open_named(
+    let mut c = open(
         kg.listen,
         tls12_client_config(&pki_a, &[b"h2"]),
         "a.example",
         true,
     )
-    .await
-    .unwrap();
+    .await;
     let r = c
         .get("/api/v1/namespaces/default/configmaps")
         .await
         .unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
-    let e = Conn::open_named(
+    let e = refused(
         kg.listen,
         tls12_client_config(&pki_b, &[b"h2"]),
         "b.example",
         true,
+        "TLS 1.2 is refused at b.example",
     )
-    .await
-    .err()
-    .expect("TLS 1.2 is refused at b.example");
+    .await;
     assert!(e.to_string().contains("ProtocolVersion"), "{e}");
 
     // Cluster a's admin certificate at b's name: b's CA does not verify it.
@@ -462,15 +484,14 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
     );
 
     // A name no cluster answers: the alert, counted.
-    let e = Conn::open_named(
+    let e = refused(
         kg.listen,
         tls_client_config(&pki_b, &[b"h2"]),
         "c.example",
         true,
+        "c.example is refused",
     )
-    .await
-    .err()
-    .expect("c.example is refused");
+    .await;
     assert!(e.to_string().contains("UnrecognisedName"), "{e}");
     assert_eq!(
         kg.metric(r#"kubegate_connections_refused_total{reason="unknown_server_name"}"#),
@@ -487,9 +508,7 @@ async fn misdirected_requests_get_421_and_recover(kg: &Kubegate, pki_a: &Pki, pk
     let reviews_before = reviews();
     for h2 in [true, false] {
         let alpn: &[&[u8]] = if h2 { &[b"h2"] } else { &[b"http/1.1"] };
-        let mut on_a = Conn::open_named(kg.listen, tls_client_config(pki_a, alpn), "a.example", h2)
-            .await
-            .unwrap();
+        let mut on_a = open(kg.listen, tls_client_config(pki_a, alpn), "a.example", h2).await;
         for authority in ["b.example", "B.Example.:6443", "c.example"] {
             on_a.naming(authority);
             let r = on_a
@@ -507,9 +526,7 @@ async fn misdirected_requests_get_421_and_recover(kg: &Kubegate, pki_a: &Pki, pk
             if !h2 {
                 assert_eq!(r.header("connection"), Some("close"));
                 // HTTP/1.1: the connection ends with the answer; a new one to a's name.
-                on_a = Conn::open_named(kg.listen, tls_client_config(pki_a, alpn), "a.example", h2)
-                    .await
-                    .unwrap();
+                on_a = open(kg.listen, tls_client_config(pki_a, alpn), "a.example", h2).await;
             }
         }
         for authority in ["a.example", "A.EXAMPLE:443", "127.0.0.1:6443", "[::1]:6443"] {
@@ -520,16 +537,8 @@ async fn misdirected_requests_get_421_and_recover(kg: &Kubegate, pki_a: &Pki, pk
         }
         // The client's recovery (RFC 9110 §15.5.20): the request again, on a new connection
         // to the name it asks for.
-        let mut on_b = Conn::open_named(kg.listen, tls_client_config(pki_b, alpn), "b.example", h2)
-            .await
-            .unwrap();
-        let r = on_b.get(PATH).await.unwrap();
-        assert_eq!(
-            (r.status, served_by(&r)),
-            (200, "b1".to_string()),
-            "{}",
-            r.text()
-        );
+        let mut on_b = open(kg.listen, tls_client_config(pki_b, alpn), "b.example", h2).await;
+        read_served_by(&mut on_b, "b1").await;
     }
     assert_eq!(
         reviews(),
@@ -639,9 +648,7 @@ async fn a_reload_adds_changes_and_removes_clusters_without_touching_the_others(
     kg.wait_state("a1", "ready", T);
     kg.wait_state("b1", "ready", T);
     let as_a = tls_client_config(pki_a, &[b"h2"]);
-    let mut kept = Conn::open_named(kg.listen, as_a.clone(), "a.example", true)
-        .await
-        .unwrap();
+    let mut kept = open(kg.listen, as_a.clone(), "a.example", true).await;
     assert_eq!(answered(&mut kept, &[&a1]).await, ("a1".to_string(), 200));
 
     let base = cfg.health.clone();
@@ -660,31 +667,27 @@ async fn a_reload_adds_changes_and_removes_clusters_without_touching_the_others(
 
     // The connection opened before the reload is served by the same replica still.
     assert_eq!(answered(&mut kept, &[&a1]).await, ("a1".to_string(), 200));
-    let mut c = Conn::open_named(
+    let mut c = open(
         kg.listen,
         tls_client_config(pki_c, &[b"h2"]),
         "c.example",
         true,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(answered(&mut c, &[&c1]).await, ("c1".to_string(), 200));
-    let e = Conn::open_named(
+    let e = refused(
         kg.listen,
         tls_client_config(pki_b, &[b"h2"]),
         "b.example",
         true,
+        "cluster b is gone",
     )
-    .await
-    .err()
-    .expect("cluster b is gone");
+    .await;
     assert!(e.to_string().contains("UnrecognisedName"), "{e}");
     // a's new replica takes new connections too.
     let mut reached = std::collections::BTreeSet::new();
     for _ in 0..4 {
-        let mut c = Conn::open_named(kg.listen, as_a.clone(), "a.example", true)
-            .await
-            .unwrap();
+        let mut c = open(kg.listen, as_a.clone(), "a.example", true).await;
         reached.insert(answered(&mut c, &[&a1, &a2]).await.0);
     }
     assert!(reached.contains("a2"), "{reached:?}");
@@ -755,19 +758,14 @@ async fn a_reload_adds_changes_and_removes_clusters_in_terminate_mode() {
     for series in b_series {
         assert!(metrics.contains(series), "{series} missing:\n{metrics}");
     }
-    let mut kept = Conn::open_named(
+    let mut kept = open(
         kg.listen,
         tls_client_config(pki_a, &[b"h2"]),
         "a.example",
         true,
     )
-    .await
-    .unwrap();
-    let r = kept
-        .get("/api/v1/namespaces/default/configmaps")
-        .await
-        .unwrap();
-    assert_eq!((r.status, served_by(&r)), (200, "a1".to_string()));
+    .await;
+    read_served_by(&mut kept, "a1").await;
 
     let mut a = a(&[&a1, &a2]);
     a.dispatch = vec![reads(&["a2"])];
@@ -792,52 +790,32 @@ async fn a_reload_adds_changes_and_removes_clusters_in_terminate_mode() {
 
     // The connection from before the reload: open still, its reads now a2's.
     for _ in 0..3 {
-        let r = kept
-            .get("/api/v1/namespaces/default/configmaps")
-            .await
-            .unwrap();
-        assert_eq!(
-            (r.status, served_by(&r)),
-            (200, "a2".to_string()),
-            "{}",
-            r.text()
-        );
+        read_served_by(&mut kept, "a2").await;
     }
     // c: its own certificate, its replica, its CA (a's admin is refused at its name).
-    let mut to_c = Conn::open_named(
+    let mut to_c = open(
         kg.listen,
         tls_client_config(pki_c, &[b"h2"]),
         "c.example",
         true,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(to_c.peer(), kubegate_cert(pki_c, "c"));
-    let r = to_c
-        .get("/api/v1/namespaces/default/configmaps")
-        .await
-        .unwrap();
-    assert_eq!(
-        (r.status, served_by(&r)),
-        (200, "c1".to_string()),
-        "{}",
-        r.text()
-    );
+    read_served_by(&mut to_c, "c1").await;
     match admin_of_another_cluster(kg.listen, pki_c, pki_a, "c.example").await {
         Err(e) => assert!(e.contains("alert"), "{e}"),
         Ok(None) => {}
         Ok(Some(r)) => panic!("a's admin was answered at c: {} {}", r.status, r.text()),
     }
     // b's name is no longer answered.
-    let e = Conn::open_named(
+    let e = refused(
         kg.listen,
         tls_client_config(pki_b, &[b"h2"]),
         "b.example",
         true,
+        "cluster b is gone",
     )
-    .await
-    .err()
-    .expect("cluster b is gone");
+    .await;
     assert!(e.to_string().contains("UnrecognisedName"), "{e}");
     // Each cluster's `reads` counted its own requests; b's series went with b.
     assert_eq!(

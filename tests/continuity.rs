@@ -147,6 +147,11 @@ async fn next_object(w: &mut Watch) -> WatchEvent {
     }
 }
 
+/// Asserts that `e` is the creation of object `name`.
+fn assert_added(e: &WatchEvent, name: &str) {
+    assert_eq!((e.kind.as_str(), e.name.as_str()), ("ADDED", name), "{e:?}");
+}
+
 /// Restarts `sim` as an operator would (SIGTERM, a clean exit, started again) and waits
 /// until kubegate finds it ready.
 fn restart_gracefully(kg: &Kubegate, sim: &mut Sim) {
@@ -457,7 +462,7 @@ async fn a_quiet_watch_outlives_a_rolling_restart_on_its_bookmarks() {
             break e;
         }
     };
-    assert_eq!((e.kind.as_str(), e.name.as_str()), ("ADDED", "q1"), "{e:?}");
+    assert_added(&e, "q1");
     assert_eq!(
         kg.metric(r#"kubegate_watches_ended_total{reason="expired"}"#),
         0.0
@@ -502,7 +507,7 @@ async fn a_quiet_watch_leaves_a_draining_replica_with_a_fresh_position() {
     create_in(&mut writer, "quiet", "q1").await;
     let (w, _) = &mut watches[0];
     let e = w.next(T).await.unwrap().expect("an event");
-    assert_eq!((e.kind.as_str(), e.name.as_str()), ("ADDED", "q1"), "{e:?}");
+    assert_added(&e, "q1");
     assert_eq!(
         kg.metric(r#"kubegate_watches_ended_total{reason="expired"}"#),
         0.0
@@ -538,12 +543,7 @@ async fn a_busy_watch_leaves_a_draining_replica_on_its_next_event() {
     }
     let (w, _) = &mut watches[0];
     for name in &expected {
-        let e = next_object(w).await;
-        assert_eq!(
-            (e.kind.as_str(), e.name.as_str()),
-            ("ADDED", name.as_str()),
-            "{e:?}"
-        );
+        assert_added(&next_object(w).await, name);
     }
     // The two other replicas restart: their caches begin after the watch's position.
     for (i, sim) in sims.iter_mut().enumerate() {
@@ -558,11 +558,7 @@ async fn a_busy_watch_leaves_a_draining_replica_on_its_next_event() {
     create_in(&mut writer, "busy", "during").await;
     let (w, _) = &mut watches[0];
     let e = next_object(w).await;
-    assert_eq!(
-        (e.kind.as_str(), e.name.as_str()),
-        ("ADDED", "during"),
-        "{e:?}"
-    );
+    assert_added(&e, "during");
     wait_for("the watch to leave the draining replica", T, || {
         let on = watches_on(kg, sims);
         (on[&holder_name] == 0.0 && on.values().sum::<f64>() == 1.0).then_some(())
@@ -570,11 +566,7 @@ async fn a_busy_watch_leaves_a_draining_replica_on_its_next_event() {
     create_in(&mut writer, "busy", "after").await;
     let (w, _) = &mut watches[0];
     let e = next_object(w).await;
-    assert_eq!(
-        (e.kind.as_str(), e.name.as_str()),
-        ("ADDED", "after"),
-        "{e:?}"
-    );
+    assert_added(&e, "after");
     assert_eq!(
         kg.metric(r#"kubegate_watch_positions_freshened_total{by="next_event"}"#),
         1.0
@@ -785,10 +777,7 @@ async fn watches_leave_a_draining_replica_before_it_goes() {
     create(&mut writer, "after-the-move").await;
     for (w, _) in &mut watches {
         let e = w.next(T).await.unwrap().expect("an event");
-        assert_eq!(
-            (e.kind.as_str(), e.name.as_str()),
-            ("ADDED", "after-the-move")
-        );
+        assert_added(&e, "after-the-move");
     }
 }
 
@@ -839,10 +828,7 @@ async fn a_frozen_replicas_requests_and_watches_move_on() {
     create(&mut writer, "after-the-freeze").await;
     for (w, _) in &mut watches {
         let e = w.next(T).await.unwrap().expect("an event");
-        assert_eq!(
-            (e.kind.as_str(), e.name.as_str()),
-            ("ADDED", "after-the-freeze")
-        );
+        assert_added(&e, "after-the-freeze");
     }
     sims[0].signal(libc::SIGCONT);
 }

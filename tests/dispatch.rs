@@ -209,24 +209,12 @@ fn check_names_a_bad_rule_with_its_position() {
         pki.ca_file().display()
     );
     let path = dir.path().join("kubegate.yaml");
-    std::fs::write(&path, text).unwrap();
-    let out = std::process::Command::new(bin("kubegate"))
-        .args(["check", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 2, "{err}");
-    assert!(
-        lines[0].starts_with(&format!("{}:19:21: ", path.display()))
-            && lines[0].contains("unknown verb \"fetch\""),
-        "{err}"
-    );
-    assert!(
-        lines[1].starts_with(&format!("{}:20:19: ", path.display()))
-            && lines[1].contains("no backend is named \"b\""),
-        "{err}"
+    assert_problems(
+        &path,
+        check_config(&path, &text),
+        &[
+            ("19:21", "unknown verb \"fetch\""),
+            ("20:19", "no backend is named \"b\""),
+        ],
     );
 }

@@ -558,25 +558,11 @@ async fn metrics_pass_promtool() {
     );
 }
 
-/// Writes `text` to `path` and runs `kubegate check` on it: (exit code, stderr).
-fn check(path: &std::path::Path, text: &str) -> (Option<i32>, String) {
-    std::fs::write(path, text).unwrap();
-    let out = Command::new(bin("kubegate"))
-        .args(["check", "--config"])
-        .arg(path)
-        .output()
-        .unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn check_reports_file_line_column() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.yaml");
-    let (code, err) = check(
+    let (code, err) = check_config(
         &path,
         "listeners:\n  - address: 127.0.0.1:6443\nbackends:\n  - address: 127.0.0.1:7001\n  - address: 127.0.0.1:7001\nhealth:\n  interval: fast\n  tls: {insecure_skip_verify: true}\n",
     );
@@ -587,7 +573,7 @@ fn check_reports_file_line_column() {
     );
     assert!(err.contains("invalid duration \"fast\""), "{err}");
 
-    let (code, err) = check(
+    let (code, err) = check_config(
         &path,
         "listeners:\n  - address: 127.0.0.1:6443\nbackends:\n  - address: 127.0.0.1:7001\n  - address: 127.0.0.1:7001\nhealth:\n  tls: {insecure_skip_verify: true}\n",
     );
@@ -600,7 +586,7 @@ fn check_reports_file_line_column() {
         )
     );
 
-    let (code, _) = check(
+    let (code, _) = check_config(
         &dir.path().join("ok.yaml"),
         "listeners:\n  - address: 127.0.0.1:6443\nbackends:\n  - address: 127.0.0.1:7001\nhealth:\n  tls: {insecure_skip_verify: true}\n",
     );

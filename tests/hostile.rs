@@ -683,7 +683,6 @@ async fn idle_http2_connections_hold_no_codec_buffers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_bodies_are_held_within_their_bounds() {
-    use http_body_util::channel::Channel;
     const STREAMS: usize = 6;
     const CHUNK: usize = 64 * 1024;
     const PER_BODY: usize = 2 << 20;
@@ -697,26 +696,12 @@ async fn request_bodies_are_held_within_their_bounds() {
     let mut statuses = Vec::new();
     let mut most_held = 0.0f64;
     measured(&s, "held-bodies", async {
-        let tls = tls_connect(s.kg.listen, tls_client_config(&s.pki, &[b"h2"]))
-            .await
-            .unwrap();
-        let (mut sender, conn) = hyper::client::conn::http2::handshake(
-            hyper_util::rt::TokioExecutor::new(),
-            hyper_util::rt::TokioIo::new(tls),
-        )
-        .await
-        .unwrap();
-        tokio::spawn(conn);
+        let mut sender = body_sender(&s).await;
         let mut answers = Vec::new();
         let mut feeds = Vec::new();
         for _ in 0..STREAMS {
-            let (mut tx, body) = Channel::<bytes::Bytes>::new(4);
-            let req = http::Request::post(format!("https://kubernetes{CONFIGMAPS}"))
-                .header("content-type", "application/json")
-                .body(body)
-                .unwrap();
-            sender.ready().await.unwrap();
-            answers.push(tokio::spawn(sender.send_request(req)));
+            let (mut tx, answer) = post_streaming(&mut sender, None).await;
+            answers.push(answer);
             // 2 MiB each, then the body stays open: 6 such bodies are beyond the
             // connection's 8 MiB.
             feeds.push(tokio::spawn(async move {
@@ -782,6 +767,46 @@ async fn request_bodies_are_held_within_their_bounds() {
     assert_alive(&s);
 }
 
+type BodySender =
+    hyper::client::conn::http2::SendRequest<http_body_util::channel::Channel<bytes::Bytes>>;
+
+/// An HTTP/2 connection through kubegate whose requests' bodies are sent as the test goes.
+async fn body_sender(s: &Started) -> BodySender {
+    let tls = tls_connect(s.kg.listen, tls_client_config(&s.pki, &[b"h2"]))
+        .await
+        .unwrap();
+    let (sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
+/// A POST of a configmap on `sender` whose body the returned sender feeds (announcing
+/// `announced` bytes, if given), and its answer to come.
+async fn post_streaming(
+    sender: &mut BodySender,
+    announced: Option<u64>,
+) -> (
+    http_body_util::channel::Sender<bytes::Bytes>,
+    tokio::task::JoinHandle<hyper::Result<http::Response<hyper::body::Incoming>>>,
+) {
+    let (tx, body) = http_body_util::channel::Channel::<bytes::Bytes>::new(4);
+    let mut req = http::Request::post(format!("https://kubernetes{CONFIGMAPS}"))
+        .header("content-type", "application/json");
+    if let Some(n) = announced {
+        req = req.header("content-length", n.to_string());
+    }
+    sender.ready().await.unwrap();
+    (
+        tx,
+        tokio::spawn(sender.send_request(req.body(body).unwrap())),
+    )
+}
+
 /// kubegate's `VmData` (KiB): what it has reserved, touched or not.
 fn vm_data(pid: i32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -800,7 +825,6 @@ fn vm_data(pid: i32) -> u64 {
 /// kubegate reserves stays within them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn announced_bodies_reserve_no_more_than_the_bounds_count() {
-    use http_body_util::channel::Channel;
     const HTTP1: usize = 150;
     const STREAMS: usize = 1000;
     const ANNOUNCED: u64 = 3 << 20;
@@ -848,27 +872,12 @@ async fn announced_bodies_reserve_no_more_than_the_bounds_count() {
     });
 
     // HTTP/2: one connection, a thousand such streams.
-    let tls = tls_connect(s.kg.listen, tls_client_config(&s.pki, &[b"h2"]))
-        .await
-        .unwrap();
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(tls),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let mut sender = body_sender(&s).await;
     let mut feeds = Vec::new();
     let mut answers = Vec::new();
     for _ in 0..STREAMS {
-        let (mut tx, body) = Channel::<bytes::Bytes>::new(2);
-        let req = http::Request::post(format!("https://kubernetes{CONFIGMAPS}"))
-            .header("content-type", "application/json")
-            .header("content-length", ANNOUNCED.to_string())
-            .body(body)
-            .unwrap();
-        sender.ready().await.unwrap();
-        answers.push(tokio::spawn(sender.send_request(req)));
+        let (mut tx, answer) = post_streaming(&mut sender, Some(ANNOUNCED)).await;
+        answers.push(answer);
         tx.send_data(bytes::Bytes::from_static(b"{")).await.unwrap();
         feeds.push(tx);
     }

@@ -190,7 +190,7 @@ fn prometheus_scrapes_with_the_shipped_configuration_and_evaluates_every_rule() 
     let tokens = dir.path().join("admin-tokens");
     std::fs::write(&tokens, "scrape-token\n").unwrap();
     let mut cfg = KubegateConfig::new(&sims.iter().collect::<Vec<_>>());
-    cfg.admin.tls = Some(kubegate_config::ListenerTls::new(crt, key));
+    cfg.admin.tls = Some(kubegate_config::ServingTls::new(crt, key));
     cfg.admin.bearer_token_file = Some(tokens.clone());
     let (listen, admin) = (
         std::net::SocketAddr::from(([127, 0, 0, 1], free_port())),

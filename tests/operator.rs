@@ -188,14 +188,17 @@ fn the_guide_runs_as_written_on_kubeadm_nodes() {
     }
 }
 
-/// Runs `inner` (an ignored test of this binary) again in a private mount namespace
+/// Runs `inner` (an ignored test of this module) again in a private mount namespace
 /// (`unshare --mount`), with `env`: whether it passed, and what it printed.
 fn in_private_mount_namespace(inner: &str, env: &[(&str, &str)]) -> (bool, String) {
+    // Tests are named by their module path below the crate: `operator::inner_...`.
+    let module = module_path!().split_once("::").map_or("", |(_, m)| m);
+    let name = format!("{module}::{inner}");
     let out = Command::new("unshare")
         .args(["--mount", "--propagation", "private", "--"])
         .arg(std::env::current_exe().unwrap())
         .args([
-            inner,
+            name.as_str(),
             "--exact",
             "--ignored",
             "--nocapture",

@@ -754,25 +754,13 @@ fn check_names_unusable_certificates_with_their_position() {
         pki.ca_file().display()
     );
     let path = dir.path().join("kubegate.yaml");
-    std::fs::write(&path, text).unwrap();
-    let out = std::process::Command::new(bin("kubegate"))
-        .args(["check", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 2, "{err}");
-    assert!(
-        lines[0].starts_with(&format!("{}:6:17: ", path.display()))
-            && lines[0].contains("does not belong to"),
-        "{err}"
-    );
-    assert!(
-        lines[1].starts_with(&format!("{}:10:15: ", path.display()))
-            && lines[1].contains("no usable private key"),
-        "{err}"
+    assert_problems(
+        &path,
+        check_config(&path, &text),
+        &[
+            ("6:17", "does not belong to"),
+            ("10:15", "no usable private key"),
+        ],
     );
 }
 

@@ -85,19 +85,12 @@ async fn what_kubegate_offers_and_asks_for_is_what_the_configuration_says() {
 fn check_refuses_an_unknown_suite_at_its_position() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kubegate.yaml");
-    std::fs::write(
+    let (code, err) = check_config(
         &path,
         "listeners:\n  - address: 127.0.0.1:6443\nbackends:\n  - address: 127.0.0.1:7001\n\
          health:\n  tls:\n    insecure_skip_verify: true\n    min_version: \"1.3\"\n    cipher_suites:\n      - TLS13_AES_128_GCM_SHA256\n      - TLS_RSA_WITH_RC4_128_SHA\n",
-    )
-    .unwrap();
-    let out = std::process::Command::new(bin("kubegate"))
-        .args(["check", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    );
+    assert_eq!(code, Some(2));
     assert!(
         err.contains(&format!("{}:11:9", path.display())),
         "the position of the unknown entry: {err}"

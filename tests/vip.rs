@@ -244,7 +244,7 @@ fn the_vip_follows_kubegate_and_rides_out_an_outage_every_node_sees() {
         c.admin.bearer_token_file = None;
         if i == 0 {
             let (crt, key) = pki.serving("kubegate-admin");
-            c.admin.tls = Some(kubegate_config::ListenerTls::new(crt, key));
+            c.admin.tls = Some(kubegate_config::ServingTls::new(crt, key));
             node.admin = "https://127.0.0.1:9444".into();
         } else {
             c.admin.tls = None;

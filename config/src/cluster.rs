@@ -11,7 +11,7 @@ use crate::schema::{BackendSpec, Config, DiscoveryConfig, HealthConfig, Upstream
 use crate::validate::{resolve_file, resolve_path, validate_parts, Parts};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The name of the one cluster of a file without `clusters:`.
 pub const IMPLICIT: &str = "default";
@@ -46,47 +46,7 @@ pub struct ClusterSpec {
     pub dispatch: Vec<crate::DispatchRule>,
     /// Terminate mode's serving side for this cluster's clients.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<ClusterTls>,
-}
-
-/// The certificate a cluster's clients see in terminate mode, and the CA that verifies theirs.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClusterTls {
-    /// Serving certificate chain (PEM): the cluster's API endpoint names.
-    pub cert_file: PathBuf,
-    /// Its private key (PEM).
-    pub key_file: PathBuf,
-    /// CA (PEM) that verifies this cluster's client certificates; a certificate another
-    /// cluster's CA signed is refused. Unset: none is asked for.
-    #[serde(default)]
-    pub client_ca_file: Option<PathBuf>,
-    /// Lowest TLS version this cluster's clients are offered: `"1.2"` (default: 1.2 and 1.3)
-    /// or `"1.3"`; as a listener's `tls.min_version`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_version: Option<crate::TlsVersion>,
-    /// Cipher suites offered to this cluster's clients, by rustls's names; empty: rustls's
-    /// defaults. As a listener's `tls.cipher_suites`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cipher_suites: Vec<String>,
-}
-
-impl ClusterTls {
-    /// Serving `cert_file` with `key_file`, clients verified by `client_ca_file`; rustls's
-    /// versions and suites.
-    pub fn new(
-        cert_file: PathBuf,
-        key_file: PathBuf,
-        client_ca_file: Option<PathBuf>,
-    ) -> ClusterTls {
-        ClusterTls {
-            cert_file,
-            key_file,
-            client_ca_file,
-            min_version: None,
-            cipher_suites: Vec::new(),
-        }
-    }
+    pub tls: Option<crate::ServingTls>,
 }
 
 /// One cluster with everything it inherits filled in: what the gateway runs.
@@ -108,7 +68,7 @@ pub struct ClusterConfig {
     /// Its rules.
     pub dispatch: Vec<crate::DispatchRule>,
     /// Its serving side.
-    pub tls: Option<ClusterTls>,
+    pub tls: Option<crate::ServingTls>,
 }
 
 impl Config {

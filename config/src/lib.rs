@@ -27,7 +27,7 @@ mod tls;
 mod validate;
 
 pub use cidr::Cidr;
-pub use cluster::{ClusterConfig, ClusterSpec, ClusterTls, ServerNamePattern, IMPLICIT};
+pub use cluster::{ClusterConfig, ClusterSpec, ServerNamePattern, IMPLICIT};
 pub use diff::{diff, Change};
 pub use dispatch::{DispatchRule, Fallback, RuleLimit, RuleMatch, NON_RESOURCE_VERBS, VERBS};
 pub use error::{ConfigError, Problem};
@@ -35,7 +35,7 @@ pub use load::{load_file, load_file_with, load_str, load_str_with, warnings, Che
 pub use schema::{
     AccessLogConfig, AccessLogFormat, AdminConfig, BackendSpec, BalancePolicy, Config,
     ConnectConfig, DiscoveryConfig, DrainConfig, FlapDamping, FrontProxy, HealthConfig, HealthTls,
-    KeepaliveConfig, LimitsConfig, ListenerMode, ListenerSpec, ListenerTls, NoReadyBackendPolicy,
+    KeepaliveConfig, LimitsConfig, ListenerMode, ListenerSpec, NoReadyBackendPolicy, ServingTls,
     ShutdownConfig, TerminateConfig, TokenReviewConfig, UpgradeConfig, UpstreamConfig, UpstreamTls,
     VersionSkewConfig,
 };

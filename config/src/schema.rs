@@ -170,7 +170,7 @@ pub struct ListenerSpec {
     pub mode: ListenerMode,
     /// The TLS kubegate terminates (`mode: terminate` only).
     #[serde(default)]
-    pub tls: Option<ListenerTls>,
+    pub tls: Option<ServingTls>,
     /// The clusters served here, by name (a file with `clusters:` only); absent: every one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clusters: Option<Vec<String>>,
@@ -203,16 +203,20 @@ impl ListenerMode {
     }
 }
 
-/// The TLS a terminate-mode listener serves.
+/// The TLS kubegate serves in terminate mode, and on the admin endpoint: a listener's
+/// (`listeners[].tls`, `admin.tls`) or a cluster's (`clusters[].tls`, chosen by the client's
+/// server name). One type for all, so each is loaded, checked and followed alike.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct ListenerTls {
-    /// Serving certificate chain (PEM) clients see: SANs of the API endpoint.
+pub struct ServingTls {
+    /// Serving certificate chain (PEM) clients see: SANs of the API endpoint (a cluster's:
+    /// its API names).
     pub cert_file: PathBuf,
     /// Its private key (PEM).
     pub key_file: PathBuf,
-    /// CA (PEM) that verifies client certificates; clients without one are still accepted
-    /// (bearer tokens, anonymous). Unset: client certificates are not asked for.
+    /// CA (PEM) that verifies client certificates (a cluster's: only its own clients'; a
+    /// certificate another cluster's CA signed is refused); clients without one are still
+    /// accepted (bearer tokens, anonymous). Unset: client certificates are not asked for.
     #[serde(default)]
     pub client_ca_file: Option<PathBuf>,
     /// Lowest TLS version offered: `"1.2"` (default: 1.2 and 1.3) or `"1.3"`.
@@ -225,17 +229,23 @@ pub struct ListenerTls {
     pub cipher_suites: Vec<String>,
 }
 
-impl ListenerTls {
+impl ServingTls {
     /// Serving `cert_file` with `key_file`; no client certificates asked for, rustls's
     /// versions and suites.
-    pub fn new(cert_file: PathBuf, key_file: PathBuf) -> ListenerTls {
-        ListenerTls {
+    pub fn new(cert_file: PathBuf, key_file: PathBuf) -> ServingTls {
+        ServingTls {
             cert_file,
             key_file,
             client_ca_file: None,
             min_version: None,
             cipher_suites: Vec::new(),
         }
+    }
+
+    /// The same, its clients' certificates verified by `client_ca_file` (if any).
+    pub fn verifying(mut self, client_ca_file: Option<PathBuf>) -> ServingTls {
+        self.client_ca_file = client_ca_file;
+        self
     }
 }
 
@@ -826,7 +836,7 @@ pub struct AdminConfig {
     /// Plain HTTP unless `tls` is set: keep it on loopback or a management network.
     pub address: SocketAddr,
     /// Serve over TLS; with `client_ca_file`, a verified client certificate authenticates.
-    pub tls: Option<ListenerTls>,
+    pub tls: Option<ServingTls>,
     /// A file of bearer tokens, one per line, any of which authenticates (`Authorization:
     /// Bearer ...`). Read again on every request, so rotation needs no reload. Needs `tls`.
     pub bearer_token_file: Option<PathBuf>,
@@ -887,7 +897,7 @@ pub(crate) mod tests_support {
     /// the schema has appears when it is written out.
     pub fn every_part() -> Config {
         let suites = vec!["TLS13_AES_128_GCM_SHA256".to_string()];
-        let tls = ListenerTls {
+        let tls = ServingTls {
             cert_file: "c".into(),
             key_file: "k".into(),
             client_ca_file: Some("ca".into()),
@@ -957,7 +967,7 @@ pub(crate) mod tests_support {
             health: Some(c.health.clone()),
             upstream: Some(c.upstream.clone()),
             dispatch: c.dispatch.clone(),
-            tls: Some(crate::ClusterTls {
+            tls: Some(crate::ServingTls {
                 cert_file: "c".into(),
                 key_file: "k".into(),
                 client_ca_file: Some("ca".into()),

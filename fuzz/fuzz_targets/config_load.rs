@@ -1,25 +1,10 @@
 //! The config loader: YAML text to a validated config, or problems with positions inside it.
+//!
+//! The property lives in `fuzz/targets/config_load.rs`, which `tests/fuzz_corpora.rs` also replays
+//! over this target's corpus on stable, as an ordinary test.
 #![no_main]
-use kubegate_config::{load_str, ConfigError};
-use libfuzzer_sys::fuzz_target;
-use std::path::Path;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    if let Err(ConfigError::Invalid { problems, .. }) =
-        load_str(text, Path::new("kubegate.yaml"), Path::new("/"))
-    {
-        // YAML breaks lines at \n, \r\n and a lone \r alike; positions count as YAML does.
-        let lines = text.replace("\r\n", "\n").matches(['\n', '\r']).count() + 1;
-        for p in problems {
-            assert!(
-                p.line >= 1 && p.line <= lines + 1,
-                "line {} of {lines}",
-                p.line
-            );
-            assert!(p.column >= 1);
-        }
-    }
-});
+#[path = "../targets/config_load.rs"]
+mod target;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| target::run(data));

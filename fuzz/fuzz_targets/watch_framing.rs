@@ -1,29 +1,11 @@
 //! Watch-event framing of a backend's response: the first byte picks JSON lines or protobuf and
 //! the read sizes; the rest is the stream. Never a panic, and what is held stays bounded.
+//!
+//! The property lives in `fuzz/targets/watch_framing.rs`, which `tests/fuzz_corpora.rs` also replays
+//! over this target's corpus on stable, as an ordinary test.
 #![no_main]
-use kubegate_wire::framing::{Decoder, Framing, MAX_EVENT};
-use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    let Some((&first, stream)) = data.split_first() else {
-        return;
-    };
-    let framing = if first & 1 == 0 {
-        Framing::JsonLines
-    } else {
-        Framing::Protobuf
-    };
-    let read = usize::from(first >> 1).max(1);
-    let mut d = Decoder::new(framing);
-    for chunk in stream.chunks(read) {
-        d.push(chunk);
-        loop {
-            match d.next_event() {
-                Ok(Some(e)) => assert!(!e.bytes.is_empty()),
-                Ok(None) => break,
-                Err(_) => return,
-            }
-        }
-        assert!(d.pending() <= MAX_EVENT + read);
-    }
-});
+#[path = "../targets/watch_framing.rs"]
+mod target;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| target::run(data));

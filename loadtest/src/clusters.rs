@@ -19,7 +19,7 @@ use crate::resumes::Scrape;
 use crate::scenarios::Pace;
 use anyhow::Context;
 use kubegate_config::{
-    BackendSpec, ClusterSpec, ClusterTls, Config, FrontProxy, ListenerMode, ListenerSpec,
+    BackendSpec, ClusterSpec, Config, FrontProxy, ListenerMode, ListenerSpec, ServingTls,
 };
 use kubegate_testbed::bins::binary;
 use kubegate_testbed::{wait_listening, ChildProcess};
@@ -189,11 +189,8 @@ fn cluster_spec(
         }),
         dispatch: Vec::new(),
         tls: terminates.then(|| {
-            ClusterTls::new(
-                pki.join("gateway.crt"),
-                pki.join("gateway.key"),
-                Some(pki.join("ca.crt")),
-            )
+            ServingTls::new(pki.join("gateway.crt"), pki.join("gateway.key"))
+                .verifying(Some(pki.join("ca.crt")))
         }),
     }
 }

@@ -397,14 +397,7 @@ fn main() -> anyhow::Result<()> {
             gateways::L7.join(", ")
         );
     }
-    let dir = match common.dir {
-        Some(d) => d,
-        None => std::env::temp_dir().join(format!("kubegate-loadtest-{}", std::process::id())),
-    };
-    // Absolute: the paths written into the gateways' configuration files are resolved against
-    // those files' own directories, not against this process's working directory.
-    std::fs::create_dir_all(&dir)?;
-    let dir = std::fs::canonicalize(&dir)?;
+    let dir = work_dir(common.dir, "loadtest")?;
     let external = match &common.control_plane {
         Some(file) => Some(control_plane::ExternalSpec::load(file)?),
         None => None,
@@ -425,30 +418,63 @@ fn main() -> anyhow::Result<()> {
         kubectl: !common.no_kubectl,
     };
     let reports = until_interrupted(run::run(&plan), &dir)?;
-    println!("{}", report::markdown(&reports));
-    if let Some(path) = common.json {
-        std::fs::write(&path, serde_json::to_vec_pretty(&reports)?)?;
-        eprintln!("report: {}", path.display());
-    }
-    if let Some(path) = common.plot {
-        std::fs::write(&path, plot::svg(&reports))?;
-        eprintln!("plot: {}", path.display());
-    }
-    eprintln!("configs and logs: {}", dir.display());
-    let failed: Vec<_> = reports
-        .iter()
-        .filter(|r| r.status.starts_with("failed"))
-        .collect();
+    let plot = common.plot.map(|path| (path, plot::svg(&reports)));
+    publish(
+        &report::markdown(&reports),
+        &reports,
+        common.json,
+        plot,
+        &dir,
+    )?;
+    none_failed(reports.iter().filter_map(|r| {
+        r.status
+            .starts_with("failed")
+            .then(|| format!("{} · {}: {}", r.scenario, r.gateway, r.status))
+    }))
+}
+
+/// An error naming every failed run of `failed`, if any.
+fn none_failed(failed: impl Iterator<Item = String>) -> anyhow::Result<()> {
+    let failed: Vec<String> = failed.collect();
     anyhow::ensure!(
         failed.is_empty(),
         "{} run(s) failed: {}",
         failed.len(),
-        failed
-            .iter()
-            .map(|r| format!("{} · {}: {}", r.scenario, r.gateway, r.status))
-            .collect::<Vec<_>>()
-            .join("; ")
+        failed.join("; ")
     );
+    Ok(())
+}
+
+/// The folder a run keeps its files in: `dir`, or a new one named for `what` in the system's
+/// temporary folder; made, and absolute (the paths written into the gateways' configuration
+/// files are resolved against those files' own folders, not this process's).
+fn work_dir(dir: Option<PathBuf>, what: &str) -> anyhow::Result<PathBuf> {
+    let dir = dir.unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("kubegate-{what}-{}", std::process::id()))
+    });
+    std::fs::create_dir_all(&dir)?;
+    Ok(std::fs::canonicalize(&dir)?)
+}
+
+/// Prints a run's table, writes its JSON report and plot where asked, and says where its
+/// files are.
+fn publish(
+    table: &str,
+    report: &impl serde::Serialize,
+    json: Option<PathBuf>,
+    plot: Option<(PathBuf, String)>,
+    dir: &std::path::Path,
+) -> anyhow::Result<()> {
+    println!("{table}");
+    if let Some(path) = json {
+        std::fs::write(&path, serde_json::to_vec_pretty(report)?)?;
+        eprintln!("report: {}", path.display());
+    }
+    if let Some((path, svg)) = plot {
+        std::fs::write(&path, svg)?;
+        eprintln!("plot: {}", path.display());
+    }
+    eprintln!("configs and logs: {}", dir.display());
     Ok(())
 }
 
@@ -489,27 +515,15 @@ fn run_soak(
     json: Option<PathBuf>,
     plot: Option<PathBuf>,
 ) -> anyhow::Result<()> {
-    let dir = dir.unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("kubegate-soak-{}", std::process::id()))
-    });
-    std::fs::create_dir_all(&dir)?;
-    let dir = std::fs::canonicalize(&dir)?;
+    let dir = work_dir(dir, "soak")?;
     let plan = soak::SoakPlan {
         duration,
         seed,
         dir: dir.clone(),
     };
     let report = until_interrupted(soak::soak(&plan), &dir)?;
-    println!("{}", soak::markdown(&report));
-    if let Some(path) = json {
-        std::fs::write(&path, serde_json::to_vec_pretty(&report)?)?;
-        eprintln!("report: {}", path.display());
-    }
-    if let Some(path) = plot {
-        std::fs::write(&path, soak::svg(&report))?;
-        eprintln!("plot: {}", path.display());
-    }
-    eprintln!("configs and logs: {}", dir.display());
+    let plot = plot.map(|path| (path, soak::svg(&report)));
+    publish(&soak::markdown(&report), &report, json, plot, &dir)?;
     anyhow::ensure!(report.passed(), "the soak found a check that did not hold");
     Ok(())
 }
@@ -520,18 +534,9 @@ fn run_clusters(
     dir: Option<PathBuf>,
     json: Option<PathBuf>,
 ) -> anyhow::Result<()> {
-    let dir = dir.unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("kubegate-clusters-{}", std::process::id()))
-    });
-    std::fs::create_dir_all(&dir)?;
-    plan.dir = std::fs::canonicalize(&dir)?;
+    plan.dir = work_dir(dir, "clusters")?;
     let report = until_interrupted(clusters::run(&plan), &plan.dir)?;
-    println!("{}", clusters::markdown(&report));
-    if let Some(path) = json {
-        std::fs::write(&path, serde_json::to_vec_pretty(&report)?)?;
-        eprintln!("report: {}", path.display());
-    }
-    eprintln!("configs and logs: {}", plan.dir.display());
+    publish(&clusters::markdown(&report), &report, json, None, &plan.dir)?;
     let failed = report.failures();
     anyhow::ensure!(
         failed.is_empty(),
@@ -548,19 +553,9 @@ fn run_storm(
     dir: Option<PathBuf>,
     json: Option<PathBuf>,
 ) -> anyhow::Result<()> {
-    let dir = dir.unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("kubegate-storm-{}", std::process::id()))
-    });
-    std::fs::create_dir_all(&dir)?;
-    plan.dir = std::fs::canonicalize(&dir)?;
+    plan.dir = work_dir(dir, "storm")?;
     let rows = until_interrupted(storm::run(&plan), &plan.dir)?;
-    println!("{}", storm::markdown(&rows));
-    if let Some(path) = json {
-        std::fs::write(&path, serde_json::to_vec_pretty(&rows)?)?;
-        eprintln!("report: {}", path.display());
-    }
-    eprintln!("configs and logs: {}", plan.dir.display());
-    Ok(())
+    publish(&storm::markdown(&rows), &rows, json, None, &plan.dir)
 }
 
 fn run_scale(
@@ -572,37 +567,14 @@ fn run_scale(
     for g in &plan.gateways {
         anyhow::ensure!(gateways::known(g), "unknown gateway {g}");
     }
-    let dir = dir.unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("kubegate-scale-{}", std::process::id()))
-    });
-    std::fs::create_dir_all(&dir)?;
-    plan.dir = std::fs::canonicalize(&dir)?;
+    plan.dir = work_dir(dir, "scale")?;
     let runs = until_interrupted(scale::run(&plan), &plan.dir)?;
-    println!("{}", scale::markdown(&runs));
-    if let Some(path) = json {
-        std::fs::write(&path, serde_json::to_vec_pretty(&runs)?)?;
-        eprintln!("report: {}", path.display());
-    }
-    if let Some(path) = plot {
-        std::fs::write(&path, scale::svg(&runs))?;
-        eprintln!("plot: {}", path.display());
-    }
-    eprintln!("configs and logs: {}", plan.dir.display());
-    let failed: Vec<_> = runs
-        .iter()
-        .filter(|r| r.status != "ok" && !r.status.starts_with("not installed"))
-        .collect();
-    anyhow::ensure!(
-        failed.is_empty(),
-        "{} run(s) failed: {}",
-        failed.len(),
-        failed
-            .iter()
-            .map(|r| format!("{} at {} watches: {}", r.gateway, r.watches, r.status))
-            .collect::<Vec<_>>()
-            .join("; ")
-    );
-    Ok(())
+    let plot = plot.map(|path| (path, scale::svg(&runs)));
+    publish(&scale::markdown(&runs), &runs, json, plot, &plan.dir)?;
+    none_failed(runs.iter().filter_map(|r| {
+        (r.status != "ok" && !r.status.starts_with("not installed"))
+            .then(|| format!("{} at {} watches: {}", r.gateway, r.watches, r.status))
+    }))
 }
 
 /// `kubegate-loadtest gateway`: writes the configuration and prints the command line.

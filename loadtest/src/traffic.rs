@@ -294,33 +294,29 @@ impl Mix {
     ) -> Vec<tokio::task::JoinHandle<()>> {
         let ids = |n: usize| self.first_id..self.first_id + n;
         let mut tasks = Vec::new();
-        for id in ids(self.components) {
-            tasks.push(tokio::spawn(component(
-                id,
-                target.clone(),
-                rec.clone(),
-                stop.clone(),
-            )));
-        }
+        // Each loop of a kind with its id, on the same target, recorder and stop.
+        let mut spawn = |n: usize, run: fn(usize, Target, Arc<Recorder>, Stop) -> Loop| {
+            for id in ids(n) {
+                tasks.push(tokio::spawn(run(
+                    id,
+                    target.clone(),
+                    rec.clone(),
+                    stop.clone(),
+                )));
+            }
+        };
+        spawn(self.components, |id, t, r, s| {
+            Box::pin(component(id, t, r, s))
+        });
+        spawn(self.short_lived, |id, t, r, s| {
+            Box::pin(short_lived(id, t, r, s))
+        });
+        spawn(self.discovering, |id, t, r, s| {
+            Box::pin(discovering(id, t, r, s))
+        });
         for id in ids(self.writers) {
             let (t, r, s) = (target.clone(), rec.clone(), stop.clone());
             tasks.push(tokio::spawn(writer(id, t, r, s, self.writer_pause)));
-        }
-        for id in ids(self.short_lived) {
-            tasks.push(tokio::spawn(short_lived(
-                id,
-                target.clone(),
-                rec.clone(),
-                stop.clone(),
-            )));
-        }
-        for id in ids(self.discovering) {
-            tasks.push(tokio::spawn(discovering(
-                id,
-                target.clone(),
-                rec.clone(),
-                stop.clone(),
-            )));
         }
         for _ in 0..self.watchers {
             tasks.push(tokio::spawn(watcher(
@@ -332,6 +328,9 @@ impl Mix {
         tasks
     }
 }
+
+/// One client loop, boxed so that loops of different kinds share a spawner.
+type Loop = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// A writer (a busy controller): creates `pause` apart on one long-lived HTTP/2 connection
 /// (back to back with a short pause, so writes are in flight whenever a replica dies).

@@ -21,7 +21,7 @@ pub use pem::{
     load_roots, roots_from_pem,
 };
 pub use policy::{cipher_suite_names, TlsPolicy};
-pub use serving::{server_config, ServingCert};
+pub use serving::{server_config, serving, ServingCert};
 
 use rustls::crypto::CryptoProvider;
 use std::sync::{Arc, OnceLock};

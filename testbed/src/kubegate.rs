@@ -3,7 +3,7 @@
 //! (or a load test run) when kubegate refuses the file.
 
 use anyhow::Context;
-use kubegate_config::{BackendSpec, Config, FrontProxy, ListenerMode, ListenerSpec, ListenerTls};
+use kubegate_config::{BackendSpec, Config, FrontProxy, ListenerMode, ListenerSpec, ServingTls};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -60,7 +60,7 @@ pub fn config(
 pub fn terminate(config: &mut Config, files: &TerminateFiles) {
     for l in &mut config.listeners {
         l.mode = ListenerMode::Terminate;
-        let mut tls = ListenerTls::new(files.serving.0.clone(), files.serving.1.clone());
+        let mut tls = ServingTls::new(files.serving.0.clone(), files.serving.1.clone());
         tls.client_ca_file = files.client_ca.clone();
         l.tls = Some(tls);
     }

@@ -264,3 +264,32 @@ impl Kubegate {
         self.connect(pki, false).await?.get(path).await
     }
 }
+
+/// Writes `text` to `path` and runs `kubegate check --config` on it: its exit code and what
+/// it printed on standard error.
+pub fn check_config(path: &Path, text: &str) -> (Option<i32>, String) {
+    std::fs::write(path, text).unwrap();
+    let out = Command::new(bin("kubegate"))
+        .args(["check", "--config"])
+        .arg(path)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Asserts that `kubegate check` refused `path` (exit 2) with exactly the problems `expected`,
+/// in order: each a `LINE:COLUMN` and words its line holds after `PATH:LINE:COLUMN: `.
+pub fn assert_problems(path: &Path, (code, err): (Option<i32>, String), expected: &[(&str, &str)]) {
+    assert_eq!(code, Some(2), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), expected.len(), "{err}");
+    for (line, (at, says)) in lines.iter().zip(expected) {
+        assert!(
+            line.starts_with(&format!("{}:{at}: ", path.display())) && line.contains(says),
+            "{at} {says:?}: {err}"
+        );
+    }
+}

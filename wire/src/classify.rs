@@ -387,6 +387,24 @@ mod tests {
         )
     }
 
+    /// Each case `method, target, verb, namespace, resource, subresource, name` classified as
+    /// it says.
+    fn assert_cases(cases: &[(&str, &str, &str, &str, &str, &str, &str)]) {
+        for (method, target, verb, ns, resource, sub, name) in cases {
+            assert_eq!(
+                info(method, target),
+                (
+                    verb.to_string(),
+                    ns.to_string(),
+                    resource.to_string(),
+                    sub.to_string(),
+                    name.to_string()
+                ),
+                "{method} {target}"
+            );
+        }
+    }
+
     /// The cases of k8s.io/apiserver's `TestGetAPIRequestInfo` (requestinfo_test.go), each
     /// `method, target, verb, namespace, resource, subresource, name`.
     #[test]
@@ -630,19 +648,7 @@ mod tests {
                 "",
             ),
         ];
-        for (method, target, verb, ns, resource, sub, name) in cases {
-            assert_eq!(
-                info(method, target),
-                (
-                    verb.into(),
-                    ns.into(),
-                    resource.into(),
-                    sub.into(),
-                    name.into()
-                ),
-                "{method} {target}"
-            );
-        }
+        assert_cases(&cases);
         // TestGetNonAPIRequestInfo and the error cases: resource requests or not.
         let resource_request = |target: &str| {
             let uri: Uri = target.parse().unwrap();
@@ -805,19 +811,7 @@ mod tests {
             // An empty segment is kept where the apiserver keeps it.
             ("GET", "/api/v1//pods", "get", "", "", "", "pods"),
         ];
-        for (method, target, verb, ns, resource, sub, name) in cases {
-            assert_eq!(
-                info(method, target),
-                (
-                    verb.into(),
-                    ns.into(),
-                    resource.into(),
-                    sub.into(),
-                    name.into()
-                ),
-                "{method} {target}"
-            );
-        }
+        assert_cases(&cases);
         // Non-resource requests: decoded too, their verb the lower-case method.
         let uri: Uri = "/vers%69on".parse().unwrap();
         let read = ReadTarget::of(&uri).unwrap();

@@ -30,8 +30,8 @@ use http::{header, Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use kubegate_config::{AdminConfig, ListenerTls};
-use kubegate_net::tls::{server_config, ServingCert, TlsPolicy};
+use kubegate_config::{AdminConfig, ServingTls};
+use kubegate_net::tls::ServingCert;
 use readyz::{readyz, verbose, Check};
 use respond::{json, text};
 use std::collections::VecDeque;
@@ -55,15 +55,8 @@ pub struct AdminTls {
 
 impl AdminTls {
     /// Loads `admin.tls` now.
-    pub fn new(tls: &ListenerTls) -> Result<AdminTls, String> {
-        let serving = Arc::new(ServingCert::load(&tls.cert_file, &tls.key_file)?);
-        let policy = TlsPolicy::new(tls.min_version, &tls.cipher_suites)?;
-        let config = server_config(
-            serving.clone(),
-            tls.client_ca_file.as_deref(),
-            &[b"http/1.1"],
-            &policy,
-        )?;
+    pub fn new(tls: &ServingTls) -> Result<AdminTls, String> {
+        let (serving, config) = kubegate_net::tls::serving(tls, &[b"http/1.1"])?;
         Ok(AdminTls {
             acceptor: TlsAcceptor::from(Arc::new(config)),
             serving,

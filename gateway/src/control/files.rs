@@ -4,7 +4,7 @@
 //! suites exist in kubegate's crypto provider. Findings name the key's path in the file.
 
 use crate::control::discovery;
-use kubegate_config::{Config, Finding, ListenerMode, ListenerTls, TlsVersion};
+use kubegate_config::{Config, Finding, ListenerMode, ServingTls, TlsVersion};
 use kubegate_net::tls::{certified_key, load_roots, TlsPolicy};
 
 /// What `kubegate check` and every (re)load add to validation: the certificate files parse,
@@ -12,7 +12,7 @@ use kubegate_net::tls::{certified_key, load_roots, TlsPolicy};
 /// Findings name the key's path in the file.
 pub fn check_files_and_tls(config: &Config) -> Vec<Finding> {
     let mut findings = check_tls(config);
-    let mut serving = |at: String, tls: &ListenerTls| {
+    let mut serving = |at: String, tls: &ServingTls| {
         if let Err(e) = certified_key(&tls.cert_file, &tls.key_file) {
             findings.push((format!("{at}.key_file"), e));
         }

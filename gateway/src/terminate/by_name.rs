@@ -10,8 +10,8 @@ use crate::terminate::mode::{TerminateMode, UpstreamFiles};
 use crate::terminate::rules::Rules;
 use crate::terminate::tls::ALPN;
 use arc_swap::ArcSwap;
-use kubegate_config::ClusterTls;
-use kubegate_net::tls::{server_config, ServingCert, TlsPolicy};
+use kubegate_config::ServingTls;
+use kubegate_net::tls::ServingCert;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
@@ -45,21 +45,11 @@ impl ClusterFiles {
     /// Reads `tls` (the serving side) and `upstream` of cluster `name` now.
     pub fn load(
         name: &str,
-        tls: &ClusterTls,
+        tls: &ServingTls,
         upstream: &kubegate_config::UpstreamConfig,
     ) -> Result<ClusterFiles, String> {
         let at = |e: String| format!("cluster {name}: {e}");
-        let serving = Arc::new(ServingCert::load(&tls.cert_file, &tls.key_file).map_err(at)?);
-        let handshake = TlsPolicy::new(tls.min_version, &tls.cipher_suites)
-            .and_then(|policy| {
-                server_config(
-                    serving.clone(),
-                    tls.client_ca_file.as_deref(),
-                    &ALPN,
-                    &policy,
-                )
-            })
-            .map_err(at)?;
+        let (serving, handshake) = kubegate_net::tls::serving(tls, &ALPN).map_err(at)?;
         let upstream = UpstreamFiles::load(upstream).map_err(|e| at(format!("upstream: {e}")))?;
         Ok(ClusterFiles {
             handshake: Arc::new(handshake),

@@ -23,8 +23,8 @@ use crate::terminate::resets::ResetWatch;
 use crate::terminate::tls::ALPN;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use kubegate_config::{ListenerSpec, ListenerTls, TerminateConfig};
-use kubegate_net::tls::{server_config, ServingCert, TlsPolicy};
+use kubegate_config::{ListenerSpec, ServingTls, TerminateConfig};
+use kubegate_net::tls::ServingCert;
 use kubegate_wire::identity::{CertificateName, IdentityHeaders, UserInfo};
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -61,17 +61,10 @@ impl TerminateListener {
     /// loads the serving certificate and client CA now.
     pub fn new(
         listener: &ListenerSpec,
-        tls: &ListenerTls,
+        tls: &ServingTls,
         mode: Arc<TerminateMode>,
     ) -> Result<TerminateListener, String> {
-        let serving = Arc::new(ServingCert::load(&tls.cert_file, &tls.key_file)?);
-        let policy = TlsPolicy::new(tls.min_version, &tls.cipher_suites)?;
-        let config = server_config(
-            serving.clone(),
-            tls.client_ca_file.as_deref(),
-            &ALPN,
-            &policy,
-        )?;
+        let (serving, config) = kubegate_net::tls::serving(tls, &ALPN)?;
         Ok(TerminateListener {
             handshakes: Handshakes::One {
                 acceptor: TlsAcceptor::from(Arc::new(config)),

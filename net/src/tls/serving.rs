@@ -79,6 +79,19 @@ pub fn server_config(
     Ok(config)
 }
 
+/// What `tls` serves, loaded now: its serving certificate (which then follows its files) and
+/// the server side around it, offering `alpn`. A listener's, a cluster's and the admin
+/// endpoint's TLS are all read here.
+pub fn serving(
+    tls: &kubegate_config::ServingTls,
+    alpn: &[&[u8]],
+) -> Result<(Arc<ServingCert>, ServerConfig), String> {
+    let cert = Arc::new(ServingCert::load(&tls.cert_file, &tls.key_file)?);
+    let policy = TlsPolicy::new(tls.min_version, &tls.cipher_suites)?;
+    let config = server_config(cert.clone(), tls.client_ca_file.as_deref(), alpn, &policy)?;
+    Ok((cert, config))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
