@@ -12,7 +12,8 @@
 //! 3. `a_group_version_no_replica_serves_is_not_retried`.
 //! 4. `token_clients_are_named_by_a_token_review_and_ruled`: a service account's token client
 //!    is limited by a `service_accounts` rule while a certificate client beside it is not; one
-//!    review serves many requests; a refused review leaves the client unnamed, never blocked.
+//!    review serves many requests; a revoked token's name is forgotten at the apiserver's 401;
+//!    a refused review leaves the client unnamed, never blocked.
 //! 5. `a_flood_of_bogus_tokens_neither_switches_rules_off_nor_evicts_names`: other
 //!    connections' distinct bogus tokens do not starve a limited client's review nor let it
 //!    pass unlimited, and a name reviewed before the flood is kept.
@@ -307,6 +308,31 @@ async fn token_clients_are_named_by_a_token_review_and_ruled() {
     );
     assert_eq!(kg.metric("kubegate_token_review_cache_entries"), 2.0);
     assert!(!kg.log().contains("ci-token"), "a token is never logged");
+
+    // The token is revoked (its service account deleted): the apiserver's 401 for it makes
+    // kubegate forget its name at once, so the next request is reviewed again (and rejected)
+    // rather than ruled under a name the token no longer has for the rest of its TTL.
+    for sim in &bed.sims {
+        sim.revoke_token("ci-token");
+    }
+    // Until the rule lets one through (it may still be over its rate): the apiserver's 401.
+    for tries in 1.. {
+        let r = ci.send("GET", lists, &bearer, None).await.unwrap();
+        if r.status == 401 {
+            break;
+        }
+        assert_eq!(r.status, 429, "{}", r.text());
+        assert!(tries < 10, "the rule never let the revoked token through");
+        // As client-go does: after the answer's Retry-After.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let r = ci.send("GET", lists, &bearer, None).await.unwrap();
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(
+        kg.metric(r#"kubegate_token_reviews_total{result="rejected"}"#),
+        2.0,
+        "the revoked token was reviewed again"
+    );
 
     // Reviews refused (kubegate's user lacks system:auth-delegator): the client goes unnamed,
     // served, never limited by a rule that names senders.

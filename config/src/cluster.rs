@@ -7,8 +7,8 @@
 //! `health` and `upstream` are what a cluster that leaves them out gets; `backends`,
 //! `dispatch` and `discovery` belong to each cluster alone.
 
+use crate::parts::{resolve_file, resolve_path, validate_parts, Parts};
 use crate::schema::{BackendSpec, Config, DiscoveryConfig, HealthConfig, UpstreamConfig};
-use crate::validate::{resolve_file, resolve_path, validate_parts, Parts};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
@@ -151,7 +151,7 @@ pub(crate) fn validate(
     // What clusters inherit, as written: each validates its copy against its own health.
     let upstream_written = config.upstream.clone();
     let inherited = config.clusters.iter().any(|c| c.health.is_none());
-    crate::validate::validate_health(bad, &mut config.health, base_dir, inherited);
+    crate::parts::validate_health(bad, &mut config.health, base_dir, inherited);
     let top_health = config.health.clone();
     let mut names: HashMap<String, usize> = HashMap::new();
     let mut server_names: HashMap<String, String> = HashMap::new();
@@ -349,7 +349,7 @@ impl<'a> ServerNamePattern<'a> {
 
 /// Lower-case DNS name: labels of letters, digits and `-`, not at a label's ends.
 fn dns_name(name: &str) -> bool {
-    crate::validate::dotted_name(name, |c| {
+    crate::parts::dotted_name(name, |c| {
         c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-'
     })
 }

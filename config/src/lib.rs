@@ -21,6 +21,7 @@ mod duration;
 mod error;
 mod load;
 mod locate;
+mod parts;
 mod schema;
 mod since;
 mod tls;

@@ -4,6 +4,7 @@
 
 use crate::outcome::ProbeRecord;
 use crate::probe::Prober;
+use crate::state::Pace;
 use arc_swap::ArcSwap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,16 +12,6 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-
-/// How soon the next probe of a backend should start.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pace {
-    /// After `interval`.
-    Normal,
-    /// After `fast_interval`: a `ready` backend failed a probe and the failure is being
-    /// confirmed.
-    Fast,
-}
 
 /// Receives every probe of one backend, in order, from its checker task.
 pub trait HealthObserver: Send + Sync + 'static {

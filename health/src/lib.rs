@@ -14,10 +14,8 @@ mod state;
 mod tls;
 mod verbose;
 
-pub use checker::{
-    spawn_checker, CheckerHandle, HealthObserver, Pace, ProbeIntervals, ProbeSettings,
-};
+pub use checker::{spawn_checker, CheckerHandle, HealthObserver, ProbeIntervals, ProbeSettings};
 pub use outcome::{ProbeOutcome, ProbeRecord, TlsProblem, UnreachableReason};
 pub use probe::{Prober, ProberError};
-pub use state::{BackendState, HealthTracker, ProbeSignal, Thresholds, Transition};
+pub use state::{BackendState, HealthTracker, Pace, ProbeSignal, Thresholds, Transition};
 pub use verbose::{parse_verbose, ReadyzReport};

@@ -13,8 +13,17 @@
 //! tracker, owned by the pool for as long as the backend's address is configured: a rename or a
 //! change of probe settings keeps its counts and its flap damping.
 
-use crate::checker::Pace;
 use std::fmt;
+
+/// How soon the next probe of a backend should start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pace {
+    /// After `interval`.
+    Normal,
+    /// After `fast_interval`: a `ready` backend failed a probe and the failure is being
+    /// confirmed.
+    Fast,
+}
 
 /// Where one backend stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -426,11 +426,12 @@ fn main() -> anyhow::Result<()> {
         plot,
         &dir,
     )?;
-    none_failed(reports.iter().filter_map(|r| {
-        r.status
-            .starts_with("failed")
-            .then(|| format!("{} · {}: {}", r.scenario, r.gateway, r.status))
-    }))
+    none_failed(
+        reports
+            .iter()
+            .filter(|r| r.status.starts_with("failed"))
+            .map(|r| format!("{} · {}: {}", r.scenario, r.gateway, r.status)),
+    )
 }
 
 /// An error naming every failed run of `failed`, if any.
@@ -571,10 +572,11 @@ fn run_scale(
     let runs = until_interrupted(scale::run(&plan), &plan.dir)?;
     let plot = plot.map(|path| (path, scale::svg(&runs)));
     publish(&scale::markdown(&runs), &runs, json, plot, &plan.dir)?;
-    none_failed(runs.iter().filter_map(|r| {
-        (r.status != "ok" && !r.status.starts_with("not installed"))
-            .then(|| format!("{} at {} watches: {}", r.gateway, r.watches, r.status))
-    }))
+    none_failed(
+        runs.iter()
+            .filter(|r| r.status != "ok" && !r.status.starts_with("not installed"))
+            .map(|r| format!("{} at {} watches: {}", r.gateway, r.watches, r.status)),
+    )
 }
 
 /// `kubegate-loadtest gateway`: writes the configuration and prints the command line.

@@ -18,6 +18,7 @@
 //! | `verdict` | the checks above, the report and the plot |
 
 mod faults;
+mod soaked;
 mod verdict;
 
 use crate::control_plane::ControlPlane;
@@ -25,18 +26,12 @@ use crate::record::Recorder;
 use crate::sampler::Sampler;
 use crate::traffic::{self, tokio_util_like::Stop, Target};
 use faults::{ConfigState, Fault, Window};
-use kubegate_config::{Config, ListenerSpec};
-use kubegate_testbed::kubegate::{self as config, TerminateFiles};
 use kubegate_testbed::{binary, free_addr, wait_listening, ChildProcess as Proc};
-use std::net::SocketAddr;
+use soaked::{Layout, Soaked};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-pub use verdict::{markdown, svg, SoakReport};
-
-/// Traffic runs this long after the last fault: as long as a failure can follow its fault
-/// (`explain::AFTERMATH_MS`).
-pub const AFTERMATH: Duration = Duration::from_millis(crate::explain::AFTERMATH_MS);
+pub use verdict::{markdown, svg, SoakReport, AFTERMATH};
 
 /// What to run.
 pub struct SoakPlan {
@@ -46,68 +41,6 @@ pub struct SoakPlan {
     pub seed: u64,
     /// Working directory (configs, logs).
     pub dir: PathBuf,
-}
-
-/// Where the soaked kubegate listens and what it reads.
-pub struct Layout {
-    /// Passthrough listener.
-    pub passthrough: SocketAddr,
-    /// Terminate-mode listener.
-    pub terminate: SocketAddr,
-    /// Admin endpoint.
-    pub admin: SocketAddr,
-    config: PathBuf,
-    pki: PathBuf,
-    backends: Vec<SocketAddr>,
-}
-
-impl Layout {
-    /// The configuration with the first `n` replicas as backends and `drain_timeout`: a
-    /// passthrough listener and a terminate-mode one.
-    fn config(&self, n: usize, drain_timeout: Duration) -> Config {
-        let pki = &self.pki;
-        let backends: Vec<(String, SocketAddr)> = self
-            .backends
-            .iter()
-            .take(n)
-            .enumerate()
-            .map(|(i, b)| (format!("replica-{}", i + 1), *b))
-            .collect();
-        let mut c = config::config(self.terminate, self.admin, &backends, &pki.join("ca.crt"));
-        config::terminate(&mut c, &TerminateFiles::kubeadm(pki));
-        c.listeners
-            .insert(0, ListenerSpec::passthrough(self.passthrough));
-        c.drain.timeout = drain_timeout;
-        c
-    }
-
-    /// Writes the config file (kubegate reloads it when it changes), whole and renamed so
-    /// kubegate never reads half a file.
-    fn write_config(&self, text: &str) -> anyhow::Result<()> {
-        let tmp = self.config.with_extension("tmp");
-        std::fs::write(&tmp, text)?;
-        std::fs::rename(&tmp, &self.config)?;
-        Ok(())
-    }
-}
-
-/// The kubegate under soak.
-pub struct Soaked {
-    proc: Proc,
-    /// Its addresses and files.
-    pub layout: Layout,
-}
-
-impl Soaked {
-    /// kubegate's PID, while it runs.
-    pub fn pid(&self) -> Option<u32> {
-        self.proc.pid()
-    }
-
-    /// Sends `sig` to kubegate.
-    pub fn signal(&self, sig: i32) -> anyhow::Result<()> {
-        Ok(self.proc.signal(sig)?)
-    }
 }
 
 /// Runs the soak; the report says what held.

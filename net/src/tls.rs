@@ -13,6 +13,7 @@
 mod expiry;
 mod pem;
 mod policy;
+mod provider;
 mod serving;
 
 pub use expiry::earliest_expiry;
@@ -21,15 +22,5 @@ pub use pem::{
     load_roots, roots_from_pem,
 };
 pub use policy::{cipher_suite_names, TlsPolicy};
+pub use provider::provider;
 pub use serving::{server_config, serving, ServingCert};
-
-use rustls::crypto::CryptoProvider;
-use std::sync::{Arc, OnceLock};
-
-/// The crypto provider every TLS configuration of kubegate uses (ring), built once.
-pub fn provider() -> Arc<CryptoProvider> {
-    static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
-    PROVIDER
-        .get_or_init(|| Arc::new(rustls::crypto::ring::default_provider()))
-        .clone()
-}

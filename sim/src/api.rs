@@ -412,7 +412,7 @@ async fn resource(
                 let items: Vec<Value> = kvs
                     .iter()
                     .map(|kv| objects::from_store(kv, r))
-                    .filter(|o| matches_labels(o, label_selector))
+                    .filter(|o| crate::selectors::matches_labels(o, label_selector))
                     .collect();
                 if table {
                     Reply::json(StatusCode::OK, &objects::table(r, &items, Some(revision)))
@@ -586,22 +586,4 @@ fn invalid(target: &Target<'_>, name: &str, why: &str) -> Reply {
         &format!("{} \"{name}\" is invalid: {why}", r.kind),
         Some(json!({"name": name, "group": r.group, "kind": r.kind})),
     )
-}
-
-/// Equality-based label selectors (`a=b,c==d,e!=f`); anything else matches everything.
-/// Whether `obj`'s labels satisfy `selector` (`k=v`, `k==v`, `k!=v`, `k`, comma-joined).
-pub(crate) fn matches_labels(obj: &Value, selector: Option<&str>) -> bool {
-    let Some(selector) = selector.filter(|s| !s.is_empty()) else {
-        return true;
-    };
-    let labels = &obj["metadata"]["labels"];
-    selector.split(',').all(|term| {
-        if let Some((k, v)) = term.split_once("!=") {
-            labels[k.trim()].as_str() != Some(v.trim())
-        } else if let Some((k, v)) = term.split_once('=') {
-            labels[k.trim()].as_str() == Some(v.trim_start_matches('=').trim())
-        } else {
-            labels.get(term.trim()).is_some()
-        }
-    })
 }

@@ -294,9 +294,14 @@ impl Authenticator {
     }
 }
 
-/// Static tokens read from a `--token-auth-file` (`token,user,uid,"group1,group2"`).
+/// Static tokens read from a `--token-auth-file` (`token,user,uid,"group1,group2"`), less the
+/// ones revoked since (the fault port's `/revoke`: a deleted service account's token, which
+/// the apiserver then answers 401 for).
 #[derive(Default)]
-pub struct Tokens(HashMap<String, User>);
+pub struct Tokens {
+    users: HashMap<String, User>,
+    revoked: std::sync::RwLock<std::collections::HashSet<String>>,
+}
 
 impl Tokens {
     /// Parses the CSV file format of kube-apiserver's `--token-auth-file`.
@@ -326,12 +331,31 @@ impl Tokens {
             user.uid = uid;
             map.insert(token.to_string(), user);
         }
-        Tokens(map)
+        Tokens {
+            users: map,
+            revoked: Default::default(),
+        }
     }
 
-    /// The user a bearer token names.
+    /// The user a bearer token names, unless it was revoked.
     pub fn user(&self, token: &str) -> Option<User> {
-        self.0.get(token).cloned()
+        let revoked = self.revoked.read().unwrap_or_else(|e| e.into_inner());
+        if revoked.contains(token) {
+            return None;
+        }
+        self.users.get(token).cloned()
+    }
+
+    /// `token` is no longer accepted; whether it was one of the file's.
+    pub fn revoke(&self, token: &str) -> bool {
+        let known = self.users.contains_key(token);
+        if known {
+            self.revoked
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(token.to_string());
+        }
+        known
     }
 }
 

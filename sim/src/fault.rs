@@ -10,6 +10,8 @@
 //! POST /cache?state=lagging    the watch cache stops taking etcd's changes (--watch-cache):
 //!                              a watch from beyond it fails "Too large resource version"
 //!                              after 3 s; state=ready catches it up
+//! POST /revoke?token=T         the static token T is no longer accepted (a deleted service
+//!                              account's): requests carrying it get 401, its reviews say so
 //! GET  /state                  forced checks, latency, in-flight requests, open watches, and
 //!                              the LIST and WATCH requests received since the start
 //! ```
@@ -91,6 +93,16 @@ fn handle(sim: &Sim, req: Request<Incoming>) -> Response<Full<Bytes>> {
             _ => (
                 StatusCode::BAD_REQUEST,
                 json!({"error": "state=initializing, state=lagging or state=ready is required"}),
+            ),
+        },
+        (&Method::POST, "/revoke") => match get("token") {
+            Some(token) if sim.authenticator.tokens.revoke(token) => {
+                tracing::info!("fault: a token revoked");
+                (StatusCode::OK, json!({"revoked": true}))
+            }
+            _ => (
+                StatusCode::BAD_REQUEST,
+                json!({"error": "token= naming one of --token-auth-file's tokens is required"}),
             ),
         },
         (&Method::GET, "/state") => (

@@ -19,6 +19,7 @@ mod query;
 mod reconciler;
 mod resources;
 mod respond;
+mod selectors;
 mod server;
 mod spdy;
 mod state;

@@ -349,7 +349,7 @@ impl Stream {
                 return true;
             }
         }
-        if !crate::api::matches_labels(&obj, self.label_selector.as_deref()) {
+        if !crate::selectors::matches_labels(&obj, self.label_selector.as_deref()) {
             return true;
         }
         let obj = if self.encoding == Encoding::Table {

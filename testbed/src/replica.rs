@@ -221,6 +221,11 @@ impl Replica {
         self.fault(&format!("/latency?ms={ms}"))
     }
 
+    /// Revokes static token `token` through the fault port: requests carrying it get 401.
+    pub fn revoke_token(&self, token: &str) -> anyhow::Result<()> {
+        self.fault(&format!("/revoke?token={token}"))
+    }
+
     /// Puts its watch caches in `state` through the fault port: `initializing` (429 to LISTs
     /// and watches, `/readyz` passing), `lagging` (they stop taking etcd's changes: a watch
     /// from beyond them fails "Too large resource version"), or `ready`.

@@ -137,6 +137,13 @@ impl Sim {
             .unwrap_or_else(|e| panic!("{e:#}"));
     }
 
+    /// Revokes static token `token`: the replica answers requests carrying it 401.
+    pub fn revoke_token(&self, token: &str) {
+        self.replica
+            .revoke_token(token)
+            .unwrap_or_else(|e| panic!("{e:#}"));
+    }
+
     /// Puts the replica's watch caches in `state`: `initializing` (429 to LISTs and watches,
     /// `/readyz` passing), `lagging` (behind etcd: a watch from beyond them fails "Too large
     /// resource version"), or `ready`.

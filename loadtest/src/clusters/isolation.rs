@@ -3,7 +3,7 @@
 //! fault. b's clients must see nothing: no failed request (first attempt or after client-go's
 //! retries), no broken watch, no change of leader.
 
-use super::{cluster_spec, kubegate_config, server_name, Kubegate, Mode};
+use super::setup::{cluster_spec, kubegate_config, server_name, Kubegate, Mode};
 use crate::control_plane::ControlPlane;
 use crate::leader::{self, LeaderReport, Leadership};
 use crate::record::{Kind, Recorder, Sample};

@@ -10,7 +10,7 @@
 //! client watching. Then, at the largest count and under that traffic, a reload adds one more
 //! cluster.
 
-use super::{cluster_spec, kubegate_config, server_name, Kubegate, Mode};
+use super::setup::{cluster_spec, kubegate_config, server_name, Kubegate, Mode};
 use crate::client::ClientTls;
 use crate::record::{Kind, Recorder};
 use crate::resumes::Scrape;

@@ -2,7 +2,7 @@
 //! kubegate's config file and SIGHUP), picked at random from a seeded generator, one at a time,
 //! and carried out to its end (the replica ready again, the reload applied) before the next.
 
-use super::Soaked;
+use super::soaked::Soaked;
 use crate::control_plane::ControlPlane;
 use crate::resumes::metric_sum;
 use serde::Serialize;

@@ -1,7 +1,6 @@
 //! What held during the soak: the checks, the report (markdown and JSON) and the plot.
 
 use super::faults::{FaultKind, Window};
-use super::AFTERMATH;
 use crate::client::{Client, ErrorClass};
 use crate::control_plane::ControlPlane;
 use crate::explain::{self, Explanation, Failure, FaultWindow};
@@ -14,6 +13,10 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Traffic runs this long after the last fault: as long as a failure can follow its fault
+/// (`explain::AFTERMATH_MS`).
+pub const AFTERMATH: Duration = Duration::from_millis(crate::explain::AFTERMATH_MS);
 
 /// RSS may grow this much over its idle baseline and still count as bounded (buffers and
 /// allocator pools a busy process keeps).

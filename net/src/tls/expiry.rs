@@ -1,7 +1,7 @@
 //! When certificates expire: the earliest `notAfter` of a PEM file's certificates (a chain, or
 //! a CA bundle), for `kubegate_certificate_expiry_timestamp_seconds`.
 
-use crate::tls::load_certs;
+use super::pem::load_certs;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

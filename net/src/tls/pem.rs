@@ -2,7 +2,7 @@
 //! `*-data` fields). Errors name where the PEM came from: a file's path, or what the caller
 //! calls the bytes.
 
-use super::provider;
+use super::provider::provider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;

@@ -3,7 +3,7 @@
 //! `health.tls`): a crypto provider holding only the chosen suites, and the versions allowed.
 //! Names are rustls's; an unknown one is an error that lists the known ones.
 
-use crate::tls::provider;
+use super::provider::provider;
 use kubegate_config::TlsVersion;
 use rustls::crypto::CryptoProvider;
 use rustls::{SupportedCipherSuite, SupportedProtocolVersion};

@@ -2,7 +2,8 @@
 //! current one kept when a new pair does not load) and optional client-certificate
 //! verification. Used by terminate-mode listeners and by the admin endpoint.
 
-use super::{certified_key, load_roots, TlsPolicy};
+use super::pem::{certified_key, load_roots};
+use super::policy::TlsPolicy;
 use rustls::server::{ClientHello, ResolvesServerCert, ServerConfig, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use std::path::{Path, PathBuf};

@@ -17,7 +17,7 @@
 //! (`ResourceVersionTooLarge`, the cacher's `waitUntilFreshAndBlock`), while a watch from an
 //! older position is served what it has.
 
-use super::{EventStream, Store, StoreError, StoreEvent, Stored};
+use super::contract::{EventStream, Store, StoreError, StoreEvent, Stored};
 use async_trait::async_trait;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -204,7 +204,7 @@ impl Store for WatchCache {
             let newest = w.history.back().map_or(w.since, StoreEvent::revision);
             (replay, self.cacher.live.subscribe(), newest)
         };
-        Ok(super::stream_from(
+        Ok(super::contract::stream_from(
             replay,
             live,
             after,

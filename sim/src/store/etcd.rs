@@ -4,7 +4,7 @@
 //! one HTTP POST a reader can follow with curl, and on loopback its cost does not matter for a
 //! simulator. Watches are the gateway's newline-delimited JSON stream.
 
-use super::{EventStream, Store, StoreError, StoreEvent, Stored};
+use super::contract::{EventStream, Store, StoreError, StoreEvent, Stored};
 use async_trait::async_trait;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;

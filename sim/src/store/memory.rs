@@ -1,7 +1,7 @@
 //! An in-process store for a single replica (no etcd). Keeps the last changes for watches and
 //! compacts older ones, as etcd does.
 
-use super::{EventStream, Store, StoreError, StoreEvent, Stored};
+use super::contract::{EventStream, Store, StoreError, StoreEvent, Stored};
 use async_trait::async_trait;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
@@ -147,7 +147,9 @@ impl Store for MemoryStore {
             // Subscribing under the lock: no change can fall between backlog and live.
             (backlog, self.live.subscribe())
         };
-        Ok(super::stream_from(backlog, live, after, prefix, None))
+        Ok(super::contract::stream_from(
+            backlog, live, after, prefix, None,
+        ))
     }
 
     async fn revision(&self) -> Result<i64, StoreError> {
