@@ -102,11 +102,6 @@ fn kubegate_cert(pki: &Pki, c: &str) -> Vec<u8> {
     der.to_vec()
 }
 
-/// The simulated replica that answered `r` (its `X-Kubegate-Sim-Replica`).
-fn served_by(r: &Response) -> String {
-    r.header("x-kubegate-sim-replica").unwrap_or("").to_string()
-}
-
 /// Reads configmaps on `conn`: 200, answered by the simulated replica `replica`.
 async fn read_served_by(conn: &mut Conn, replica: &str) {
     let r = conn
@@ -114,7 +109,7 @@ async fn read_served_by(conn: &mut Conn, replica: &str) {
         .await
         .expect("an answer");
     assert_eq!(
-        (r.status, served_by(&r).as_str()),
+        (r.status, r.replica().as_str()),
         (200, replica),
         "{}",
         r.text()
@@ -431,7 +426,7 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
             .await
             .unwrap();
         assert_eq!(r.status, 200, "{}", r.text());
-        seen.insert(served_by(&r));
+        seen.insert(r.replica());
     }
     assert_eq!(seen, ["a1", "a2"].map(String::from).into());
     let mut c = open(
@@ -522,7 +517,7 @@ async fn misdirected_requests_get_421_and_recover(kg: &Kubegate, pki_a: &Pki, pk
                 .unwrap();
             assert_eq!(r.status, 421, "h2={h2} {authority}: {}", r.text());
             assert!(r.text().contains("Misdirected"), "{}", r.text());
-            assert!(served_by(&r).is_empty(), "not forwarded: {}", served_by(&r));
+            assert_eq!(r.replica(), "<none>", "not forwarded");
             if !h2 {
                 assert_eq!(r.header("connection"), Some("close"));
                 // HTTP/1.1: the connection ends with the answer; a new one to a's name.
@@ -533,7 +528,7 @@ async fn misdirected_requests_get_421_and_recover(kg: &Kubegate, pki_a: &Pki, pk
             on_a.naming(authority);
             let r = on_a.get(PATH).await.unwrap();
             assert_eq!(r.status, 200, "h2={h2} {authority}: {}", r.text());
-            assert!(served_by(&r).starts_with('a'), "{}", served_by(&r));
+            assert!(r.replica().starts_with('a'), "{}", r.replica());
         }
         // The client's recovery (RFC 9110 §15.5.20): the request again, on a new connection
         // to the name it asks for.

@@ -824,15 +824,11 @@ async fn a_frozen_replicas_requests_and_watches_move_on() {
     kg.wait_state("replica-1", "down", T);
     let r = slow.await.unwrap().expect("the read is answered");
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_ne!(replica(&r), "replica-1");
+    assert_ne!(r.replica(), "replica-1");
     create(&mut writer, "after-the-freeze").await;
     for (w, _) in &mut watches {
         let e = w.next(T).await.unwrap().expect("an event");
         assert_added(&e, "after-the-freeze");
     }
     sims[0].signal(libc::SIGCONT);
-}
-
-fn replica(r: &Response) -> String {
-    r.header("x-kubegate-sim-replica").unwrap_or("").to_string()
 }

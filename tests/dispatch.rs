@@ -10,26 +10,16 @@
 //!    only while it is established; other users are not limited.
 //! 3. `check_names_a_bad_rule_with_its_position`.
 
-use kubegate_config::{DispatchRule, Fallback};
+use kubegate_config::Fallback;
 use kubegate_e2e::*;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
-
-fn rules(yaml: &str) -> Vec<DispatchRule> {
-    serde_yaml_ng::from_str(yaml).unwrap()
-}
-
-fn replica(r: &Response) -> String {
-    r.header("x-kubegate-sim-replica")
-        .unwrap_or("<none>")
-        .to_string()
-}
 
 const LISTS: &str = "/api/v1/namespaces/default/configmaps";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rules_route_by_who_and_what_and_fall_back_as_configured() {
-    let routing = rules(
+    let routing = dispatch_rules(
         "- name: dev-lists\n  match: {verbs: [list], users: [dev-user]}\n  backends: [replica-3]\n",
     );
     let bed = Cluster::new()
@@ -47,10 +37,10 @@ async fn rules_route_by_who_and_what_and_fall_back_as_configured() {
     for _ in 0..9 {
         let r = dev.get(LISTS).await.unwrap();
         assert_eq!(r.status, 200, "{}", r.text());
-        lists.insert(replica(&r));
+        lists.insert(r.replica());
         let r = dev.get("/version").await.unwrap();
         assert_eq!(r.status, 200, "{}", r.text());
-        gets.insert(replica(&r));
+        gets.insert(r.replica());
     }
     assert_eq!(lists, HashSet::from(["replica-3".to_string()]));
     assert!(gets.len() >= 2, "other requests go anywhere: {gets:?}");
@@ -59,7 +49,7 @@ async fn rules_route_by_who_and_what_and_fall_back_as_configured() {
     let others: HashSet<String> = {
         let mut s = HashSet::new();
         for _ in 0..9 {
-            s.insert(replica(&admin.get(LISTS).await.unwrap()));
+            s.insert(admin.get(LISTS).await.unwrap().replica());
         }
         s
     };
@@ -73,7 +63,7 @@ async fn rules_route_by_who_and_what_and_fall_back_as_configured() {
     kg.wait_state("replica-3", "not_ready", Duration::from_secs(30));
     let r = dev.get(LISTS).await.unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_ne!(replica(&r), "replica-3");
+    assert_ne!(r.replica(), "replica-3");
     assert!(
         kg.metric(r#"kubegate_dispatch_fallback_total{cluster="default",rule="dev-lists"}"#) >= 1.0
     );
@@ -103,7 +93,7 @@ async fn rules_route_by_who_and_what_and_fall_back_as_configured() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limited_identity_gets_429_with_retry_after_and_watches_hold_no_slot() {
-    let limits = rules(concat!(
+    let limits = dispatch_rules(concat!(
         "- name: ci\n  match: {users: [ci-bot]}\n  limit: {rate: 1, burst: 2}\n",
         "- name: one-at-a-time\n  match: {users: [watcher]}\n  limit: {max_in_flight: 1}\n",
     ));

@@ -21,19 +21,8 @@
 //!    a header is refused with 401, and a certificate's UID attribute reaches the apiserver
 //!    as `X-Remote-Uid`.
 
-use kubegate_config::DispatchRule;
 use kubegate_e2e::*;
 use std::time::{Duration, Instant};
-
-fn rules(yaml: &str) -> Vec<DispatchRule> {
-    serde_yaml_ng::from_str(yaml).unwrap()
-}
-
-fn replica(r: &Response) -> String {
-    r.header("x-kubegate-sim-replica")
-        .unwrap_or("<none>")
-        .to_string()
-}
 
 /// The message of a `Status` answer.
 fn message(r: &Response) -> String {
@@ -59,7 +48,7 @@ const RULES: &str = r#"
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_way_around_a_rule_is_read_as_the_apiserver_reads_it() {
-    let ruling = rules(RULES);
+    let ruling = dispatch_rules(RULES);
     let bed = Cluster::new()
         .replicas(2)
         .terminate()
@@ -120,7 +109,7 @@ async fn every_way_around_a_rule_is_read_as_the_apiserver_reads_it() {
     for path in passed {
         let r = h2.get(path).await.unwrap();
         assert_eq!(
-            (r.status, replica(&r)),
+            (r.status, r.replica()),
             (200, "replica-1".into()),
             "{path}: {}",
             r.text()
@@ -152,14 +141,14 @@ async fn every_way_around_a_rule_is_read_as_the_apiserver_reads_it() {
     // What the apiserver refuses before any handler is refused here, never forwarded.
     let r = h2.get("/api/v1/namespaces/default/pods%zz").await.unwrap();
     assert_eq!(
-        (r.status, replica(&r)),
+        (r.status, r.replica()),
         (400, "<none>".into()),
         "{}",
         r.text()
     );
     let r = h2.get("/api/v1/watch").await.unwrap();
     assert_eq!(
-        (r.status, replica(&r)),
+        (r.status, r.replica()),
         (500, "<none>".into()),
         "{}",
         r.text()
@@ -247,7 +236,7 @@ async fn a_group_version_no_replica_serves_is_not_retried() {
     for _ in 0..10 {
         let r = conn.get("/apis/apps/v99/deployments").await.unwrap();
         assert_eq!(r.status, 404, "{}", r.text());
-        assert_ne!(replica(&r), "<none>", "the apiserver's own answer");
+        assert_ne!(r.replica(), "<none>", "the apiserver's own answer");
     }
     assert_eq!(
         kg.metric(r#"kubegate_request_retries_total{reason="not_served"}"#),
@@ -260,8 +249,9 @@ const SA_GROUPS: &str = "system:serviceaccounts,system:serviceaccounts:ci";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_clients_are_named_by_a_token_review_and_ruled() {
-    let limit =
-        rules("- {name: ci, match: {service_accounts: [\"ci:*\"]}, limit: {rate: 1, burst: 2}}");
+    let limit = dispatch_rules(
+        "- {name: ci, match: {service_accounts: [\"ci:*\"]}, limit: {rate: 1, burst: 2}}",
+    );
     let bed = Cluster::new()
         .replicas(2)
         .terminate()
@@ -336,8 +326,9 @@ async fn token_clients_are_named_by_a_token_review_and_ruled() {
 
     // Reviews refused (kubegate's user lacks system:auth-delegator): the client goes unnamed,
     // served, never limited by a rule that names senders.
-    let limit =
-        rules("- {name: ci, match: {service_accounts: [\"ci:*\"]}, limit: {rate: 1, burst: 2}}");
+    let limit = dispatch_rules(
+        "- {name: ci, match: {service_accounts: [\"ci:*\"]}, limit: {rate: 1, burst: 2}}",
+    );
     let unbound = Cluster::new()
         .terminate()
         .tokens(&[("ci-token", SA, SA_GROUPS)])
@@ -376,8 +367,9 @@ async fn a_flood_of_bogus_tokens_neither_switches_rules_off_nor_evicts_names() {
     use std::sync::Arc;
     const FLOODERS: usize = 8;
     const MAX_ENTRIES: u32 = 50;
-    let limit =
-        rules("- {name: ci, match: {service_accounts: [\"ci:*\"]}, limit: {rate: 0.2, burst: 1}}");
+    let limit = dispatch_rules(
+        "- {name: ci, match: {service_accounts: [\"ci:*\"]}, limit: {rate: 0.2, burst: 1}}",
+    );
     let bed = Cluster::new()
         .terminate()
         .tokens(&[
@@ -483,7 +475,7 @@ async fn client_certificates_are_read_as_the_apiserver_reads_them() {
         .await
         .unwrap();
     assert_eq!(
-        (r.status, replica(&r)),
+        (r.status, r.replica()),
         (401, "<none>".into()),
         "{}",
         r.text()
@@ -499,14 +491,12 @@ async fn client_certificates_are_read_as_the_apiserver_reads_them() {
     assert_eq!(r.header("x-kubegate-sim-real-ip"), None);
     // A certificate's UID attribute reaches the apiserver as `X-Remote-Uid` (1.33+); a UID
     // the client sends itself never does.
-    let whoami = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
-    let review = r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#;
     let (crt, key) = pki.client_with_uid("with-uid", "carol", "u-7f3a");
     let mut conn = Conn::open_as(kg.listen, pki, true, &crt, &key)
         .await
         .unwrap();
     let r = conn
-        .send("POST", whoami, &[("X-Remote-Uid", "mallory")], Some(review))
+        .self_subject_review(&[("X-Remote-Uid", "mallory")])
         .await
         .unwrap();
     assert_eq!(r.status, 201, "{}", r.text());
@@ -517,7 +507,7 @@ async fn client_certificates_are_read_as_the_apiserver_reads_them() {
     );
     let mut conn = kg.connect(pki, true).await.unwrap();
     let r = conn
-        .send("POST", whoami, &[("X-Remote-Uid", "mallory")], Some(review))
+        .self_subject_review(&[("X-Remote-Uid", "mallory")])
         .await
         .unwrap();
     let info = &serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()["status"]["userInfo"];

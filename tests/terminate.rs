@@ -46,15 +46,6 @@ fn probes_rarely(cfg: &mut KubegateConfig) {
     cfg.health.rise = 1;
 }
 
-fn replica(r: &Response) -> String {
-    r.header("x-kubegate-sim-replica")
-        .unwrap_or("<none>")
-        .to_string()
-}
-
-const REVIEW: &str =
-    r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview","spec":{}}"#;
-
 const FORGED: &[(&str, &str)] = &[
     ("X-Remote-User", "system:admin"),
     ("x-remote-group", "system:masters"),
@@ -63,15 +54,7 @@ const FORGED: &[(&str, &str)] = &[
 
 /// `kubectl auth whoami`'s request, as (user, groups), with forged identity headers.
 async fn whoami(conn: &mut Conn) -> Result<(String, Vec<String>), Response> {
-    let r = conn
-        .send(
-            "POST",
-            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
-            FORGED,
-            Some(REVIEW),
-        )
-        .await
-        .expect("an answer");
+    let r = conn.self_subject_review(FORGED).await.expect("an answer");
     if r.status != 201 {
         return Err(r);
     }
@@ -110,15 +93,7 @@ async fn identity_comes_from_the_certificate_never_from_headers() {
         let mut conn = Conn::open_anonymous(kg.listen, pki, h2).await.unwrap();
         let mut headers = FORGED.to_vec();
         headers.push(("Authorization", "Bearer tok-ops"));
-        let r = conn
-            .send(
-                "POST",
-                "/apis/authentication.k8s.io/v1/selfsubjectreviews",
-                &headers,
-                Some(REVIEW),
-            )
-            .await
-            .unwrap();
+        let r = conn.self_subject_review(&headers).await.unwrap();
         assert_eq!(r.status, 201, "{}", r.text());
         assert!(r.text().contains(r#""username":"ops-bot""#), "{}", r.text());
 
@@ -179,15 +154,10 @@ async fn every_configured_identity_header_is_stripped_and_trusted_proxies_keep_t
         .await
         .unwrap();
     let r = conn
-        .send(
-            "POST",
-            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
-            &[
-                ("X-Other-Group", "system:masters"),
-                ("X-Forwarded-For", "203.0.113.9"),
-            ],
-            Some(REVIEW),
-        )
+        .self_subject_review(&[
+            ("X-Other-Group", "system:masters"),
+            ("X-Forwarded-For", "203.0.113.9"),
+        ])
         .await
         .unwrap();
     assert_eq!(r.status, 201, "{}", r.text());
@@ -211,7 +181,7 @@ async fn one_http2_connection_spreads_its_requests_over_the_ready_replicas() {
             .await
             .unwrap();
         assert_eq!(r.status, 200, "{}", r.text());
-        *per.entry(replica(&r)).or_default() += 1;
+        *per.entry(r.replica()).or_default() += 1;
     }
     for s in sims.iter() {
         let n = per.get(&s.name).copied().unwrap_or(0);
@@ -223,7 +193,7 @@ async fn one_http2_connection_spreads_its_requests_over_the_ready_replicas() {
     for _ in 0..20 {
         let r = conn.get("/version").await.unwrap();
         assert_eq!(r.status, 200);
-        assert_ne!(replica(&r), "replica-2");
+        assert_ne!(r.replica(), "replica-2");
     }
     assert!(
         kg.metric(r#"kubegate_requests_total{backend="replica-1",code="2xx",verb="list"}"#) >= 8.0
@@ -308,7 +278,7 @@ async fn a_replica_shutting_down_finishes_its_requests_and_gets_no_new_ones() {
         let r = conn.get("/version").await.unwrap();
         assert_eq!(r.status, 200);
         assert_ne!(
-            replica(&r),
+            r.replica(),
             "replica-1",
             "a new request went to the replica shutting down"
         );
@@ -317,7 +287,7 @@ async fn a_replica_shutting_down_finishes_its_requests_and_gets_no_new_ones() {
     for t in in_flight {
         let r = t.await.unwrap().expect("the in-flight request completes");
         assert_eq!(r.status, 200, "{}", r.text());
-        served_by.push(replica(&r));
+        served_by.push(r.replica());
     }
     served_by.sort();
     assert_eq!(served_by, ["replica-1", "replica-2", "replica-3"]);
@@ -411,7 +381,7 @@ async fn a_crashed_replicas_reads_and_new_watches_are_retried_and_its_writes_rep
     sims[0].kill();
     let r = stuck_read.await.unwrap().expect("the read is answered");
     assert_eq!(r.status, 200, "the read was not retried: {}", r.text());
-    assert_ne!(replica(&r), "replica-1");
+    assert_ne!(r.replica(), "replica-1");
     // The watch had no answer yet when its replica died: another replica serves it, and it
     // hears what is written next.
     let (mut watch, _conn) = stuck_watch.await.unwrap().expect("the watch is answered");
@@ -474,7 +444,7 @@ async fn a_shutting_down_replicas_429_is_retried_on_another() {
             .await
             .unwrap();
         assert_eq!(r.status, 200, "request {i}: {}", r.text());
-        assert_ne!(replica(&r), "replica-1");
+        assert_ne!(r.replica(), "replica-1");
     }
     assert!(kg.metric(r#"kubegate_request_retries_total{reason="shutting_down"}"#) >= 1.0);
     slow.abort();
@@ -497,7 +467,7 @@ async fn reads_a_replicas_initializing_cache_refused_go_to_another() {
         ] {
             let r = conn.get(path).await.unwrap();
             assert_eq!(r.status, 200, "{path} ({i}): {}", r.text());
-            assert_eq!(replica(&r), "replica-1", "{path} ({i})");
+            assert_eq!(r.replica(), "replica-1", "{path} ({i})");
         }
     }
     assert!(kg.metric(r#"kubegate_request_retries_total{reason="storage_initializing"}"#) >= 1.0);
@@ -521,7 +491,7 @@ async fn reads_a_replicas_initializing_cache_refused_go_to_another() {
         .await
         .unwrap();
     assert_eq!(
-        (r.status, replica(&r).as_str()),
+        (r.status, r.replica().as_str()),
         (200, "replica-2"),
         "{}",
         r.text()
@@ -551,7 +521,7 @@ async fn custom_resources_read_from_a_replica_still_initializing_them_go_to_anot
             .get("/api/v1/namespaces/default/configmaps")
             .await
             .unwrap();
-        if r.status == 200 && replica(&r) == "replica-2" {
+        if r.status == 200 && r.replica() == "replica-2" {
             break;
         }
         assert!(
@@ -569,7 +539,7 @@ async fn custom_resources_read_from_a_replica_still_initializing_them_go_to_anot
         ] {
             let r = conn.get(&path).await.unwrap();
             assert_eq!(r.status, 200, "{path} ({i}): {}", r.text());
-            assert_eq!(replica(&r), "replica-1", "{path} ({i})");
+            assert_eq!(r.replica(), "replica-1", "{path} ({i})");
         }
     }
     assert!(kg.metric(r#"kubegate_request_retries_total{reason="storage_initializing"}"#) >= 1.0);
@@ -612,7 +582,7 @@ async fn reads_a_replicas_failing_storage_refused_go_to_another_and_writes_do_no
             .await
             .unwrap();
         match r.status {
-            201 => assert_eq!(replica(&r), "replica-1"),
+            201 => assert_eq!(r.replica(), "replica-1"),
             500 => {
                 assert!(
                     r.text().contains("etcdserver: request timed out"),
@@ -633,7 +603,7 @@ async fn reads_a_replicas_failing_storage_refused_go_to_another_and_writes_do_no
         ] {
             let r = conn.get(path).await.unwrap();
             assert_eq!(r.status, 200, "{path} ({i}): {}", r.text());
-            assert_eq!(replica(&r), "replica-1", "{path} ({i})");
+            assert_eq!(r.replica(), "replica-1", "{path} ({i})");
         }
     }
     assert!(kg.metric(r#"kubegate_request_retries_total{reason="storage_failed"}"#) >= 1.0);
@@ -883,7 +853,7 @@ async fn the_access_log_says_who_asked_what_of_which_replica() {
     assert_eq!(list_line["status"], 200);
     assert_eq!(list_line["protocol"], "h2");
     assert_eq!(list_line["bytes"].as_u64(), Some(list.body.len() as u64));
-    assert_eq!(list_line["replica"], replica(&list).as_str());
+    assert_eq!(list_line["replica"], list.replica().as_str());
     assert!(names.contains(&list_line["replica"].as_str().unwrap()));
     assert!(list_line["client"]
         .as_str()

@@ -333,8 +333,9 @@ pub struct TerminateConfig {
 /// (`authentication.k8s.io/v1`) sent as kubegate's own front-proxy identity (user `kubegate`,
 /// which needs the `system:auth-delegator` ClusterRole), cached by a hash of the token. The
 /// token itself is still what the apiserver authenticates: the name only decides which rule a
-/// request falls under and what the access log says. A review that fails, is refused or takes
-/// too long leaves the client unnamed; it never blocks a request.
+/// request falls under and what the access log says. A review the apiserver refuses leaves the
+/// client unnamed; one that cannot be had in time (busy, slow, 429/5xx) leaves it unreviewed,
+/// which is answered 429 where a `dispatch` rule names senders and goes on unnamed otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TokenReviewConfig {
@@ -347,12 +348,15 @@ pub struct TokenReviewConfig {
     /// before it is reviewed again.
     #[serde(with = "crate::duration")]
     pub negative_ttl: Duration,
-    /// Tokens remembered at most; beyond, older entries are forgotten.
+    /// Tokens remembered at most, named and rejected apart (each table this many); beyond,
+    /// the expired and then the least recently used are forgotten.
     pub max_entries: u32,
-    /// Longest a request waits for its token's review; then it goes on unnamed.
+    /// Longest a request waits for its token's review (its wait for a free review
+    /// included); then its sender is unreviewed.
     #[serde(with = "crate::duration")]
     pub timeout: Duration,
-    /// Reviews in flight at once; a new token beyond this goes on unnamed, unreviewed.
+    /// Reviews in flight at once for a cluster (one client connection: at most 2, and 10 new
+    /// a second); a new token beyond waits, within `timeout`, for its connection's share.
     pub max_in_flight: u32,
 }
 

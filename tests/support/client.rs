@@ -34,6 +34,14 @@ impl Response {
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
+
+    /// The simulated replica that answered (its `X-Kubegate-Sim-Replica`), or `<none>`: the
+    /// answer is kubegate's own.
+    pub fn replica(&self) -> String {
+        self.header("x-kubegate-sim-replica")
+            .unwrap_or("<none>")
+            .to_string()
+    }
 }
 
 fn alpn(h2: bool) -> &'static [&'static [u8]] {
@@ -281,6 +289,20 @@ impl Conn {
         body: Option<&str>,
     ) -> io::Result<Response> {
         self.send(method, path, &[], body).await
+    }
+
+    /// `kubectl auth whoami`'s request (a `SelfSubjectReview`) with extra `headers`: who the
+    /// apiserver found the client to be, in its answer's `status.userInfo` (201).
+    pub async fn self_subject_review(&mut self, headers: &[(&str, &str)]) -> io::Result<Response> {
+        self.send(
+            "POST",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            headers,
+            Some(
+                r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview","spec":{}}"#,
+            ),
+        )
+        .await
     }
 
     /// Any request with extra headers.

@@ -293,3 +293,8 @@ pub fn assert_problems(path: &Path, (code, err): (Option<i32>, String), expected
         );
     }
 }
+
+/// `dispatch:` rules written as YAML (a list), as the configuration holds them.
+pub fn dispatch_rules(yaml: &str) -> Vec<kubegate_config::DispatchRule> {
+    serde_yaml_ng::from_str(yaml).unwrap()
+}

@@ -24,8 +24,8 @@ pub use client::{
 pub use cluster::{Cluster, Started};
 pub use container::{hard_nofile, pod_probe, wait_pod_probes, Container, ContainerSpec};
 pub use kubegate::{
-    assert_problems, bin, check_config, kubectl_bin, ms, secs, terminate_files, wait_for, Kubegate,
-    KubegateConfig,
+    assert_problems, bin, check_config, dispatch_rules, kubectl_bin, ms, secs, terminate_files,
+    wait_for, Kubegate, KubegateConfig,
 };
 pub use kubegate_testbed::kubegate::TerminateFiles;
 pub use kubegate_testbed::{free_port, plain_http, Etcd, FrontProxyPki, Pki};
