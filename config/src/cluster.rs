@@ -106,6 +106,17 @@ impl Config {
     pub fn names_clusters(&self) -> bool {
         !self.clusters.is_empty()
     }
+
+    /// Whether a terminate-mode listener serves cluster `name` (one that lists no clusters
+    /// serves every one): terminate mode keeps state, and a handshake, for those only.
+    pub fn terminated(&self, name: &str) -> bool {
+        self.listeners.iter().any(|l| {
+            l.mode == crate::ListenerMode::Terminate
+                && l.clusters
+                    .as_ref()
+                    .is_none_or(|c| c.iter().any(|c| c == name))
+        })
+    }
 }
 
 /// Validates a file with `clusters:`: each cluster as the one-cluster file it would be (paths

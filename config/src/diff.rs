@@ -1,5 +1,6 @@
-//! What changed between the running configuration and a newly loaded one: with `clusters:`,
-//! cluster by cluster (added, removed, changed and what in it).
+//! What changed between the running configuration and a newly loaded one, cluster by cluster
+//! (added, removed, changed and what in it): a file without `clusters:` is its one cluster
+//! (`default`), on the same path as many.
 //!
 //! The gateway applies the list in one place (`reload`); here it is plain data so the rules are
 //! tested without sockets. Backends are identified by `address`: a backend whose address stays
@@ -11,7 +12,8 @@ use crate::schema::{BackendSpec, Config};
 /// One difference between two configurations.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Change {
-    /// A backend address that was not configured before.
+    /// A backend address that was not configured before (within [`Change::ClusterChanged`],
+    /// as are the next four).
     BackendAdded(BackendSpec),
     /// A backend address that is no longer configured: it is drained, then forgotten.
     BackendRemoved(BackendSpec),
@@ -27,10 +29,10 @@ pub enum Change {
     /// Terminate mode's upstream TLS or identity changed: new upstream connections use it.
     UpstreamChanged,
     /// A setting read per connection or request (balance, connect, client_keepalive, drain,
-    /// shutdown, no_ready_backend, terminate, limits, dispatch) changed: it applies to the next connection with no further action.
-    /// Names the key.
+    /// shutdown, no_ready_backend, terminate, limits; a cluster's dispatch) changed: it applies
+    /// to the next connection or request with no further action. Names the key.
     Setting(&'static str),
-    /// A cluster that was not configured before (a file with `clusters:`).
+    /// A cluster that was not configured before.
     ClusterAdded(Box<ClusterConfig>),
     /// A cluster no longer configured: its backends are drained, then it is forgotten.
     ClusterRemoved(String),
@@ -45,13 +47,13 @@ pub enum Change {
         changes: Vec<Change>,
     },
     /// A setting that only takes effect at start (listeners, admin, threads, upgrade,
-    /// discovery, whether the file names clusters, a cluster's discovery or tls). Names the
-    /// key. A
-    /// reload that holds one is refused, so the running process never claims a state it is not in.
+    /// whether the file names clusters, a cluster's discovery or tls). Names the key. A
+    /// reload that holds one is refused, so the running process never claims a state it is
+    /// not in.
     NeedsRestart(&'static str),
 }
 
-/// Lists what `new` changes relative to `old`, backends first, in `new`'s order.
+/// Lists what `new` changes relative to `old`: its clusters first, in `new`'s order.
 ///
 /// Both configurations are taken apart field by field, without `..`: a key added to [`Config`]
 /// does not compile until it is sorted here into a change the gateway applies, a setting read
@@ -59,8 +61,9 @@ pub enum Change {
 pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
     let Config {
         listeners: old_listeners,
-        backends: old_backends,
-        health: old_health,
+        // Compared cluster by cluster, as below.
+        backends: _,
+        health: _,
         balance: old_balance,
         no_ready_backend: old_no_ready_backend,
         connect: old_connect,
@@ -71,16 +74,23 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         admin: old_admin,
         threads: old_threads,
         terminate: old_terminate,
-        upstream: old_upstream,
+        upstream: _,
         upgrade: old_upgrade,
-        discovery: old_discovery,
-        dispatch: old_dispatch,
-        clusters: old_clusters,
+        discovery: _,
+        dispatch: _,
+        clusters: _,
     } = old;
     let Config {
         listeners,
-        backends,
-        health,
+        // What clusters are made of: compared cluster by cluster (`Config::clusters` carries
+        // the top-level ones into the cluster of a file without `clusters:`, and what clusters
+        // inherit into each that does).
+        backends: _,
+        health: _,
+        upstream: _,
+        discovery: _,
+        dispatch: _,
+        clusters: _,
         balance,
         no_ready_backend,
         connect,
@@ -91,29 +101,19 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         admin,
         threads,
         terminate,
-        upstream,
         upgrade,
-        discovery,
-        dispatch,
-        clusters,
     } = new;
     let mut changes = Vec::new();
-    // With clusters, the top-level health and upstream are what clusters inherit: their
-    // changes show in each cluster that inherits them (`Config::clusters`).
-    let named = (!old_clusters.is_empty(), !clusters.is_empty());
-    match named {
-        (false, false) => {
-            backend_changes(old_backends, backends, &mut changes);
-            if old_health != health {
-                changes.push(Change::HealthChanged);
-            }
-            if old_upstream != upstream {
-                changes.push(Change::UpstreamChanged);
-            }
-        }
-        (true, true) => cluster_changes(&old.clusters(), &new.clusters(), &mut changes),
+    if old.names_clusters() == new.names_clusters() {
+        cluster_changes(
+            &old.clusters(),
+            &new.clusters(),
+            new.names_clusters(),
+            &mut changes,
+        );
+    } else {
         // From one cluster to named ones or back: every route changes.
-        _ => changes.push(Change::NeedsRestart("clusters")),
+        changes.push(Change::NeedsRestart("clusters"));
     }
     let settings = [
         ("balance", old_balance != balance),
@@ -124,7 +124,6 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         ("drain", old_drain != drain),
         ("shutdown", old_shutdown != shutdown),
         ("terminate", old_terminate != terminate),
-        ("dispatch", old_dispatch != dispatch),
     ];
     changes.extend(
         settings
@@ -137,7 +136,6 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         ("admin", old_admin != admin),
         ("threads", old_threads != threads),
         ("upgrade", old_upgrade != upgrade),
-        ("discovery", old_discovery != discovery),
     ];
     changes.extend(
         restart
@@ -170,11 +168,21 @@ fn backend_changes(old: &[BackendSpec], new: &[BackendSpec], changes: &mut Vec<C
 /// The clusters of `new` against those of `old`, by name: added, removed, changed. A
 /// cluster's discovery (a task following its EndpointSlices) and serving certificate are
 /// set up at start, so a cluster with discovery is neither added nor removed by a reload.
-fn cluster_changes(old: &[ClusterConfig], new: &[ClusterConfig], changes: &mut Vec<Change>) {
+/// `named`: the files have `clusters:` (without, the key an operator wrote is the top level's).
+fn cluster_changes(
+    old: &[ClusterConfig],
+    new: &[ClusterConfig],
+    named: bool,
+    changes: &mut Vec<Change>,
+) {
+    let discovery = |_: &ClusterConfig| match named {
+        true => Change::NeedsRestart("clusters[].discovery"),
+        false => Change::NeedsRestart("discovery"),
+    };
     for c in new {
         let Some(o) = old.iter().find(|o| o.name == c.name) else {
             if c.discovery.is_some() {
-                changes.push(Change::NeedsRestart("clusters[].discovery"));
+                changes.push(discovery(c));
             }
             changes.push(Change::ClusterAdded(Box::new(c.clone())));
             continue;
@@ -183,7 +191,7 @@ fn cluster_changes(old: &[ClusterConfig], new: &[ClusterConfig], changes: &mut V
             continue;
         }
         if o.discovery != c.discovery {
-            changes.push(Change::NeedsRestart("clusters[].discovery"));
+            changes.push(discovery(c));
         }
         if o.tls != c.tls {
             changes.push(Change::NeedsRestart("clusters[].tls"));
@@ -208,7 +216,7 @@ fn cluster_changes(old: &[ClusterConfig], new: &[ClusterConfig], changes: &mut V
     for o in old {
         if !new.iter().any(|c| c.name == o.name) {
             if o.discovery.is_some() {
-                changes.push(Change::NeedsRestart("clusters[].discovery"));
+                changes.push(discovery(o));
             }
             changes.push(Change::ClusterRemoved(o.name.clone()));
         }
@@ -221,33 +229,16 @@ mod tests {
     use crate::schema::*;
 
     fn config(backends: &[&str]) -> Config {
-        Config {
-            listeners: vec![ListenerSpec::passthrough("127.0.0.1:6443".parse().unwrap())],
-            backends: backends
-                .iter()
-                .map(|a| BackendSpec {
-                    name: None,
-                    address: a.parse().unwrap(),
-                    health_address: None,
-                })
-                .collect(),
-            health: HealthConfig::default(),
-            balance: BalancePolicy::default(),
-            no_ready_backend: NoReadyBackendPolicy::default(),
-            connect: ConnectConfig::default(),
-            client_keepalive: KeepaliveConfig::default(),
-            limits: LimitsConfig::default(),
-            drain: DrainConfig::default(),
-            shutdown: ShutdownConfig::default(),
-            admin: AdminConfig::default(),
-            threads: 1,
-            terminate: TerminateConfig::default(),
-            upstream: UpstreamConfig::default(),
-            upgrade: None,
-            discovery: None,
-            dispatch: Vec::new(),
-            clusters: Vec::new(),
-        }
+        let backends = backends
+            .iter()
+            .map(|a| BackendSpec {
+                name: None,
+                address: a.parse().unwrap(),
+                health_address: None,
+            })
+            .collect();
+        let listener = ListenerSpec::passthrough("127.0.0.1:6443".parse().unwrap());
+        Config::new(vec![listener], backends)
     }
 
     #[test]
@@ -257,17 +248,51 @@ mod tests {
     }
 
     #[test]
-    fn backends_are_matched_by_address() {
+    fn backends_are_matched_by_address_within_their_cluster() {
         let old = config(&["127.0.0.1:1", "127.0.0.1:2"]);
         let mut new = config(&["127.0.0.1:2", "127.0.0.1:3"]);
         new.backends[0].name = Some("b".into());
+        new.health.interval = std::time::Duration::from_secs(7);
         let changes = diff(&old, &new);
-        assert_eq!(changes.len(), 3);
+        // A file without `clusters:` is its one cluster, on the path many take.
+        let [Change::ClusterChanged {
+            name,
+            server_names: None,
+            changes,
+        }] = &changes[..]
+        else {
+            panic!("{changes:?}");
+        };
+        assert_eq!(name, crate::IMPLICIT);
+        assert_eq!(changes.len(), 4, "{changes:?}");
         assert!(
             matches!(&changes[0], Change::BackendUpdated { after, .. } if after.name.as_deref() == Some("b"))
         );
         assert!(matches!(&changes[1], Change::BackendAdded(b) if b.address.port() == 3));
         assert!(matches!(&changes[2], Change::BackendRemoved(b) if b.address.port() == 1));
+        assert_eq!(changes[3], Change::HealthChanged);
+    }
+
+    #[test]
+    fn the_one_clusters_discovery_is_named_as_written() {
+        let old = config(&["127.0.0.1:1"]);
+        let mut new = old.clone();
+        new.discovery = Some(DiscoveryConfig {
+            kubeconfig: "k".into(),
+            state_file: None,
+            debounce: std::time::Duration::from_secs(3),
+        });
+        let changes = diff(&old, &new);
+        assert!(
+            matches!(
+                &changes[..],
+                [
+                    Change::NeedsRestart("discovery"),
+                    Change::ClusterChanged { .. }
+                ]
+            ),
+            "{changes:?}"
+        );
     }
 
     #[test]

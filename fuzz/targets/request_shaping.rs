@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use http::{Method, Request, Version};
 use kubegate::telemetry::Metrics;
-use kubegate::terminate::request::{Client, Shaper};
+use kubegate::terminate::request::shape::{Client, Shaper};
 use kubegate_wire::identity::{IdentityHeaders, UserInfo};
 use rustls_pki_types::ServerName;
 use std::sync::OnceLock;

@@ -8,7 +8,7 @@ use crate::control::{self, upgrade, AdminTls, ControlParts, UpgradeState};
 use crate::net::{self, Serve};
 use crate::passthrough::Passthrough;
 use crate::state::{ClientListener, Gateway};
-use crate::terminate::{ClusterFiles, Rules, TerminateListener, TerminateMode, TerminatedClusters};
+use crate::terminate::{ClusterFiles, Rules, TerminateListener, TerminatedClusters};
 use kubegate_config::{load_file_with, Config, ListenerMode};
 use std::net::TcpListener;
 use std::path::Path;
@@ -67,40 +67,24 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
         descriptors.client_capacity(),
         counts,
     )?;
-    // Terminate mode's state: for the one cluster of a file without `clusters:`, or for each
-    // cluster with a serving certificate, when a listener terminates TLS.
-    let mut terminate = Vec::new();
-    let by_name = Arc::new(TerminatedClusters::new());
-    if config
-        .listeners
-        .iter()
-        .any(|l| l.mode == ListenerMode::Terminate)
-    {
-        let clusters = gateway.clusters();
-        for spec in config.clusters() {
-            let Some(cluster) = clusters.named(&spec.name) else {
-                continue;
-            };
-            // Rules and series only for a cluster terminate mode serves (with `clusters:`, one
-            // with a serving certificate).
-            let metrics = &gateway.metrics().terminate;
-            let rules = || Rules::compile(&spec.name, &spec.dispatch, metrics);
-            if !config.names_clusters() {
-                let mode =
-                    TerminateMode::new(&spec.upstream, cluster.clone(), rules(), Arc::default())
-                        .map_err(|e| anyhow::anyhow!("upstream: {e}"))?;
-                terminate.push(Arc::new(mode));
-            } else if let Some(tls) = &spec.tls {
-                let files = ClusterFiles::load(&spec.name, tls, &spec.upstream)
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
-                by_name.insert(cluster.clone(), files, rules());
-            } else {
-                continue;
-            }
-            metrics.cluster_served(&spec.name);
+    // Terminate mode's state for each cluster a terminate listener serves.
+    let terminated = Arc::new(TerminatedClusters::new());
+    let clusters = gateway.clusters();
+    for spec in config.clusters() {
+        let Some(cluster) = clusters.named(&spec.name) else {
+            continue;
+        };
+        if !config.terminated(&spec.name) {
+            continue;
         }
+        let files = ClusterFiles::load(&spec.name, spec.tls.as_ref(), &spec.upstream)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let metrics = &gateway.metrics().terminate;
+        let rules = Rules::compile(&spec.name, &spec.dispatch, metrics);
+        terminated.insert(cluster.clone(), files, rules);
+        metrics.cluster_served(&spec.name);
     }
-    let (listeners, serving) = bind_listeners(&config, inherited.as_mut(), &terminate, &by_name)?;
+    let (listeners, serving) = bind_listeners(&config, inherited.as_mut(), &terminated)?;
     let admin = match inherited
         .as_mut()
         .and_then(|i| i.take(config.admin.address))
@@ -162,8 +146,7 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
         control: ControlParts {
             admin,
             admin_tls,
-            terminate,
-            by_name,
+            terminated,
             serving,
             upgrade,
             discovery,
@@ -172,15 +155,14 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
     })
 }
 
-/// Binds every listener (or takes it from `inherited`), each with its plane; and the serving
-/// certificates of the terminate-mode ones. `terminate`: terminate mode's state of the one
-/// cluster of a file without `clusters:`; `by_name`: of each cluster of a file with them.
+/// Binds every listener (or takes it from `inherited`), each with its plane (a terminate
+/// listener serving of `terminated` the clusters it names); and the serving certificates of
+/// the terminate listeners that have their own.
 #[allow(clippy::type_complexity)]
 fn bind_listeners(
     config: &Config,
     mut inherited: Option<&mut upgrade::Inherited>,
-    terminate: &[Arc<TerminateMode>],
-    by_name: &Arc<TerminatedClusters>,
+    terminated: &Arc<TerminatedClusters>,
 ) -> anyhow::Result<(
     Vec<(TcpListener, Arc<dyn Serve>)>,
     Vec<Arc<kubegate_net::tls::ServingCert>>,
@@ -189,21 +171,12 @@ fn bind_listeners(
     let mut serving = Vec::new();
     for l in &config.listeners {
         let at = |e: String| anyhow::anyhow!("listeners: {}: {e}", l.address);
-        let plane: Arc<dyn Serve> = match (l.mode, &l.tls) {
-            (ListenerMode::Passthrough, _) => Arc::new(Passthrough::new(l.clone())),
-            // The one cluster of a file without `clusters:`, with the listener's certificate.
-            (ListenerMode::Terminate, Some(tls)) => {
-                let mode = terminate
-                    .first()
-                    .expect("terminate mode for a terminate listener");
-                let listener = Arc::new(TerminateListener::new(l, tls, mode.clone()).map_err(at)?);
-                serving.extend(listener.serving().iter().cloned());
-                Arc::new(listener)
-            }
-            // Each cluster it serves with that cluster's certificate (`kubegate check` made
-            // sure each has one).
-            (ListenerMode::Terminate, None) => {
-                Arc::new(Arc::new(TerminateListener::by_name(l, by_name.clone())))
+        let plane: Arc<dyn Serve> = match l.mode {
+            ListenerMode::Passthrough => Arc::new(Passthrough::new(l.clone())),
+            ListenerMode::Terminate => {
+                let listener = TerminateListener::new(l, terminated.clone()).map_err(at)?;
+                serving.extend(listener.serving().cloned());
+                Arc::new(Arc::new(listener))
             }
         };
         let socket = match inherited.as_deref_mut().and_then(|i| i.take(l.address)) {

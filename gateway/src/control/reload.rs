@@ -1,7 +1,8 @@
-//! Reloading the configuration on SIGHUP or when the file changes: backends, probes and
-//! terminate mode's upstream and rules; with `clusters:`, clusters added (a new pool, and in
-//! terminate mode its handshake and state), removed (its pool retired: its backends drain,
-//! then it is forgotten) and changed, the others untouched.
+//! Reloading the configuration on SIGHUP or when the file changes, cluster by cluster (a file
+//! without `clusters:` is its one cluster): clusters added (a new pool, and where terminate
+//! mode serves it its handshake and state), removed (its pool retired: its backends drain,
+//! then it is forgotten) and changed (backends, probes, terminate mode's upstream and rules),
+//! the others untouched.
 //!
 //! A reload is all or nothing: the new file is loaded and validated, the changes are listed
 //! (`kubegate_config::diff`), and only if every change can be applied is anything applied. A
@@ -18,10 +19,8 @@ use crate::control::notify;
 use crate::control::terminated;
 use crate::state::{pool_settings, probe_settings, Cluster, Clusters, Gateway, Pool};
 use crate::telemetry::ReloadResult;
-use crate::terminate::{
-    ClusterFiles, Rules, TerminateMode, TerminatedClusters, UpstreamFiles, Upstreams,
-};
-use kubegate_config::{diff, load_str_with, Change, Config};
+use crate::terminate::{ClusterFiles, Rules, TerminatedClusters, UpstreamFiles};
+use kubegate_config::{diff, load_str_with, Change, ClusterConfig, Config};
 use kubegate_health::ProbeSettings;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -35,28 +34,56 @@ const CHECK_EVERY: Duration = Duration::from_secs(1);
 /// A new configuration, checked and ready to apply: nothing about it can fail any more.
 struct Prepared {
     config: Config,
+    /// Its clusters, resolved once.
+    specs: Vec<ClusterConfig>,
     changes: Vec<Change>,
-    /// New probe settings, when `health` changed (a file without `clusters:`).
-    probes: Option<ProbeSettings>,
-    /// Probe settings of each cluster added, or whose health changed.
-    cluster_probes: HashMap<String, ProbeSettings>,
-    /// New upstream TLS and identity for terminate mode, when `upstream` changed.
-    upstreams: Option<Upstreams>,
-    /// With `clusters:` and a terminate listener: the files of each cluster added.
-    added_files: HashMap<String, ClusterFiles>,
-    /// ... and the upstream files of each cluster whose `upstream` changed.
-    changed_upstreams: HashMap<String, UpstreamFiles>,
+    /// What each cluster added or changed read from files, by cluster name.
+    plans: HashMap<String, ClusterPlan>,
 }
 
-/// Loads `text` (the file at `path`) against the `running` configuration (`terminating`: the
-/// cluster its terminate-mode listeners serve). Blocking: reads the files the configuration
-/// names.
-fn prepare(
-    text: &[u8],
-    path: &Path,
-    running: &Config,
-    terminating: Option<Arc<Cluster>>,
-) -> Result<Prepared, String> {
+/// What one cluster's change needs, read before anything changes.
+#[derive(Default)]
+struct ClusterPlan {
+    /// Probe settings: the cluster is added, or its health changed.
+    probes: Option<ProbeSettings>,
+    /// Terminate mode serves an added cluster: its handshake and upstream files.
+    added: Option<ClusterFiles>,
+    /// Terminate mode serves a cluster whose upstream changed: its upstream files.
+    upstream: Option<UpstreamFiles>,
+}
+
+impl ClusterPlan {
+    /// Reads what `spec` needs, `added`, or changed by `changes`, in `config`.
+    fn load(
+        config: &Config,
+        spec: &ClusterConfig,
+        added: bool,
+        changes: &[Change],
+    ) -> Result<ClusterPlan, String> {
+        let name = &spec.name;
+        let mut plan = ClusterPlan::default();
+        if added || changes.contains(&Change::HealthChanged) {
+            let probes =
+                probe_settings(&spec.health).map_err(|e| format!("cluster {name}: health: {e}"))?;
+            plan.probes = Some(probes);
+        }
+        if !config.terminated(name) {
+            return Ok(plan);
+        }
+        if added {
+            plan.added = Some(ClusterFiles::load(name, spec.tls.as_ref(), &spec.upstream)?);
+        } else if changes.contains(&Change::UpstreamChanged) {
+            let files = UpstreamFiles::load(&spec.upstream)
+                .map_err(|e| format!("cluster {name}: upstream: {e}"))?;
+            plan.upstream = Some(files);
+        }
+        Ok(plan)
+    }
+}
+
+/// Loads `text` (the file at `path`) against the `running` configuration. Blocking: reads
+/// the files the configuration names.
+fn prepare(text: &[u8], path: &Path, running: &Config) -> Result<Prepared, String> {
     let text =
         std::str::from_utf8(text).map_err(|e| format!("{}: not UTF-8: {e}", path.display()))?;
     let base = path.parent().unwrap_or(Path::new("."));
@@ -77,123 +104,74 @@ fn prepare(
             restart.join(", ")
         ));
     }
-    // Terminate mode's state of each cluster by name: what an added cluster and a changed
-    // upstream read from files, read now.
-    let mut added_files = HashMap::new();
-    let mut changed_upstreams = HashMap::new();
-    if terminating_listener(&config) && config.names_clusters() {
-        for spec in config.clusters() {
-            let added = changes
-                .iter()
-                .any(|c| matches!(c, Change::ClusterAdded(a) if a.name == spec.name));
-            let upstream_changed = changes.iter().any(|c| match c {
-                Change::ClusterChanged { name, changes, .. } => {
-                    *name == spec.name && changes.contains(&Change::UpstreamChanged)
-                }
-                _ => false,
-            });
-            match &spec.tls {
-                Some(tls) if added => {
-                    added_files.insert(
-                        spec.name.clone(),
-                        ClusterFiles::load(&spec.name, tls, &spec.upstream)?,
-                    );
-                }
-                Some(_) if upstream_changed => {
-                    let files = UpstreamFiles::load(&spec.upstream)
-                        .map_err(|e| format!("cluster {}: upstream: {e}", spec.name))?;
-                    changed_upstreams.insert(spec.name.clone(), files);
-                }
-                _ => {}
-            }
-        }
+    let specs = config.clusters();
+    let mut plans = HashMap::new();
+    for change in &changes {
+        let (name, added, inner) = match change {
+            Change::ClusterAdded(spec) => (&spec.name, true, &[][..]),
+            Change::ClusterChanged { name, changes, .. } => (name, false, &changes[..]),
+            _ => continue,
+        };
+        let Some(spec) = specs.iter().find(|s| s.name == *name) else {
+            continue;
+        };
+        plans.insert(
+            name.clone(),
+            ClusterPlan::load(&config, spec, added, inner)?,
+        );
     }
-    let probes = if changes.contains(&Change::HealthChanged) {
-        Some(probe_settings(&config.health).map_err(|e| e.to_string())?)
-    } else {
-        None
-    };
-    let mut cluster_probes = HashMap::new();
-    for spec in config.clusters() {
-        let probed = changes.iter().any(|c| match c {
-            Change::ClusterAdded(added) => added.name == spec.name,
-            Change::ClusterChanged { name, changes, .. } => {
-                *name == spec.name && changes.contains(&Change::HealthChanged)
-            }
-            _ => false,
-        });
-        if probed {
-            let p = probe_settings(&spec.health)
-                .map_err(|e| format!("cluster {}: health: {e}", spec.name))?;
-            cluster_probes.insert(spec.name, p);
-        }
-    }
-    let upstreams = match terminating {
-        Some(cluster) if changes.contains(&Change::UpstreamChanged) => {
-            Some(Upstreams::load(&config.upstream, cluster).map_err(|e| format!("upstream: {e}"))?)
-        }
-        _ => None,
-    };
     Ok(Prepared {
         config,
+        specs,
         changes,
-        probes,
-        cluster_probes,
-        upstreams,
-        added_files,
-        changed_upstreams,
+        plans,
     })
 }
 
-/// Puts a prepared configuration in force.
-fn apply(
-    gw: &Arc<Gateway>,
-    terminate: Option<&TerminateMode>,
-    by_name: &TerminatedClusters,
-    p: Prepared,
-) -> Vec<Change> {
-    if p.config.health.tls.insecure_skip_verify {
-        tracing::warn!(
-            "health.tls.insecure_skip_verify is set: backend certificates are not verified"
-        );
-    }
-    if let (Some(terminate), Some(upstreams)) = (terminate, p.upstreams) {
-        terminate.replace(upstreams);
-    }
-    if let Some(terminate) = terminate {
-        if p.changes.contains(&Change::Setting("dispatch")) {
-            terminate.replace_rules(&p.config.dispatch, &gw.metrics().terminate);
+/// Puts a prepared configuration in force; terminate mode's state of a cluster added, changed
+/// or removed in `terminate`.
+fn apply(gw: &Arc<Gateway>, terminate: &TerminatedClusters, p: Prepared) -> Vec<Change> {
+    let Prepared {
+        config,
+        specs,
+        changes,
+        mut plans,
+    } = p;
+    for spec in &specs {
+        let probed = plans.get(&spec.name).is_some_and(|p| p.probes.is_some());
+        if probed && spec.health.tls.insecure_skip_verify {
+            tracing::warn!(
+                cluster = spec.name,
+                "health.tls.insecure_skip_verify is set: backend certificates are not verified"
+            );
         }
     }
-    let specs = p.config.clusters();
     let configured: usize = specs.iter().map(|c| c.backends.len()).sum();
     let running = gw.clusters();
-    let named = p.config.names_clusters();
-    let drain = p.config.drain.clone();
-    let (mut probes, mut cluster_probes) = (p.probes, p.cluster_probes);
-    let (mut added_files, mut changed_upstreams) = (p.added_files, p.changed_upstreams);
-    gw.config().replace(p.config);
+    let drain = config.drain.clone();
+    gw.config().replace(config);
     let mut kept: HashMap<String, Arc<Cluster>> = running
         .all()
         .iter()
         .map(|c| (c.name().to_string(), c.clone()))
         .collect();
-    for change in &p.changes {
+    let metrics = &gw.metrics().terminate;
+    for change in &changes {
         match change {
             Change::ClusterAdded(spec) => {
-                let Some(probes) = cluster_probes.remove(&spec.name) else {
+                let plan = plans.remove(&spec.name).unwrap_or_default();
+                let Some(probes) = plan.probes else {
                     continue;
                 };
-                let cluster = gw.new_cluster((**spec).clone(), &drain, probes);
+                let cluster = gw.new_cluster(spec, &drain, probes);
                 for b in &spec.backends {
                     cluster.pool().add(b);
                 }
-                if let Some(files) = added_files.remove(&spec.name) {
-                    let metrics = &gw.metrics().terminate;
+                if let Some(files) = plan.added {
                     let rules = Rules::compile(&spec.name, &spec.dispatch, metrics);
                     metrics.cluster_served(&spec.name);
-                    let terminated = by_name.insert(cluster.clone(), files, rules);
-                    terminated::follow(gw, &terminated);
+                    let served = terminate.insert(cluster.clone(), files, rules);
+                    terminated::follow(gw, &served);
                 }
                 tracing::info!(
                     cluster = spec.name,
@@ -203,67 +181,56 @@ fn apply(
                 kept.insert(spec.name.clone(), cluster);
             }
             Change::ClusterRemoved(name) => {
-                by_name.remove(name);
-                gw.metrics().terminate.forget_cluster(name);
+                terminate.remove(name);
+                metrics.forget_cluster(name);
                 if let Some(cluster) = kept.remove(name) {
                     retire(gw, cluster);
                 }
             }
-            Change::ClusterChanged {
-                name,
-                server_names,
-                changes,
-            } => {
-                let Some(cluster) = kept.get(name).cloned() else {
+            Change::ClusterChanged { name, changes, .. } => {
+                let Some(cluster) = kept.get(name) else {
                     continue;
                 };
                 apply_backends(cluster.pool(), changes);
-                if let Some(terminated) = by_name.get(name) {
-                    let mode = terminated.mode();
-                    if let Some(files) = changed_upstreams.remove(name) {
-                        mode.replace(files.of(mode.cluster().clone()));
-                    }
-                    if changes.contains(&Change::Setting("dispatch")) {
-                        let spec = specs.iter().find(|s| s.name == *name);
-                        let dispatch = spec.map_or(&[][..], |s| &s.dispatch[..]);
-                        mode.replace_rules(dispatch, &gw.metrics().terminate);
-                    }
+                let Some(served) = terminate.get(name) else {
+                    continue;
+                };
+                let mode = served.mode();
+                if let Some(files) = plans.get_mut(name).and_then(|p| p.upstream.take()) {
+                    mode.replace(files.of(cluster.clone()));
                 }
-                if let Some(names) = server_names {
-                    // The same pool, reached by the new names from now on.
-                    let renamed = Cluster::new(name.clone(), names.clone(), cluster.pool().clone());
-                    kept.insert(name.clone(), Arc::new(renamed));
+                if changes.contains(&Change::Setting("dispatch")) {
+                    let spec = specs.iter().find(|s| s.name == *name);
+                    let dispatch = spec.map_or(&[][..], |s| &s.dispatch[..]);
+                    mode.replace_rules(dispatch, metrics);
                 }
             }
-            // A file without `clusters:`: its one cluster's backends.
-            Change::BackendAdded(_) | Change::BackendRemoved(_) | Change::BackendUpdated { .. } => {
-                if let Some(cluster) = running.all().first() {
-                    apply_backends(cluster.pool(), std::slice::from_ref(change));
-                }
-            }
-            Change::HealthChanged
+            // What clusters are made of changes within `ClusterChanged`; settings read per
+            // connection or request apply with no further action; a restart was refused.
+            Change::BackendAdded(_)
+            | Change::BackendRemoved(_)
+            | Change::BackendUpdated { .. }
+            | Change::HealthChanged
             | Change::UpstreamChanged
             | Change::Setting(_)
             | Change::NeedsRestart(_) => {}
         }
     }
     // Every pool takes the drain settings; each its cluster's health, and new probes where
-    // its health changed.
+    // its health changed. The table swaps whole: a cluster's new server names and the
+    // clusters added and removed come in force together.
     let mut list = Vec::with_capacity(specs.len());
     for spec in &specs {
         let Some(cluster) = kept.remove(&spec.name) else {
             continue;
         };
-        let new_probes = match named {
-            true => cluster_probes.remove(&spec.name),
-            false => probes.take(),
-        };
+        let probes = plans.get_mut(&spec.name).and_then(|p| p.probes.take());
         cluster
             .pool()
-            .reconfigure(pool_settings(&spec.health, &drain), new_probes);
-        list.push(cluster);
+            .reconfigure(pool_settings(&spec.health, &drain), probes);
+        list.push((cluster, spec.server_names.clone()));
     }
-    gw.replace_clusters(Clusters::new(list, named));
+    gw.replace_clusters(Clusters::new(list, running.by_server_name()));
     gw.metrics()
         .control
         .backends_configured
@@ -272,7 +239,7 @@ fn apply(
     for cluster in gw.clusters().all() {
         cluster.pool().rebuild_routing();
     }
-    p.changes
+    changes
 }
 
 /// Applies backend changes (`BackendAdded`, `BackendRemoved`, `BackendUpdated`) to `pool`.
@@ -316,30 +283,19 @@ fn retire(gw: &Gateway, cluster: Arc<Cluster>) {
     });
 }
 
-/// Whether `config` has a terminate-mode listener.
-fn terminating_listener(config: &Config) -> bool {
-    config
-        .listeners
-        .iter()
-        .any(|l| l.mode == kubegate_config::ListenerMode::Terminate)
-}
-
 /// Loads `text` and applies it if it can be applied whole.
 async fn try_reload(
     gw: &Arc<Gateway>,
-    terminate: Option<&TerminateMode>,
-    by_name: &TerminatedClusters,
+    terminate: &TerminatedClusters,
     text: Vec<u8>,
 ) -> Result<Vec<Change>, String> {
     let path: PathBuf = gw.config().path().to_path_buf();
     let running = gw.config().load_full();
-    let terminating = terminate.map(|t| t.cluster().clone());
     notify::reloading();
-    let prepared =
-        tokio::task::spawn_blocking(move || prepare(&text, &path, &running, terminating))
-            .await
-            .map_err(|e| format!("reload task failed: {e}"))?;
-    let result = prepared.map(|p| apply(gw, terminate, by_name, p));
+    let prepared = tokio::task::spawn_blocking(move || prepare(&text, &path, &running))
+        .await
+        .map_err(|e| format!("reload task failed: {e}"))?;
+    let result = prepared.map(|p| apply(gw, terminate, p));
     notify::reloaded();
     result
 }
@@ -361,15 +317,9 @@ fn record(gw: &Gateway, trigger: &str, result: &Result<Vec<Change>, String>) {
     }
 }
 
-/// Reloads on SIGHUP and whenever the file's content changes (with `terminate`, terminate
-/// mode's upstream settings of a file without `clusters:` too; `by_name`, terminate mode's
-/// clusters of a file with them). Runs until the process ends.
-pub async fn watch(
-    gw: Arc<Gateway>,
-    terminate: Option<Arc<TerminateMode>>,
-    by_name: Arc<TerminatedClusters>,
-) {
-    let terminate = terminate.as_deref();
+/// Reloads on SIGHUP and whenever the file's content changes, terminate mode's clusters in
+/// `terminate` with the rest. Runs until the process ends.
+pub async fn watch(gw: Arc<Gateway>, terminate: Arc<TerminatedClusters>) {
     let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
     let path = gw.config().path().to_path_buf();
     // The content last acted on: a change from it triggers a reload, so a broken file is
@@ -389,7 +339,7 @@ pub async fn watch(
                 match tokio::fs::read(&path).await {
                     Ok(text) => {
                         settled = Some(text.clone());
-                        let result = try_reload(&gw, terminate, &by_name, text.clone()).await;
+                        let result = try_reload(&gw, &terminate, text.clone()).await;
                         if result.is_ok() {
                             in_force = Some(text);
                         }
@@ -410,7 +360,7 @@ pub async fn watch(
                     continue;
                 }
                 let second_look = unsettled.as_ref() == Some(&now);
-                let result = try_reload(&gw, terminate, &by_name, now.clone()).await;
+                let result = try_reload(&gw, &terminate, now.clone()).await;
                 if result.is_err() && !second_look {
                     // Possibly caught mid-write: look again at the next check.
                     unsettled = Some(now);

@@ -7,7 +7,7 @@ use crate::control::certs::{watch_certificates, Watched};
 use crate::control::discovery::{self, Credentials};
 use crate::control::{expiry, notify, reload, terminated, upgrade};
 use crate::state::{Cluster, Gateway, Phase};
-use crate::terminate::{TerminateMode, TerminatedClusters};
+use crate::terminate::TerminatedClusters;
 use async_trait::async_trait;
 use kubegate_config::DiscoveryConfig;
 use pingora_core::server::ShutdownWatch;
@@ -21,14 +21,11 @@ pub struct ControlParts {
     pub admin: std::net::TcpListener,
     /// The admin endpoint's TLS.
     pub admin_tls: Option<Arc<AdminTls>>,
-    /// Terminate mode's state for the one cluster of a file without `clusters:`, when a
-    /// listener terminates TLS: reloads and the front-proxy certificate replace its upstream
-    /// settings.
-    pub terminate: Vec<Arc<TerminateMode>>,
-    /// Terminate mode's clusters by server name (none without `clusters:` or a terminate
-    /// listener): each followed by its own tasks, added, changed and removed by reloads.
-    pub by_name: Arc<TerminatedClusters>,
-    /// The serving certificates of terminate-mode listeners, which follow their files.
+    /// The clusters terminate mode serves (none without a terminate listener): each followed
+    /// by its own tasks, added, changed and removed by reloads.
+    pub terminated: Arc<TerminatedClusters>,
+    /// The serving certificates of terminate-mode listeners that have their own (a file
+    /// without `clusters:`), which follow their files.
     pub serving: Vec<Arc<kubegate_net::tls::ServingCert>>,
     /// With `upgrade.socket` configured: what this process hands over, and what it took over.
     pub upgrade: Option<UpgradeState>,
@@ -98,26 +95,12 @@ impl BackgroundService for Control {
                 found.server_name,
             ));
         }
-        for terminate in &parts.terminate {
-            tokio::spawn(crate::terminate::learn_versions(
-                gw.clone(),
-                terminate.clone(),
-            ));
-            tokio::spawn(crate::terminate::keep_share(
-                gw.clone(),
-                terminate.cluster().pool().clone(),
-            ));
-        }
-        for cluster in parts.by_name.all() {
+        for cluster in parts.terminated.all() {
             terminated::follow(&gw, &cluster);
         }
         reload::record_initial_load(&gw);
         tokio::spawn(admin::serve(admin, parts.admin_tls.clone(), gw.clone()));
-        tokio::spawn(reload::watch(
-            gw.clone(),
-            parts.terminate.first().cloned(),
-            parts.by_name.clone(),
-        ));
+        tokio::spawn(reload::watch(gw.clone(), parts.terminated.clone()));
         let mut serving = parts.serving;
         if let Some(t) = &parts.admin_tls {
             serving.push(t.serving().clone());
@@ -126,7 +109,7 @@ impl BackgroundService for Control {
             gw.clone(),
             Watched {
                 serving,
-                terminate: parts.terminate,
+                terminate: Vec::new(),
             },
         ));
         tokio::spawn(expiry::publish_expiry(gw.clone()));

@@ -1,6 +1,7 @@
-//! The control tasks that follow a cluster terminate mode serves by name: its replicas'
-//! versions, the share of its long-running requests, its serving and front-proxy certificate
-//! files. Started with the cluster (at start or by the reload that adds it) and ended with it.
+//! The control tasks that follow a cluster terminate mode serves: its replicas' versions, the
+//! share of its long-running requests, its serving (if it has its own) and front-proxy
+//! certificate files. Started with the cluster (at start or by the reload that adds it) and
+//! ended with it.
 
 use crate::control::certs::{watch_certificates, Watched};
 use crate::state::Gateway;
@@ -18,7 +19,11 @@ pub fn follow(gw: &Arc<Gateway>, cluster: &TerminatedCluster) {
     let certificates = tokio::spawn(watch_certificates(
         gw.clone(),
         Watched {
-            serving: vec![cluster.serving().clone()],
+            serving: cluster
+                .handshake()
+                .map(|h| h.serving.clone())
+                .into_iter()
+                .collect(),
             terminate: vec![mode.clone()],
         },
     ));

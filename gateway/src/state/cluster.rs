@@ -1,6 +1,8 @@
-//! One control plane behind kubegate: its backends (the pool: probes, states, routing table)
-//! and the TLS server names that reach it. A file without `clusters:` has one, reached by
-//! every name.
+//! One control plane behind kubegate (its name and backends: the pool's probes, states and
+//! routing table), and the table of every cluster with the TLS server names that reach each.
+//! A file without `clusters:` has one, reached by every name. A reload that changes a
+//! cluster's names swaps the table, not the cluster: whatever holds the cluster (terminate
+//! mode, a connection) holds the one in force.
 
 use crate::state::backends::{Backend, Pool};
 use kubegate_config::{ListenerSpec, ServerNamePattern};
@@ -9,19 +11,13 @@ use std::sync::Arc;
 /// One cluster's share of the gateway.
 pub struct Cluster {
     name: String,
-    /// As written (each parses: the configuration was checked).
-    server_names: Vec<String>,
     pool: Arc<Pool>,
 }
 
 impl Cluster {
-    /// Cluster `name`, reached by `server_names`, its backends in `pool`.
-    pub fn new(name: String, server_names: Vec<String>, pool: Arc<Pool>) -> Cluster {
-        Cluster {
-            name,
-            server_names,
-            pool,
-        }
+    /// Cluster `name`, its backends in `pool`.
+    pub fn new(name: String, pool: Arc<Pool>) -> Cluster {
+        Cluster { name, pool }
     }
 
     /// Its name.
@@ -33,16 +29,17 @@ impl Cluster {
     pub fn pool(&self) -> &Arc<Pool> {
         &self.pool
     }
+}
 
-    /// How specifically `name` (lower case) reaches this cluster, if it does.
-    fn matches(&self, name: &str) -> Option<(bool, usize)> {
-        self.server_names
-            .iter()
-            .map(|w| ServerNamePattern::checked(w))
-            .filter(|p| p.matches(name))
-            .map(ServerNamePattern::rank)
-            .max()
-    }
+/// How specifically `name` (lower case) reaches a cluster with `server_names` (as written,
+/// each parses: the configuration was checked), if it does.
+fn matches(server_names: &[String], name: &str) -> Option<(bool, usize)> {
+    server_names
+        .iter()
+        .map(|w| ServerNamePattern::checked(w))
+        .filter(|p| p.matches(name))
+        .map(ServerNamePattern::rank)
+        .max()
 }
 
 /// Where a client connection goes, by the server name it sent.
@@ -58,14 +55,21 @@ pub enum Route {
 /// Every cluster, in configuration order, and how a client finds one.
 pub struct Clusters {
     list: Vec<Arc<Cluster>>,
+    /// Each cluster's server names, as `list` orders them.
+    server_names: Vec<Vec<String>>,
     /// Whether the file names its clusters: without, the one cluster takes every client.
     named: bool,
 }
 
 impl Clusters {
-    /// `list`; `named` when the file has `clusters:`.
-    pub fn new(list: Vec<Arc<Cluster>>, named: bool) -> Clusters {
-        Clusters { list, named }
+    /// Each cluster of `list` with its server names; `named` when the file has `clusters:`.
+    pub fn new(list: Vec<(Arc<Cluster>, Vec<String>)>, named: bool) -> Clusters {
+        let (list, server_names) = list.into_iter().unzip();
+        Clusters {
+            list,
+            server_names,
+            named,
+        }
     }
 
     /// Whether clients are routed by the server name they send (the file names clusters).
@@ -120,8 +124,9 @@ impl Clusters {
         let name = name.strip_suffix('.').unwrap_or(&name);
         self.list
             .iter()
-            .filter(serves)
-            .filter_map(|c| Some((c.matches(name)?, c)))
+            .zip(&self.server_names)
+            .filter(|(c, _)| serves(c))
+            .filter_map(|(c, names)| Some((matches(names, name)?, c)))
             .max_by_key(|(rank, _)| *rank)
             .map_or(Route::UnknownServerName, |(_, c)| Route::To(c.clone()))
     }
@@ -182,7 +187,7 @@ mod tests {
     use crate::telemetry::{MetricEvents, Metrics};
     use kubegate_config::{DrainConfig, HealthConfig};
 
-    fn cluster(name: &str, server_names: &[&str]) -> Arc<Cluster> {
+    fn cluster(name: &str, server_names: &[&str]) -> (Arc<Cluster>, Vec<String>) {
         let metrics = Arc::new(Metrics::new());
         let events = Arc::new(MetricEvents::new(
             name,
@@ -197,7 +202,7 @@ mod tests {
             move |n| Planes::new(metrics.clone(), n),
         );
         let names = server_names.iter().map(|s| s.to_string()).collect();
-        Arc::new(Cluster::new(name.into(), names, pool))
+        (Arc::new(Cluster::new(name.into(), pool)), names)
     }
 
     fn reached(route: Route) -> String {

@@ -84,7 +84,7 @@ impl Gateway {
         let clusters = specs
             .into_iter()
             .zip(probes)
-            .map(|(spec, probes)| gw.new_cluster(spec, &drain, probes))
+            .map(|(spec, probes)| (gw.new_cluster(&spec, &drain, probes), spec.server_names))
             .collect();
         gw.replace_clusters(Clusters::new(clusters, named));
         gw.publish_client_limit();
@@ -141,7 +141,7 @@ impl Gateway {
     /// decisions counted in the gateway's metrics.
     pub fn new_cluster(
         &self,
-        spec: kubegate_config::ClusterConfig,
+        spec: &kubegate_config::ClusterConfig,
         drain: &kubegate_config::DrainConfig,
         probes: kubegate_health::ProbeSettings,
     ) -> Arc<Cluster> {
@@ -161,7 +161,7 @@ impl Gateway {
             events,
             move |name| Planes::new(metrics.clone(), name),
         );
-        Arc::new(Cluster::new(spec.name, spec.server_names, pool))
+        Arc::new(Cluster::new(spec.name.clone(), pool))
     }
 
     /// Every metric.

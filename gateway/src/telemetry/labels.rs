@@ -183,7 +183,7 @@ label! {
 
 label! {
     /// How an attempt on one backend failed before response headers reached the client
-    /// (terminate mode; `terminate/retry.rs` decides what may be tried again).
+    /// (terminate mode; `terminate/upstream/retry.rs` decides what may be tried again).
     pub enum AttemptFailure {
         /// TCP, TLS or the HTTP/2 handshake failed: nothing was sent.
         Connect => "connect_failed",

@@ -1,6 +1,7 @@
 //! A terminate-mode client connection: the TLS handshake within `terminate.handshake_timeout`
-//! (with clusters, the ClientHello's server name chooses the cluster, and so the certificate
-//! the client sees and the CA that verifies its own), the identity of a verified client
+//! (the ClientHello's server name chooses the cluster, as a passthrough listener's does; the
+//! client sees its listener's certificate, or where the listener has none — a file with
+//! `clusters:` — its cluster's, whose CA then verifies the client's own), the identity of a verified client
 //! certificate, then HTTP/2 (ALPN `h2`) or HTTP/1.1 (ALPN `http/1.1` or none). When kubegate drains, HTTP/2 clients get GOAWAY and HTTP/1.1 ones
 //! `Connection: close` on their next response; requests in flight finish.
 //!
@@ -15,15 +16,14 @@ use crate::net::Serve;
 use crate::state::ClientSlot;
 use crate::state::{Gateway, Phase, Route};
 use crate::telemetry::{ClientLimit, ClientProtocol, HandshakeFailure, Refusal};
-use crate::terminate::by_name::TerminatedClusters;
-use crate::terminate::handle::handle;
-use crate::terminate::mode::TerminateMode;
-use crate::terminate::request::{CertificateRefusal, Client};
-use crate::terminate::resets::ResetWatch;
-use crate::terminate::tls::ALPN;
+use crate::terminate::request::handle::handle;
+use crate::terminate::request::shape::{CertificateRefusal, Client};
+use crate::terminate::server::by_name::{Handshake, TerminatedClusters};
+use crate::terminate::server::resets::ResetWatch;
+use crate::terminate::upstream::mode::TerminateMode;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use kubegate_config::{ListenerSpec, ServingTls, TerminateConfig};
+use kubegate_config::{ListenerSpec, TerminateConfig};
 use kubegate_net::tls::ServingCert;
 use kubegate_wire::identity::{CertificateName, IdentityHeaders, UserInfo};
 use std::convert::Infallible;
@@ -31,68 +31,38 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
-use tokio_rustls::{LazyConfigAcceptor, TlsAcceptor};
+use tokio_rustls::LazyConfigAcceptor;
 
-/// One terminate-mode listener: its TLS, and terminate mode's state for each cluster it
+/// One terminate-mode listener: its own TLS, if it has any, and the clusters terminate mode
 /// serves.
 pub struct TerminateListener {
-    handshakes: Handshakes,
-    serving: Vec<Arc<ServingCert>>,
+    /// `listeners[].tls` (a file without `clusters:`): every client's handshake completes
+    /// with it. Without, each completes with its cluster's.
+    own: Option<Handshake>,
+    clusters: Arc<TerminatedClusters>,
     /// As configured: routing by server name (the handshake) and by authority (each
     /// request, `handle`) reads its clusters and default cluster.
     listener: Arc<ListenerSpec>,
 }
 
-/// How a client's handshake is completed.
-enum Handshakes {
-    /// With the listener's own certificate and client CA, for the one cluster of a file
-    /// without `clusters:`.
-    One {
-        acceptor: TlsAcceptor,
-        mode: Arc<TerminateMode>,
-    },
-    /// With the certificate and client CA of the cluster the ClientHello names, as
-    /// configured now.
-    ByName(Arc<TerminatedClusters>),
-}
-
 impl TerminateListener {
-    /// `listener` serving the one cluster of a file without `clusters:` with its `tls`;
-    /// loads the serving certificate and client CA now.
+    /// `listener`, serving those of `clusters` it names (or every one); loads its own serving
+    /// certificate and client CA now, if it has them.
     pub fn new(
         listener: &ListenerSpec,
-        tls: &ServingTls,
-        mode: Arc<TerminateMode>,
+        clusters: Arc<TerminatedClusters>,
     ) -> Result<TerminateListener, String> {
-        let (serving, config) = kubegate_net::tls::serving(tls, &ALPN)?;
         Ok(TerminateListener {
-            handshakes: Handshakes::One {
-                acceptor: TlsAcceptor::from(Arc::new(config)),
-                mode,
-            },
-            serving: vec![serving],
+            own: listener.tls.as_ref().map(Handshake::load).transpose()?,
+            clusters,
             listener: Arc::new(listener.clone()),
         })
     }
 
-    /// `listener` serving, of `clusters`, those it names (or every one), each with its own
-    /// certificate and client CA.
-    pub fn by_name(
-        listener: &ListenerSpec,
-        clusters: Arc<TerminatedClusters>,
-    ) -> TerminateListener {
-        TerminateListener {
-            handshakes: Handshakes::ByName(clusters),
-            // Each cluster's certificate is followed with the cluster (`TerminatedCluster`).
-            serving: Vec::new(),
-            listener: Arc::new(listener.clone()),
-        }
-    }
-
-    /// Its own serving certificates, which follow their files (the control plane watches
-    /// them).
-    pub fn serving(&self) -> &[Arc<ServingCert>] {
-        &self.serving
+    /// Its own serving certificate, if it has one, which follows its files (the control plane
+    /// watches it; a cluster's follows with the cluster).
+    pub fn serving(&self) -> Option<&Arc<ServingCert>> {
+        self.own.as_ref().map(|h| &h.serving)
     }
 }
 
@@ -285,7 +255,7 @@ async fn handshake(
     }
 }
 
-/// The handshake with the listener's certificate, or with the certificate of the cluster the
+/// The handshake, with the listener's certificate or with that of the cluster the
 /// ClientHello names: the TLS stream and terminate mode's state for its cluster. `None`: the
 /// client was turned away for its name (counted; told `unrecognized_name`).
 async fn accept(
@@ -294,29 +264,27 @@ async fn accept(
     tcp: TcpStream,
     addr: SocketAddr,
 ) -> std::io::Result<Option<(TlsStream<TcpStream>, Arc<TerminateMode>)>> {
-    let clusters = match &listener.handshakes {
-        Handshakes::One { acceptor, mode } => {
-            return Ok(Some((acceptor.accept(tcp).await?, mode.clone())))
-        }
-        Handshakes::ByName(clusters) => clusters,
-    };
     let mut start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp).await?;
     let name = start
         .client_hello()
         .server_name()
         .map(str::to_ascii_lowercase);
     let chosen = match gw.clusters().route(&listener.listener, name.as_deref()) {
-        Route::To(cluster) => clusters
+        Route::To(cluster) => listener
+            .clusters
             .get(cluster.name())
             .ok_or(Refusal::UnknownServerName),
         Route::NoServerName => Err(Refusal::NoServerName),
         Route::UnknownServerName => Err(Refusal::UnknownServerName),
     };
+    let chosen = chosen.and_then(|c| {
+        let handshake = listener.own.as_ref().or(c.handshake());
+        // `kubegate check` made sure a cluster without a listener's TLS has its own.
+        let config = handshake.ok_or(Refusal::UnknownServerName)?.config.clone();
+        Ok((config, c.mode().clone()))
+    });
     match chosen {
-        Ok(c) => Ok(Some((
-            start.into_stream(c.handshake().clone()).await?,
-            c.mode().clone(),
-        ))),
+        Ok((config, mode)) => Ok(Some((start.into_stream(config).await?, mode))),
         Err(refusal) => {
             tracing::debug!(client = %addr, server_name = name.as_deref().unwrap_or(""), reason = refusal.as_str(), "no cluster of the listener answers the client's server name");
             gw.metrics().net.refuse(refusal);

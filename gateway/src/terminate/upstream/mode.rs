@@ -5,9 +5,9 @@
 
 use crate::state::{Cluster, Pool};
 use crate::telemetry::TerminateMetrics;
-use crate::terminate::rules::Rules;
-use crate::terminate::tls::UpstreamTls;
-use crate::terminate::tokens::TokenReviews;
+use crate::terminate::request::rules::Rules;
+use crate::terminate::sender::tokens::TokenReviews;
+use crate::terminate::upstream::tls::UpstreamTls;
 use arc_swap::ArcSwap;
 use kubegate_config::{DispatchRule, UpstreamConfig};
 use kubegate_wire::identity::IdentityHeaders;
@@ -79,18 +79,6 @@ impl UpstreamFiles {
 }
 
 impl TerminateMode {
-    /// `cluster`'s, from its `upstream`, with `rules`; request bodies counted in
-    /// `body_bytes`, which every cluster's mode shares (the bound is on all clients together).
-    pub fn new(
-        upstream: &UpstreamConfig,
-        cluster: Arc<Cluster>,
-        rules: Rules,
-        body_bytes: Arc<AtomicU64>,
-    ) -> Result<TerminateMode, String> {
-        let upstreams = Upstreams::load(upstream, cluster)?;
-        Ok(TerminateMode::with(upstreams, rules, body_bytes))
-    }
-
     /// The cluster `upstreams` reach, with `rules`; request bodies counted in `body_bytes`.
     pub fn with(upstreams: Upstreams, rules: Rules, body_bytes: Arc<AtomicU64>) -> TerminateMode {
         TerminateMode {

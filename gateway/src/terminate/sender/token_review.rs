@@ -4,11 +4,11 @@
 
 use crate::net::Unplaced;
 use crate::state::Gateway;
-use crate::terminate::body::read_whole;
-use crate::terminate::dispatch::{dispatch, Answer};
-use crate::terminate::mode::Upstreams;
-use crate::terminate::request::Outgoing;
-use crate::terminate::tokens::ReviewFailure;
+use crate::terminate::request::body::read_whole;
+use crate::terminate::request::shape::Outgoing;
+use crate::terminate::sender::tokens::ReviewFailure;
+use crate::terminate::upstream::dispatch::{dispatch, Answer};
+use crate::terminate::upstream::mode::Upstreams;
 use bytes::Bytes;
 use http::{Method, StatusCode};
 use kubegate_wire::classify::{RequestClass, Verb};

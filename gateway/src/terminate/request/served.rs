@@ -5,7 +5,7 @@
 use crate::state::{Backend, Gateway, Kind};
 use crate::telemetry::access_log::Entry;
 use crate::telemetry::Identity;
-use crate::terminate::request::Client;
+use crate::terminate::request::shape::Client;
 use http::header::HeaderValue;
 use http::{Request, Response, Uri};
 use kubegate_wire::identity::UserInfo;

@@ -4,9 +4,9 @@
 
 use crate::state::{Gateway, Stream};
 use crate::telemetry::access_log::{self, Entry};
-use crate::terminate::h2client::ResponseStream;
-use crate::terminate::in_flight::InFlight;
-use crate::terminate::rules::Slot;
+use crate::terminate::request::rules::Slot;
+use crate::terminate::upstream::h2client::ResponseStream;
+use crate::terminate::upstream::in_flight::InFlight;
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Limited};

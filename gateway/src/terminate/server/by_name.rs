@@ -1,14 +1,15 @@
-//! The clusters terminate mode serves by server name: for each, the handshake its clients get
-//! (its serving certificate, its client CA, its TLS versions and suites) and its terminate
-//! state (upstream, rules, tokens). Shared by every terminate listener of a file with
-//! `clusters:`, and changed in place by a reload that adds, changes or removes a cluster: a
-//! new client finds what is configured now, a connection keeps the state it was accepted with
-//! (a removed cluster's open connections end with its retired pool's drain).
+//! The clusters terminate mode serves (those a terminate listener serves; the one cluster of a
+//! file without `clusters:` among them): for each, its terminate state (upstream, rules,
+//! tokens) and, with `clusters:`, the handshake its clients get (its serving certificate, its
+//! client CA, its TLS versions and suites). Shared by every terminate listener, and changed in
+//! place by a reload that adds, changes or removes a cluster: a new client finds what is
+//! configured now, a connection keeps the state it was accepted with (a removed cluster's open
+//! connections end with its retired pool's drain).
 
 use crate::state::Cluster;
-use crate::terminate::mode::{TerminateMode, UpstreamFiles};
-use crate::terminate::rules::Rules;
-use crate::terminate::tls::ALPN;
+use crate::terminate::request::rules::Rules;
+use crate::terminate::upstream::mode::{TerminateMode, UpstreamFiles};
+use crate::terminate::upstream::tls::ALPN;
 use arc_swap::ArcSwap;
 use kubegate_config::ServingTls;
 use kubegate_net::tls::ServingCert;
@@ -17,43 +18,62 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use tokio::task::AbortHandle;
 
-/// Every cluster terminate mode serves by name.
+/// Every cluster terminate mode serves, by name.
 pub struct TerminatedClusters {
     by_name: ArcSwap<HashMap<String, Arc<TerminatedCluster>>>,
     /// Request body bytes held for all clients of every cluster together (`bodies`).
     body_bytes: Arc<AtomicU64>,
 }
 
-/// One cluster's handshake and terminate state.
+/// One cluster's terminate state, and its handshake.
 pub struct TerminatedCluster {
-    handshake: Arc<rustls::ServerConfig>,
-    serving: Arc<ServingCert>,
+    /// Its own TLS (`clusters[].tls`); without, its clients complete their listener's.
+    handshake: Option<Handshake>,
     mode: Arc<TerminateMode>,
     /// The control tasks that follow this cluster (its versions, its share, its certificate
     /// files): ended when it is removed.
     tasks: Mutex<Vec<AbortHandle>>,
 }
 
+/// A TLS server side: the config a handshake completes with, and its serving certificate,
+/// which follows its files.
+#[derive(Clone)]
+pub struct Handshake {
+    /// What a handshake completes with.
+    pub config: Arc<rustls::ServerConfig>,
+    /// Its certificate.
+    pub serving: Arc<ServingCert>,
+}
+
+impl Handshake {
+    /// Reads `tls` now.
+    pub fn load(tls: &ServingTls) -> Result<Handshake, String> {
+        let (serving, config) = kubegate_net::tls::serving(tls, &ALPN)?;
+        Ok(Handshake {
+            config: Arc::new(config),
+            serving,
+        })
+    }
+}
+
 /// What a cluster's handshake and upstream read from files, loaded before anything changes.
 pub struct ClusterFiles {
-    handshake: Arc<rustls::ServerConfig>,
-    serving: Arc<ServingCert>,
+    handshake: Option<Handshake>,
     upstream: UpstreamFiles,
 }
 
 impl ClusterFiles {
-    /// Reads `tls` (the serving side) and `upstream` of cluster `name` now.
+    /// Reads `tls` (its own serving side, if it has one) and `upstream` of cluster `name` now.
     pub fn load(
         name: &str,
-        tls: &ServingTls,
+        tls: Option<&ServingTls>,
         upstream: &kubegate_config::UpstreamConfig,
     ) -> Result<ClusterFiles, String> {
         let at = |e: String| format!("cluster {name}: {e}");
-        let (serving, handshake) = kubegate_net::tls::serving(tls, &ALPN).map_err(at)?;
+        let handshake = tls.map(Handshake::load).transpose().map_err(at)?;
         let upstream = UpstreamFiles::load(upstream).map_err(|e| at(format!("upstream: {e}")))?;
         Ok(ClusterFiles {
-            handshake: Arc::new(handshake),
-            serving,
+            handshake,
             upstream,
         })
     }
@@ -83,7 +103,6 @@ impl TerminatedClusters {
         );
         let entry = Arc::new(TerminatedCluster {
             handshake: files.handshake,
-            serving: files.serving,
             mode: Arc::new(mode),
             tasks: Mutex::default(),
         });
@@ -124,14 +143,9 @@ impl Default for TerminatedClusters {
 }
 
 impl TerminatedCluster {
-    /// The TLS its clients' handshakes complete with.
-    pub fn handshake(&self) -> &Arc<rustls::ServerConfig> {
-        &self.handshake
-    }
-
-    /// Its serving certificate, which follows its files.
-    pub fn serving(&self) -> &Arc<ServingCert> {
-        &self.serving
+    /// Its own TLS, if it has one (`clusters[].tls`).
+    pub fn handshake(&self) -> Option<&Handshake> {
+        self.handshake.as_ref()
     }
 
     /// Its terminate state.

@@ -33,7 +33,7 @@
 //! (or while a replica is being read), not a retry each.
 
 use crate::state::{Backend, Cluster, Gateway, Pool, Served};
-use crate::terminate::body::says;
+use crate::terminate::request::body::says;
 use http::{header, HeaderMap, Uri};
 use kubegate_config::NoReadyBackendPolicy;
 use kubegate_pool::Candidates;

@@ -7,10 +7,10 @@
 //! is published as metrics here, in one place, at each look.
 
 use crate::state::{ApiSet, Backend, Gateway, Kind, Served};
-use crate::terminate::connect::stream_to;
-use crate::terminate::h2client;
-use crate::terminate::mode::{TerminateMode, Upstreams};
-use crate::terminate::request::Outgoing;
+use crate::terminate::request::shape::Outgoing;
+use crate::terminate::upstream::connect::stream_to;
+use crate::terminate::upstream::h2client;
+use crate::terminate::upstream::mode::{TerminateMode, Upstreams};
 use bytes::Bytes;
 use http::{Method, StatusCode};
 use http_body_util::{BodyExt, Limited};

@@ -8,7 +8,7 @@
 //! kubegate's to choose: bench/README.md, "Terminate mode".)
 
 use crate::telemetry::AttemptFailure;
-use crate::terminate::retry::failure_of;
+use crate::terminate::upstream::retry::failure_of;
 use bytes::Bytes;
 use h2::client::SendRequest;
 use h2::RecvStream;

@@ -1,0 +1,610 @@
+//! Shaping a client's request for the backends (terminate mode): what kubegate removes, adds
+//! and vouches for, the URI HTTP/2 wants, and the request held whole so a retry can send it
+//! again.
+//!
+//! 1. Identity: every identity header the client sent is removed; a verified client
+//!    certificate becomes `X-Remote-User`/`X-Remote-Group` (sent over the front-proxy
+//!    certificate); tokens and `Impersonate-*` pass untouched. `X-Forwarded-For` gets the
+//!    client's address, and an untrusted client's `X-Real-Ip` goes (the apiserver's audit
+//!    log reads it after `X-Forwarded-For`).
+//! 2. Connection-specific headers never cross; the URI is made absolute.
+//! 3. A held body gets a `Content-Length` when the client sent none.
+//!
+//! Pure functions of the request and the upstream settings (no I/O), reached by the fuzz
+//! targets through [`Shaper`].
+
+use crate::state::Kind;
+use crate::telemetry::{Identity, TerminateMetrics};
+use crate::terminate::request::bodies::Held;
+use crate::terminate::sender::tokens::ReviewShare;
+use crate::terminate::upstream::mode::Upstreams;
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::request::Parts;
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{Method, Request, Uri, Version};
+use kubegate_wire::identity::{IdentityHeaders, UserInfo};
+use rustls::pki_types::ServerName;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+/// The user kubegate's own requests (discovery reads, token reviews) are sent as, by its
+/// front-proxy certificate.
+pub const SELF_USER: &str = "kubegate";
+
+/// Why a verified client certificate cannot be passed on: every request on its connection is
+/// answered 401, as the apiserver would answer it (never sent on as anonymous).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CertificateRefusal {
+    /// It has no common name (the apiserver's x509 authenticator: "common name of client
+    /// certificate is empty").
+    NoName,
+    /// Its name or an organization holds a control character or leading or trailing blanks:
+    /// as a header value it would not reach the apiserver as the certificate says it.
+    Unsendable,
+    /// Its subject has several UID attributes, or an empty one (1.33+'s x509 authenticator
+    /// refuses it).
+    BadUid,
+}
+
+impl CertificateRefusal {
+    /// What the client is told.
+    pub fn message(self) -> &'static str {
+        match self {
+            CertificateRefusal::NoName => {
+                "Unauthorized: the client certificate has no common name (CN), so it names no user"
+            }
+            CertificateRefusal::Unsendable => {
+                "Unauthorized: the client certificate's name or organization holds characters that cannot be passed on unchanged"
+            }
+            CertificateRefusal::BadUid => {
+                "Unauthorized: the client certificate's subject has several UID attributes (1.3.6.1.4.1.57683.2), or an empty one"
+            }
+        }
+    }
+}
+
+/// A client connection, as its requests need it.
+pub struct Client {
+    /// Where it connects from.
+    pub addr: SocketAddr,
+    /// It speaks HTTP/2 (else HTTP/1.1).
+    pub h2: bool,
+    /// The verified client certificate's identity, if any (shared with the access log).
+    pub identity: Option<Arc<UserInfo>>,
+    /// The client presented a verified certificate that cannot be passed on.
+    pub refused_certificate: Option<CertificateRefusal>,
+    /// Request body bytes held for this connection (`bodies`).
+    pub body_bytes: Arc<AtomicU64>,
+    /// This connection's share of the token reviews (`tokens`).
+    pub reviews: ReviewShare,
+    /// The client's IP as an `X-Forwarded-For` value (the apiserver's audit log reads it),
+    /// made once per connection.
+    forwarded_for: Option<HeaderValue>,
+    /// The client is a proxy kubegate trusts (`terminate.trusted_proxies`): its
+    /// `X-Forwarded-For` is kept and extended; anyone else's is replaced.
+    trusted_proxy: bool,
+}
+
+impl Client {
+    /// A client connecting from `addr`, with the identity of its verified certificate.
+    pub fn new(addr: SocketAddr, identity: Option<UserInfo>) -> Client {
+        let forwarded_for = HeaderValue::from_str(&client_ip(addr).to_string()).ok();
+        Client {
+            addr,
+            h2: false,
+            identity: identity.map(Arc::new),
+            refused_certificate: None,
+            body_bytes: Arc::default(),
+            reviews: ReviewShare::default(),
+            forwarded_for,
+            trusted_proxy: false,
+        }
+    }
+
+    /// The connection speaks HTTP/2.
+    pub fn speaking_h2(mut self, h2: bool) -> Client {
+        self.h2 = h2;
+        self
+    }
+
+    /// The client presented a verified certificate that cannot be passed on.
+    pub fn refusing(mut self, refusal: Option<CertificateRefusal>) -> Client {
+        self.refused_certificate = refusal;
+        self
+    }
+
+    /// The client's IP address, as text.
+    pub fn ip(&self) -> &str {
+        self.forwarded_for
+            .as_ref()
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+    }
+
+    /// Whether the client is one of `trusted` (proxies whose `X-Forwarded-For` is kept).
+    pub fn trusting(mut self, addr: SocketAddr, trusted: &[kubegate_config::Cidr]) -> Client {
+        let ip = client_ip(addr);
+        self.trusted_proxy = trusted.iter().any(|c| c.contains(ip));
+        self
+    }
+}
+
+/// What shaping a request needs: terminate mode's identity headers, whether it vouches for
+/// verified clients (a front-proxy certificate is configured), the upstream server name, and
+/// where stripped headers and identities are counted.
+pub struct Shaper<'a> {
+    /// The front-proxy header names.
+    pub identity: &'a IdentityHeaders,
+    /// A front-proxy certificate is configured: verified client identities are passed on.
+    pub vouches: bool,
+    /// The upstream server name (the authority when the client named none).
+    pub server_name: &'a ServerName<'static>,
+    /// Where identities and stripped headers are counted.
+    pub metrics: &'a TerminateMetrics,
+}
+
+impl<'a> Shaper<'a> {
+    /// Shaping for `upstreams`, counted in `metrics`.
+    pub fn new(upstreams: &'a Upstreams, metrics: &'a TerminateMetrics) -> Shaper<'a> {
+        Shaper {
+            identity: &upstreams.identity,
+            vouches: upstreams.tls.with_identity.is_some(),
+            server_name: &upstreams.tls.server_name,
+            metrics,
+        }
+    }
+
+    /// The request of `client` with head `parts` and body `body` (read whole), as the
+    /// backends get it.
+    pub fn request(&self, client: &Client, mut parts: Parts, body: Bytes) -> Outgoing {
+        let client_query = parts.uri.query().map(str::to_string);
+        // Before the hop-by-hop headers go: an HTTP/1.1 client's Host is one of them.
+        let uri = upstream_uri(parts.uri, &parts.headers, self.server_name);
+        // Before kubegate sets its own headers: a client's `Connection` could name them.
+        remove_hop_by_hop(parts.version, &mut parts.headers);
+        let kind = self.headers(client, &mut parts.headers);
+        set_content_length(&parts.method, &mut parts.headers, body.len());
+        Outgoing {
+            method: parts.method,
+            uri,
+            headers: parts.headers,
+            body,
+            held: None,
+            kind,
+            client_query,
+        }
+    }
+
+    /// Shapes the head of an upgrade request (exec, attach, port-forward) in place: identity,
+    /// and only the two headers that make it an upgrade cross as connection headers. Returns
+    /// the kind of connection it needs.
+    pub fn upgrade(&self, client: &Client, parts: &mut Parts) -> Kind {
+        let upgrade = parts.headers.get(header::UPGRADE).cloned();
+        // Before the hop-by-hop headers go: an HTTP/1.1 client's Host is one of them.
+        let uri = upstream_uri(parts.uri.clone(), &parts.headers, self.server_name);
+        // Before kubegate sets its own headers: a client's `Connection` could name them.
+        remove_hop_by_hop(parts.version, &mut parts.headers);
+        let kind = self.headers(client, &mut parts.headers);
+        if let Some(host) = uri.authority() {
+            if let Ok(h) = HeaderValue::from_str(host.as_str()) {
+                parts.headers.insert(header::HOST, h);
+            }
+        }
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        if let Some(u) = upgrade {
+            parts.headers.insert(header::UPGRADE, u);
+        }
+        kind
+    }
+
+    /// Removes the client's identity headers and sets the ones kubegate vouches for; adds
+    /// `X-Forwarded-For`. Returns which kind of upstream connection the request needs.
+    pub fn headers(&self, client: &Client, headers: &mut HeaderMap) -> Kind {
+        let m = self.metrics;
+        let stripped = self.identity.strip(headers);
+        if stripped > 0 {
+            m.identity_headers_stripped.inc_by(stripped as u64);
+        }
+        let vouched = match (&client.identity, self.vouches) {
+            (Some(id), true) => self.identity.apply(id, headers),
+            _ => false,
+        };
+        let identity = if vouched {
+            Identity::ClientCertificate
+        } else if headers.contains_key(header::AUTHORIZATION) {
+            Identity::BearerToken
+        } else {
+            Identity::Anonymous
+        };
+        m.count_identity(identity);
+        let kind = match identity {
+            Identity::ClientCertificate => Kind::WithIdentity,
+            Identity::BearerToken => Kind::BearerToken,
+            Identity::Anonymous => Kind::Anonymous,
+        };
+        // A trusted proxy's list is kept and extended; anyone else's is replaced, so the first
+        // address the apiserver logs is one kubegate saw.
+        let forwarded_for = HeaderName::from_static("x-forwarded-for");
+        let before = client
+            .trusted_proxy
+            .then(|| {
+                let all: Vec<&str> = headers
+                    .get_all(&forwarded_for)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .collect();
+                (!all.is_empty()).then(|| all.join(", "))
+            })
+            .flatten();
+        let forwarded = match before {
+            Some(before) => client
+                .forwarded_for
+                .as_ref()
+                .and_then(|ip| ip.to_str().ok())
+                .and_then(|ip| HeaderValue::from_str(&format!("{before}, {ip}")).ok()),
+            None => client.forwarded_for.clone(),
+        };
+        headers.remove(&forwarded_for);
+        if let Some(v) = forwarded {
+            headers.insert(forwarded_for, v);
+        }
+        if !client.trusted_proxy {
+            headers.remove(HeaderName::from_static("x-real-ip"));
+        }
+        kind
+    }
+}
+
+/// The `User-Agent` in `headers`, or `""`.
+pub fn user_agent(headers: &HeaderMap) -> &str {
+    headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+}
+
+fn client_ip(addr: SocketAddr) -> IpAddr {
+    addr.ip().to_canonical()
+}
+
+/// Gives a request whose body kubegate holds whole a `Content-Length` if the client sent none
+/// (HTTP/1.1 chunked; HTTP/2 may omit it), as hyper's client did: the apiserver's body limit
+/// reads it before the body.
+pub fn set_content_length(method: &Method, headers: &mut HeaderMap, len: usize) {
+    let payload_defined = !matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::DELETE | Method::CONNECT
+    );
+    if len > 0 || payload_defined {
+        headers
+            .entry(header::CONTENT_LENGTH)
+            .or_insert_with(|| HeaderValue::from(len));
+    }
+}
+
+/// Headers that describe one connection, not the request: they never cross a proxy (and
+/// HTTP/2 forbids them), from a request of `version`.
+pub fn remove_hop_by_hop(version: Version, headers: &mut HeaderMap) {
+    if version == Version::HTTP_2 {
+        // h2 refuses a request carrying any other connection-specific header (a malformed
+        // stream), so only these two can be there; the scan below runs for every request.
+        headers.remove(header::HOST);
+        headers.remove(header::TE);
+        return;
+    }
+    let listed: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().to_ascii_lowercase().as_bytes()).ok())
+        .collect();
+    for name in listed {
+        headers.remove(name);
+    }
+    for name in [
+        header::CONNECTION,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+        header::TE,
+        header::HOST,
+        HeaderName::from_static("keep-alive"),
+        HeaderName::from_static("proxy-connection"),
+    ] {
+        headers.remove(name);
+    }
+}
+
+/// The request's URI toward a backend, absolute as HTTP/2 wants it: the client's path and
+/// query, kept as they are (not parsed again), and the authority it addressed (HTTP/2
+/// `:authority`, HTTP/1.1 `Host`), else the upstream server name.
+pub fn upstream_uri(uri: Uri, headers: &HeaderMap, server_name: &ServerName<'_>) -> Uri {
+    let mut parts = uri.into_parts();
+    if parts.authority.is_none() {
+        parts.authority = headers
+            .get(header::HOST)
+            .and_then(|h| Authority::try_from(h.as_bytes()).ok())
+            .or_else(|| server_authority(server_name));
+    }
+    parts.scheme = Some(Scheme::HTTPS);
+    if parts.path_and_query.is_none() {
+        parts.path_and_query = Some(PathAndQuery::from_static("/"));
+    }
+    Uri::from_parts(parts).unwrap_or_else(|_| Uri::from_static("/"))
+}
+
+/// The upstream server name as an authority (an IPv6 address in brackets).
+fn server_authority(name: &ServerName<'_>) -> Option<Authority> {
+    match name {
+        ServerName::IpAddress(rustls::pki_types::IpAddr::V6(_)) => {
+            Authority::try_from(format!("[{}]", name.to_str())).ok()
+        }
+        _ => Authority::try_from(name.to_str().as_ref()).ok(),
+    }
+}
+/// A request ready to send to any backend, as often as retries need.
+pub struct Outgoing {
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+    /// The body's charge against the bounds on held bodies, given back with the last copy.
+    held: Option<Arc<Held>>,
+    kind: Kind,
+    /// The query the client sent (a watch's upstream query may differ).
+    client_query: Option<String>,
+}
+
+impl Outgoing {
+    /// A request of kubegate's own to `path` (JSON both ways), sent as user [`SELF_USER`] over
+    /// the front-proxy certificate; `None` without one.
+    pub fn as_kubegate(
+        upstreams: &Upstreams,
+        method: Method,
+        path: &'static str,
+        body: Bytes,
+    ) -> Option<Outgoing> {
+        upstreams.tls.with_identity.as_ref()?;
+        let mut headers = HeaderMap::new();
+        let json = HeaderValue::from_static("application/json");
+        headers.insert(header::ACCEPT, json.clone());
+        if !body.is_empty() {
+            headers.insert(header::CONTENT_TYPE, json);
+        }
+        let me = UserInfo {
+            user: SELF_USER.to_string(),
+            groups: Vec::new(),
+            uid: None,
+        };
+        upstreams.identity.apply(&me, &mut headers);
+        set_content_length(&method, &mut headers, body.len());
+        Some(Outgoing {
+            uri: upstream_uri(
+                Uri::from_static(path),
+                &HeaderMap::new(),
+                &upstreams.tls.server_name,
+            ),
+            method,
+            headers,
+            body,
+            held: None,
+            kind: Kind::WithIdentity,
+            client_query: None,
+        })
+    }
+
+    /// The body's charge is held as long as this request (and any copy of it) lives.
+    pub fn holding(mut self, held: Held) -> Outgoing {
+        self.held = Some(Arc::new(held));
+        self
+    }
+
+    /// The URI sent upstream.
+    pub fn uri(&self) -> &Uri {
+        &self.uri
+    }
+
+    /// The body, held whole.
+    pub fn body(&self) -> &Bytes {
+        &self.body
+    }
+
+    /// Which kind of upstream connection it needs.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The client's `User-Agent`, or `""`.
+    pub fn user_agent(&self) -> &str {
+        user_agent(&self.headers)
+    }
+
+    /// The query the client sent.
+    pub fn client_query(&self) -> Option<&str> {
+        self.client_query.as_deref()
+    }
+
+    /// The same request with another query.
+    pub fn with_query(&self, query: &str) -> Outgoing {
+        let path = self.uri.path();
+        let pq = if query.is_empty() {
+            path.to_string()
+        } else {
+            format!("{path}?{query}")
+        };
+        let mut parts = self.uri.clone().into_parts();
+        parts.path_and_query = pq.parse().ok();
+        Outgoing {
+            method: self.method.clone(),
+            uri: Uri::from_parts(parts).unwrap_or_else(|_| self.uri.clone()),
+            headers: self.headers.clone(),
+            body: self.body.clone(),
+            held: self.held.clone(),
+            kind: self.kind,
+            client_query: self.client_query.clone(),
+        }
+    }
+
+    /// The request's head for one attempt (its body is [`Outgoing::body`]).
+    pub fn head(&self) -> Request<()> {
+        let mut req = Request::new(());
+        *req.method_mut() = self.method.clone();
+        *req.uri_mut() = self.uri.clone();
+        *req.version_mut() = Version::HTTP_2;
+        *req.headers_mut() = self.headers.clone();
+        req
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_never_cross() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, "keep-alive, X-Trace".parse().unwrap());
+        h.insert("x-trace", "1".parse().unwrap());
+        h.insert("keep-alive", "timeout=5".parse().unwrap());
+        h.insert(header::TE, "trailers".parse().unwrap());
+        h.insert(header::HOST, "api:6443".parse().unwrap());
+        h.insert(header::ACCEPT, "application/json".parse().unwrap());
+        let mut from_h2 = h.clone();
+        from_h2.remove(header::CONNECTION);
+        from_h2.remove("keep-alive");
+        remove_hop_by_hop(Version::HTTP_11, &mut h);
+        let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["accept"]);
+        // What h2 lets through in a request: Host and `TE: trailers` go.
+        remove_hop_by_hop(Version::HTTP_2, &mut from_h2);
+        let mut left: Vec<_> = from_h2.keys().map(|k| k.as_str()).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["accept", "x-trace"]);
+    }
+
+    /// Found by the `request_shaping` fuzz target: a client's `Connection` header named
+    /// `X-Forwarded-For`, and the header kubegate had just set went with the hop-by-hop ones.
+    #[test]
+    fn a_connection_header_cannot_remove_what_kubegate_sets() {
+        let fp = kubegate_config::FrontProxy::new("a".into(), "b".into());
+        let identity = IdentityHeaders::new(&fp).unwrap();
+        let name = ServerName::try_from("kubernetes").unwrap();
+        let metrics = TerminateMetrics::new(&prometheus::Registry::new());
+        let shaper = Shaper {
+            identity: &identity,
+            vouches: true,
+            server_name: &name,
+            metrics: &metrics,
+        };
+        let cert = UserInfo {
+            user: "alice".into(),
+            groups: vec!["dev".into()],
+            uid: None,
+        };
+        let client = Client::new("192.0.2.7:4000".parse().unwrap(), Some(cert));
+        let req = Request::get("/api")
+            .header(
+                header::CONNECTION,
+                "x-forwarded-for, X-Remote-User, x-remote-group",
+            )
+            .body(())
+            .unwrap();
+        let (parts, ()) = req.into_parts();
+        let out = shaper.request(&client, parts, Bytes::new());
+        let h = out.head().headers().clone();
+        assert_eq!(h["x-forwarded-for"], "192.0.2.7");
+        assert_eq!(h["x-remote-user"], "alice");
+        assert_eq!(h["x-remote-group"], "dev");
+    }
+
+    #[test]
+    fn forwarded_addresses_are_replaced_unless_the_client_is_a_trusted_proxy() {
+        let identity = IdentityHeaders::default();
+        let name = ServerName::try_from("kubernetes").unwrap();
+        let metrics = TerminateMetrics::new(&prometheus::Registry::new());
+        let shaper = Shaper {
+            identity: &identity,
+            vouches: false,
+            server_name: &name,
+            metrics: &metrics,
+        };
+        let xff = |client: &Client| {
+            let mut h = HeaderMap::new();
+            h.append("x-forwarded-for", "203.0.113.9".parse().unwrap());
+            h.append("x-forwarded-for", "198.51.100.1".parse().unwrap());
+            shaper.headers(client, &mut h);
+            h.get_all("x-forwarded-for")
+                .iter()
+                .map(|v| v.to_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        };
+        let addr: SocketAddr = "10.1.2.3:4000".parse().unwrap();
+        let stranger = Client::new(addr, None);
+        assert_eq!(xff(&stranger), ["10.1.2.3"]);
+        let real_ip = |client: &Client| {
+            let mut h = HeaderMap::new();
+            h.insert("x-real-ip", "203.0.113.66".parse().unwrap());
+            shaper.headers(client, &mut h);
+            h.get("x-real-ip").cloned()
+        };
+        assert_eq!(real_ip(&stranger), None, "forged by the client");
+        let trusted = ["10.0.0.0/8".parse().unwrap()];
+        let proxy = Client::new(addr, None).trusting(addr, &trusted);
+        assert_eq!(xff(&proxy), ["203.0.113.9, 198.51.100.1, 10.1.2.3"]);
+        assert_eq!(
+            real_ip(&proxy).unwrap(),
+            "203.0.113.66",
+            "a trusted proxy's is kept"
+        );
+        let elsewhere: SocketAddr = "192.0.2.1:4000".parse().unwrap();
+        let not_listed = Client::new(elsewhere, None).trusting(elsewhere, &trusted);
+        assert_eq!(xff(&not_listed), ["192.0.2.1"]);
+    }
+
+    #[test]
+    fn the_authority_is_the_clients_then_the_upstream_name() {
+        let name = ServerName::try_from("kubernetes").unwrap();
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, "10.0.0.1:6443".parse().unwrap());
+        let h2: Uri = "https://api.example:443/api".parse().unwrap();
+        let h1 = HeaderMap::new();
+        assert_eq!(
+            upstream_uri("/api/v1?watch=1".parse().unwrap(), &h1, &name).to_string(),
+            "https://kubernetes/api/v1?watch=1"
+        );
+        assert_eq!(
+            upstream_uri("/api/v1?watch=1".parse().unwrap(), &h, &name).to_string(),
+            "https://10.0.0.1:6443/api/v1?watch=1"
+        );
+        assert_eq!(
+            upstream_uri(h2, &h, &name).to_string(),
+            "https://api.example:443/api"
+        );
+        let v6 = ServerName::try_from("::1").unwrap();
+        assert_eq!(
+            upstream_uri("/api".parse().unwrap(), &h1, &v6).to_string(),
+            "https://[::1]/api"
+        );
+    }
+
+    #[test]
+    fn a_held_body_gets_a_content_length_unless_the_client_gave_one() {
+        let mut h = HeaderMap::new();
+        set_content_length(&Method::POST, &mut h, 12);
+        assert_eq!(h[header::CONTENT_LENGTH], "12");
+        let mut h = HeaderMap::new();
+        set_content_length(&Method::POST, &mut h, 0);
+        assert_eq!(h[header::CONTENT_LENGTH], "0");
+        let mut h = HeaderMap::new();
+        set_content_length(&Method::GET, &mut h, 0);
+        assert!(h.get(header::CONTENT_LENGTH).is_none());
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_LENGTH, "12".parse().unwrap());
+        set_content_length(&Method::PATCH, &mut h, 12);
+        assert_eq!(h.get_all(header::CONTENT_LENGTH).iter().count(), 1);
+    }
+}

@@ -1,0 +1,24 @@
+//! The upstream side: a request placed on a backend and sent, on kubegate's own HTTP/2
+//! connections, with what it knows of each replica (its version, what it serves).
+//!
+//! | module | job |
+//! |---|---|
+//! | `mode` | a cluster's upstream settings (TLS, identity headers), rules and reviewed tokens, replaced by reloads |
+//! | `dispatch` | placing a request on a backend within its rule's backends and sending it; what comes back; retries where provably unprocessed |
+//! | `retry` | the pure rule of when a request may go to another backend |
+//! | `connect` | streams on a backend's HTTP/2 connections, new connections (TCP, TLS, HTTP/2), TLS for upgrades |
+//! | `h2client` | the HTTP/2 client toward backends, on `h2` directly: a request's own task sends it and waits for its response |
+//! | `in_flight` | a request's registration with its backend (the load signal, what a drain waits for) |
+//! | `skew` | version skew: a request for a group-version kept off replicas that do not serve it, discovery on the newest version's |
+//! | `versions` | each replica's version and served group-versions, read from its `/version`, `/api`, `/apis` (a task the control runtime starts) |
+//! | `tls` | how kubegate dials the apiservers: their CA and name, and its front-proxy certificate |
+
+pub(super) mod connect;
+pub(super) mod dispatch;
+pub(super) mod h2client;
+pub(super) mod in_flight;
+pub(super) mod mode;
+pub(super) mod retry;
+pub(super) mod skew;
+pub(super) mod tls;
+pub(super) mod versions;
