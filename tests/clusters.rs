@@ -694,9 +694,9 @@ async fn a_reload_adds_changes_and_removes_clusters_without_touching_the_others(
 }
 
 /// The same in terminate mode: a reload adds cluster c (its certificate, its client CA, its
-/// front-proxy identity), removes b, and gives a a new replica and a dispatch rule sending
-/// its reads there; a connection opened to a before the reload stays open and falls under the
-/// new rule at its next request.
+/// front-proxy identity), removes b, and gives a a new replica, a new server name and a
+/// dispatch rule sending its reads there; a connection opened to a before the reload stays
+/// open, falls under the new rule at its next request, and may name a's new name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_adds_changes_and_removes_clusters_in_terminate_mode() {
     let dir = tempfile::tempdir().unwrap();
@@ -761,9 +761,15 @@ async fn a_reload_adds_changes_and_removes_clusters_in_terminate_mode() {
     )
     .await;
     read_served_by(&mut kept, "a1").await;
+    // A name a does not answer yet is misdirected on a's connection.
+    kept.naming("api.a.example");
+    assert_eq!(kept.get("/version").await.unwrap().status, 421);
+    kept.naming("a.example");
 
     let mut a = a(&[&a1, &a2]);
     a.dispatch = vec![reads(&["a2"])];
+    // ... and one it answers after the reload: the connection's cluster is the one in force.
+    a.server_names.push("api.a.example".into());
     let mut c = terminating(
         cluster("c", &["c.example"], pki_c, &[&c1], &health),
         pki_c,
@@ -783,10 +789,18 @@ async fn a_reload_adds_changes_and_removes_clusters_in_terminate_mode() {
         kg.log()
     );
 
-    // The connection from before the reload: open still, its reads now a2's.
+    // The connection from before the reload: open still, its reads now a2's, a's new name
+    // its own.
     for _ in 0..3 {
         read_served_by(&mut kept, "a2").await;
     }
+    kept.naming("api.a.example");
+    let r = kept.get("/version").await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.replica().starts_with('a'), "{}", r.replica());
+    kept.naming("c.example");
+    assert_eq!(kept.get("/version").await.unwrap().status, 421);
+    kept.naming("a.example");
     // c: its own certificate, its replica, its CA (a's admin is refused at its name).
     let mut to_c = open(
         kg.listen,

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 /// Floors, top first; a file may import its own floor and those below.
 const FLOORS: &[&[&str]] = &[
-    &["app"],
+    &["app", "init"],
     &["control"],
     &["passthrough", "terminate"],
     &["net"],

@@ -8,72 +8,18 @@
 //! `dispatch` and `discovery` belong to each cluster alone.
 
 use crate::parts::{resolve_file, resolve_path, validate_parts, Parts};
-use crate::schema::{BackendSpec, Config, DiscoveryConfig, HealthConfig, UpstreamConfig};
-use serde::{Deserialize, Serialize};
+use crate::schema::{ClusterConfig, Config, IMPLICIT};
 use std::collections::HashMap;
 use std::path::Path;
 
-/// The name of the one cluster of a file without `clusters:`.
-pub const IMPLICIT: &str = "default";
-
-/// One control plane, as the file writes it.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClusterSpec {
-    /// Names the cluster in listeners, metrics, logs and the status page: lower-case letters,
-    /// digits and `-`, as a DNS label.
-    pub name: String,
-    /// The TLS server names (SNI) that reach this cluster: exact names (`a.example`) and
-    /// wildcards (`*.a.example`: any name ending in `.a.example`). An exact name wins over a
-    /// wildcard, a longer wildcard over a shorter one.
-    #[serde(default)]
-    pub server_names: Vec<String>,
-    /// The cluster's apiserver replicas.
-    #[serde(default)]
-    pub backends: Vec<BackendSpec>,
-    /// Its replicas found from its own `default/kubernetes` EndpointSlices.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub discovery: Option<DiscoveryConfig>,
-    /// How its replicas are probed; absent: the top-level `health`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub health: Option<HealthConfig>,
-    /// How terminate mode reaches its replicas (their CA, its front-proxy credentials);
-    /// absent: the top-level `upstream`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub upstream: Option<UpstreamConfig>,
-    /// Terminate mode's routing rules for its requests.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub dispatch: Vec<crate::DispatchRule>,
-    /// Terminate mode's serving side for this cluster's clients.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<crate::ServingTls>,
-}
-
-/// One cluster with everything it inherits filled in: what the gateway runs.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClusterConfig {
-    /// Its name ([`IMPLICIT`] for a file without `clusters:`).
-    pub name: String,
-    /// The server names that reach it; empty for the implicit cluster, which every name
-    /// reaches.
-    pub server_names: Vec<String>,
-    /// Its replicas.
-    pub backends: Vec<BackendSpec>,
-    /// Its discovery.
-    pub discovery: Option<DiscoveryConfig>,
-    /// Its probes.
-    pub health: HealthConfig,
-    /// Its upstream.
-    pub upstream: UpstreamConfig,
-    /// Its rules.
-    pub dispatch: Vec<crate::DispatchRule>,
-    /// Its serving side.
-    pub tls: Option<crate::ServingTls>,
-}
-
 impl Config {
-    /// Every cluster, with what it inherits from the top level filled in, in file order.
-    pub fn clusters(&self) -> Vec<ClusterConfig> {
+    /// Every cluster, with what it inherits from the top level filled in, in file order:
+    /// inheritance applied here alone, once per configuration.
+    pub fn clusters(&self) -> &[ClusterConfig] {
+        self.resolved.0.get_or_init(|| self.resolve_clusters())
+    }
+
+    fn resolve_clusters(&self) -> Vec<ClusterConfig> {
         if self.clusters.is_empty() {
             return vec![ClusterConfig {
                 name: IMPLICIT.to_string(),
@@ -111,7 +57,7 @@ impl Config {
     /// serves every one): terminate mode keeps state, and a handshake, for those only.
     pub fn terminated(&self, name: &str) -> bool {
         self.listeners.iter().any(|l| {
-            l.mode == crate::ListenerMode::Terminate
+            l.mode == crate::schema::ListenerMode::Terminate
                 && l.clusters
                     .as_ref()
                     .is_none_or(|c| c.iter().any(|c| c == name))
@@ -143,7 +89,7 @@ pub(crate) fn validate(
     // The clusters a terminate listener serves, and the first such listener.
     let mut terminated: HashMap<&str, usize> = HashMap::new();
     for (i, l) in config.listeners.iter().enumerate() {
-        if l.mode != crate::ListenerMode::Terminate {
+        if l.mode != crate::schema::ListenerMode::Terminate {
             continue;
         }
         for c in &config.clusters {
@@ -430,6 +376,22 @@ clusters:
     }
 
     #[test]
+    fn clusters_are_resolved_once_and_a_clone_resolves_its_own() {
+        let text = "listeners:\n  - address: 127.0.0.1:6443\nbackends:\n  - address: 127.0.0.1:7001\nhealth:\n  tls:\n    ca_file: ca.crt\n";
+        let c = load(text).unwrap();
+        let first = c.clusters().as_ptr();
+        assert_eq!(c.clusters().as_ptr(), first, "resolved once");
+        let mut copy = c.clone();
+        assert_eq!(copy, c, "what was resolved is not compared");
+        copy.backends.clear();
+        assert!(
+            copy.clusters()[0].backends.is_empty(),
+            "a clone changed before use resolves its own"
+        );
+        assert_eq!(c.clusters()[0].backends.len(), 1);
+    }
+
+    #[test]
     fn a_file_without_clusters_is_the_one_implicit_cluster() {
         let text = "listeners:\n  - address: 127.0.0.1:6443\nbackends:\n  - address: 127.0.0.1:7001\nhealth:\n  tls:\n    ca_file: ca.crt\n";
         let c = load(text).unwrap();
@@ -574,9 +536,9 @@ clusters:
         let names: Vec<String> = changes
             .iter()
             .map(|c| match c {
-                crate::Change::ClusterAdded(c) => format!("added {}", c.name),
-                crate::Change::ClusterRemoved(name) => format!("removed {name}"),
-                crate::Change::ClusterChanged {
+                crate::diff::Change::ClusterAdded(c) => format!("added {}", c.name),
+                crate::diff::Change::ClusterRemoved(name) => format!("removed {name}"),
+                crate::diff::Change::ClusterChanged {
                     name,
                     server_names,
                     changes,
@@ -602,13 +564,13 @@ clusters:
         let cut = without_b.find("  - name: b\n").unwrap();
         let changes = crate::diff(&load(&discovering), &load(&without_b[..cut]));
         assert!(
-            changes.contains(&crate::Change::NeedsRestart("clusters[].discovery")),
+            changes.contains(&crate::diff::Change::NeedsRestart("clusters[].discovery")),
             "{changes:?}"
         );
         // From the one-cluster form to clusters: every route changes, a restart.
         let one = "listeners:\n  - address: 127.0.0.1:6443\nbackends:\n  - address: 127.0.0.1:7001\nhealth:\n  tls:\n    ca_file: ca.crt\n";
         let changes = crate::diff(&load(one), &after);
-        assert!(changes.contains(&crate::Change::NeedsRestart("clusters")));
+        assert!(changes.contains(&crate::diff::Change::NeedsRestart("clusters")));
     }
 
     #[test]

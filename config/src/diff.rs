@@ -6,7 +6,7 @@
 //! tested without sockets. Backends are identified by `address`: a backend whose address stays
 //! keeps its health state and its open connections across a reload.
 
-use crate::cluster::ClusterConfig;
+use crate::schema::ClusterConfig;
 use crate::schema::{BackendSpec, Config};
 
 /// One difference between two configurations.
@@ -79,6 +79,7 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         discovery: _,
         dispatch: _,
         clusters: _,
+        resolved: _,
     } = old;
     let Config {
         listeners,
@@ -91,6 +92,7 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         discovery: _,
         dispatch: _,
         clusters: _,
+        resolved: _,
         balance,
         no_ready_backend,
         connect,
@@ -106,8 +108,8 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
     let mut changes = Vec::new();
     if old.names_clusters() == new.names_clusters() {
         cluster_changes(
-            &old.clusters(),
-            &new.clusters(),
+            old.clusters(),
+            new.clusters(),
             new.names_clusters(),
             &mut changes,
         );
@@ -263,7 +265,7 @@ mod tests {
         else {
             panic!("{changes:?}");
         };
-        assert_eq!(name, crate::IMPLICIT);
+        assert_eq!(name, crate::schema::IMPLICIT);
         assert_eq!(changes.len(), 4, "{changes:?}");
         assert!(
             matches!(&changes[0], Change::BackendUpdated { after, .. } if after.name.as_deref() == Some("b"))

@@ -28,17 +28,17 @@ mod tls;
 mod validate;
 
 pub use cidr::Cidr;
-pub use cluster::{ClusterConfig, ClusterSpec, ServerNamePattern, IMPLICIT};
+pub use cluster::ServerNamePattern;
 pub use diff::{diff, Change};
 pub use dispatch::{DispatchRule, Fallback, RuleLimit, RuleMatch, NON_RESOURCE_VERBS, VERBS};
 pub use error::{ConfigError, Problem};
 pub use load::{load_file, load_file_with, load_str, load_str_with, warnings, Check};
 pub use schema::{
-    AccessLogConfig, AccessLogFormat, AdminConfig, BackendSpec, BalancePolicy, Config,
-    ConnectConfig, DiscoveryConfig, DrainConfig, FlapDamping, FrontProxy, HealthConfig, HealthTls,
-    KeepaliveConfig, LimitsConfig, ListenerMode, ListenerSpec, NoReadyBackendPolicy, ServingTls,
-    ShutdownConfig, TerminateConfig, TokenReviewConfig, UpgradeConfig, UpstreamConfig, UpstreamTls,
-    VersionSkewConfig,
+    AccessLogConfig, AccessLogFormat, AdminConfig, BackendSpec, BalancePolicy, ClusterConfig,
+    ClusterSpec, Config, ConnectConfig, DiscoveryConfig, DrainConfig, FlapDamping, FrontProxy,
+    HealthConfig, HealthTls, KeepaliveConfig, LimitsConfig, ListenerMode, ListenerSpec,
+    NoReadyBackendPolicy, ServingTls, ShutdownConfig, TerminateConfig, TokenReviewConfig,
+    UpgradeConfig, UpstreamConfig, UpstreamTls, VersionSkewConfig, IMPLICIT,
 };
 pub use since::{keys_newer_than, parse_version, version_text, Version, ADDED};
 pub use tls::TlsVersion;

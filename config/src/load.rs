@@ -148,10 +148,10 @@ mod tests {
         let load = |text: &str| load_str(text, &PathBuf::from("kubegate.yaml"), dir.path());
         let c = load(MINIMAL).unwrap();
         let mut built = Config::new(
-            vec![crate::ListenerSpec::passthrough(
+            vec![crate::schema::ListenerSpec::passthrough(
                 "127.0.0.1:6443".parse().unwrap(),
             )],
-            vec![crate::BackendSpec {
+            vec![crate::schema::BackendSpec {
                 name: None,
                 address: "127.0.0.1:7001".parse().unwrap(),
                 health_address: None,
@@ -163,7 +163,7 @@ mod tests {
         let mut changed = c.clone();
         changed.health.interval = std::time::Duration::from_millis(300);
         changed.drain.failing_timeout = std::time::Duration::from_millis(1500);
-        changed.upgrade = Some(crate::UpgradeConfig {
+        changed.upgrade = Some(crate::schema::UpgradeConfig {
             socket: "/run/kubegate.sock".into(),
         });
         assert_eq!(load(&changed.to_yaml()).unwrap(), changed);
@@ -275,7 +275,7 @@ mod tests {
     #[test]
     fn terminate_mode_takes_upstream_tls_from_health_by_default() {
         let c = load(TERMINATE).unwrap();
-        assert_eq!(c.listeners[0].mode, crate::ListenerMode::Terminate);
+        assert_eq!(c.listeners[0].mode, crate::schema::ListenerMode::Terminate);
         assert!(c.listeners[0].tls.as_ref().unwrap().cert_file.is_absolute());
         assert_eq!(c.upstream.tls.ca_file, c.health.tls.ca_file);
         assert_eq!(c.upstream.tls.server_name.as_deref(), Some("kubernetes"));

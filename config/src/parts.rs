@@ -14,7 +14,7 @@ pub(crate) struct Parts<'a> {
     pub discovery: &'a mut Option<crate::schema::DiscoveryConfig>,
     pub health: &'a mut crate::schema::HealthConfig,
     pub upstream: &'a mut crate::schema::UpstreamConfig,
-    pub dispatch: &'a [crate::DispatchRule],
+    pub dispatch: &'a [crate::dispatch::DispatchRule],
 }
 
 /// Validates one cluster's parts; `bad` takes paths relative to where the parts are written.

@@ -11,10 +11,9 @@
 //! | `drain` | `kubegate drain` and `undrain`: a replica's work moved ahead of its restart |
 //! | `reload` | SIGHUP and file-change reloads: all or nothing |
 //! | `certs` | serving and front-proxy certificates that follow their files |
-//! | `terminated` | the tasks that follow each cluster terminate mode serves by name, ended with it |
+//! | `terminated` | the tasks that follow each cluster terminate mode serves, ended with it |
 //! | `expiry` | every certificate file's expiry, exported |
 //! | `files` | the file checks `kubegate check` and every load run |
-//! | `init` | `kubegate init`: what a node needs to run kubegate, written for the chosen shape |
 //! | `discovery` | backends from the `default/kubernetes` EndpointSlices |
 //! | `upgrade` | zero-downtime upgrades of kubegate itself (sockets over `SCM_RIGHTS`) |
 //! | `notify` | systemd's `sd_notify` |
@@ -25,7 +24,6 @@ mod discovery;
 pub mod drain;
 mod expiry;
 mod files;
-pub mod init;
 pub mod notify;
 mod reload;
 mod service;

@@ -6,6 +6,7 @@
 //! | module | job |
 //! |---|---|
 //! | [`app`] | start-up (prepare, then serve under pingora) and the shutdown sequence |
+//! | [`init`] | `kubegate init`, offline: what a node needs to run kubegate, written for the chosen shape (no runtime part) |
 //! | [`control`] | admin endpoint, `kubegate status`, reloads, certificates, discovery, self-upgrade |
 //! | [`passthrough`] | the L4 plane: a relay per client connection, TLS untouched |
 //! | [`terminate`] | the L7 plane: TLS ends here, each request is balanced |
@@ -18,6 +19,7 @@
 
 pub mod app;
 pub mod control;
+pub mod init;
 pub mod net;
 pub mod passthrough;
 pub mod state;

@@ -3,8 +3,8 @@
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand, ValueEnum};
-use kubegate::control::init::{InitArgs, Mode, Shape};
-use kubegate::control::{check_files_and_tls, init, status};
+use kubegate::control::{check_files_and_tls, status};
+use kubegate::init::{self, InitArgs, Mode, Shape};
 use kubegate_config::load_file_with;
 use std::path::PathBuf;
 use std::process::ExitCode;

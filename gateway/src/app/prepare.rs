@@ -120,7 +120,8 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
     let mut discovery = Vec::new();
     let clusters = gateway.clusters();
     for spec in config.clusters() {
-        let (Some(settings), Some(cluster)) = (spec.discovery, clusters.named(&spec.name)) else {
+        let (Some(settings), Some(cluster)) = (spec.discovery.clone(), clusters.named(&spec.name))
+        else {
             continue;
         };
         let credentials =

@@ -120,9 +120,9 @@ fn upstream_of(gw: &Gateway, terminate: &TerminateMode) -> Option<UpstreamConfig
     gw.config()
         .load()
         .clusters()
-        .into_iter()
+        .iter()
         .find(|c| c.name == terminate.cluster().name())
-        .map(|c| c.upstream)
+        .map(|c| c.upstream.clone())
 }
 
 fn front_proxy_files(gw: &Gateway, terminate: &TerminateMode) -> Vec<PathBuf> {

@@ -242,9 +242,9 @@ fn apply(
         .config()
         .load()
         .clusters()
-        .into_iter()
+        .iter()
         .filter(|c| c.name == cluster.name())
-        .flat_map(|c| c.backends.into_iter().map(|b| b.address))
+        .flat_map(|c| c.backends.iter().map(|b| b.address))
         .collect();
     let is_static = |a: &SocketAddr| statics.contains(a);
     let pool = cluster.pool();

@@ -34,8 +34,6 @@ const CHECK_EVERY: Duration = Duration::from_secs(1);
 /// A new configuration, checked and ready to apply: nothing about it can fail any more.
 struct Prepared {
     config: Config,
-    /// Its clusters, resolved once.
-    specs: Vec<ClusterConfig>,
     changes: Vec<Change>,
     /// What each cluster added or changed read from files, by cluster name.
     plans: HashMap<String, ClusterPlan>,
@@ -122,7 +120,6 @@ fn prepare(text: &[u8], path: &Path, running: &Config) -> Result<Prepared, Strin
     }
     Ok(Prepared {
         config,
-        specs,
         changes,
         plans,
     })
@@ -133,11 +130,16 @@ fn prepare(text: &[u8], path: &Path, running: &Config) -> Result<Prepared, Strin
 fn apply(gw: &Arc<Gateway>, terminate: &TerminatedClusters, p: Prepared) -> Vec<Change> {
     let Prepared {
         config,
-        specs,
         changes,
         mut plans,
     } = p;
-    for spec in &specs {
+    let running = gw.clusters();
+    let drain = config.drain.clone();
+    // Its clusters were resolved in `prepare`; the configuration moves in whole.
+    gw.config().replace(config);
+    let config = gw.config().load_full();
+    let specs = config.clusters();
+    for spec in specs {
         let probed = plans.get(&spec.name).is_some_and(|p| p.probes.is_some());
         if probed && spec.health.tls.insecure_skip_verify {
             tracing::warn!(
@@ -147,9 +149,6 @@ fn apply(gw: &Arc<Gateway>, terminate: &TerminatedClusters, p: Prepared) -> Vec<
         }
     }
     let configured: usize = specs.iter().map(|c| c.backends.len()).sum();
-    let running = gw.clusters();
-    let drain = config.drain.clone();
-    gw.config().replace(config);
     let mut kept: HashMap<String, Arc<Cluster>> = running
         .all()
         .iter()
@@ -220,7 +219,7 @@ fn apply(gw: &Arc<Gateway>, terminate: &TerminatedClusters, p: Prepared) -> Vec<
     // its health changed. The table swaps whole: a cluster's new server names and the
     // clusters added and removed come in force together.
     let mut list = Vec::with_capacity(specs.len());
-    for spec in &specs {
+    for spec in specs {
         let Some(cluster) = kept.remove(&spec.name) else {
             continue;
         };

@@ -17,6 +17,9 @@ use tokio::net::TcpStream;
 /// shares included; rustls refuses a handshake message over 64 KiB anyway.
 pub const MAX_HELLO: usize = 16 * 1024;
 
+/// What one read asks for.
+const READ_AT_ONCE: usize = 4096;
+
 /// Time a client has to send its whole ClientHello.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -51,30 +54,33 @@ pub async fn read(client: &TcpStream) -> Result<Hello, HelloError> {
 
 async fn read_hello(client: &TcpStream) -> Result<Hello, HelloError> {
     let mut acceptor = Acceptor::default();
-    let mut bytes = Vec::with_capacity(2048);
-    let mut chunk = [0u8; 4096];
+    // Read straight into what is kept: no buffer of its own in this future, which every
+    // passthrough connection's task is sized for while it connects.
+    let mut bytes = Vec::with_capacity(READ_AT_ONCE);
     loop {
         client
             .readable()
             .await
             .map_err(|e| HelloError::Unreadable(e.to_string()))?;
-        let room = (MAX_HELLO - bytes.len()).min(chunk.len());
-        let n = match client.try_read(&mut chunk[..room]) {
-            Ok(0) if bytes.is_empty() => return Err(HelloError::ClosedEarly),
+        let start = bytes.len();
+        bytes.resize(start + (MAX_HELLO - start).min(READ_AT_ONCE), 0);
+        let read = client.try_read(&mut bytes[start..]);
+        bytes.truncate(start + read.as_ref().map_or(0, |n| *n));
+        match read {
+            Ok(0) if start == 0 => return Err(HelloError::ClosedEarly),
             Ok(0) => {
                 return Err(HelloError::Unreadable(
                     "the client closed the connection inside its ClientHello".into(),
                 ))
             }
-            Ok(n) => n,
+            Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            Err(e) if bytes.is_empty() && e.kind() == io::ErrorKind::ConnectionReset => {
+            Err(e) if start == 0 && e.kind() == io::ErrorKind::ConnectionReset => {
                 return Err(HelloError::ClosedEarly)
             }
             Err(e) => return Err(HelloError::Unreadable(e.to_string())),
-        };
-        bytes.extend_from_slice(&chunk[..n]);
-        let mut fresh = &chunk[..n];
+        }
+        let mut fresh = &bytes[start..];
         while !fresh.is_empty() {
             match acceptor.read_tls(&mut fresh) {
                 Ok(0) => break,

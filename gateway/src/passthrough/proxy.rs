@@ -47,7 +47,9 @@ impl Serve for Passthrough {
 /// their own and ends: an open connection costs only its relay.
 async fn open(gw: Arc<Gateway>, listener: Arc<ListenerSpec>, client: TcpStream, slot: ClientSlot) {
     let (cluster, hello) = if gw.clusters().by_server_name() {
-        match choose(&gw, &listener, &client).await {
+        // Boxed: this task is sized for its largest await while it connects, and a one-cluster
+        // file's connections never read a ClientHello.
+        match Box::pin(choose(&gw, &listener, &client)).await {
             Some(chosen) => chosen,
             None => return,
         }

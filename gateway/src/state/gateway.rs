@@ -56,9 +56,8 @@ impl Gateway {
         metrics.gateway.publish_build();
         let lifecycle = Arc::new(Lifecycle::new(metrics.clone(), accepting));
         let transitions = Arc::new(Transitions::default());
-        let specs = config.clusters();
-        let mut probes = Vec::with_capacity(specs.len());
-        for cluster in &specs {
+        let mut probes = Vec::with_capacity(config.clusters().len());
+        for cluster in config.clusters() {
             probes.push(
                 probe_settings(&cluster.health)
                     .map_err(|e| anyhow::anyhow!("cluster {}: health: {e}", cluster.name))?,
@@ -81,10 +80,15 @@ impl Gateway {
             client_capacity,
             warned_limit: std::sync::atomic::AtomicUsize::new(0),
         });
-        let clusters = specs
-            .into_iter()
+        let config = gw.config.load_full();
+        let clusters = config
+            .clusters()
+            .iter()
             .zip(probes)
-            .map(|(spec, probes)| (gw.new_cluster(&spec, &drain, probes), spec.server_names))
+            .map(|(spec, probes)| {
+                let cluster = gw.new_cluster(spec, &drain, probes);
+                (cluster, spec.server_names.clone())
+            })
             .collect();
         gw.replace_clusters(Clusters::new(clusters, named));
         gw.publish_client_limit();

@@ -12,7 +12,7 @@ use crate::state::Gateway;
 use crate::telemetry::{AttemptFailure, RequestFailure};
 use crate::terminate::request::bodies::{self, Bounds};
 use crate::terminate::request::body::{LoggedBody, Relayed, ResponseBody};
-use crate::terminate::request::rules::{Facts, Refusal, Rule, Slot};
+use crate::terminate::request::rules::{Facts, Refusal, Rule, Rules, Slot};
 use crate::terminate::request::served::{self, Served};
 use crate::terminate::request::shape::{Client, Outgoing, Shaper};
 use crate::terminate::request::status::{broken, status, unavailable};
@@ -28,7 +28,7 @@ use http::header;
 use http::{Request, Response, StatusCode};
 use http_body::Body as _;
 use hyper::body::Incoming;
-use kubegate_config::{AccessLogFormat, ListenerSpec};
+use kubegate_config::{AccessLogFormat, Config, ListenerSpec};
 use kubegate_wire::classify::{ReadTarget, RequestClass, Unreadable, Verb};
 use kubegate_wire::framing::Framing;
 use kubegate_wire::position::{resumed_query, Asked};
@@ -44,11 +44,12 @@ pub async fn handle(
     client: Arc<Client>,
     req: Request<Incoming>,
 ) -> Response<ResponseBody> {
-    if gw.config().load().terminate.access_log.format == AccessLogFormat::Off {
+    let taken = Snapshot::take(&gw, &mode);
+    if taken.config.terminate.access_log.format == AccessLogFormat::Off {
         if let Some(resp) = misdirected(&gw, &mode, &listener, &req) {
             return resp;
         }
-        return serve(gw, mode, &client, req, &mut Served::default()).await;
+        return serve(gw, mode, taken, &client, req, &mut Served::default()).await;
     }
     let started = Instant::now();
     let mut entry = served::entry(&client, &req);
@@ -56,10 +57,29 @@ pub async fn handle(
     let resp = match misdirected(&gw, &mode, &listener, &req) {
         Some(resp) => resp,
         // Boxed: requests served without a log line do not pay for the larger future.
-        None => Box::pin(serve(gw.clone(), mode, &client, req, &mut served)).await,
+        None => Box::pin(serve(gw.clone(), mode, taken, &client, req, &mut served)).await,
     };
     served.complete(&mut entry, &resp);
     resp.map(|body| LoggedBody::wrap(body, entry, started, gw))
+}
+
+/// What a request reads of the state a reload replaces, taken once as it arrives: every
+/// decision about it is made under one configuration, one set of its cluster's upstream
+/// settings and one set of rules, however a reload falls while it is served.
+struct Snapshot {
+    config: Arc<Config>,
+    upstreams: Arc<Upstreams>,
+    rules: Arc<Rules>,
+}
+
+impl Snapshot {
+    fn take(gw: &Gateway, mode: &TerminateMode) -> Snapshot {
+        Snapshot {
+            config: gw.config().load_full(),
+            upstreams: mode.upstreams(),
+            rules: mode.rules(),
+        }
+    }
 }
 
 /// 421 Misdirected Request (RFC 9110 §15.5.20) for a request whose authority is not a name
@@ -119,6 +139,7 @@ fn misdirected(
 async fn serve(
     gw: Arc<Gateway>,
     mode: Arc<TerminateMode>,
+    taken: Snapshot,
     client: &Client,
     req: Request<Incoming>,
     served: &mut Served,
@@ -135,7 +156,11 @@ async fn serve(
             None,
         );
     }
-    let upstreams = mode.upstreams();
+    let Snapshot {
+        config,
+        upstreams,
+        rules,
+    } = taken;
     // A bearer token's client is named by a TokenReview (remembered), a certificate's by
     // the certificate.
     let token = match (&client.identity, bearer_token(req.headers())) {
@@ -149,9 +174,16 @@ async fn serve(
             let review = move |token| -> Reviewing { Box::pin(token_review::review(g, u, token)) };
             let naming = mode
                 .tokens()
-                .name(&gw, key, token, &client.reviews, review)
+                .name(
+                    &gw,
+                    key,
+                    token,
+                    &config.terminate.token_review,
+                    &client.reviews,
+                    review,
+                )
                 .await;
-            if naming == Naming::Unreviewed && mode.rules().names_senders() {
+            if naming == Naming::Unreviewed && rules.names_senders() {
                 // A rule may limit this sender: it is not let through as if none did.
                 return unreviewed(&gw);
             }
@@ -169,8 +201,7 @@ async fn serve(
             Err(e) => return unreadable(&gw, &e),
         };
         let info = read.info(req.method());
-        let rule = mode
-            .rules()
+        let rule = rules
             .rule_for(&Facts {
                 info,
                 path: read.path(),
@@ -201,7 +232,6 @@ async fn serve(
         // Most requests (GET, watch, DELETE without options) carry none.
         (Bytes::new(), None)
     } else {
-        let config = gw.config().load();
         let bounds = Bounds {
             config: &config.terminate,
             connection: &client.body_bytes,
@@ -232,7 +262,7 @@ async fn serve(
         // says, or as the apiserver would end one without it, however many replicas it moves
         // across: the time left goes upstream.
         let asked = Asked::from_query(outgoing.client_query());
-        let min = gw.config().load().terminate.min_request_timeout;
+        let min = config.terminate.min_request_timeout;
         let lasts = watch::lifetime(&asked, min);
         outgoing = outgoing.with_query(&resumed_query(outgoing.client_query(), None, lasts));
         watch = Some(watch::Watch {

@@ -297,33 +297,33 @@ enum Known {
 
 impl TokenReviews {
     /// Who `token` (hashed: `key`) belongs to, as far as the apiserver said: at once when
-    /// remembered, otherwise after a review, all within `token_review.timeout` (waiting first
-    /// for a share of the reviews: `share` is the client connection's). `review` sends a
-    /// review of the token it is given, when one is needed.
+    /// remembered, otherwise after a review, all within `config.timeout` (waiting first for a
+    /// share of the reviews: `share` is the client connection's). `review` sends a review of
+    /// the token it is given, when one is needed.
     pub async fn name(
         self: &Arc<Self>,
         gw: &Gateway,
         key: TokenHash,
         token: &str,
+        config: &TokenReviewConfig,
         share: &ReviewShare,
         review: impl FnOnce(String) -> Reviewing,
     ) -> Naming {
-        let config = gw.config().load().terminate.token_review;
         if !config.enabled {
             return Naming::Unnamed;
         }
         let deadline = tokio::time::Instant::now() + config.timeout;
-        let waiting = match self.known(&key, &config) {
+        let waiting = match self.known(&key, config) {
             Known::Answer(naming) => return naming,
             Known::Waiting(rx) => rx,
             Known::Unknown => {
-                let Some(permits) = self.wait_for_share(share, &config, deadline).await else {
+                let Some(permits) = self.wait_for_share(share, config, deadline).await else {
                     gw.metrics()
                         .terminate
                         .token_reviewed(TokenReviewResult::Skipped);
                     return Naming::Unreviewed;
                 };
-                match self.begin(gw, key, &config, permits, review(token.to_string())) {
+                match self.begin(gw, key, config, permits, review(token.to_string())) {
                     Ok(rx) => rx,
                     Err(known) => match known {
                         Known::Answer(naming) => return naming,

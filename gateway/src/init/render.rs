@@ -7,10 +7,10 @@ use super::spec::{Init, Mode, Shape, ADMIN_SERVER_NAME, FRONT_PROXY_CN, SHIPPED_
 use std::fmt::Write as _;
 
 /// The shipped static pod (passthrough and terminate) and node-local pod.
-const STATIC_POD: &str = include_str!("../../../../deploy/static-pod/kubegate.yaml");
+const STATIC_POD: &str = include_str!("../../../deploy/static-pod/kubegate.yaml");
 const STATIC_POD_TERMINATE: &str =
-    include_str!("../../../../deploy/static-pod/kubegate-terminate.yaml");
-const NODE_LOCAL_POD: &str = include_str!("../../../../deploy/node-local/kubegate-node-local.yaml");
+    include_str!("../../../deploy/static-pod/kubegate-terminate.yaml");
+const NODE_LOCAL_POD: &str = include_str!("../../../deploy/node-local/kubegate-node-local.yaml");
 
 /// The pod manifest for `init`'s shape and mode (none for systemd).
 pub fn manifest(init: &Init) -> Option<String> {
@@ -211,4 +211,4 @@ apiServer:
 }
 
 /// What kubegate's own user needs in terminate mode (the shipped binding).
-pub const RBAC: &str = include_str!("../../../../deploy/rbac/kubegate-token-review.yaml");
+pub const RBAC: &str = include_str!("../../../deploy/rbac/kubegate-token-review.yaml");

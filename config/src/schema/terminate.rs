@@ -1,0 +1,310 @@
+//! The L7 plane's settings: how terminate-mode listeners treat their clients (bounds, token
+//! reviews, version skew, the access log) and how they reach the apiservers (`upstream`: TLS and
+//! the front-proxy identity).
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How terminate-mode listeners treat their clients.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TerminateConfig {
+    /// Time a new client connection has to complete its TLS handshake.
+    #[serde(with = "crate::duration")]
+    pub handshake_timeout: Duration,
+    /// Time an HTTP/1.1 client has to send a request's headers.
+    #[serde(with = "crate::duration")]
+    pub header_read_timeout: Duration,
+    /// Streams one HTTP/2 client connection may have open at once.
+    pub max_concurrent_streams: u32,
+    /// Largest request body accepted. Bodies are held whole so that a request the apiserver
+    /// provably did not process can be sent to another replica; larger ones get 413, as the
+    /// apiserver (3 MiB) would answer.
+    pub max_request_body_bytes: u64,
+    /// Request body bytes one client connection may have kubegate hold at once (bodies being
+    /// read and bodies held for a retry, over all its streams). A request that would go
+    /// beyond gets 413; the connection's other streams go on.
+    pub max_request_body_bytes_per_connection: u64,
+    /// Request body bytes all clients together may have kubegate hold at once; a request
+    /// that would go beyond gets 413.
+    pub max_request_body_bytes_in_total: u64,
+    /// Time a client has to send a request's whole body; one still sending then gets 408.
+    #[serde(with = "crate::duration")]
+    pub request_body_timeout: Duration,
+    /// A watch without `timeoutSeconds` ends after this times a random factor in [1, 2), as
+    /// the apiserver's `--min-request-timeout` (1800 s) ends it, however many replicas it
+    /// moved across; a watch with `timeoutSeconds` ends at that time.
+    #[serde(with = "crate::duration")]
+    pub min_request_timeout: Duration,
+    /// Watches moved per second, live, from replicas that hold more than their share of the
+    /// long-running requests onto those that hold less (one back from a restart): each move
+    /// a resume from the client's last position, unseen by the client, served from the
+    /// replica's watch cache (not etcd). 50 evens a restarted replica's third of 10,000
+    /// watches in about 40 s. 0 turns moving off.
+    pub watch_moves_per_second: u32,
+    /// Largest request head accepted: the request line or pseudo-headers and every header,
+    /// decoded (HPACK included). Larger ones get 431 (HTTP/1.1) or have their stream refused
+    /// (HTTP/2). Envoy's default is 60 KiB; bearer tokens from OIDC providers run to several
+    /// KiB.
+    pub max_header_list_bytes: u32,
+    /// A client connection on which more than half of at least this many HTTP/2 streams were
+    /// reset by the client within a second of opening is closed (the rapid reset attack,
+    /// CVE-2023-44487; Envoy's premature-reset rule). 0 turns the rule off.
+    pub rapid_reset_min_streams: u32,
+    /// Clients whose `X-Forwarded-For` is kept (kubegate appends the client's address): other
+    /// proxies in front of kubegate. From any other client the header is replaced by the
+    /// client's address, so the first address the apiserver's audit log shows is not the
+    /// client's to choose.
+    pub trusted_proxies: Vec<crate::cidr::Cidr>,
+    /// One line per request on standard output (off by default).
+    pub access_log: AccessLogConfig,
+    /// Routing around replicas that serve different API group-versions (a control-plane
+    /// upgrade in progress).
+    pub version_skew: VersionSkewConfig,
+    /// Naming bearer-token clients (for `dispatch` rules, the access log and the status
+    /// page) with a TokenReview.
+    pub token_review: TokenReviewConfig,
+}
+
+/// How kubegate learns who a bearer token belongs to: a TokenReview
+/// (`authentication.k8s.io/v1`) sent as kubegate's own front-proxy identity (user `kubegate`,
+/// which needs the `system:auth-delegator` ClusterRole), cached by a hash of the token. The
+/// token itself is still what the apiserver authenticates: the name only decides which rule a
+/// request falls under and what the access log says. A review the apiserver refuses leaves the
+/// client unnamed; one that cannot be had in time (busy, slow, 429/5xx) leaves it unreviewed,
+/// which is answered 429 where a `dispatch` rule names senders and goes on unnamed otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TokenReviewConfig {
+    /// Review tokens (needs `upstream.front_proxy`).
+    pub enabled: bool,
+    /// How long a token's name is kept (the apiserver's webhook token cache keeps 2 minutes).
+    #[serde(with = "crate::duration")]
+    pub ttl: Duration,
+    /// How long a token the apiserver did not accept (or a review that failed) stays unnamed
+    /// before it is reviewed again.
+    #[serde(with = "crate::duration")]
+    pub negative_ttl: Duration,
+    /// Tokens remembered at most, named and rejected apart (each table this many); beyond,
+    /// the expired and then the least recently used are forgotten.
+    pub max_entries: u32,
+    /// Longest a request waits for its token's review (its wait for a free review
+    /// included); then its sender is unreviewed.
+    #[serde(with = "crate::duration")]
+    pub timeout: Duration,
+    /// Reviews in flight at once for a cluster (one client connection: at most 2, and 10 new
+    /// a second); a new token beyond waits, within `timeout`, for its connection's share.
+    pub max_in_flight: u32,
+}
+
+impl Default for TokenReviewConfig {
+    fn default() -> Self {
+        TokenReviewConfig {
+            enabled: true,
+            ttl: Duration::from_secs(120),
+            negative_ttl: Duration::from_secs(10),
+            max_entries: 10_000,
+            timeout: Duration::from_secs(2),
+            max_in_flight: 16,
+        }
+    }
+}
+
+/// What kubegate learns of each replica's version and served group-versions, and whether it
+/// routes by them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VersionSkewConfig {
+    /// Send a request for a group-version only to ready replicas that serve it (when any
+    /// does), and discovery requests to the newest version's replicas. Off: every replica
+    /// takes every request; versions are still learned and shown.
+    pub routing: bool,
+    /// How often each ready replica's `/version` and discovery are read again (a replica that
+    /// becomes ready is read at once).
+    #[serde(with = "crate::duration")]
+    pub refresh: Duration,
+}
+
+impl Default for VersionSkewConfig {
+    fn default() -> Self {
+        VersionSkewConfig {
+            routing: true,
+            refresh: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The terminate-mode access log: one line per request (identity, verb, resource, namespace,
+/// replica, status, retries, bytes, duration, user agent) on standard output, kubegate's own
+/// log staying on standard error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AccessLogConfig {
+    /// `off`, `json` or `text` (`key=value` pairs).
+    pub format: AccessLogFormat,
+    /// Lines written per second at most; more are dropped and counted
+    /// (`kubegate_access_log_dropped_total`), so the log never slows requests down.
+    pub max_per_second: u32,
+}
+
+impl Default for AccessLogConfig {
+    fn default() -> Self {
+        AccessLogConfig {
+            format: AccessLogFormat::Off,
+            max_per_second: 1000,
+        }
+    }
+}
+
+/// How access log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessLogFormat {
+    /// No access log.
+    #[default]
+    Off,
+    /// One JSON object per line.
+    Json,
+    /// `key=value` pairs (logfmt).
+    Text,
+}
+
+impl Default for TerminateConfig {
+    fn default() -> Self {
+        TerminateConfig {
+            handshake_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(30),
+            max_concurrent_streams: 1000,
+            max_request_body_bytes: 3 * 1024 * 1024,
+            max_request_body_bytes_per_connection: 8 * 1024 * 1024,
+            max_request_body_bytes_in_total: 128 * 1024 * 1024,
+            request_body_timeout: Duration::from_secs(60),
+            min_request_timeout: Duration::from_secs(1800),
+            watch_moves_per_second: 50,
+            max_header_list_bytes: 64 * 1024,
+            rapid_reset_min_streams: 100,
+            trusted_proxies: Vec::new(),
+            access_log: AccessLogConfig::default(),
+            version_skew: VersionSkewConfig::default(),
+            token_review: TokenReviewConfig::default(),
+        }
+    }
+}
+
+/// How terminate mode talks to the backends.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamConfig {
+    /// TLS towards the apiservers. Unset fields take `health.tls`'s.
+    pub tls: UpstreamTls,
+    /// kubegate's identity toward the apiservers (requestheader authentication). Required when
+    /// a terminate-mode listener verifies client certificates.
+    pub front_proxy: Option<FrontProxy>,
+    /// Requests kubegate sends on one HTTP/2 connection to a backend before it opens another:
+    /// at most the apiserver's `--http2-max-streams-per-connection` (100 by default).
+    pub max_streams_per_connection: u32,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            tls: UpstreamTls::default(),
+            front_proxy: None,
+            max_streams_per_connection: 100,
+        }
+    }
+}
+
+/// TLS settings toward the apiservers in terminate mode.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamTls {
+    /// CA (PEM) that signs the apiservers' serving certificates; default `health.tls.ca_file`.
+    pub ca_file: Option<PathBuf>,
+    /// SNI sent and name verified; default `health.tls.server_name`.
+    pub server_name: Option<String>,
+    /// Lowest TLS version offered: `"1.2"` (default: 1.2 and 1.3) or `"1.3"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_version: Option<crate::tls::TlsVersion>,
+    /// Cipher suites offered, by rustls's names (`TLS13_AES_256_GCM_SHA384`,
+    /// `TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384`, ...); empty: rustls's defaults. TLS 1.3 and
+    /// 1.2 suites are listed together; `kubegate check` names the ones it knows.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cipher_suites: Vec<String>,
+}
+
+/// kubegate's front-proxy identity: a client certificate from the apiserver's
+/// `--requestheader-client-ca-file`, and the header names of its `--requestheader-*` flags.
+/// Every name is stripped from every client request (and every `X-Remote-*` header whatever
+/// the names); the first username and group header carry the identity kubegate vouches for.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FrontProxy {
+    /// Client certificate (PEM); its CN must be in `--requestheader-allowed-names`.
+    pub cert_file: PathBuf,
+    /// Its private key (PEM).
+    pub key_file: PathBuf,
+    /// `--requestheader-username-headers`: each stripped, the first set to the user.
+    #[serde(default = "default_username_headers")]
+    pub username_headers: Vec<String>,
+    /// `--requestheader-group-headers`: each stripped, the first set to each group.
+    #[serde(default = "default_group_headers")]
+    pub group_headers: Vec<String>,
+    /// `--requestheader-extra-headers-prefix`: headers with any of them stripped (kubegate
+    /// sends no extra: a certificate carries none).
+    #[serde(default = "default_extra_prefixes")]
+    pub extra_prefixes: Vec<String>,
+    /// `--requestheader-uid-headers`: stripped from every request; the first carries the
+    /// UID a verified client certificate's subject names (attribute 1.3.6.1.4.1.57683.2, as
+    /// 1.33+ reads it), when it names one.
+    #[serde(default = "default_uid_headers")]
+    pub uid_headers: Vec<String>,
+    /// 0.1.0's one name of `username_headers`; still accepted (not with it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username_header: Option<String>,
+    /// 0.1.0's one name of `group_headers`; still accepted (not with it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_header: Option<String>,
+    /// 0.1.0's one prefix of `extra_prefixes`; still accepted (not with it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_prefix: Option<String>,
+    /// 0.1.0's one name of `uid_headers`; still accepted (not with it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid_header: Option<String>,
+}
+
+impl FrontProxy {
+    /// kubegate's front-proxy certificate `cert_file` with its key, and kubeadm's header names
+    /// (the defaults).
+    pub fn new(cert_file: PathBuf, key_file: PathBuf) -> FrontProxy {
+        FrontProxy {
+            cert_file,
+            key_file,
+            username_headers: default_username_headers(),
+            group_headers: default_group_headers(),
+            extra_prefixes: default_extra_prefixes(),
+            uid_headers: default_uid_headers(),
+            username_header: None,
+            group_header: None,
+            extra_prefix: None,
+            uid_header: None,
+        }
+    }
+}
+
+fn default_username_headers() -> Vec<String> {
+    vec!["X-Remote-User".into()]
+}
+
+fn default_group_headers() -> Vec<String> {
+    vec!["X-Remote-Group".into()]
+}
+
+fn default_extra_prefixes() -> Vec<String> {
+    vec!["X-Remote-Extra-".into()]
+}
+
+fn default_uid_headers() -> Vec<String> {
+    vec!["X-Remote-Uid".into()]
+}
