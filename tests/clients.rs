@@ -28,6 +28,17 @@ use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+/// `out`, once it is known that kubectl `args` succeeded (its output in the failure otherwise).
+fn succeeded(args: &[&str], out: Output) -> Output {
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 fn kubectl(kubeconfig: &Path, args: &[&str]) -> Output {
     let out = Command::new(kubectl_bin())
         .arg("--kubeconfig")
@@ -36,13 +47,7 @@ fn kubectl(kubeconfig: &Path, args: &[&str]) -> Output {
         .args(args)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    succeeded(args, out)
 }
 
 fn stdout(o: &Output) -> String {
@@ -323,13 +328,7 @@ fn kubectl_input(kc: &Path, args: &[&str], input: &str, env: &[(&str, &str)]) ->
         stdout: stdout.join().unwrap(),
         stderr: stderr.join().unwrap(),
     };
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    succeeded(args, out)
 }
 
 /// exec (WebSocket and SPDY), port-forward and `logs -f` through `kg`.

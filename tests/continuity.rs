@@ -639,11 +639,7 @@ fn kubegate_cli(kg: &Kubegate, args: &[&str]) -> (bool, String) {
         .arg(kg.admin.to_string())
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = said(&out);
     (out.status.success(), text)
 }
 

@@ -28,10 +28,7 @@ async fn rules_route_by_who_and_what_and_fall_back_as_configured() {
         .configure(move |c| c.dispatch = routing)
         .start();
     let (kg, pki) = (&bed.kg, &bed.pki);
-    let (crt, key) = pki.client_in("dev", "dev-user", &["dev"]);
-    let mut dev = Conn::open_as(kg.listen, pki, true, &crt, &key)
-        .await
-        .unwrap();
+    let mut dev = Conn::open_as_user(kg.listen, pki, "dev", "dev-user", &["dev"]).await;
     let mut lists = HashSet::new();
     let mut gets = HashSet::new();
     for _ in 0..9 {
@@ -107,10 +104,7 @@ async fn a_limited_identity_gets_429_with_retry_after_and_watches_hold_no_slot()
 
     // The rate: the burst of two passes, then 429 with a Status and Retry-After (a slow
     // machine may earn a token back meanwhile: asked until refused).
-    let (crt, key) = pki.client_in("ci", "ci-bot", &["ci"]);
-    let mut ci = Conn::open_as(kg.listen, pki, true, &crt, &key)
-        .await
-        .unwrap();
+    let mut ci = Conn::open_as_user(kg.listen, pki, "ci", "ci-bot", &["ci"]).await;
     let mut passed = 0;
     let refused = loop {
         let r = ci.get(LISTS).await.unwrap();
@@ -142,15 +136,10 @@ async fn a_limited_identity_gets_429_with_retry_after_and_watches_hold_no_slot()
     }
 
     // max_in_flight 1: an open watch holds no slot once established...
-    let (crt, key) = pki.client_in("watcher", "watcher", &["dev"]);
-    let mut w = Conn::open_as(kg.listen, pki, true, &crt, &key)
-        .await
-        .unwrap();
+    let mut w = Conn::open_as_user(kg.listen, pki, "watcher", "watcher", &["dev"]).await;
     let watch = w.stream(&format!("{LISTS}?watch=1")).await.unwrap();
     assert_eq!(watch.status, 200);
-    let mut other = Conn::open_as(kg.listen, pki, true, &crt, &key)
-        .await
-        .unwrap();
+    let mut other = Conn::open_as_user(kg.listen, pki, "watcher", "watcher", &["dev"]).await;
     assert_eq!(other.get(LISTS).await.unwrap().status, 200);
     // ...while a slow request does: the second one meanwhile is refused.
     for s in &bed.sims {

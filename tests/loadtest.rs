@@ -421,11 +421,7 @@ fn an_external_control_plane_runs_the_same_scenarios() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = kubegate_e2e::said(&out);
     assert!(said.contains("no `kill` command for cp-1"), "{said}");
 }
 

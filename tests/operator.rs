@@ -170,17 +170,8 @@ const VIP: &str = "127.0.0.10";
 #[test]
 fn the_guide_runs_as_written_on_kubeadm_nodes() {
     for mode in ["passthrough", "terminate"] {
-        let work = tempfile::Builder::new()
-            .prefix("operator-")
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-            .unwrap();
-        let (passed, text) = in_private_mount_namespace(
-            "inner_kubeadm_node",
-            &[
-                ("KUBEGATE_GUIDE_MODE", mode),
-                ("KUBEGATE_GUIDE_WORK", work.path().to_str().unwrap()),
-            ],
-        );
+        let (passed, text) =
+            in_private_mount_namespace("inner_kubeadm_node", &[("KUBEGATE_GUIDE_MODE", mode)]);
         println!("---- {mode} ----\n{text}");
         // The folder the guide writes a worker's files into was made on the shared /tmp.
         let _ = std::fs::remove_dir("/tmp/worker-1");
@@ -189,8 +180,13 @@ fn the_guide_runs_as_written_on_kubeadm_nodes() {
 }
 
 /// Runs `inner` (an ignored test of this module) again in a private mount namespace
-/// (`unshare --mount`), with `env`: whether it passed, and what it printed.
+/// (`unshare --mount`), with `env` and a work folder of its own (`KUBEGATE_GUIDE_WORK`, under
+/// the target's folder, removed after): whether it passed, and what it printed.
 fn in_private_mount_namespace(inner: &str, env: &[(&str, &str)]) -> (bool, String) {
+    let work = tempfile::Builder::new()
+        .prefix("guide-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
     // Tests are named by their module path below the crate: `operator::inner_...`.
     let module = module_path!().split_once("::").map_or("", |(_, m)| m);
     let name = format!("{module}::{inner}");
@@ -205,13 +201,10 @@ fn in_private_mount_namespace(inner: &str, env: &[(&str, &str)]) -> (bool, Strin
             "--test-threads=1",
         ])
         .envs(env.iter().copied())
+        .env("KUBEGATE_GUIDE_WORK", work.path())
         .output()
         .expect("unshare (util-linux) is installed");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = said(&out);
     let passed = out.status.success() && text.contains("test result: ok. 1 passed");
     (passed, text)
 }
@@ -343,6 +336,11 @@ fn openssl(args: &[&str]) {
     );
 }
 
+/// A new 2048-bit RSA key at `path`, in the PKCS#1 form kubeadm writes.
+fn new_key(path: &str) {
+    openssl(&["genrsa", "-traditional", "-out", path, "2048"]);
+}
+
 /// `/etc/kubernetes` as `kubeadm init phase certs` (and kubeconfig) leave it: the CAs — made
 /// here, or copied from `cas` as `kubeadm join --certificate-key` brings them — the
 /// apiserver's serving certificate, kubeadm's front-proxy client, `admin.conf` for the VIP,
@@ -364,13 +362,7 @@ fn kubeadm_certs(k8s: &Path, cas: Option<&Path>) {
                 }
             }
             None => {
-                openssl(&[
-                    "genrsa",
-                    "-traditional",
-                    "-out",
-                    &p(&format!("{name}.key")),
-                    "2048",
-                ]);
+                new_key(&p(&format!("{name}.key")));
                 openssl(&[
                     "req",
                     "-x509",
@@ -393,13 +385,7 @@ fn kubeadm_certs(k8s: &Path, cas: Option<&Path>) {
         chmod(&pki.join(format!("{name}.key")), 0o600);
     }
     let leaf = |name: &str, subj: &str, ca: &str, ext: &str| {
-        openssl(&[
-            "genrsa",
-            "-traditional",
-            "-out",
-            &p(&format!("{name}.key")),
-            "2048",
-        ]);
+        new_key(&p(&format!("{name}.key")));
         let csr = p(&format!("{name}.csr"));
         openssl(&[
             "req",
@@ -547,11 +533,7 @@ fn shell(env: &str, script: &str) -> String {
         .env("PATH", path)
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = said(&out);
     assert!(out.status.success(), "{script}\n{text}");
     text
 }
@@ -655,14 +637,7 @@ fn second_node(work: &Path, blocks: &[Block]) {
 /// again, running `inner_balancer_host`).
 #[test]
 fn the_guide_runs_as_written_on_a_balancer_host_under_systemd() {
-    let work = tempfile::Builder::new()
-        .prefix("balancer-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .unwrap();
-    let (passed, text) = in_private_mount_namespace(
-        "inner_balancer_host",
-        &[("KUBEGATE_GUIDE_WORK", work.path().to_str().unwrap())],
-    );
+    let (passed, text) = in_private_mount_namespace("inner_balancer_host", &[]);
     println!("{text}");
     assert!(passed, "the guide failed on the balancer host:\n{text}");
 }
@@ -831,11 +806,7 @@ impl Booted {
             .args(["bash", "-euo", "pipefail", "-c", script])
             .output()
             .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let text = said(&out);
         (out.status.success(), text)
     }
 

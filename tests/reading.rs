@@ -466,10 +466,7 @@ async fn client_certificates_are_read_as_the_apiserver_reads_them() {
     let (kg, pki) = (&bed.kg, &bed.pki);
     // A name with a control character cannot reach the apiserver as written: 401, not
     // anonymous, not another name.
-    let (crt, key) = pki.client_in("ctl", "alice\u{7}admin", &["dev"]);
-    let mut conn = Conn::open_as(kg.listen, pki, true, &crt, &key)
-        .await
-        .unwrap();
+    let mut conn = Conn::open_as_user(kg.listen, pki, "ctl", "alice\u{7}admin", &["dev"]).await;
     let r = conn
         .get("/api/v1/namespaces/default/configmaps")
         .await

@@ -28,10 +28,7 @@ async fn the_status_page_shows_a_replica_leave_and_return_in_a_browser() {
     let (kg, pki) = (&bed.kg, &bed.pki);
 
     // Traffic: a certificate user with a hostile user agent, a token client.
-    let (dev_crt, dev_key) = pki.client_in("dev", "dev-user", &["dev"]);
-    let mut conn = Conn::open_as(kg.listen, pki, true, &dev_crt, &dev_key)
-        .await
-        .unwrap();
+    let mut conn = Conn::open_as_user(kg.listen, pki, "dev", "dev-user", &["dev"]).await;
     let hostile = "<script>document.title='owned'</script><b>x";
     for _ in 0..5 {
         let r = conn

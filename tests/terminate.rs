@@ -108,10 +108,7 @@ async fn identity_comes_from_the_certificate_never_from_headers() {
     assert!(kg.metric("kubegate_identity_headers_stripped_total") >= 18.0);
 
     // A verified certificate that names no user: 401, never an anonymous request.
-    let (nameless_crt, nameless_key) = pki.client_in("nameless", "", &["dev"]);
-    let mut conn = Conn::open_as(kg.listen, pki, true, &nameless_crt, &nameless_key)
-        .await
-        .unwrap();
+    let mut conn = Conn::open_as_user(kg.listen, pki, "nameless", "", &["dev"]).await;
     let r = conn
         .get("/api/v1/namespaces/default/configmaps")
         .await
@@ -149,10 +146,7 @@ async fn every_configured_identity_header_is_stripped_and_trusted_proxies_keep_t
         },
     );
     let (kg, pki) = (&bed.kg, &bed.pki);
-    let (dev_crt, dev_key) = pki.client_in("dev", "dev-user", &["dev"]);
-    let mut conn = Conn::open_as(kg.listen, pki, true, &dev_crt, &dev_key)
-        .await
-        .unwrap();
+    let mut conn = Conn::open_as_user(kg.listen, pki, "dev", "dev-user", &["dev"]).await;
     let r = conn
         .self_subject_review(&[
             ("X-Other-Group", "system:masters"),
@@ -802,10 +796,7 @@ async fn the_access_log_says_who_asked_what_of_which_replica() {
         cfg.terminate.access_log.format = AccessLogFormat::Json;
     });
     let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
-    let (dev_crt, dev_key) = pki.client_in("dev", "dev-user", &["dev", "ops"]);
-    let mut conn = Conn::open_as(kg.listen, pki, true, &dev_crt, &dev_key)
-        .await
-        .unwrap();
+    let mut conn = Conn::open_as_user(kg.listen, pki, "dev", "dev-user", &["dev", "ops"]).await;
     let agent = [("User-Agent", "access-test/1")];
     let list = conn
         .send("GET", "/api/v1/namespaces/default/configmaps", &agent, None)

@@ -182,6 +182,19 @@ impl Conn {
         Conn::open_with(addr, client_config_as(pki, alpn(h2), crt, key), h2).await
     }
 
+    /// Connects over HTTP/2 as `user` in `groups`: a client certificate of `pki` issued now
+    /// (its files named `file`).
+    pub async fn open_as_user(
+        addr: SocketAddr,
+        pki: &Pki,
+        file: &str,
+        user: &str,
+        groups: &[&str],
+    ) -> Conn {
+        let (crt, key) = pki.client_in(file, user, groups);
+        Conn::open_as(addr, pki, true, &crt, &key).await.unwrap()
+    }
+
     /// Connects without a client certificate.
     pub async fn open_anonymous(addr: SocketAddr, pki: &Pki, h2: bool) -> io::Result<Conn> {
         Conn::open_with(addr, anonymous_client_config(pki, alpn(h2)), h2).await

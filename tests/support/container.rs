@@ -240,11 +240,7 @@ impl Container {
             .stdin(std::process::Stdio::null())
             .output()
             .expect("runc exec");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let text = crate::said(&out);
         (out.status.success(), text)
     }
 

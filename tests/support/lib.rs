@@ -29,7 +29,7 @@ pub use kubegate::{
 };
 pub use kubegate_testbed::kubegate::TerminateFiles;
 pub use kubegate_testbed::{free_port, plain_http, Etcd, FrontProxyPki, Pki};
-pub use proc::Proc;
+pub use proc::{said, Proc};
 pub use sim::{Sim, SimOptions};
 pub use testssl::{finding, testssl};
 pub use watch::{Watch, WatchEvent};

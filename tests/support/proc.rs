@@ -70,3 +70,12 @@ impl Drop for Proc {
         }
     }
 }
+
+/// What a finished process printed: its standard output, then its standard error.
+pub fn said(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
