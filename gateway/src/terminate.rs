@@ -25,7 +25,7 @@ mod upstream;
 mod watch;
 
 pub use request::rules::Rules;
-pub use server::by_name::{ClusterFiles, TerminatedCluster, TerminatedClusters};
+pub use server::clusters::{ClusterFiles, TerminatePlane, TerminatedCluster};
 pub use server::listener::TerminateListener;
 pub use upstream::mode::{TerminateMode, UpstreamFiles, Upstreams};
 pub use upstream::versions::learn as learn_versions;

@@ -8,7 +8,7 @@ use crate::control::{self, upgrade, AdminTls, ControlParts, UpgradeState};
 use crate::net::{self, Serve};
 use crate::passthrough::Passthrough;
 use crate::state::{ClientListener, Gateway};
-use crate::terminate::{ClusterFiles, Rules, TerminateListener, TerminatedClusters};
+use crate::terminate::{ClusterFiles, Rules, TerminateListener, TerminatePlane};
 use kubegate_config::{load_file_with, Config, ListenerMode};
 use std::net::TcpListener;
 use std::path::Path;
@@ -68,7 +68,7 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
         counts,
     )?;
     // Terminate mode's state for each cluster a terminate listener serves.
-    let terminated = Arc::new(TerminatedClusters::new());
+    let terminate = Arc::new(TerminatePlane::new());
     let clusters = gateway.clusters();
     for spec in config.clusters() {
         let Some(cluster) = clusters.named(&spec.name) else {
@@ -81,10 +81,10 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let metrics = &gateway.metrics().terminate;
         let rules = Rules::compile(&spec.name, &spec.dispatch, metrics);
-        terminated.insert(cluster.clone(), files, rules);
+        terminate.serve(cluster, files, rules);
         metrics.cluster_served(&spec.name);
     }
-    let (listeners, serving) = bind_listeners(&config, inherited.as_mut(), &terminated)?;
+    let (listeners, serving) = bind_listeners(&config, inherited.as_mut())?;
     let admin = match inherited
         .as_mut()
         .and_then(|i| i.take(config.admin.address))
@@ -147,7 +147,7 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
         control: ControlParts {
             admin,
             admin_tls,
-            terminated,
+            terminate,
             serving,
             upgrade,
             discovery,
@@ -156,14 +156,12 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
     })
 }
 
-/// Binds every listener (or takes it from `inherited`), each with its plane (a terminate
-/// listener serving of `terminated` the clusters it names); and the serving certificates of
-/// the terminate listeners that have their own.
+/// Binds every listener (or takes it from `inherited`), each with its plane; and the serving
+/// certificates of the terminate listeners that have their own.
 #[allow(clippy::type_complexity)]
 fn bind_listeners(
     config: &Config,
     mut inherited: Option<&mut upgrade::Inherited>,
-    terminated: &Arc<TerminatedClusters>,
 ) -> anyhow::Result<(
     Vec<(TcpListener, Arc<dyn Serve>)>,
     Vec<Arc<kubegate_net::tls::ServingCert>>,
@@ -175,7 +173,7 @@ fn bind_listeners(
         let plane: Arc<dyn Serve> = match l.mode {
             ListenerMode::Passthrough => Arc::new(Passthrough::new(l.clone())),
             ListenerMode::Terminate => {
-                let listener = TerminateListener::new(l, terminated.clone()).map_err(at)?;
+                let listener = TerminateListener::new(l).map_err(at)?;
                 serving.extend(listener.serving().cloned());
                 Arc::new(Arc::new(listener))
             }

@@ -19,7 +19,7 @@ use crate::control::notify;
 use crate::control::terminated;
 use crate::state::{pool_settings, probe_settings, Cluster, Clusters, Gateway, Pool};
 use crate::telemetry::ReloadResult;
-use crate::terminate::{ClusterFiles, Rules, TerminatedClusters, UpstreamFiles};
+use crate::terminate::{ClusterFiles, Rules, TerminatePlane, TerminatedCluster, UpstreamFiles};
 use kubegate_config::{diff, load_str_with, Change, ClusterConfig, Config};
 use kubegate_health::ProbeSettings;
 use std::collections::HashMap;
@@ -125,9 +125,9 @@ fn prepare(text: &[u8], path: &Path, running: &Config) -> Result<Prepared, Strin
     })
 }
 
-/// Puts a prepared configuration in force; terminate mode's state of a cluster added, changed
-/// or removed in `terminate`.
-fn apply(gw: &Arc<Gateway>, terminate: &TerminatedClusters, p: Prepared) -> Vec<Change> {
+/// Puts a prepared configuration in force (a cluster added is served by `terminate` where a
+/// terminate listener serves it).
+fn apply(gw: &Arc<Gateway>, terminate: &TerminatePlane, p: Prepared) -> Vec<Change> {
     let Prepared {
         config,
         changes,
@@ -169,7 +169,7 @@ fn apply(gw: &Arc<Gateway>, terminate: &TerminatedClusters, p: Prepared) -> Vec<
                 if let Some(files) = plan.added {
                     let rules = Rules::compile(&spec.name, &spec.dispatch, metrics);
                     metrics.cluster_served(&spec.name);
-                    let served = terminate.insert(cluster.clone(), files, rules);
+                    let served = terminate.serve(&cluster, files, rules);
                     terminated::follow(gw, &served);
                 }
                 tracing::info!(
@@ -180,9 +180,10 @@ fn apply(gw: &Arc<Gateway>, terminate: &TerminatedClusters, p: Prepared) -> Vec<
                 kept.insert(spec.name.clone(), cluster);
             }
             Change::ClusterRemoved(name) => {
-                terminate.remove(name);
                 metrics.forget_cluster(name);
                 if let Some(cluster) = kept.remove(name) {
+                    // Its control tasks end with its terminate state.
+                    cluster.forget_terminated();
                     retire(gw, cluster);
                 }
             }
@@ -191,7 +192,7 @@ fn apply(gw: &Arc<Gateway>, terminate: &TerminatedClusters, p: Prepared) -> Vec<
                     continue;
                 };
                 apply_backends(cluster.pool(), changes);
-                let Some(served) = terminate.get(name) else {
+                let Some(served) = cluster.terminated::<TerminatedCluster>() else {
                     continue;
                 };
                 let mode = served.mode();
@@ -285,7 +286,7 @@ fn retire(gw: &Gateway, cluster: Arc<Cluster>) {
 /// Loads `text` and applies it if it can be applied whole.
 async fn try_reload(
     gw: &Arc<Gateway>,
-    terminate: &TerminatedClusters,
+    terminate: &TerminatePlane,
     text: Vec<u8>,
 ) -> Result<Vec<Change>, String> {
     let path: PathBuf = gw.config().path().to_path_buf();
@@ -316,9 +317,9 @@ fn record(gw: &Gateway, trigger: &str, result: &Result<Vec<Change>, String>) {
     }
 }
 
-/// Reloads on SIGHUP and whenever the file's content changes, terminate mode's clusters in
-/// `terminate` with the rest. Runs until the process ends.
-pub async fn watch(gw: Arc<Gateway>, terminate: Arc<TerminatedClusters>) {
+/// Reloads on SIGHUP and whenever the file's content changes (clusters added are served by
+/// `terminate` where a terminate listener serves them). Runs until the process ends.
+pub async fn watch(gw: Arc<Gateway>, terminate: Arc<TerminatePlane>) {
     let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
     let path = gw.config().path().to_path_buf();
     // The content last acted on: a change from it triggers a reload, so a broken file is

@@ -7,7 +7,7 @@ use crate::control::certs::{watch_certificates, Watched};
 use crate::control::discovery::{self, Credentials};
 use crate::control::{expiry, notify, reload, terminated, upgrade};
 use crate::state::{Cluster, Gateway, Phase};
-use crate::terminate::TerminatedClusters;
+use crate::terminate::{TerminatePlane, TerminatedCluster};
 use async_trait::async_trait;
 use kubegate_config::DiscoveryConfig;
 use pingora_core::server::ShutdownWatch;
@@ -21,9 +21,9 @@ pub struct ControlParts {
     pub admin: std::net::TcpListener,
     /// The admin endpoint's TLS.
     pub admin_tls: Option<Arc<AdminTls>>,
-    /// The clusters terminate mode serves (none without a terminate listener): each followed
-    /// by its own tasks, added, changed and removed by reloads.
-    pub terminated: Arc<TerminatedClusters>,
+    /// Terminate mode's share of every cluster it serves (each followed by its own tasks;
+    /// reloads serve added clusters with it).
+    pub terminate: Arc<TerminatePlane>,
     /// The serving certificates of terminate-mode listeners that have their own (a file
     /// without `clusters:`), which follow their files.
     pub serving: Vec<Arc<kubegate_net::tls::ServingCert>>,
@@ -95,12 +95,14 @@ impl BackgroundService for Control {
                 found.server_name,
             ));
         }
-        for cluster in parts.terminated.all() {
-            terminated::follow(&gw, &cluster);
+        for cluster in gw.clusters().all() {
+            if let Some(served) = cluster.terminated::<TerminatedCluster>() {
+                terminated::follow(&gw, &served);
+            }
         }
         reload::record_initial_load(&gw);
         tokio::spawn(admin::serve(admin, parts.admin_tls.clone(), gw.clone()));
-        tokio::spawn(reload::watch(gw.clone(), parts.terminated.clone()));
+        tokio::spawn(reload::watch(gw.clone(), parts.terminate.clone()));
         let mut serving = parts.serving;
         if let Some(t) = &parts.admin_tls {
             serving.push(t.serving().clone());

@@ -1,23 +1,52 @@
-//! One control plane behind kubegate (its name and backends: the pool's probes, states and
-//! routing table), and the table of every cluster with the TLS server names that reach each.
-//! A file without `clusters:` has one, reached by every name. A reload that changes a
-//! cluster's names swaps the table, not the cluster: whatever holds the cluster (terminate
-//! mode, a connection) holds the one in force.
+//! One control plane behind kubegate (its name, its backends — the pool's probes, states and
+//! routing table — and what terminate mode keeps for it), and the table of every cluster with
+//! the TLS server names that reach each: the one registry both planes route by. A file without
+//! `clusters:` has one cluster, reached by every name. A reload swaps the table whole:
+//! clusters added (with their terminate state), removed and renamed come in force together,
+//! and a renamed cluster is the same `Cluster`.
 
 use crate::state::backends::{Backend, Pool};
 use kubegate_config::{ListenerSpec, ServerNamePattern};
-use std::sync::Arc;
+use std::any::Any;
+use std::sync::{Arc, RwLock};
 
 /// One cluster's share of the gateway.
 pub struct Cluster {
     name: String,
     pool: Arc<Pool>,
+    /// What terminate mode keeps for this cluster when a terminate listener serves it: put in
+    /// before the cluster is in force, taken out when a reload removes it (it holds the
+    /// cluster too). Opaque here: this layer does not know the planes' types.
+    terminated: RwLock<Option<Arc<dyn Any + Send + Sync>>>,
 }
 
 impl Cluster {
     /// Cluster `name`, its backends in `pool`.
     pub fn new(name: String, pool: Arc<Pool>) -> Cluster {
-        Cluster { name, pool }
+        Cluster {
+            name,
+            pool,
+            terminated: RwLock::default(),
+        }
+    }
+
+    /// Terminate mode serves this cluster with `state`.
+    pub fn terminate_with(&self, state: Arc<dyn Any + Send + Sync>) {
+        *self.terminated.write().unwrap_or_else(|e| e.into_inner()) = Some(state);
+    }
+
+    /// What terminate mode keeps for this cluster, if it serves it.
+    pub fn terminated<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        let state = self.terminated.read().unwrap_or_else(|e| e.into_inner());
+        state.clone()?.downcast().ok()
+    }
+
+    /// Terminate mode no longer serves this cluster (a reload removed it).
+    pub fn forget_terminated(&self) {
+        self.terminated
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
     }
 
     /// Its name.
@@ -303,6 +332,38 @@ mod tests {
         assert_eq!(authority_host("[::1]:6443"), None);
         assert_eq!(authority_host(""), None);
         assert_eq!(authority_host(":6443"), None);
+    }
+
+    #[test]
+    fn terminate_state_goes_with_its_cluster_and_a_removal_lets_it_go() {
+        struct Served(Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for Served {
+            fn drop(&mut self) {
+                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (a, _) = cluster("a", &["a.example"]);
+        assert!(a.terminated::<Served>().is_none(), "not served yet");
+        a.terminate_with(Arc::new(Served(dropped.clone())));
+        // Renamed: a new table, the same cluster, its state with it.
+        let renamed = Clusters::new(vec![(a.clone(), vec!["b.example".into()])], true);
+        let l = ListenerSpec::passthrough("127.0.0.1:6443".parse().unwrap());
+        let Route::To(found) = renamed.route(&l, Some("b.example")) else {
+            panic!("the new name routes to a");
+        };
+        assert!(found.terminated::<Served>().is_some());
+        assert!(
+            found.terminated::<String>().is_none(),
+            "another type is not it"
+        );
+        drop(found);
+        a.forget_terminated();
+        assert!(a.terminated::<Served>().is_none());
+        assert!(
+            dropped.load(std::sync::atomic::Ordering::SeqCst),
+            "nothing else held it"
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::state::{Gateway, Phase, Route};
 use crate::telemetry::{ClientLimit, ClientProtocol, HandshakeFailure, Refusal};
 use crate::terminate::request::handle::handle;
 use crate::terminate::request::shape::{CertificateRefusal, Client};
-use crate::terminate::server::by_name::{Handshake, TerminatedClusters};
+use crate::terminate::server::clusters::{Handshake, TerminatedCluster};
 use crate::terminate::server::resets::ResetWatch;
 use crate::terminate::upstream::mode::TerminateMode;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -33,28 +33,23 @@ use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::LazyConfigAcceptor;
 
-/// One terminate-mode listener: its own TLS, if it has any, and the clusters terminate mode
-/// serves.
+/// One terminate-mode listener: its own TLS, if it has any. The clusters it serves, and what
+/// terminate mode keeps for each, are the gateway's (`Gateway::clusters`).
 pub struct TerminateListener {
     /// `listeners[].tls` (a file without `clusters:`): every client's handshake completes
     /// with it. Without, each completes with its cluster's.
     own: Option<Handshake>,
-    clusters: Arc<TerminatedClusters>,
     /// As configured: routing by server name (the handshake) and by authority (each
     /// request, `handle`) reads its clusters and default cluster.
     listener: Arc<ListenerSpec>,
 }
 
 impl TerminateListener {
-    /// `listener`, serving those of `clusters` it names (or every one); loads its own serving
+    /// `listener`, serving the clusters it names (or every one); loads its own serving
     /// certificate and client CA now, if it has them.
-    pub fn new(
-        listener: &ListenerSpec,
-        clusters: Arc<TerminatedClusters>,
-    ) -> Result<TerminateListener, String> {
+    pub fn new(listener: &ListenerSpec) -> Result<TerminateListener, String> {
         Ok(TerminateListener {
             own: listener.tls.as_ref().map(Handshake::load).transpose()?,
-            clusters,
             listener: Arc::new(listener.clone()),
         })
     }
@@ -270,9 +265,8 @@ async fn accept(
         .server_name()
         .map(str::to_ascii_lowercase);
     let chosen = match gw.clusters().route(&listener.listener, name.as_deref()) {
-        Route::To(cluster) => listener
-            .clusters
-            .get(cluster.name())
+        Route::To(cluster) => cluster
+            .terminated::<TerminatedCluster>()
             .ok_or(Refusal::UnknownServerName),
         Route::NoServerName => Err(Refusal::NoServerName),
         Route::UnknownServerName => Err(Refusal::UnknownServerName),

@@ -1,26 +1,24 @@
-//! The clusters terminate mode serves (those a terminate listener serves; the one cluster of a
-//! file without `clusters:` among them): for each, its terminate state (upstream, rules,
+//! What terminate mode keeps for each cluster it serves (those a terminate listener serves; the
+//! one cluster of a file without `clusters:` among them): its terminate state (upstream, rules,
 //! tokens) and, with `clusters:`, the handshake its clients get (its serving certificate, its
-//! client CA, its TLS versions and suites). Shared by every terminate listener, and changed in
-//! place by a reload that adds, changes or removes a cluster: a new client finds what is
-//! configured now, a connection keeps the state it was accepted with (a removed cluster's open
-//! connections end with its retired pool's drain).
+//! client CA, its TLS versions and suites). Kept with the cluster itself
+//! (`Cluster::terminated`), so the table both planes route by finds it: a new client finds what
+//! is configured now, a connection keeps the state it was accepted with (a removed cluster's
+//! open connections end with its retired pool's drain).
 
 use crate::state::Cluster;
 use crate::terminate::request::rules::Rules;
 use crate::terminate::upstream::mode::{TerminateMode, UpstreamFiles};
 use crate::terminate::upstream::tls::ALPN;
-use arc_swap::ArcSwap;
 use kubegate_config::ServingTls;
 use kubegate_net::tls::ServingCert;
-use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use tokio::task::AbortHandle;
 
-/// Every cluster terminate mode serves, by name.
-pub struct TerminatedClusters {
-    by_name: ArcSwap<HashMap<String, Arc<TerminatedCluster>>>,
+/// What terminate mode shares across the clusters it serves, and how a cluster comes to be
+/// served.
+pub struct TerminatePlane {
     /// Request body bytes held for all clients of every cluster together (`bodies`).
     body_bytes: Arc<AtomicU64>,
 }
@@ -79,20 +77,19 @@ impl ClusterFiles {
     }
 }
 
-impl TerminatedClusters {
-    /// No cluster yet.
-    pub fn new() -> TerminatedClusters {
-        TerminatedClusters {
-            by_name: ArcSwap::from_pointee(HashMap::new()),
+impl TerminatePlane {
+    /// No cluster served yet.
+    pub fn new() -> TerminatePlane {
+        TerminatePlane {
             body_bytes: Arc::default(),
         }
     }
 
-    /// Serves `cluster` with what `files` loaded and `rules`, replacing any cluster of its
-    /// name; the new entry, for its control tasks.
-    pub fn insert(
+    /// Serves `cluster` with what `files` loaded and `rules` (before the cluster is put in
+    /// force); its terminate state, for its control tasks.
+    pub fn serve(
         &self,
-        cluster: Arc<Cluster>,
+        cluster: &Arc<Cluster>,
         files: ClusterFiles,
         rules: Rules,
     ) -> Arc<TerminatedCluster> {
@@ -106,39 +103,14 @@ impl TerminatedClusters {
             mode: Arc::new(mode),
             tasks: Mutex::default(),
         });
-        let name = cluster.name().to_string();
-        self.by_name.rcu(|map| {
-            let mut map = HashMap::clone(map);
-            map.insert(name.clone(), entry.clone());
-            map
-        });
+        cluster.terminate_with(entry.clone());
         entry
-    }
-
-    /// No longer serves cluster `name`: new clients at its names are refused (routing no
-    /// longer finds it), its control tasks end.
-    pub fn remove(&self, name: &str) {
-        self.by_name.rcu(|map| {
-            let mut map = HashMap::clone(map);
-            map.remove(name);
-            map
-        });
-    }
-
-    /// Cluster `name`, if served.
-    pub fn get(&self, name: &str) -> Option<Arc<TerminatedCluster>> {
-        self.by_name.load().get(name).cloned()
-    }
-
-    /// Every cluster served.
-    pub fn all(&self) -> Vec<Arc<TerminatedCluster>> {
-        self.by_name.load().values().cloned().collect()
     }
 }
 
-impl Default for TerminatedClusters {
-    fn default() -> TerminatedClusters {
-        TerminatedClusters::new()
+impl Default for TerminatePlane {
+    fn default() -> TerminatePlane {
+        TerminatePlane::new()
     }
 }
 
