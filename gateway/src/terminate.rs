@@ -24,7 +24,6 @@ mod server;
 mod upstream;
 mod watch;
 
-pub use request::rules::Rules;
 pub use server::clusters::{ClusterFiles, TerminatePlane, TerminatedCluster};
 pub use server::listener::TerminateListener;
 pub use upstream::mode::{TerminateMode, UpstreamFiles, Upstreams};

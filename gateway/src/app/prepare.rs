@@ -8,7 +8,7 @@ use crate::control::{self, upgrade, AdminTls, ControlParts, UpgradeState};
 use crate::net::{self, Serve};
 use crate::passthrough::Passthrough;
 use crate::state::{ClientListener, Gateway};
-use crate::terminate::{ClusterFiles, Rules, TerminateListener, TerminatePlane};
+use crate::terminate::{ClusterFiles, TerminateListener, TerminatePlane};
 use kubegate_config::{load_file_with, Config, ListenerMode};
 use std::net::TcpListener;
 use std::path::Path;
@@ -79,10 +79,7 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
         }
         let files = ClusterFiles::load(&spec.name, spec.tls.as_ref(), &spec.upstream)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let metrics = &gateway.metrics().terminate;
-        let rules = Rules::compile(&spec.name, &spec.dispatch, metrics);
-        terminate.serve(cluster, files, rules);
-        metrics.cluster_served(&spec.name);
+        terminate.serve(cluster, files, &spec.dispatch, &gateway.metrics().terminate);
     }
     let (listeners, serving) = bind_listeners(&config, inherited.as_mut())?;
     let admin = match inherited

@@ -19,7 +19,7 @@ use crate::control::notify;
 use crate::control::terminated;
 use crate::state::{pool_settings, probe_settings, Cluster, Clusters, Gateway, Pool};
 use crate::telemetry::ReloadResult;
-use crate::terminate::{ClusterFiles, Rules, TerminatePlane, TerminatedCluster, UpstreamFiles};
+use crate::terminate::{ClusterFiles, TerminatePlane, TerminatedCluster, UpstreamFiles};
 use kubegate_config::{diff, load_str_with, Change, ClusterConfig, Config};
 use kubegate_health::ProbeSettings;
 use std::collections::HashMap;
@@ -167,9 +167,7 @@ fn apply(gw: &Arc<Gateway>, terminate: &TerminatePlane, p: Prepared) -> Vec<Chan
                     cluster.pool().add(b);
                 }
                 if let Some(files) = plan.added {
-                    let rules = Rules::compile(&spec.name, &spec.dispatch, metrics);
-                    metrics.cluster_served(&spec.name);
-                    let served = terminate.serve(&cluster, files, rules);
+                    let served = terminate.serve(&cluster, files, &spec.dispatch, metrics);
                     terminated::follow(gw, &served);
                 }
                 tracing::info!(

@@ -7,10 +7,11 @@
 //! open connections end with its retired pool's drain).
 
 use crate::state::Cluster;
+use crate::telemetry::TerminateMetrics;
 use crate::terminate::request::rules::Rules;
 use crate::terminate::upstream::mode::{TerminateMode, UpstreamFiles};
 use crate::terminate::upstream::tls::ALPN;
-use kubegate_config::ServingTls;
+use kubegate_config::{DispatchRule, ServingTls};
 use kubegate_net::tls::ServingCert;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
@@ -85,14 +86,18 @@ impl TerminatePlane {
         }
     }
 
-    /// Serves `cluster` with what `files` loaded and `rules` (before the cluster is put in
+    /// Serves `cluster` with what `files` loaded and its `dispatch` rules, compiled under its
+    /// name, their series (and the cluster's) made in `metrics` (before the cluster is put in
     /// force); its terminate state, for its control tasks.
     pub fn serve(
         &self,
         cluster: &Arc<Cluster>,
         files: ClusterFiles,
-        rules: Rules,
+        dispatch: &[DispatchRule],
+        metrics: &TerminateMetrics,
     ) -> Arc<TerminatedCluster> {
+        let rules = Rules::compile(cluster.name(), dispatch, metrics);
+        metrics.cluster_served(cluster.name());
         let mode = TerminateMode::with(
             files.upstream.of(cluster.clone()),
             rules,
