@@ -79,20 +79,22 @@ async fn open(listen: SocketAddr, config: rustls::ClientConfig, name: &str, h2: 
         .unwrap_or_else(|e| panic!("a connection to {name}: {e}"))
 }
 
-/// A connection to `listen` asking for server `name` is refused, with an error that names
-/// `alert` (the TLS alert; "" for any error).
-async fn refused(
-    listen: SocketAddr,
-    config: rustls::ClientConfig,
-    name: &str,
-    h2: bool,
-    alert: &str,
-) {
+/// A connection to `listen` asking for server `name` (HTTP/2 when `config` offers it) is
+/// refused, with an error that names `alert` (the TLS alert; "" for any error).
+async fn refused(listen: SocketAddr, config: rustls::ClientConfig, name: &str, alert: &str) {
+    let h2 = config.alpn_protocols.iter().any(|p| p == b"h2");
     let e = Conn::open_named(listen, config, name, h2)
         .await
         .err()
         .unwrap_or_else(|| panic!("a connection to {name:?} was not refused"));
     assert!(e.to_string().contains(alert), "{name}: {e}");
+}
+
+/// Connections kubegate refused for `reason` (`kubegate_connections_refused_total`).
+fn refusals(kg: &Kubegate, reason: &str) -> f64 {
+    kg.metric(&format!(
+        "kubegate_connections_refused_total{{reason=\"{reason}\"}}"
+    ))
 }
 
 /// The certificate kubegate serves cluster `c` with ([`terminating`]'s), as DER.
@@ -242,29 +244,10 @@ async fn each_client_reaches_only_the_cluster_its_server_name_names() {
 
     // A name no cluster answers, and no name at all (an IP address sends none) without a
     // default_cluster: a TLS alert, counted; the replicas never see them.
-    let refusals = |reason: &str| {
-        kg.metric(&format!(
-            "kubegate_connections_refused_total{{reason=\"{reason}\"}}"
-        ))
-    };
-    refused(
-        kg.listen,
-        as_b.clone(),
-        "c.example",
-        false,
-        "UnrecognisedName",
-    )
-    .await;
-    assert_eq!(refusals("unknown_server_name"), 1.0);
-    refused(
-        kg.listen,
-        as_b.clone(),
-        "127.0.0.1",
-        false,
-        "UnrecognisedName",
-    )
-    .await;
-    assert_eq!(refusals("no_server_name"), 1.0);
+    refused(kg.listen, as_b.clone(), "c.example", "UnrecognisedName").await;
+    assert_eq!(refusals(&kg, "unknown_server_name"), 1.0);
+    refused(kg.listen, as_b.clone(), "127.0.0.1", "UnrecognisedName").await;
+    assert_eq!(refusals(&kg, "no_server_name"), 1.0);
 
     // The status endpoint names each backend's cluster.
     let view: Vec<serde_json::Value> =
@@ -339,14 +322,10 @@ async fn a_default_cluster_takes_clients_without_a_name_and_one_cluster_down_spa
         kg.listen,
         tls_client_config(&pki_b, &[b"http/1.1"]),
         "b.example",
-        false,
         "",
     )
     .await;
-    assert_eq!(
-        kg.metric(r#"kubegate_connections_refused_total{reason="no_ready_backend"}"#),
-        1.0
-    );
+    assert_eq!(refusals(&kg, "no_ready_backend"), 1.0);
     let mut c = open(kg.listen, as_a, "a.example", false).await;
     assert_eq!(answered(&mut c, &[&a1]).await, ("a1".to_string(), 200));
     assert_eq!(kg.metric("kubegate_ready"), 1.0, "cluster a still serves");
@@ -460,7 +439,6 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
         kg.listen,
         tls12_client_config(&pki_b, &[b"h2"]),
         "b.example",
-        true,
         "ProtocolVersion",
     )
     .await;
@@ -481,14 +459,10 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
         kg.listen,
         tls_client_config(&pki_b, &[b"h2"]),
         "c.example",
-        true,
         "UnrecognisedName",
     )
     .await;
-    assert_eq!(
-        kg.metric(r#"kubegate_connections_refused_total{reason="unknown_server_name"}"#),
-        1.0
-    );
+    assert_eq!(refusals(&kg, "unknown_server_name"), 1.0);
 }
 
 /// On a connection made to a's name, a request whose authority is b's name (or a name no
@@ -671,7 +645,6 @@ async fn a_reload_adds_changes_and_removes_clusters_without_touching_the_others(
         kg.listen,
         tls_client_config(pki_b, &[b"h2"]),
         "b.example",
-        true,
         "UnrecognisedName",
     )
     .await;
@@ -817,7 +790,6 @@ async fn a_reload_adds_changes_and_removes_clusters_in_terminate_mode() {
         kg.listen,
         tls_client_config(pki_b, &[b"h2"]),
         "b.example",
-        true,
         "UnrecognisedName",
     )
     .await;

@@ -117,6 +117,25 @@ async fn open_watches(kg: &Kubegate, pki: &Pki, path: &str, n: usize) -> Vec<(Wa
     watches
 }
 
+/// `n` JSON watches of namespace `ns` through kubegate from now on, each on a connection of
+/// its own, once kubegate holds them all.
+async fn watches_from_now(
+    kg: &Kubegate,
+    pki: &Pki,
+    sims: &[Sim],
+    writer: &mut Conn,
+    ns: &str,
+    n: usize,
+) -> Vec<(Watch, Conn)> {
+    let from = list_version(writer).await;
+    let path = format!("/api/v1/namespaces/{ns}/configmaps?watch=1&resourceVersion={from}");
+    let watches = open_watches(kg, pki, &path, n).await;
+    wait_for(&format!("{n} watches open"), T, || {
+        (watches_on(kg, sims).values().sum::<f64>() == n as f64).then_some(())
+    });
+    watches
+}
+
 /// One JSON watch of namespace `ns` through kubegate from now on, and the index of the
 /// replica holding it.
 async fn one_watch(
@@ -126,12 +145,7 @@ async fn one_watch(
     writer: &mut Conn,
     ns: &str,
 ) -> (Vec<(Watch, Conn)>, usize) {
-    let from = list_version(writer).await;
-    let path = format!("/api/v1/namespaces/{ns}/configmaps?watch=1&resourceVersion={from}");
-    let watches = open_watches(kg, pki, &path, 1).await;
-    wait_for("the watch open", T, || {
-        (watches_on(kg, sims).values().sum::<f64>() == 1.0).then_some(())
-    });
+    let watches = watches_from_now(kg, pki, sims, writer, ns, 1).await;
     let held = watches_on(kg, sims);
     let holder = sims.iter().position(|s| held[&s.name] > 0.0).unwrap();
     (watches, holder)
@@ -152,14 +166,69 @@ fn assert_added(e: &WatchEvent, name: &str) {
     assert_eq!((e.kind.as_str(), e.name.as_str()), ("ADDED", name), "{e:?}");
 }
 
+/// Asserts that every watch's next event is the creation of object `name`.
+async fn each_hears_added(watches: &mut [(Watch, Conn)], name: &str) {
+    for (i, (w, _)) in watches.iter_mut().enumerate() {
+        let e = w.next(T).await.unwrap().expect("an event");
+        assert_eq!(
+            (e.kind.as_str(), e.name.as_str()),
+            ("ADDED", name),
+            "watch {i}: {e:?}"
+        );
+    }
+}
+
+/// Asserts that every watch hears `created` next, every object once, in order.
+async fn each_hears_in_order(watches: &mut [(Watch, Conn)], created: &[String]) {
+    for (i, (w, _)) in watches.iter_mut().enumerate() {
+        let mut seen = Vec::new();
+        while seen.len() < created.len() {
+            match w.next(T).await {
+                Ok(Some(e)) => seen.push(e.name),
+                other => panic!("watch {i} ended or stalled after {seen:?}: {other:?}"),
+            }
+        }
+        assert_eq!(seen, created, "watch {i}: every object once, in order");
+    }
+}
+
 /// Restarts `sim` as an operator would (SIGTERM, a clean exit, started again) and waits
 /// until kubegate finds it ready.
 fn restart_gracefully(kg: &Kubegate, sim: &mut Sim) {
     sim.signal(libc::SIGTERM);
-    let status = sim.wait_exit(T);
-    assert!(status.success(), "{status:?}");
+    exits_cleanly(sim);
     sim.restart();
     kg.wait_state(&sim.name, "ready", T);
+}
+
+/// Restarts every replica but `holder` (`restart_gracefully`): their watch caches then begin
+/// after any position the holder's watches have.
+fn restart_all_but(kg: &Kubegate, sims: &mut [Sim], holder: usize) {
+    for (i, sim) in sims.iter_mut().enumerate() {
+        if i != holder {
+            restart_gracefully(kg, sim);
+        }
+    }
+}
+
+/// Waits for `sim` to exit, and asserts it exited cleanly.
+fn exits_cleanly(sim: &mut Sim) {
+    let status = sim.wait_exit(T);
+    assert!(status.success(), "{}: {status:?}", sim.name);
+}
+
+/// Asserts that kubegate ended no watch for `reason` (its `kubegate_watches_ended_total`).
+fn no_watch_ended(kg: &Kubegate, reason: &str) {
+    let series = format!(r#"kubegate_watches_ended_total{{reason="{reason}"}}"#);
+    assert_eq!(kg.metric(&series), 0.0, "{series}");
+}
+
+/// Waits until the one watch has left `holder` for another replica.
+fn wait_watch_moved_off(kg: &Kubegate, sims: &[Sim], holder: &str) {
+    wait_for("the watch to leave the draining replica", T, || {
+        let on = watches_on(kg, sims);
+        (on[holder] == 0.0 && on.values().sum::<f64>() == 1.0).then_some(())
+    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,8 +267,7 @@ async fn json_and_protobuf_watches_continue_across_restarts_and_a_crash() {
     for sim in sims.iter_mut() {
         sim.signal(libc::SIGTERM);
         create(&mut writer, &next(&mut created)).await;
-        let status = sim.wait_exit(T);
-        assert!(status.success(), "{status:?}");
+        exits_cleanly(sim);
         create(&mut writer, &next(&mut created)).await;
         sim.restart();
         kg.wait_state(&sim.name, "ready", T);
@@ -361,18 +429,8 @@ async fn a_replica_restarted_after_a_watchs_position_does_not_end_the_watch() {
     // The first watch's replica crashes: its watches move, wherever they land.
     sims[holder].kill();
     create_in(&mut writer, "quiet", "q1").await;
-    for (i, (w, _)) in watches.iter_mut().enumerate() {
-        let e = w.next(T).await.unwrap().expect("an event");
-        assert_eq!(
-            (e.kind.as_str(), e.name.as_str()),
-            ("ADDED", "q1"),
-            "watch {i}: {e:?}"
-        );
-    }
-    assert_eq!(
-        kg.metric(r#"kubegate_watches_ended_total{reason="expired"}"#),
-        0.0
-    );
+    each_hears_added(&mut watches, "q1").await;
+    no_watch_ended(kg, "expired");
 }
 
 /// A replica whose watch cache lags its etcd cannot serve a position newer than its cache:
@@ -410,18 +468,8 @@ async fn a_replica_whose_cache_lags_its_etcd_does_not_end_a_watch() {
         (on[&lagging.name] == 0.0 && on.values().sum::<f64>() == 3.0).then_some(())
     });
     create_in(&mut writer, "lag", "l1").await;
-    for (i, (w, _)) in watches.iter_mut().enumerate() {
-        let e = w.next(T).await.unwrap().expect("an event");
-        assert_eq!(
-            (e.kind.as_str(), e.name.as_str()),
-            ("ADDED", "l1"),
-            "watch {i}: {e:?}"
-        );
-    }
-    assert_eq!(
-        kg.metric(r#"kubegate_watches_ended_total{reason="error"}"#),
-        0.0
-    );
+    each_hears_added(&mut watches, "l1").await;
+    no_watch_ended(kg, "error");
     lagging.set_cache("ready");
 }
 
@@ -473,10 +521,7 @@ async fn a_quiet_watch_outlives_a_rolling_restart_on_its_bookmarks() {
         }
     };
     assert_added(&e, "q1");
-    assert_eq!(
-        kg.metric(r#"kubegate_watches_ended_total{reason="expired"}"#),
-        0.0
-    );
+    no_watch_ended(kg, "expired");
 }
 
 /// A quiet watch's position can be older than the caches of every replica that came back
@@ -500,30 +545,17 @@ async fn a_quiet_watch_leaves_a_draining_replica_with_a_fresh_position() {
     for i in 0..3 {
         create(&mut writer, &format!("busy-{i}")).await;
     }
-    for (i, sim) in sims.iter_mut().enumerate() {
-        if i == holder {
-            continue;
-        }
-        restart_gracefully(kg, sim);
-    }
+    restart_all_but(kg, sims, holder);
     // The holder shuts down (serving 5 s more): the watch leaves it.
     let holder_name = sims[holder].name.clone();
     sims[holder].signal(libc::SIGTERM);
-    wait_for("the watch to leave the draining replica", T, || {
-        let on = watches_on(kg, sims);
-        (on[&holder_name] == 0.0 && on.values().sum::<f64>() == 1.0).then_some(())
-    });
+    wait_watch_moved_off(kg, sims, &holder_name);
     assert!(kg.metric(r#"kubegate_watch_positions_freshened_total{by="bookmark"}"#) >= 1.0);
     create_in(&mut writer, "quiet", "q1").await;
-    let (w, _) = &mut watches[0];
-    let e = w.next(T).await.unwrap().expect("an event");
+    let e = watches[0].0.next(T).await.unwrap().expect("an event");
     assert_added(&e, "q1");
-    assert_eq!(
-        kg.metric(r#"kubegate_watches_ended_total{reason="expired"}"#),
-        0.0
-    );
-    let status = sims[holder].wait_exit(T);
-    assert!(status.success(), "{status:?}");
+    no_watch_ended(kg, "expired");
+    exits_cleanly(&mut sims[holder]);
 }
 
 /// A watch that hears events often, leaving a replica while the others came back after its
@@ -556,37 +588,22 @@ async fn a_busy_watch_leaves_a_draining_replica_on_its_next_event() {
         assert_added(&next_object(w).await, name);
     }
     // The two other replicas restart: their caches begin after the watch's position.
-    for (i, sim) in sims.iter_mut().enumerate() {
-        if i != holder {
-            restart_gracefully(kg, sim);
-        }
-    }
+    restart_all_but(kg, sims, holder);
     // The holder shuts down, refusing new requests; its watch stream goes on.
     let holder_name = sims[holder].name.clone();
     sims[holder].signal(libc::SIGTERM);
     kg.wait_state(&holder_name, "not_ready", T);
     create_in(&mut writer, "busy", "during").await;
-    let (w, _) = &mut watches[0];
-    let e = next_object(w).await;
-    assert_added(&e, "during");
-    wait_for("the watch to leave the draining replica", T, || {
-        let on = watches_on(kg, sims);
-        (on[&holder_name] == 0.0 && on.values().sum::<f64>() == 1.0).then_some(())
-    });
+    assert_added(&next_object(&mut watches[0].0).await, "during");
+    wait_watch_moved_off(kg, sims, &holder_name);
     create_in(&mut writer, "busy", "after").await;
-    let (w, _) = &mut watches[0];
-    let e = next_object(w).await;
-    assert_added(&e, "after");
+    assert_added(&next_object(&mut watches[0].0).await, "after");
     assert_eq!(
         kg.metric(r#"kubegate_watch_positions_freshened_total{by="next_event"}"#),
         1.0
     );
-    assert_eq!(
-        kg.metric(r#"kubegate_watches_ended_total{reason="expired"}"#),
-        0.0
-    );
-    let status = sims[holder].wait_exit(T);
-    assert!(status.success(), "{status:?}");
+    no_watch_ended(kg, "expired");
+    exits_cleanly(&mut sims[holder]);
 }
 
 /// A replica back from a restart holds no watch until its share is moved to it: the others,
@@ -597,12 +614,7 @@ async fn a_replica_back_from_a_restart_gets_its_share_of_the_watches() {
     let mut bed = cluster(&["--shutdown-delay-duration", "2s"]);
     let (kg, pki, sims) = (&bed.kg, &bed.pki, &mut bed.sims);
     let mut writer = kg.connect(pki, true).await.unwrap();
-    let from = list_version(&mut writer).await;
-    let path = format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={from}");
-    let mut watches = open_watches(kg, pki, &path, 12).await;
-    wait_for("the watches open", T, || {
-        (watches_on(kg, sims).values().sum::<f64>() == 12.0).then_some(())
-    });
+    let mut watches = watches_from_now(kg, pki, sims, &mut writer, "default", 12).await;
     let mut created = Vec::new();
     for i in 0..2 {
         let name = format!("before-{i}");
@@ -627,16 +639,7 @@ async fn a_replica_back_from_a_restart_gets_its_share_of_the_watches() {
         create(&mut writer, &name).await;
         created.push(name);
     }
-    for (i, (w, _)) in watches.iter_mut().enumerate() {
-        let mut seen = Vec::new();
-        while seen.len() < created.len() {
-            match w.next(T).await {
-                Ok(Some(e)) => seen.push(e.name),
-                other => panic!("watch {i} ended or stalled after {seen:?}: {other:?}"),
-            }
-        }
-        assert_eq!(seen, created, "watch {i}: every object once, in order");
-    }
+    each_hears_in_order(&mut watches, &created).await;
     let moved = kg.metric(r#"kubegate_watch_resumes_total{cause="moved"}"#);
     assert!(moved >= 3.0, "{moved} moves for {share:?}");
 }
@@ -729,16 +732,7 @@ async fn kubegate_drain_moves_a_replicas_watches_before_its_restart() {
     created.push("after".to_string());
     // Every watch (the later ones too: they watch from the same position) saw every object
     // once, in order.
-    for (i, (w, _)) in watches.iter_mut().enumerate() {
-        let mut seen = Vec::new();
-        while seen.len() < created.len() {
-            match w.next(T).await {
-                Ok(Some(e)) => seen.push(e.name),
-                other => panic!("watch {i} ended or stalled after {seen:?}: {other:?}"),
-            }
-        }
-        assert_eq!(seen, created, "watch {i}: every object once, in order");
-    }
+    each_hears_in_order(&mut watches, &created).await;
 }
 
 /// A POST with a JSON body to `host` (plain HTTP), the raw response.
@@ -763,12 +757,7 @@ async fn watches_leave_a_draining_replica_before_it_goes() {
     let bed = cluster(&["--shutdown-delay-duration", "120s"]);
     let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
     let mut writer = kg.connect(pki, true).await.unwrap();
-    let from = list_version(&mut writer).await;
-    let path = format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={from}");
-    let mut watches = open_watches(kg, pki, &path, 6).await;
-    wait_for("six watches open", T, || {
-        (watches_on(kg, sims).values().sum::<f64>() == 6.0).then_some(())
-    });
+    let mut watches = watches_from_now(kg, pki, sims, &mut writer, "default", 6).await;
     let held = watches_on(kg, sims);
     let target = sims.iter().find(|s| held[&s.name] > 0.0).unwrap();
     target.signal(libc::SIGTERM);
@@ -781,10 +770,7 @@ async fn watches_leave_a_draining_replica_before_it_goes() {
     assert!(kg.metric(r#"kubegate_watch_resumes_total{cause="drained"}"#) >= 1.0);
     // And they still see what happens.
     create(&mut writer, "after-the-move").await;
-    for (w, _) in &mut watches {
-        let e = w.next(T).await.unwrap().expect("an event");
-        assert_added(&e, "after-the-move");
-    }
+    each_hears_added(&mut watches, "after-the-move").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -832,9 +818,6 @@ async fn a_frozen_replicas_requests_and_watches_move_on() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_ne!(r.replica(), "replica-1");
     create(&mut writer, "after-the-freeze").await;
-    for (w, _) in &mut watches {
-        let e = w.next(T).await.unwrap().expect("an event");
-        assert_added(&e, "after-the-freeze");
-    }
+    each_hears_added(&mut watches, "after-the-freeze").await;
     sims[0].signal(libc::SIGCONT);
 }

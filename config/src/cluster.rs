@@ -355,6 +355,12 @@ clusters:
         load(text).unwrap_err().to_string()
     }
 
+    /// Asserts that `text` is refused, and that its problems include one `saying` this.
+    fn refused(text: &str, saying: &str) {
+        let err = errors(text);
+        assert!(err.contains(saying), "{saying}: {err}");
+    }
+
     #[test]
     fn clusters_load_with_what_they_inherit() {
         let dir = tempfile::tempdir().unwrap();
@@ -401,50 +407,43 @@ clusters:
         assert!(clusters[0].server_names.is_empty());
         assert_eq!(clusters[0].backends, c.backends);
         assert!(!c.names_clusters());
-        let err = errors(&text.replace(
-            "127.0.0.1:6443\n",
-            "127.0.0.1:6443\n    default_cluster: a\n",
-        ));
-        assert!(
-            err.contains("kubegate.yaml:3:22: names clusters, but the file has no clusters:"),
-            "{err}"
+        refused(
+            &text.replace(
+                "127.0.0.1:6443\n",
+                "127.0.0.1:6443\n    default_cluster: a\n",
+            ),
+            "kubegate.yaml:3:22: names clusters, but the file has no clusters:",
         );
     }
 
     #[test]
     fn a_server_name_of_two_clusters_is_refused_where_it_is_written_again() {
-        let err = errors(&TWO.replace("[b.example]", "[b.example, \"*.a.example\"]"));
-        assert!(
-            err.contains(
-                "kubegate.yaml:14:31: \"*.a.example\" is also a server name of cluster \"a\""
-            ),
-            "{err}"
+        refused(
+            &TWO.replace("[b.example]", "[b.example, \"*.a.example\"]"),
+            "kubegate.yaml:14:31: \"*.a.example\" is also a server name of cluster \"a\"",
         );
     }
 
     #[test]
     fn unknown_clusters_and_a_default_outside_the_list_are_refused_at_their_position() {
-        let err = errors(&TWO.replace("clusters: [a, b]", "clusters: [a, c]"));
-        assert!(
-            err.contains("kubegate.yaml:3:19: no cluster is named \"c\""),
-            "{err}"
+        refused(
+            &TWO.replace("clusters: [a, b]", "clusters: [a, c]"),
+            "kubegate.yaml:3:19: no cluster is named \"c\"",
         );
-        let err = errors(&TWO.replace("clusters: [a, b]", "clusters: [b]"));
-        assert!(
-            err.contains("kubegate.yaml:4:22: \"a\" is not among this listener's clusters"),
-            "{err}"
+        refused(
+            &TWO.replace("clusters: [a, b]", "clusters: [b]"),
+            "kubegate.yaml:4:22: \"a\" is not among this listener's clusters",
         );
     }
 
     #[test]
     fn what_belongs_to_a_cluster_is_refused_at_the_top_level() {
-        let err = errors(&TWO.replace(
-            "health:\n  tls:",
-            "backends:\n  - address: 127.0.0.1:7009\nhealth:\n  tls:",
-        ));
-        assert!(
-            err.contains("kubegate.yaml:6:3: with clusters:, each cluster has its own backends"),
-            "{err}"
+        refused(
+            &TWO.replace(
+                "health:\n  tls:",
+                "backends:\n  - address: 127.0.0.1:7009\nhealth:\n  tls:",
+            ),
+            "kubegate.yaml:6:3: with clusters:, each cluster has its own backends",
         );
     }
 
@@ -466,10 +465,9 @@ clusters:
 
     #[test]
     fn a_clusters_own_health_is_checked_under_its_path() {
-        let err = errors(&TWO.replace("      interval: 2s\n", "      interval: 0s\n"));
-        assert!(
-            err.contains("kubegate.yaml:18:17: health.interval must be greater than 0"),
-            "{err}"
+        refused(
+            &TWO.replace("      interval: 2s\n", "      interval: 0s\n"),
+            "kubegate.yaml:18:17: health.interval must be greater than 0",
         );
     }
 

@@ -122,6 +122,16 @@ mod tests {
             .to_string()
     }
 
+    /// Asserts that the first problem found in `text` is at `at` (file:line:column), `saying`
+    /// this.
+    fn refused_at(text: &str, at: &str, saying: &str) {
+        let err = first_error(text);
+        assert!(
+            err.starts_with(&format!("{at}: ")) && err.contains(saying),
+            "{at}: {saying}: {err}"
+        );
+    }
+
     const MINIMAL: &str = "listeners:\n  - address: 127.0.0.1:6443\nbackends:\n  - address: 127.0.0.1:7001\nhealth:\n  tls:\n    ca_file: ca.crt\n";
 
     #[test]
@@ -171,18 +181,20 @@ mod tests {
 
     #[test]
     fn unknown_key_is_named_with_its_position() {
-        let err = first_error(&format!("{MINIMAL}balanse: round-robin\n"));
-        assert!(
-            err.starts_with("kubegate.yaml:8:1: unknown field `balanse`"),
-            "{err}"
+        refused_at(
+            &format!("{MINIMAL}balanse: round-robin\n"),
+            "kubegate.yaml:8:1",
+            "unknown field `balanse`",
         );
     }
 
     #[test]
     fn bad_duration_points_at_the_value() {
-        let err = first_error(&MINIMAL.replace("health:\n", "health:\n  interval: soon\n"));
-        assert!(err.starts_with("kubegate.yaml:6:3: "), "{err}");
-        assert!(err.contains("invalid duration \"soon\""), "{err}");
+        refused_at(
+            &MINIMAL.replace("health:\n", "health:\n  interval: soon\n"),
+            "kubegate.yaml:6:3",
+            "invalid duration \"soon\"",
+        );
     }
 
     #[test]
@@ -200,11 +212,11 @@ mod tests {
 
     #[test]
     fn an_admin_token_without_tls_is_refused_at_its_position() {
-        let err = first_error(&format!(
-            "{MINIMAL}admin:\n  address: 127.0.0.1:9444\n  bearer_token_file: ca.crt\n"
-        ));
-        assert!(err.starts_with("kubegate.yaml:10:22: "), "{err}");
-        assert!(err.contains("needs admin.tls"), "{err}");
+        refused_at(
+            &format!("{MINIMAL}admin:\n  address: 127.0.0.1:9444\n  bearer_token_file: ca.crt\n"),
+            "kubegate.yaml:10:22",
+            "needs admin.tls",
+        );
         let c = load(&format!(
             "{MINIMAL}admin:\n  tls:\n    cert_file: ca.crt\n    key_file: ca.crt\n  bearer_token_file: ca.crt\n"
         ))
@@ -224,9 +236,11 @@ mod tests {
 
     #[test]
     fn missing_file_is_named() {
-        let err = first_error(&MINIMAL.replace("ca.crt", "nope.crt"));
-        assert!(err.starts_with("kubegate.yaml:7:14: "), "{err}");
-        assert!(err.contains("nope.crt"), "{err}");
+        refused_at(
+            &MINIMAL.replace("ca.crt", "nope.crt"),
+            "kubegate.yaml:7:14",
+            "nope.crt",
+        );
     }
 
     #[test]
@@ -246,21 +260,23 @@ mod tests {
 
     #[test]
     fn fast_interval_longer_than_interval_points_at_it() {
-        let err = first_error(&MINIMAL.replace(
-            "health:\n",
-            "health:\n  interval: 1s\n  fast_interval: 2s\n",
-        ));
-        assert!(err.starts_with("kubegate.yaml:7:18: "), "{err}");
-        assert!(err.contains("must not be longer than interval"), "{err}");
+        refused_at(
+            &MINIMAL.replace(
+                "health:\n",
+                "health:\n  interval: 1s\n  fast_interval: 2s\n",
+            ),
+            "kubegate.yaml:7:18",
+            "must not be longer than interval",
+        );
     }
 
     #[test]
     fn keepalive_out_of_the_kernels_range_points_at_it() {
-        let err = first_error(&format!(
-            "{MINIMAL}client_keepalive:\n  idle: 1500ms\n  count: 200\n"
-        ));
-        assert!(err.starts_with("kubegate.yaml:9:9: "), "{err}");
-        assert!(err.contains("whole seconds from 1s to 32767s"), "{err}");
+        refused_at(
+            &format!("{MINIMAL}client_keepalive:\n  idle: 1500ms\n  count: 200\n"),
+            "kubegate.yaml:9:9",
+            "whole seconds from 1s to 32767s",
+        );
         let text = format!("{MINIMAL}client_keepalive:\n  count: 200\n");
         let err = load(&text).unwrap_err().to_string();
         assert!(err.contains("kubegate.yaml:9:10: "), "{err}");
@@ -286,27 +302,25 @@ mod tests {
 
     #[test]
     fn tls_on_a_passthrough_listener_is_refused_where_it_stands() {
-        let text = MINIMAL.replace(
-            "  - address: 127.0.0.1:6443\n",
-            "  - address: 127.0.0.1:6443\n    tls: {cert_file: ca.crt, key_file: ca.crt}\n",
-        );
-        let err = first_error(&text);
-        assert!(
-            err.starts_with("kubegate.yaml:3:11: tls is for mode: terminate"),
-            "{err}"
+        refused_at(
+            &MINIMAL.replace(
+                "  - address: 127.0.0.1:6443\n",
+                "  - address: 127.0.0.1:6443\n    tls: {cert_file: ca.crt, key_file: ca.crt}\n",
+            ),
+            "kubegate.yaml:3:11",
+            "tls is for mode: terminate",
         );
     }
 
     #[test]
     fn terminate_without_tls_is_refused_at_its_mode() {
-        let text = MINIMAL.replace(
-            "  - address: 127.0.0.1:6443\n",
-            "  - address: 127.0.0.1:6443\n    mode: terminate\n",
-        );
-        let err = first_error(&text);
-        assert!(
-            err.starts_with("kubegate.yaml:3:11: mode: terminate needs tls"),
-            "{err}"
+        refused_at(
+            &MINIMAL.replace(
+                "  - address: 127.0.0.1:6443\n",
+                "  - address: 127.0.0.1:6443\n    mode: terminate\n",
+            ),
+            "kubegate.yaml:3:11",
+            "mode: terminate needs tls",
         );
     }
 
@@ -316,20 +330,18 @@ mod tests {
             "      key_file: ca.crt\n",
             "      key_file: ca.crt\n      client_ca_file: ca.crt\n",
         );
-        let err = first_error(&text);
-        assert!(
-            err.starts_with(
-                "kubegate.yaml:7:23: verifying client certificates needs upstream.front_proxy"
-            ),
-            "{err}"
+        refused_at(
+            &text,
+            "kubegate.yaml:7:23",
+            "verifying client certificates needs upstream.front_proxy",
         );
         let with_identity = format!(
             "{text}upstream:\n  front_proxy:\n    cert_file: ca.crt\n    key_file: ca.crt\n    username_header: \"X Remote\"\n"
         );
-        let err = first_error(&with_identity);
-        assert!(
-            err.starts_with("kubegate.yaml:17:22: \"X Remote\" is not an HTTP header name"),
-            "{err}"
+        refused_at(
+            &with_identity,
+            "kubegate.yaml:17:22",
+            "\"X Remote\" is not an HTTP header name",
         );
     }
 
@@ -360,10 +372,10 @@ mod tests {
 
     #[test]
     fn bad_policy_name_is_an_error() {
-        let err = first_error(&format!("{MINIMAL}balance: random\n"));
-        assert!(
-            err.starts_with("kubegate.yaml:8:10: balance: unknown variant `random`"),
-            "{err}"
+        refused_at(
+            &format!("{MINIMAL}balance: random\n"),
+            "kubegate.yaml:8:10",
+            "balance: unknown variant `random`",
         );
     }
 }

@@ -24,6 +24,7 @@
 //!
 //! A peer that is not installed is reported as such, never estimated.
 
+use crate::control_plane::ControlPlane;
 use kubegate_testbed::bins::{binary, which};
 use kubegate_testbed::kubegate::{self as config, TerminateFiles};
 use kubegate_testbed::{free_addr, free_port, wait_listening, ChildProcess as Proc};
@@ -157,7 +158,7 @@ pub fn prepare(
 }
 
 /// Starts gateway `name` in front of `backends`, with its files in `dir`.
-pub fn start(
+fn start(
     name: &str,
     dir: &Path,
     pki: &Path,
@@ -174,6 +175,21 @@ pub fn start(
         admin: prepared.admin,
         proc,
     })
+}
+
+/// [`start`]s `name` in front of `cp`'s replicas, its files in `dir/gateway`: `Ok(Err(why))`
+/// when it is not installed here (a run reports that rather than fail), an error when it did
+/// not start.
+pub fn start_before(
+    name: &str,
+    dir: &Path,
+    cp: &ControlPlane,
+) -> anyhow::Result<Result<Gateway, String>> {
+    match start(name, &dir.join("gateway"), &cp.pki(), &cp.addresses()) {
+        Ok(g) => Ok(Ok(g)),
+        Err(Unavailable::NotInstalled(why)) => Ok(Err(format!("not installed: {why}"))),
+        Err(Unavailable::Failed(e)) => Err(e.context(format!("start {name}"))),
+    }
 }
 
 fn write_config(path: &Path, text: &str) -> Result<(), Unavailable> {

@@ -17,7 +17,8 @@
 //! leaderships lost (renewals that failed past the renew deadline), with leader changes beside.
 
 use crate::client::{Client, ClientTls, ErrorClass};
-use crate::traffic::{tokio_util_like::Stop, NAMESPACE};
+use crate::record::Recorder;
+use crate::traffic::{tokio_util_like::Stop, Target, NAMESPACE};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -231,21 +232,9 @@ impl Candidate {
             Ok((404, _)) => {
                 self.lease = None;
                 let lease = self.wanted(0, None);
-                return match self
-                    .request(
-                        "POST",
-                        &lease_path(None),
-                        Some(&lease.to_string()),
-                        deadline,
-                    )
-                    .await
-                {
-                    Ok((201, written)) => {
-                        self.observe(written);
-                        true
-                    }
-                    _ => false,
-                };
+                return self
+                    .write("POST", &lease_path(None), &lease, 201, deadline)
+                    .await;
             }
             _ => return false,
         };
@@ -267,22 +256,56 @@ impl Candidate {
         } else {
             self.wanted(self.observed.transitions + 1, None)
         };
+        let path = lease_path(Some(&self.lease_name));
+        self.write("PUT", &path, &lease, 200, deadline).await
+    }
+
+    /// Writes `lease` (`method` at `path`); true, with what was written observed, when it
+    /// was answered `written` (201 for a create, 200 for an update).
+    async fn write(
+        &mut self,
+        method: &str,
+        path: &str,
+        lease: &Value,
+        written: u16,
+        deadline: Instant,
+    ) -> bool {
         match self
-            .request(
-                "PUT",
-                &lease_path(Some(&self.lease_name)),
-                Some(&lease.to_string()),
-                deadline,
-            )
+            .request(method, path, Some(&lease.to_string()), deadline)
             .await
         {
-            Ok((200, written)) => {
-                self.observe(written);
+            Ok((status, stored)) if status == written => {
+                self.observe(stored);
                 true
             }
             _ => false,
         }
     }
+}
+
+/// Two candidates for [`LEASE`] through `target`, as two kube-controller-managers on two
+/// nodes, logging into `log` on `rec`'s clock; each runs until `stop`.
+pub fn two_candidates(
+    target: &Target,
+    log: &Arc<Leadership>,
+    rec: &Arc<Recorder>,
+    stop: &Stop,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    ["candidate-a", "candidate-b"]
+        .into_iter()
+        .map(|name| {
+            let clock = rec.clone();
+            tokio::spawn(candidate(
+                name.into(),
+                LEASE.into(),
+                target.addr,
+                target.tls.clone(),
+                log.clone(),
+                move || clock.now_ms(),
+                stop.clone(),
+            ))
+        })
+        .collect()
 }
 
 /// Runs candidate `name` for Lease `lease` against the gateway at `addr` until `stop`,

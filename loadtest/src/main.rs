@@ -86,12 +86,8 @@ enum Command {
         /// Seed of the fault plan (the same seed, the same faults in the same order).
         #[arg(long, default_value_t = 1)]
         seed: u64,
-        /// Working directory for configs and logs (default: a new temporary directory).
-        #[arg(long)]
-        dir: Option<PathBuf>,
-        /// Write the report as JSON.
-        #[arg(long)]
-        json: Option<PathBuf>,
+        #[command(flatten)]
+        output: Output,
         /// Write the plot (resources over time, fault windows, failures) as SVG.
         #[arg(long)]
         plot: Option<PathBuf>,
@@ -137,12 +133,8 @@ enum Command {
         /// Restart two replicas, not three (CI).
         #[arg(long)]
         short: bool,
-        /// Working directory for configs and logs (default: a new temporary directory).
-        #[arg(long)]
-        dir: Option<PathBuf>,
-        /// Write the report as JSON.
-        #[arg(long)]
-        json: Option<PathBuf>,
+        #[command(flatten)]
+        output: Output,
         /// Write the cost curve as SVG.
         #[arg(long)]
         plot: Option<PathBuf>,
@@ -165,12 +157,8 @@ enum Command {
         /// token (which kubegate names with a TokenReview for its `service_accounts` rule).
         #[arg(long, value_enum, default_value = "certificate")]
         runaway: storm::Runaway,
-        /// Working directory for configs and logs (default: a new temporary directory).
-        #[arg(long)]
-        dir: Option<PathBuf>,
-        /// Write the report as JSON.
-        #[arg(long)]
-        json: Option<PathBuf>,
+        #[command(flatten)]
+        output: Output,
     },
     /// Several clusters behind one kubegate, picked by TLS server name: each scenario run in
     /// cluster a while cluster b (its own etcd, CA and replicas) carries steady traffic, in
@@ -195,12 +183,8 @@ enum Command {
         /// Short faults (CI), as `run --short`, and short memory readings.
         #[arg(long)]
         short: bool,
-        /// Working directory for configs and logs (default: a new temporary directory).
-        #[arg(long)]
-        dir: Option<PathBuf>,
-        /// Write the report as JSON.
-        #[arg(long)]
-        json: Option<PathBuf>,
+        #[command(flatten)]
+        output: Output,
     },
     /// The README's demo: three replicas, a rolling restart under traffic and real kubectl
     /// (a `get --watch` among them), once through kubegate passing TCP through and once
@@ -211,17 +195,24 @@ enum Command {
     },
 }
 
+/// Where a command keeps its files and writes its report.
 #[derive(Args)]
-struct Common {
-    /// Apiserver replicas.
-    #[arg(long, default_value_t = 3)]
-    replicas: usize,
+struct Output {
     /// Working directory for configs and logs (default: a new temporary directory).
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Write the report as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct Common {
+    /// Apiserver replicas.
+    #[arg(long, default_value_t = 3)]
+    replicas: usize,
+    #[command(flatten)]
+    output: Output,
     /// Write the timeline plot as SVG.
     #[arg(long)]
     plot: Option<PathBuf>,
@@ -272,10 +263,9 @@ fn main() -> anyhow::Result<()> {
         Command::Soak {
             duration,
             seed,
-            dir,
-            json,
+            output,
             plot,
-        } => return run_soak(duration, seed, dir, json, plot),
+        } => return run_soak(duration, seed, output, plot),
         Command::Scale {
             connections,
             watches,
@@ -287,8 +277,7 @@ fn main() -> anyhow::Result<()> {
             custom,
             settle,
             short,
-            dir,
-            json,
+            output,
             plot,
         } => {
             anyhow::ensure!(
@@ -314,8 +303,7 @@ fn main() -> anyhow::Result<()> {
                     short,
                     dir: PathBuf::new(),
                 },
-                dir,
-                json,
+                output,
                 plot,
             );
         }
@@ -324,8 +312,7 @@ fn main() -> anyhow::Result<()> {
             concurrency,
             phase,
             runaway,
-            dir,
-            json,
+            output,
         } => {
             return run_storm(
                 storm::Plan {
@@ -335,8 +322,7 @@ fn main() -> anyhow::Result<()> {
                     runaway,
                     dir: PathBuf::new(),
                 },
-                dir,
-                json,
+                output,
             )
         }
         Command::Clusters {
@@ -344,8 +330,7 @@ fn main() -> anyhow::Result<()> {
             modes,
             sizes,
             short,
-            dir,
-            json,
+            output,
         } => {
             for s in &scenario {
                 anyhow::ensure!(
@@ -371,8 +356,7 @@ fn main() -> anyhow::Result<()> {
                     },
                     dir: PathBuf::new(),
                 },
-                dir,
-                json,
+                output,
             );
         }
         Command::Demo { common } => (
@@ -397,7 +381,7 @@ fn main() -> anyhow::Result<()> {
             gateways::L7.join(", ")
         );
     }
-    let dir = work_dir(common.dir, "loadtest")?;
+    let dir = work_dir(common.output.dir, "loadtest")?;
     let external = match &common.control_plane {
         Some(file) => Some(control_plane::ExternalSpec::load(file)?),
         None => None,
@@ -422,7 +406,7 @@ fn main() -> anyhow::Result<()> {
     publish(
         &report::markdown(&reports),
         &reports,
-        common.json,
+        common.output.json,
         plot,
         &dir,
     )?;
@@ -512,11 +496,10 @@ fn until_interrupted<T>(
 fn run_soak(
     duration: Duration,
     seed: u64,
-    dir: Option<PathBuf>,
-    json: Option<PathBuf>,
+    output: Output,
     plot: Option<PathBuf>,
 ) -> anyhow::Result<()> {
-    let dir = work_dir(dir, "soak")?;
+    let dir = work_dir(output.dir, "soak")?;
     let plan = soak::SoakPlan {
         duration,
         seed,
@@ -524,20 +507,22 @@ fn run_soak(
     };
     let report = until_interrupted(soak::soak(&plan), &dir)?;
     let plot = plot.map(|path| (path, soak::svg(&report)));
-    publish(&soak::markdown(&report), &report, json, plot, &dir)?;
+    publish(&soak::markdown(&report), &report, output.json, plot, &dir)?;
     anyhow::ensure!(report.passed(), "the soak found a check that did not hold");
     Ok(())
 }
 
 /// `kubegate-loadtest clusters`.
-fn run_clusters(
-    mut plan: clusters::Plan,
-    dir: Option<PathBuf>,
-    json: Option<PathBuf>,
-) -> anyhow::Result<()> {
-    plan.dir = work_dir(dir, "clusters")?;
+fn run_clusters(mut plan: clusters::Plan, output: Output) -> anyhow::Result<()> {
+    plan.dir = work_dir(output.dir, "clusters")?;
     let report = until_interrupted(clusters::run(&plan), &plan.dir)?;
-    publish(&clusters::markdown(&report), &report, json, None, &plan.dir)?;
+    publish(
+        &clusters::markdown(&report),
+        &report,
+        output.json,
+        None,
+        &plan.dir,
+    )?;
     let failed = report.failures();
     anyhow::ensure!(
         failed.is_empty(),
@@ -549,29 +534,20 @@ fn run_clusters(
 }
 
 /// `kubegate-loadtest storm`.
-fn run_storm(
-    mut plan: storm::Plan,
-    dir: Option<PathBuf>,
-    json: Option<PathBuf>,
-) -> anyhow::Result<()> {
-    plan.dir = work_dir(dir, "storm")?;
+fn run_storm(mut plan: storm::Plan, output: Output) -> anyhow::Result<()> {
+    plan.dir = work_dir(output.dir, "storm")?;
     let rows = until_interrupted(storm::run(&plan), &plan.dir)?;
-    publish(&storm::markdown(&rows), &rows, json, None, &plan.dir)
+    publish(&storm::markdown(&rows), &rows, output.json, None, &plan.dir)
 }
 
-fn run_scale(
-    mut plan: scale::Plan,
-    dir: Option<PathBuf>,
-    json: Option<PathBuf>,
-    plot: Option<PathBuf>,
-) -> anyhow::Result<()> {
+fn run_scale(mut plan: scale::Plan, output: Output, plot: Option<PathBuf>) -> anyhow::Result<()> {
     for g in &plan.gateways {
         anyhow::ensure!(gateways::known(g), "unknown gateway {g}");
     }
-    plan.dir = work_dir(dir, "scale")?;
+    plan.dir = work_dir(output.dir, "scale")?;
     let runs = until_interrupted(scale::run(&plan), &plan.dir)?;
     let plot = plot.map(|path| (path, scale::svg(&runs)));
-    publish(&scale::markdown(&runs), &runs, json, plot, &plan.dir)?;
+    publish(&scale::markdown(&runs), &runs, output.json, plot, &plan.dir)?;
     none_failed(
         runs.iter()
             .filter(|r| r.status != "ok" && !r.status.starts_with("not installed"))

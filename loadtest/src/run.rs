@@ -2,7 +2,7 @@
 //! front, traffic, the fault, and the numbers.
 
 use crate::control_plane::ControlPlane;
-use crate::gateways::{self, Unavailable};
+use crate::gateways;
 use crate::record::Recorder;
 use crate::report::{Run, RunReport, WatchReport};
 use crate::scenarios::{self, Events, Pace};
@@ -107,16 +107,9 @@ async fn one(
             ControlPlane::start(dir, plan.replicas, scenarios::replica_settings(scenario)).await?
         }
     };
-    let gw = match gateways::start(gateway, &dir.join("gateway"), &cp.pki(), &cp.addresses()) {
+    let gw = match gateways::start_before(gateway, dir, &cp)? {
         Ok(g) => g,
-        Err(Unavailable::NotInstalled(why)) => {
-            return Ok(RunReport::unavailable(
-                scenario,
-                gateway,
-                format!("not installed: {why}"),
-            ))
-        }
-        Err(Unavailable::Failed(e)) => return Err(e.context(format!("start {gateway}"))),
+        Err(why) => return Ok(RunReport::unavailable(scenario, gateway, why)),
     };
     let target = Target {
         addr: gw.listen,
@@ -129,30 +122,14 @@ async fn one(
     let start = Instant::now();
     let rec = Arc::new(Recorder::new(start));
     let stop = Stop::default();
-    let mix = traffic::Mix {
-        components: 3,
-        writers: scenarios::writers(scenario),
-        writer_pause: Duration::from_millis(10),
-        short_lived: 2,
-        watchers: 2,
-        discovering: scenarios::discovering(scenario),
-        first_id: 0,
-    };
-    let mut tasks = mix.spawn(&target, &rec, &stop);
-    // Two leader-election candidates, as two kube-controller-managers on two nodes.
+    let mut tasks = scenarios::clients(scenario).spawn(&target, &rec, &stop);
     let leadership = Arc::new(crate::leader::Leadership::default());
-    for name in ["candidate-a", "candidate-b"] {
-        let clock = rec.clone();
-        tasks.push(tokio::spawn(crate::leader::candidate(
-            name.into(),
-            crate::leader::LEASE.into(),
-            target.addr,
-            target.tls.clone(),
-            leadership.clone(),
-            move || clock.now_ms(),
-            stop.clone(),
-        )));
-    }
+    tasks.extend(crate::leader::two_candidates(
+        &target,
+        &leadership,
+        &rec,
+        &stop,
+    ));
     if let (true, Some(admin)) = (gw.terminates, gw.admin) {
         tasks.push(tokio::spawn(crate::resumes::follow(
             admin,

@@ -23,7 +23,7 @@ mod informer;
 mod report;
 
 use crate::control_plane::{ControlPlane, ReplicaSettings};
-use crate::gateways::{self, Unavailable};
+use crate::gateways;
 use crate::sampler::{Reading, Sampler};
 use crate::scenarios::{self, Events, Pace};
 use crate::traffic::{self, Target};
@@ -148,17 +148,9 @@ async fn one(
         ..scenarios::replica_settings("rolling-restart")
     };
     let mut cp = ControlPlane::start(dir, 3, settings).await?;
-    let gw = match gateways::start(gateway, &dir.join("gateway"), &cp.pki(), &cp.addresses()) {
+    let gw = match gateways::start_before(gateway, dir, &cp)? {
         Ok(g) => g,
-        Err(Unavailable::NotInstalled(why)) => {
-            return Ok(ScaleRun::failed(
-                gateway,
-                connections,
-                watches,
-                format!("not installed: {why}"),
-            ))
-        }
-        Err(Unavailable::Failed(e)) => return Err(e.context(format!("start {gateway}"))),
+        Err(why) => return Ok(ScaleRun::failed(gateway, connections, watches, why)),
     };
     let target = Target {
         addr: gw.listen,

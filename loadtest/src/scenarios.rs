@@ -3,6 +3,7 @@
 //! the plot.
 
 use crate::control_plane::{ControlPlane, ReplicaSettings};
+use crate::traffic;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,20 @@ pub fn before_upgrade() -> Vec<String> {
 /// After it: 1.34, which serves `resource.k8s.io/v1`, and v1beta1 no longer turned on.
 pub fn after_upgrade() -> Vec<String> {
     ["--binary-version", "1.34.1"].map(String::from).to_vec()
+}
+
+/// The clients every run of scenario `name` has against its gateway: components, short-lived
+/// clients and watchers, with the scenario's writers and discovery readers.
+pub fn clients(name: &str) -> traffic::Mix {
+    traffic::Mix {
+        components: 3,
+        writers: writers(name),
+        writer_pause: Duration::from_millis(10),
+        short_lived: 2,
+        watchers: 2,
+        discovering: discovering(name),
+        first_id: 0,
+    }
 }
 
 /// Clients that read discovery and use what it shows at once, in scenario `name`: the

@@ -136,8 +136,8 @@ async fn one(plan: &Plan, gateway: &str, dir: &Path) -> anyhow::Result<Vec<Row>>
     let cp = ControlPlane::start(dir, 3, settings).await?;
     eprintln!("{gateway}: seeding {} objects", plan.objects);
     seed_storm(&cp, plan.objects).await?;
-    let gw = gateways::start(gateway, &dir.join("gateway"), &cp.pki(), &cp.addresses())
-        .map_err(|e| anyhow::anyhow!("start {gateway}: {e:?}"))?;
+    let gw = gateways::start_before(gateway, dir, &cp)?
+        .map_err(|why| anyhow::anyhow!("{gateway}: {why}"))?;
     let others = Target {
         addr: gw.listen,
         tls: cp.tls().clone(),

@@ -180,27 +180,16 @@ pub async fn run(
 /// leader-election candidates.
 fn clients(side: &Side, scenario: &str, stop: &Stop) -> Vec<tokio::task::JoinHandle<()>> {
     let mix = traffic::Mix {
-        components: 3,
-        writers: scenarios::writers(scenario),
-        writer_pause: Duration::from_millis(10),
-        short_lived: 2,
-        watchers: 2,
         discovering: 0,
-        first_id: 0,
+        ..scenarios::clients(scenario)
     };
     let mut tasks = mix.spawn(&side.target, &side.rec, stop);
-    for name in ["candidate-a", "candidate-b"] {
-        let clock = side.rec.clone();
-        tasks.push(tokio::spawn(leader::candidate(
-            name.into(),
-            leader::LEASE.into(),
-            side.target.addr,
-            side.target.tls.clone(),
-            side.leadership.clone(),
-            move || clock.now_ms(),
-            stop.clone(),
-        )));
-    }
+    tasks.extend(leader::two_candidates(
+        &side.target,
+        &side.leadership,
+        &side.rec,
+        stop,
+    ));
     tasks
 }
 
