@@ -3,8 +3,8 @@
 //! had their own). A test is named by its file: `cargo test --test e2e hostile::` runs
 //! `tests/hostile.rs`, `cargo test --test e2e hostile::rapid_reset` one test of it.
 //!
-//! The load tests (`loadtest::`) each drive a whole control plane and measure what clients
-//! see: `scripts/test` runs them on their own, after the rest, one at a time.
+//! The load tests (`loadtest::`) each drive a whole control plane and assert what its clients
+//! saw: `scripts/test` runs them four at a time, beside the rest (`tests/loadtest.rs`).
 
 #[path = "admin.rs"]
 mod admin;
@@ -26,6 +26,8 @@ mod dispatch;
 mod fuzz_corpora;
 #[path = "gateway.rs"]
 mod gateway;
+#[path = "hold.rs"]
+mod hold;
 #[path = "hostile.rs"]
 mod hostile;
 #[path = "layout.rs"]
