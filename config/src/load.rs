@@ -371,6 +371,22 @@ mod tests {
     }
 
     #[test]
+    fn a_hold_with_no_room_to_hold_is_refused_at_its_bound() {
+        let hold = format!("{MINIMAL}hold_when_none_ready:\n  up_to: 8s\n  max_held: 0\n");
+        refused_at(
+            &hold,
+            "kubegate.yaml:10:13",
+            "hold_when_none_ready.max_held must be at least 1 when up_to is set",
+        );
+        let c = load(&hold.replace("max_held: 0", "max_held: 5")).unwrap();
+        assert_eq!(
+            c.hold_when_none_ready.up_to,
+            std::time::Duration::from_secs(8)
+        );
+        assert!(load(MINIMAL).unwrap().hold_when_none_ready.up_to.is_zero());
+    }
+
+    #[test]
     fn bad_policy_name_is_an_error() {
         refused_at(
             &format!("{MINIMAL}balance: random\n"),

@@ -114,6 +114,13 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
     } else {
         crate::cluster::validate(config, terminating, base_dir, &mut bad);
     }
+    let hold = &config.hold_when_none_ready;
+    if !hold.up_to.is_zero() && hold.max_held == 0 {
+        bad(
+            "hold_when_none_ready.max_held".into(),
+            "hold_when_none_ready.max_held must be at least 1 when up_to is set".into(),
+        );
+    }
     let k = &config.client_keepalive;
     // The kernel takes whole seconds, at most 32767 (TCP_KEEPIDLE, TCP_KEEPINTVL), and at most
     // 127 probes (TCP_KEEPCNT).

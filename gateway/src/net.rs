@@ -3,6 +3,7 @@
 
 mod accept;
 mod connect;
+pub mod hold;
 
 pub use accept::{bind, Acceptor, Serve};
 pub use connect::{connect_failed, place, Attempt, Unplaced, PASSIVE_EJECTION};

@@ -16,8 +16,8 @@ pub mod transitions;
 pub use events::{MetricEvents, Readiness};
 pub use labels::{
     code_class, AcceptError, AdminRefusal, AttemptFailure, ClientLimit, ClientProtocol,
-    ConnectError, Freshened, HandshakeFailure, Identity, Refusal, ReloadResult, RequestFailure,
-    TokenReviewResult, WatchBreak, WatchEnd,
+    ConnectError, Freshened, HandshakeFailure, HoldOutcome, Identity, Refusal, ReloadResult,
+    RequestFailure, TokenReviewResult, WatchBreak, WatchEnd,
 };
 pub use metrics::{
     set_one_hot, BackendMetrics, ControlMetrics, GatewayMetrics, Metrics, NetMetrics,

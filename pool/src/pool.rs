@@ -98,6 +98,13 @@ impl<P: DataPlanes> Pool<P> {
         self.routing.load_full()
     }
 
+    /// Returns once some backend is ready: at once when one is.
+    pub async fn some_ready(&self) {
+        let mut ready = self.ready.subscribe();
+        // The sender lives as long as the pool, which `self` keeps.
+        let _ = ready.wait_for(|n| *n > 0).await;
+    }
+
     /// Rotates round-robin picks and breaks least-load ties.
     pub fn cursor(&self) -> &AtomicUsize {
         &self.cursor

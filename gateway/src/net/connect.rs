@@ -2,11 +2,12 @@
 //! connection (a TCP connect), a terminate-mode request (a stream on an HTTP/2 connection), an
 //! upgrade (a TLS and HTTP/1.1 connect).
 //!
-//! Each round loads the routing table (lock-free), takes its candidates under the
-//! `no_ready_backend` policy, picks one not tried yet by the work's load signal, and tries it.
-//! A failure that the work says allows it goes to another backend, up to `connect.attempts`
-//! backends. A failed connect is reported through [`connect_failed`]: counted, logged, and the
-//! backend skipped by the balancer for [`PASSIVE_EJECTION`] with a probe asked for now.
+//! While no backend is ready, the work first waits for one (`hold.rs`). Each round loads the
+//! routing table (lock-free), takes its candidates under the `no_ready_backend` policy, picks
+//! one not tried yet by the work's load signal, and tries it. A failure that the work says
+//! allows it goes to another backend, up to `connect.attempts` backends. A failed connect is
+//! reported through [`connect_failed`]: counted, logged, and the backend skipped by the
+//! balancer for [`PASSIVE_EJECTION`] with a probe asked for now.
 
 use crate::state::{Backend, Gateway, Pool};
 use crate::telemetry::ConnectError;
@@ -62,6 +63,8 @@ pub async fn place<A: Attempt>(
     work: &mut A,
     tried: &mut Vec<SocketAddr>,
 ) -> Result<(Arc<Backend>, A::Output), Unplaced<A::Failure>> {
+    // With none of the cluster's backends ready, the work may wait for one first.
+    super::hold::until_ready(gw, pool).await;
     let (policy, attempts, no_ready) = {
         let c = gw.config().load();
         (c.balance, c.connect.attempts, c.no_ready_backend)

@@ -38,6 +38,9 @@ pub struct Gateway {
     client_capacity: usize,
     /// The configured client limit last warned about (warned once, not at every reload).
     warned_limit: std::sync::atomic::AtomicUsize,
+    /// Connections and requests waiting for a ready backend now, over every cluster
+    /// (`net::hold`).
+    held: std::sync::atomic::AtomicUsize,
 }
 
 impl Gateway {
@@ -79,6 +82,7 @@ impl Gateway {
             started: std::time::SystemTime::now(),
             client_capacity,
             warned_limit: std::sync::atomic::AtomicUsize::new(0),
+            held: std::sync::atomic::AtomicUsize::new(0),
         });
         let config = gw.config.load_full();
         let clusters = config
@@ -124,6 +128,12 @@ impl Gateway {
             .net
             .client_connection_limit
             .set(i64::try_from(limit).unwrap_or(i64::MAX));
+    }
+
+    /// Connections and requests waiting for a ready backend now, over every cluster: what
+    /// `hold_when_none_ready.max_held` bounds (`net::hold`).
+    pub fn held(&self) -> &std::sync::atomic::AtomicUsize {
+        &self.held
     }
 
     /// The running configuration.

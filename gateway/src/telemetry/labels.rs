@@ -63,6 +63,18 @@ label! {
 }
 
 label! {
+    /// How a wait for a ready backend (`hold_when_none_ready`) ended.
+    pub enum HoldOutcome {
+        /// A backend became ready: the work went on to it.
+        Ready => "ready",
+        /// None did within `up_to`: `no_ready_backend` decided.
+        TimedOut => "timed_out",
+        /// `max_held` were waiting already: not held.
+        OverLimit => "over_limit",
+    }
+}
+
+label! {
     /// Why an accept on a client listener failed.
     pub enum AcceptError {
         /// kubegate is out of descriptors or memory (`EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM`):

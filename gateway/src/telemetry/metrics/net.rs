@@ -1,7 +1,7 @@
 //! The network plumbing both planes share: accepting clients, admitting them, connecting to
 //! backends.
 
-use crate::telemetry::labels::{AcceptError, ClientLimit, ConnectError, Refusal};
+use crate::telemetry::labels::{AcceptError, ClientLimit, ConnectError, HoldOutcome, Refusal};
 use crate::telemetry::metrics::register::{counter, counter_vec, forget_in, gauge, gauge_vec};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
@@ -27,6 +27,11 @@ pub struct NetMetrics {
     pub fallback: IntCounter,
     /// `kubegate_connections_refused_total{reason}`: client connections closed unserved.
     refused: IntCounterVec,
+    /// `kubegate_held`: connections and requests waiting for a ready backend now.
+    pub holding: IntGauge,
+    /// `kubegate_holds_total{outcome}`: waits for a ready backend, by how they ended (see
+    /// [`HoldOutcome`]).
+    holds: IntCounterVec,
 }
 
 impl NetMetrics {
@@ -41,6 +46,8 @@ impl NetMetrics {
             connect_retries: counter(r, "kubegate_connect_retries_total", "Client connections whose first backend connect failed and were retried on another backend."),
             fallback: counter(r, "kubegate_connections_fallback_total", "Client connections sent to an alive but not-ready backend because no backend was ready (no_ready_backend: alive)."),
             refused: counter_vec(r, "kubegate_connections_refused_total", "Client connections closed without a backend, by reason (no_ready_backend, connect_failed, out_of_resources).", &["reason"]),
+            holding: gauge(r, "kubegate_held", "Client connections and requests waiting for a ready backend now, none of their cluster being ready (hold_when_none_ready)."),
+            holds: counter_vec(r, "kubegate_holds_total", "Waits for a ready backend while none of the cluster was (hold_when_none_ready), by how they ended (ready; timed_out: none within up_to; over_limit: max_held were waiting, not held).", &["outcome"]),
         };
         // Series that dashboards and alerts read exist from the start, at 0.
         for reason in Refusal::ALL {
@@ -51,6 +58,9 @@ impl NetMetrics {
         }
         for reason in AcceptError::ALL {
             m.accept_errors.with_label_values(&[reason.as_str()]);
+        }
+        for outcome in HoldOutcome::ALL {
+            m.holds.with_label_values(&[outcome.as_str()]);
         }
         m
     }
@@ -71,6 +81,11 @@ impl NetMetrics {
         self.client_limit_closes
             .with_label_values(&[limit.as_str()])
             .inc();
+    }
+
+    /// Counts a wait for a ready backend that ended so.
+    pub fn hold_ended(&self, outcome: HoldOutcome) {
+        self.holds.with_label_values(&[outcome.as_str()]).inc();
     }
 
     /// Counts a failed accept.

@@ -1,0 +1,103 @@
+//! `hold_when_none_ready`: while no replica of the cluster is ready, new work waits for the
+//! first that is, up to `up_to`, at most `max_held` at once; then `no_ready_backend` decides,
+//! as it does at once without a hold. A request through terminate mode and a passthrough
+//! connection, each held through a replica's brief `/readyz` failure (an etcd leader
+//! election, as a replica sees it); one held past `up_to`; one more than `max_held`.
+
+use kubegate_config::NoReadyBackendPolicy;
+use kubegate_e2e::*;
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(30);
+
+/// One replica behind kubegate (terminating TLS when `terminate`), holding up to `up_to` and
+/// `max_held` at once, refusing when nothing is ready after: the replica's etcd check is
+/// failing when it returns, so that no replica is ready.
+fn outage(terminate: bool, up_to: Duration, max_held: usize) -> Started {
+    let mut cluster = Cluster::new().configure(move |c| {
+        c.hold_when_none_ready.up_to = up_to;
+        c.hold_when_none_ready.max_held = max_held;
+        c.no_ready_backend = NoReadyBackendPolicy::Refuse;
+    });
+    if terminate {
+        cluster = cluster.terminate();
+    }
+    let bed = cluster.start();
+    bed.sims[0].force_check("etcd", true);
+    bed.kg.wait_state(&bed.sims[0].name, "not_ready", T);
+    bed
+}
+
+/// Waits until kubegate holds `n` connections or requests.
+fn wait_held(kg: &Kubegate, n: f64) {
+    wait_for(&format!("{n} held"), T, || {
+        (kg.metric("kubegate_held") == n).then_some(())
+    });
+}
+
+/// The status of `GET /api/v1/namespaces/default/configmaps` through kubegate at `listen` on a connection of
+/// its own (HTTP/2, as `pki`'s client), or 0 when the connection was closed unanswered
+/// (passthrough refusing).
+fn request(listen: std::net::SocketAddr, pki: &Pki) -> tokio::task::JoinHandle<u16> {
+    let tls = tls_client_config(pki, &[b"h2"]);
+    tokio::spawn(async move {
+        match Conn::open_named(listen, tls, "127.0.0.1", true).await {
+            Ok(mut c) => c
+                .get("/api/v1/namespaces/default/configmaps")
+                .await
+                .map_or(0, |r| r.status),
+            Err(_) => 0,
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_waits_through_a_brief_outage_for_the_first_ready_replica() {
+    for terminate in [true, false] {
+        let bed = outage(terminate, Duration::from_secs(60), 10);
+        let kg = &bed.kg;
+        let request = request(kg.listen, &bed.pki);
+        wait_held(kg, 1.0);
+        assert!(
+            !request.is_finished(),
+            "terminate {terminate}: not answered while held"
+        );
+        // The outage ends: the held request goes to the replica and is answered by it.
+        bed.sims[0].force_check("etcd", false);
+        assert_eq!(request.await.unwrap(), 200, "terminate {terminate}");
+        assert_eq!(kg.metric("kubegate_held"), 0.0);
+        assert_eq!(
+            kg.metric(r#"kubegate_holds_total{outcome="ready"}"#),
+            1.0,
+            "terminate {terminate}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_longer_than_the_hold_is_refused_after_it_and_the_held_are_bounded() {
+    // Past `up_to`, `no_ready_backend: refuse` answers 503, as without a hold.
+    let bed = outage(true, Duration::from_secs(1), 1);
+    let kg = &bed.kg;
+    let started = Instant::now();
+    assert_eq!(request(kg.listen, &bed.pki).await.unwrap(), 503);
+    assert!(started.elapsed() >= Duration::from_secs(1), "held first");
+    assert_eq!(
+        kg.metric(r#"kubegate_holds_total{outcome="timed_out"}"#),
+        1.0
+    );
+
+    // With `max_held` (1) waiting, one more is not held: refused at once, counted.
+    let bed = outage(true, Duration::from_secs(60), 1);
+    let kg = &bed.kg;
+    let first = request(kg.listen, &bed.pki);
+    wait_held(kg, 1.0);
+    assert_eq!(request(kg.listen, &bed.pki).await.unwrap(), 503);
+    assert_eq!(
+        kg.metric(r#"kubegate_holds_total{outcome="over_limit"}"#),
+        1.0
+    );
+    assert!(!first.is_finished(), "the first is still held");
+    bed.sims[0].force_check("etcd", false);
+    assert_eq!(first.await.unwrap(), 200);
+}
