@@ -52,7 +52,7 @@ impl Fault {
             "freeze" | "freeze-leader" => Fault::Freeze,
             "flap" | "not-ready" => Fault::NotReady,
             "all-down" => Fault::AllDown,
-            "etcd-down" => Fault::EtcdDown,
+            "etcd-down" | "blackout" => Fault::EtcdDown,
             "upgrade" => Fault::Upgrade,
             _ => return None,
         })

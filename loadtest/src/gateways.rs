@@ -13,7 +13,8 @@
 //! ones stripped):
 //!
 //! - `kubegate-l7`: terminate mode, defaults; `kubegate-l7-refuse` the same with
-//!   `no_ready_backend: refuse`; for the benchmark, not failover peers: `kubegate-l7-logged`
+//!   `no_ready_backend: refuse`; `kubegate-l7-hold` with `hold_when_none_ready.up_to: 10s`
+//!   (client-go's leader-election renew deadline); for the benchmark, not failover peers: `kubegate-l7-logged`
 //!   the same with the access log on, every line written (JSON, no rate limit in reach), and
 //!   `kubegate-l7-rules` with 20 `dispatch` rules no request matches (what matching costs).
 //! - `envoy-l7`: HTTP connection manager, HTTP/2 upstream, `/readyz` checks, retries on connect
@@ -46,6 +47,7 @@ pub const L4: &[&str] = &[
 pub const L7: &[&str] = &[
     "kubegate-l7",
     "kubegate-l7-refuse",
+    "kubegate-l7-hold",
     "envoy-l7",
     "haproxy-l7",
 ];
@@ -138,6 +140,7 @@ pub fn prepare(
         "kubegate"
         | "kubegate-l7"
         | "kubegate-l7-refuse"
+        | "kubegate-l7-hold"
         | "kubegate-l7-logged"
         | "kubegate-l7-rules"
         | "kubegate-l7-limited" => {
@@ -218,6 +221,9 @@ fn kubegate(
     }
     if name == "kubegate-l7-refuse" {
         c.no_ready_backend = kubegate_config::NoReadyBackendPolicy::Refuse;
+    }
+    if name == "kubegate-l7-hold" {
+        c.hold_when_none_ready.up_to = Duration::from_secs(10);
     }
     if name == "kubegate-l7-logged" {
         c.terminate.access_log.format = kubegate_config::AccessLogFormat::Json;

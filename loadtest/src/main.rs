@@ -39,12 +39,12 @@ enum Command {
     Run {
         /// Scenarios, comma-separated: rolling-restart, rolling-restart-goaway, crash,
         /// crash-writes, freeze, freeze-leader, flap, slow-start, not-ready, all-down, etcd-down,
-        /// upgrade, or all.
+        /// blackout, upgrade, or all.
         #[arg(long, value_delimiter = ',', default_value = "all")]
         scenario: Vec<String>,
         /// Gateways, comma-separated: kubegate, haproxy-kubeadm, haproxy-tuned, nginx, envoy
-        /// (the L4 group, `l4`); kubegate-l7, kubegate-l7-refuse, envoy-l7, haproxy-l7 (`l7`);
-        /// or all.
+        /// (the L4 group, `l4`); kubegate-l7, kubegate-l7-refuse, kubegate-l7-hold, envoy-l7,
+        /// haproxy-l7 (`l7`); or all.
         #[arg(long, value_delimiter = ',', default_value = "all")]
         gateways: Vec<String>,
         /// Short faults (CI): freeze 10 s, crash 5 s, two replicas restarted, ...

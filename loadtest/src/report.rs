@@ -84,8 +84,8 @@ pub struct RunReport {
     pub explanation: Explanation,
     /// From the first fault to the end of the last failure or stall, ms.
     pub recovery_ms: Option<u64>,
-    /// `all-down` and `etcd-down`: from the first replica ready again to the first request
-    /// completed after it, ms (negative: the gateway served before that).
+    /// `all-down`, `etcd-down` and `blackout`: from the first replica ready again to the first
+    /// request completed after it, ms (negative: the gateway served before that).
     pub served_again_ms: Option<i64>,
     /// Requests per replica after the last fault event.
     pub replica_share: Option<ReplicaShare>,
@@ -271,10 +271,10 @@ fn explain_run(
     Explanation::of(requests.chain(breaks).chain(lost))
 }
 
-/// After every replica was down (`all-down`, or etcd gone in `etcd-down`): from the first
-/// `... ready` event to the first request that completed successfully after it.
+/// After every replica was down (`all-down`, or etcd gone in `etcd-down` and `blackout`): from
+/// the first `... ready` event to the first request that completed successfully after it.
 fn served_again(scenario: &str, samples: &[Sample], events: &[(u64, String)]) -> Option<i64> {
-    if scenario != "all-down" && scenario != "etcd-down" {
+    if !["all-down", "etcd-down", "blackout"].contains(&scenario) {
         return None;
     }
     let first_ready = events

@@ -20,8 +20,13 @@ pub const ALL: &[&str] = &[
     "not-ready",
     "all-down",
     "etcd-down",
+    "blackout",
     "upgrade",
 ];
+
+/// How long etcd is away in `blackout`: the 5–8 s of `/readyz` failures an etcd leader
+/// election is reported to cause, the same in short runs.
+const BLACKOUT: Duration = Duration::from_secs(8);
 
 /// The flags of a replica before the `upgrade` scenario: Kubernetes 1.33, with
 /// `resource.k8s.io/v1beta1` turned on (1.33 has no v1).
@@ -295,20 +300,31 @@ pub async fn run(
             }
             wait_all_ready(cp, events, now, Duration::from_secs(60)).await?;
         }
-        "etcd-down" => {
-            phase("etcd stopped");
-            events.add(now(), "etcd stopped");
-            let stopped = cp.stop_etcd(Duration::from_secs(30)).await?;
-            anyhow::ensure!(stopped, "etcd did not exit after SIGTERM");
-            sleep(pace.etcd_down).await;
-            phase("etcd started");
-            events.add(now(), "etcd started");
-            cp.start_etcd().await?;
-            wait_all_ready(cp, events, now, Duration::from_secs(60)).await?;
-        }
+        "etcd-down" => etcd_away(cp, pace.etcd_down, events, now, phase).await?,
+        "blackout" => etcd_away(cp, BLACKOUT, events, now, phase).await?,
         other => anyhow::bail!("unknown scenario {other}; known: {}", ALL.join(", ")),
     }
     Ok(())
+}
+
+/// Stops etcd for `away`, starts it again and waits until every replica is ready: meanwhile
+/// no replica is ready, and requests that need storage fail at the replicas.
+async fn etcd_away(
+    cp: &mut ControlPlane,
+    away: Duration,
+    events: &Events,
+    now: &(dyn Fn() -> u64 + Sync),
+    phase: &(dyn Fn(&str) + Sync),
+) -> anyhow::Result<()> {
+    phase("etcd stopped");
+    events.add(now(), "etcd stopped");
+    let stopped = cp.stop_etcd(Duration::from_secs(30)).await?;
+    anyhow::ensure!(stopped, "etcd did not exit after SIGTERM");
+    tokio::time::sleep(away).await;
+    phase("etcd started");
+    events.add(now(), "etcd started");
+    cp.start_etcd().await?;
+    wait_all_ready(cp, events, now, Duration::from_secs(60)).await
 }
 
 /// Waits until every replica is ready, logging each as it becomes so.
