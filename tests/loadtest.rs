@@ -77,6 +77,27 @@ fn loadtest(dir: &Path, args: &[&str]) -> Value {
     report
 }
 
+/// Short runs (`run --short`) of each of `scenarios` against each of `gateways` (both
+/// comma-separated) in `dir`: the report, once every run is there, ended `ok`, carried traffic
+/// and had kubectl running alongside.
+fn short_runs(dir: &Path, scenarios: &str, gateways: &str) -> Value {
+    let report = loadtest(
+        dir,
+        &["--scenario", scenarios, "--gateways", gateways, "--short"],
+    );
+    let runs = scenarios.split(',').count() * gateways.split(',').count();
+    assert_eq!(report.as_array().unwrap().len(), runs, "{report}");
+    for r in report.as_array().unwrap() {
+        assert_eq!(r["status"], "ok", "{r}");
+        assert!(total(&r["requests"]) > 100, "too little traffic: {r}");
+        assert!(
+            r["kubectl_runs"].as_u64().unwrap() > 0,
+            "kubectl ran alongside: {r}"
+        );
+    }
+    report
+}
+
 /// Runs `kubegate-loadtest` with `args` (a subcommand and its options) in `dir`, its files in
 /// `dir/work` and its report in `dir/report.json`; asserts it succeeded and returns its table
 /// and the parsed report.
@@ -107,6 +128,23 @@ fn leader(r: &Value) -> (usize, u64) {
     )
 }
 
+/// Asserts that every failure the clients of run `r` saw is explained by its fault.
+fn all_explained(r: &Value) {
+    let unexplained = r["explanation"]["unexplained"].as_array().unwrap();
+    assert!(unexplained.is_empty(), "{r}");
+}
+
+/// Asserts that every request of run `r` that failed at first was answered with a status (5xx
+/// or 429), never reset or left to time out.
+fn answered_with_a_status(r: &Value) {
+    for class in r["first_attempt_failures"].as_object().unwrap().keys() {
+        assert!(
+            class == "http_5xx" || class == "http_429",
+            "{class}: every request answered with a status: {r}"
+        );
+    }
+}
+
 /// Asserts that the leader of run `r` kept its lease: no renewal failed past the renew
 /// deadline, and no two writes of the Lease were a lease duration (15 s) apart, so no other
 /// candidate could have taken it, and none did. How short the gaps were is the report's
@@ -122,26 +160,12 @@ fn kept_its_lease(r: &Value) {
 fn a_leader_and_its_clients_through_l4_faults_against_kubegate_and_haproxy() {
     let _slot = Slot::take();
     let dir = tempfile::tempdir().unwrap();
-    let report = loadtest(
+    let report = short_runs(
         dir.path(),
-        &[
-            "--scenario",
-            "rolling-restart,freeze-leader,etcd-down",
-            "--gateways",
-            "kubegate,haproxy-kubeadm",
-            "--short",
-        ],
+        "rolling-restart,freeze-leader,etcd-down",
+        "kubegate,haproxy-kubeadm",
     );
     let plot = dir.path().join("plot.svg");
-    assert_eq!(report.as_array().unwrap().len(), 6);
-    for r in report.as_array().unwrap() {
-        assert_eq!(r["status"], "ok", "{r}");
-        assert!(total(&r["requests"]) > 100, "too little traffic: {r}");
-        assert!(
-            r["kubectl_runs"].as_u64().unwrap() > 0,
-            "kubectl ran alongside"
-        );
-    }
 
     // kubegate: a rolling restart with a 5 s shutdown delay costs clients nothing.
     let rr = run(&report, "rolling-restart", "kubegate");
@@ -191,13 +215,7 @@ fn a_leader_and_its_clients_through_l4_faults_against_kubegate_and_haproxy() {
     // Every failure kubegate's clients saw is explained by the fault and how it caused it.
     for r in report.as_array().unwrap() {
         if r["gateway"] == "kubegate" {
-            assert!(
-                r["explanation"]["unexplained"]
-                    .as_array()
-                    .unwrap()
-                    .is_empty(),
-                "{r}"
-            );
+            all_explained(r);
         }
     }
 
@@ -225,39 +243,19 @@ fn noticed(r: &Value) -> u64 {
 fn a_client_notices_nothing_of_l7_faults_through_terminate_mode() {
     let _slot = Slot::take();
     let dir = tempfile::tempdir().unwrap();
-    let faults = loadtest(
+    let faults = short_runs(
         dir.path(),
-        &[
-            "--scenario",
-            "crash-writes,freeze,all-down,upgrade",
-            "--gateways",
-            "kubegate-l7",
-            "--short",
-        ],
+        "crash-writes,freeze,all-down,upgrade",
+        "kubegate-l7",
     );
     let side = tempfile::tempdir().unwrap();
-    let restart = loadtest(
-        side.path(),
-        &[
-            "--scenario",
-            "rolling-restart",
-            "--gateways",
-            "kubegate-l7,haproxy-l7",
-            "--short",
-        ],
-    );
+    let restart = short_runs(side.path(), "rolling-restart", "kubegate-l7,haproxy-l7");
     for r in faults
         .as_array()
         .unwrap()
         .iter()
         .chain(restart.as_array().unwrap())
     {
-        assert_eq!(r["status"], "ok", "{r}");
-        assert!(total(&r["requests"]) > 100, "too little traffic: {r}");
-        assert!(
-            r["kubectl_runs"].as_u64().unwrap() > 0,
-            "kubectl ran alongside: {r}"
-        );
         let a = &r["ambiguous_writes"];
         assert_eq!(
             a["total"].as_u64().unwrap(),
@@ -312,12 +310,7 @@ fn a_client_notices_nothing_of_l7_faults_through_terminate_mode() {
     // which client-go retries), nothing breaks under a client, and it serves again within
     // interval × rise (2 s) of the first replica being ready.
     let down = run(&faults, "all-down", "kubegate-l7");
-    for class in down["first_attempt_failures"].as_object().unwrap().keys() {
-        assert!(
-            class == "http_5xx" || class == "http_429",
-            "{class}: every request answered with a status: {down}"
-        );
-    }
+    answered_with_a_status(&down);
     assert_eq!(total(&down["client_go_failures"]), 0, "{down}");
     let again = down["served_again_ms"].as_i64().unwrap();
     assert!(
@@ -344,37 +337,16 @@ fn a_client_notices_nothing_of_l7_faults_through_terminate_mode() {
 fn a_blackout_through_kubegate_with_and_without_a_hold_breaks_no_watch() {
     let _slot = Slot::take();
     let dir = tempfile::tempdir().unwrap();
-    let report = loadtest(
+    let report = short_runs(
         dir.path(),
-        &[
-            "--scenario",
-            "blackout",
-            "--gateways",
-            "kubegate-l7,kubegate-l7-hold,haproxy-l7",
-            "--short",
-        ],
+        "blackout",
+        "kubegate-l7,kubegate-l7-hold,haproxy-l7",
     );
-    assert_eq!(report.as_array().unwrap().len(), 3);
-    for r in report.as_array().unwrap() {
-        assert_eq!(r["status"], "ok", "{r}");
-        assert!(total(&r["requests"]) > 100, "too little traffic: {r}");
-    }
     for gateway in ["kubegate-l7", "kubegate-l7-hold"] {
         let r = run(&report, "blackout", gateway);
-        for class in r["first_attempt_failures"].as_object().unwrap().keys() {
-            assert!(
-                class == "http_5xx" || class == "http_429",
-                "{class}: every request answered with a status: {r}"
-            );
-        }
+        answered_with_a_status(&r);
         assert_eq!(r["watch"]["breaks"].as_array().unwrap().len(), 0, "{r}");
-        assert!(
-            r["explanation"]["unexplained"]
-                .as_array()
-                .unwrap()
-                .is_empty(),
-            "{r}"
-        );
+        all_explained(&r);
         assert!(r["served_again_ms"].is_number(), "{r}");
     }
 }
