@@ -1,8 +1,9 @@
-//! `hold_when_none_ready`: while no replica of the cluster is ready, new work waits for the
-//! first that is, up to `up_to`, at most `max_held` at once; then `no_ready_backend` decides,
+//! `terminate.hold_when_none_ready`: while no replica of the cluster is ready, new work waits
+//! for the first that is, that long at most, at most `terminate.max_held_when_none_ready` at
+//! once; then `no_ready_backend` decides,
 //! as it does at once without a hold. A request through terminate mode and a passthrough
 //! connection, each held through a replica's brief `/readyz` failure (an etcd leader
-//! election, as a replica sees it); one held past `up_to`; one more than `max_held`.
+//! election, as a replica sees it); one held past its bound; one more than may be held.
 
 use kubegate_config::NoReadyBackendPolicy;
 use kubegate_e2e::*;
@@ -11,12 +12,12 @@ use std::time::{Duration, Instant};
 const T: Duration = Duration::from_secs(30);
 
 /// One replica behind kubegate (terminating TLS when `terminate`), holding up to `up_to` and
-/// `max_held` at once, refusing when nothing is ready after: the replica's etcd check is
+/// `max_held` at once (`terminate.hold_when_none_ready`, `max_held_when_none_ready`), refusing when nothing is ready after: the replica's etcd check is
 /// failing when it returns, so that no replica is ready.
 fn outage(terminate: bool, up_to: Duration, max_held: usize) -> Started {
     let mut cluster = Cluster::new().configure(move |c| {
-        c.hold_when_none_ready.up_to = up_to;
-        c.hold_when_none_ready.max_held = max_held;
+        c.terminate.hold_when_none_ready = up_to;
+        c.terminate.max_held_when_none_ready = max_held;
         c.no_ready_backend = NoReadyBackendPolicy::Refuse;
     });
     if terminate {

@@ -329,7 +329,7 @@ fn a_client_notices_nothing_of_l7_faults_through_terminate_mode() {
 }
 
 /// etcd away for 8 s (`blackout`, docs/failover.md's command as written): no replica is ready,
-/// with and without `hold_when_none_ready`, beside HAProxy. Through kubegate every request is
+/// with and without `terminate.hold_when_none_ready`, beside HAProxy. Through kubegate every request is
 /// answered (a status, never a reset or a timeout), no watch breaks, every failure is explained,
 /// and it serves again once a replica is ready. Which does better is the documented run's
 /// figures, not asserted here.

@@ -29,9 +29,8 @@ pub enum Change {
     /// Terminate mode's upstream TLS or identity changed: new upstream connections use it.
     UpstreamChanged,
     /// A setting read per connection or request (balance, connect, client_keepalive, drain,
-    /// shutdown, no_ready_backend, hold_when_none_ready, terminate, limits; a cluster's
-    /// dispatch) changed: it applies to the next connection or request with no further action.
-    /// Names the key.
+    /// shutdown, no_ready_backend, terminate, limits; a cluster's dispatch) changed: it applies
+    /// to the next connection or request with no further action. Names the key.
     Setting(&'static str),
     /// A cluster that was not configured before.
     ClusterAdded(Box<ClusterConfig>),
@@ -67,7 +66,6 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         health: _,
         balance: old_balance,
         no_ready_backend: old_no_ready_backend,
-        hold_when_none_ready: old_hold_when_none_ready,
         connect: old_connect,
         client_keepalive: old_client_keepalive,
         limits: old_limits,
@@ -97,7 +95,6 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         resolved: _,
         balance,
         no_ready_backend,
-        hold_when_none_ready,
         connect,
         client_keepalive,
         limits,
@@ -123,10 +120,6 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
     let settings = [
         ("balance", old_balance != balance),
         ("no_ready_backend", old_no_ready_backend != no_ready_backend),
-        (
-            "hold_when_none_ready",
-            old_hold_when_none_ready != hold_when_none_ready,
-        ),
         ("connect", old_connect != connect),
         ("client_keepalive", old_client_keepalive != client_keepalive),
         ("limits", old_limits != limits),

@@ -372,18 +372,24 @@ mod tests {
 
     #[test]
     fn a_hold_with_no_room_to_hold_is_refused_at_its_bound() {
-        let hold = format!("{MINIMAL}hold_when_none_ready:\n  up_to: 8s\n  max_held: 0\n");
+        let hold = format!(
+            "{MINIMAL}terminate:\n  hold_when_none_ready: 8s\n  max_held_when_none_ready: 0\n"
+        );
         refused_at(
             &hold,
-            "kubegate.yaml:10:13",
-            "hold_when_none_ready.max_held must be at least 1 when up_to is set",
+            "kubegate.yaml:10:29",
+            "terminate.max_held_when_none_ready must be at least 1",
         );
-        let c = load(&hold.replace("max_held: 0", "max_held: 5")).unwrap();
+        let c = load(&hold.replace("ready: 0", "ready: 5")).unwrap();
         assert_eq!(
-            c.hold_when_none_ready.up_to,
+            c.terminate.hold_when_none_ready,
             std::time::Duration::from_secs(8)
         );
-        assert!(load(MINIMAL).unwrap().hold_when_none_ready.up_to.is_zero());
+        assert!(load(MINIMAL)
+            .unwrap()
+            .terminate
+            .hold_when_none_ready
+            .is_zero());
     }
 
     #[test]

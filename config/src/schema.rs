@@ -39,10 +39,6 @@ pub struct Config {
     /// What happens to a new connection when no backend is ready.
     #[serde(default)]
     pub no_ready_backend: NoReadyBackendPolicy,
-    /// How long a new connection or request waits for a ready backend when none is, before
-    /// `no_ready_backend` decides.
-    #[serde(default)]
-    pub hold_when_none_ready: HoldConfig,
     /// Connecting to a backend.
     #[serde(default)]
     pub connect: ConnectConfig,
@@ -100,7 +96,6 @@ impl Config {
             health: HealthConfig::default(),
             balance: BalancePolicy::default(),
             no_ready_backend: NoReadyBackendPolicy::default(),
-            hold_when_none_ready: HoldConfig::default(),
             connect: ConnectConfig::default(),
             client_keepalive: KeepaliveConfig::default(),
             limits: LimitsConfig::default(),

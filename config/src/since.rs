@@ -69,7 +69,8 @@ pub const ADDED: &[(&str, Version)] = &[
     ("clusters", (0, 3, 0)),
     ("listeners[].clusters", (0, 3, 0)),
     ("listeners[].default_cluster", (0, 3, 0)),
-    ("hold_when_none_ready", (0, 3, 0)),
+    ("terminate.hold_when_none_ready", (0, 3, 0)),
+    ("terminate.max_held_when_none_ready", (0, 3, 0)),
 ];
 
 /// Reads `1.2.3` (a leading `v` allowed).

@@ -114,11 +114,11 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
     } else {
         crate::cluster::validate(config, terminating, base_dir, &mut bad);
     }
-    let hold = &config.hold_when_none_ready;
-    if !hold.up_to.is_zero() && hold.max_held == 0 {
+    let t = &config.terminate;
+    if !t.hold_when_none_ready.is_zero() && t.max_held_when_none_ready == 0 {
         bad(
-            "hold_when_none_ready.max_held".into(),
-            "hold_when_none_ready.max_held must be at least 1 when up_to is set".into(),
+            "terminate.max_held_when_none_ready".into(),
+            "terminate.max_held_when_none_ready must be at least 1 when terminate.hold_when_none_ready is set".into(),
         );
     }
     let k = &config.client_keepalive;
@@ -141,7 +141,6 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
             format!("client_keepalive.count must be 1..=127, not {}", k.count),
         );
     }
-    let t = &config.terminate;
     positive(&mut bad, "terminate.handshake_timeout", t.handshake_timeout);
     positive(
         &mut bad,

@@ -13,7 +13,7 @@
 //! ones stripped):
 //!
 //! - `kubegate-l7`: terminate mode, defaults; `kubegate-l7-refuse` the same with
-//!   `no_ready_backend: refuse`; `kubegate-l7-hold` with `hold_when_none_ready.up_to: 10s`
+//!   `no_ready_backend: refuse`; `kubegate-l7-hold` with `terminate.hold_when_none_ready: 10s`
 //!   (client-go's leader-election renew deadline); for the benchmark, not failover peers: `kubegate-l7-logged`
 //!   the same with the access log on, every line written (JSON, no rate limit in reach), and
 //!   `kubegate-l7-rules` with 20 `dispatch` rules no request matches (what matching costs).
@@ -223,7 +223,7 @@ fn kubegate(
         c.no_ready_backend = kubegate_config::NoReadyBackendPolicy::Refuse;
     }
     if name == "kubegate-l7-hold" {
-        c.hold_when_none_ready.up_to = Duration::from_secs(10);
+        c.terminate.hold_when_none_ready = Duration::from_secs(10);
     }
     if name == "kubegate-l7-logged" {
         c.terminate.access_log.format = kubegate_config::AccessLogFormat::Json;

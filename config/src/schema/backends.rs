@@ -202,30 +202,6 @@ pub enum NoReadyBackendPolicy {
     Refuse,
 }
 
-/// How a new connection or request waits, when no backend of its cluster is `ready`, for the
-/// first one that becomes ready, before `no_ready_backend` decides. A brief outage (an etcd
-/// leader election failing every `/readyz` for a few seconds, every replica restarted at once)
-/// is then a wait rather than a failure. Bounded in time and in count, so that a real outage
-/// is still seen.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct HoldConfig {
-    /// How long one waits at most. `0s`: none waits, `no_ready_backend` decides at once.
-    #[serde(with = "crate::duration")]
-    pub up_to: Duration,
-    /// Connections and requests waiting at once, over every cluster: one more is not held.
-    pub max_held: usize,
-}
-
-impl Default for HoldConfig {
-    fn default() -> Self {
-        HoldConfig {
-            up_to: Duration::ZERO,
-            max_held: 1000,
-        }
-    }
-}
-
 /// Connecting to backends.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]

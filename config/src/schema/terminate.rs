@@ -43,6 +43,17 @@ pub struct TerminateConfig {
     /// replica's watch cache (not etcd). 50 evens a restarted replica's third of 10,000
     /// watches in about 40 s. 0 turns moving off.
     pub watch_moves_per_second: u32,
+    /// While no backend of a cluster is `ready`, how long new work waits for the first that
+    /// becomes ready, before `no_ready_backend` decides: a terminate-mode request, a watch
+    /// kubegate continues, and a passthrough connection too (before its dial). A brief outage
+    /// (an etcd leader election failing every `/readyz` for a few seconds, every replica
+    /// restarted at once) is then a wait rather than a failure. `0s`: none waits.
+    #[serde(with = "crate::duration")]
+    pub hold_when_none_ready: Duration,
+    /// Connections and requests waiting at once under `hold_when_none_ready`, over every
+    /// cluster: one more is not held, so that what clients can make kubegate hold stays
+    /// bounded and a real outage still shows.
+    pub max_held_when_none_ready: usize,
     /// Largest request head accepted: the request line or pseudo-headers and every header,
     /// decoded (HPACK included). Larger ones get 431 (HTTP/1.1) or have their stream refused
     /// (HTTP/2). Envoy's default is 60 KiB; bearer tokens from OIDC providers run to several
@@ -182,6 +193,8 @@ impl Default for TerminateConfig {
             request_body_timeout: Duration::from_secs(60),
             min_request_timeout: Duration::from_secs(1800),
             watch_moves_per_second: 50,
+            hold_when_none_ready: Duration::ZERO,
+            max_held_when_none_ready: 1000,
             max_header_list_bytes: 64 * 1024,
             rapid_reset_min_streams: 100,
             trusted_proxies: Vec::new(),

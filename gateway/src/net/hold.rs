@@ -1,11 +1,13 @@
-//! Holding new work while no backend of its cluster is ready (`hold_when_none_ready`): a
+//! Holding new work while no backend of its cluster is ready (`terminate.hold_when_none_ready`,
+//! which passthrough connections follow too): a
 //! passthrough connection before its dial, a terminate-mode request before it is sent, a
 //! watch kubegate continues before it is asked again. It waits for the first backend that
 //! becomes ready, so that a brief outage (an etcd leader election failing every `/readyz` for
 //! a few seconds, every replica restarted at once) is a wait rather than a failure; the
 //! `no_ready_backend` policy decides afterwards, as it does at once without a hold.
 //!
-//! Bounded in time (`up_to`) and in count over every cluster (`max_held`), so that what clients
+//! Bounded in time and in count over every cluster (`terminate.max_held_when_none_ready`), so
+//! that what clients
 //! can make kubegate hold stays bounded and a real outage still shows: past either, the work
 //! is not held. A held client that goes away gives its place back at once.
 
@@ -13,30 +15,33 @@ use crate::state::{Gateway, Pool};
 use crate::telemetry::HoldOutcome;
 use std::sync::atomic::Ordering;
 
-/// Waits while no backend of `pool` is ready, up to `hold_when_none_ready.up_to`, for the
+/// Waits while no backend of `pool` is ready, up to `terminate.hold_when_none_ready`, for the
 /// first that becomes ready. Returns at once when one is ready, when holding is off, or when
-/// `max_held` are waiting already.
+/// `terminate.max_held_when_none_ready` are waiting already.
 pub async fn until_ready(gw: &Gateway, pool: &Pool) {
     if !pool.routing().ready.is_empty() {
         return;
     }
-    let hold = gw.config().load().hold_when_none_ready.clone();
-    if hold.up_to.is_zero() {
+    let (up_to, max_held) = {
+        let t = &gw.config().load().terminate;
+        (t.hold_when_none_ready, t.max_held_when_none_ready)
+    };
+    if up_to.is_zero() {
         return;
     }
     let metrics = &gw.metrics().net;
-    let Some(_place) = Place::take(gw, hold.max_held) else {
+    let Some(_place) = Place::take(gw, max_held) else {
         metrics.hold_ended(HoldOutcome::OverLimit);
         return;
     };
-    let outcome = match tokio::time::timeout(hold.up_to, pool.some_ready()).await {
+    let outcome = match tokio::time::timeout(up_to, pool.some_ready()).await {
         Ok(()) => HoldOutcome::Ready,
         Err(_) => HoldOutcome::TimedOut,
     };
     metrics.hold_ended(outcome);
 }
 
-/// One held connection or request's place among `max_held`; given back when dropped (the
+/// One held connection or request's place among the most held at once; given back when dropped (the
 /// wait ended, or its client went away).
 struct Place<'a> {
     gw: &'a Gateway,

@@ -131,7 +131,7 @@ impl Gateway {
     }
 
     /// Connections and requests waiting for a ready backend now, over every cluster: what
-    /// `hold_when_none_ready.max_held` bounds (`net::hold`).
+    /// `terminate.max_held_when_none_ready` bounds (`net::hold`).
     pub fn held(&self) -> &std::sync::atomic::AtomicUsize {
         &self.held
     }

@@ -63,13 +63,13 @@ label! {
 }
 
 label! {
-    /// How a wait for a ready backend (`hold_when_none_ready`) ended.
+    /// How a wait for a ready backend (`terminate.hold_when_none_ready`) ended.
     pub enum HoldOutcome {
         /// A backend became ready: the work went on to it.
         Ready => "ready",
-        /// None did within `up_to`: `no_ready_backend` decided.
+        /// None did in time: `no_ready_backend` decided.
         TimedOut => "timed_out",
-        /// `max_held` were waiting already: not held.
+        /// `terminate.max_held_when_none_ready` were waiting already: not held.
         OverLimit => "over_limit",
     }
 }
