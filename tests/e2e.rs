@@ -8,6 +8,8 @@
 
 #[path = "admin.rs"]
 mod admin;
+#[path = "apf.rs"]
+mod apf;
 #[path = "clients.rs"]
 mod clients;
 #[path = "clusters.rs"]

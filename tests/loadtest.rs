@@ -3,7 +3,8 @@
 //! and HAProxy in kubeadm's configuration, with leader election through each) and L7 (kubegate's
 //! terminate mode through a rolling restart, a crash under writes, a freeze and every replica
 //! going down, a rolling upgrade whose versions serve different group-versions, beside HAProxy
-//! terminating TLS; and etcd away for 8 s, with and without holding requests); a short soak
+//! terminating TLS; etcd away for 8 s, with and without holding requests; and a replica's
+//! priority level saturated); a short soak
 //! with faults; and the same scenarios
 //! against a control plane the load test does not run; a small scale run (500 watches over 100
 //! connections through a rolling restart). The full matrices, the scale runs and the 30-minute soak
@@ -349,6 +350,45 @@ fn a_blackout_through_kubegate_with_and_without_a_hold_breaks_no_watch() {
         all_explained(&r);
         assert!(r["served_again_ms"].is_number(), "{r}");
     }
+}
+
+/// One replica's `workload-low` saturated for 20 s by traffic no gateway sees (`apf-hot`,
+/// docs/failover.md's command as written), the clients a service account's: HAProxy's clients
+/// meet the replica's 429s; kubegate's meet none of them (at most 1 % of HAProxy's) and lose
+/// no leadership; every failure HAProxy's saw is explained.
+#[test]
+fn a_replica_whose_priority_level_is_saturated_rejects_no_client_of_kubegate() {
+    let _slot = Slot::take();
+    let dir = tempfile::tempdir().unwrap();
+    let report = short_runs(dir.path(), "apf-hot", "kubegate-l7,haproxy-l7");
+    let ours = run(&report, "apf-hot", "kubegate-l7");
+    let theirs = run(&report, "apf-hot", "haproxy-l7");
+    let rejected = |r: &Value| {
+        r["first_attempt_failures"]["http_429"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    assert!(
+        rejected(&theirs) > 0,
+        "the fault reached HAProxy's clients: {theirs}"
+    );
+    assert!(
+        rejected(&ours) * 100 <= rejected(&theirs),
+        "kubegate-l7 {ours}\nhaproxy-l7 {theirs}"
+    );
+    kept_its_lease(&ours);
+    assert_eq!(total(&ours["client_go_failures"]), 0, "{ours}");
+    // No 429 of the fault reached kubegate's clients in any form. (A write answered 502 once
+    // in a loaded run, an upstream connection broken with no fault under it, is not this
+    // test's subject: it is the open problem docs/failover.md names.)
+    let unexplained = ours["explanation"]["unexplained"].as_array().unwrap();
+    assert!(
+        !unexplained
+            .iter()
+            .any(|u| u["failure"].as_str().unwrap_or("").contains("429")),
+        "{ours}"
+    );
+    all_explained(&theirs);
 }
 
 /// A 90-second soak with a fixed fault plan: every acknowledged create is in the store, none is

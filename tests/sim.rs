@@ -12,6 +12,7 @@
 //! 8. `authentication_client_certs_tokens_and_anonymous`
 //! 9. `goaway_chance_makes_http2_clients_reconnect`
 //! 10. `crud_and_status_errors`
+//! 11. `priority_and_fairness_classifies_rejects_and_reports_as_the_apiserver`
 
 use kubegate_e2e::*;
 use serde_json::{json, Value};
@@ -530,4 +531,78 @@ async fn crud_and_status_errors() {
     assert_eq!(s["message"], "configmaps \"x\" not found");
     let r = c.get("/api/v1/namespaces/default/widgets").await.unwrap();
     assert_eq!(r.status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_and_fairness_classifies_rejects_and_reports_as_the_apiserver() {
+    const LEVEL: &str = "x-kubernetes-pf-prioritylevel-uid";
+    const SCHEMA: &str = "x-kubernetes-pf-flowschema-uid";
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let sim = start(&pki, "apf", &[]);
+    // A service account's requests are workload-low's; an administrator's are exempt.
+    let mut sa = Conn::open_as_user(
+        sim.addr,
+        &pki,
+        "sa",
+        "system:serviceaccount:default:app",
+        &["system:serviceaccounts"],
+    )
+    .await;
+    let mut admin = sim.connect(&pki, true).await.unwrap();
+    let path = "/api/v1/namespaces/default/configmaps";
+    let calm = sa.get(path).await.unwrap();
+    assert_eq!(calm.status, 200);
+    let (level, schema) = (calm.header(LEVEL).unwrap(), calm.header(SCHEMA).unwrap());
+    let exempt = admin.get(path).await.unwrap();
+    assert_eq!(exempt.status, 200);
+    assert_ne!(exempt.header(LEVEL), Some(level));
+
+    // Traffic that does not pass through the test saturates workload-low: rejected before
+    // any handler, as the apiserver's filter answers, with both headers.
+    sim.saturate_level("workload-low", Some(1));
+    let rejected = sa.get(path).await.unwrap();
+    assert_eq!(rejected.status, 429);
+    assert_eq!(
+        rejected.text(),
+        "Too many requests, please try again later.\n"
+    );
+    assert_eq!(rejected.header("retry-after"), Some("1"));
+    assert_eq!(rejected.header(LEVEL), Some(level));
+    assert_eq!(rejected.header(SCHEMA), Some(schema));
+    // The other levels serve on.
+    assert_eq!(admin.get(path).await.unwrap().status, 200);
+    let created = sa
+        .request("POST", path, Some(r#"{"metadata":{"name":"cm1"}}"#))
+        .await
+        .unwrap();
+    assert_eq!(created.status, 429, "a write of the level is rejected too");
+
+    let metrics = admin.get("/metrics").await.unwrap().text();
+    assert!(
+        metrics.contains(r#"apiserver_flowcontrol_rejected_requests_total{flow_schema="service-accounts",priority_level="workload-low",reason="queue-full"} 2"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"apiserver_flowcontrol_dispatched_requests_total{flow_schema="service-accounts",priority_level="workload-low"} 1"#),
+        "{metrics}"
+    );
+    let dump = admin
+        .get("/debug/api_priority_and_fairness/dump_priority_levels")
+        .await
+        .unwrap()
+        .text();
+    let row = dump
+        .lines()
+        .find(|l| l.starts_with("workload-low,"))
+        .unwrap_or_else(|| panic!("{dump}"));
+    let cells: Vec<&str> = row.split(',').map(str::trim).collect();
+    assert_eq!(
+        (cells[6], cells[7]),
+        ("1", "2"),
+        "dispatched, rejected: {row}"
+    );
+
+    sim.saturate_level("workload-low", None);
+    assert_eq!(sa.get(path).await.unwrap().status, 200);
 }

@@ -13,7 +13,7 @@ mod settings;
 
 pub use backends::{
     ApiSet, Backend, Gauges, H2Conn, Killer, Kind, Planes, Pool, Registered, Relays, Served,
-    ServedApis, Stream, Upstream,
+    ServedApis, Stream, Throttled, Upstream,
 };
 pub use cluster::{Cluster, Clusters, Route};
 pub use gateway::Gateway;

@@ -394,6 +394,23 @@ impl ControlPlane {
         }
     }
 
+    /// Saturates replica `i`'s priority level `level` with traffic no gateway sees, its
+    /// rejections asking for `retry_after` seconds (`Some`), or calms it (`None`). Simulated
+    /// replicas only.
+    pub fn saturate_level(
+        &self,
+        i: usize,
+        level: &str,
+        retry_after: Option<u32>,
+    ) -> anyhow::Result<()> {
+        match &self.backend {
+            Backend::Simulated { replicas, .. } => replicas[i].saturate_level(level, retry_after),
+            Backend::External(_) => {
+                anyhow::bail!("saturating a priority level needs the simulator's fault port")
+            }
+        }
+    }
+
     /// Makes readyz check `check` of replica `i` fail or pass (the simulator's fault port;
     /// an external control plane's `fail_readyz`/`pass_readyz`).
     pub async fn force_check(&self, i: usize, check: &str, failing: bool) -> anyhow::Result<()> {

@@ -36,6 +36,9 @@ pub enum Fault {
     AllDown,
     /// etcd is stopped under every replica.
     EtcdDown,
+    /// One replica's priority level is saturated by traffic the gateway does not see: its
+    /// requests of that level get priority and fairness's 429.
+    Throttled,
     /// kubegate's configuration changes (a reload, a backend added or removed).
     Config,
     /// A rolling upgrade: each replica restarted gracefully as a version that serves other
@@ -54,6 +57,7 @@ impl Fault {
             "all-down" => Fault::AllDown,
             "etcd-down" | "blackout" => Fault::EtcdDown,
             "upgrade" => Fault::Upgrade,
+            "apf-hot" => Fault::Throttled,
             _ => return None,
         })
     }
@@ -141,6 +145,7 @@ pub fn mechanism(fault: Fault, failure: Failure, terminating: bool) -> Option<&'
             F::NotReady => "renewals answered 500 by the replica without etcd",
             F::EtcdDown => "no replica could write the Lease without etcd",
             F::AllDown => "no replica could write the Lease while every one restarted",
+            F::Throttled => "renewals rejected 429 by the saturated replica's priority and fairness",
             F::Config | F::Upgrade => return None,
         });
     }
@@ -158,7 +163,7 @@ pub fn mechanism(fault: Fault, failure: Failure, terminating: bool) -> Option<&'
             (F::Config, W::Failed | W::KubectlExited | W::Ended) => {
                 Some("the watch's connection to a removed backend was closed at its drain deadline")
             }
-            (F::Config | F::Upgrade, _) => None,
+            (F::Config | F::Upgrade | F::Throttled, _) => None,
         };
     }
     let e = error?;
@@ -190,6 +195,9 @@ pub fn mechanism(fault: Fault, failure: Failure, terminating: bool) -> Option<&'
         (F::EtcdDown, E::Reset) => Some("the connection was closed while no replica had etcd"),
         (F::AllDown, E::Refused | E::Reset | E::Http5xx | E::Http429 | E::Timeout) => {
             Some("every replica was shutting down or gone")
+        }
+        (F::Throttled, E::Http429) => {
+            Some("429 from the saturated replica's priority and fairness, before any handler ran")
         }
         (F::Config, E::Reset) => {
             Some("the connection to a removed backend was closed at its drain deadline")

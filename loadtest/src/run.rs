@@ -111,9 +111,13 @@ async fn one(
         Ok(g) => g,
         Err(why) => return Ok(RunReport::unavailable(scenario, gateway, why)),
     };
+    let tls = match scenarios::client_identity(scenario) {
+        "admin" => cp.tls().clone(),
+        other => crate::client::ClientTls::load_as(&cp.pki(), other)?,
+    };
     let target = Target {
         addr: gw.listen,
-        tls: cp.tls().clone(),
+        tls,
     };
     // Let the gateway find its backends ready before traffic starts.
     traffic::seed_when_ready(&target, gateway).await?;

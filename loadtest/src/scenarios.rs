@@ -21,12 +21,30 @@ pub const ALL: &[&str] = &[
     "all-down",
     "etcd-down",
     "blackout",
+    "apf-hot",
     "upgrade",
 ];
 
 /// How long etcd is away in `blackout`: the 5–8 s of `/readyz` failures an etcd leader
 /// election is reported to cause, the same in short runs.
 const BLACKOUT: Duration = Duration::from_secs(8);
+
+/// How long `apf-hot` keeps the first replica's `workload-low` saturated.
+const APF_HOT: Duration = Duration::from_secs(20);
+
+/// The priority level `apf-hot` saturates: where the clients' service account falls.
+const APF_HOT_LEVEL: &str = "workload-low";
+
+/// The client certificate a scenario's clients present (a file of the kubeadm layout): in
+/// `apf-hot` a service account's, whose requests priority and fairness limits; otherwise the
+/// administrator's.
+pub fn client_identity(name: &str) -> &'static str {
+    if name == "apf-hot" {
+        "service-account"
+    } else {
+        "admin"
+    }
+}
 
 /// The flags of a replica before the `upgrade` scenario: Kubernetes 1.33, with
 /// `resource.k8s.io/v1beta1` turned on (1.33 has no v1).
@@ -302,6 +320,16 @@ pub async fn run(
         }
         "etcd-down" => etcd_away(cp, pace.etcd_down, events, now, phase).await?,
         "blackout" => etcd_away(cp, BLACKOUT, events, now, phase).await?,
+        "apf-hot" => {
+            // Its rejections ask for 1 s, the least a level asks: the hardest case for a
+            // gateway that keeps away from a rejecting replica for its Retry-After.
+            phase(&format!("{first} {APF_HOT_LEVEL} saturated"));
+            events.add(now(), format!("{first} {APF_HOT_LEVEL} saturated"));
+            cp.saturate_level(0, APF_HOT_LEVEL, Some(1))?;
+            sleep(APF_HOT).await;
+            events.add(now(), format!("{first} {APF_HOT_LEVEL} calm"));
+            cp.saturate_level(0, APF_HOT_LEVEL, None)?;
+        }
         other => anyhow::bail!("unknown scenario {other}; known: {}", ALL.join(", ")),
     }
     Ok(())

@@ -3,6 +3,7 @@
 //! discovery and the resource handlers.
 
 use crate::auth::{public_path, PeerCert, User};
+use crate::flowcontrol::{self, Work};
 use crate::health;
 use crate::objects;
 use crate::resources::{self, Target};
@@ -103,25 +104,111 @@ async fn serve_as(
         return respond::shutting_down();
     }
 
+    // Priority and fairness, between authentication and authorization: every request but a
+    // long-running one other than a watch (a pod's exec, attach, portforward, log).
+    let target = resources::parse(&path);
+    let long_running = target.as_ref().is_some_and(|t| t.subresource.is_some());
+    let attrs = flowcontrol::Attributes {
+        user: &user,
+        verb: verb(req.method(), is_watch, target.as_ref()),
+        resource: target
+            .as_ref()
+            .map(|t| (t.resource.group, t.resource.plural)),
+        namespace: target.as_ref().and_then(|t| t.namespace),
+    };
+    let work = match *req.method() {
+        _ if is_watch => Work::Watch,
+        Method::GET if target.as_ref().is_some_and(|t| t.name.is_none()) => Work::List,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE => Work::Write {
+            watchers: sim.watches.load(Ordering::Relaxed).max(0) as usize,
+        },
+        _ => Work::Other,
+    };
+    let admitted = if long_running {
+        None
+    } else {
+        match sim.flowcontrol.admit(&attrs, work).await {
+            Ok(admitted) => Some(admitted),
+            Err(rejection) => return rejection,
+        }
+    };
+    // A watch holds its seat while it initializes: until its response starts.
+    let reply = handlers(sim, &user, req, &path, &params, is_watch).await;
+    if work == Work::List && reply.status.is_success() && reply.stream.is_none() {
+        sim.flowcontrol.listed(&attrs, reply.body.len());
+    }
+    match admitted {
+        Some(admitted) => admitted.headers(reply),
+        None => reply,
+    }
+}
+
+/// The verb authorization and priority and fairness name a request by.
+fn verb(method: &Method, is_watch: bool, target: Option<&Target>) -> &'static str {
+    let collection = target.is_some_and(|t| t.name.is_none());
+    match *method {
+        _ if is_watch => "watch",
+        Method::GET | Method::HEAD if collection => "list",
+        Method::GET | Method::HEAD => "get",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE if collection => "deletecollection",
+        Method::DELETE => "delete",
+        _ => "",
+    }
+}
+
+/// Authorization, then the handlers.
+async fn handlers(
+    sim: &Arc<Sim>,
+    user: &User,
+    req: Request<Incoming>,
+    path: &str,
+    params: &[(String, String)],
+    is_watch: bool,
+) -> Reply {
+    let param = |k: &str| {
+        params
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    };
     // Authorization: the default RBAC, in miniature.
-    if !user.authenticated() && !public_path(&path) {
-        return forbidden(&user, req.method(), &path);
+    if !user.authenticated() && !public_path(path) {
+        return forbidden(user, req.method(), path);
+    }
+    if req.method() == Method::GET {
+        match path {
+            "/metrics" => {
+                return Reply::new(StatusCode::OK, flowcontrol::metrics(&sim.flowcontrol))
+                    .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
+            }
+            "/debug/api_priority_and_fairness/dump_priority_levels" => {
+                return Reply::new(
+                    StatusCode::OK,
+                    flowcontrol::dump_priority_levels(&sim.flowcontrol),
+                )
+                .header("content-type", "text/plain; charset=utf-8")
+            }
+            _ => {}
+        }
     }
 
     if let Some(reply) =
-        discovery::answer(&path, &sim.apis).or_else(|| crate::openapi::answer(&path, &sim.apis))
+        discovery::answer(path, &sim.apis).or_else(|| crate::openapi::answer(path, &sim.apis))
     {
         return reply;
     }
     if req.method() == Method::POST && path == "/apis/authentication.k8s.io/v1/selfsubjectreviews" {
-        return self_subject_review(&user);
+        return self_subject_review(user);
     }
     if req.method() == Method::POST && path == "/apis/authentication.k8s.io/v1/tokenreviews" {
-        return token_review(sim, &user, req).await;
+        return token_review(sim, user, req).await;
     }
     // A group-version this replica's version or `--runtime-config` does not serve is not
     // found, as on an apiserver that has no handler for it.
-    let Some(target) = resources::parse(&path).filter(|t| sim.apis.serves(t.resource)) else {
+    let Some(target) = resources::parse(path).filter(|t| sim.apis.serves(t.resource)) else {
         return respond::status(
             404,
             "NotFound",
@@ -143,7 +230,7 @@ async fn serve_as(
             Ok(kv) => objects::from_store(&kv, target.resource),
             Err(e) => return store_error(&target, name, e),
         };
-        return crate::pods::subresource(sim, &pod, sub, req, &params);
+        return crate::pods::subresource(sim, &pod, sub, req, params);
     }
     if req.method() == Method::GET && target.name.is_none() {
         let counter = if is_watch {
@@ -176,7 +263,7 @@ async fn serve_as(
         } else {
             watch::Encoding::Json
         };
-        return watch::serve(sim.clone(), &target, &params, encoding).await;
+        return watch::serve(sim.clone(), &target, params, encoding).await;
     }
     let _inflight = Inflight::new(&sim.inflight);
     // etcd unreachable (or forced failing): requests that need storage time out against it.

@@ -10,6 +10,11 @@
 //! POST /cache?state=lagging    the watch cache stops taking etcd's changes (--watch-cache):
 //!                              a watch from beyond it fails "Too large resource version"
 //!                              after 3 s; state=ready catches it up
+//! POST /apf?level=L&state=saturated  traffic that does not pass through any gateway holds
+//!                              every seat of priority level L and fills its queues: its new
+//!                              requests get APF's 429 at once; state=calm ends it;
+//!                              &retry_after=N: they ask for N s (else the level's adapted
+//!                              Retry-After)
 //! POST /revoke?token=T         the static token T is no longer accepted (a deleted service
 //!                              account's): requests carrying it get 401, its reviews say so
 //! GET  /state                  forced checks, latency, in-flight requests, open watches, and
@@ -93,6 +98,22 @@ fn handle(sim: &Sim, req: Request<Incoming>) -> Response<Full<Bytes>> {
             _ => (
                 StatusCode::BAD_REQUEST,
                 json!({"error": "state=initializing, state=lagging or state=ready is required"}),
+            ),
+        },
+        (&Method::POST, "/apf") => match (get("level"), get("state")) {
+            (Some(level), Some(state @ ("saturated" | "calm")))
+                if sim.flowcontrol.saturate(
+                    level,
+                    state == "saturated",
+                    get("retry_after").and_then(|s| s.parse().ok()),
+                ) =>
+            {
+                tracing::info!(level, state, "fault: priority level");
+                (StatusCode::OK, json!({"level": level, "state": state}))
+            }
+            _ => (
+                StatusCode::BAD_REQUEST,
+                json!({"error": "level=<a limited priority level> and state=saturated or state=calm are required"}),
             ),
         },
         (&Method::POST, "/revoke") => match get("token") {

@@ -9,6 +9,7 @@ mod checks;
 mod cluster;
 mod discovery;
 mod fault;
+mod flowcontrol;
 mod health;
 mod objects;
 mod openapi;
@@ -115,6 +116,16 @@ pub struct ServeArgs {
     /// Headers a front proxy names the user's UID in (`RemoteRequestHeaderUID`, on in 1.33).
     #[arg(long, value_delimiter = ',', default_value = "x-remote-uid")]
     requestheader_uid_headers: Vec<String>,
+    /// Seats for requests that only read, part of the seats priority and fairness shares
+    /// among its levels (with `--max-mutating-requests-inflight`).
+    #[arg(long, default_value_t = 400)]
+    max_requests_inflight: usize,
+    /// Seats for writes, added to `--max-requests-inflight`'s.
+    #[arg(long, default_value_t = 200)]
+    max_mutating_requests_inflight: usize,
+    /// A request's time limit; priority and fairness queues one for a quarter of it at most.
+    #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
+    request_timeout: Duration,
     /// Concurrent streams one HTTP/2 client connection may have.
     #[arg(long, default_value_t = 100)]
     http2_max_streams_per_connection: u32,
@@ -276,6 +287,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             watches: Default::default(),
             requests: Default::default(),
             apis,
+            flowcontrol: flowcontrol::FlowControl::new(
+                args.max_requests_inflight + args.max_mutating_requests_inflight,
+                args.request_timeout / 4,
+            ),
         });
         if let Some(port) = args.fault_port {
             let fault = tokio::net::TcpListener::bind(("127.0.0.1", port))

@@ -57,6 +57,8 @@ pub struct Sim {
     pub requests: ReadCounts,
     /// The replica's version and the group-versions it serves.
     pub apis: crate::versions::Apis,
+    /// Priority and fairness: its levels' seats and queues.
+    pub flowcontrol: crate::flowcontrol::FlowControl,
 }
 
 /// LIST and WATCH requests a replica received (answered or not): what a failover costs it;

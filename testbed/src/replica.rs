@@ -221,6 +221,18 @@ impl Replica {
         self.fault(&format!("/latency?ms={ms}"))
     }
 
+    /// Saturates priority level `level` with traffic no gateway sees, its rejections asking
+    /// for `retry_after` seconds (`Some`), or calms it (`None`): its new requests get priority
+    /// and fairness's 429 meanwhile.
+    pub fn saturate_level(&self, level: &str, retry_after: Option<u32>) -> anyhow::Result<()> {
+        match retry_after {
+            Some(s) => self.fault(&format!(
+                "/apf?level={level}&state=saturated&retry_after={s}"
+            )),
+            None => self.fault(&format!("/apf?level={level}&state=calm")),
+        }
+    }
+
     /// Revokes static token `token` through the fault port: requests carrying it get 401.
     pub fn revoke_token(&self, token: &str) -> anyhow::Result<()> {
         self.fault(&format!("/revoke?token={token}"))

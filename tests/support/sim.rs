@@ -137,6 +137,14 @@ impl Sim {
             .unwrap_or_else(|e| panic!("{e:#}"));
     }
 
+    /// Saturates priority level `level` with traffic no gateway sees, its rejections asking
+    /// for `retry_after` seconds (`Some`), or calms it (`None`).
+    pub fn saturate_level(&self, level: &str, retry_after: Option<u32>) {
+        self.replica
+            .saturate_level(level, retry_after)
+            .unwrap_or_else(|e| panic!("{e:#}"));
+    }
+
     /// Revokes static token `token`: the replica answers requests carrying it 401.
     pub fn revoke_token(&self, token: &str) {
         self.replica

@@ -6,10 +6,12 @@
 
 mod apis;
 mod relays;
+mod throttled;
 mod upstream;
 
 pub use apis::{ApiSet, Served, ServedApis};
 pub use relays::{Registered, Relays};
+pub use throttled::Throttled;
 pub use upstream::{Gauges, H2Conn, Killer, Kind, Stream, Upstream};
 
 use crate::telemetry::Metrics;
@@ -30,6 +32,8 @@ pub struct Planes {
     pub terminate: Upstream,
     /// The replica's version and served group-versions, as terminate mode learned them.
     pub apis: ServedApis,
+    /// The priority levels its flow control is rejecting, as terminate mode learned them.
+    pub throttled: Throttled,
     metrics: Arc<Metrics>,
 }
 
@@ -40,6 +44,7 @@ impl Planes {
             passthrough: Relays::new(&metrics.passthrough, name),
             terminate: Upstream::new(gauges(&metrics, name)),
             apis: ServedApis::default(),
+            throttled: Throttled::default(),
             metrics,
         }
     }

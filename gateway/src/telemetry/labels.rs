@@ -216,6 +216,10 @@ label! {
         /// not ready yet (KEP-4568; custom resources' caches after `/readyz` passes), so
         /// nothing was processed.
         Initializing => "storage_initializing",
+        /// 429 from the replica's API Priority and Fairness (it carries
+        /// `X-Kubernetes-PF-PriorityLevel-UID`): rejected before any handler ran, so nothing
+        /// was processed. Tried once more on another replica within the retry budget.
+        Throttled => "apf_rejected",
         /// A read answered 504 "Too large resource version": the replica's watch cache has
         /// not reached the position asked for (it lags its etcd), so nothing was processed.
         CacheBehind => "cache_behind",
@@ -351,8 +355,9 @@ mod tests {
         for (i, f) in AttemptFailure::ALL.into_iter().enumerate() {
             assert_eq!(f as usize, i);
         }
-        assert_eq!(AttemptFailure::ALL.len(), 10);
+        assert_eq!(AttemptFailure::ALL.len(), 11);
         assert!(AttemptFailure::CacheBehind.unprocessed());
+        assert!(AttemptFailure::Throttled.unprocessed());
         assert_eq!(WatchEnd::NoPosition.as_str(), "not_resumable_no_position");
         assert_eq!(ClientProtocol::Http1.as_str(), "http/1.1");
         assert!(AttemptFailure::GoAway.unprocessed());

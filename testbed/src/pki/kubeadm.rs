@@ -65,6 +65,17 @@ pub fn write_kubeadm_layout_answering(
         "node",
         &leaf("system:node:node-1", &["system:nodes"], &[], Usage::Client),
     )?;
+    // A workload's identity (a service account of `default`): what the apiserver's priority
+    // and fairness puts in `workload-low`, where `admin` is exempt.
+    ca.issue(
+        "service-account",
+        &leaf(
+            "system:serviceaccount:default:loadtest",
+            &["system:serviceaccounts"],
+            &[],
+            Usage::Client,
+        ),
+    )?;
     ca.issue(
         "kubegate-probe",
         &leaf("kubegate", &["system:monitoring"], &[], Usage::Client),

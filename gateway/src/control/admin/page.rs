@@ -195,6 +195,13 @@ fn backends_table(page: &mut String, title: &str, backends: &[&BackendView], ris
                 b.passes_to_ready
             );
         }
+        for (level, left) in &b.rejecting_levels {
+            why.push_str(if why.is_empty() { "" } else { "; " });
+            let _ = write!(
+                why,
+                "flow control rejecting priority level {level} (for {left:.0} s more)"
+            );
+        }
         let probe = match (&b.last_probe_result, b.last_probe_latency_ms) {
             (Some(r), Some(ms)) => format!(
                 "<span class='state {}'>{}</span> {ms:.1} ms",

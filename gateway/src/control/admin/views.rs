@@ -66,6 +66,10 @@ pub struct BackendView {
     /// ready) or `unreadable: WHY`.
     #[serde(default)]
     pub apis: String,
+    /// The priority levels (UIDs) its flow control is rejecting now, with the seconds left
+    /// of their `Retry-After`: terminate mode sends their requests elsewhere meanwhile.
+    #[serde(default)]
+    pub rejecting_levels: Vec<(String, f64)>,
 }
 
 pub fn backends_view(gw: &Gateway) -> Vec<BackendView> {
@@ -118,6 +122,13 @@ pub fn backends_view(gw: &Gateway) -> Vec<BackendView> {
                 version,
                 group_versions,
                 apis,
+                rejecting_levels: b
+                    .planes()
+                    .throttled
+                    .now()
+                    .into_iter()
+                    .map(|(level, left)| (level.to_string(), left.as_secs_f64()))
+                    .collect(),
             }
         })
         .collect()

@@ -91,6 +91,15 @@ pub struct TerminateMetrics {
     /// `kubegate_request_body_bytes_held`: request body bytes kubegate holds now (read, or
     /// held for a retry), all clients together.
     pub request_body_bytes_held: IntGauge,
+    /// `kubegate_apf_rejections_total{backend,priority_level}`: APF's 429s each replica
+    /// answered, by the level's UID (levels seen, at most 64 per cluster).
+    apf_rejections: IntCounterVec,
+    /// `kubegate_apf_steered_total{priority_level}`: requests placed away from replicas
+    /// rejecting their level.
+    apf_steered: IntCounterVec,
+    /// `kubegate_apf_retries_over_budget_total`: APF rejections not tried on another replica
+    /// because the retry budget was spent (the client got the 429).
+    pub apf_over_budget: IntCounter,
 }
 
 impl TerminateMetrics {
@@ -126,6 +135,9 @@ impl TerminateMetrics {
             token_reviews: TokenReviewResult::ALL.map(|t| token_reviews.with_label_values(&[t.as_str()])),
             token_review_cache_entries: gauge(r, "kubegate_token_review_cache_entries", "Bearer tokens whose review (named or not) kubegate remembers."),
             request_body_bytes_held: gauge(r, "kubegate_request_body_bytes_held", "Terminate-mode request body bytes kubegate holds now (being read, or held for a retry), all clients together."),
+            apf_rejections: counter_vec(r, "kubegate_apf_rejections_total", "429s a replica's API Priority and Fairness answered (rejected before any handler ran), by backend and priority level UID.", &["backend", "priority_level"]),
+            apf_steered: counter_vec(r, "kubegate_apf_steered_total", "Terminate-mode requests placed away from replicas rejecting their priority level (by its UID), until the rejections' Retry-After passed.", &["priority_level"]),
+            apf_over_budget: counter(r, "kubegate_apf_retries_over_budget_total", "APF rejections not tried on another replica because the retry budget (a tenth of the requests sent) was spent: the client got the 429."),
             watches_ended: counter_vec(r, "kubegate_watches_ended_total", "Followed watches that ended, by reason (client, timeout, expired, error, not_resumable_*, malformed).", &["reason"]),
         };
         for failure in AttemptFailure::ALL {
@@ -197,9 +209,22 @@ impl TerminateMetrics {
                 &self.requests_in_flight,
                 &self.long_running,
                 &self.upstream_connections,
+                &self.apf_rejections,
             ],
             backend,
         );
+    }
+
+    /// Counts an APF rejection of a request of `level` by `backend`.
+    pub fn apf_rejected(&self, backend: &str, level: &str) {
+        self.apf_rejections
+            .with_label_values(&[backend, level])
+            .inc();
+    }
+
+    /// Counts a request of `level` placed away from replicas rejecting it.
+    pub fn apf_steered(&self, level: &str) {
+        self.apf_steered.with_label_values(&[level]).inc();
     }
 
     /// Counts a token review that ended as `result`.

@@ -20,6 +20,7 @@ use crate::terminate::request::upgrade;
 use crate::terminate::sender::token_review;
 use crate::terminate::sender::tokens::{bearer_token, Naming, Reviewing, TokenHash};
 use crate::terminate::upstream::dispatch::{dispatch, Answer, Within};
+use crate::terminate::upstream::flow::{self, FlowKey};
 use crate::terminate::upstream::mode::{TerminateMode, Upstreams};
 use crate::terminate::upstream::retry::may_retry;
 use crate::terminate::watch::continuity as watch;
@@ -195,7 +196,7 @@ async fn serve(
     let sender = client.identity.as_deref().or(token_user.as_deref());
     // Read as the apiserver reads it: the path decoded, the query's flags as Go converts
     // them. The client's bytes are what is forwarded.
-    let (class, rule) = {
+    let (class, rule, flow) = {
         let read = match ReadTarget::of(req.uri()) {
             Ok(read) => read,
             Err(e) => return unreadable(&gw, &e),
@@ -208,7 +209,12 @@ async fn serve(
                 sender,
             })
             .cloned();
-        (info.class, rule)
+        let as_whom = match (sender, bearer_token(req.headers())) {
+            (Some(user), _) => flow::Sender::User(user),
+            (None, Some(token)) => flow::Sender::Token(token),
+            (None, None) => flow::Sender::Anonymous,
+        };
+        (info.class, rule, FlowKey::of(as_whom, &info))
     };
     if class.upgradable() && upgrade::requested(&req) {
         // An upgrade holds its rule's slot only until it is established, as any long-running
@@ -250,7 +256,9 @@ async fn serve(
         Ok(slot) => slot,
         Err((rule, refusal)) => return limited(&gw, rule, refusal),
     };
-    let mut outgoing = Shaper::new(&upstreams, metrics).request(client, parts, body);
+    let mut outgoing = Shaper::new(&upstreams, metrics)
+        .request(client, parts, body)
+        .in_flow(flow);
     if let Some(held) = held {
         outgoing = outgoing.holding(held);
     }

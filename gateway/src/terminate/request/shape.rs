@@ -17,6 +17,7 @@ use crate::state::Kind;
 use crate::telemetry::{Identity, TerminateMetrics};
 use crate::terminate::request::bodies::Held;
 use crate::terminate::sender::tokens::ReviewShare;
+use crate::terminate::upstream::flow::FlowKey;
 use crate::terminate::upstream::mode::Upstreams;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -174,6 +175,7 @@ impl<'a> Shaper<'a> {
             held: None,
             kind,
             client_query,
+            flow: FlowKey::default(),
         }
     }
 
@@ -357,6 +359,8 @@ pub struct Outgoing {
     kind: Kind,
     /// The query the client sent (a watch's upstream query may differ).
     client_query: Option<String>,
+    /// Its flow, which decides its priority level upstream.
+    flow: FlowKey,
 }
 
 impl Outgoing {
@@ -394,6 +398,7 @@ impl Outgoing {
             held: None,
             kind: Kind::WithIdentity,
             client_query: None,
+            flow: FlowKey::default(),
         })
     }
 
@@ -401,6 +406,17 @@ impl Outgoing {
     pub fn holding(mut self, held: Held) -> Outgoing {
         self.held = Some(Arc::new(held));
         self
+    }
+
+    /// The request is of `flow`.
+    pub fn in_flow(mut self, flow: FlowKey) -> Outgoing {
+        self.flow = flow;
+        self
+    }
+
+    /// Its flow.
+    pub fn flow(&self) -> FlowKey {
+        self.flow
     }
 
     /// The URI sent upstream.
@@ -446,6 +462,7 @@ impl Outgoing {
             held: self.held.clone(),
             kind: self.kind,
             client_query: self.client_query.clone(),
+            flow: self.flow,
         }
     }
 

@@ -8,7 +8,9 @@
 //! different group-versions, those that do not serve the request's are left out (`skew`).
 //! A read one replica cannot serve for a reason of its own — its watch cache still
 //! initializing (429), its storage failing (5xx naming etcd, or while its probe fails) — is
-//! tried on another; when none answers better, the client gets the last such answer.
+//! tried on another; when none answers better, the client gets the last such answer. So is a
+//! request the replica's priority and fairness rejected (its 429 carries the level's UID),
+//! within a retry budget (`flow`); the client then gets the rejection asking it to wait least.
 
 use crate::net::{place, Attempt, Unplaced, PASSIVE_EJECTION};
 use crate::state::{Backend, Gateway, Pool, Stream};
@@ -18,6 +20,7 @@ use crate::terminate::request::rules::Rule;
 use crate::terminate::request::shape::Outgoing;
 use crate::terminate::request::status::unavailable;
 use crate::terminate::upstream::connect::stream_to;
+use crate::terminate::upstream::flow;
 use crate::terminate::upstream::h2client::{self, ResponseStream};
 use crate::terminate::upstream::in_flight::InFlight;
 use crate::terminate::upstream::mode::Upstreams;
@@ -82,7 +85,17 @@ pub async fn dispatch(
     // again once it is placed: they were never tried.
     let before = tried.len();
     let pool = upstreams.pool();
-    let steered = skew::steer(gw, &upstreams.cluster, outgoing.uri(), tried);
+    let mut steered = skew::steer(gw, &upstreams.cluster, outgoing.uri(), tried);
+    // So are replicas whose flow control is rejecting the request's priority level, while
+    // another is not.
+    upstreams.flows.sent();
+    if let Some(level) = upstreams.flows.level_of(outgoing.flow()) {
+        let away = flow::steer(pool, &level, tried);
+        if away > 0 {
+            flow::count_steered(gw, &level);
+        }
+        steered += away;
+    }
     let placed = place(gw, pool, &mut forward, tried).await;
     tried.drain(before..before + steered);
     match (placed, forward.kept) {
@@ -202,12 +215,24 @@ impl Attempt for Forward<'_> {
         let failure = failed.failure;
         tracing::debug!(backend = %backend.info().name, failure = failure.as_str(), verb = self.class.verb.as_str(), "request attempt failed");
         if let Some(answer) = failed.answer {
-            self.kept = Some((backend.clone(), answer));
+            // Of several rejections, the client gets the one asking it to wait least.
+            let waits_longer = self.kept.as_ref().is_some_and(|(_, kept)| {
+                failure == AttemptFailure::Throttled
+                    && kept.status() == StatusCode::TOO_MANY_REQUESTS
+                    && flow::retry_after(answer.headers()) >= flow::retry_after(kept.headers())
+            });
+            if !waits_longer {
+                self.kept = Some((backend.clone(), answer));
+            }
         }
         Err(failure)
     }
 
     fn may_try_another(&self, failure: AttemptFailure) -> bool {
+        if failure == AttemptFailure::Throttled && !self.upstreams.flows.may_retry() {
+            self.gw.metrics().terminate.apf_over_budget.inc();
+            return false;
+        }
         may_retry(failure, &self.class)
     }
 
@@ -282,6 +307,7 @@ async fn attempt(
             .observe_request_duration(class.verb, took);
     }
     let code = resp.status();
+    let level = upstreams.flows.learn(outgoing.flow(), resp.headers());
     let refused = code == StatusCode::TOO_MANY_REQUESTS || code == StatusCode::SERVICE_UNAVAILABLE;
     let failed_read = code.is_server_error() && reads_storage(&class);
     let answer = if refused
@@ -306,6 +332,17 @@ async fn attempt(
         }
         let failure = if code == StatusCode::TOO_MANY_REQUESTS && initializing(&body) {
             Some(AttemptFailure::Initializing)
+        } else if let Some(level) = level.filter(|_| code == StatusCode::TOO_MANY_REQUESTS) {
+            // Priority and fairness rejected it before any handler ran: this replica is
+            // left out for the level's requests until its Retry-After has passed.
+            let name = &backend.info().name;
+            tracing::debug!(backend = %name, level = %level, "priority and fairness rejected a request");
+            backend
+                .planes()
+                .throttled
+                .rejected(&level, flow::retry_after(&parts.headers));
+            gw.metrics().terminate.apf_rejected(name, &level);
+            Some(AttemptFailure::Throttled)
         } else if failed_read && cache_behind(&body) {
             Some(AttemptFailure::CacheBehind)
         } else if failed_read && storage_failed(backend, &body) {

@@ -7,6 +7,7 @@ use crate::state::{Cluster, Pool};
 use crate::telemetry::TerminateMetrics;
 use crate::terminate::request::rules::Rules;
 use crate::terminate::sender::tokens::TokenReviews;
+use crate::terminate::upstream::flow::Flows;
 use crate::terminate::upstream::tls::UpstreamTls;
 use arc_swap::ArcSwap;
 use kubegate_config::{DispatchRule, UpstreamConfig};
@@ -34,6 +35,8 @@ pub struct Upstreams {
     pub(crate) tls: UpstreamTls,
     /// The front-proxy header names.
     pub(crate) identity: IdentityHeaders,
+    /// What the replicas' flow control said (kept across replacements).
+    pub(crate) flows: Arc<Flows>,
 }
 
 impl Upstreams {
@@ -74,6 +77,7 @@ impl UpstreamFiles {
             cluster,
             tls: self.tls,
             identity: self.identity,
+            flows: Arc::default(),
         }
     }
 }
@@ -126,7 +130,9 @@ impl TerminateMode {
     }
 
     /// New upstream connections use `upstreams`; open ones keep what they were made with.
-    pub fn replace(&self, upstreams: Upstreams) {
+    /// What the replicas' flow control said is kept: the replicas are the same.
+    pub fn replace(&self, mut upstreams: Upstreams) {
+        upstreams.flows = self.upstream.load().flows.clone();
         self.upstream.store(Arc::new(upstreams));
     }
 

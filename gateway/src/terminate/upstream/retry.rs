@@ -60,6 +60,7 @@ mod tests {
             AttemptFailure::ShuttingDown,
             AttemptFailure::NotServed,
             AttemptFailure::Initializing,
+            AttemptFailure::Throttled,
             AttemptFailure::CacheBehind,
         ] {
             for v in Verb::ALL {

@@ -1,0 +1,96 @@
+//! The priority levels a replica's flow control (APF) is rejecting: each level whose requests
+//! it answered with APF's 429 lately, until that answer's `Retry-After` has passed. Terminate
+//! mode places requests of such a level on another replica meanwhile.
+//!
+//! Levels are known by their UIDs (what the `X-Kubernetes-PF-PriorityLevel-UID` header says);
+//! an apiserver has about ten, and a replica keeps at most [`MAX_LEVELS`] here.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The most levels kept per replica; a rejection of another is not remembered.
+pub const MAX_LEVELS: usize = 64;
+
+/// One replica's rejecting levels.
+#[derive(Default)]
+pub struct Throttled {
+    /// Each level and when it may be sent requests again.
+    until: Mutex<Vec<(Arc<str>, Instant)>>,
+    /// The latest of those, in ms on [`clock_ms`] (0: none): most requests find it passed and
+    /// read no further.
+    latest_ms: AtomicU64,
+}
+
+impl Throttled {
+    /// The replica rejected a request of `level`, asking for `retry_after` before the next.
+    pub fn rejected(&self, level: &Arc<str>, retry_after: Duration) {
+        let until = Instant::now() + retry_after;
+        let mut levels = self.until.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        levels.retain(|(_, u)| *u > now);
+        if let Some((_, u)) = levels.iter_mut().find(|(l, _)| l == level) {
+            *u = (*u).max(until);
+        } else if levels.len() < MAX_LEVELS {
+            levels.push((level.clone(), until));
+        }
+        let latest = clock_ms() + retry_after.as_millis() as u64;
+        self.latest_ms.fetch_max(latest, Ordering::Relaxed);
+    }
+
+    /// Whether the replica is rejecting `level` now.
+    pub fn rejects(&self, level: &str) -> bool {
+        if self.latest_ms.load(Ordering::Relaxed) <= clock_ms() {
+            return false;
+        }
+        let now = Instant::now();
+        let levels = self.until.lock().unwrap_or_else(|e| e.into_inner());
+        levels.iter().any(|(l, u)| &**l == level && *u > now)
+    }
+
+    /// The levels it is rejecting now, with the time left for each.
+    pub fn now(&self) -> Vec<(Arc<str>, Duration)> {
+        let now = Instant::now();
+        let levels = self.until.lock().unwrap_or_else(|e| e.into_inner());
+        levels
+            .iter()
+            .filter(|(_, u)| *u > now)
+            .map(|(l, u)| (l.clone(), *u - now))
+            .collect()
+    }
+}
+
+/// Milliseconds since the first call.
+fn clock_ms() -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_level_is_rejected_until_its_retry_after_has_passed() {
+        let t = Throttled::default();
+        let low: Arc<str> = "low".into();
+        assert!(!t.rejects("low"));
+        t.rejected(&low, Duration::from_secs(60));
+        assert!(t.rejects("low"));
+        assert!(!t.rejects("high"));
+        assert_eq!(t.now().len(), 1);
+        t.rejected(&"high".into(), Duration::ZERO);
+        assert!(!t.rejects("high"), "a Retry-After of 0 is already over");
+        assert!(t.rejects("low"));
+    }
+
+    #[test]
+    fn at_most_max_levels_are_kept() {
+        let t = Throttled::default();
+        for i in 0..MAX_LEVELS + 10 {
+            t.rejected(&format!("level-{i}").into(), Duration::from_secs(60));
+        }
+        assert_eq!(t.now().len(), MAX_LEVELS);
+        assert!(!t.rejects(&format!("level-{}", MAX_LEVELS + 1)));
+    }
+}

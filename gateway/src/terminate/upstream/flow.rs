@@ -1,0 +1,256 @@
+//! What each replica's flow control (API Priority and Fairness) says, read from its answers:
+//! the priority level a request falls into, learned from the `X-Kubernetes-PF-PriorityLevel-UID`
+//! header its earlier twins were answered with; a replica that rejects a level (APF's 429,
+//! sent before any handler ran) is left out for that level's requests until its `Retry-After`
+//! has passed; and a rejected request goes once more to another replica within a retry budget
+//! of about a tenth of the requests sent, so that a hot replica cannot double the load on
+//! the others.
+//!
+//! A request's flow, as far as kubegate can tell, is who sends it, its verb and its resource:
+//! what the apiserver's flow schemas match on. Requests with one [`FlowKey`] fall into one
+//! level on every replica of a cluster (the configuration objects are shared through etcd).
+
+use crate::state::{Backend, Gateway, Pool};
+use http::HeaderMap;
+use kubegate_health::BackendState;
+use kubegate_wire::classify::RequestInfo;
+use kubegate_wire::identity::UserInfo;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The response header naming the priority level's UID.
+pub const PRIORITY_LEVEL_UID: &str = "x-kubernetes-pf-prioritylevel-uid";
+
+/// The most flows whose level is remembered per cluster: past it, the table starts again.
+const MAX_FLOWS: usize = 16_384;
+/// The most distinct levels remembered per cluster (an apiserver has about ten).
+const MAX_LEVELS: usize = 64;
+
+/// Who sends a request, what verb, which resource: what decides its priority level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct FlowKey(u64);
+
+/// Who a request is sent as.
+pub enum Sender<'a> {
+    /// A user kubegate named (a certificate's, a reviewed token's).
+    User(&'a UserInfo),
+    /// A bearer token kubegate passes on without naming it.
+    Token(&'a str),
+    /// No credentials.
+    Anonymous,
+}
+
+impl FlowKey {
+    /// The flow of a request of `info` sent as `sender`.
+    pub fn of(sender: Sender<'_>, info: &RequestInfo<'_>) -> FlowKey {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        match sender {
+            Sender::User(u) => (0u8, &u.user, &u.groups).hash(&mut h),
+            Sender::Token(t) => (1u8, t).hash(&mut h),
+            Sender::Anonymous => 2u8.hash(&mut h),
+        }
+        (info.rbac_verb, info.target.api_group, info.target.resource).hash(&mut h);
+        FlowKey(h.finish())
+    }
+}
+
+/// Per cluster: the level each flow was last answered under, and the retry budget.
+pub struct Flows {
+    learned: Mutex<Learned>,
+    budget: RetryBudget,
+}
+
+#[derive(Default)]
+struct Learned {
+    by_flow: HashMap<FlowKey, Arc<str>>,
+    /// Each level's UID once, shared by the flows in it.
+    levels: Vec<Arc<str>>,
+}
+
+impl Default for Flows {
+    fn default() -> Flows {
+        Flows {
+            learned: Mutex::default(),
+            budget: RetryBudget::new(0.1, 10.0),
+        }
+    }
+}
+
+impl Flows {
+    fn learned(&self) -> std::sync::MutexGuard<'_, Learned> {
+        self.learned.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The level `flow` was last answered under, if known.
+    pub fn level_of(&self, flow: FlowKey) -> Option<Arc<str>> {
+        self.learned().by_flow.get(&flow).cloned()
+    }
+
+    /// Reads the level of an answer to `flow` from its `headers`; returns it.
+    pub fn learn(&self, flow: FlowKey, headers: &HeaderMap) -> Option<Arc<str>> {
+        let uid = headers.get(PRIORITY_LEVEL_UID)?.to_str().ok()?;
+        let mut learned = self.learned();
+        if let Some(known) = learned.by_flow.get(&flow).filter(|l| &***l == uid) {
+            return Some(known.clone());
+        }
+        let level = match learned.levels.iter().find(|l| &***l == uid) {
+            Some(l) => l.clone(),
+            None if learned.levels.len() < MAX_LEVELS => {
+                let l: Arc<str> = uid.into();
+                learned.levels.push(l.clone());
+                l
+            }
+            None => return None,
+        };
+        if learned.by_flow.len() >= MAX_FLOWS {
+            learned.by_flow.clear();
+        }
+        learned.by_flow.insert(flow, level.clone());
+        Some(level)
+    }
+
+    /// A request is sent: it adds to the retry budget.
+    pub fn sent(&self) {
+        self.budget.deposit();
+    }
+
+    /// Whether the budget allows one more attempt of a rejected request (taking it).
+    pub fn may_retry(&self) -> bool {
+        self.budget.withdraw()
+    }
+}
+
+/// Retries earned by requests sent: each adds `ratio` of one, up to `cap` kept, and a retry
+/// takes one whole. Starts full, so that the first rejections after a calm are retried.
+struct RetryBudget {
+    /// Thousandths of a retry.
+    balance: AtomicI64,
+    deposit: i64,
+    cap: i64,
+}
+
+impl RetryBudget {
+    fn new(ratio: f64, cap: f64) -> RetryBudget {
+        RetryBudget {
+            balance: AtomicI64::new((cap * 1000.0) as i64),
+            deposit: (ratio * 1000.0) as i64,
+            cap: (cap * 1000.0) as i64,
+        }
+    }
+
+    fn deposit(&self) {
+        let _ = self
+            .balance
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                (b < self.cap).then(|| (b + self.deposit).min(self.cap))
+            });
+    }
+
+    fn withdraw(&self) -> bool {
+        self.balance
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                (b >= 1000).then_some(b - 1000)
+            })
+            .is_ok()
+    }
+}
+
+/// The `Retry-After` of a rejection, in seconds (1 when it gives none or none readable).
+pub fn retry_after(headers: &HeaderMap) -> Duration {
+    let secs = headers
+        .get(http::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(1);
+    Duration::from_secs(secs.min(600))
+}
+
+/// Places the ready backends of `pool` that are rejecting `level` as tried, while another
+/// ready backend not tried yet is not: how many were placed so.
+pub fn steer(pool: &Pool, level: &str, tried: &mut Vec<SocketAddr>) -> usize {
+    let backends = pool.backends();
+    let open = |b: &&Arc<Backend>| b.state() == BackendState::Ready && !tried.contains(&b.address);
+    let rejecting = |b: &Arc<Backend>| b.planes().throttled.rejects(level);
+    if !backends.iter().filter(open).any(|b| !rejecting(b)) {
+        return 0;
+    }
+    let away: Vec<SocketAddr> = backends
+        .iter()
+        .filter(open)
+        .filter(|b| rejecting(b))
+        .map(|b| b.address)
+        .collect();
+    tried.extend_from_slice(&away);
+    away.len()
+}
+
+/// Counts a request placed away from replicas rejecting its level.
+pub fn count_steered(gw: &Gateway, level: &str) {
+    gw.metrics().terminate.apf_steered(level);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn answered_under(level: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(PRIORITY_LEVEL_UID, HeaderValue::from_str(level).unwrap());
+        h
+    }
+
+    #[test]
+    fn a_flows_level_is_learned_from_its_answers_and_shared() {
+        let flows = Flows::default();
+        let (a, b) = (FlowKey(1), FlowKey(2));
+        assert_eq!(flows.level_of(a), None);
+        assert_eq!(flows.learn(a, &HeaderMap::new()), None);
+        let la = flows.learn(a, &answered_under("uid-low")).unwrap();
+        let lb = flows.learn(b, &answered_under("uid-low")).unwrap();
+        assert!(Arc::ptr_eq(&la, &lb), "one level, kept once");
+        assert_eq!(flows.level_of(a).as_deref(), Some("uid-low"));
+        flows.learn(a, &answered_under("uid-high"));
+        assert_eq!(flows.level_of(a).as_deref(), Some("uid-high"));
+    }
+
+    #[test]
+    fn what_is_learned_is_bounded() {
+        let flows = Flows::default();
+        for i in 0..(MAX_FLOWS as u64 + 10) {
+            flows.learn(FlowKey(i), &answered_under(&format!("uid-{}", i % 100)));
+        }
+        let learned = flows.learned();
+        assert!(learned.by_flow.len() <= MAX_FLOWS);
+        assert_eq!(learned.levels.len(), MAX_LEVELS);
+    }
+
+    #[test]
+    fn the_budget_allows_a_tenth_of_the_requests_sent_once_its_start_is_spent() {
+        let budget = RetryBudget::new(0.1, 10.0);
+        let mut retried = 0;
+        while budget.withdraw() {
+            retried += 1;
+        }
+        assert_eq!(retried, 10, "it starts full");
+        for _ in 0..1000 {
+            budget.deposit();
+            if budget.withdraw() {
+                retried += 1;
+            }
+        }
+        assert_eq!(retried, 10 + 100);
+    }
+
+    #[test]
+    fn a_retry_after_is_read_in_seconds() {
+        let mut h = HeaderMap::new();
+        assert_eq!(retry_after(&h), Duration::from_secs(1));
+        h.insert(http::header::RETRY_AFTER, HeaderValue::from_static("8"));
+        assert_eq!(retry_after(&h), Duration::from_secs(8));
+    }
+}

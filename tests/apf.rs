@@ -1,0 +1,145 @@
+//! Terminate mode and each replica's API Priority and Fairness: real `kubegate` and
+//! `kubegate-sim` processes, a client with a service account's certificate (its requests
+//! fall into `workload-low`), and that level saturated on a replica by traffic that does not
+//! pass through kubegate (the simulator's fault port).
+//!
+//! 1. `a_replica_rejecting_a_level_gets_few_of_its_requests_and_no_client_sees_its_429`
+//! 2. `when_every_replica_rejects_the_client_gets_the_shortest_retry_after_after_one_try_each`
+
+use kubegate_e2e::*;
+use std::collections::HashMap;
+
+const LISTS: &str = "/api/v1/namespaces/default/configmaps";
+const LEVEL: &str = "x-kubernetes-pf-prioritylevel-uid";
+const SCHEMA: &str = "x-kubernetes-pf-flowschema-uid";
+
+/// Two replicas behind kubegate in terminate mode, and a connection through it as a service
+/// account.
+async fn service_account_through_kubegate() -> (Started, Conn) {
+    let bed = Cluster::new().replicas(2).terminate().start();
+    let sa = Conn::open_as_user(
+        bed.kg.listen,
+        &bed.pki,
+        "sa",
+        "system:serviceaccount:default:app",
+        &["system:serviceaccounts"],
+    )
+    .await;
+    (bed, sa)
+}
+
+/// APF's rejections each replica answered, as kubegate counted them, by replica.
+fn rejections(kg: &Kubegate) -> HashMap<String, f64> {
+    ["replica-1", "replica-2"]
+        .into_iter()
+        .map(|r| {
+            let n = kg
+                .admin_body("/metrics")
+                .lines()
+                .filter(|l| {
+                    l.starts_with(&format!(r#"kubegate_apf_rejections_total{{backend="{r}""#))
+                })
+                .filter_map(|l| l.rsplit_once(' ')?.1.trim().parse::<f64>().ok())
+                .sum();
+            (r.to_string(), n)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_rejecting_a_level_gets_few_of_its_requests_and_no_client_sees_its_429() {
+    let (bed, mut sa) = service_account_through_kubegate().await;
+    let kg = &bed.kg;
+    // Its flow's level is learned from an answer; the headers reach the client.
+    let first = sa.get(LISTS).await.unwrap();
+    assert_eq!(first.status, 200);
+    assert!(first.header(SCHEMA).is_some() && first.header(LEVEL).is_some());
+    let level = first.header(LEVEL).unwrap().to_string();
+
+    bed.sims[0].saturate_level("workload-low", Some(30));
+    let mut answered_by = HashMap::<String, usize>::new();
+    for i in 0..40 {
+        let r = if i % 4 == 3 {
+            // Writes too: a rejection was never processed.
+            let body = format!(r#"{{"metadata":{{"name":"cm-{i}"}}}}"#);
+            sa.request("POST", LISTS, Some(&body)).await.unwrap()
+        } else {
+            sa.get(LISTS).await.unwrap()
+        };
+        assert!(
+            r.status == 200 || r.status == 201,
+            "{} {}",
+            r.status,
+            r.text()
+        );
+        assert_eq!(r.header(LEVEL), Some(level.as_str()));
+        *answered_by.entry(r.replica()).or_default() += 1;
+    }
+    assert_eq!(answered_by.get("replica-2"), Some(&40), "{answered_by:?}");
+    // Its Retry-After (30 s) keeps the saturated replica out for the level: it was tried once
+    // (or twice, had a request raced the first rejection).
+    let rejected = rejections(kg);
+    assert!((1.0..=2.0).contains(&rejected["replica-1"]), "{rejected:?}");
+    assert_eq!(rejected["replica-2"], 0.0);
+    // Each flow (the LISTs, the creates) is placed freely until its level is known and the
+    // replica found rejecting it: at most two requests each.
+    let steered = kg.metric(&format!(
+        r#"kubegate_apf_steered_total{{priority_level="{level}"}}"#
+    ));
+    assert!(steered >= 36.0, "{steered}");
+    assert!(kg.metric(r#"kubegate_request_retries_total{reason="apf_rejected"}"#) >= 1.0);
+    // The status page says why.
+    let status = kg.admin_body("/");
+    assert!(
+        status.contains(&format!("flow control rejecting priority level {level}")),
+        "{status}"
+    );
+
+    // Another level is not held off the replica: an administrator's requests (exempt) still
+    // go to both.
+    let mut admin = kg.connect(&bed.pki, true).await.unwrap();
+    let mut replicas = std::collections::HashSet::new();
+    for _ in 0..10 {
+        replicas.insert(admin.get(LISTS).await.unwrap().replica());
+    }
+    assert_eq!(replicas.len(), 2, "{replicas:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_every_replica_rejects_the_client_gets_the_shortest_retry_after_after_one_try_each() {
+    let (bed, mut sa) = service_account_through_kubegate().await;
+    let kg = &bed.kg;
+    assert_eq!(sa.get(LISTS).await.unwrap().status, 200);
+    bed.sims[0].saturate_level("workload-low", Some(8));
+    bed.sims[1].saturate_level("workload-low", Some(3));
+    let r = sa.get(LISTS).await.unwrap();
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(r.text(), "Too many requests, please try again later.\n");
+    assert_eq!(
+        r.header("retry-after"),
+        Some("3"),
+        "the shorter wait of the two"
+    );
+    assert!(
+        r.header(LEVEL).is_some() && r.header(SCHEMA).is_some(),
+        "never stripped"
+    );
+    let rejected = rejections(kg);
+    assert_eq!(rejected["replica-1"], 1.0, "{rejected:?}");
+    assert_eq!(rejected["replica-2"], 1.0, "{rejected:?}");
+
+    // Both known to reject: the next request still gets one try on each, no more.
+    let r = sa.get(LISTS).await.unwrap();
+    assert_eq!(r.status, 429);
+    let rejected = rejections(kg);
+    assert_eq!(
+        rejected["replica-1"] + rejected["replica-2"],
+        4.0,
+        "{rejected:?}"
+    );
+
+    // Calm again: served.
+    bed.sims[0].saturate_level("workload-low", None);
+    bed.sims[1].saturate_level("workload-low", None);
+    assert_eq!(sa.get(LISTS).await.unwrap().status, 200);
+}
