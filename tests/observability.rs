@@ -92,6 +92,15 @@ async fn every_metric_in_dashboard_and_alerts_is_exported() {
     kg.wait_state("replica-2", "not_ready", Duration::from_secs(30));
     let mut conn = kg.connect(pki, true).await.unwrap();
     assert_eq!(conn.get("/version").await.unwrap().status, 200);
+    // An APF rejection's series exist once a replica has rejected a level.
+    sims[0].saturate_level("global-default", Some(1));
+    let mut someone = Conn::open_as_user(kg.listen, pki, "someone", "someone", &[]).await;
+    let rejected = someone
+        .get("/api/v1/namespaces/default/configmaps")
+        .await
+        .unwrap();
+    assert_eq!(rejected.status, 429, "{}", rejected.text());
+    sims[0].saturate_level("global-default", None);
     // A ready replica's version series exist once terminate mode has read its discovery.
     wait_for(
         "replica-1's version on /metrics",

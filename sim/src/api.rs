@@ -181,15 +181,12 @@ async fn handlers(
     if req.method() == Method::GET {
         match path {
             "/metrics" => {
-                return Reply::new(StatusCode::OK, flowcontrol::metrics(&sim.flowcontrol))
+                return Reply::new(StatusCode::OK, sim.flowcontrol.metrics())
                     .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
             }
             "/debug/api_priority_and_fairness/dump_priority_levels" => {
-                return Reply::new(
-                    StatusCode::OK,
-                    flowcontrol::dump_priority_levels(&sim.flowcontrol),
-                )
-                .header("content-type", "text/plain; charset=utf-8")
+                return Reply::new(StatusCode::OK, sim.flowcontrol.dump_priority_levels())
+                    .header("content-type", "text/plain; charset=utf-8")
             }
             _ => {}
         }

@@ -17,7 +17,6 @@ mod report;
 mod retry_after;
 
 pub use bootstrap::Attributes;
-pub use report::{dump_priority_levels, metrics};
 
 use crate::respond::{http_error, Reply};
 use bootstrap::{classify, Distinguisher, SchemaSpec, LEVELS};
@@ -159,9 +158,14 @@ impl FlowControl {
         }
     }
 
-    /// Every level, in the bootstrap configuration's order.
-    fn levels(&self) -> &[Arc<Level>] {
-        &self.levels
+    /// The `apiserver_flowcontrol_*` metrics, in Prometheus' text format.
+    pub fn metrics(&self) -> String {
+        report::metrics(&self.levels)
+    }
+
+    /// `/debug/api_priority_and_fairness/dump_priority_levels`.
+    pub fn dump_priority_levels(&self) -> String {
+        report::dump_priority_levels(&self.levels)
     }
 
     fn level(&self, name: &str) -> Option<&Arc<Level>> {

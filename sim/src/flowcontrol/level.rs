@@ -53,7 +53,9 @@ struct Waiter {
     id: u64,
     seats: usize,
     schema: &'static str,
-    wake: oneshot::Sender<()>,
+    /// Given its seats when dispatched: a waiter that goes away after that drops them with the
+    /// channel, and they return to the level.
+    wake: oneshot::Sender<Seats>,
 }
 
 #[derive(Default)]
@@ -115,6 +117,10 @@ pub struct Seats {
 
 impl Drop for Seats {
     fn drop(&mut self) {
+        if self.seats == 0 {
+            // Given back already by whoever emptied it.
+            return;
+        }
         let mut state = self.level.state.lock().expect("level lock");
         state.executing_seats -= self.seats;
         state.executing_requests -= 1;
@@ -187,11 +193,8 @@ impl Level {
         };
         // Dropped while waiting (the client went away): the waiter stays queued with its
         // receiver gone, and `dispatch` counts it cancelled when its turn comes.
-        if tokio::time::timeout(self.wait_limit, &mut woken)
-            .await
-            .is_ok()
-        {
-            return Ok(self.seats_of(schema, width));
+        if let Ok(Ok(seats)) = tokio::time::timeout(self.wait_limit, &mut woken).await {
+            return Ok(seats);
         }
         let mut state = self.state.lock().expect("level lock");
         let still_queued = state.queues.iter_mut().find_map(|q| {
@@ -203,8 +206,10 @@ impl Level {
                 state.by_schema.entry(schema).or_default().in_queue -= 1;
                 Err(self.reject(&mut state, schema, RejectReason::TimeOut))
             }
-            // Dispatched as the wait ran out: the seats are its.
-            None => Ok(self.seats_of(schema, width)),
+            // Dispatched as the wait ran out: its seats are in the channel.
+            None => Ok(woken
+                .try_recv()
+                .expect("a dispatched waiter was sent its seats")),
         }
     }
 
@@ -233,13 +238,9 @@ impl Level {
         let counts = state.by_schema.entry(schema).or_default();
         counts.executing_seats += width;
         counts.dispatched += 1;
-        self.seats_of(schema, width)
-    }
-
-    fn seats_of(self: &Arc<Self>, schema: &'static str, seats: usize) -> Seats {
         Seats {
             level: self.clone(),
-            seats,
+            seats: width,
             schema,
         }
     }
@@ -282,7 +283,7 @@ impl Level {
     }
 
     /// Starts queued requests, queue by queue in turn, while their seats are free.
-    fn dispatch(&self, state: &mut State) {
+    fn dispatch(self: &Arc<Self>, state: &mut State) {
         let n = state.queues.len();
         let mut idle_turns = 0;
         while idle_turns < n {
@@ -301,14 +302,23 @@ impl Level {
             let w = state.queues[q].pop_front().expect("a head");
             let counts = state.by_schema.entry(w.schema).or_default();
             counts.in_queue -= 1;
-            if w.wake.send(()).is_err() {
+            if w.wake.is_closed() {
                 counts.cancelled += 1;
                 continue;
             }
-            counts.executing_seats += w.seats;
-            counts.dispatched += 1;
-            state.executing_seats += w.seats;
-            state.executing_requests += 1;
+            let seats = self.execute(state, w.schema, w.seats);
+            if let Err(seats) = w.wake.send(seats) {
+                // Gone between the check and the send: undone here, under the lock its drop
+                // would take.
+                let mut seats = seats;
+                seats.seats = 0;
+                let counts = state.by_schema.entry(w.schema).or_default();
+                counts.executing_seats -= w.seats;
+                counts.dispatched -= 1;
+                counts.cancelled += 1;
+                state.executing_seats -= w.seats;
+                state.executing_requests -= 1;
+            }
         }
     }
 }
@@ -362,6 +372,25 @@ mod tests {
         let r = low.report();
         assert_eq!(r.by_schema["s"].rejected[&RejectReason::TimeOut], 1);
         assert_eq!(r.by_schema["s"].rejected[&RejectReason::QueueFull], 1);
+    }
+
+    #[tokio::test]
+    async fn a_waiter_gone_after_its_dispatch_gives_its_seats_back() {
+        let l = level("workload-low", 1, Duration::from_secs(30));
+        let held = l.admit("s", 1, 1).await.unwrap();
+        let waiting = tokio::spawn({
+            let l = l.clone();
+            async move { l.admit("s", 2, 1).await.map(|_| ()) }
+        });
+        while l.report().waiting == 0 {
+            tokio::task::yield_now().await;
+        }
+        // Dispatched (its seats sent into its channel) before it runs again; then gone.
+        drop(held);
+        waiting.abort();
+        let _ = waiting.await;
+        assert_eq!(l.report().executing_requests, 0);
+        assert!(l.admit("s", 3, 1).await.is_ok(), "the seat came back");
     }
 
     #[tokio::test]

@@ -2,12 +2,12 @@
 //! (`/metrics`) and `/debug/api_priority_and_fairness/dump_priority_levels`, as the apiserver
 //! writes them.
 
-use super::level::RejectReason;
-use super::FlowControl;
+use super::level::{Level, RejectReason};
 use std::fmt::Write;
+use std::sync::Arc;
 
-/// The `apiserver_flowcontrol_*` families, in Prometheus' text format.
-pub fn metrics(fc: &FlowControl) -> String {
+/// The `apiserver_flowcontrol_*` families of `levels`, in Prometheus' text format.
+pub fn metrics(levels: &[Arc<Level>]) -> String {
     let mut out = String::new();
     let mut family = |name: &str, kind: &str, help: &str, rows: Vec<(String, String)>| {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -15,7 +15,6 @@ pub fn metrics(fc: &FlowControl) -> String {
             let _ = writeln!(out, "{name}{{{labels}}} {value}");
         }
     };
-    let levels = fc.levels();
     let reports: Vec<_> = levels.iter().map(|l| (l, l.report())).collect();
     let per_schema = |f: &dyn Fn(&super::level::SchemaCounts) -> String| {
         reports
@@ -89,9 +88,9 @@ pub fn metrics(fc: &FlowControl) -> String {
     out
 }
 
-/// The debug dump of the priority levels: a header row and a row per level, by name, as the
+/// The debug dump of `levels`: a header row and a row per level, by name, as the
 /// apiserver's tab writer aligns them.
-pub fn dump_priority_levels(fc: &FlowControl) -> String {
+pub fn dump_priority_levels(levels: &[Arc<Level>]) -> String {
     let mut rows = vec![[
         "PriorityLevelName",
         "ActiveQueues",
@@ -105,7 +104,7 @@ pub fn dump_priority_levels(fc: &FlowControl) -> String {
         "CancelledRequests",
     ]
     .map(String::from)];
-    let mut levels: Vec<_> = fc.levels().iter().collect();
+    let mut levels: Vec<_> = levels.iter().collect();
     levels.sort_by_key(|l| l.spec.name);
     for l in levels {
         let r = l.report();
@@ -156,7 +155,7 @@ pub fn dump_priority_levels(fc: &FlowControl) -> String {
 mod tests {
     use super::*;
     use crate::auth::User;
-    use crate::flowcontrol::{Attributes, Work};
+    use crate::flowcontrol::{Attributes, FlowControl, Work};
     use std::time::Duration;
 
     #[tokio::test]
@@ -175,7 +174,7 @@ mod tests {
         let held = fc.admit(&attrs, Work::Other).await.ok().unwrap();
         fc.saturate("global-default", true, None);
         assert!(fc.admit(&attrs, Work::Other).await.is_err());
-        let m = metrics(&fc);
+        let m = fc.metrics();
         assert!(m.contains(r#"apiserver_flowcontrol_current_executing_seats{flow_schema="global-default",priority_level="global-default"} 1"#), "{m}");
         assert!(m.contains(r#"apiserver_flowcontrol_rejected_requests_total{flow_schema="global-default",priority_level="global-default",reason="queue-full"} 1"#), "{m}");
         assert!(
@@ -185,7 +184,7 @@ mod tests {
             "{m}"
         );
         drop(held);
-        let dump = dump_priority_levels(&fc);
+        let dump = fc.dump_priority_levels();
         let lines: Vec<&str> = dump.lines().collect();
         assert!(lines[0].starts_with("PriorityLevelName,"), "{dump}");
         let row = lines
