@@ -153,7 +153,6 @@ pub fn dump_priority_levels(levels: &[Arc<Level>]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::auth::User;
     use crate::flowcontrol::{Attributes, FlowControl, Work};
     use std::time::Duration;
