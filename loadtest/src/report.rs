@@ -51,6 +51,24 @@ pub struct ReplicaShare {
     pub max_over_min: Option<f64>,
 }
 
+/// The upstream attempts of kubegate's terminate mode over a run: what its replicas answered,
+/// and what it sent again to another replica, by what failed before.
+#[derive(Debug, Clone, Serialize)]
+pub struct UpstreamAttempts {
+    /// Attempts a replica answered (`kubegate_requests_total`).
+    pub answered: u64,
+    /// Attempts sent to another replica (`kubegate_request_retries_total`), by reason; reasons
+    /// that never happened left out.
+    pub retried: BTreeMap<String, u64>,
+}
+
+impl UpstreamAttempts {
+    /// Attempts retried, as a share of those answered.
+    pub fn extra(&self) -> f64 {
+        self.retried.values().sum::<u64>() as f64 / self.answered.max(1) as f64
+    }
+}
+
 /// One scenario against one gateway.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunReport {
@@ -97,6 +115,9 @@ pub struct RunReport {
     pub events: Vec<(u64, String)>,
     /// Per 100 ms: successes and first-attempt failures.
     pub timeline: Vec<(u64, u64)>,
+    /// What a gateway that terminates TLS sent its replicas, from its own metrics at the end
+    /// of the run (kubegate's terminate mode; none for the peers).
+    pub upstream: Option<UpstreamAttempts>,
     /// Per second: successful requests answered by each replica.
     pub replica_timeline: Vec<Vec<u64>>,
 }
@@ -126,6 +147,7 @@ impl RunReport {
             events: Vec::new(),
             timeline: Vec::new(),
             replica_timeline: Vec::new(),
+            upstream: None,
         }
     }
 
@@ -415,6 +437,25 @@ pub fn markdown(runs: &[RunReport]) -> String {
                         .unwrap_or_default()
                 ));
             }
+        }
+    }
+    let upstream: Vec<(&RunReport, &UpstreamAttempts)> = runs
+        .iter()
+        .filter_map(|r| Some((r, r.upstream.as_ref()?)))
+        .filter(|(_, u)| !u.retried.is_empty())
+        .collect();
+    if !upstream.is_empty() {
+        out.push_str("\n| scenario | gateway | upstream attempts answered | sent again to another replica |\n|---|---|---|---|\n");
+        for (r, u) in upstream {
+            out.push_str(&format!(
+                "| {} | {} | {} | {} ({:.1} %: {}) |\n",
+                r.scenario,
+                r.gateway,
+                u.answered,
+                u.retried.values().sum::<u64>(),
+                u.extra() * 100.0,
+                crate::resumes::by_label_line(&u.retried)
+            ));
         }
     }
     let outages: Vec<&RunReport> = runs

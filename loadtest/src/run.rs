@@ -200,7 +200,7 @@ async fn one(
         .into_iter()
         .filter(|s| s.at_ms <= end_ms)
         .collect();
-    Ok(RunReport::from_samples(Run {
+    let mut report = RunReport::from_samples(Run {
         scenario,
         gateway,
         samples: &samples,
@@ -210,5 +210,16 @@ async fn one(
         events: events.all(),
         end_ms,
         leader: crate::leader::LeaderReport::of(&leadership.log(), 0, end_ms),
-    }))
+    });
+    if let (true, Some(admin)) = (gw.terminates, gw.admin) {
+        if let Some(scrape) = crate::resumes::Scrape::of(admin).await {
+            let mut retried = scrape.by_label("kubegate_request_retries_total");
+            retried.retain(|_, n| *n > 0);
+            report.upstream = Some(crate::report::UpstreamAttempts {
+                answered: scrape.sum("kubegate_requests_total"),
+                retried,
+            });
+        }
+    }
+    Ok(report)
 }

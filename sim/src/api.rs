@@ -74,12 +74,7 @@ async fn serve_as(
     query: Option<String>,
     params: Vec<(String, String)>,
 ) -> Reply {
-    let param = |k: &str| {
-        params
-            .iter()
-            .find(|(key, _)| key == k)
-            .map(|(_, v)| v.as_str())
-    };
+    let param = |k: &str| crate::query::first(&params, k);
 
     // Health endpoints are exempt from the shutdown filters (and from injected latency: it
     // models slow request handling, not a slow process).
@@ -168,12 +163,7 @@ async fn handlers(
     params: &[(String, String)],
     is_watch: bool,
 ) -> Reply {
-    let param = |k: &str| {
-        params
-            .iter()
-            .find(|(key, _)| key == k)
-            .map(|(_, v)| v.as_str())
-    };
+    let param = |k: &str| crate::query::first(params, k);
     // Authorization: the default RBAC, in miniature.
     if !user.authenticated() && !public_path(path) {
         return forbidden(user, req.method(), path);

@@ -51,12 +51,7 @@ pub async fn serve(listener: TcpListener, sim: Arc<Sim>) {
 
 fn handle(sim: &Sim, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let params = query_params(req.uri().query());
-    let get = |k: &str| {
-        params
-            .iter()
-            .find(|(key, _)| key == k)
-            .map(|(_, v)| v.as_str())
-    };
+    let get = |k: &str| crate::query::first(&params, k);
     let (status, body) = match (req.method(), req.uri().path()) {
         (&Method::POST, "/fail") | (&Method::POST, "/pass") => match get("check") {
             Some(check) => {

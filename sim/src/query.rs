@@ -29,6 +29,14 @@ pub fn params(query: Option<&str>) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The first value of parameter `key` among `params`, as Go's `Query().Get` reads it.
+pub fn first<'a>(params: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    params
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
 /// A present boolean parameter's first value as apimachinery converts it.
 pub fn truthy(value: &str) -> bool {
     !(value == "0" || value.eq_ignore_ascii_case("false"))

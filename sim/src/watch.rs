@@ -54,12 +54,7 @@ pub async fn serve(
     params: &[(String, String)],
     encoding: Encoding,
 ) -> Reply {
-    let param = |k: &str| {
-        params
-            .iter()
-            .find(|(key, _)| key == k)
-            .map(|(_, v)| v.clone())
-    };
+    let param = |k: &str| crate::query::first(params, k).map(str::to_string);
     let resource = target.resource;
     let prefix = resource.prefix(target.namespace);
     let name_filter = target.name.map(str::to_string).or_else(|| {

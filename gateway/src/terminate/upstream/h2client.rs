@@ -68,14 +68,29 @@ pub async fn send(
     // it would only check what `send_request` checks (a connection error, stream ids left).
     let mut sender = sender.clone();
     let end_of_stream = body.is_empty();
-    let (response, mut stream) = sender.send_request(req, end_of_stream).map_err(unsent)?;
-    if !end_of_stream {
-        stream
-            .send_data(body.clone(), true)
-            .map_err(|e| failure_of(&e))?;
+    let (response, stream) = sender.send_request(req, end_of_stream).map_err(unsent)?;
+    answer(response, stream, (!end_of_stream).then_some(body)).await
+}
+
+/// Hands `body` (if any) to the stream and waits for the response headers. A backend may
+/// answer before it has the body — a 401, priority and fairness's 429, a handler that reads
+/// none — and then reset the stream with `NO_ERROR` (RFC 9113 §8.1; Go's and hyper's servers
+/// both do): the body can no longer be sent, but the answer stands. (Taken for a broken
+/// stream, such a write was answered 502 when this task lost the CPU between opening the
+/// stream and handing it the body.)
+async fn answer(
+    response: h2::client::ResponseFuture,
+    mut stream: h2::SendStream<Bytes>,
+    body: Option<&Bytes>,
+) -> Result<Response<ResponseStream>, AttemptFailure> {
+    let sent = match body {
+        Some(body) => stream.send_data(body.clone(), true),
+        None => Ok(()),
+    };
+    match response.await {
+        Ok(resp) => Ok(resp.map(ResponseStream::new)),
+        Err(e) => Err(failure_of(&sent.err().unwrap_or(e))),
     }
-    let resp = response.await.map_err(|e| failure_of(&e))?;
-    Ok(resp.map(ResponseStream::new))
 }
 
 /// Why `h2` did not open a stream: the connection's error (GOAWAY received, I/O failed, a
@@ -136,5 +151,52 @@ impl Body for ResponseStream {
 
     fn is_end_stream(&self) -> bool {
         self.recv.is_end_stream()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::StatusCode;
+
+    /// A backend that answers 429 without reading the request's body and resets the stream
+    /// with `NO_ERROR`, as an apiserver's priority and fairness does; kubegate hands the body
+    /// over only after the reset has arrived (what losing the CPU in between does).
+    #[tokio::test]
+    async fn an_answer_before_the_body_stands_after_the_backends_no_error_reset() {
+        let (client_io, server_io) = tokio::io::duplex(64 << 10);
+        let server = tokio::spawn(async move {
+            let mut conn = h2::server::handshake(server_io).await.unwrap();
+            let (_req, mut respond) = conn.accept().await.unwrap().unwrap();
+            let resp = Response::builder().status(429).body(()).unwrap();
+            respond.send_response(resp, true).unwrap();
+            // A PING answered: the response queued before it is on the wire, and a reset
+            // now no longer takes its place (h2 drops what a reset stream has queued).
+            let mut ping_pong = conn.ping_pong().unwrap();
+            tokio::select! {
+                pong = ping_pong.ping(h2::Ping::opaque()) => drop(pong.unwrap()),
+                _ = conn.accept() => panic!("the connection ended before the PONG"),
+            }
+            respond.send_reset(h2::Reason::NO_ERROR);
+            // Drive the connection until the client is done with it.
+            while let Some(Ok(_)) = conn.accept().await {}
+        });
+        let (sender, conn) = handshake(client_io, 65_535, 65_535).await.unwrap();
+        tokio::spawn(conn);
+        let mut opener = sender.clone();
+        let req = Request::post("https://backend/api/v1/namespaces/default/configmaps")
+            .body(())
+            .unwrap();
+        let (response, mut stream) = opener.send_request(req, false).unwrap();
+        let reset = std::future::poll_fn(|cx| stream.poll_reset(cx))
+            .await
+            .unwrap();
+        assert_eq!(reset, h2::Reason::NO_ERROR);
+        let body = Bytes::from_static(b"{}");
+        let resp = answer(response, stream, Some(&body)).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        drop(sender);
+        drop(opener);
+        server.abort();
     }
 }
