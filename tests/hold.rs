@@ -1,5 +1,6 @@
 //! `terminate.hold_when_none_ready`: while no replica of the cluster is ready, new work waits
-//! for the first that is, that long at most, at most `terminate.max_held_when_none_ready` at
+//! for the first that is (under `no_ready_backend: alive`, the first that answers its probe
+//! again), that long at most, at most `terminate.max_held_when_none_ready` at
 //! once; then `no_ready_backend` decides,
 //! as it does at once without a hold. A request through terminate mode and a passthrough
 //! connection, each held through a replica's brief `/readyz` failure (an etcd leader
@@ -101,4 +102,41 @@ async fn an_outage_longer_than_the_hold_is_refused_after_it_and_the_held_are_bou
     assert!(!first.is_finished(), "the first is still held");
     bed.sims[0].force_check("etcd", false);
     assert_eq!(first.await.unwrap(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn where_not_ready_replicas_may_serve_the_first_passing_probe_ends_the_wait() {
+    // `no_ready_backend: alive`: a replica answering its probe again may take the held request
+    // before it has passed `rise` probes (here far more than the test waits for).
+    let bed = Cluster::new()
+        .terminate()
+        .configure(|c| {
+            c.terminate.hold_when_none_ready = Duration::from_secs(60);
+            c.no_ready_backend = NoReadyBackendPolicy::Alive;
+        })
+        .start();
+    let kg = &bed.kg;
+    let replica = &bed.sims[0].name;
+    let mut config = bed.config.clone();
+    config.health.rise = 100;
+    kg.rewrite(&config);
+    wait_for("the reload", T, || {
+        (kg.metric(r#"kubegate_config_reloads_total{result="success"}"#) >= 1.0).then_some(())
+    });
+    bed.sims[0].force_check("etcd", true);
+    kg.wait_state(replica, "not_ready", T);
+    let request = request(kg.listen, &bed.pki);
+    wait_held(kg, 1.0);
+    assert!(
+        !request.is_finished(),
+        "held while the replica fails its probe"
+    );
+    bed.sims[0].force_check("etcd", false);
+    assert_eq!(request.await.unwrap(), 200);
+    assert_eq!(
+        kg.state(replica).as_deref(),
+        Some("not_ready"),
+        "answered before ready"
+    );
+    assert_eq!(kg.metric(r#"kubegate_holds_total{outcome="ready"}"#), 1.0);
 }

@@ -52,6 +52,9 @@ pub struct Pool<P> {
     /// Bumped after every probe observed: drains waiting for a failure to show itself one
     /// backend's own look again.
     probed: tokio::sync::watch::Sender<u64>,
+    /// Bumped after every passing probe, whatever the backend's state: work held while none is
+    /// ready may go to a backend answering again before it has passed `rise` probes.
+    passed: tokio::sync::watch::Sender<u64>,
     /// Every backend is being removed with the pool itself (its cluster left the
     /// configuration): no drain waits for another backend to be ready.
     retiring: std::sync::atomic::AtomicBool,
@@ -78,6 +81,7 @@ impl<P: DataPlanes> Pool<P> {
             idle: Arc::new(Notify::new()),
             ready: tokio::sync::watch::Sender::new(0),
             probed: tokio::sync::watch::Sender::new(0),
+            passed: tokio::sync::watch::Sender::new(0),
             retiring: std::sync::atomic::AtomicBool::new(false),
             this: this.clone(),
         })
@@ -103,6 +107,16 @@ impl<P: DataPlanes> Pool<P> {
         let mut ready = self.ready.subscribe();
         // The sender lives as long as the pool, which `self` keeps.
         let _ = ready.wait_for(|n| *n > 0).await;
+    }
+
+    /// Returns at the next passing probe of any backend, or at once when one is ready.
+    pub async fn some_passing(&self) {
+        let mut passed = self.passed.subscribe();
+        passed.mark_unchanged();
+        if self.routing().ready.is_empty() {
+            // The sender lives as long as the pool, which `self` keeps.
+            let _ = passed.changed().await;
+        }
     }
 
     /// Rotates round-robin picks and breaks least-load ties.
@@ -313,6 +327,9 @@ impl<P: DataPlanes> Pool<P> {
         drop(health);
         backend.planes().probed();
         self.probed.send_modify(|n| *n += 1);
+        if signal == ProbeSignal::Pass {
+            self.passed.send_modify(|n| *n += 1);
+        }
         pace
     }
 

@@ -2,7 +2,8 @@
 //! which passthrough connections follow too): a
 //! passthrough connection before its dial, a terminate-mode request before it is sent, a
 //! watch kubegate continues before it is asked again. It waits for the first backend that
-//! becomes ready, so that a brief outage (an etcd leader election failing every `/readyz` for
+//! becomes ready — or, where not-ready backends may take work (`no_ready_backend: alive`),
+//! the first whose probe passes again — so that a brief outage (an etcd leader election failing every `/readyz` for
 //! a few seconds, every replica restarted at once) is a wait rather than a failure; the
 //! `no_ready_backend` policy decides afterwards, as it does at once without a hold.
 //!
@@ -13,6 +14,7 @@
 
 use crate::state::{Gateway, Pool};
 use crate::telemetry::HoldOutcome;
+use kubegate_config::NoReadyBackendPolicy;
 use std::sync::atomic::Ordering;
 
 /// Waits while no backend of `pool` is ready, up to `terminate.hold_when_none_ready`, for the
@@ -22,9 +24,14 @@ pub async fn until_ready(gw: &Gateway, pool: &Pool) {
     if !pool.routing().ready.is_empty() {
         return;
     }
-    let (up_to, max_held) = {
-        let t = &gw.config().load().terminate;
-        (t.hold_when_none_ready, t.max_held_when_none_ready)
+    let (up_to, max_held, no_ready) = {
+        let c = gw.config().load();
+        let t = &c.terminate;
+        (
+            t.hold_when_none_ready,
+            t.max_held_when_none_ready,
+            c.no_ready_backend,
+        )
     };
     if up_to.is_zero() {
         return;
@@ -34,7 +41,17 @@ pub async fn until_ready(gw: &Gateway, pool: &Pool) {
         metrics.hold_ended(HoldOutcome::OverLimit);
         return;
     };
-    let outcome = match tokio::time::timeout(up_to, pool.some_ready()).await {
+    // Where not-ready backends may take work (`no_ready_backend: alive`), the first that
+    // answers its probe again ends the wait: waiting on for `rise` passes (a second or more)
+    // held a leader's renewal past its deadline in the `blackout` load test. Otherwise only a
+    // ready backend can take the work.
+    let released = async {
+        match no_ready {
+            NoReadyBackendPolicy::Alive => pool.some_passing().await,
+            NoReadyBackendPolicy::Refuse => pool.some_ready().await,
+        }
+    };
+    let outcome = match tokio::time::timeout(up_to, released).await {
         Ok(()) => HoldOutcome::Ready,
         Err(_) => HoldOutcome::TimedOut,
     };

@@ -65,7 +65,8 @@ label! {
 label! {
     /// How a wait for a ready backend (`terminate.hold_when_none_ready`) ended.
     pub enum HoldOutcome {
-        /// A backend became ready: the work went on to it.
+        /// A backend became ready (under `no_ready_backend: alive`, answered its probe
+        /// again): the work went on.
         Ready => "ready",
         /// None did in time: `no_ready_backend` decided.
         TimedOut => "timed_out",
