@@ -41,13 +41,19 @@ fn wait_held(kg: &Kubegate, n: f64) {
 /// its own (HTTP/2, as `pki`'s client), or 0 when the connection was closed unanswered
 /// (passthrough refusing).
 fn request(listen: std::net::SocketAddr, pki: &Pki) -> tokio::task::JoinHandle<u16> {
+    request_to(listen, pki, "/api/v1/namespaces/default/configmaps")
+}
+
+/// [`request`] to `path`.
+fn request_to(
+    listen: std::net::SocketAddr,
+    pki: &Pki,
+    path: &'static str,
+) -> tokio::task::JoinHandle<u16> {
     let tls = tls_client_config(pki, &[b"h2"]);
     tokio::spawn(async move {
         match Conn::open_named(listen, tls, "127.0.0.1", true).await {
-            Ok(mut c) => c
-                .get("/api/v1/namespaces/default/configmaps")
-                .await
-                .map_or(0, |r| r.status),
+            Ok(mut c) => c.get(path).await.map_or(0, |r| r.status),
             Err(_) => 0,
         }
     })
@@ -83,6 +89,18 @@ async fn an_outage_longer_than_the_hold_is_refused_after_it_and_the_held_are_bou
     let kg = &bed.kg;
     let started = Instant::now();
     assert_eq!(request(kg.listen, &bed.pki).await.unwrap(), 503);
+    assert!(started.elapsed() >= Duration::from_secs(1), "held first");
+    assert_eq!(
+        kg.metric(r#"kubegate_holds_total{outcome="timed_out"}"#),
+        1.0
+    );
+
+    // A request's own `?timeout=` ends its hold first: nobody waits for it after that.
+    let bed = outage(true, Duration::from_secs(60), 10);
+    let kg = &bed.kg;
+    let started = Instant::now();
+    let path = "/api/v1/namespaces/default/configmaps?timeout=1s";
+    assert_eq!(request_to(kg.listen, &bed.pki, path).await.unwrap(), 503);
     assert!(started.elapsed() >= Duration::from_secs(1), "held first");
     assert_eq!(
         kg.metric(r#"kubegate_holds_total{outcome="timed_out"}"#),

@@ -6,6 +6,7 @@
 //! |---|---|
 //! | `target` | a request target as the apiserver reads it: the path percent-decoded, the query decoded pair by pair, booleans as apimachinery converts them |
 //! | `classify` | a request's verb, whether it is long-running, and what it addresses (group, version, namespace, resource, subresource, name): k8s.io/apiserver's `RequestInfo` |
+//! | `go_duration` | Go's `time.ParseDuration`, as the apiserver reads a request's `?timeout=` |
 //! | `framing` | a watch response cut into whole events, JSON lines or length-prefixed protobuf |
 //! | `position` | where a watch stands and from which resourceVersion it can continue |
 //! | `identity` | a client certificate's identity, and the front-proxy headers that carry it |
@@ -16,6 +17,7 @@
 
 pub mod classify;
 pub mod framing;
+pub mod go_duration;
 pub mod identity;
 pub mod position;
 pub mod target;

@@ -109,6 +109,19 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
     #[test]
+    fn a_timeout_reads_as_go_reads_it_or_not_at_all(
+        text in "[-+]?([0-9.]{0,6}(ns|us|µs|ms|s|m|h|x)?){0,4}",
+        whole in 0u64..1_000_000,
+        unit in prop::sample::select(vec![("ms", 1_000_000u128), ("s", 1_000_000_000), ("m", 60_000_000_000)]),
+    ) {
+        // Anything: an answer or a refusal, never a panic.
+        let _ = kubegate_wire::go_duration::parse(&text);
+        // A whole number of a unit is exactly that many.
+        let d = kubegate_wire::go_duration::parse(&format!("{whole}{}", unit.0)).unwrap();
+        prop_assert_eq!(d.as_nanos(), u128::from(whole) * unit.1);
+    }
+
+    #[test]
     fn a_watch_stream_cut_anywhere_gives_the_same_events(
         evs in events(),
         cuts in prop::collection::vec(any::<usize>(), 0..12),

@@ -43,6 +43,12 @@ pub trait Attempt {
 
     /// Another backend is about to be tried after `failure`.
     fn retrying(&mut self, failure: Self::Failure);
+
+    /// The longest the work's client waits for it, when it says so (a request's
+    /// `?timeout=`): a hold while no backend is ready ends by then.
+    fn waits_at_most(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// Why no backend took the work.
@@ -64,7 +70,7 @@ pub async fn place<A: Attempt>(
     tried: &mut Vec<SocketAddr>,
 ) -> Result<(Arc<Backend>, A::Output), Unplaced<A::Failure>> {
     // With none of the cluster's backends ready, the work may wait for one first.
-    super::hold::until_ready(gw, pool).await;
+    super::hold::until_ready(gw, pool, work.waits_at_most()).await;
     let (policy, attempts, no_ready) = {
         let c = gw.config().load();
         (c.balance, c.connect.attempts, c.no_ready_backend)

@@ -16,11 +16,13 @@ use crate::state::{Gateway, Pool};
 use crate::telemetry::HoldOutcome;
 use kubegate_config::NoReadyBackendPolicy;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-/// Waits while no backend of `pool` is ready, up to `terminate.hold_when_none_ready`, for the
-/// first that becomes ready. Returns at once when one is ready, when holding is off, or when
+/// Waits while no backend of `pool` is ready, up to `terminate.hold_when_none_ready` (and to
+/// `client_waits`, what the work's client said it waits), for the first that becomes ready.
+/// Returns at once when one is ready, when holding is off, or when
 /// `terminate.max_held_when_none_ready` are waiting already.
-pub async fn until_ready(gw: &Gateway, pool: &Pool) {
+pub async fn until_ready(gw: &Gateway, pool: &Pool, client_waits: Option<Duration>) {
     if !pool.routing().ready.is_empty() {
         return;
     }
@@ -33,6 +35,8 @@ pub async fn until_ready(gw: &Gateway, pool: &Pool) {
             c.no_ready_backend,
         )
     };
+    // Past its client's own timeout nobody waits for the answer any more.
+    let up_to = client_waits.map_or(up_to, |c| up_to.min(c));
     if up_to.is_zero() {
         return;
     }

@@ -29,9 +29,11 @@ use crate::terminate::upstream::skew;
 use http::{Response, StatusCode};
 use kubegate_config::{BalancePolicy, Fallback};
 use kubegate_wire::classify::RequestClass;
+use kubegate_wire::go_duration;
+use kubegate_wire::target::Query;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What an attempt that reached a backend brought back.
 pub enum Answer {
@@ -238,6 +240,16 @@ impl Attempt for Forward<'_> {
 
     fn retrying(&mut self, failure: AttemptFailure) {
         self.gw.metrics().terminate.request_retry(failure);
+    }
+
+    /// The request's `?timeout=`, as the apiserver reads it (a watch's is its own lifetime,
+    /// not how long its client waits for the first answer).
+    fn waits_at_most(&self) -> Option<Duration> {
+        if self.class.long_running.is_some() {
+            return None;
+        }
+        let query = Query::new(self.outgoing.uri().query());
+        go_duration::parse(&query.text("timeout")?).filter(|d| !d.is_zero())
     }
 }
 
