@@ -85,6 +85,9 @@ pub struct RunReport {
     /// Failures a client-go client would have returned, by error class, ambiguous writes
     /// apart.
     pub client_go_failures: BTreeMap<String, u64>,
+    /// The same failures by kind of request (`get`, `list`, `create`, ...): which of them
+    /// were reads.
+    pub client_go_failures_by_kind: BTreeMap<String, u64>,
     /// Writes that failed without saying whether they were applied, checked in the store.
     pub ambiguous_writes: AmbiguousWrites,
     /// Failed real kubectl runs (a `get --watch` that ended counts as one), ambiguous creates
@@ -132,6 +135,7 @@ impl RunReport {
             requests: BTreeMap::new(),
             first_attempt_failures: BTreeMap::new(),
             client_go_failures: BTreeMap::new(),
+            client_go_failures_by_kind: BTreeMap::new(),
             ambiguous_writes: AmbiguousWrites::default(),
             kubectl_failures: 0,
             kubectl_runs: 0,
@@ -191,6 +195,9 @@ impl RunReport {
                 }
                 if let Some(e) = s.final_error {
                     *r.client_go_failures.entry(e.label()).or_default() += 1;
+                    *r.client_go_failures_by_kind
+                        .entry(s.kind.as_str().into())
+                        .or_default() += 1;
                 }
             }
             if s.final_error.is_none() {
