@@ -23,6 +23,7 @@ pub const ALL: &[&str] = &[
     "blackout",
     "apf-hot",
     "upgrade",
+    "calm",
 ];
 
 /// How long etcd is away in `blackout`: the 5–8 s of `/readyz` failures an etcd leader
@@ -320,6 +321,13 @@ pub async fn run(
         }
         "etcd-down" => etcd_away(cp, pace.etcd_down, events, now, phase).await?,
         "blackout" => etcd_away(cp, BLACKOUT, events, now, phase).await?,
+        "calm" => {
+            // No fault, as long as `apf-hot`'s: the figures others are compared with.
+            phase("calm");
+            events.add(now(), "calm");
+            sleep(APF_HOT).await;
+            events.add(now(), "calm ends");
+        }
         "apf-hot" => {
             // Its rejections ask for 1 s, the least a level asks: the hardest case for a
             // gateway that keeps away from a rejecting replica for its Retry-After.
