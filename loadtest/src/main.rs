@@ -39,7 +39,7 @@ enum Command {
     Run {
         /// Scenarios, comma-separated: rolling-restart, rolling-restart-goaway, crash,
         /// crash-writes, freeze, freeze-leader, flap, slow-start, not-ready, all-down, etcd-down,
-        /// blackout, apf-hot, upgrade, calm (no fault: the baseline), or all.
+        /// blackout, apf-hot, upgrade, calm, or all (calm: no fault, the others' baseline).
         #[arg(long, value_delimiter = ',', default_value = "all")]
         scenario: Vec<String>,
         /// Gateways, comma-separated: kubegate, haproxy-kubeadm, haproxy-tuned, nginx, envoy
