@@ -4,7 +4,7 @@
 //! `tests/hostile.rs`, `cargo test --test e2e hostile::rapid_reset` one test of it.
 //!
 //! The load tests (`loadtest::`) each drive a whole control plane and assert what its clients
-//! saw: `scripts/test` runs them five at a time, beside the rest (`tests/loadtest.rs`).
+//! saw: `scripts/test` runs them four at a time, beside the rest (`tests/loadtest.rs`).
 
 #[path = "admin.rs"]
 mod admin;

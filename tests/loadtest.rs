@@ -18,11 +18,11 @@ use std::sync::{Condvar, Mutex};
 
 /// How many load tests run at once. Each drives a whole control plane of its own (its etcd,
 /// replicas, gateway and ports) and spends its time on its faults' clocks, not the CPU: two
-/// side by side kept 2 cores 13–15 % busy. Five at a time, beside the rest of the suite
+/// side by side kept 2 cores 13–15 % busy. Four at a time, beside the rest of the suite
 /// (`./scripts/test`), finish in about the time the longest takes. Each asserts what its
 /// clients saw, never speed. They start in the order of their names (libtest's): the longest,
 /// the L4 and L7 runs, are named to start first.
-const AT_ONCE: usize = 5;
+const AT_ONCE: usize = 4;
 
 /// Load tests running now, at most [`AT_ONCE`].
 static RUNNING: Mutex<usize> = Mutex::new(0);
