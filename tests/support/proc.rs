@@ -65,8 +65,14 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        if self.child.running() && std::thread::panicking() {
-            eprintln!("---- log of {} ----\n{}", self.name, self.log());
+        // Whether it still runs or ended early: its log is what tells why a test failed.
+        if std::thread::panicking() {
+            let state = if self.child.running() {
+                ""
+            } else {
+                " (it had exited)"
+            };
+            eprintln!("---- log of {}{state} ----\n{}", self.name, self.log());
         }
     }
 }
