@@ -44,6 +44,16 @@ fn request(listen: std::net::SocketAddr, pki: &Pki) -> tokio::task::JoinHandle<u
     request_to(listen, pki, "/api/v1/namespaces/default/configmaps")
 }
 
+/// A [`request`], held (and not answered meanwhile) until the first replica's etcd check
+/// passes again: the status it is then answered with.
+async fn held_until_etcd_returns(bed: &Started) -> u16 {
+    let request = request(bed.kg.listen, &bed.pki);
+    wait_held(&bed.kg, 1.0);
+    assert!(!request.is_finished(), "answered while held");
+    bed.sims[0].force_check("etcd", false);
+    request.await.unwrap()
+}
+
 /// [`request`] to `path`.
 fn request_to(
     listen: std::net::SocketAddr,
@@ -64,15 +74,12 @@ async fn a_request_waits_through_a_brief_outage_for_the_first_ready_replica() {
     for terminate in [true, false] {
         let bed = outage(terminate, Duration::from_secs(60), 10);
         let kg = &bed.kg;
-        let request = request(kg.listen, &bed.pki);
-        wait_held(kg, 1.0);
-        assert!(
-            !request.is_finished(),
-            "terminate {terminate}: not answered while held"
-        );
         // The outage ends: the held request goes to the replica and is answered by it.
-        bed.sims[0].force_check("etcd", false);
-        assert_eq!(request.await.unwrap(), 200, "terminate {terminate}");
+        assert_eq!(
+            held_until_etcd_returns(&bed).await,
+            200,
+            "terminate {terminate}"
+        );
         assert_eq!(kg.metric("kubegate_held"), 0.0);
         assert_eq!(
             kg.metric(r#"kubegate_holds_total{outcome="ready"}"#),
@@ -143,14 +150,7 @@ async fn where_not_ready_replicas_may_serve_the_first_passing_probe_ends_the_wai
     });
     bed.sims[0].force_check("etcd", true);
     kg.wait_state(replica, "not_ready", T);
-    let request = request(kg.listen, &bed.pki);
-    wait_held(kg, 1.0);
-    assert!(
-        !request.is_finished(),
-        "held while the replica fails its probe"
-    );
-    bed.sims[0].force_check("etcd", false);
-    assert_eq!(request.await.unwrap(), 200);
+    assert_eq!(held_until_etcd_returns(&bed).await, 200);
     assert_eq!(
         kg.state(replica).as_deref(),
         Some("not_ready"),

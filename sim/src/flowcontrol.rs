@@ -193,9 +193,27 @@ impl FlowControl {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::auth::User;
+
+    /// An authenticated user of no particular group: `global-default`'s.
+    pub(crate) fn someone() -> User {
+        User {
+            groups: vec!["system:authenticated".into()],
+            ..User::anonymous()
+        }
+    }
+
+    /// `verb` on the config maps of `default`, by `user`.
+    pub(crate) fn on_config_maps<'a>(user: &'a User, verb: &'a str) -> Attributes<'a> {
+        Attributes {
+            user,
+            verb,
+            resource: Some(("", "configmaps")),
+            namespace: Some("default"),
+        }
+    }
 
     #[tokio::test]
     async fn seats_are_shared_by_shares_and_a_rejection_reads_as_the_apiservers() {
@@ -205,16 +223,8 @@ mod tests {
         assert_eq!(seats("workload-low"), 245);
         assert_eq!(seats("global-default"), 49);
         assert_eq!(seats("catch-all"), 13);
-        let user = User {
-            groups: vec!["system:authenticated".into()],
-            ..User::anonymous()
-        };
-        let attrs = Attributes {
-            user: &user,
-            verb: "list",
-            resource: Some(("", "configmaps")),
-            namespace: Some("default"),
-        };
+        let user = someone();
+        let attrs = on_config_maps(&user, "list");
         let ok = fc.admit(&attrs, Work::List).await.ok().unwrap();
         let reply = ok.headers(Reply::new(http::StatusCode::OK, ""));
         let header = |r: &Reply, n: &str| {

@@ -1,16 +1,16 @@
 //! Holding new work while no backend of its cluster is ready (`terminate.hold_when_none_ready`,
-//! which passthrough connections follow too): a
-//! passthrough connection before its dial, a terminate-mode request before it is sent, a
-//! watch kubegate continues before it is asked again. It waits for the first backend that
-//! becomes ready — or, where not-ready backends may take work (`no_ready_backend: alive`),
-//! the first whose probe passes again — so that a brief outage (an etcd leader election failing every `/readyz` for
-//! a few seconds, every replica restarted at once) is a wait rather than a failure; the
-//! `no_ready_backend` policy decides afterwards, as it does at once without a hold.
+//! which passthrough connections follow too): a passthrough connection before its dial, a
+//! terminate-mode request before it is sent, a watch kubegate continues before it is asked
+//! again. It waits for the first backend that becomes ready — or, where not-ready backends may
+//! take work (`no_ready_backend: alive`), the first whose probe passes again — so that a brief
+//! outage (an etcd leader election failing every `/readyz` for a few seconds, every replica
+//! restarted at once) is a wait rather than a failure; the `no_ready_backend` policy decides
+//! afterwards, as it does at once without a hold.
 //!
-//! Bounded in time and in count over every cluster (`terminate.max_held_when_none_ready`), so
-//! that what clients
-//! can make kubegate hold stays bounded and a real outage still shows: past either, the work
-//! is not held. A held client that goes away gives its place back at once.
+//! Bounded in time (and by the client's own `?timeout=`) and in count over every cluster
+//! (`terminate.max_held_when_none_ready`), so that what clients can make kubegate hold stays
+//! bounded and a real outage still shows: past either, the work is not held. A held client
+//! that goes away gives its place back at once.
 
 use crate::state::{Gateway, Pool};
 use crate::telemetry::HoldOutcome;
@@ -62,8 +62,8 @@ pub async fn until_ready(gw: &Gateway, pool: &Pool, client_waits: Option<Duratio
     metrics.hold_ended(outcome);
 }
 
-/// One held connection or request's place among the most held at once; given back when dropped (the
-/// wait ended, or its client went away).
+/// One held connection or request's place among the most held at once; given back when
+/// dropped (the wait ended, or its client went away).
 struct Place<'a> {
     gw: &'a Gateway,
 }

@@ -333,18 +333,29 @@ mod tests {
         Arc::new(Level::new(spec, seats, wait))
     }
 
+    /// A request of `flow` costing `width` seats, admitted on a task of its own, returned
+    /// once it waits in `l`'s queues: the seats it gets, once it gets them.
+    async fn queued(
+        l: &Arc<Level>,
+        flow: u64,
+        width: usize,
+    ) -> tokio::task::JoinHandle<Result<usize, Rejected>> {
+        let waiting = tokio::spawn({
+            let l = l.clone();
+            async move { l.admit("s", flow, width).await.map(|s| s.seats) }
+        });
+        while l.report().waiting == 0 {
+            tokio::task::yield_now().await;
+        }
+        waiting
+    }
+
     #[tokio::test]
     async fn a_request_waits_for_a_seat_and_gets_it_when_one_is_given_back() {
         let l = level("workload-low", 2, Duration::from_secs(30));
         let a = l.admit("s", 1, 1).await.unwrap();
         let _b = l.admit("s", 2, 1).await.unwrap();
-        let waiting = tokio::spawn({
-            let l = l.clone();
-            async move { l.admit("s", 3, 1).await.map(|_| ()) }
-        });
-        while l.report().waiting == 0 {
-            tokio::task::yield_now().await;
-        }
+        let waiting = queued(&l, 3, 1).await;
         assert!(!waiting.is_finished());
         drop(a);
         waiting.await.unwrap().unwrap();
@@ -378,13 +389,7 @@ mod tests {
     async fn a_waiter_gone_after_its_dispatch_gives_its_seats_back() {
         let l = level("workload-low", 1, Duration::from_secs(30));
         let held = l.admit("s", 1, 1).await.unwrap();
-        let waiting = tokio::spawn({
-            let l = l.clone();
-            async move { l.admit("s", 2, 1).await.map(|_| ()) }
-        });
-        while l.report().waiting == 0 {
-            tokio::task::yield_now().await;
-        }
+        let waiting = queued(&l, 2, 1).await;
         // Dispatched (its seats sent into its channel) before it runs again; then gone.
         drop(held);
         waiting.abort();
@@ -397,13 +402,7 @@ mod tests {
     async fn a_wide_request_waits_for_all_its_seats() {
         let l = level("workload-low", 4, Duration::from_secs(30));
         let one = l.admit("s", 1, 1).await.unwrap();
-        let wide = tokio::spawn({
-            let l = l.clone();
-            async move { l.admit("s", 2, 4).await.map(|s| s.seats) }
-        });
-        while l.report().waiting == 0 {
-            tokio::task::yield_now().await;
-        }
+        let wide = queued(&l, 2, 4).await;
         drop(one);
         assert_eq!(wide.await.unwrap().unwrap(), 4);
     }

@@ -153,23 +153,15 @@ pub fn dump_priority_levels(levels: &[Arc<Level>]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::auth::User;
-    use crate::flowcontrol::{Attributes, FlowControl, Work};
+    use crate::flowcontrol::tests::{on_config_maps, someone};
+    use crate::flowcontrol::{FlowControl, Work};
     use std::time::Duration;
 
     #[tokio::test]
     async fn the_metrics_and_the_dump_count_what_was_dispatched_and_rejected() {
         let fc = FlowControl::new(600, Duration::from_secs(15));
-        let user = User {
-            groups: vec!["system:authenticated".into()],
-            ..User::anonymous()
-        };
-        let attrs = Attributes {
-            user: &user,
-            verb: "get",
-            resource: Some(("", "configmaps")),
-            namespace: Some("default"),
-        };
+        let user = someone();
+        let attrs = on_config_maps(&user, "get");
         let held = fc.admit(&attrs, Work::Other).await.ok().unwrap();
         fc.saturate("global-default", true, None);
         assert!(fc.admit(&attrs, Work::Other).await.is_err());

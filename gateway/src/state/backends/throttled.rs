@@ -25,9 +25,9 @@ pub struct Throttled {
 impl Throttled {
     /// The replica rejected a request of `level`, asking for `retry_after` before the next.
     pub fn rejected(&self, level: &Arc<str>, retry_after: Duration) {
-        let until = Instant::now() + retry_after;
-        let mut levels = self.until.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
+        let until = now + retry_after;
+        let mut levels = self.until.lock().unwrap_or_else(|e| e.into_inner());
         levels.retain(|(_, u)| *u > now);
         if let Some((_, u)) = levels.iter_mut().find(|(l, _)| l == level) {
             *u = (*u).max(until);

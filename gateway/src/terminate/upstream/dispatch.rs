@@ -94,7 +94,7 @@ pub async fn dispatch(
     if let Some(level) = upstreams.flows.level_of(outgoing.flow()) {
         let away = flow::steer(pool, &level, tried);
         if away > 0 {
-            flow::count_steered(gw, &level);
+            gw.metrics().terminate.apf_steered(&level);
         }
         steered += away;
     }

@@ -10,7 +10,7 @@
 //! what the apiserver's flow schemas match on. Requests with one [`FlowKey`] fall into one
 //! level on every replica of a cluster (the configuration objects are shared through etcd).
 
-use crate::state::{Backend, Gateway, Pool};
+use crate::state::{Backend, Pool};
 use http::HeaderMap;
 use kubegate_health::BackendState;
 use kubegate_wire::classify::RequestInfo;
@@ -186,11 +186,6 @@ pub fn steer(pool: &Pool, level: &str, tried: &mut Vec<SocketAddr>) -> usize {
         .collect();
     tried.extend_from_slice(&away);
     away.len()
-}
-
-/// Counts a request placed away from replicas rejecting its level.
-pub fn count_steered(gw: &Gateway, level: &str) {
-    gw.metrics().terminate.apf_steered(level);
 }
 
 #[cfg(test)]
