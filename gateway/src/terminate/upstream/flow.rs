@@ -9,6 +9,12 @@
 //! A request's flow, as far as kubegate can tell, is who sends it, its verb and its resource:
 //! what the apiserver's flow schemas match on. Requests with one [`FlowKey`] fall into one
 //! level on every replica of a cluster (the configuration objects are shared through etcd).
+//!
+//! Only answers the apiserver classified carry a level, and it classifies after
+//! authentication: a flood of bogus tokens (answered 401) teaches nothing. An authenticated
+//! client can still make flows without end (a resource name per request, answered 404 but
+//! classified), so the table keeps two generations: a flow asked for within the last
+//! [`MAX_FLOWS`] new ones survives, and churn pushes out only flows nobody uses.
 
 use crate::state::{Backend, Pool};
 use http::HeaderMap;
@@ -25,7 +31,7 @@ use std::time::Duration;
 /// The response header naming the priority level's UID.
 pub const PRIORITY_LEVEL_UID: &str = "x-kubernetes-pf-prioritylevel-uid";
 
-/// The most flows whose level is remembered per cluster: past it, the table starts again.
+/// The most new flows a generation holds: at most twice as many are remembered per cluster.
 const MAX_FLOWS: usize = 16_384;
 /// The most distinct levels remembered per cluster (an apiserver has about ten).
 const MAX_LEVELS: usize = 64;
@@ -66,9 +72,32 @@ pub struct Flows {
 
 #[derive(Default)]
 struct Learned {
-    by_flow: HashMap<FlowKey, Arc<str>>,
+    /// Flows learned or asked for since `older` was set aside.
+    recent: HashMap<FlowKey, Arc<str>>,
+    /// The generation before: a flow found here moves back to `recent`.
+    older: HashMap<FlowKey, Arc<str>>,
     /// Each level's UID once, shared by the flows in it.
     levels: Vec<Arc<str>>,
+}
+
+impl Learned {
+    /// The level of `flow`, kept for another generation since it is in use.
+    fn get(&mut self, flow: FlowKey) -> Option<Arc<str>> {
+        if let Some(level) = self.recent.get(&flow) {
+            return Some(level.clone());
+        }
+        let level = self.older.remove(&flow)?;
+        self.insert(flow, level.clone());
+        Some(level)
+    }
+
+    fn insert(&mut self, flow: FlowKey, level: Arc<str>) {
+        if self.recent.len() >= MAX_FLOWS && !self.recent.contains_key(&flow) {
+            self.older = std::mem::take(&mut self.recent);
+            self.older.remove(&flow);
+        }
+        self.recent.insert(flow, level);
+    }
 }
 
 impl Default for Flows {
@@ -87,15 +116,15 @@ impl Flows {
 
     /// The level `flow` was last answered under, if known.
     pub fn level_of(&self, flow: FlowKey) -> Option<Arc<str>> {
-        self.learned().by_flow.get(&flow).cloned()
+        self.learned().get(flow)
     }
 
     /// Reads the level of an answer to `flow` from its `headers`; returns it.
     pub fn learn(&self, flow: FlowKey, headers: &HeaderMap) -> Option<Arc<str>> {
         let uid = headers.get(PRIORITY_LEVEL_UID)?.to_str().ok()?;
         let mut learned = self.learned();
-        if let Some(known) = learned.by_flow.get(&flow).filter(|l| &***l == uid) {
-            return Some(known.clone());
+        if let Some(known) = learned.get(flow).filter(|l| &**l == uid) {
+            return Some(known);
         }
         let level = match learned.levels.iter().find(|l| &***l == uid) {
             Some(l) => l.clone(),
@@ -106,10 +135,7 @@ impl Flows {
             }
             None => return None,
         };
-        if learned.by_flow.len() >= MAX_FLOWS {
-            learned.by_flow.clear();
-        }
-        learned.by_flow.insert(flow, level.clone());
+        learned.insert(flow, level.clone());
         Some(level)
     }
 
@@ -216,12 +242,29 @@ mod tests {
     #[test]
     fn what_is_learned_is_bounded() {
         let flows = Flows::default();
-        for i in 0..(MAX_FLOWS as u64 + 10) {
+        for i in 0..(3 * MAX_FLOWS as u64 + 10) {
             flows.learn(FlowKey(i), &answered_under(&format!("uid-{}", i % 100)));
         }
         let learned = flows.learned();
-        assert!(learned.by_flow.len() <= MAX_FLOWS);
+        assert!(learned.recent.len() <= MAX_FLOWS);
+        assert!(learned.older.len() <= MAX_FLOWS);
         assert_eq!(learned.levels.len(), MAX_LEVELS);
+    }
+
+    #[test]
+    fn a_flow_in_use_outlives_a_churn_of_new_ones_and_an_unused_one_does_not() {
+        let flows = Flows::default();
+        let (hot, cold) = (FlowKey(u64::MAX), FlowKey(u64::MAX - 1));
+        flows.learn(hot, &answered_under("uid-hot"));
+        flows.learn(cold, &answered_under("uid-cold"));
+        for i in 0..(10 * MAX_FLOWS as u64) {
+            flows.learn(FlowKey(i), &answered_under("uid-churn"));
+            if i % (MAX_FLOWS as u64 / 2) == 0 {
+                assert_eq!(flows.level_of(hot).as_deref(), Some("uid-hot"), "at {i}");
+            }
+        }
+        assert_eq!(flows.level_of(hot).as_deref(), Some("uid-hot"));
+        assert_eq!(flows.level_of(cold), None);
     }
 
     #[test]
