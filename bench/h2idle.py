@@ -20,17 +20,11 @@ import h2.config
 import h2.connection
 import h2.events
 
+from rss import rss_kib
+
 STREAMS_PER_CONNECTION = 100
 SMALL = "/api/v1/namespaces/default/configmaps/small"
 WATCH = "/api/v1/namespaces/default/configmaps?watch=1&allowWatchBookmarks=true&timeoutSeconds=3600"
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise SystemExit("no VmRSS")
 
 
 def cpu_ticks(pid):

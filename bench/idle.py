@@ -6,14 +6,9 @@ Prints: KiB per idle proxied connection (RSS delta / N) as a number.
 """
 import socket, sys, time, resource
 
-port, n, pid = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+from rss import rss_kib
 
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise SystemExit("no VmRSS")
+port, n, pid = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

@@ -218,7 +218,9 @@ fn kubectl_through_terminate_mode_with_a_certificate_and_a_token() {
     }
 }
 
-const PYTHON_CLIENT: &str = r#"
+/// Lists configmaps, then watches them from that list until the one named `sys.argv[3]`
+/// (or `sys.argv[2]` seconds).
+const PYTHON_LIST_WATCH: &str = r#"
 import sys
 from kubernetes import client, config, watch
 config.load_kube_config(config_file=sys.argv[1])
@@ -227,19 +229,21 @@ listed = v1.list_namespaced_config_map("default")
 print("LIST", len(listed.items), listed.metadata.resource_version, flush=True)
 w = watch.Watch()
 for ev in w.stream(v1.list_namespaced_config_map, "default",
-                   resource_version=listed.metadata.resource_version, timeout_seconds=20):
+                   resource_version=listed.metadata.resource_version,
+                   timeout_seconds=int(sys.argv[2])):
     print("EVENT", ev["type"], ev["object"].metadata.name, flush=True)
-    if ev["object"].metadata.name == "from-kubectl":
+    if ev["object"].metadata.name == sys.argv[3]:
         break
 "#;
 
-/// Lists and watches with the Python client through `kg`, while kubectl creates an object.
-/// `/usr/bin/python3 -c SCRIPT KUBECONFIG` with Debian's python3-kubernetes, its output piped.
-fn python(script: &str, kubeconfig: &Path) -> ChildProcess {
+/// `/usr/bin/python3 -c PYTHON_LIST_WATCH KUBECONFIG TIMEOUT LAST` with Debian's
+/// python3-kubernetes, its output piped.
+fn python_list_watch(kubeconfig: &Path, timeout_s: u32, last: &str) -> ChildProcess {
     ChildProcess::adopt(
         Command::new("/usr/bin/python3")
-            .args(["-c", script])
+            .args(["-c", PYTHON_LIST_WATCH])
             .arg(kubeconfig)
+            .args([&timeout_s.to_string(), last])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -247,13 +251,14 @@ fn python(script: &str, kubeconfig: &Path) -> ChildProcess {
     )
 }
 
+/// Lists and watches with the Python client through `kg`, while kubectl creates an object.
 fn python_client(pki: &Pki, kg: &Kubegate) {
     let kc = pki.kubeconfig(&format!("https://{}", kg.listen));
     kubectl(
         &kc,
         &["create", "configmap", "existing", "--from-literal=a=b"],
     );
-    let mut py = python(PYTHON_CLIENT, &kc);
+    let mut py = python_list_watch(&kc, 20, "from-kubectl");
     let rx = lines_of(py.child_mut().unwrap());
     let list = wait_line(&rx, "the Python client's list", |l| l.starts_with("LIST"));
     assert!(list.starts_with("LIST 1 "), "{list}");
@@ -406,21 +411,6 @@ fn exec_port_forward_and_logs_through_kubegate() {
     }
 }
 
-const PYTHON_WATCH: &str = r#"
-import sys
-from kubernetes import client, config, watch
-config.load_kube_config(config_file=sys.argv[1])
-v1 = client.CoreV1Api()
-listed = v1.list_namespaced_config_map("default")
-print("LIST", listed.metadata.resource_version, flush=True)
-w = watch.Watch()
-for ev in w.stream(v1.list_namespaced_config_map, "default",
-                   resource_version=listed.metadata.resource_version, timeout_seconds=300):
-    print("EVENT", ev["type"], ev["object"].metadata.name, flush=True)
-    if ev["object"].metadata.name == "last":
-        break
-"#;
-
 /// `kubectl get --watch` and the Python client's watch, through terminate mode, see every
 /// configmap created while each replica is restarted in turn and the one holding the watches
 /// is killed: both keep running, and each name comes once.
@@ -445,7 +435,7 @@ fn kubectl_watch_and_the_python_client_see_every_change_across_restarts_and_a_cr
     wait_line(&kubectl_lines, "kubectl's initial listing", |l| {
         l.contains("first")
     });
-    let mut py = python(PYTHON_WATCH, &kc);
+    let mut py = python_list_watch(&kc, 300, "last");
     let py_lines = lines_of(py.child_mut().unwrap());
     wait_line(&py_lines, "the Python client's list", |l| {
         l.starts_with("LIST")

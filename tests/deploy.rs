@@ -19,21 +19,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
-fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 fn recv(sock: &UnixDatagram) -> String {
     let mut buf = [0u8; 4096];
     let n = sock
@@ -202,16 +187,10 @@ fn systemd_unit_passes_systemd_analyze_verify() {
 
 #[test]
 fn keepalived_config_passes_config_test() {
-    let out = Command::new("keepalived")
-        .args(["--config-test", "-f"])
-        .arg(repo("deploy/keepalived/keepalived.conf"))
-        .output()
-        .expect("keepalived (Debian package keepalived) is installed");
-    assert!(
-        out.status.success(),
-        "keepalived --config-test: {:?} {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new("keepalived")
+            .args(["--config-test", "-f"])
+            .arg(repo("deploy/keepalived/keepalived.conf")),
     );
     let conf = std::fs::read_to_string(repo("deploy/keepalived/keepalived.conf")).unwrap();
     assert!(

@@ -175,22 +175,15 @@ async fn a_limited_identity_gets_429_with_retry_after_and_watches_hold_no_slot()
 
 #[test]
 fn check_names_a_bad_rule_with_its_position() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let fp = pki.front_proxy();
-    let (crt, key) = pki.serving("kubegate");
-    let text = format!(
-        "listeners:\n  - address: 127.0.0.1:6443\n    mode: terminate\n    tls:\n      cert_file: {}\n      key_file: {}\nupstream:\n  front_proxy:\n    cert_file: {}\n    key_file: {}\nbackends:\n  - name: a\n    address: 127.0.0.1:7001\nhealth:\n  tls:\n    ca_file: {}\ndispatch:\n  - match:\n      verbs: [list, fetch]\n    backends: [a, b]\n",
-        crt.display(),
-        key.display(),
-        fp.cert.display(),
-        fp.key.display(),
-        pki.ca_file().display()
-    );
-    let path = dir.path().join("kubegate.yaml");
-    assert_problems(
-        &path,
-        check_config(&path, &text),
+    let text = |pki: &Pki| {
+        let fp = pki.front_proxy();
+        let (crt, key) = pki.serving("kubegate");
+        let rules = "dispatch:\n  - match:\n      verbs: [list, fetch]\n    backends: [a, b]\n";
+        let backends = "  - name: a\n    address: 127.0.0.1:7001\n";
+        terminate_yaml(pki, (&crt, &key), (&fp.cert, &fp.key), backends, rules)
+    };
+    assert_check_refuses(
+        text,
         &[
             ("19:21", "unknown verb \"fetch\""),
             ("20:19", "no backend is named \"b\""),

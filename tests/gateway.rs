@@ -543,49 +543,25 @@ async fn metrics_pass_promtool() {
         kg.metric("kubegate_backend_readyz_check_failing{backend=\"replica-2\",check=\"etcd\"}"),
         1.0
     );
-    let path = dir.path().join("metrics.txt");
-    std::fs::write(&path, &metrics).unwrap();
-    let out = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::fs::File::open(&path).unwrap())
-        .output()
-        .expect("promtool (Debian package prometheus) is installed");
-    assert!(
-        out.status.success(),
-        "promtool: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    promtool_check_metrics(dir.path(), &metrics);
 }
 
 #[test]
 fn check_reports_file_line_column() {
+    assert_check_refuses(
+        |_| {
+            "listeners:\n  - address: 127.0.0.1:6443\nbackends:\n  - address: 127.0.0.1:7001\n  - address: 127.0.0.1:7001\nhealth:\n  interval: fast\n  tls: {insecure_skip_verify: true}\n".into()
+        },
+        &[("7:3", "invalid duration \"fast\"")],
+    );
+    assert_check_refuses(
+        |_| {
+            "listeners:\n  - address: 127.0.0.1:6443\nbackends:\n  - address: 127.0.0.1:7001\n  - address: 127.0.0.1:7001\nhealth:\n  tls: {insecure_skip_verify: true}\n".into()
+        },
+        &[("5:14", "duplicate backend address 127.0.0.1:7001")],
+    );
+
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("bad.yaml");
-    let (code, err) = check_config(
-        &path,
-        "listeners:\n  - address: 127.0.0.1:6443\nbackends:\n  - address: 127.0.0.1:7001\n  - address: 127.0.0.1:7001\nhealth:\n  interval: fast\n  tls: {insecure_skip_verify: true}\n",
-    );
-    assert_eq!(code, Some(2));
-    assert!(
-        err.starts_with(&format!("{}:7:3: ", path.display())),
-        "{err}"
-    );
-    assert!(err.contains("invalid duration \"fast\""), "{err}");
-
-    let (code, err) = check_config(
-        &path,
-        "listeners:\n  - address: 127.0.0.1:6443\nbackends:\n  - address: 127.0.0.1:7001\n  - address: 127.0.0.1:7001\nhealth:\n  tls: {insecure_skip_verify: true}\n",
-    );
-    assert_eq!(code, Some(2));
-    assert_eq!(
-        err.trim_end(),
-        format!(
-            "{}:5:14: duplicate backend address 127.0.0.1:7001",
-            path.display()
-        )
-    );
-
     let (code, _) = check_config(
         &dir.path().join("ok.yaml"),
         "listeners:\n  - address: 127.0.0.1:6443\nbackends:\n  - address: 127.0.0.1:7001\nhealth:\n  tls: {insecure_skip_verify: true}\n",

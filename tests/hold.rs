@@ -44,6 +44,22 @@ fn request(listen: std::net::SocketAddr, pki: &Pki) -> tokio::task::JoinHandle<u
     request_to(listen, pki, "/api/v1/namespaces/default/configmaps")
 }
 
+/// Sends `path` through `bed`'s kubegate, which holds it for a second at least and then
+/// answers 503, counted as a hold that timed out.
+async fn held_a_second_then_refused(bed: &Started, path: &'static str) {
+    let started = Instant::now();
+    assert_eq!(
+        request_to(bed.kg.listen, &bed.pki, path).await.unwrap(),
+        503
+    );
+    assert!(started.elapsed() >= Duration::from_secs(1), "held first");
+    assert_eq!(
+        bed.kg
+            .metric(r#"kubegate_holds_total{outcome="timed_out"}"#),
+        1.0
+    );
+}
+
 /// A [`request`], held (and not answered meanwhile) until the first replica's etcd check
 /// passes again: the status it is then answered with.
 async fn held_until_etcd_returns(bed: &Started) -> u16 {
@@ -93,26 +109,11 @@ async fn a_request_waits_through_a_brief_outage_for_the_first_ready_replica() {
 async fn an_outage_longer_than_the_hold_is_refused_after_it_and_the_held_are_bounded() {
     // Past `up_to`, `no_ready_backend: refuse` answers 503, as without a hold.
     let bed = outage(true, Duration::from_secs(1), 1);
-    let kg = &bed.kg;
-    let started = Instant::now();
-    assert_eq!(request(kg.listen, &bed.pki).await.unwrap(), 503);
-    assert!(started.elapsed() >= Duration::from_secs(1), "held first");
-    assert_eq!(
-        kg.metric(r#"kubegate_holds_total{outcome="timed_out"}"#),
-        1.0
-    );
+    held_a_second_then_refused(&bed, "/api/v1/namespaces/default/configmaps").await;
 
     // A request's own `?timeout=` ends its hold first: nobody waits for it after that.
     let bed = outage(true, Duration::from_secs(60), 10);
-    let kg = &bed.kg;
-    let started = Instant::now();
-    let path = "/api/v1/namespaces/default/configmaps?timeout=1s";
-    assert_eq!(request_to(kg.listen, &bed.pki, path).await.unwrap(), 503);
-    assert!(started.elapsed() >= Duration::from_secs(1), "held first");
-    assert_eq!(
-        kg.metric(r#"kubegate_holds_total{outcome="timed_out"}"#),
-        1.0
-    );
+    held_a_second_then_refused(&bed, "/api/v1/namespaces/default/configmaps?timeout=1s").await;
 
     // With `max_held` (1) waiting, one more is not held: refused at once, counted.
     let bed = outage(true, Duration::from_secs(60), 1);

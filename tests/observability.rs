@@ -15,17 +15,17 @@ use kubegate_e2e::*;
 use serde::Deserialize as _;
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-
-fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
-}
 
 fn dashboard() -> Value {
     serde_json::from_str(&std::fs::read_to_string(repo("dashboards/kubegate.json")).unwrap())
         .expect("dashboard is valid JSON")
+}
+
+/// A YAML file of the repository, read.
+fn yaml(path: &str) -> serde_yaml_ng::Value {
+    serde_yaml_ng::from_str(&std::fs::read_to_string(repo(path)).unwrap()).unwrap()
 }
 
 fn panels(d: &Value) -> Vec<&Value> {
@@ -38,16 +38,10 @@ fn panels(d: &Value) -> Vec<&Value> {
 }
 
 fn promtool(args: &[&str]) {
-    let out = Command::new("promtool")
-        .args(args)
-        .current_dir(repo("dashboards"))
-        .output()
-        .expect("promtool (Debian package prometheus) is installed");
-    assert!(
-        out.status.success(),
-        "promtool {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new("promtool")
+            .args(args)
+            .current_dir(repo("dashboards")),
     );
 }
 
@@ -113,19 +107,7 @@ async fn every_metric_in_dashboard_and_alerts_is_exported() {
     );
     let exposition = kg.admin_body("/metrics");
     // The terminate-mode families follow Prometheus' naming rules too.
-    let path = dir.path().join("metrics.txt");
-    std::fs::write(&path, &exposition).unwrap();
-    let lint = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::fs::File::open(&path).unwrap())
-        .output()
-        .expect("promtool (Debian package prometheus) is installed");
-    assert!(
-        lint.status.success(),
-        "promtool: {}{}",
-        String::from_utf8_lossy(&lint.stdout),
-        String::from_utf8_lossy(&lint.stderr)
-    );
+    promtool_check_metrics(dir.path(), &exposition);
     let families: BTreeSet<String> = exposition
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))
@@ -231,16 +213,10 @@ fn prometheus_scrapes_with_the_shipped_configuration_and_evaluates_every_rule() 
         vec![serde_yaml_ng::Value::from(admin.to_string())].into();
     let config = dir.path().join("prometheus.yaml");
     std::fs::write(&config, serde_yaml_ng::to_string(&prom).unwrap()).unwrap();
-    let check = Command::new("promtool")
-        .args(["check", "config"])
-        .arg(&config)
-        .output()
-        .expect("promtool (Debian package prometheus) is installed");
-    assert!(
-        check.status.success(),
-        "promtool check config: {}{}",
-        String::from_utf8_lossy(&check.stdout),
-        String::from_utf8_lossy(&check.stderr)
+    run_ok(
+        Command::new("promtool")
+            .args(["check", "config"])
+            .arg(&config),
     );
 
     let port = free_port();
@@ -302,11 +278,8 @@ fn prometheus_scrapes_with_the_shipped_configuration_and_evaluates_every_rule() 
 /// firing and not firing.
 #[test]
 fn every_alert_is_tested_firing_and_not_firing() {
-    let read = |f: &str| -> serde_yaml_ng::Value {
-        serde_yaml_ng::from_str(&std::fs::read_to_string(repo(f)).unwrap()).unwrap()
-    };
-    let rules = read("dashboards/alerts.yaml");
-    let tests = read("dashboards/alerts_test.yaml");
+    let rules = yaml("dashboards/alerts.yaml");
+    let tests = yaml("dashboards/alerts_test.yaml");
     let mut fired: BTreeSet<(String, String)> = BTreeSet::new();
     let mut quiet: BTreeSet<String> = BTreeSet::new();
     for t in tests["tests"].as_sequence().unwrap() {
@@ -340,16 +313,7 @@ fn every_alert_is_tested_firing_and_not_firing() {
 fn inhibition_rules_hold_back_per_gateway_pages_behind_a_job_wide_alert() {
     let dir = tempfile::tempdir().unwrap();
     let config = repo("deploy/monitoring/alertmanager.yaml");
-    let check = Command::new("amtool")
-        .args(["check-config"])
-        .arg(&config)
-        .output()
-        .expect("amtool (Debian package prometheus-alertmanager) is installed");
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stdout)
-    );
+    run_ok(Command::new("amtool").arg("check-config").arg(&config));
     let port = free_port();
     let mut cmd = Command::new("prometheus-alertmanager");
     cmd.arg(format!("--config.file={}", config.display()))
@@ -625,11 +589,8 @@ fn dashboard_is_well_formed() {
 
 #[test]
 fn the_prometheus_rule_carries_the_shipped_alerts() {
-    let read = |p: &str| -> serde_yaml_ng::Value {
-        serde_yaml_ng::from_str(&std::fs::read_to_string(repo(p)).unwrap()).unwrap()
-    };
-    let alerts = read("dashboards/alerts.yaml");
-    let rule = read("deploy/monitoring/prometheusrule.yaml");
+    let alerts = yaml("dashboards/alerts.yaml");
+    let rule = yaml("deploy/monitoring/prometheusrule.yaml");
     assert_eq!(rule["kind"], "PrometheusRule");
     assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
     assert_eq!(

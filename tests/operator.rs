@@ -36,10 +36,6 @@ use std::time::Duration;
 
 const GUIDE: &str = "docs/deploy.md";
 
-fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
 /// Where a block runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Marker {

@@ -704,23 +704,16 @@ async fn kubegate_drains_its_clients_with_goaway_on_sigterm() {
 
 #[test]
 fn check_names_unusable_certificates_with_their_position() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let fp = pki.front_proxy();
-    let (crt, _) = pki.serving("kubegate");
-    let (_, other_key) = pki.serving("other");
-    let text = format!(
-        "listeners:\n  - address: 127.0.0.1:6443\n    mode: terminate\n    tls:\n      cert_file: {}\n      key_file: {}\nupstream:\n  front_proxy:\n    cert_file: {}\n    key_file: {}\nbackends:\n  - address: 127.0.0.1:7001\nhealth:\n  tls:\n    ca_file: {}\n",
-        crt.display(),
-        other_key.display(),
-        fp.cert.display(),
-        fp.cert.display(),
-        pki.ca_file().display()
-    );
-    let path = dir.path().join("kubegate.yaml");
-    assert_problems(
-        &path,
-        check_config(&path, &text),
+    // The listener's key is another certificate's; the front-proxy key is a certificate.
+    let text = |pki: &Pki| {
+        let fp = pki.front_proxy();
+        let (crt, _) = pki.serving("kubegate");
+        let (_, other_key) = pki.serving("other");
+        let backends = "  - address: 127.0.0.1:7001\n";
+        terminate_yaml(pki, (&crt, &other_key), (&fp.cert, &fp.cert), backends, "")
+    };
+    assert_check_refuses(
+        text,
         &[
             ("6:17", "does not belong to"),
             ("10:15", "no usable private key"),

@@ -21,21 +21,8 @@ use std::time::Duration;
 const T: Duration = Duration::from_secs(60);
 const VIP: &str = "169.254.77.100";
 
-fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
 fn ip(args: &[&str]) -> String {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .expect("iproute2's ip");
-    assert!(
-        out.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    run_ok(Command::new("ip").args(args))
 }
 
 /// A process started in its own process group inside a namespace, ended (with every process
@@ -140,19 +127,28 @@ fn client_ns(lab: &Lab) -> String {
     let id = std::process::id();
     let ns = format!("kgc-{id}");
     ip(&["netns", "add", &ns]);
-    let (inner, outer) = (format!("kgci-{id}"), format!("kgco-{id}"));
+    plug(&ns, &lab.switch, ("kgci", "kgco", id), "169.254.77.50/24");
+    ns
+}
+
+/// Links namespace `ns` to the bridge in `switch` by a veth pair (named from `names`), its
+/// end in `ns` up as `eth0` with address `addr`.
+fn plug(ns: &str, switch: &str, names: (&str, &str, u32), addr: &str) {
+    let (inner, outer) = (
+        format!("{}-{}", names.0, names.2),
+        format!("{}-{}", names.1, names.2),
+    );
     ip(&[
         "link", "add", &inner, "type", "veth", "peer", "name", &outer,
     ]);
-    ip(&["link", "set", &inner, "netns", &ns]);
-    ip(&["link", "set", &outer, "netns", &lab.switch]);
-    ip(&["-n", &ns, "link", "set", &inner, "name", "eth0"]);
-    ip(&["-n", &ns, "addr", "add", "169.254.77.50/24", "dev", "eth0"]);
-    ip(&["-n", &ns, "link", "set", "eth0", "up"]);
-    ip(&["-n", &ns, "link", "set", "lo", "up"]);
-    ip(&["-n", &lab.switch, "link", "set", &outer, "master", "br0"]);
-    ip(&["-n", &lab.switch, "link", "set", &outer, "up"]);
-    ns
+    ip(&["link", "set", &inner, "netns", ns]);
+    ip(&["link", "set", &outer, "netns", switch]);
+    ip(&["-n", ns, "link", "set", &inner, "name", "eth0"]);
+    ip(&["-n", ns, "addr", "add", addr, "dev", "eth0"]);
+    ip(&["-n", ns, "link", "set", "eth0", "up"]);
+    ip(&["-n", ns, "link", "set", "lo", "up"]);
+    ip(&["-n", switch, "link", "set", &outer, "master", "br0"]);
+    ip(&["-n", switch, "link", "set", &outer, "up"]);
 }
 
 fn lab(n: usize) -> Lab {
@@ -165,26 +161,9 @@ fn lab(n: usize) -> Lab {
     for i in 0..n {
         let ns = format!("kgn{i}-{id}");
         ip(&["netns", "add", &ns]);
-        let (inner, outer) = (format!("kgi{i}-{id}"), format!("kgo{i}-{id}"));
-        ip(&[
-            "link", "add", &inner, "type", "veth", "peer", "name", &outer,
-        ]);
-        ip(&["link", "set", &inner, "netns", &ns]);
-        ip(&["link", "set", &outer, "netns", &switch]);
-        ip(&["-n", &ns, "link", "set", &inner, "name", "eth0"]);
-        ip(&[
-            "-n",
-            &ns,
-            "addr",
-            "add",
-            &format!("169.254.77.{}/24", i + 1),
-            "dev",
-            "eth0",
-        ]);
-        ip(&["-n", &ns, "link", "set", "eth0", "up"]);
-        ip(&["-n", &ns, "link", "set", "lo", "up"]);
-        ip(&["-n", &switch, "link", "set", &outer, "master", "br0"]);
-        ip(&["-n", &switch, "link", "set", &outer, "up"]);
+        let names = (format!("kgi{i}"), format!("kgo{i}"));
+        let addr = format!("169.254.77.{}/24", i + 1);
+        plug(&ns, &switch, (&names.0, &names.1, id), &addr);
         nodes.push(NodeNs {
             ns,
             procs: Vec::new(),

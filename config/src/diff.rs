@@ -117,6 +117,7 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         // From one cluster to named ones or back: every route changes.
         changes.push(Change::NeedsRestart("clusters"));
     }
+    // Each top-level key: whether it changed; those a reload applies, then those it cannot.
     let settings = [
         ("balance", old_balance != balance),
         ("no_ready_backend", old_no_ready_backend != no_ready_backend),
@@ -127,12 +128,6 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         ("shutdown", old_shutdown != shutdown),
         ("terminate", old_terminate != terminate),
     ];
-    changes.extend(
-        settings
-            .into_iter()
-            .filter(|(_, changed)| *changed)
-            .map(|(key, _)| Change::Setting(key)),
-    );
     let restart = [
         ("listeners", old_listeners != listeners),
         ("admin", old_admin != admin),
@@ -140,10 +135,16 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         ("upgrade", old_upgrade != upgrade),
     ];
     changes.extend(
+        settings
+            .iter()
+            .filter(|s| s.1)
+            .map(|s| Change::Setting(s.0)),
+    );
+    changes.extend(
         restart
-            .into_iter()
-            .filter(|(_, changed)| *changed)
-            .map(|(key, _)| Change::NeedsRestart(key)),
+            .iter()
+            .filter(|s| s.1)
+            .map(|s| Change::NeedsRestart(s.0)),
     );
     changes
 }

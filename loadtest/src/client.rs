@@ -185,7 +185,8 @@ impl Client {
         .map_err(|_| ErrorClass::Timeout)?
         .map_err(|e| classify_io(&e))?;
         let io = TokioIo::new(stream);
-        if h2 {
+        // The connection is driven by a task of its own, which ends with it.
+        let (sender, task) = if h2 {
             let (s, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
                 .keep_alive_interval(Duration::from_secs(30))
@@ -194,29 +195,19 @@ impl Client {
                 .handshake(io)
                 .await
                 .map_err(|_| ErrorClass::Reset)?;
-            let task = Arc::new(ConnectionTask(tokio::spawn(async move {
-                let _ = conn.await;
-            })));
-            Ok(Client {
-                sender: Sender::H2(s),
-                task,
-                bearer: tls.bearer.clone(),
-                authority: tls.server_name.to_str().into(),
-            })
+            (Sender::H2(s), tokio::spawn(async move { drop(conn.await) }))
         } else {
             let (s, conn) = hyper::client::conn::http1::handshake(io)
                 .await
                 .map_err(|_| ErrorClass::Reset)?;
-            let task = Arc::new(ConnectionTask(tokio::spawn(async move {
-                let _ = conn.await;
-            })));
-            Ok(Client {
-                sender: Sender::H1(s),
-                task,
-                bearer: tls.bearer.clone(),
-                authority: tls.server_name.to_str().into(),
-            })
-        }
+            (Sender::H1(s), tokio::spawn(async move { drop(conn.await) }))
+        };
+        Ok(Client {
+            sender,
+            task: Arc::new(ConnectionTask(task)),
+            bearer: tls.bearer.clone(),
+            authority: tls.server_name.to_str().into(),
+        })
     }
 
     /// The connection has ended.
@@ -310,6 +301,27 @@ impl Client {
     pub async fn watch(&mut self, path: &str) -> Result<(u16, Incoming), ErrorClass> {
         let resp = self.start("GET", path, None).await?;
         Ok((resp.status().as_u16(), resp.into_body()))
+    }
+}
+
+/// A watch body's events, one JSON object a line, as its frames complete them.
+#[derive(Default)]
+pub struct WatchEvents {
+    partial: Vec<u8>,
+}
+
+impl WatchEvents {
+    /// Takes a frame of the body: the events it completed (a line that is not JSON is skipped).
+    pub fn take(&mut self, frame: hyper::body::Frame<Bytes>) -> Vec<serde_json::Value> {
+        if let Ok(data) = frame.into_data() {
+            self.partial.extend_from_slice(&data);
+        }
+        let mut events = Vec::new();
+        while let Some(pos) = self.partial.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=pos).collect();
+            events.extend(serde_json::from_slice(&line).ok());
+        }
+        events
     }
 }
 

@@ -246,23 +246,23 @@ impl ControlPlane {
 
     /// Stops replica `i` from answering anything, its connections left open (SIGSTOP).
     pub async fn freeze(&self, i: usize) -> anyhow::Result<()> {
-        match &self.backend {
-            Backend::Simulated { replicas, .. } => {
-                let _ = replicas[i].signal(libc::SIGSTOP);
-                Ok(())
-            }
-            Backend::External(_) => self.command(Some(i), "freeze").await,
-        }
+        self.stop_or_continue(i, libc::SIGSTOP, "freeze").await
     }
 
     /// Undoes [`ControlPlane::freeze`] (SIGCONT).
     pub async fn thaw(&self, i: usize) -> anyhow::Result<()> {
+        self.stop_or_continue(i, libc::SIGCONT, "thaw").await
+    }
+
+    /// Sends a simulated replica `signal`, or runs an external one's `command`.
+    async fn stop_or_continue(&self, i: usize, signal: i32, command: &str) -> anyhow::Result<()> {
         match &self.backend {
             Backend::Simulated { replicas, .. } => {
-                let _ = replicas[i].signal(libc::SIGCONT);
+                // A replica that already ended has nothing to stop or continue.
+                let _ = replicas[i].signal(signal);
                 Ok(())
             }
-            Backend::External(_) => self.command(Some(i), "thaw").await,
+            Backend::External(_) => self.command(Some(i), command).await,
         }
     }
 

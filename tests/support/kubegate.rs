@@ -280,6 +280,27 @@ pub fn check_config(path: &Path, text: &str) -> (Option<i32>, String) {
     )
 }
 
+/// A terminate-mode configuration as a file holds it: a listener on 127.0.0.1:6443 serving
+/// `serving` (certificate, key), the front-proxy pair `front_proxy`, `backends` (YAML list
+/// items), probes trusting `pki`'s CA, then `rest`. Lines 1–10 are the listener and upstream;
+/// `backends:` is line 11.
+pub fn terminate_yaml(
+    pki: &Pki,
+    serving: (&Path, &Path),
+    front_proxy: (&Path, &Path),
+    backends: &str,
+    rest: &str,
+) -> String {
+    format!(
+        "listeners:\n  - address: 127.0.0.1:6443\n    mode: terminate\n    tls:\n      cert_file: {}\n      key_file: {}\nupstream:\n  front_proxy:\n    cert_file: {}\n    key_file: {}\nbackends:\n{backends}health:\n  tls:\n    ca_file: {}\n{rest}",
+        serving.0.display(),
+        serving.1.display(),
+        front_proxy.0.display(),
+        front_proxy.1.display(),
+        pki.ca_file().display()
+    )
+}
+
 /// Asserts that `kubegate check` refused `path` (exit 2) with exactly the problems `expected`,
 /// in order: each a `LINE:COLUMN` and words its line holds after `PATH:LINE:COLUMN: `.
 pub fn assert_problems(path: &Path, (code, err): (Option<i32>, String), expected: &[(&str, &str)]) {
@@ -292,6 +313,15 @@ pub fn assert_problems(path: &Path, (code, err): (Option<i32>, String), expected
             "{at} {says:?}: {err}"
         );
     }
+}
+
+/// Writes the configuration `text` makes with a fresh PKI to a file and asserts that
+/// `kubegate check` refuses it with exactly the problems `expected` ([`assert_problems`]).
+pub fn assert_check_refuses(text: impl FnOnce(&Pki) -> String, expected: &[(&str, &str)]) {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let path = dir.path().join("kubegate.yaml");
+    assert_problems(&path, check_config(&path, &text(&pki)), expected);
 }
 
 /// `dispatch:` rules written as YAML (a list), as the configuration holds them.

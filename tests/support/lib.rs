@@ -24,12 +24,12 @@ pub use client::{
 pub use cluster::{Cluster, Started};
 pub use container::{hard_nofile, pod_probe, wait_pod_probes, Container, ContainerSpec};
 pub use kubegate::{
-    assert_problems, bin, check_config, dispatch_rules, kubectl_bin, ms, secs, terminate_files,
-    wait_for, Kubegate, KubegateConfig,
+    assert_check_refuses, assert_problems, bin, check_config, dispatch_rules, kubectl_bin, ms,
+    secs, terminate_files, terminate_yaml, wait_for, Kubegate, KubegateConfig,
 };
 pub use kubegate_testbed::kubegate::TerminateFiles;
 pub use kubegate_testbed::{free_port, plain_http, Etcd, FrontProxyPki, Pki};
-pub use proc::{said, Proc};
+pub use proc::{promtool_check_metrics, repo, run_ok, said, Proc};
 pub use sim::{Sim, SimOptions};
 pub use testssl::{finding, testssl};
 pub use watch::{Watch, WatchEvent};

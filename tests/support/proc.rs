@@ -77,6 +77,34 @@ impl Drop for Proc {
     }
 }
 
+/// Runs `cmd` to its end and asserts it succeeded (panicking with what it printed): its
+/// standard output. A program that is not there fails the test: `.ci/run` and `scripts/test`
+/// install every one a test runs.
+pub fn run_ok(cmd: &mut std::process::Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e} (not installed?)"));
+    assert!(out.status.success(), "{cmd:?}: {}", said(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `promtool check metrics` on `exposition` (written to a file in `dir`): Prometheus' naming
+/// rules hold.
+pub fn promtool_check_metrics(dir: &std::path::Path, exposition: &str) {
+    let path = dir.join("metrics.txt");
+    std::fs::write(&path, exposition).unwrap();
+    run_ok(
+        std::process::Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::fs::File::open(&path).unwrap()),
+    );
+}
+
+/// A file or folder of this repository.
+pub fn repo(path: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
 /// What a finished process printed: its standard output, then its standard error.
 pub fn said(out: &std::process::Output) -> String {
     format!(

@@ -1,9 +1,9 @@
 //! A watch as a client reads it: JSON lines or protobuf frames, event by event, as (type, name,
 //! resourceVersion, status code).
 
-use crate::client::Conn;
+use crate::client::{read_more, Conn};
 use bytes::{Buf, Bytes, BytesMut};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use std::io;
 use std::time::Duration;
 
@@ -70,14 +70,8 @@ impl Watch {
                 if let Some(e) = self.take()? {
                     return Ok(Some(e));
                 }
-                match self.body.frame().await {
-                    None => return Ok(None),
-                    Some(Err(e)) => return Err(io::Error::other(e)),
-                    Some(Ok(f)) => {
-                        if let Ok(d) = f.into_data() {
-                            self.buf.extend_from_slice(&d);
-                        }
-                    }
+                if !read_more(&mut self.body, &mut self.buf).await? {
+                    return Ok(None);
                 }
             }
         })

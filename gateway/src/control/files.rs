@@ -104,48 +104,46 @@ pub fn log_warnings(path: &std::path::Path, text: &str, config: &Config) {
 /// Each TLS section's `min_version` and `cipher_suites` against the crypto provider.
 fn check_tls(config: &Config) -> Vec<Finding> {
     let mut sections: Vec<(String, Option<TlsVersion>, &[String])> = Vec::new();
+    // Where each section present is, its min_version and its cipher_suites.
+    let mut add = |at: String, policy| {
+        let (min, suites) = policy;
+        sections.push((at, min, suites));
+    };
     for (i, l) in config.listeners.iter().enumerate() {
-        if let Some(tls) = &l.tls {
-            sections.push((
+        if let Some(t) = &l.tls {
+            add(
                 format!("listeners[{i}].tls"),
-                tls.min_version,
-                &tls.cipher_suites,
-            ));
+                (t.min_version, &t.cipher_suites),
+            );
         }
     }
-    if let Some(tls) = &config.admin.tls {
-        sections.push(("admin.tls".into(), tls.min_version, &tls.cipher_suites));
+    if let Some(t) = &config.admin.tls {
+        add("admin.tls".into(), (t.min_version, &t.cipher_suites));
     }
     let (up, health) = (&config.upstream.tls, &config.health.tls);
-    sections.push(("upstream.tls".into(), up.min_version, &up.cipher_suites));
-    sections.push((
+    add("upstream.tls".into(), (up.min_version, &up.cipher_suites));
+    add(
         "health.tls".into(),
-        health.min_version,
-        &health.cipher_suites,
-    ));
+        (health.min_version, &health.cipher_suites),
+    );
     for (i, c) in config.clusters.iter().enumerate() {
-        if let Some(h) = &c.health {
-            let t = &h.tls;
-            sections.push((
+        if let Some(t) = c.health.as_ref().map(|h| &h.tls) {
+            add(
                 format!("clusters[{i}].health.tls"),
-                t.min_version,
-                &t.cipher_suites,
-            ));
+                (t.min_version, &t.cipher_suites),
+            );
         }
-        if let Some(u) = &c.upstream {
-            let t = &u.tls;
-            sections.push((
+        if let Some(t) = c.upstream.as_ref().map(|u| &u.tls) {
+            add(
                 format!("clusters[{i}].upstream.tls"),
-                t.min_version,
-                &t.cipher_suites,
-            ));
+                (t.min_version, &t.cipher_suites),
+            );
         }
         if let Some(t) = &c.tls {
-            sections.push((
+            add(
                 format!("clusters[{i}].tls"),
-                t.min_version,
-                &t.cipher_suites,
-            ));
+                (t.min_version, &t.cipher_suites),
+            );
         }
     }
     sections

@@ -335,24 +335,29 @@ fn plain(value: &str) -> bool {
 
 /// `value` as a JSON string.
 fn quoted(out: &mut String, value: &str) {
+    in_quotes(out, value, |out, c| match c {
+        '"' => out.push_str("\\\""),
+        '\\' => out.push_str("\\\\"),
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        // Line separators too: some readers split lines on them.
+        c if c.is_control() || c == '\u{2028}' || c == '\u{2029}' => {
+            let _ = write!(out, "\\u{:04x}", c as u32);
+        }
+        c => out.push(c),
+    });
+}
+
+/// `value` in double quotes, each character written by `escape` unless every one is
+/// [`plain`] (the usual case, copied whole).
+fn in_quotes(out: &mut String, value: &str, escape: impl Fn(&mut String, char)) {
     out.push('"');
     if plain(value) {
         out.push_str(value);
-        out.push('"');
-        return;
-    }
-    for c in value.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            // Line separators too: some readers split lines on them.
-            c if c.is_control() || c == '\u{2028}' || c == '\u{2029}' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
+    } else {
+        for c in value.chars() {
+            escape(out, c);
         }
     }
     out.push('"');
@@ -425,21 +430,12 @@ pub fn text(e: &Entry, out: &mut String) {
 /// `value` in double quotes with Rust's escapes, which cover every control character (`\t`,
 /// `\u{85}`), and the line and paragraph separators spelled out as well.
 fn push_escaped(out: &mut String, value: &str) {
-    out.push('"');
-    if plain(value) {
-        out.push_str(value);
-        out.push('"');
-        return;
-    }
-    for c in value.chars() {
-        match c {
-            '\u{2028}' | '\u{2029}' => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
-            }
-            c => out.extend(c.escape_debug()),
+    in_quotes(out, value, |out, c| match c {
+        '\u{2028}' | '\u{2029}' => {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
         }
-    }
-    out.push('"');
+        c => out.extend(c.escape_debug()),
+    });
 }
 
 #[cfg(test)]

@@ -2,6 +2,14 @@
 //! on start and the values recorded later come from one list and cannot drift apart. Every
 //! label enum of the gateway lives here; the planes record them, telemetry owns their names.
 
+/// What a metric family of one label is counted by: one of a fixed list of values.
+pub trait Label: Copy + 'static {
+    /// Every value, in declaration order.
+    fn all() -> &'static [Self];
+    /// Its label value.
+    fn label(self) -> &'static str;
+}
+
 /// A label enum: its variants with their label values, `ALL` (declaration order: series
 /// arrays are indexed by it) and `as_str`.
 macro_rules! label {
@@ -23,6 +31,16 @@ macro_rules! label {
                 match self {
                     $($name::$variant => $label,)+
                 }
+            }
+        }
+
+        impl Label for $name {
+            fn all() -> &'static [Self] {
+                &Self::ALL
+            }
+
+            fn label(self) -> &'static str {
+                self.as_str()
             }
         }
     };

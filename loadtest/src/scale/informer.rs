@@ -17,7 +17,7 @@
 //! order (a duplicate or a gap is a move the client saw), and it counts the 410s and 429s that
 //! reached it.
 
-use crate::client::{Client, ClientTls, ErrorClass};
+use crate::client::{Client, ClientTls, ErrorClass, WatchEvents};
 use crate::traffic::NAMESPACE;
 use http_body_util::BodyExt;
 use serde_json::Value;
@@ -301,7 +301,7 @@ pub async fn run(
         let started = Instant::now();
         let mut events = 0u64;
         let mut expired = false;
-        let mut buf = Vec::new();
+        let mut lines = WatchEvents::default();
         let ended_cleanly = loop {
             let frame = tokio::select! {
                 f = body.frame() => f,
@@ -314,14 +314,7 @@ pub async fn run(
                 None => break true,
                 Some(Err(_)) => break false,
                 Some(Ok(f)) => {
-                    if let Ok(data) = f.into_data() {
-                        buf.extend_from_slice(&data);
-                    }
-                    while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
-                        let line: Vec<u8> = buf.drain(..=pos).collect();
-                        let Ok(ev) = serde_json::from_slice::<Value>(&line) else {
-                            continue;
-                        };
+                    for ev in lines.take(f) {
                         let now = Instant::now();
                         if subject.written() && measure_from.get().is_some_and(|m| last_heard >= *m)
                         {

@@ -17,7 +17,7 @@
 //! (`ResourceVersionTooLarge`, the cacher's `waitUntilFreshAndBlock`), while a watch from an
 //! older position is served what it has.
 
-use super::contract::{EventStream, Store, StoreError, StoreEvent, Stored};
+use super::contract::{EventStream, Store, StoreError, StoreEvent, StoreResult, Stored};
 use async_trait::async_trait;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -141,32 +141,27 @@ async fn fill(store: Arc<dyn Store>, cacher: Arc<Cacher>) {
 
 #[async_trait]
 impl Store for WatchCache {
-    async fn get(&self, key: &str) -> Result<Stored, StoreError> {
+    async fn get(&self, key: &str) -> StoreResult<Stored> {
         self.store.get(key).await
     }
 
-    async fn list(&self, prefix: &str) -> Result<(Vec<Stored>, i64), StoreError> {
+    async fn list(&self, prefix: &str) -> StoreResult<(Vec<Stored>, i64)> {
         self.store.list(prefix).await
     }
 
-    async fn create(&self, key: &str, value: Vec<u8>) -> Result<i64, StoreError> {
+    async fn create(&self, key: &str, value: Vec<u8>) -> StoreResult<i64> {
         self.store.create(key, value).await
     }
 
-    async fn update(
-        &self,
-        key: &str,
-        value: Vec<u8>,
-        expected: Option<i64>,
-    ) -> Result<i64, StoreError> {
+    async fn update(&self, key: &str, value: Vec<u8>, expected: Option<i64>) -> StoreResult<i64> {
         self.store.update(key, value, expected).await
     }
 
-    async fn delete(&self, key: &str) -> Result<(Stored, i64), StoreError> {
+    async fn delete(&self, key: &str) -> StoreResult<(Stored, i64)> {
         self.store.delete(key).await
     }
 
-    async fn watch(&self, prefix: &str, after: i64) -> Result<EventStream, StoreError> {
+    async fn watch(&self, prefix: &str, after: i64) -> StoreResult<EventStream> {
         if *self.cacher.lagging.borrow() {
             // A position beyond what a lagging cache has seen: wait for it, then give up.
             let mut seen = self.cacher.seen.subscribe();
@@ -213,7 +208,7 @@ impl Store for WatchCache {
         ))
     }
 
-    async fn revision(&self) -> Result<i64, StoreError> {
+    async fn revision(&self) -> StoreResult<i64> {
         self.store.revision().await
     }
 

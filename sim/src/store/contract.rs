@@ -81,9 +81,12 @@ pub enum StoreError {
     },
 }
 
+/// What a store operation gives, or why it failed.
+pub type StoreResult<T> = Result<T, StoreError>;
+
 /// Receives watch events in revision order; ends when the watch ends.
 pub struct EventStream {
-    rx: mpsc::Receiver<Result<StoreEvent, StoreError>>,
+    rx: mpsc::Receiver<StoreResult<StoreEvent>>,
     /// A watch cache's progress for this watch (see [`EventStream::progress`]).
     progress: Option<Arc<AtomicI64>>,
 }
@@ -91,12 +94,12 @@ pub struct EventStream {
 impl EventStream {
     /// A stream of what `rx` receives, with no progress known beyond its events (etcd's
     /// watch, as the apiserver uses it without a cache: no bookmarks come from there).
-    pub fn new(rx: mpsc::Receiver<Result<StoreEvent, StoreError>>) -> EventStream {
+    pub fn new(rx: mpsc::Receiver<StoreResult<StoreEvent>>) -> EventStream {
         EventStream { rx, progress: None }
     }
 
     /// The next event, or `None` once the watch ended.
-    pub async fn recv(&mut self) -> Option<Result<StoreEvent, StoreError>> {
+    pub async fn recv(&mut self) -> Option<StoreResult<StoreEvent>> {
         self.rx.recv().await
     }
 
@@ -118,24 +121,19 @@ impl EventStream {
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// One key.
-    async fn get(&self, key: &str) -> Result<Stored, StoreError>;
+    async fn get(&self, key: &str) -> StoreResult<Stored>;
     /// Every key under `prefix`, and the store revision they were read at.
-    async fn list(&self, prefix: &str) -> Result<(Vec<Stored>, i64), StoreError>;
+    async fn list(&self, prefix: &str) -> StoreResult<(Vec<Stored>, i64)>;
     /// Creates `key`; fails if it exists.
-    async fn create(&self, key: &str, value: Vec<u8>) -> Result<i64, StoreError>;
+    async fn create(&self, key: &str, value: Vec<u8>) -> StoreResult<i64>;
     /// Replaces `key`, if `expected` is given only while its mod_revision is that.
-    async fn update(
-        &self,
-        key: &str,
-        value: Vec<u8>,
-        expected: Option<i64>,
-    ) -> Result<i64, StoreError>;
+    async fn update(&self, key: &str, value: Vec<u8>, expected: Option<i64>) -> StoreResult<i64>;
     /// Deletes `key`; returns the value it had and the deletion revision.
-    async fn delete(&self, key: &str) -> Result<(Stored, i64), StoreError>;
+    async fn delete(&self, key: &str) -> StoreResult<(Stored, i64)>;
     /// Changes under `prefix` with revision > `after`, oldest first.
-    async fn watch(&self, prefix: &str, after: i64) -> Result<EventStream, StoreError>;
+    async fn watch(&self, prefix: &str, after: i64) -> StoreResult<EventStream>;
     /// The current revision (also a health check).
-    async fn revision(&self) -> Result<i64, StoreError>;
+    async fn revision(&self) -> StoreResult<i64>;
     /// Makes a cache in front of the store stop taking the store's changes (`true`) or catch
     /// up again (`false`), as a watch cache whose etcd watch lags; false for a store without
     /// a cache.

@@ -4,7 +4,7 @@
 //! one HTTP POST a reader can follow with curl, and on loopback its cost does not matter for a
 //! simulator. Watches are the gateway's newline-delimited JSON stream.
 
-use super::contract::{EventStream, Store, StoreError, StoreEvent, Stored};
+use super::contract::{EventStream, Store, StoreError, StoreEvent, StoreResult, Stored};
 use async_trait::async_trait;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
@@ -34,7 +34,7 @@ impl EtcdStore {
         }
     }
 
-    async fn post(&self, path: &str, body: &Value) -> Result<Value, StoreError> {
+    async fn post(&self, path: &str, body: &Value) -> StoreResult<Value> {
         let mut last = String::from("no etcd endpoint");
         for endpoint in &self.endpoints {
             match self.post_to(endpoint, path, body).await {
@@ -72,7 +72,7 @@ impl EtcdStore {
             .map_err(|_| format!("etcd {path}: timeout"))?
     }
 
-    async fn txn(&self, body: Value) -> Result<Value, StoreError> {
+    async fn txn(&self, body: Value) -> StoreResult<Value> {
         self.post("/v3/kv/txn", &body).await
     }
 }
@@ -121,7 +121,7 @@ fn header_revision(v: &Value) -> i64 {
 
 #[async_trait]
 impl Store for EtcdStore {
-    async fn get(&self, key: &str) -> Result<Stored, StoreError> {
+    async fn get(&self, key: &str) -> StoreResult<Stored> {
         let r = self
             .post("/v3/kv/range", &json!({"key": b64(key.as_bytes())}))
             .await?;
@@ -132,7 +132,7 @@ impl Store for EtcdStore {
             .ok_or(StoreError::NotFound)
     }
 
-    async fn list(&self, prefix: &str) -> Result<(Vec<Stored>, i64), StoreError> {
+    async fn list(&self, prefix: &str) -> StoreResult<(Vec<Stored>, i64)> {
         let r = self
             .post(
                 "/v3/kv/range",
@@ -146,7 +146,7 @@ impl Store for EtcdStore {
         Ok((items, header_revision(&r)))
     }
 
-    async fn create(&self, key: &str, value: Vec<u8>) -> Result<i64, StoreError> {
+    async fn create(&self, key: &str, value: Vec<u8>) -> StoreResult<i64> {
         let k = b64(key.as_bytes());
         let r = self
             .txn(json!({
@@ -161,12 +161,7 @@ impl Store for EtcdStore {
         }
     }
 
-    async fn update(
-        &self,
-        key: &str,
-        value: Vec<u8>,
-        expected: Option<i64>,
-    ) -> Result<i64, StoreError> {
+    async fn update(&self, key: &str, value: Vec<u8>, expected: Option<i64>) -> StoreResult<i64> {
         let k = b64(key.as_bytes());
         let compare = match expected {
             Some(rev) => json!([{"target": "MOD", "key": k, "mod_revision": rev.to_string()}]),
@@ -194,7 +189,7 @@ impl Store for EtcdStore {
         }
     }
 
-    async fn delete(&self, key: &str) -> Result<(Stored, i64), StoreError> {
+    async fn delete(&self, key: &str) -> StoreResult<(Stored, i64)> {
         let r = self
             .post(
                 "/v3/kv/deleterange",
@@ -209,7 +204,7 @@ impl Store for EtcdStore {
         Ok((prev, header_revision(&r)))
     }
 
-    async fn watch(&self, prefix: &str, after: i64) -> Result<EventStream, StoreError> {
+    async fn watch(&self, prefix: &str, after: i64) -> StoreResult<EventStream> {
         let body = json!({"create_request": {
             "key": b64(prefix.as_bytes()),
             "range_end": prefix_end(prefix),
@@ -233,7 +228,7 @@ impl Store for EtcdStore {
         Err(StoreError::Unavailable(last_error))
     }
 
-    async fn revision(&self) -> Result<i64, StoreError> {
+    async fn revision(&self) -> StoreResult<i64> {
         let r = self
             .post(
                 "/v3/kv/range",
@@ -246,10 +241,7 @@ impl Store for EtcdStore {
 
 /// Reads the gateway's JSON lines; the first message says whether the watch was created or
 /// its start revision was compacted.
-async fn stream_events(
-    mut body: hyper::body::Incoming,
-    after: i64,
-) -> Result<EventStream, StoreError> {
+async fn stream_events(mut body: hyper::body::Incoming, after: i64) -> StoreResult<EventStream> {
     let mut buf = BytesMut::new();
     // The creation message (or an immediate cancel for a compacted revision).
     let first = next_message(&mut buf, &mut body)

@@ -1,7 +1,7 @@
 //! An in-process store for a single replica (no etcd). Keeps the last changes for watches and
 //! compacts older ones, as etcd does.
 
-use super::contract::{EventStream, Store, StoreError, StoreEvent, Stored};
+use super::contract::{EventStream, Store, StoreError, StoreEvent, StoreResult, Stored};
 use async_trait::async_trait;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
@@ -69,7 +69,7 @@ impl MemoryStore {
 
 #[async_trait]
 impl Store for MemoryStore {
-    async fn get(&self, key: &str) -> Result<Stored, StoreError> {
+    async fn get(&self, key: &str) -> StoreResult<Stored> {
         self.lock()
             .data
             .get(key)
@@ -77,7 +77,7 @@ impl Store for MemoryStore {
             .ok_or(StoreError::NotFound)
     }
 
-    async fn list(&self, prefix: &str) -> Result<(Vec<Stored>, i64), StoreError> {
+    async fn list(&self, prefix: &str) -> StoreResult<(Vec<Stored>, i64)> {
         let inner = self.lock();
         let items = inner
             .data
@@ -88,7 +88,7 @@ impl Store for MemoryStore {
         Ok((items, inner.revision))
     }
 
-    async fn create(&self, key: &str, value: Vec<u8>) -> Result<i64, StoreError> {
+    async fn create(&self, key: &str, value: Vec<u8>) -> StoreResult<i64> {
         let mut inner = self.lock();
         if inner.data.contains_key(key) {
             return Err(StoreError::AlreadyExists);
@@ -96,12 +96,7 @@ impl Store for MemoryStore {
         Ok(self.put(&mut inner, key, value, true))
     }
 
-    async fn update(
-        &self,
-        key: &str,
-        value: Vec<u8>,
-        expected: Option<i64>,
-    ) -> Result<i64, StoreError> {
+    async fn update(&self, key: &str, value: Vec<u8>, expected: Option<i64>) -> StoreResult<i64> {
         let mut inner = self.lock();
         let current = inner
             .data
@@ -114,7 +109,7 @@ impl Store for MemoryStore {
         Ok(self.put(&mut inner, key, value, false))
     }
 
-    async fn delete(&self, key: &str) -> Result<(Stored, i64), StoreError> {
+    async fn delete(&self, key: &str) -> StoreResult<(Stored, i64)> {
         let mut inner = self.lock();
         let prev = inner.data.remove(key).ok_or(StoreError::NotFound)?;
         inner.revision += 1;
@@ -129,7 +124,7 @@ impl Store for MemoryStore {
         Ok((prev, revision))
     }
 
-    async fn watch(&self, prefix: &str, after: i64) -> Result<EventStream, StoreError> {
+    async fn watch(&self, prefix: &str, after: i64) -> StoreResult<EventStream> {
         let (backlog, live) = {
             let inner = self.lock();
             if after < inner.compacted {
@@ -152,7 +147,7 @@ impl Store for MemoryStore {
         ))
     }
 
-    async fn revision(&self) -> Result<i64, StoreError> {
+    async fn revision(&self) -> StoreResult<i64> {
         Ok(self.lock().revision)
     }
 }

@@ -2,7 +2,9 @@
 //! endpoint, discovery.
 
 use crate::telemetry::labels::{AdminRefusal, ReloadResult};
-use crate::telemetry::metrics::register::{counter, counter_vec, gauge, gauge_vec};
+use crate::telemetry::metrics::register::{
+    count, counter, counter_vec, gauge, gauge_vec, zero_series,
+};
 use prometheus::{Gauge, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
 /// Recorded by the control plane.
@@ -63,32 +65,24 @@ impl ControlMetrics {
             discovered_backends: gauge(r, "kubegate_discovered_backends", "Backends in use that came from the default/kubernetes EndpointSlices (not in the static list)."),
             discovery_errors: counter(r, "kubegate_discovery_errors_total", "Failed attempts to list or watch the endpoint slices on a backend."),
         };
-        for reason in AdminRefusal::ALL {
-            m.admin_refused.with_label_values(&[reason.as_str()]);
-        }
-        for result in ReloadResult::ALL {
-            m.reloads.with_label_values(&[result.as_str()]);
-            m.certificate_reloads.with_label_values(&[result.as_str()]);
-        }
+        zero_series::<AdminRefusal, _>(&m.admin_refused);
+        zero_series::<ReloadResult, _>(&m.reloads);
+        zero_series::<ReloadResult, _>(&m.certificate_reloads);
         m
     }
 
     /// Counts a configuration reload.
     pub fn reload(&self, result: ReloadResult) {
-        self.reloads.with_label_values(&[result.as_str()]).inc();
+        count(&self.reloads, result);
     }
 
     /// Counts a certificate read again.
     pub fn certificate_reload(&self, result: ReloadResult) {
-        self.certificate_reloads
-            .with_label_values(&[result.as_str()])
-            .inc();
+        count(&self.certificate_reloads, result);
     }
 
     /// Counts an admin connection or request turned away.
     pub fn admin_refused(&self, reason: AdminRefusal) {
-        self.admin_refused
-            .with_label_values(&[reason.as_str()])
-            .inc();
+        count(&self.admin_refused, reason);
     }
 }

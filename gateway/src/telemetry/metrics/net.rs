@@ -2,7 +2,9 @@
 //! backends.
 
 use crate::telemetry::labels::{AcceptError, ClientLimit, ConnectError, HoldOutcome, Refusal};
-use crate::telemetry::metrics::register::{counter, counter_vec, forget_in, gauge, gauge_vec};
+use crate::telemetry::metrics::register::{
+    count, counter, counter_vec, forget_in, gauge, gauge_vec, zero_series,
+};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
 /// Recorded by the accept loops, admission and the connect loop.
@@ -50,18 +52,10 @@ impl NetMetrics {
             holds: counter_vec(r, "kubegate_holds_total", "Waits for a ready backend while none of the cluster was (terminate.hold_when_none_ready), by how they ended (ready; timed_out: none within it; over_limit: terminate.max_held_when_none_ready were waiting, not held).", &["outcome"]),
         };
         // Series that dashboards and alerts read exist from the start, at 0.
-        for reason in Refusal::ALL {
-            m.refused.with_label_values(&[reason.as_str()]);
-        }
-        for limit in ClientLimit::ALL {
-            m.client_limit_closes.with_label_values(&[limit.as_str()]);
-        }
-        for reason in AcceptError::ALL {
-            m.accept_errors.with_label_values(&[reason.as_str()]);
-        }
-        for outcome in HoldOutcome::ALL {
-            m.holds.with_label_values(&[outcome.as_str()]);
-        }
+        zero_series::<Refusal, _>(&m.refused);
+        zero_series::<ClientLimit, _>(&m.client_limit_closes);
+        zero_series::<AcceptError, _>(&m.accept_errors);
+        zero_series::<HoldOutcome, _>(&m.holds);
         m
     }
 
@@ -78,26 +72,22 @@ impl NetMetrics {
 
     /// Counts a client connection closed because it reached `limit`.
     pub fn limit_closed(&self, limit: ClientLimit) {
-        self.client_limit_closes
-            .with_label_values(&[limit.as_str()])
-            .inc();
+        count(&self.client_limit_closes, limit);
     }
 
     /// Counts a wait for a ready backend that ended so.
     pub fn hold_ended(&self, outcome: HoldOutcome) {
-        self.holds.with_label_values(&[outcome.as_str()]).inc();
+        count(&self.holds, outcome);
     }
 
     /// Counts a failed accept.
     pub fn accept_failed(&self, reason: AcceptError) {
-        self.accept_errors
-            .with_label_values(&[reason.as_str()])
-            .inc();
+        count(&self.accept_errors, reason);
     }
 
     /// Counts a client turned away.
     pub fn refuse(&self, reason: Refusal) {
-        self.refused.with_label_values(&[reason.as_str()]).inc();
+        count(&self.refused, reason);
     }
 
     /// Counts a failed connect to `backend`.

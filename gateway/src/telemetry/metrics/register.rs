@@ -1,9 +1,24 @@
 //! Registering metric families once, and forgetting a backend's (or a cluster's) series.
 
+use crate::telemetry::labels::Label;
+use prometheus::core::{MetricVec, MetricVecBuilder};
 use prometheus::{
     HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 use std::collections::HashMap;
+
+/// Creates `family`'s series for every value of `L`, at 0: dashboards and alerts read them
+/// from the start.
+pub fn zero_series<L: Label, B: MetricVecBuilder>(family: &MetricVec<B>) {
+    for value in L::all() {
+        family.with_label_values(&[value.label()]);
+    }
+}
+
+/// Counts one in `family`'s series for `value`.
+pub fn count<L: Label>(family: &IntCounterVec, value: L) {
+    family.with_label_values(&[value.label()]).inc();
+}
 
 /// A counter, registered.
 pub fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {

@@ -6,7 +6,7 @@ use crate::telemetry::labels::{
     RequestFailure, TokenReviewResult, WatchBreak, WatchEnd,
 };
 use crate::telemetry::metrics::register::{
-    counter, counter_vec, forget_in, gauge, gauge_vec, histogram_vec, Forget,
+    count, counter, counter_vec, forget_in, gauge, gauge_vec, histogram_vec, zero_series, Forget,
 };
 use kubegate_wire::classify::Verb;
 use prometheus::{
@@ -140,29 +140,13 @@ impl TerminateMetrics {
             apf_over_budget: counter(r, "kubegate_apf_retries_over_budget_total", "APF rejections not tried on another replica because the retry budget (a tenth of the requests sent) was spent: the client got the 429."),
             watches_ended: counter_vec(r, "kubegate_watches_ended_total", "Followed watches that ended, by reason (client, timeout, expired, error, not_resumable_*, malformed).", &["reason"]),
         };
-        for failure in AttemptFailure::ALL {
-            m.request_retries.with_label_values(&[failure.as_str()]);
-        }
-        for reason in RequestFailure::ALL {
-            m.requests_failed.with_label_values(&[reason.as_str()]);
-        }
-        for reason in HandshakeFailure::ALL {
-            m.tls_handshake_failures
-                .with_label_values(&[reason.as_str()]);
-        }
-        for protocol in ClientProtocol::ALL {
-            m.client_connections.with_label_values(&[protocol.as_str()]);
-        }
-        for cause in WatchBreak::ALL {
-            m.watch_resumes.with_label_values(&[cause.as_str()]);
-        }
-        for reason in WatchEnd::ALL {
-            m.watches_ended.with_label_values(&[reason.as_str()]);
-        }
-        for by in Freshened::ALL {
-            m.watch_positions_freshened
-                .with_label_values(&[by.as_str()]);
-        }
+        zero_series::<AttemptFailure, _>(&m.request_retries);
+        zero_series::<RequestFailure, _>(&m.requests_failed);
+        zero_series::<HandshakeFailure, _>(&m.tls_handshake_failures);
+        zero_series::<ClientProtocol, _>(&m.client_connections);
+        zero_series::<WatchBreak, _>(&m.watch_resumes);
+        zero_series::<WatchEnd, _>(&m.watches_ended);
+        zero_series::<Freshened, _>(&m.watch_positions_freshened);
         m
     }
 
@@ -253,16 +237,12 @@ impl TerminateMetrics {
 
     /// Counts a request sent to another backend after `failure`.
     pub fn request_retry(&self, failure: AttemptFailure) {
-        self.request_retries
-            .with_label_values(&[failure.as_str()])
-            .inc();
+        count(&self.request_retries, failure);
     }
 
     /// Counts a request kubegate answered itself.
     pub fn request_failed(&self, reason: RequestFailure) {
-        self.requests_failed
-            .with_label_values(&[reason.as_str()])
-            .inc();
+        count(&self.requests_failed, reason);
     }
 
     /// The open client connections gauge of `protocol`.
@@ -273,16 +253,12 @@ impl TerminateMetrics {
 
     /// Counts a client TLS handshake that failed.
     pub fn handshake_failed(&self, reason: HandshakeFailure) {
-        self.tls_handshake_failures
-            .with_label_values(&[reason.as_str()])
-            .inc();
+        count(&self.tls_handshake_failures, reason);
     }
 
     /// Counts a watch continued on another backend after `cause`.
     pub fn watch_resumed(&self, cause: WatchBreak) {
-        self.watch_resumes
-            .with_label_values(&[cause.as_str()])
-            .inc();
+        count(&self.watch_resumes, cause);
     }
 
     /// Watches continued on another backend after `cause` since the start.
@@ -294,16 +270,12 @@ impl TerminateMetrics {
 
     /// Counts a watch position brought up to date before a move, `by` how.
     pub fn watch_freshened(&self, by: Freshened) {
-        self.watch_positions_freshened
-            .with_label_values(&[by.as_str()])
-            .inc();
+        count(&self.watch_positions_freshened, by);
     }
 
     /// Counts a followed watch that ended.
     pub fn watch_ended(&self, reason: WatchEnd) {
-        self.watches_ended
-            .with_label_values(&[reason.as_str()])
-            .inc();
+        count(&self.watches_ended, reason);
     }
 }
 

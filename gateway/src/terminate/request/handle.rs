@@ -433,16 +433,17 @@ async fn send(
                 .and_then(|v| v.to_str().ok())
                 .and_then(Framing::of);
             match (framing, watch) {
-                (Some(framing), Some(watch)) if resp.status() == StatusCode::OK => watch::follow(
-                    gw.clone(),
-                    upstreams.clone(),
-                    outgoing,
-                    class,
-                    resp,
-                    (in_flight, stream),
-                    framing,
-                    watch,
-                ),
+                (Some(framing), Some(watch)) if resp.status() == StatusCode::OK => {
+                    let followed = watch::Followed {
+                        gw: gw.clone(),
+                        upstreams: upstreams.clone(),
+                        outgoing,
+                        class,
+                        watch,
+                        framing,
+                    };
+                    watch::follow(followed, resp, (in_flight, stream))
+                }
                 (_, watch) => resp.map(|body| {
                     ResponseBody::Relayed(Relayed::new(body, watch.is_some(), in_flight, stream))
                 }),

@@ -481,6 +481,32 @@ impl Outgoing {
 mod tests {
     use super::*;
 
+    /// What a test's shaper borrows: the identity headers, the upstream name, the metrics.
+    struct Borrowed {
+        identity: IdentityHeaders,
+        name: ServerName<'static>,
+        metrics: TerminateMetrics,
+    }
+
+    impl Borrowed {
+        fn new(identity: IdentityHeaders) -> Borrowed {
+            Borrowed {
+                identity,
+                name: ServerName::try_from("kubernetes").unwrap(),
+                metrics: TerminateMetrics::new(&prometheus::Registry::new()),
+            }
+        }
+
+        fn shaper(&self, vouches: bool) -> Shaper<'_> {
+            Shaper {
+                identity: &self.identity,
+                vouches,
+                server_name: &self.name,
+                metrics: &self.metrics,
+            }
+        }
+    }
+
     #[test]
     fn hop_by_hop_headers_never_cross() {
         let mut h = HeaderMap::new();
@@ -508,15 +534,8 @@ mod tests {
     #[test]
     fn a_connection_header_cannot_remove_what_kubegate_sets() {
         let fp = kubegate_config::FrontProxy::new("a".into(), "b".into());
-        let identity = IdentityHeaders::new(&fp).unwrap();
-        let name = ServerName::try_from("kubernetes").unwrap();
-        let metrics = TerminateMetrics::new(&prometheus::Registry::new());
-        let shaper = Shaper {
-            identity: &identity,
-            vouches: true,
-            server_name: &name,
-            metrics: &metrics,
-        };
+        let borrowed = Borrowed::new(IdentityHeaders::new(&fp).unwrap());
+        let shaper = borrowed.shaper(true);
         let cert = UserInfo {
             user: "alice".into(),
             groups: vec!["dev".into()],
@@ -540,15 +559,8 @@ mod tests {
 
     #[test]
     fn forwarded_addresses_are_replaced_unless_the_client_is_a_trusted_proxy() {
-        let identity = IdentityHeaders::default();
-        let name = ServerName::try_from("kubernetes").unwrap();
-        let metrics = TerminateMetrics::new(&prometheus::Registry::new());
-        let shaper = Shaper {
-            identity: &identity,
-            vouches: false,
-            server_name: &name,
-            metrics: &metrics,
-        };
+        let borrowed = Borrowed::new(IdentityHeaders::default());
+        let shaper = borrowed.shaper(false);
         let xff = |client: &Client| {
             let mut h = HeaderMap::new();
             h.append("x-forwarded-for", "203.0.113.9".parse().unwrap());

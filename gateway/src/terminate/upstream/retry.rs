@@ -70,36 +70,16 @@ mod tests {
         }
     }
 
+    /// A storage failure (the replica answered) and a reset before response headers (it may
+    /// have processed the request) send only reads of storage elsewhere.
     #[test]
-    fn a_storage_failure_is_retried_for_reads_of_storage_only() {
+    fn after_a_storage_failure_or_a_reset_only_reads_of_storage_are_retried() {
         let table = [
             (class(Verb::Get, None), true),
             (class(Verb::List, None), true),
             (class(Verb::Watch, Some(LongRunning::Watch)), true),
             (class(Verb::Get, Some(LongRunning::Log)), false),
             (class(Verb::Get, Some(LongRunning::Session)), false),
-            (class(Verb::Create, None), false),
-            (class(Verb::Update, None), false),
-            (class(Verb::Patch, None), false),
-            (class(Verb::Delete, None), false),
-            (class(Verb::DeleteCollection, None), false),
-        ];
-        for (c, want) in table {
-            assert_eq!(may_retry(AttemptFailure::StorageFailed, &c), want, "{c:?}");
-        }
-        // The replica answered: a write it failed may still have reached etcd.
-        assert!(!AttemptFailure::StorageFailed.unprocessed());
-        assert!(AttemptFailure::Initializing.unprocessed());
-    }
-
-    #[test]
-    fn after_a_reset_only_reads_of_storage_are_retried() {
-        let table = [
-            (class(Verb::Get, None), true),
-            (class(Verb::List, None), true),
-            (class(Verb::Watch, Some(LongRunning::Watch)), true),
-            (class(Verb::Get, Some(LongRunning::Session)), false),
-            (class(Verb::Get, Some(LongRunning::Log)), false),
             (class(Verb::Create, None), false),
             (class(Verb::Update, None), false),
             (class(Verb::Patch, None), false),
@@ -107,8 +87,13 @@ mod tests {
             (class(Verb::DeleteCollection, None), false),
             (class(Verb::Other, None), false),
         ];
-        for (c, want) in table {
-            assert_eq!(may_retry(AttemptFailure::Reset, &c), want, "{c:?}");
+        for failure in [AttemptFailure::StorageFailed, AttemptFailure::Reset] {
+            for (c, want) in &table {
+                assert_eq!(may_retry(failure, c), *want, "{failure:?} {c:?}");
+            }
         }
+        // The replica answered: a write it failed may still have reached etcd.
+        assert!(!AttemptFailure::StorageFailed.unprocessed());
+        assert!(AttemptFailure::Initializing.unprocessed());
     }
 }

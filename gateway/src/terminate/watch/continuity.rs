@@ -128,30 +128,38 @@ impl Upstream {
     }
 }
 
-/// Takes over a watch whose first answer came back `200` in a framing kubegate follows, and
-/// answers the client with one response that lasts across replicas until `watch` ends.
-#[allow(clippy::too_many_arguments)]
+/// A watch kubegate follows: what was asked, of which cluster, and how its events are framed.
+pub struct Followed {
+    /// The gateway.
+    pub gw: Arc<Gateway>,
+    /// The watch's cluster.
+    pub upstreams: Arc<Upstreams>,
+    /// The request as it goes upstream.
+    pub outgoing: Outgoing,
+    /// What the request is.
+    pub class: RequestClass,
+    /// What the client asked of the watch, and when it ends.
+    pub watch: Watch,
+    /// How its events are framed.
+    pub framing: Framing,
+}
+
+/// Takes over a watch whose first answer `resp` came back `200` in a framing kubegate
+/// follows, and answers the client with one response that lasts across replicas until the
+/// watch ends.
 pub fn follow(
-    gw: Arc<Gateway>,
-    upstreams: Arc<Upstreams>,
-    outgoing: Outgoing,
-    class: RequestClass,
+    followed: Followed,
     resp: Response<ResponseStream>,
     held: (InFlight, Stream),
-    framing: Framing,
-    watch: Watch,
 ) -> Response<ResponseBody> {
     let (parts, body) = resp.into_parts();
     let backend = held.0.backend().clone();
     let (tx, rx) = mpsc::channel(QUEUE);
-    gw.metrics().terminate.watches_open.inc();
-    let upstream = Upstream::new(body, backend, held, framing);
+    followed.gw.metrics().terminate.watches_open.inc();
+    let upstream = Upstream::new(body, backend, held, followed.framing);
     tokio::spawn(async move {
-        let ended = run(
-            &gw, &upstreams, &outgoing, class, &watch, framing, upstream, tx,
-        )
-        .await;
-        let m = &gw.metrics().terminate;
+        let ended = run(&followed, upstream, tx).await;
+        let m = &followed.gw.metrics().terminate;
         m.watches_open.dec();
         m.watch_ended(ended);
         tracing::debug!(reason = ended.as_str(), "watch ended");
@@ -159,17 +167,18 @@ pub fn follow(
     Response::from_parts(parts, ResponseBody::Watch(WatchBody::new(rx)))
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn run(
-    gw: &Gateway,
-    upstreams: &Upstreams,
-    outgoing: &Outgoing,
-    class: RequestClass,
-    watch: &Watch,
-    framing: Framing,
-    mut upstream: Upstream,
-    tx: mpsc::Sender<Bytes>,
-) -> WatchEnd {
+/// Reads `upstream` into `tx`, and asks another replica when it breaks, until the watch ends:
+/// why it ended.
+async fn run(followed: &Followed, mut upstream: Upstream, tx: mpsc::Sender<Bytes>) -> WatchEnd {
+    let Followed {
+        gw,
+        upstreams,
+        outgoing,
+        class,
+        watch,
+        framing,
+    } = followed;
+    let (class, framing) = (*class, *framing);
     let asked = &watch.asked;
     let mut progress = Progress::new(asked);
     // When the position last moved: what a replica that came back since may not reach.
@@ -267,12 +276,7 @@ async fn run(
             && returned_since(upstreams.pool(), &leaving, heard.last).is_some()
         {
             let fresh = freshen(
-                gw,
-                upstreams,
-                outgoing,
-                class,
-                watch,
-                framing,
+                followed,
                 &leaving,
                 from.as_deref().unwrap_or_default(),
                 (&mut progress, &mut heard),
@@ -539,19 +543,16 @@ fn returned_since(pool: &Pool, leaving: &Backend, position_at: u64) -> Option<u6
 /// Asks the watch of `leaving` again from `from` for [`FRESHEN_FOR`], forwarding what comes,
 /// until its first bookmark: `Ok(true)` when the position moved on. Whatever fails here
 /// leaves the position as it was; only the watch's own end is an error.
-#[allow(clippy::too_many_arguments)]
 async fn freshen(
-    gw: &Gateway,
-    upstreams: &Upstreams,
-    outgoing: &Outgoing,
-    class: RequestClass,
-    watch: &Watch,
-    framing: Framing,
+    followed: &Followed,
     leaving: &Arc<Backend>,
     from: &str,
     (progress, heard): (&mut Progress, &mut Heard),
     tx: &mpsc::Sender<Bytes>,
 ) -> Result<bool, WatchEnd> {
+    let Followed {
+        outgoing, framing, ..
+    } = followed;
     let again = outgoing.with_query(&resumed_query(
         outgoing.client_query(),
         Some(from),
@@ -561,21 +562,37 @@ async fn freshen(
         resp,
         in_flight,
         stream,
-    }) = dispatch::attempt_on(gw, upstreams, leaving, &again, class).await
+    }) = dispatch::attempt_on(
+        &followed.gw,
+        &followed.upstreams,
+        leaving,
+        &again,
+        followed.class,
+    )
+    .await
     else {
         return Ok(false);
     };
-    if resp.status() != http::StatusCode::OK || framing_of(&resp) != Some(framing) {
+    if resp.status() != http::StatusCode::OK || framing_of(&resp) != Some(*framing) {
         return Ok(false);
     }
     let mut upstream = Upstream::new(
         resp.into_body(),
         leaving.clone(),
         (in_flight, stream),
-        framing,
+        *framing,
     );
     let before = heard.last;
-    match pump(&mut upstream, watch, progress, heard, Until::Bookmark, tx).await? {
+    match pump(
+        &mut upstream,
+        &followed.watch,
+        progress,
+        heard,
+        Until::Bookmark,
+        tx,
+    )
+    .await?
+    {
         Stopped::Broke(_) => Ok(heard.last > before),
         Stopped::Refused(..) => Ok(false),
     }
