@@ -177,16 +177,7 @@ async fn sigterm_default_mode_sequence() {
         (r.map(|r| r.status).unwrap_or(0), h2)
     });
     // New TCP connections are refused once the delay is over.
-    wait_for("connects to be refused", Duration::from_secs(30), || {
-        std::net::TcpStream::connect(sim.addr)
-            .is_err()
-            .then_some(())
-    });
-    assert!(
-        t0.elapsed() >= Duration::from_secs(8),
-        "refused after {:?}",
-        t0.elapsed()
-    );
+    wait_refused_after(sim.addr, t0, Duration::from_secs(8));
     let (status, h2) = in_flight.await.unwrap();
     assert_eq!(status, 200, "in-flight request completes");
     // The HTTP/2 connection was sent GOAWAY and ends.

@@ -45,15 +45,7 @@ async fn the_status_page_shows_a_replica_leave_and_return_in_a_browser() {
     let mut token = Conn::open_anonymous(kg.listen, pki, false).await.unwrap();
     for _ in 0..2 {
         let r = token
-            .send(
-                "GET",
-                "/version",
-                &[
-                    ("Authorization", "Bearer tok-ops"),
-                    ("User-Agent", "ops-bot/1.0"),
-                ],
-                None,
-            )
+            .get_with_token("/version", "tok-ops", "ops-bot/1.0")
             .await
             .unwrap();
         assert_eq!(r.status, 200);

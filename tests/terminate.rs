@@ -808,14 +808,10 @@ async fn the_access_log_says_who_asked_what_of_which_replica() {
     assert_eq!(missing.status, 404);
     let mut anonymous = Conn::open_anonymous(kg.listen, pki, false).await.unwrap();
     let r = anonymous
-        .send(
-            "GET",
+        .get_with_token(
             "/api/v1/namespaces/default/configmaps",
-            &[
-                ("User-Agent", "access-test/1"),
-                ("Authorization", "Bearer tok-ops"),
-            ],
-            None,
+            "tok-ops",
+            "access-test/1",
         )
         .await
         .unwrap();

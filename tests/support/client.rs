@@ -288,6 +288,21 @@ impl Conn {
         self.request("GET", path, None).await
     }
 
+    /// A GET carrying the bearer `token`, sent by `user_agent`.
+    pub async fn get_with_token(
+        &mut self,
+        path: &str,
+        token: &str,
+        user_agent: &str,
+    ) -> io::Result<Response> {
+        let bearer = format!("Bearer {token}");
+        let headers = [
+            ("Authorization", bearer.as_str()),
+            ("User-Agent", user_agent),
+        ];
+        self.send("GET", path, &headers, None).await
+    }
+
     /// Lets each request take up to `limit`, for an answer slow on purpose.
     pub fn set_request_timeout(&mut self, limit: Duration) {
         self.request_timeout = limit;

@@ -34,6 +34,18 @@ pub fn wait_for<T>(what: &str, limit: Duration, f: impl FnMut() -> Option<T>) ->
     kubegate_testbed::wait_until(what, limit, f).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Waits until new TCP connections to `addr` are refused (a process past its shutdown delay),
+/// and asserts that came `delay` after `since` at the earliest.
+pub fn wait_refused_after(addr: SocketAddr, since: std::time::Instant, delay: Duration) {
+    wait_for(
+        "new connections to be refused",
+        Duration::from_secs(30),
+        || std::net::TcpStream::connect(addr).is_err().then_some(()),
+    );
+    let took = since.elapsed();
+    assert!(took >= delay, "refused after {took:?}, before {delay:?}");
+}
+
 /// Milliseconds, for the configuration's durations.
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
