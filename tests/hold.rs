@@ -159,3 +159,49 @@ async fn where_not_ready_replicas_may_serve_the_first_passing_probe_ends_the_wai
     );
     assert_eq!(kg.metric(r#"kubegate_holds_total{outcome="ready"}"#), 1.0);
 }
+
+/// Etcd stops while the replicas' `/readyz` still passes (kubegate's probes here need far more
+/// failures than the test lasts to call them not ready): a read every replica answers with a
+/// storage failure is held and asked again until etcd is back, then answered; one held past
+/// its client's `?timeout=` gets the replicas' own answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_every_replica_fails_on_its_storage_is_held_until_etcd_is_back() {
+    let mut bed = Cluster::new()
+        .replicas(2)
+        .etcd()
+        .terminate()
+        .configure(|c| {
+            c.terminate.hold_when_none_ready = Duration::from_secs(60);
+            c.health.fall = 1000;
+        })
+        .start();
+    for sim in &bed.sims {
+        bed.kg.wait_state(&sim.name, "ready", T);
+    }
+    assert!(bed.etcd.as_mut().unwrap().stop(T), "etcd stopped");
+    let read = request(bed.kg.listen, &bed.pki);
+    let impatient = request_to(
+        bed.kg.listen,
+        &bed.pki,
+        "/api/v1/namespaces/default/configmaps?timeout=2s",
+    );
+    let retried = r#"kubegate_request_retries_total{reason="storage_failed"}"#;
+    wait_for("reads asked again after storage failures", T, || {
+        (bed.kg.metric(retried) >= 4.0).then_some(())
+    });
+    assert_eq!(impatient.await.unwrap(), 500, "the replicas' answer");
+    assert!(!read.is_finished(), "answered while etcd was away");
+    assert_eq!(
+        bed.kg.state(&bed.sims[0].name).as_deref(),
+        Some("ready"),
+        "held as a storage outage, not for want of a ready replica"
+    );
+    bed.etcd.as_mut().unwrap().restart().unwrap();
+    assert_eq!(read.await.unwrap(), 200);
+    let kg = &bed.kg;
+    assert_eq!(kg.metric(r#"kubegate_holds_total{outcome="ready"}"#), 1.0);
+    assert_eq!(
+        kg.metric(r#"kubegate_holds_total{outcome="timed_out"}"#),
+        1.0
+    );
+}

@@ -7,6 +7,11 @@
 //! restarted at once) is a wait rather than a failure; the `no_ready_backend` policy decides
 //! afterwards, as it does at once without a hold.
 //!
+//! The replicas' `/readyz` only fails some seconds into such an outage: meanwhile they are
+//! ready, and answer every read that needs etcd with a storage failure. A read that every
+//! replica tried answered so is held the same way ([`StorageOutage`]) and asked again after
+//! short pauses, so that it is answered within a second of etcd coming back, not failed.
+//!
 //! Bounded in time (and by the client's own `?timeout=`) and in count over every cluster
 //! (`terminate.max_held_when_none_ready`), so that what clients can make kubegate hold stays
 //! bounded and a real outage still shows: past either, the work is not held. A held client
@@ -16,7 +21,14 @@ use crate::state::{Gateway, Pool};
 use crate::telemetry::HoldOutcome;
 use kubegate_config::NoReadyBackendPolicy;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// The first pause of a read held through a storage outage; each next one is twice as long,
+/// up to [`MAX_STORAGE_PAUSE`].
+const FIRST_STORAGE_PAUSE: Duration = Duration::from_millis(200);
+/// The longest pause between two tries of a read held through a storage outage: how late it
+/// may be answered after etcd is back.
+const MAX_STORAGE_PAUSE: Duration = Duration::from_secs(1);
 
 /// Waits while no backend of `pool` is ready, up to `terminate.hold_when_none_ready` (and to
 /// `client_waits`, what the work's client said it waits), for the first that becomes ready.
@@ -60,6 +72,61 @@ pub async fn until_ready(gw: &Gateway, pool: &Pool, client_waits: Option<Duratio
         Err(_) => HoldOutcome::TimedOut,
     };
     metrics.hold_ended(outcome);
+}
+
+/// A read every replica tried answered with a storage failure, held and asked again while
+/// the outage lasts: up to `terminate.hold_when_none_ready` from its first failure on, never
+/// past its client's own timeout. Counted in `kubegate_holds_total` once, when it ends.
+pub struct StorageOutage<'a> {
+    gw: &'a Gateway,
+    until: Instant,
+    pause: Duration,
+    ended: Option<HoldOutcome>,
+}
+
+impl<'a> StorageOutage<'a> {
+    /// A read's hold through an outage that began now; `None` when holding is off.
+    pub fn begin(gw: &'a Gateway, client_waits: Option<Duration>) -> Option<StorageOutage<'a>> {
+        let up_to = gw.config().load().terminate.hold_when_none_ready;
+        let up_to = client_waits.map_or(up_to, |c| up_to.min(c));
+        (!up_to.is_zero()).then(|| StorageOutage {
+            gw,
+            until: Instant::now() + up_to,
+            pause: FIRST_STORAGE_PAUSE,
+            ended: None,
+        })
+    }
+
+    /// How much longer the read may be held.
+    pub fn left(&self) -> Duration {
+        self.until.saturating_duration_since(Instant::now())
+    }
+
+    /// Waits before the read is asked again: `false`, and it is answered as it was, when its
+    /// time is up or `terminate.max_held_when_none_ready` are waiting already.
+    pub async fn pause(&mut self) -> bool {
+        let left = self.left();
+        if left.is_zero() {
+            self.ended = Some(HoldOutcome::TimedOut);
+            return false;
+        }
+        let max_held = self.gw.config().load().terminate.max_held_when_none_ready;
+        let Some(_place) = Place::take(self.gw, max_held) else {
+            self.ended = Some(HoldOutcome::OverLimit);
+            return false;
+        };
+        tokio::time::sleep(self.pause.min(left)).await;
+        self.pause = (self.pause * 2).min(MAX_STORAGE_PAUSE);
+        true
+    }
+}
+
+impl Drop for StorageOutage<'_> {
+    fn drop(&mut self) {
+        // Not stopped by its bounds: a replica answered, or the client went away.
+        let outcome = self.ended.unwrap_or(HoldOutcome::Ready);
+        self.gw.metrics().net.hold_ended(outcome);
+    }
 }
 
 /// One held connection or request's place among the most held at once; given back when

@@ -51,7 +51,11 @@ impl EtcdStore {
             .body(Full::new(Bytes::from(body.to_string())))
             .map_err(|e| e.to_string())?;
         let fut = async {
-            let resp = self.client.request(req).await.map_err(|e| e.to_string())?;
+            // As the apiserver's etcd client (gRPC) words a member it cannot reach: what the
+            // apiserver then passes on in its 500.
+            let resp = self.client.request(req).await.map_err(|e| {
+                format!("rpc error: code = Unavailable desc = connection error: desc = \"transport: Error while dialing: {e}\"")
+            })?;
             let status = resp.status();
             let bytes = resp
                 .into_body()
@@ -69,7 +73,9 @@ impl EtcdStore {
         };
         tokio::time::timeout(Duration::from_secs(5), fut)
             .await
-            .map_err(|_| format!("etcd {path}: timeout"))?
+            .map_err(|_| {
+                "rpc error: code = DeadlineExceeded desc = context deadline exceeded".to_string()
+            })?
     }
 
     async fn txn(&self, body: Value) -> StoreResult<Value> {

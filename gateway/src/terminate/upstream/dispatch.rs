@@ -12,6 +12,7 @@
 //! request the replica's priority and fairness rejected (its 429 carries the level's UID),
 //! within a retry budget (`flow`); the client then gets the rejection asking it to wait least.
 
+use crate::net::hold::StorageOutage;
 use crate::net::{place, Attempt, Unplaced, PASSIVE_EJECTION};
 use crate::state::{Backend, Gateway, Pool, Stream};
 use crate::telemetry::{AttemptFailure, RequestFailure};
@@ -82,7 +83,50 @@ pub async fn dispatch(
         outgoing,
         class,
         kept: None,
+        held_until: None,
     };
+    let first = tried.len();
+    let mut outage: Option<StorageOutage> = None;
+    loop {
+        let placed = place_once(&mut forward, tried).await;
+        // Every replica tried failed the read on its storage: held, and asked of them all
+        // again, while the outage lasts (`hold::StorageOutage`).
+        if matches!(placed, Err(Unplaced::Failed(AttemptFailure::StorageFailed)))
+            && reads_storage(&class)
+        {
+            if outage.is_none() {
+                outage = StorageOutage::begin(gw, forward.waits_at_most());
+            }
+            if let Some(held) = outage.as_mut() {
+                forward.held_until = Some(Instant::now() + held.left());
+                if held.pause().await {
+                    tried.truncate(first);
+                    forward.kept = None;
+                    continue;
+                }
+            }
+        }
+        return match (placed, forward.kept) {
+            // No replica did better than one that could not serve the read: its own answer.
+            (Err(Unplaced::Failed(_)), Some((backend, answer))) => {
+                gw.metrics().terminate.count_request(
+                    &backend.info().name,
+                    class.verb,
+                    answer.status(),
+                );
+                Ok((backend, Answer::Whole(answer)))
+            }
+            (placed, _) => placed,
+        };
+    }
+}
+
+/// One placement of `forward`'s request on a backend not in `tried`.
+async fn place_once(
+    forward: &mut Forward<'_>,
+    tried: &mut Vec<SocketAddr>,
+) -> Result<(Arc<Backend>, Answer), Unplaced<AttemptFailure>> {
+    let (gw, upstreams, outgoing) = (forward.gw, forward.upstreams, forward.outgoing);
     // Replicas that do not serve what the request wants are placed as tried, and forgotten
     // again once it is placed: they were never tried.
     let before = tried.len();
@@ -98,18 +142,9 @@ pub async fn dispatch(
         }
         steered += away;
     }
-    let placed = place(gw, pool, &mut forward, tried).await;
+    let placed = place(gw, pool, forward, tried).await;
     tried.drain(before..before + steered);
-    match (placed, forward.kept) {
-        // No replica did better than one that could not serve the read: its own answer.
-        (Err(Unplaced::Failed(_)), Some((backend, answer))) => {
-            gw.metrics()
-                .terminate
-                .count_request(&backend.info().name, class.verb, answer.status());
-            Ok((backend, Answer::Whole(answer)))
-        }
-        (placed, _) => placed,
-    }
+    placed
 }
 
 /// The backends a request may go to under its `dispatch` rule: the others are placed as
@@ -189,6 +224,8 @@ struct Forward<'a> {
     class: RequestClass,
     /// The last answer of a replica that could not serve the read, and that replica.
     kept: Option<(Arc<Backend>, Response<ResponseBody>)>,
+    /// Held through a storage outage: until when it may be held, over all its waits.
+    held_until: Option<Instant>,
 }
 
 impl Attempt for Forward<'_> {
@@ -243,13 +280,23 @@ impl Attempt for Forward<'_> {
     }
 
     /// The request's `?timeout=`, as the apiserver reads it (a watch's is its own lifetime,
-    /// not how long its client waits for the first answer).
+    /// not how long its client waits for the first answer), and what is left of a hold
+    /// through a storage outage.
     fn waits_at_most(&self) -> Option<Duration> {
-        if self.class.long_running.is_some() {
-            return None;
+        let held = self
+            .held_until
+            .map(|until| until.saturating_duration_since(Instant::now()));
+        let client = || {
+            if self.class.long_running.is_some() {
+                return None;
+            }
+            let query = Query::new(self.outgoing.uri().query());
+            go_duration::parse(&query.text("timeout")?).filter(|d| !d.is_zero())
+        };
+        match (held, client()) {
+            (Some(h), Some(c)) => Some(h.min(c)),
+            (h, c) => h.or(c),
         }
-        let query = Query::new(self.outgoing.uri().query());
-        go_duration::parse(&query.text("timeout")?).filter(|d| !d.is_zero())
     }
 }
 
