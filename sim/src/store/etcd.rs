@@ -64,10 +64,9 @@ impl EtcdStore {
                 .map_err(|e| e.to_string())?
                 .to_bytes();
             if !status.is_success() {
-                return Err(format!(
-                    "etcd {path}: {status}: {}",
-                    String::from_utf8_lossy(&bytes)
-                ));
+                return Err(grpc_error(&bytes).unwrap_or_else(|| {
+                    format!("etcd {path}: {status}: {}", String::from_utf8_lossy(&bytes))
+                }));
             }
             serde_json::from_slice(&bytes).map_err(|e| e.to_string())
         };
@@ -337,5 +336,54 @@ async fn next_message(buf: &mut BytesMut, body: &mut hyper::body::Incoming) -> O
             }
             Err(_) => return None,
         }
+    }
+}
+
+/// A gRPC error etcd's JSON gateway answered (`{"code": 14, "message": "..."}`), worded as the
+/// apiserver's etcd client words it, which the apiserver passes on in its 500: `rpc error:
+/// code = Unavailable desc = etcdserver: leader changed`.
+fn grpc_error(body: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    let code = match v["code"].as_u64()? {
+        1 => "Canceled",
+        2 => "Unknown",
+        3 => "InvalidArgument",
+        4 => "DeadlineExceeded",
+        5 => "NotFound",
+        6 => "AlreadyExists",
+        7 => "PermissionDenied",
+        8 => "ResourceExhausted",
+        9 => "FailedPrecondition",
+        10 => "Aborted",
+        11 => "OutOfRange",
+        12 => "Unimplemented",
+        13 => "Internal",
+        14 => "Unavailable",
+        15 => "DataLoss",
+        16 => "Unauthenticated",
+        _ => return None,
+    };
+    let message = v["message"].as_str().unwrap_or_default();
+    Some(format!("rpc error: code = {code} desc = {message}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etcds_gateway_errors_are_worded_as_the_apiservers_grpc_client_words_them() {
+        let refused = br#"{"error":"connection error","message":"connection error: desc = \"transport: Error while dialing dial tcp 127.0.0.1:2379: connect: connection refused\"","code":14}"#;
+        assert_eq!(
+            grpc_error(refused).unwrap(),
+            r#"rpc error: code = Unavailable desc = connection error: desc = "transport: Error while dialing dial tcp 127.0.0.1:2379: connect: connection refused""#
+        );
+        let leader = br#"{"message":"etcdserver: leader changed","code":14}"#;
+        assert_eq!(
+            grpc_error(leader).unwrap(),
+            "rpc error: code = Unavailable desc = etcdserver: leader changed"
+        );
+        assert_eq!(grpc_error(b"not json"), None);
+        assert_eq!(grpc_error(br#"{"code":99}"#), None);
     }
 }
