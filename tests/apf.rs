@@ -5,6 +5,7 @@
 //!
 //! 1. `a_replica_rejecting_a_level_gets_few_of_its_requests_and_no_client_sees_its_429`
 //! 2. `when_every_replica_rejects_the_client_gets_the_shortest_retry_after_after_one_try_each`
+//! 3. `a_replica_queueing_a_level_gets_few_of_its_requests`
 
 use kubegate_e2e::*;
 use std::collections::HashMap;
@@ -17,15 +18,21 @@ const SCHEMA: &str = "x-kubernetes-pf-flowschema-uid";
 /// account.
 async fn service_account_through_kubegate() -> (Started, Conn) {
     let bed = Cluster::new().replicas(2).terminate().start();
-    let sa = Conn::open_as_user(
+    let sa = service_account(&bed).await;
+    (bed, sa)
+}
+
+/// A connection through `bed`'s kubegate as a service account (its requests fall into
+/// `workload-low`).
+async fn service_account(bed: &Started) -> Conn {
+    Conn::open_as_user(
         bed.kg.listen,
         &bed.pki,
         "sa",
         "system:serviceaccount:default:app",
         &["system:serviceaccounts"],
     )
-    .await;
-    (bed, sa)
+    .await
 }
 
 /// APF's rejections each replica answered, as kubegate counted them, by replica.
@@ -142,4 +149,54 @@ async fn when_every_replica_rejects_the_client_gets_the_shortest_retry_after_aft
     bed.sims[0].saturate_level("workload-low", None);
     bed.sims[1].saturate_level("workload-low", None);
     assert_eq!(sa.get(LISTS).await.unwrap().status, 200);
+}
+
+/// One replica's `workload-low` queues every request for 2 s (no rejection): it holds far more
+/// of the level's requests in flight than the other, which runs them at once, and gets few of
+/// them — under round robin, which alone would give it every other one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_queueing_a_level_gets_few_of_its_requests() {
+    let bed = Cluster::new()
+        .replicas(2)
+        .terminate()
+        .configure(|c| c.balance = kubegate_config::BalancePolicy::RoundRobin)
+        .start();
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        clients.push(service_account(&bed).await);
+    }
+    // The flow's level is learned from an answer.
+    let first = clients[0].get(LISTS).await.unwrap();
+    assert_eq!(first.status, 200);
+    let level = first.header(LEVEL).unwrap().to_string();
+    bed.sims[0].queue_level("workload-low", Some(2000));
+    let sent: Vec<_> = clients
+        .into_iter()
+        .map(|mut c| {
+            tokio::spawn(async move {
+                let mut answered_by = Vec::new();
+                for _ in 0..5 {
+                    let r = c.get(LISTS).await.unwrap();
+                    assert_eq!(r.status, 200, "{}", r.text());
+                    answered_by.push(r.replica());
+                }
+                answered_by
+            })
+        })
+        .collect();
+    let mut answered_by = HashMap::<String, usize>::new();
+    for s in sent {
+        for replica in s.await.unwrap() {
+            *answered_by.entry(replica).or_default() += 1;
+        }
+    }
+    let queueing = answered_by.get("replica-1").copied().unwrap_or(0);
+    assert!(
+        queueing <= 12,
+        "round robin alone gives it about 20: {answered_by:?}"
+    );
+    let steered = bed.kg.metric(&format!(
+        r#"kubegate_apf_steered_total{{priority_level="{level}"}}"#
+    ));
+    assert!(steered >= 1.0, "{steered} {answered_by:?}");
 }

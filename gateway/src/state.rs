@@ -12,8 +12,8 @@ mod running;
 mod settings;
 
 pub use backends::{
-    ApiSet, Backend, Gauges, H2Conn, Killer, Kind, Planes, Pool, Registered, Relays, Served,
-    ServedApis, Stream, Throttled, Upstream,
+    ApiSet, Backend, Gauges, H2Conn, Killer, Kind, Planes, Pool, PriorityLevels, Registered,
+    Relays, Served, ServedApis, Stream, Upstream,
 };
 pub use cluster::{Cluster, Clusters, Route};
 pub use gateway::Gateway;

@@ -101,14 +101,25 @@ fn handle(sim: &Sim, req: Request<Incoming>) -> Response<Full<Bytes>> {
                     level,
                     state == "saturated",
                     get("retry_after").and_then(|s| s.parse().ok()),
-                ) =>
+                ) && sim.flowcontrol.queue(level, None) =>
             {
                 tracing::info!(level, state, "fault: priority level");
                 (StatusCode::OK, json!({"level": level, "state": state}))
             }
+            (Some(level), Some("queued"))
+                if get("ms")
+                    .and_then(|ms| ms.parse::<u64>().ok())
+                    .is_some_and(|ms| {
+                        sim.flowcontrol
+                            .queue(level, Some(std::time::Duration::from_millis(ms)))
+                    }) =>
+            {
+                tracing::info!(level, "fault: priority level queued");
+                (StatusCode::OK, json!({"level": level, "state": "queued"}))
+            }
             _ => (
                 StatusCode::BAD_REQUEST,
-                json!({"error": "level=<a limited priority level> and state=saturated or state=calm are required"}),
+                json!({"error": "level=<a limited priority level> and state=saturated, state=queued&ms=N or state=calm are required"}),
             ),
         },
         (&Method::POST, "/revoke") => match get("token") {

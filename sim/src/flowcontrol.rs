@@ -158,6 +158,18 @@ impl FlowControl {
         }
     }
 
+    /// Makes each request of priority level `level` wait `wait` in its queues first
+    /// (`None` ends it); false for an unknown or exempt level.
+    pub fn queue(&self, level: &str, wait: Option<Duration>) -> bool {
+        match self.level(level) {
+            Some(l) if !l.spec.exempt => {
+                l.queue(wait);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The `apiserver_flowcontrol_*` metrics, in Prometheus' text format.
     pub fn metrics(&self) -> String {
         report::metrics(&self.levels)

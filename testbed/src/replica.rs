@@ -233,6 +233,15 @@ impl Replica {
         }
     }
 
+    /// Makes each request of priority level `level` wait `ms` in its queues first (no
+    /// rejection), through the fault port; `None` calms the level.
+    pub fn queue_level(&self, level: &str, ms: Option<u64>) -> anyhow::Result<()> {
+        match ms {
+            Some(ms) => self.fault(&format!("/apf?level={level}&state=queued&ms={ms}")),
+            None => self.fault(&format!("/apf?level={level}&state=calm")),
+        }
+    }
+
     /// Revokes static token `token` through the fault port: requests carrying it get 401.
     pub fn revoke_token(&self, token: &str) -> anyhow::Result<()> {
         self.fault(&format!("/revoke?token={token}"))

@@ -145,6 +145,14 @@ impl Sim {
             .unwrap_or_else(|e| panic!("{e:#}"));
     }
 
+    /// Makes each request of priority level `level` wait `ms` in its queues first, no
+    /// rejection (`None` calms it).
+    pub fn queue_level(&self, level: &str, ms: Option<u64>) {
+        self.replica
+            .queue_level(level, ms)
+            .unwrap_or_else(|e| panic!("{e:#}"));
+    }
+
     /// Revokes static token `token`: the replica answers requests carrying it 401.
     pub fn revoke_token(&self, token: &str) {
         self.replica

@@ -5,13 +5,13 @@
 //! the other's.
 
 mod apis;
+mod priority_levels;
 mod relays;
-mod throttled;
 mod upstream;
 
 pub use apis::{ApiSet, Served, ServedApis};
+pub use priority_levels::PriorityLevels;
 pub use relays::{Registered, Relays};
-pub use throttled::Throttled;
 pub use upstream::{Gauges, H2Conn, Killer, Kind, Stream, Upstream};
 
 use crate::telemetry::Metrics;
@@ -32,8 +32,9 @@ pub struct Planes {
     pub terminate: Upstream,
     /// The replica's version and served group-versions, as terminate mode learned them.
     pub apis: ServedApis,
-    /// The priority levels its flow control is rejecting, as terminate mode learned them.
-    pub throttled: Throttled,
+    /// Its flow control's priority levels, as terminate mode learned them: those it rejects,
+    /// and each one's requests in flight.
+    pub levels: PriorityLevels,
     metrics: Arc<Metrics>,
 }
 
@@ -44,7 +45,7 @@ impl Planes {
             passthrough: Relays::new(&metrics.passthrough, name),
             terminate: Upstream::new(gauges(&metrics, name)),
             apis: ServedApis::default(),
-            throttled: Throttled::default(),
+            levels: PriorityLevels::default(),
             metrics,
         }
     }

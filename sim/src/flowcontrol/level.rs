@@ -83,6 +83,9 @@ pub struct Level {
     /// Its seats on this replica (`nominalConcurrencyLimit`).
     pub seats: usize,
     wait_limit: Duration,
+    /// A fault: how long each request waits in the level's queues, behind traffic the
+    /// gateway does not see, before it competes for a seat (ms; 0: none).
+    queued_ms: std::sync::atomic::AtomicU64,
     state: Mutex<State>,
 }
 
@@ -145,6 +148,7 @@ impl Level {
             uid: super::bootstrap::uid(spec.name),
             seats,
             wait_limit,
+            queued_ms: Default::default(),
             state: Mutex::new(state),
         }
     }
@@ -158,6 +162,10 @@ impl Level {
         width: usize,
     ) -> Result<Seats, Rejected> {
         let width = width.clamp(1, self.seats.max(1));
+        let queued = self.queued_ms.load(std::sync::atomic::Ordering::Relaxed);
+        if queued > 0 {
+            tokio::time::sleep(Duration::from_millis(queued)).await;
+        }
         let (id, mut woken) = {
             let mut state = self.state.lock().expect("level lock");
             if state.saturated {
@@ -219,6 +227,13 @@ impl Level {
         let mut state = self.state.lock().expect("level lock");
         state.saturated = saturated;
         state.pinned_retry_after = retry_after.filter(|_| saturated);
+    }
+
+    /// Starts (`Some`) or ends the queueing fault: each request waits that long first.
+    pub fn queue(&self, wait: Option<Duration>) {
+        let ms = wait.map_or(0, |w| w.as_millis().max(1) as u64);
+        self.queued_ms
+            .store(ms, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// What it holds and counted.

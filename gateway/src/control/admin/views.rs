@@ -124,7 +124,7 @@ pub fn backends_view(gw: &Gateway) -> Vec<BackendView> {
                 apis,
                 rejecting_levels: b
                     .planes()
-                    .throttled
+                    .levels
                     .now()
                     .into_iter()
                     .map(|(level, left)| (level.to_string(), left.as_secs_f64()))

@@ -76,7 +76,7 @@ pub async fn proxy(
         return unavailable("no apiserver could take the request");
     };
     served.answered_by(backend.clone(), within.tries());
-    let in_flight = InFlight::begin(&backend, true);
+    let in_flight = InFlight::begin(&backend, true, None);
     let mut upstream_req = Request::from_parts(parts, Empty::<bytes::Bytes>::new());
     *upstream_req.version_mut() = Version::HTTP_11;
     // A backend closed meanwhile (down) may never answer: the close ends the wait too.

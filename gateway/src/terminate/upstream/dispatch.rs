@@ -84,6 +84,7 @@ pub async fn dispatch(
         class,
         kept: None,
         held_until: None,
+        level: None,
     };
     let first = tried.len();
     let mut outage: Option<StorageOutage> = None;
@@ -132,13 +133,14 @@ async fn place_once(
     let before = tried.len();
     let pool = upstreams.pool();
     let mut steered = skew::steer(gw, &upstreams.cluster, outgoing.uri(), tried);
-    // So are replicas whose flow control is rejecting the request's priority level, while
-    // another is not.
+    // So are replicas whose flow control is rejecting the request's priority level, or
+    // queueing far more of its requests than another, while another is neither.
     upstreams.flows.sent();
-    if let Some(level) = upstreams.flows.level_of(outgoing.flow()) {
-        let away = flow::steer(pool, &level, tried);
+    forward.level = upstreams.flows.level_of(outgoing.flow());
+    if let Some(level) = &forward.level {
+        let away = flow::steer(pool, level, tried);
         if away > 0 {
-            gw.metrics().terminate.apf_steered(&level);
+            gw.metrics().terminate.apf_steered(level);
         }
         steered += away;
     }
@@ -226,6 +228,8 @@ struct Forward<'a> {
     kept: Option<(Arc<Backend>, Response<ResponseBody>)>,
     /// Held through a storage outage: until when it may be held, over all its waits.
     held_until: Option<Instant>,
+    /// Its priority level, as far as kubegate learned it.
+    level: Option<Arc<str>>,
 }
 
 impl Attempt for Forward<'_> {
@@ -246,11 +250,11 @@ impl Attempt for Forward<'_> {
     }
 
     async fn attempt(&mut self, backend: &Arc<Backend>) -> Result<Answer, AttemptFailure> {
-        let failed =
-            match attempt(self.gw, self.upstreams, backend, self.outgoing, self.class).await {
-                Ok(answer) => return Ok(answer),
-                Err(failed) => failed,
-            };
+        let request = (self.class, self.level.as_ref());
+        let failed = match attempt(self.gw, self.upstreams, backend, self.outgoing, request).await {
+            Ok(answer) => return Ok(answer),
+            Err(failed) => failed,
+        };
         let failure = failed.failure;
         tracing::debug!(backend = %backend.info().name, failure = failure.as_str(), verb = self.class.verb.as_str(), "request attempt failed");
         if let Some(answer) = failed.answer {
@@ -322,7 +326,9 @@ pub async fn attempt_on(
     outgoing: &Outgoing,
     class: RequestClass,
 ) -> Option<Answer> {
-    attempt(gw, upstreams, backend, outgoing, class).await.ok()
+    attempt(gw, upstreams, backend, outgoing, (class, None))
+        .await
+        .ok()
 }
 
 /// One attempt on `backend`.
@@ -331,10 +337,10 @@ async fn attempt(
     upstreams: &Upstreams,
     backend: &Arc<Backend>,
     outgoing: &Outgoing,
-    class: RequestClass,
+    (class, level): (RequestClass, Option<&Arc<str>>),
 ) -> Result<Answer, Failed> {
     let mut stream = stream_to(gw, upstreams, backend, outgoing.kind()).await?;
-    let in_flight = InFlight::begin(backend, class.long_running.is_some());
+    let in_flight = InFlight::begin(backend, class.long_running.is_some(), level);
     let mut sent = Instant::now();
     let mut refused = false;
     let resp = loop {
@@ -398,7 +404,7 @@ async fn attempt(
             tracing::debug!(backend = %name, level = %level, "priority and fairness rejected a request");
             backend
                 .planes()
-                .throttled
+                .levels
                 .rejected(&level, flow::retry_after(&parts.headers));
             gw.metrics().terminate.apf_rejected(name, &level);
             Some(AttemptFailure::Throttled)

@@ -16,7 +16,7 @@
 //! classified), so the table keeps two generations: a flow asked for within the last
 //! [`MAX_FLOWS`] new ones survives, and churn pushes out only flows nobody uses.
 
-use crate::state::{Backend, Pool};
+use crate::state::{Backend, Pool, PriorityLevels};
 use http::HeaderMap;
 use kubegate_health::BackendState;
 use kubegate_wire::classify::RequestInfo;
@@ -195,23 +195,49 @@ pub fn retry_after(headers: &HeaderMap) -> Duration {
     Duration::from_secs(secs.min(600))
 }
 
-/// Places the ready backends of `pool` that are rejecting `level` as tried, while another
-/// ready backend not tried yet is not: how many were placed so.
+/// Places as tried the ready backends of `pool`, not yet tried, that a request of `level`
+/// should not go to while another is open: those rejecting the level, and those crowded for it
+/// ([`crowded`]). How many were placed so.
 pub fn steer(pool: &Pool, level: &str, tried: &mut Vec<SocketAddr>) -> usize {
     let backends = pool.backends();
     let open = |b: &&Arc<Backend>| b.state() == BackendState::Ready && !tried.contains(&b.address);
-    let rejecting = |b: &Arc<Backend>| b.planes().throttled.rejects(level);
-    if !backends.iter().filter(open).any(|b| !rejecting(b)) {
-        return 0;
+    fn levels(b: &Arc<Backend>) -> &PriorityLevels {
+        &b.planes().levels
     }
-    let away: Vec<SocketAddr> = backends
+    let serving: Vec<(SocketAddr, u32)> = backends
         .iter()
         .filter(open)
-        .filter(|b| rejecting(b))
+        .filter(|b| !levels(b).rejects(level))
+        .map(|b| (b.address, levels(b).in_flight(level)))
+        .collect();
+    if serving.is_empty() {
+        return 0;
+    }
+    let in_flight: Vec<u32> = serving.iter().map(|(_, n)| *n).collect();
+    let mut away: Vec<SocketAddr> = backends
+        .iter()
+        .filter(open)
+        .filter(|b| levels(b).rejects(level))
         .map(|b| b.address)
         .collect();
+    away.extend(
+        serving
+            .iter()
+            .zip(crowded(&in_flight))
+            .filter(|(_, crowded)| *crowded)
+            .map(|((address, _), _)| *address),
+    );
     tried.extend_from_slice(&away);
     away.len()
+}
+
+/// Of replicas holding `in_flight` requests of one level each, those crowded for it: holding
+/// more than the fewest. A replica whose flow control queues the level holds its requests
+/// longer, so more of them; placing each request where fewest are is placing it where the
+/// level has room, the way `least-connections` does for requests of every kind.
+pub fn crowded(in_flight: &[u32]) -> Vec<bool> {
+    let fewest = in_flight.iter().copied().min().unwrap_or(0);
+    in_flight.iter().map(|n| *n > fewest).collect()
 }
 
 #[cfg(test)]
@@ -282,6 +308,20 @@ mod tests {
             }
         }
         assert_eq!(retried, 10 + 100);
+    }
+
+    #[test]
+    fn a_replica_is_crowded_for_a_level_above_the_fewest() {
+        assert_eq!(crowded(&[]), Vec::<bool>::new());
+        assert_eq!(crowded(&[0, 0, 0]), [false, false, false]);
+        assert_eq!(crowded(&[2, 0]), [true, false]);
+        assert_eq!(crowded(&[3, 1, 1]), [true, false, false]);
+        assert_eq!(crowded(&[9, 4, 3]), [true, true, false]);
+        assert_eq!(
+            crowded(&[50, 50]),
+            [false, false],
+            "ties are the balancer's"
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! A request's registration with its backend (terminate mode's share of `Backend::planes()`):
-//! counted as in flight — the load signal, and what a drain waits for — until it drops.
+//! counted as in flight — the load signal, and what a drain waits for — and among its priority
+//! level's requests on the backend, until it drops.
 
 use crate::state::{Backend, Gauges};
 use std::sync::Arc;
@@ -11,17 +12,25 @@ pub struct InFlight {
     long_running: bool,
     /// The backend's drain count when the request began.
     drains_seen: u64,
+    /// Its priority level, where the backend counts it among the level's.
+    level: Option<Arc<str>>,
 }
 
 impl InFlight {
-    /// A request starts on `backend`; dropping the guard ends it.
-    pub fn begin(backend: &Arc<Backend>, long_running: bool) -> InFlight {
+    /// A request starts on `backend`, of priority `level` when known (a long-running one is
+    /// not counted in its level: a watch holds no seat once it runs); dropping the guard ends it.
+    pub fn begin(backend: &Arc<Backend>, long_running: bool, level: Option<&Arc<str>>) -> InFlight {
         let (gauges, drains_seen) = backend.planes().terminate.request_started(long_running);
+        let level = level
+            .filter(|_| !long_running)
+            .filter(|l| backend.planes().levels.started(l))
+            .cloned();
         InFlight {
             backend: backend.clone(),
             gauges,
             long_running,
             drains_seen,
+            level,
         }
     }
 
@@ -43,6 +52,9 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        if let Some(level) = &self.level {
+            self.backend.planes().levels.ended(level);
+        }
         let last = self
             .backend
             .planes()
