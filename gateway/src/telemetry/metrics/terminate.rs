@@ -95,7 +95,7 @@ pub struct TerminateMetrics {
     /// answered, by the level's UID (levels seen, at most 64 per cluster).
     apf_rejections: IntCounterVec,
     /// `kubegate_apf_steered_total{priority_level}`: requests placed away from replicas
-    /// rejecting their level.
+    /// rejecting their level or holding more of its requests than another.
     apf_steered: IntCounterVec,
     /// `kubegate_apf_retries_over_budget_total`: APF rejections not tried on another replica
     /// because the retry budget was spent (the client got the 429).
@@ -136,7 +136,7 @@ impl TerminateMetrics {
             token_review_cache_entries: gauge(r, "kubegate_token_review_cache_entries", "Bearer tokens whose review (named or not) kubegate remembers."),
             request_body_bytes_held: gauge(r, "kubegate_request_body_bytes_held", "Terminate-mode request body bytes kubegate holds now (being read, or held for a retry), all clients together."),
             apf_rejections: counter_vec(r, "kubegate_apf_rejections_total", "429s a replica's API Priority and Fairness answered (rejected before any handler ran), by backend and priority level UID.", &["backend", "priority_level"]),
-            apf_steered: counter_vec(r, "kubegate_apf_steered_total", "Terminate-mode requests placed away from replicas rejecting their priority level (by its UID), until the rejections' Retry-After passed.", &["priority_level"]),
+            apf_steered: counter_vec(r, "kubegate_apf_steered_total", "Terminate-mode requests placed away from replicas rejecting their priority level (by its UID, until the rejections' Retry-After passed), or holding more of the level's requests in flight than another replica.", &["priority_level"]),
             apf_over_budget: counter(r, "kubegate_apf_retries_over_budget_total", "APF rejections not tried on another replica because the retry budget (a tenth of the requests sent) was spent: the client got the 429."),
             watches_ended: counter_vec(r, "kubegate_watches_ended_total", "Followed watches that ended, by reason (client, timeout, expired, error, not_resumable_*, malformed).", &["reason"]),
         };
