@@ -130,6 +130,34 @@ async fn an_outage_longer_than_the_hold_is_refused_after_it_and_the_held_are_bou
     assert_eq!(first.await.unwrap(), 200);
 }
 
+/// A request under a `dispatch` rule whose replicas are not ready is placed a second time over
+/// every replica (`fallback: all`): its waits count once, so it is held the bound in all — one
+/// hold that timed out, not two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rules_fallback_does_not_hold_a_request_twice() {
+    let pinned = dispatch_rules(
+        "- name: pinned\n  match: {verbs: [\"*\"]}\n  backends: [replica-1]\n  fallback: all\n",
+    );
+    let bed = Cluster::new()
+        .replicas(2)
+        .terminate()
+        .configure(move |c| {
+            c.terminate.hold_when_none_ready = Duration::from_secs(1);
+            c.no_ready_backend = NoReadyBackendPolicy::Refuse;
+            c.dispatch = pinned;
+        })
+        .start();
+    for sim in &bed.sims {
+        sim.force_check("etcd", true);
+        bed.kg.wait_state(&sim.name, "not_ready", T);
+    }
+    held_a_second_then_refused(&bed, "/api/v1/namespaces/default/configmaps").await;
+    let fell_back = bed
+        .kg
+        .metric(r#"kubegate_dispatch_fallback_total{cluster="default",rule="pinned"}"#);
+    assert_eq!(fell_back, 1.0, "placed again over every replica");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn where_not_ready_replicas_may_serve_the_first_passing_probe_ends_the_wait() {
     // `no_ready_backend: alive`: a replica answering its probe again may take the held request

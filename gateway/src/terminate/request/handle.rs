@@ -399,11 +399,29 @@ async fn send(
     watch: Option<watch::Watch>,
 ) -> Response<ResponseBody> {
     let metrics = &gw.metrics().terminate;
-    let mut answer = dispatch(&gw, &upstreams, &outgoing, class, &mut within.tried).await;
+    // A rule's fallback places it again; its waits are counted once, from now.
+    let holding_since = Instant::now();
+    let mut answer = dispatch(
+        &gw,
+        &upstreams,
+        &outgoing,
+        class,
+        &mut within.tried,
+        holding_since,
+    )
+    .await;
     if let Err(Unplaced::NoBackend) = answer {
         match within.fall_back() {
             Ok(true) => {
-                answer = dispatch(&gw, &upstreams, &outgoing, class, &mut within.tried).await;
+                answer = dispatch(
+                    &gw,
+                    &upstreams,
+                    &outgoing,
+                    class,
+                    &mut within.tried,
+                    holding_since,
+                )
+                .await;
             }
             Ok(false) => {}
             Err(refused) => return refused.answer(&gw),

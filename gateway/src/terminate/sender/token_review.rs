@@ -15,6 +15,7 @@ use kubegate_wire::classify::{RequestClass, Verb};
 use kubegate_wire::identity::UserInfo;
 use serde_json::{json, Value};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Where TokenReviews go.
 const PATH: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
@@ -45,13 +46,20 @@ pub async fn review(
         verb: Verb::Create,
         long_running: None,
     };
-    let answer = dispatch(gw, upstreams, &outgoing, class, &mut Vec::new())
-        .await
-        .map_err(|e| match e {
-            Unplaced::NoBackend => ReviewFailure::Transient("no apiserver is ready".to_string()),
-            Unplaced::Failed(f) => ReviewFailure::Transient(f.as_str().to_string()),
-        })?
-        .1;
+    let answer = dispatch(
+        gw,
+        upstreams,
+        &outgoing,
+        class,
+        &mut Vec::new(),
+        Instant::now(),
+    )
+    .await
+    .map_err(|e| match e {
+        Unplaced::NoBackend => ReviewFailure::Transient("no apiserver is ready".to_string()),
+        Unplaced::Failed(f) => ReviewFailure::Transient(f.as_str().to_string()),
+    })?
+    .1;
     let (status, body) = match answer {
         // A 429, 503 or 404 kubegate read whole: no review.
         Answer::Whole(resp) => (resp.status(), Bytes::new()),

@@ -69,13 +69,16 @@ impl From<AttemptFailure> for Failed {
 
 /// Sends `outgoing` to backends not in `tried` until one answers or the rules forbid another
 /// try: the backend that answered and its answer. `NoBackend`: no backend could be picked;
-/// `Failed`: the last attempt's failure.
+/// `Failed`: the last attempt's failure. Its waits for a ready replica or through a storage
+/// outage (`net::hold`) end `terminate.hold_when_none_ready` after `holding_since` in all, over
+/// every dispatch of one request.
 pub async fn dispatch(
     gw: &Gateway,
     upstreams: &Upstreams,
     outgoing: &Outgoing,
     class: RequestClass,
     tried: &mut Vec<SocketAddr>,
+    holding_since: Instant,
 ) -> Result<(Arc<Backend>, Answer), Unplaced<AttemptFailure>> {
     let mut forward = Forward {
         gw,
@@ -83,7 +86,7 @@ pub async fn dispatch(
         outgoing,
         class,
         kept: None,
-        held_until: None,
+        hold_ends: holding_since + gw.config().load().terminate.hold_when_none_ready,
         level: None,
     };
     let first = tried.len();
@@ -99,7 +102,6 @@ pub async fn dispatch(
                 outage = StorageOutage::begin(gw, forward.waits_at_most());
             }
             if let Some(held) = outage.as_mut() {
-                forward.held_until = Some(Instant::now() + held.left());
                 if held.pause().await {
                     tried.truncate(first);
                     forward.kept = None;
@@ -226,8 +228,8 @@ struct Forward<'a> {
     class: RequestClass,
     /// The last answer of a replica that could not serve the read, and that replica.
     kept: Option<(Arc<Backend>, Response<ResponseBody>)>,
-    /// Held through a storage outage: until when it may be held, over all its waits.
-    held_until: Option<Instant>,
+    /// When its waits end, however many (`net::hold`).
+    hold_ends: Instant,
     /// Its priority level, as far as kubegate learned it.
     level: Option<Arc<str>>,
 }
@@ -283,13 +285,10 @@ impl Attempt for Forward<'_> {
         self.gw.metrics().terminate.request_retry(failure);
     }
 
-    /// The request's `?timeout=`, as the apiserver reads it (a watch's is its own lifetime,
-    /// not how long its client waits for the first answer), and what is left of a hold
-    /// through a storage outage.
+    /// What is left of the request's holding time, and its `?timeout=` as the apiserver reads
+    /// it (a watch's is its own lifetime, not how long its client waits for the first answer).
     fn waits_at_most(&self) -> Option<Duration> {
-        let held = self
-            .held_until
-            .map(|until| until.saturating_duration_since(Instant::now()));
+        let left = self.hold_ends.saturating_duration_since(Instant::now());
         let client = || {
             if self.class.long_running.is_some() {
                 return None;
@@ -297,10 +296,7 @@ impl Attempt for Forward<'_> {
             let query = Query::new(self.outgoing.uri().query());
             go_duration::parse(&query.text("timeout")?).filter(|d| !d.is_zero())
         };
-        match (held, client()) {
-            (Some(h), Some(c)) => Some(h.min(c)),
-            (h, c) => h.or(c),
-        }
+        Some(client().map_or(left, |c| c.min(left)))
     }
 }
 

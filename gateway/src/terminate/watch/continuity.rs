@@ -663,7 +663,7 @@ async fn reopen(
         // Prefer another replica up since before the position; after two misses, any whose
         // cache may reach the position.
         let mut tried = avoid.at(upstreams.pool(), attempt);
-        match dispatch(gw, upstreams, &again, class, &mut tried).await {
+        match dispatch(gw, upstreams, &again, class, &mut tried, Instant::now()).await {
             Ok((
                 _,
                 Answer::Streaming {
