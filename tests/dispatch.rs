@@ -19,13 +19,10 @@ const LISTS: &str = "/api/v1/namespaces/default/configmaps";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rules_route_by_who_and_what_and_fall_back_as_configured() {
-    let routing = dispatch_rules(
-        "- name: dev-lists\n  match: {verbs: [list], users: [dev-user]}\n  backends: [replica-3]\n",
-    );
     let bed = Cluster::new()
         .replicas(3)
         .terminate()
-        .configure(move |c| c.dispatch = routing)
+        .dispatch("- name: dev-lists\n  match: {verbs: [list], users: [dev-user]}\n  backends: [replica-3]\n")
         .start();
     let (kg, pki) = (&bed.kg, &bed.pki);
     let mut dev = Conn::open_as_user(kg.listen, pki, "dev", "dev-user", &["dev"]).await;
@@ -90,15 +87,14 @@ async fn rules_route_by_who_and_what_and_fall_back_as_configured() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limited_identity_gets_429_with_retry_after_and_watches_hold_no_slot() {
-    let limits = dispatch_rules(concat!(
-        "- name: ci\n  match: {users: [ci-bot]}\n  limit: {rate: 1, burst: 2}\n",
-        "- name: one-at-a-time\n  match: {users: [watcher]}\n  limit: {max_in_flight: 1}\n",
-    ));
     let bed = Cluster::new()
         .replicas(2)
         .etcd()
         .terminate()
-        .configure(move |c| c.dispatch = limits)
+        .dispatch(concat!(
+            "- name: ci\n  match: {users: [ci-bot]}\n  limit: {rate: 1, burst: 2}\n",
+            "- name: one-at-a-time\n  match: {users: [watcher]}\n  limit: {max_in_flight: 1}\n",
+        ))
         .start();
     let (kg, pki) = (&bed.kg, &bed.pki);
 

@@ -135,16 +135,15 @@ async fn an_outage_longer_than_the_hold_is_refused_after_it_and_the_held_are_bou
 /// hold that timed out, not two.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rules_fallback_does_not_hold_a_request_twice() {
-    let pinned = dispatch_rules(
-        "- name: pinned\n  match: {verbs: [\"*\"]}\n  backends: [replica-1]\n  fallback: all\n",
-    );
     let bed = Cluster::new()
         .replicas(2)
         .terminate()
-        .configure(move |c| {
+        .dispatch(
+            "- name: pinned\n  match: {verbs: [\"*\"]}\n  backends: [replica-1]\n  fallback: all\n",
+        )
+        .configure(|c| {
             c.terminate.hold_when_none_ready = Duration::from_secs(1);
             c.no_ready_backend = NoReadyBackendPolicy::Refuse;
-            c.dispatch = pinned;
         })
         .start();
     for sim in &bed.sims {

@@ -48,11 +48,10 @@ const RULES: &str = r#"
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_way_around_a_rule_is_read_as_the_apiserver_reads_it() {
-    let ruling = dispatch_rules(RULES);
     let bed = Cluster::new()
         .replicas(2)
         .terminate()
-        .configure(move |c| c.dispatch = ruling)
+        .dispatch(RULES)
         .start();
     let (kg, pki) = (&bed.kg, &bed.pki);
     bed.sims[1].force_check("etcd", true);
@@ -249,14 +248,11 @@ const SA_GROUPS: &str = "system:serviceaccounts,system:serviceaccounts:ci";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_clients_are_named_by_a_token_review_and_ruled() {
-    let limit = dispatch_rules(
-        "- {name: ci, match: {service_accounts: [\"ci:*\"]}, limit: {rate: 1, burst: 2}}",
-    );
     let bed = Cluster::new()
         .replicas(2)
         .terminate()
         .tokens(&[("ci-token", SA, SA_GROUPS)])
-        .configure(move |c| c.dispatch = limit)
+        .dispatch("- {name: ci, match: {service_accounts: [\"ci:*\"]}, limit: {rate: 1, burst: 2}}")
         .start();
     let (kg, pki) = (&bed.kg, &bed.pki);
     let lists = "/api/v1/namespaces/default/configmaps";
@@ -326,14 +322,11 @@ async fn token_clients_are_named_by_a_token_review_and_ruled() {
 
     // Reviews refused (kubegate's user lacks system:auth-delegator): the client goes unnamed,
     // served, never limited by a rule that names senders.
-    let limit = dispatch_rules(
-        "- {name: ci, match: {service_accounts: [\"ci:*\"]}, limit: {rate: 1, burst: 2}}",
-    );
     let unbound = Cluster::new()
         .terminate()
         .tokens(&[("ci-token", SA, SA_GROUPS)])
         .sim_args(&["--authorization-token-reviewers", "someone-else"])
-        .configure(move |c| c.dispatch = limit)
+        .dispatch("- {name: ci, match: {service_accounts: [\"ci:*\"]}, limit: {rate: 1, burst: 2}}")
         .start();
     let mut ci = Conn::open_anonymous(unbound.kg.listen, &unbound.pki, true)
         .await
@@ -367,17 +360,16 @@ async fn a_flood_of_bogus_tokens_neither_switches_rules_off_nor_evicts_names() {
     use std::sync::Arc;
     const FLOODERS: usize = 8;
     const MAX_ENTRIES: u32 = 50;
-    let limit = dispatch_rules(
-        "- {name: ci, match: {service_accounts: [\"ci:*\"]}, limit: {rate: 0.2, burst: 1}}",
-    );
     let bed = Cluster::new()
         .terminate()
         .tokens(&[
             ("ci-token", SA, SA_GROUPS),
             ("early-token", "early-bot", "ops"),
         ])
+        .dispatch(
+            "- {name: ci, match: {service_accounts: [\"ci:*\"]}, limit: {rate: 0.2, burst: 1}}",
+        )
         .configure(move |c| {
-            c.dispatch = limit;
             // Small enough for the flood to fill: before, a full table forgot an arbitrary
             // eighth, named tokens included, and the flood took every review.
             c.terminate.token_review.max_entries = MAX_ENTRIES;

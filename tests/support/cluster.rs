@@ -109,6 +109,12 @@ impl Cluster {
         self
     }
 
+    /// kubegate's `dispatch:` rules, written as YAML (a list).
+    pub fn dispatch(self, rules: &str) -> Cluster {
+        let rules = crate::dispatch_rules(rules);
+        self.configure(move |c| c.dispatch = rules)
+    }
+
     /// Starts everything, and waits until kubegate finds every replica ready.
     pub fn start(self) -> Started {
         let dir = tempfile::tempdir().expect("a temporary folder");

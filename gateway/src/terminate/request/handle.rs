@@ -399,34 +399,20 @@ async fn send(
     watch: Option<watch::Watch>,
 ) -> Response<ResponseBody> {
     let metrics = &gw.metrics().terminate;
-    // A rule's fallback places it again; its waits are counted once, from now.
+    // A rule's fallback places it again (once); its waits count together, from now.
     let holding_since = Instant::now();
-    let mut answer = dispatch(
-        &gw,
-        &upstreams,
-        &outgoing,
-        class,
-        &mut within.tried,
-        holding_since,
-    )
-    .await;
-    if let Err(Unplaced::NoBackend) = answer {
+    let answer = loop {
+        let tried = &mut within.tried;
+        let answer = dispatch(&gw, &upstreams, &outgoing, class, tried, holding_since).await;
+        if !matches!(answer, Err(Unplaced::NoBackend)) {
+            break answer;
+        }
         match within.fall_back() {
-            Ok(true) => {
-                answer = dispatch(
-                    &gw,
-                    &upstreams,
-                    &outgoing,
-                    class,
-                    &mut within.tried,
-                    holding_since,
-                )
-                .await;
-            }
-            Ok(false) => {}
+            Ok(true) => continue,
+            Ok(false) => break answer,
             Err(refused) => return refused.answer(&gw),
         }
-    }
+    };
     let answer = answer.map(|(replica, answer)| {
         served.answered_by(replica, within.tries());
         answer
