@@ -9,6 +9,9 @@
 
 use kubegate_e2e::*;
 use std::collections::HashMap;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(30);
 
 const LISTS: &str = "/api/v1/namespaces/default/configmaps";
 const LEVEL: &str = "x-kubernetes-pf-prioritylevel-uid";
@@ -199,4 +202,54 @@ async fn a_replica_queueing_a_level_gets_few_of_its_requests() {
         r#"kubegate_apf_steered_total{{priority_level="{level}"}}"#
     ));
     assert!(steered >= 1.0, "{steered} {answered_by:?}");
+}
+
+/// A replica passed over for holding more of a level's requests (queueing them) is still where
+/// a retry goes: the request sent first to the replica with fewest, which rejects it, is
+/// answered by the crowded one, never 429.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_may_go_to_a_replica_the_first_attempt_passed_over() {
+    let (bed, mut sa) = service_account_through_kubegate().await;
+    let kg = &bed.kg;
+    let first = sa.get(LISTS).await.unwrap();
+    let level = first.header(LEVEL).unwrap().to_string();
+    // replica-2 queues the level for 6 s; replica-1 rejects it, asking for 1 s.
+    bed.sims[1].queue_level("workload-low", Some(6000));
+    bed.sims[0].saturate_level("workload-low", Some(1));
+    let mut queued = Vec::new();
+    for _ in 0..2 {
+        let mut c = service_account(&bed).await;
+        queued.push(tokio::spawn(
+            async move { c.get(LISTS).await.unwrap().status },
+        ));
+    }
+    // Both wait on replica-2; replica-1's Retry-After has passed, so it holds none and is
+    // no longer known to reject.
+    let replica = |name: &str| {
+        let backends: serde_json::Value =
+            serde_json::from_str(&kg.admin_body("/debug/backends")).unwrap();
+        backends
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["name"] == name)
+            .cloned()
+            .unwrap()
+    };
+    wait_for(
+        "two requests queued on replica-2, replica-1 free",
+        T,
+        || {
+            let queued =
+                replica("replica-2")["level_requests_in_flight"] == serde_json::json!([[level, 2]]);
+            let free = replica("replica-1")["rejecting_levels"] == serde_json::json!([]);
+            (queued && free).then_some(())
+        },
+    );
+    let r = sa.get(LISTS).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.replica(), "replica-2");
+    for q in queued {
+        assert_eq!(q.await.unwrap(), 200);
+    }
 }

@@ -38,6 +38,12 @@ pub trait Attempt {
         backend: &Arc<Backend>,
     ) -> impl Future<Output = Result<Self::Output, Self::Failure>> + Send;
 
+    /// Backends the first attempt passes over while another candidate is left (later ones
+    /// may go to them).
+    fn avoid_first(&self) -> &[SocketAddr] {
+        &[]
+    }
+
     /// Whether another backend may be tried after `failure`.
     fn may_try_another(&self, failure: Self::Failure) -> bool;
 
@@ -87,7 +93,16 @@ pub async fn place<A: Attempt>(
             }
             Candidates::None => break,
         };
-        let Some(backend) = pick(policy, candidates, tried, pool.cursor(), &load) else {
+        let first = last.is_none() && !work.avoid_first().is_empty();
+        let preferred = first
+            .then(|| {
+                let passed_over = [tried.as_slice(), work.avoid_first()].concat();
+                pick(policy, candidates, &passed_over, pool.cursor(), &load)
+            })
+            .flatten();
+        let Some(backend) =
+            preferred.or_else(|| pick(policy, candidates, tried, pool.cursor(), &load))
+        else {
             break;
         };
         tried.push(backend.address);

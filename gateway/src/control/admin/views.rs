@@ -70,6 +70,10 @@ pub struct BackendView {
     /// of their `Retry-After`: terminate mode sends their requests elsewhere meanwhile.
     #[serde(default)]
     pub rejecting_levels: Vec<(String, f64)>,
+    /// Requests of each priority level (UID) in flight on it now, long-running ones left out:
+    /// a request goes where fewest of its level are.
+    #[serde(default)]
+    pub level_requests_in_flight: Vec<(String, u32)>,
 }
 
 pub fn backends_view(gw: &Gateway) -> Vec<BackendView> {
@@ -128,6 +132,13 @@ pub fn backends_view(gw: &Gateway) -> Vec<BackendView> {
                     .now()
                     .into_iter()
                     .map(|(level, left)| (level.to_string(), left.as_secs_f64()))
+                    .collect(),
+                level_requests_in_flight: b
+                    .planes()
+                    .levels
+                    .all_in_flight()
+                    .into_iter()
+                    .map(|(level, n)| (level.to_string(), n))
                     .collect(),
             }
         })

@@ -54,6 +54,14 @@ impl PriorityLevels {
         }
     }
 
+    /// Each level with requests in flight on the replica now, and how many.
+    pub fn all_in_flight(&self) -> Vec<(Arc<str>, u32)> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Requests of `level` in flight on the replica now.
     pub fn in_flight(&self, level: &str) -> u32 {
         let counts = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());

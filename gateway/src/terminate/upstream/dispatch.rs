@@ -88,6 +88,7 @@ pub async fn dispatch(
         kept: None,
         hold_ends: holding_since + gw.config().load().terminate.hold_when_none_ready,
         level: None,
+        crowded: Vec::new(),
     };
     let first = tried.len();
     let mut outage: Option<StorageOutage> = None;
@@ -135,16 +136,20 @@ async fn place_once(
     let before = tried.len();
     let pool = upstreams.pool();
     let mut steered = skew::steer(gw, &upstreams.cluster, outgoing.uri(), tried);
-    // So are replicas whose flow control is rejecting the request's priority level, or
-    // queueing far more of its requests than another, while another is neither.
+    // So are replicas whose flow control is rejecting the request's priority level, while
+    // another is not; the first attempt also passes over those holding more of the level's
+    // requests than another (queueing them).
     upstreams.flows.sent();
     forward.level = upstreams.flows.level_of(outgoing.flow());
+    forward.crowded.clear();
     if let Some(level) = &forward.level {
-        let away = flow::steer(pool, level, tried);
-        if away > 0 {
+        let steering = flow::steer(pool, level, tried);
+        if !steering.rejecting.is_empty() || !steering.crowded.is_empty() {
             gw.metrics().terminate.apf_steered(level);
         }
-        steered += away;
+        steered += steering.rejecting.len();
+        tried.extend_from_slice(&steering.rejecting);
+        forward.crowded = steering.crowded;
     }
     let placed = place(gw, pool, forward, tried).await;
     tried.drain(before..before + steered);
@@ -232,6 +237,8 @@ struct Forward<'a> {
     hold_ends: Instant,
     /// Its priority level, as far as kubegate learned it.
     level: Option<Arc<str>>,
+    /// Replicas holding more of its level's requests than another: not its first choice.
+    crowded: Vec<SocketAddr>,
 }
 
 impl Attempt for Forward<'_> {
@@ -271,6 +278,10 @@ impl Attempt for Forward<'_> {
             }
         }
         Err(failure)
+    }
+
+    fn avoid_first(&self) -> &[SocketAddr] {
+        &self.crowded
     }
 
     fn may_try_another(&self, failure: AttemptFailure) -> bool {

@@ -196,40 +196,42 @@ pub fn retry_after(headers: &HeaderMap) -> Duration {
     Duration::from_secs(secs.min(600))
 }
 
-/// Places as tried the ready backends of `pool`, not yet tried, that a request of `level`
-/// should not go to while another is open: those rejecting the level, and those crowded for it
-/// ([`crowded`]). How many were placed so.
-pub fn steer(pool: &Pool, level: &str, tried: &mut Vec<SocketAddr>) -> usize {
-    let backends = pool.backends();
-    let open = |b: &&Arc<Backend>| b.state() == BackendState::Ready && !tried.contains(&b.address);
+/// What a request of a level should avoid, among `pool`'s ready backends not in `tried`.
+pub struct Steering {
+    /// Those rejecting the level, while another is not: placed as tried for every attempt.
+    pub rejecting: Vec<SocketAddr>,
+    /// Of the others, those crowded for the level ([`crowded`]): passed over for the first
+    /// attempt only, so that a retry after any failure may still go to them.
+    pub crowded: Vec<SocketAddr>,
+}
+
+/// What a request of `level` should avoid, among `pool`'s ready backends not in `tried`.
+pub fn steer(pool: &Pool, level: &str, tried: &[SocketAddr]) -> Steering {
     fn levels(b: &Arc<Backend>) -> &PriorityLevels {
         &b.planes().levels
     }
-    let serving: Vec<(SocketAddr, u32)> = backends
+    let backends = pool.backends();
+    let open = |b: &&Arc<Backend>| b.state() == BackendState::Ready && !tried.contains(&b.address);
+    let (rejecting, serving): (Vec<&Arc<Backend>>, Vec<&Arc<Backend>>) = backends
         .iter()
         .filter(open)
-        .filter(|b| !levels(b).rejects(level))
-        .map(|b| (b.address, levels(b).in_flight(level)))
-        .collect();
+        .partition(|b| levels(b).rejects(level));
     if serving.is_empty() {
-        return 0;
+        return Steering {
+            rejecting: Vec::new(),
+            crowded: Vec::new(),
+        };
     }
-    let in_flight: Vec<u32> = serving.iter().map(|(_, n)| *n).collect();
-    let mut away: Vec<SocketAddr> = backends
-        .iter()
-        .filter(open)
-        .filter(|b| levels(b).rejects(level))
-        .map(|b| b.address)
-        .collect();
-    away.extend(
-        serving
+    let in_flight: Vec<u32> = serving.iter().map(|b| levels(b).in_flight(level)).collect();
+    Steering {
+        rejecting: rejecting.iter().map(|b| b.address).collect(),
+        crowded: serving
             .iter()
             .zip(crowded(&in_flight))
             .filter(|(_, crowded)| *crowded)
-            .map(|((address, _), _)| *address),
-    );
-    tried.extend_from_slice(&away);
-    away.len()
+            .map(|(b, _)| b.address)
+            .collect(),
+    }
 }
 
 /// Of replicas holding `in_flight` requests of one level each, those crowded for it: holding
