@@ -236,16 +236,17 @@ async fn a_retry_may_go_to_a_replica_the_first_attempt_passed_over() {
             .cloned()
             .unwrap()
     };
-    wait_for(
-        "two requests queued on replica-2, replica-1 free",
-        T,
-        || {
-            let queued =
-                replica("replica-2")["level_requests_in_flight"] == serde_json::json!([[level, 2]]);
-            let free = replica("replica-1")["rejecting_levels"] == serde_json::json!([]);
-            (queued && free).then_some(())
-        },
-    );
+    let ready = || {
+        assert!(
+            queued.iter().all(|q| !q.is_finished()),
+            "a request meant to queue was answered at once (replica-1's 429, not retried)"
+        );
+        let on_2 =
+            replica("replica-2")["level_requests_in_flight"] == serde_json::json!([[level, 2]]);
+        let free = replica("replica-1")["rejecting_levels"] == serde_json::json!([]);
+        (on_2 && free).then_some(())
+    };
+    wait_for("two requests queued on replica-2, replica-1 free", T, ready);
     let r = sa.get(LISTS).await.unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.replica(), "replica-2");
