@@ -189,8 +189,9 @@ async fn where_not_ready_replicas_may_serve_the_first_passing_probe_ends_the_wai
 
 /// Etcd stops while the replicas' `/readyz` still passes (kubegate's probes here need far more
 /// failures than the test lasts to call them not ready): a read every replica answers with a
-/// storage failure is held and asked again until etcd is back, then answered; one held past
-/// its client's `?timeout=` gets the replicas' own answer.
+/// storage failure is held and asked again until etcd is back, then answered
+/// (`terminate.hold_reads_when_storage_fails`, the only hold here); one held past its client's
+/// `?timeout=` gets the replicas' own answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_every_replica_fails_on_its_storage_is_held_until_etcd_is_back() {
     let mut bed = Cluster::new()
@@ -198,7 +199,7 @@ async fn a_read_every_replica_fails_on_its_storage_is_held_until_etcd_is_back() 
         .etcd()
         .terminate()
         .configure(|c| {
-            c.terminate.hold_when_none_ready = Duration::from_secs(60);
+            c.terminate.hold_reads_when_storage_fails = Duration::from_secs(60);
             c.health.fall = 1000;
         })
         .start();

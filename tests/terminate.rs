@@ -543,7 +543,8 @@ async fn custom_resources_read_from_a_replica_still_initializing_them_go_to_anot
 /// shows it. Reads it failed (GET, LIST) go to another replica; writes do not (the replica
 /// answered: a write may have reached etcd), and their 500 reaches the client. A read's
 /// failure is a passive signal too: the replica is probed at once. When every replica fails
-/// so, the client gets the apiserver's own answer, not one of kubegate's.
+/// so, the read is held and asked again (`terminate.hold_reads_when_storage_fails`) until its
+/// own `?timeout=`; then the client gets the apiserver's own answer, not one of kubegate's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_a_replicas_failing_storage_refused_go_to_another_and_writes_do_not() {
     // kubegate must not notice the failure through its probes: the answers are what it sees.
@@ -607,13 +608,18 @@ async fn reads_a_replicas_failing_storage_refused_go_to_another_and_writes_do_no
         (kg.metric(r#"kubegate_backend_probes_total{backend="replica-2",result="fail"}"#) >= 1.0)
             .then_some(())
     });
-    // Every replica's storage fails: the last one's own answer.
+    // Every replica's storage fails: held until its client's timeout, then the last one's
+    // own answer.
     sims[0].force_check("etcd", true);
     let r = conn
-        .get("/api/v1/namespaces/default/configmaps")
+        .get("/api/v1/namespaces/default/configmaps?timeout=5s")
         .await
         .unwrap();
     assert_eq!(r.status, 500, "{}", r.text());
+    assert_eq!(
+        kg.metric(r#"kubegate_holds_total{outcome="timed_out"}"#),
+        1.0
+    );
     assert!(
         r.text().contains("etcdserver: request timed out"),
         "{}",

@@ -385,11 +385,12 @@ mod tests {
             c.terminate.hold_when_none_ready,
             std::time::Duration::from_secs(8)
         );
-        assert!(load(MINIMAL)
-            .unwrap()
-            .terminate
-            .hold_when_none_ready
-            .is_zero());
+        let defaults = load(MINIMAL).unwrap().terminate;
+        assert!(defaults.hold_when_none_ready.is_zero());
+        assert_eq!(
+            defaults.hold_reads_when_storage_fails,
+            std::time::Duration::from_secs(10)
+        );
     }
 
     #[test]

@@ -71,6 +71,7 @@ pub const ADDED: &[(&str, Version)] = &[
     ("listeners[].default_cluster", (0, 3, 0)),
     ("terminate.hold_when_none_ready", (0, 3, 0)),
     ("terminate.max_held_when_none_ready", (0, 3, 0)),
+    ("terminate.hold_reads_when_storage_fails", (0, 3, 0)),
 ];
 
 /// Reads `1.2.3` (a leading `v` allowed).

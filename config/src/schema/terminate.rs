@@ -50,10 +50,17 @@ pub struct TerminateConfig {
     /// restarted at once) is then a wait rather than a failure. `0s`: none waits.
     #[serde(with = "crate::duration")]
     pub hold_when_none_ready: Duration,
-    /// Connections and requests waiting at once under `hold_when_none_ready`, over every
-    /// cluster: one more is not held, so that what clients can make kubegate hold stays
-    /// bounded and a real outage still shows.
+    /// Connections and requests waiting at once under `hold_when_none_ready` and
+    /// `hold_reads_when_storage_fails`, over every cluster: one more is not held, so that what
+    /// clients can make kubegate hold stays bounded and a real outage still shows.
     pub max_held_when_none_ready: usize,
+    /// How long after it arrived a read (GET, LIST, a new watch) that every replica tried
+    /// answered with a storage failure — the seconds before their `/readyz` notices etcd is
+    /// away — is asked again, after pauses of at most a second, until one serves it; never past
+    /// its own `?timeout=`. Only a read: a failed write may have reached etcd. `0s`: the client
+    /// gets the last replica's answer at once.
+    #[serde(with = "crate::duration")]
+    pub hold_reads_when_storage_fails: Duration,
     /// Largest request head accepted: the request line or pseudo-headers and every header,
     /// decoded (HPACK included). Larger ones get 431 (HTTP/1.1) or have their stream refused
     /// (HTTP/2). Envoy's default is 60 KiB; bearer tokens from OIDC providers run to several
@@ -195,6 +202,7 @@ impl Default for TerminateConfig {
             watch_moves_per_second: 50,
             hold_when_none_ready: Duration::ZERO,
             max_held_when_none_ready: 1000,
+            hold_reads_when_storage_fails: Duration::from_secs(10),
             max_header_list_bytes: 64 * 1024,
             rapid_reset_min_streams: 100,
             trusted_proxies: Vec::new(),

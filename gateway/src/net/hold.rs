@@ -8,8 +8,9 @@
 //! afterwards, as it does at once without a hold.
 //!
 //! The replicas' `/readyz` only fails some seconds into such an outage: meanwhile they are
-//! ready, and answer every read that needs etcd with a storage failure. A read that every
-//! replica tried answered so is held the same way ([`StorageOutage`]) and asked again after
+//! ready, and answer every read that needs etcd with a storage failure (and so do not-ready
+//! replicas under `no_ready_backend: alive`). A read that every replica tried answered so is
+//! held too (`terminate.hold_reads_when_storage_fails`, [`StorageOutage`]) and asked again after
 //! short pauses, so that it is answered within a second of etcd coming back, not failed.
 //!
 //! Bounded in time (and by the client's own `?timeout=`) and in count over every cluster
@@ -75,8 +76,9 @@ pub async fn until_ready(gw: &Gateway, pool: &Pool, client_waits: Option<Duratio
 }
 
 /// A read every replica tried answered with a storage failure, held and asked again while
-/// the outage lasts: up to `terminate.hold_when_none_ready` from its first failure on, never
-/// past its client's own timeout. Counted in `kubegate_holds_total` once, when it ends.
+/// the outage lasts: up to `terminate.hold_reads_when_storage_fails` after it arrived, never
+/// past its client's own timeout (a replica that took long to fail leaves little or nothing
+/// of that). Counted in `kubegate_holds_total` once, when it ends.
 pub struct StorageOutage<'a> {
     gw: &'a Gateway,
     until: Instant,
@@ -85,13 +87,18 @@ pub struct StorageOutage<'a> {
 }
 
 impl<'a> StorageOutage<'a> {
-    /// A read's hold through an outage that began now; `None` when holding is off.
-    pub fn begin(gw: &'a Gateway, client_waits: Option<Duration>) -> Option<StorageOutage<'a>> {
-        let up_to = gw.config().load().terminate.hold_when_none_ready;
-        let up_to = client_waits.map_or(up_to, |c| up_to.min(c));
-        (!up_to.is_zero()).then(|| StorageOutage {
+    /// The hold of a read that arrived at `arrived`, whose client waits `client_waits` from
+    /// then; `None` when holding is off or its time is already up.
+    pub fn begin(
+        gw: &'a Gateway,
+        arrived: Instant,
+        client_waits: Option<Duration>,
+    ) -> Option<StorageOutage<'a>> {
+        let up_to = gw.config().load().terminate.hold_reads_when_storage_fails;
+        let until = arrived + client_waits.map_or(up_to, |c| up_to.min(c));
+        (until > Instant::now()).then_some(StorageOutage {
             gw,
-            until: Instant::now() + up_to,
+            until,
             pause: FIRST_STORAGE_PAUSE,
             ended: None,
         })
@@ -115,6 +122,10 @@ impl<'a> StorageOutage<'a> {
             self.ended = Some(HoldOutcome::OverLimit);
             return false;
         };
+        tracing::debug!(
+            pause_ms = self.pause.min(left).as_millis() as u64,
+            "every replica failed a read on its storage: asked again after a pause"
+        );
         tokio::time::sleep(self.pause.min(left)).await;
         self.pause = (self.pause * 2).min(MAX_STORAGE_PAUSE);
         true

@@ -48,8 +48,8 @@ impl NetMetrics {
             connect_retries: counter(r, "kubegate_connect_retries_total", "Client connections whose first backend connect failed and were retried on another backend."),
             fallback: counter(r, "kubegate_connections_fallback_total", "Client connections sent to an alive but not-ready backend because no backend was ready (no_ready_backend: alive)."),
             refused: counter_vec(r, "kubegate_connections_refused_total", "Client connections closed without a backend, by reason (no_ready_backend, connect_failed, out_of_resources).", &["reason"]),
-            holding: gauge(r, "kubegate_held", "Client connections and requests waiting for a ready backend now, none of their cluster being ready, or before a read every replica failed on its storage is asked again (terminate.hold_when_none_ready)."),
-            holds: counter_vec(r, "kubegate_holds_total", "Waits for a ready backend while none of the cluster was, and reads held through a storage outage (terminate.hold_when_none_ready), by how they ended (ready: a backend could take the work, or served the read; timed_out: none within it; over_limit: terminate.max_held_when_none_ready were waiting, not held).", &["outcome"]),
+            holding: gauge(r, "kubegate_held", "Client connections and requests waiting for a ready backend now, none of their cluster being ready, or before a read every replica failed on its storage is asked again (terminate.hold_when_none_ready, terminate.hold_reads_when_storage_fails)."),
+            holds: counter_vec(r, "kubegate_holds_total", "Waits for a ready backend while none of the cluster was, and reads held through a storage outage (terminate.hold_reads_when_storage_fails), by how they ended (ready: a backend could take the work, or served the read; timed_out: none within it; over_limit: terminate.max_held_when_none_ready were waiting, not held).", &["outcome"]),
         };
         // Series that dashboards and alerts read exist from the start, at 0.
         zero_series::<Refusal, _>(&m.refused);

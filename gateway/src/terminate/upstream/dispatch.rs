@@ -69,9 +69,9 @@ impl From<AttemptFailure> for Failed {
 
 /// Sends `outgoing` to backends not in `tried` until one answers or the rules forbid another
 /// try: the backend that answered and its answer. `NoBackend`: no backend could be picked;
-/// `Failed`: the last attempt's failure. Its waits for a ready replica or through a storage
-/// outage (`net::hold`) end `terminate.hold_when_none_ready` after `holding_since` in all, over
-/// every dispatch of one request.
+/// `Failed`: the last attempt's failure. Its waits (`net::hold`) count from `holding_since`
+/// over every dispatch of one request: for a ready replica, `terminate.hold_when_none_ready`
+/// in all; through a storage outage, `terminate.hold_reads_when_storage_fails`.
 pub async fn dispatch(
     gw: &Gateway,
     upstreams: &Upstreams,
@@ -100,7 +100,7 @@ pub async fn dispatch(
             && reads_storage(&class)
         {
             if outage.is_none() {
-                outage = StorageOutage::begin(gw, forward.waits_at_most());
+                outage = StorageOutage::begin(gw, holding_since, forward.client_waits());
             }
             if let Some(held) = outage.as_mut() {
                 if held.pause().await {
@@ -296,18 +296,22 @@ impl Attempt for Forward<'_> {
         self.gw.metrics().terminate.request_retry(failure);
     }
 
-    /// What is left of the request's holding time, and its `?timeout=` as the apiserver reads
-    /// it (a watch's is its own lifetime, not how long its client waits for the first answer).
+    /// What is left of the request's time to wait for a ready replica, and of its client's.
     fn waits_at_most(&self) -> Option<Duration> {
         let left = self.hold_ends.saturating_duration_since(Instant::now());
-        let client = || {
-            if self.class.long_running.is_some() {
-                return None;
-            }
-            let query = Query::new(self.outgoing.uri().query());
-            go_duration::parse(&query.text("timeout")?).filter(|d| !d.is_zero())
-        };
-        Some(client().map_or(left, |c| c.min(left)))
+        Some(self.client_waits().map_or(left, |c| c.min(left)))
+    }
+}
+
+impl Forward<'_> {
+    /// The request's `?timeout=`, as the apiserver reads it (a watch's is its own lifetime,
+    /// not how long its client waits for the first answer).
+    fn client_waits(&self) -> Option<Duration> {
+        if self.class.long_running.is_some() {
+            return None;
+        }
+        let query = Query::new(self.outgoing.uri().query());
+        go_duration::parse(&query.text("timeout")?).filter(|d| !d.is_zero())
     }
 }
 
