@@ -202,6 +202,26 @@ async fn a_replica_queueing_a_level_gets_few_of_its_requests() {
         r#"kubegate_apf_steered_total{{priority_level="{level}"}}"#
     ));
     assert!(steered >= 1.0, "{steered} {answered_by:?}");
+    // What the queue adds shows in the level's latency on the queueing replica.
+    let backends: serde_json::Value =
+        serde_json::from_str(&bed.kg.admin_body("/debug/backends")).unwrap();
+    let latency = |name: &str| {
+        let b = backends
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["name"] == name);
+        b.unwrap()["level_latency_ms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l[0] == level.as_str())
+            .unwrap()[1]
+            .as_f64()
+            .unwrap()
+    };
+    assert!(latency("replica-1") >= 250.0, "{backends}");
+    assert!(latency("replica-2") < latency("replica-1"), "{backends}");
 }
 
 /// A replica passed over for holding more of a level's requests (queueing them) is still where

@@ -74,6 +74,10 @@ pub struct BackendView {
     /// a request goes where fewest of its level are.
     #[serde(default)]
     pub level_requests_in_flight: Vec<(String, u32)>,
+    /// Each priority level's response latency on it, ms (a moving average of its last
+    /// answers): what the replica's queues for the level add.
+    #[serde(default)]
+    pub level_latency_ms: Vec<(String, f64)>,
 }
 
 pub fn backends_view(gw: &Gateway) -> Vec<BackendView> {
@@ -139,6 +143,13 @@ pub fn backends_view(gw: &Gateway) -> Vec<BackendView> {
                     .all_in_flight()
                     .into_iter()
                     .map(|(level, n)| (level.to_string(), n))
+                    .collect(),
+                level_latency_ms: b
+                    .planes()
+                    .levels
+                    .latencies()
+                    .into_iter()
+                    .map(|(level, took)| (level.to_string(), took.as_secs_f64() * 1000.0))
                     .collect(),
             }
         })

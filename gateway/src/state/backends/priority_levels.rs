@@ -26,6 +26,10 @@ pub struct PriorityLevels {
     /// Requests of each level in flight on it (not long-running ones); a level leaves when
     /// none is.
     in_flight: Mutex<Vec<(Arc<str>, u32)>>,
+    /// Each level's response latency on it, a moving average in µs (its last eight answers,
+    /// about): what its queues add. Shown to the operator; placement goes by `in_flight`,
+    /// which a replica that gets none of a level's requests cannot leave stale.
+    latency_us: Mutex<Vec<(Arc<str>, u64)>>,
 }
 
 impl PriorityLevels {
@@ -52,6 +56,26 @@ impl PriorityLevels {
                 counts.swap_remove(i);
             }
         }
+    }
+
+    /// A request of `level` was answered (its headers) after `took`.
+    pub fn observed(&self, level: &Arc<str>, took: Duration) {
+        let sample = took.as_micros().min(u128::from(u64::MAX)) as u64;
+        let mut latencies = self.latency_us.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, average)) = latencies.iter_mut().find(|(l, _)| l == level) {
+            *average = *average - *average / 8 + sample / 8;
+        } else if latencies.len() < MAX_LEVELS {
+            latencies.push((level.clone(), sample));
+        }
+    }
+
+    /// Each level's response latency on the replica, as [`PriorityLevels::observed`] averaged it.
+    pub fn latencies(&self) -> Vec<(Arc<str>, Duration)> {
+        let latencies = self.latency_us.lock().unwrap_or_else(|e| e.into_inner());
+        latencies
+            .iter()
+            .map(|(l, us)| (l.clone(), Duration::from_micros(*us)))
+            .collect()
     }
 
     /// Each level with requests in flight on the replica now, and how many.
@@ -149,6 +173,23 @@ mod tests {
             assert!(t.started(&format!("level-{i}").into()));
         }
         assert!(!t.started(&low), "one more level is not counted");
+    }
+
+    #[test]
+    fn a_levels_latency_is_a_moving_average_of_its_answers() {
+        let t = PriorityLevels::default();
+        let low: Arc<str> = "low".into();
+        t.observed(&low, Duration::from_millis(8));
+        assert_eq!(t.latencies(), [(low.clone(), Duration::from_millis(8))]);
+        for _ in 0..50 {
+            t.observed(&low, Duration::from_millis(2000));
+        }
+        let (_, average) = t.latencies()[0].clone();
+        assert!(average > Duration::from_millis(1900), "{average:?}");
+        for i in 0..MAX_LEVELS + 5 {
+            t.observed(&format!("level-{i}").into(), Duration::from_millis(1));
+        }
+        assert_eq!(t.latencies().len(), MAX_LEVELS);
     }
 
     #[test]

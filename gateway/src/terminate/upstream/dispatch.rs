@@ -378,6 +378,9 @@ async fn attempt(
     if class.long_running.is_none() {
         let took = sent.elapsed();
         upstream.observe_latency(took);
+        if let Some(level) = level {
+            backend.planes().levels.observed(level, took);
+        }
         gw.metrics()
             .terminate
             .observe_request_duration(class.verb, took);
