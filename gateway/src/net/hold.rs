@@ -105,7 +105,7 @@ impl<'a> StorageOutage<'a> {
     }
 
     /// How much longer the read may be held.
-    pub fn left(&self) -> Duration {
+    fn left(&self) -> Duration {
         self.until.saturating_duration_since(Instant::now())
     }
 

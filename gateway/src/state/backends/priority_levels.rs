@@ -1,8 +1,9 @@
 //! What terminate mode knows of a replica's priority levels (APF): the levels it is rejecting —
 //! each whose requests it answered with APF's 429 lately, until that answer's `Retry-After`
-//! has passed — and how many requests of each level are in flight on it. Terminate mode places
-//! a level's requests on another replica while this one rejects the level, or holds far more
-//! of them than another (its flow control queues them).
+//! has passed — and, for each level, its requests in flight on it and its response latency.
+//! Terminate mode places a level's requests on another replica while this one rejects the
+//! level, and a request's first attempt on another while this one holds more of the level's
+//! requests than another (its flow control queues them).
 //!
 //! Levels are known by their UIDs (what the `X-Kubernetes-PF-PriorityLevel-UID` header says);
 //! an apiserver has about ten, and a replica keeps at most [`MAX_LEVELS`] of each kind here.

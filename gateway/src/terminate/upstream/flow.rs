@@ -2,10 +2,10 @@
 //! the priority level a request falls into, learned from the `X-Kubernetes-PF-PriorityLevel-UID`
 //! header its earlier twins were answered with; a replica that rejects a level (APF's 429,
 //! sent before any handler ran) is left out for that level's requests until its `Retry-After`
-//! has passed, as is one holding more of the level's requests in flight than another (its
-//! queues for the level fill); and a rejected request goes once more to another replica
-//! within a retry budget of about a tenth of the requests sent, so that a hot replica cannot
-//! double the load on the others.
+//! has passed, and a request's first attempt passes over one holding more of the level's
+//! requests in flight than another (its queues for the level fill); and a rejected request
+//! goes once more to another replica within a retry budget of about a tenth of the requests
+//! sent, so that a hot replica cannot double the load on the others.
 //!
 //! A request's flow, as far as kubegate can tell, is who sends it, its verb and its resource:
 //! what the apiserver's flow schemas match on. Requests with one [`FlowKey`] fall into one
