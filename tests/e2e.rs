@@ -32,6 +32,8 @@ mod gateway;
 mod hold;
 #[path = "hostile.rs"]
 mod hostile;
+#[path = "join.rs"]
+mod join;
 #[path = "layout.rs"]
 mod layout;
 #[path = "loadtest.rs"]

@@ -3,6 +3,11 @@
 //! the coverage-guided target runs under cargo-fuzz, `scripts/fuzz SECONDS`, which grows the
 //! corpora). A failing input is named by its file.
 
+// The request targets each read their input with `fuzz/targets/head.rs`, a module of each
+// (each is a binary of its own under cargo-fuzz): here, where they are one crate, it is loaded
+// once per target.
+#![allow(clippy::duplicate_mod)]
+
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
 
@@ -12,6 +17,8 @@ mod client_certificate;
 mod config_load;
 #[path = "../fuzz/targets/identity_headers.rs"]
 mod identity_headers;
+#[path = "../fuzz/targets/join_key.rs"]
+mod join_key;
 #[path = "../fuzz/targets/readyz_verbose.rs"]
 mod readyz_verbose;
 #[path = "../fuzz/targets/request_classify.rs"]
@@ -27,10 +34,11 @@ mod watch_position;
 type Property = fn(&[u8]);
 
 /// Each target and its property.
-const TARGETS: [(&str, Property); 8] = [
+const TARGETS: [(&str, Property); 9] = [
     ("client_certificate", client_certificate::run),
     ("config_load", config_load::run),
     ("identity_headers", identity_headers::run),
+    ("join_key", join_key::run),
     ("readyz_verbose", readyz_verbose::run),
     ("request_classify", request_classify::run),
     ("request_shaping", request_shaping::run),

@@ -7,7 +7,8 @@
 //! priority level saturated); a short soak
 //! with faults; and the same scenarios
 //! against a control plane the load test does not run; a small scale run (500 watches over 100
-//! connections through a rolling restart). The full matrices, the scale runs and the 30-minute soak
+//! connections through a rolling restart); a herd of 100 informers starting at once, straight
+//! and through joined reads. The full matrices, the scale runs and the 30-minute soak
 //! are documented commands (docs/failover.md), not tests.
 
 use kubegate_e2e::bin;
@@ -643,6 +644,53 @@ fn a_runaway_identity_under_its_rule_gets_429_not_resets() {
     let limited = row("kubegate-l7-limited", "storm");
     assert!(limited["storm_429"].as_u64().unwrap() > 0, "{limited}");
     assert!(limited["storm_ok"].as_u64().unwrap() > 0, "{limited}");
+}
+
+/// A short herd run (`kubegate-loadtest herd`): 100 informers of one identity start at once,
+/// straight to the replicas and through kubegate with joined reads. Every informer gets its
+/// list either way; through kubegate the replicas serve a few LISTs, not one per informer.
+/// The documented run (1,000 informers beside HAProxy and Envoy, docs/failover.md) has the
+/// figures.
+#[test]
+fn a_herd_of_identical_informers_reaches_the_replicas_a_few_times_through_joined_reads() {
+    let _slot = Slot::take();
+    let dir = tempfile::tempdir().unwrap();
+    let (table, rows) = subcommand(
+        dir.path(),
+        &[
+            "herd",
+            "--informers",
+            "100",
+            "--objects",
+            "50",
+            "--gateways",
+            "direct,kubegate-l7-joined",
+        ],
+    );
+    let row = |gateway: &str| {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["gateway"] == gateway)
+            .unwrap_or_else(|| panic!("no row {gateway}: {table}"))
+            .clone()
+    };
+    let direct = row("direct");
+    let joined = row("kubegate-l7-joined");
+    for r in [&direct, &joined] {
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(r["listed"], 100, "{r}");
+    }
+    assert_eq!(direct["lists_at_replicas"], 100, "{direct}");
+    // A few: those arriving while the first is in flight join it (the replicas answer after
+    // 100 ms); a loaded machine spreads the starts, and the bound leaves room for that.
+    let lists = joined["lists_at_replicas"].as_u64().unwrap();
+    assert!((1..=20).contains(&lists), "{joined}");
+    assert!(
+        joined["bytes_from_replicas"].as_u64().unwrap() * 4
+            < direct["bytes_from_replicas"].as_u64().unwrap(),
+        "{table}"
+    );
 }
 
 /// Two clusters behind one kubegate (`kubegate-loadtest clusters`), each its own etcd, CA and

@@ -775,16 +775,6 @@ async fn a_new_serving_certificate_is_used_for_new_connections() {
     });
 }
 
-/// The access log's JSON lines in kubegate's output whose user agent is `agent`.
-fn access_lines(kg: &Kubegate, agent: &str) -> Vec<serde_json::Value> {
-    kg.log()
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["user_agent"] == agent)
-        .collect()
-}
-
 /// The access log: one line per request naming the certificate's user, what was asked (verb,
 /// resource, namespace, name), the replica that answered, the status and the bytes sent;
 /// switched to text by a reload; held to `max_per_second`, the excess counted, never queued.
@@ -824,7 +814,7 @@ async fn the_access_log_says_who_asked_what_of_which_replica() {
     assert_eq!(r.status, 200);
 
     let lines = wait_for("three access log lines", T, || {
-        let lines = access_lines(kg, "access-test/1");
+        let lines = kg.access_lines("access-test/1");
         (lines.len() >= 3).then_some(lines)
     });
     let names: Vec<&str> = sims.iter().map(|s| s.name.as_str()).collect();

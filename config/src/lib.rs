@@ -36,9 +36,9 @@ pub use load::{load_file, load_file_with, load_str, load_str_with, warnings, Che
 pub use schema::{
     AccessLogConfig, AccessLogFormat, AdminConfig, BackendSpec, BalancePolicy, ClusterConfig,
     ClusterSpec, Config, ConnectConfig, DiscoveryConfig, DrainConfig, FlapDamping, FrontProxy,
-    HealthConfig, HealthTls, KeepaliveConfig, LimitsConfig, ListenerMode, ListenerSpec,
-    NoReadyBackendPolicy, ServingTls, ShutdownConfig, TerminateConfig, TokenReviewConfig,
-    UpgradeConfig, UpstreamConfig, UpstreamTls, VersionSkewConfig, IMPLICIT,
+    HealthConfig, HealthTls, JoinReadsConfig, KeepaliveConfig, LimitsConfig, ListenerMode,
+    ListenerSpec, NoReadyBackendPolicy, ServingTls, ShutdownConfig, TerminateConfig,
+    TokenReviewConfig, UpgradeConfig, UpstreamConfig, UpstreamTls, VersionSkewConfig, IMPLICIT,
 };
 pub use since::{keys_newer_than, parse_version, version_text, Version, ADDED};
 pub use tls::TlsVersion;

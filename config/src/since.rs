@@ -72,6 +72,11 @@ pub const ADDED: &[(&str, Version)] = &[
     ("terminate.hold_when_none_ready", (0, 3, 0)),
     ("terminate.max_held_when_none_ready", (0, 3, 0)),
     ("terminate.hold_reads_when_storage_fails", (0, 3, 0)),
+    ("terminate.join_reads", (0, 3, 0)),
+    ("terminate.join_reads.enabled", (0, 3, 0)),
+    ("terminate.join_reads.max_answer_bytes", (0, 3, 0)),
+    ("terminate.join_reads.max_held_bytes", (0, 3, 0)),
+    ("terminate.join_reads.secrets", (0, 3, 0)),
 ];
 
 /// Reads `1.2.3` (a leading `v` allowed).

@@ -210,6 +210,16 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
         "terminate.min_request_timeout",
         t.min_request_timeout,
     );
+    let jr = &t.join_reads;
+    if jr.enabled && jr.max_held_bytes < jr.max_answer_bytes {
+        bad(
+            "terminate.join_reads.max_held_bytes".into(),
+            format!(
+                "terminate.join_reads.max_held_bytes ({}) must hold at least one largest answer (terminate.join_reads.max_answer_bytes, {})",
+                jr.max_held_bytes, jr.max_answer_bytes
+            ),
+        );
+    }
     let tr = &t.token_review;
     positive(&mut bad, "terminate.token_review.ttl", tr.ttl);
     positive(

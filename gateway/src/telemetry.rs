@@ -16,10 +16,10 @@ pub mod transitions;
 pub use events::{MetricEvents, Readiness};
 pub use labels::{
     code_class, AcceptError, AdminRefusal, AttemptFailure, ClientLimit, ClientProtocol,
-    ConnectError, Freshened, HandshakeFailure, HoldOutcome, Identity, Refusal, ReloadResult,
-    RequestFailure, TokenReviewResult, WatchBreak, WatchEnd,
+    ConnectError, Freshened, HandshakeFailure, HoldOutcome, Identity, JoinMiss, Refusal,
+    ReloadResult, RequestFailure, TokenReviewResult, WatchBreak, WatchEnd,
 };
 pub use metrics::{
-    set_one_hot, BackendMetrics, ControlMetrics, GatewayMetrics, Metrics, NetMetrics,
+    set_one_hot, BackendMetrics, ControlMetrics, GatewayMetrics, JoinMetrics, Metrics, NetMetrics,
     PassthroughMetrics, RelayHandles, TerminateMetrics,
 };

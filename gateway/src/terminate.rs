@@ -8,6 +8,7 @@
 //! |---|---|
 //! | `server` | a client connection: its handshake (the cluster its server name chooses), its HTTP server, what one connection may hold |
 //! | `request` | one request: read as the apiserver reads it, its rule, its body, shaped for the backends; upgrades |
+//! | `join` | identical reads of one sender answered from one upstream request |
 //! | `sender` | who sent it: a bearer token's TokenReview |
 //! | `upstream` | a cluster's upstream state, placing a request on a backend and sending it over kubegate's HTTP/2 connections; what kubegate knows of each replica |
 //! | `watch` | a watch continued across replicas; the share of long-running requests kept even |
@@ -18,6 +19,7 @@
 //! framing and positions, identity headers) is the `kubegate-wire` crate's; what terminate mode
 //! keeps per backend (its HTTP/2 connections, requests in flight) is `state::Upstream`.
 
+pub mod join;
 pub mod request;
 mod sender;
 mod server;

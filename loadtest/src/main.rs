@@ -7,6 +7,7 @@ mod clusters;
 mod control_plane;
 mod explain;
 mod gateways;
+mod herd;
 mod kubectl;
 mod leader;
 mod plot;
@@ -138,6 +139,28 @@ enum Command {
         /// Write the cost curve as SVG.
         #[arg(long)]
         plot: Option<PathBuf>,
+    },
+    /// A herd: N informers of one identity start at once (a DaemonSet rolled out, every
+    /// controller restarted), each LISTing a namespace: the LISTs and bytes the replicas
+    /// served, how long the informers waited, straight to the replicas and through each
+    /// gateway (docs/failover.md, "A herd of informers").
+    Herd {
+        /// Informers, each on its own HTTP/2 connection.
+        #[arg(long, default_value_t = 1000)]
+        informers: usize,
+        /// ConfigMaps in the namespace they list (about 1 KiB each; at most 500, one page).
+        #[arg(long, default_value_t = 400)]
+        objects: usize,
+        /// `direct` (no gateway: the informers spread over the replicas), or gateways,
+        /// comma-separated (see `run --gateways`; `kubegate-l7-joined` joins identical reads).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "direct,haproxy-l7,envoy-l7,kubegate-l7,kubegate-l7-joined"
+        )]
+        gateways: Vec<String>,
+        #[command(flatten)]
+        output: Output,
     },
     /// A runaway client: one identity LISTs a large namespace from many connections while
     /// other users run kubectl, through kubegate-l7 without and with a dispatch rule limiting
@@ -306,6 +329,22 @@ fn main() -> anyhow::Result<()> {
                 output,
                 plot,
             );
+        }
+        Command::Herd {
+            informers,
+            objects,
+            gateways,
+            output,
+        } => {
+            return run_herd(
+                herd::Plan {
+                    informers,
+                    objects,
+                    gateways,
+                    dir: PathBuf::new(),
+                },
+                output,
+            )
         }
         Command::Storm {
             objects,
@@ -534,6 +573,29 @@ fn run_clusters(mut plan: clusters::Plan, output: Output) -> anyhow::Result<()> 
 }
 
 /// `kubegate-loadtest storm`.
+fn run_herd(mut plan: herd::Plan, output: Output) -> anyhow::Result<()> {
+    for g in &plan.gateways {
+        anyhow::ensure!(g == "direct" || gateways::known(g), "unknown gateway {g}");
+    }
+    anyhow::ensure!(
+        (1..=500).contains(&plan.objects),
+        "--objects: 1 to 500 (one page)"
+    );
+    plan.dir = work_dir(output.dir, "herd")?;
+    let rows = until_interrupted(herd::run(&plan), &plan.dir)?;
+    publish(&herd::markdown(&rows), &rows, output.json, None, &plan.dir)?;
+    none_failed(
+        rows.iter()
+            .filter(|r| r.status == "ok" && (r.failed > 0 || r.listed != r.informers))
+            .map(|r| {
+                format!(
+                    "{}: {} of {} informers got no list",
+                    r.gateway, r.failed, r.informers
+                )
+            }),
+    )
+}
+
 fn run_storm(mut plan: storm::Plan, output: Output) -> anyhow::Result<()> {
     plan.dir = work_dir(output.dir, "storm")?;
     let rows = until_interrupted(storm::run(&plan), &plan.dir)?;

@@ -18,7 +18,7 @@
 //! | `counts` | the replicas' counters, followed across their restarts |
 //! | `report` | the table, the cost curve and its plot |
 
-mod counts;
+pub mod counts;
 mod informer;
 mod report;
 

@@ -135,7 +135,7 @@ async fn one(plan: &Plan, gateway: &str, dir: &Path) -> anyhow::Result<Vec<Row>>
     };
     let cp = ControlPlane::start(dir, 3, settings).await?;
     eprintln!("{gateway}: seeding {} objects", plan.objects);
-    seed_storm(&cp, plan.objects).await?;
+    seed(&cp, STORM_NAMESPACE, plan.objects).await?;
     let gw = gateways::start_before(gateway, dir, &cp)?
         .map_err(|why| anyhow::anyhow!("{gateway}: {why}"))?;
     let others = Target {
@@ -199,13 +199,14 @@ async fn one(plan: &Plan, gateway: &str, dir: &Path) -> anyhow::Result<Vec<Row>>
     Ok(rows)
 }
 
-/// Fills the storm's namespace, straight through the first replica.
-async fn seed_storm(cp: &ControlPlane, objects: usize) -> anyhow::Result<()> {
+/// Fills namespace `namespace` with `objects` ConfigMaps of about 1 KiB, straight through
+/// the first replica.
+pub async fn seed(cp: &ControlPlane, namespace: &str, objects: usize) -> anyhow::Result<()> {
     let mut c = Client::connect(cp.addresses()[0], cp.tls(), true)
         .await
         .map_err(|e| anyhow::anyhow!("connect: {e:?}"))?;
     let padding = "x".repeat(900);
-    let path = format!("/api/v1/namespaces/{STORM_NAMESPACE}/configmaps");
+    let path = format!("/api/v1/namespaces/{namespace}/configmaps");
     for i in 0..objects {
         let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
                           "metadata": {"name": format!("bulk-{i}")},

@@ -28,7 +28,29 @@ pub async fn handle(
     peer: Option<&PeerCert>,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    serve(&sim, peer, req).await.into_response()
+    let mut reply = serve(&sim, peer, req).await;
+    // Every body byte it sends, whole or streamed (what a gateway's sharing saves it).
+    let sent = &sim.requests.bytes_sent;
+    match reply.stream.take() {
+        None => {
+            sent.fetch_add(reply.body.len() as u64, Ordering::Relaxed);
+        }
+        Some(stream) => {
+            let counted = sim.clone();
+            reply.stream = Some(
+                stream
+                    .map_frame(move |f| {
+                        if let Some(d) = f.data_ref() {
+                            let n = d.len() as u64;
+                            counted.requests.bytes_sent.fetch_add(n, Ordering::Relaxed);
+                        }
+                        f
+                    })
+                    .boxed(),
+            );
+        }
+    }
+    reply.into_response()
 }
 
 async fn serve(sim: &Arc<Sim>, peer: Option<&PeerCert>, req: Request<Incoming>) -> Reply {
@@ -57,12 +79,20 @@ async fn serve(sim: &Arc<Sim>, peer: Option<&PeerCert>, req: Request<Incoming>) 
             };
         }
     };
-    if h2 && !user.authenticated() {
-        return serve_as(sim, user, req, path, query, params)
+    // Who the replica found the request to be from, for tests of what a proxy passes on and
+    // of answers shared between clients. Not an apiserver header.
+    let name = user.name.clone();
+    let reply = if h2 && !user.authenticated() {
+        serve_as(sim, user, req, path, query, params)
             .await
-            .header("connection", "close");
+            .header("connection", "close")
+    } else {
+        serve_as(sim, user, req, path, query, params).await
+    };
+    match http::HeaderValue::from_str(&name) {
+        Ok(_) => reply.header("x-kubegate-sim-user", &name),
+        Err(_) => reply,
     }
-    serve_as(sim, user, req, path, query, params).await
 }
 
 /// The rest of the filter chain, for an authenticated (or anonymous) `user`.

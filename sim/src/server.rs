@@ -144,7 +144,18 @@ async fn serve_connection(
                     .flatten();
                 // The audit log reads X-Real-Ip after the X-Forwarded-For chain.
                 let real_ip = req.headers().get("x-real-ip").cloned();
+                // The apiserver's audit filter answers every request with its audit ID: the
+                // client's `Audit-ID` if it sent one, else a new UUID.
+                let audit_id = req
+                    .headers()
+                    .get("audit-id")
+                    .filter(|v| !v.is_empty())
+                    .cloned()
+                    .or_else(|| http::HeaderValue::from_str(&new_uuid()).ok());
                 let mut resp = api::handle(sim, peer.as_ref(), req).await;
+                if let Some(id) = audit_id {
+                    resp.headers_mut().insert("audit-id", id);
+                }
                 // Go's HTTP/2 server turns `Connection: close` into GOAWAY (the apiserver sets
                 // it for anonymous and unauthenticated HTTP/2 requests).
                 if h2
@@ -285,4 +296,19 @@ async fn wait_for_inflight(sim: &Sim, limit: Duration) {
     while sim.inflight.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// A random (version 4) UUID, as the apiserver makes audit IDs.
+fn new_uuid() -> String {
+    let n = fastrand::u128(..);
+    let n = (n & !(0xf << 76) | (0x4 << 76)) & !(0x3 << 62) | (0x2 << 62);
+    let h = format!("{n:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }

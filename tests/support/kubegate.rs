@@ -266,6 +266,16 @@ impl Kubegate {
         self.proc.log()
     }
 
+    /// The JSON access log's lines so far of requests sent by `agent`.
+    pub fn access_lines(&self, agent: &str) -> Vec<serde_json::Value> {
+        self.log()
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["user_agent"] == agent)
+            .collect()
+    }
+
     /// A TLS connection through kubegate (HTTP/1.1 unless `h2`).
     pub async fn connect(&self, pki: &Pki, h2: bool) -> std::io::Result<Conn> {
         Conn::open(self.listen, pki, h2).await

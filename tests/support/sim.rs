@@ -176,6 +176,16 @@ impl Sim {
             .unwrap_or_else(|e| panic!("{e:#}"));
     }
 
+    /// LIST requests it received since it started (its fault port's `/state`).
+    pub fn lists_received(&self) -> u64 {
+        let resp =
+            kubegate_testbed::ports::plain_http(("127.0.0.1", self.fault_port), "GET", "/state");
+        let body = resp.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        let state: serde_json::Value = serde_json::from_str(body)
+            .unwrap_or_else(|e| panic!("{}'s /state: {e}: {resp:?}", self.name));
+        state["lists_received"].as_u64().expect("lists_received")
+    }
+
     /// A TLS connection straight to this replica.
     pub async fn connect(&self, pki: &Pki, h2: bool) -> std::io::Result<Conn> {
         Conn::open(self.addr, pki, h2).await

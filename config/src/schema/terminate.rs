@@ -83,6 +83,39 @@ pub struct TerminateConfig {
     /// Naming bearer-token clients (for `dispatch` rules, the access log and the status
     /// page) with a TokenReview.
     pub token_review: TokenReviewConfig,
+    /// Answering identical reads of one sender from one upstream request.
+    pub join_reads: JoinReadsConfig,
+}
+
+/// Joined reads: a GET or LIST that asks exactly what a request of the same sender already
+/// on its way upstream asks (path, query, every header that shapes the answer) is answered
+/// from that request's answer, as the apiserver's freshness rules allow: a read with a
+/// `resourceVersion` or a `continue` token joins its in-flight twin; a consistent read (no
+/// `resourceVersion`) joins only one sent after it arrived. Off by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JoinReadsConfig {
+    /// Join identical reads of one sender.
+    pub enabled: bool,
+    /// Largest answer shared: a larger one is streamed to its own client alone, and the
+    /// requests that waited on it are sent on their own.
+    pub max_answer_bytes: u64,
+    /// Answer bytes held for joined requests at once, over every cluster; an answer that
+    /// would go beyond is not shared.
+    pub max_held_bytes: u64,
+    /// Join reads of `secrets` too (off: each is sent on its own).
+    pub secrets: bool,
+}
+
+impl Default for JoinReadsConfig {
+    fn default() -> Self {
+        JoinReadsConfig {
+            enabled: false,
+            max_answer_bytes: 16 * 1024 * 1024,
+            max_held_bytes: 256 * 1024 * 1024,
+            secrets: false,
+        }
+    }
 }
 
 /// How kubegate learns who a bearer token belongs to: a TokenReview
@@ -209,6 +242,7 @@ impl Default for TerminateConfig {
             access_log: AccessLogConfig::default(),
             version_skew: VersionSkewConfig::default(),
             token_review: TokenReviewConfig::default(),
+            join_reads: JoinReadsConfig::default(),
         }
     }
 }

@@ -72,6 +72,10 @@ pub struct Entry {
     pub user_agent: Option<HeaderValue>,
     /// `h2` or `http/1.1`.
     pub protocol: &'static str,
+    /// `led` or `joined` when its answer was shared with identical reads.
+    pub shared: Option<&'static str>,
+    /// The apiserver's audit ID of the upstream request whose answer was shared.
+    pub audit_id: Option<HeaderValue>,
 }
 
 impl Entry {
@@ -87,6 +91,7 @@ impl Entry {
         ENTRY_BYTES
             + self.uri.path_and_query().map_or(0, |pq| pq.as_str().len())
             + self.user_agent.as_ref().map_or(0, |u| u.len())
+            + self.audit_id.as_ref().map_or(0, |a| a.len())
             + sender
     }
 }
@@ -258,6 +263,13 @@ fn user_agent(e: &Entry) -> std::borrow::Cow<'_, str> {
         .unwrap_or_default()
 }
 
+/// The audit ID of a shared answer's upstream request, or `-`.
+fn audit_id(e: &Entry) -> std::borrow::Cow<'_, str> {
+    e.audit_id
+        .as_ref()
+        .map_or("-".into(), |a| String::from_utf8_lossy(a.as_bytes()))
+}
+
 /// One JSON object and a newline, appended to `out`.
 pub fn json(e: &Entry, out: &mut String) {
     read(e, |r| {
@@ -312,6 +324,10 @@ pub fn json(e: &Entry, out: &mut String) {
         );
         field(out, "user_agent", &user_agent(e));
         field(out, "protocol", e.protocol);
+        if let Some(shared) = e.shared {
+            field(out, "shared", shared);
+            field(out, "audit_id", &audit_id(e));
+        }
         out.push_str("}\n");
     })
 }
@@ -423,6 +439,10 @@ pub fn text(e: &Entry, out: &mut String) {
         );
         pair("user_agent", &user_agent(e));
         pair("protocol", e.protocol);
+        if let Some(shared) = e.shared {
+            pair("shared", shared);
+            pair("audit_id", &audit_id(e));
+        }
         out.push('\n');
     })
 }
@@ -466,6 +486,8 @@ mod tests {
             duration: Duration::from_micros(3250),
             user_agent: Some(HeaderValue::from_static("kubectl/v1.35.2 (linux/amd64)")),
             protocol: "h2",
+            shared: None,
+            audit_id: None,
         }
     }
 
@@ -502,6 +524,24 @@ mod tests {
             "the core group is written: {t}"
         );
         assert!(!t.contains("limit=5"), "no query: {t}");
+        assert!(j.get("shared").is_none() && !t.contains("audit_id"), "{t}");
+    }
+
+    #[test]
+    fn a_shared_answer_names_the_audited_request() {
+        let mut e = entry();
+        e.shared = Some("joined");
+        e.audit_id = Some(HeaderValue::from_static(
+            "5b0c7f0e-1c2d-4e5f-8a9b-0c1d2e3f4a5b",
+        ));
+        let j: serde_json::Value = serde_json::from_str(&line(json, &e)).unwrap();
+        assert_eq!(j["shared"], "joined");
+        assert_eq!(j["audit_id"], "5b0c7f0e-1c2d-4e5f-8a9b-0c1d2e3f4a5b");
+        let t = line(text, &e);
+        assert!(
+            t.contains(" shared=joined audit_id=5b0c7f0e-1c2d-4e5f-8a9b-0c1d2e3f4a5b\n"),
+            "{t}"
+        );
     }
 
     #[test]

@@ -384,3 +384,21 @@ mod tests {
         assert!(!AttemptFailure::Reset.unprocessed());
     }
 }
+
+label! {
+    /// Why a joined read was not answered from the upstream request it waited on: each of its
+    /// waiting requests was then sent on its own (`terminate::join`).
+    pub enum JoinMiss {
+        /// The answer was larger than `terminate.join_reads.max_answer_bytes`.
+        TooLarge => "too_large",
+        /// Holding it would have gone beyond `terminate.join_reads.max_held_bytes`.
+        OverHeld => "over_held",
+        /// Its status is not one shared (kubegate's own failures, 401, 429, 5xx: another
+        /// attempt may fare better).
+        Status => "status",
+        /// The answer broke off (the request's client got a 503).
+        Broken => "broken",
+        /// The request ended before its answer came (its client went away).
+        Abandoned => "abandoned",
+    }
+}

@@ -8,6 +8,7 @@
 //! | [`NetMetrics`] | the network plumbing: accepts, admission, connects to backends |
 //! | [`PassthroughMetrics`] | passthrough relays |
 //! | [`TerminateMetrics`] | terminate mode: client connections, requests, watches |
+//! | [`JoinMetrics`] | terminate mode's joined reads |
 //! | [`ControlMetrics`] | reloads, certificates, the admin endpoint, discovery |
 //!
 //! Label cardinality is bounded by the backend count: per-backend series are removed when a
@@ -16,6 +17,7 @@
 mod backends;
 mod control;
 mod gateway;
+mod joins;
 mod net;
 mod passthrough;
 mod register;
@@ -24,6 +26,7 @@ mod terminate;
 pub use backends::BackendMetrics;
 pub use control::ControlMetrics;
 pub use gateway::GatewayMetrics;
+pub use joins::JoinMetrics;
 pub use net::NetMetrics;
 pub use passthrough::{PassthroughMetrics, RelayHandles};
 pub use terminate::TerminateMetrics;
@@ -43,6 +46,8 @@ pub struct Metrics {
     pub passthrough: PassthroughMetrics,
     /// Terminate mode.
     pub terminate: TerminateMetrics,
+    /// Terminate mode's joined reads.
+    pub joins: JoinMetrics,
     /// Reloads, certificates, admin, discovery.
     pub control: ControlMetrics,
 }
@@ -57,6 +62,7 @@ impl Metrics {
             net: NetMetrics::new(&r),
             passthrough: PassthroughMetrics::new(&r),
             terminate: TerminateMetrics::new(&r),
+            joins: JoinMetrics::new(&r),
             control: ControlMetrics::new(&r),
             registry: r,
         }

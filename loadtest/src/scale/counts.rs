@@ -101,7 +101,7 @@ impl ReplicaCounts {
 }
 
 /// The fault port's `/state` of the replica at `port`.
-async fn state(port: u16) -> Option<serde_json::Value> {
+pub async fn state(port: u16) -> Option<serde_json::Value> {
     let read = async {
         let mut s = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
         s.write_all(b"GET /state HTTP/1.1\r\nHost: fault\r\nConnection: close\r\n\r\n")

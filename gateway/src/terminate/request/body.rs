@@ -1,9 +1,11 @@
 //! The body of a response to a terminate-mode client: made by kubegate (an error `Status`),
-//! relayed from a backend while the request counts as in flight there, or the events of a
-//! watch followed across backends. And small answers read whole.
+//! relayed from a backend while the request counts as in flight there, the events of a
+//! watch followed across backends, or an answer joined reads share. And small answers read
+//! whole.
 
 use crate::state::{Gateway, Stream};
 use crate::telemetry::access_log::{self, Entry};
+use crate::terminate::join::SharedAnswer;
 use crate::terminate::request::rules::Slot;
 use crate::terminate::upstream::h2client::ResponseStream;
 use crate::terminate::upstream::in_flight::InFlight;
@@ -41,6 +43,10 @@ pub enum ResponseBody {
     Logged(Box<LoggedBody>),
     /// Another body, whose request holds its `dispatch` rule's slot until the body ends.
     Held(Box<(ResponseBody, Option<Slot>)>),
+    /// An answer joined reads share (`join`), held until its bytes have been sent.
+    Shared(Option<Arc<SharedAnswer>>, bool),
+    /// Bytes read ahead of the rest of a body.
+    Prefixed(Box<(Option<Bytes>, ResponseBody)>),
 }
 
 impl ResponseBody {
@@ -93,6 +99,16 @@ impl Drop for LoggedBody {
 }
 
 impl ResponseBody {
+    /// The body of `answer`, shared with other clients.
+    pub fn shared(answer: Arc<SharedAnswer>) -> ResponseBody {
+        ResponseBody::Shared(Some(answer), false)
+    }
+
+    /// `read`, then `rest`.
+    pub fn prefixed(read: Bytes, rest: ResponseBody) -> ResponseBody {
+        ResponseBody::Prefixed(Box::new(((!read.is_empty()).then_some(read), rest)))
+    }
+
     /// A body of `bytes`.
     pub fn full(bytes: impl Into<Bytes>) -> ResponseBody {
         let b = bytes.into();
@@ -270,6 +286,26 @@ impl Body for ResponseBody {
                 }
                 polled
             }
+            ResponseBody::Shared(answer, sent) => {
+                if *sent {
+                    // Its bytes are the client's now: no longer held for it.
+                    *answer = None;
+                    return Poll::Ready(None);
+                }
+                *sent = true;
+                let body = answer.as_ref().map(|a| a.body().clone());
+                match body.filter(|b| !b.is_empty()) {
+                    Some(b) => Poll::Ready(Some(Ok(Frame::data(b)))),
+                    None => {
+                        *answer = None;
+                        Poll::Ready(None)
+                    }
+                }
+            }
+            ResponseBody::Prefixed(p) => match p.0.take() {
+                Some(read) => Poll::Ready(Some(Ok(Frame::data(read)))),
+                None => Pin::new(&mut p.1).poll_frame(cx),
+            },
         }
     }
 
@@ -283,6 +319,10 @@ impl Body for ResponseBody {
             ResponseBody::Watch(_) => false,
             ResponseBody::Logged(l) => l.inner.is_end_stream(),
             ResponseBody::Held(h) => h.0.is_end_stream(),
+            ResponseBody::Shared(answer, sent) => {
+                *sent || answer.as_ref().is_none_or(|a| a.body().is_empty())
+            }
+            ResponseBody::Prefixed(p) => p.0.is_none() && p.1.is_end_stream(),
         }
     }
 
@@ -294,6 +334,18 @@ impl Body for ResponseBody {
             ResponseBody::Watch(_) => SizeHint::default(),
             ResponseBody::Logged(l) => l.inner.size_hint(),
             ResponseBody::Held(h) => h.0.size_hint(),
+            ResponseBody::Shared(Some(a), false) => SizeHint::with_exact(a.body().len() as u64),
+            ResponseBody::Shared(..) => SizeHint::with_exact(0),
+            ResponseBody::Prefixed(p) => {
+                let read = p.0.as_ref().map_or(0, |b| b.len() as u64);
+                let rest = p.1.size_hint();
+                let mut hint = SizeHint::new();
+                hint.set_lower(rest.lower() + read);
+                if let Some(upper) = rest.upper() {
+                    hint.set_upper(upper + read);
+                }
+                hint
+            }
         }
     }
 }

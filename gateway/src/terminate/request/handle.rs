@@ -10,10 +10,12 @@
 use crate::net::Unplaced;
 use crate::state::Gateway;
 use crate::telemetry::{AttemptFailure, RequestFailure};
+use crate::terminate::join::key::{self, Joinable};
+use crate::terminate::join::{Entered, Limits};
 use crate::terminate::request::bodies::{self, Bounds};
 use crate::terminate::request::body::{LoggedBody, Relayed, ResponseBody};
 use crate::terminate::request::rules::{Facts, Refusal, Rule, Rules, Slot};
-use crate::terminate::request::served::{self, Served};
+use crate::terminate::request::served::{self, Served, Sharing};
 use crate::terminate::request::shape::{Client, Outgoing, Shaper};
 use crate::terminate::request::status::{broken, status, unavailable};
 use crate::terminate::request::upgrade;
@@ -196,12 +198,14 @@ async fn serve(
     let sender = client.identity.as_deref().or(token_user.as_deref());
     // Read as the apiserver reads it: the path decoded, the query's flags as Go converts
     // them. The client's bytes are what is forwarded.
-    let (class, rule, flow) = {
+    let joining = &config.terminate.join_reads;
+    let (class, rule, flow, may_join) = {
         let read = match ReadTarget::of(req.uri()) {
             Ok(read) => read,
             Err(e) => return unreadable(&gw, &e),
         };
         let info = read.info(req.method());
+        let may_join = joining.enabled && key::may_join(&info, req.method(), joining.secrets);
         let rule = rules
             .rule_for(&Facts {
                 info,
@@ -214,7 +218,7 @@ async fn serve(
             (None, Some(token)) => flow::Sender::Token(token),
             (None, None) => flow::Sender::Anonymous,
         };
-        (info.class, rule, FlowKey::of(as_whom, &info))
+        (info.class, rule, FlowKey::of(as_whom, &info), may_join)
     };
     if class.upgradable() && upgrade::requested(&req) {
         // An upgrade holds its rule's slot only until it is established, as any long-running
@@ -279,9 +283,95 @@ async fn serve(
         });
     }
     let within = Within::rule(upstreams.pool(), rule);
-    let resp = send(gw, upstreams, outgoing, class, served, within, slot, watch).await;
+    let joinable = may_join
+        .then(|| {
+            let o = &outgoing;
+            key::joinable(o.kind(), o.method(), o.uri(), o.headers(), o.body())
+        })
+        .flatten();
+    let resp = match joinable {
+        Some(read) => {
+            let joined = Joined {
+                mode: &mode,
+                read,
+                limits: Limits {
+                    max_answer_bytes: joining.max_answer_bytes,
+                    max_held_bytes: joining.max_held_bytes,
+                },
+            };
+            let sending = send_joined(gw, upstreams, outgoing, class, served, within, slot, joined);
+            Box::pin(sending).await
+        }
+        None => send(gw, upstreams, outgoing, class, served, within, slot, watch).await,
+    };
     forget_if_refused(&mode, token_key, &resp);
     resp
+}
+
+/// A read that identical reads may join: where it is entered, and the bounds on its answer.
+struct Joined<'a> {
+    mode: &'a TerminateMode,
+    read: Joinable,
+    limits: Limits,
+}
+
+/// Times a read whose twin's answer was not shared is entered again (it may lead the next
+/// twin) before it is sent on its own.
+const JOIN_ATTEMPTS: usize = 3;
+
+/// Sends a read that identical reads may join, or joins one already on its way (`join`).
+#[allow(clippy::too_many_arguments)]
+async fn send_joined(
+    gw: Arc<Gateway>,
+    upstreams: Arc<Upstreams>,
+    outgoing: Outgoing,
+    class: RequestClass,
+    served: &mut Served,
+    within: Within,
+    slot: Option<Slot>,
+    joined: Joined<'_>,
+) -> Response<ResponseBody> {
+    let metrics = &gw.metrics().joins;
+    for _ in 0..JOIN_ATTEMPTS {
+        let mut lead = match joined.mode.joins().enter(&joined.read, metrics) {
+            Entered::Leads(lead) => lead,
+            Entered::Follows(follow) => match follow.answer().await {
+                Some(answer) => {
+                    served.shared(Sharing::Joined, answer.replica());
+                    // It holds its rule's slot until its answer has been sent, as if sent.
+                    let resp = answer.response();
+                    return match slot {
+                        Some(slot) => resp.map(|body| ResponseBody::held(body, slot)),
+                        None => resp,
+                    };
+                }
+                // Not shared: entered again.
+                None => continue,
+            },
+        };
+        lead.turn().await;
+        let cluster = joined.mode.cluster().name();
+        let resp = send(
+            gw.clone(),
+            upstreams,
+            outgoing,
+            class,
+            served,
+            within,
+            slot,
+            None,
+        )
+        .await;
+        let answered = (resp, served.replica.clone());
+        let (resp, shared) = lead
+            .publish(answered, &joined.limits, metrics, cluster)
+            .await;
+        if shared {
+            served.shared(Sharing::Led, None);
+        }
+        return resp;
+    }
+    send(gw, upstreams, outgoing, class, served, within, slot, None).await
 }
 
 /// An apiserver's 401 for a token kubegate had named: the token was revoked or has expired,

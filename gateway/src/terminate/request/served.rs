@@ -23,6 +23,27 @@ pub struct Served {
     pub tried: usize,
     /// Who a TokenReview found its bearer token to belong to.
     pub token_user: Option<Arc<UserInfo>>,
+    /// Its answer was shared with identical reads (`join`).
+    pub shared: Option<Sharing>,
+}
+
+/// How a request took part in a shared answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sharing {
+    /// It went upstream, and identical reads were answered from its answer.
+    Led,
+    /// It was answered from an identical read's upstream answer.
+    Joined,
+}
+
+impl Sharing {
+    /// The access log's word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Sharing::Led => "led",
+            Sharing::Joined => "joined",
+        }
+    }
 }
 
 impl Served {
@@ -50,6 +71,15 @@ impl Served {
         self.tried = tried;
     }
 
+    /// Its answer was shared with identical reads, as `how`; `replica` answered.
+    pub fn shared(&mut self, how: Sharing, replica: Option<&Arc<Backend>>) {
+        self.shared = Some(how);
+        if how == Sharing::Joined {
+            self.replica = replica.cloned();
+            self.tried = 0;
+        }
+    }
+
     /// Fills in what `entry` learns once the response's head is known.
     pub fn complete<B>(&self, entry: &mut Entry, resp: &Response<B>) {
         entry.status = resp.status().as_u16();
@@ -58,6 +88,15 @@ impl Served {
         entry.retries = self.tried.saturating_sub(1) as u32;
         if let Some(user) = &self.token_user {
             entry.sender = Some(user.clone());
+        }
+        if let Some(how) = self.shared {
+            // The apiserver audited the request that went upstream, under this ID: what ties a
+            // joined client's line to the audit event.
+            entry.shared = Some(how.as_str());
+            entry.audit_id = resp
+                .headers()
+                .get("audit-id")
+                .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok());
         }
     }
 }
@@ -98,5 +137,7 @@ pub fn entry<B>(client: &Client, req: &Request<B>) -> Entry {
         duration: std::time::Duration::ZERO,
         user_agent,
         protocol: if client.h2 { "h2" } else { "http/1.1" },
+        shared: None,
+        audit_id: None,
     }
 }

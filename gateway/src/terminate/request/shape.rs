@@ -419,6 +419,16 @@ impl Outgoing {
         self.flow
     }
 
+    /// The method sent upstream.
+    pub fn method(&self) -> &Method {
+        &self.method
+    }
+
+    /// The headers sent upstream (the head's, before its `Host`).
+    pub fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+
     /// The URI sent upstream.
     pub fn uri(&self) -> &Uri {
         &self.uri

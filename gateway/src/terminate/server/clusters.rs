@@ -22,6 +22,8 @@ use tokio::task::AbortHandle;
 pub struct TerminatePlane {
     /// Request body bytes held for all clients of every cluster together (`bodies`).
     body_bytes: Arc<AtomicU64>,
+    /// Answer bytes held for joined reads of every cluster together (`join`).
+    joined_bytes: Arc<AtomicU64>,
 }
 
 /// One cluster's terminate state, and its handshake.
@@ -83,6 +85,7 @@ impl TerminatePlane {
     pub fn new() -> TerminatePlane {
         TerminatePlane {
             body_bytes: Arc::default(),
+            joined_bytes: Arc::default(),
         }
     }
 
@@ -101,7 +104,7 @@ impl TerminatePlane {
         let mode = TerminateMode::with(
             files.upstream.of(cluster.clone()),
             rules,
-            self.body_bytes.clone(),
+            (self.body_bytes.clone(), self.joined_bytes.clone()),
         );
         let entry = Arc::new(TerminatedCluster {
             handshake: files.handshake,

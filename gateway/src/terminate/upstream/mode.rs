@@ -5,6 +5,7 @@
 
 use crate::state::{Cluster, Pool};
 use crate::telemetry::TerminateMetrics;
+use crate::terminate::join::Joins;
 use crate::terminate::request::rules::Rules;
 use crate::terminate::sender::tokens::TokenReviews;
 use crate::terminate::upstream::flow::Flows;
@@ -24,6 +25,8 @@ pub struct TerminateMode {
     tokens: Arc<TokenReviews>,
     /// Request body bytes held for all clients together (`bodies`).
     body_bytes: Arc<AtomicU64>,
+    /// Reads in flight that identical reads may join.
+    joins: Arc<Joins>,
 }
 
 /// Everything taken from `upstream`, replaced whole on a reload or a certificate change, and
@@ -83,15 +86,26 @@ impl UpstreamFiles {
 }
 
 impl TerminateMode {
-    /// The cluster `upstreams` reach, with `rules`; request bodies counted in `body_bytes`.
-    pub fn with(upstreams: Upstreams, rules: Rules, body_bytes: Arc<AtomicU64>) -> TerminateMode {
+    /// The cluster `upstreams` reach, with `rules`; request bodies counted in `held.0`,
+    /// answers of joined reads in `held.1` (each over every cluster).
+    pub fn with(
+        upstreams: Upstreams,
+        rules: Rules,
+        held: (Arc<AtomicU64>, Arc<AtomicU64>),
+    ) -> TerminateMode {
         TerminateMode {
             cluster: upstreams.cluster.clone(),
             upstream: ArcSwap::from_pointee(upstreams),
             rules: ArcSwap::from_pointee(rules),
             tokens: Arc::default(),
-            body_bytes,
+            body_bytes: held.0,
+            joins: Arc::new(Joins::new(held.1)),
         }
+    }
+
+    /// Its reads that identical reads may join.
+    pub fn joins(&self) -> &Arc<Joins> {
+        &self.joins
     }
 
     /// The cluster served.

@@ -1,0 +1,112 @@
+//! The joined-read key (`kubegate::terminate::join::key`), whatever two clients send: two
+//! shaped requests share a key exactly when they are the same request — the same connection
+//! kind, method and URI, and the same values of every header but the few the apiserver never
+//! answers by — so no answer crosses identities, selectors, encodings or resourceVersions.
+//! And no identity header is one of those few.
+use http::HeaderMap;
+use kubegate::telemetry::Metrics;
+use kubegate::terminate::join::key::{joinable, UNANSWERED_HEADERS};
+use kubegate::terminate::request::shape::{Outgoing, Shaper};
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+#[path = "head.rs"]
+mod head;
+
+static METRICS: OnceLock<Metrics> = OnceLock::new();
+
+/// Runs one input: panics where a property does not hold.
+pub fn run(data: &[u8]) {
+    for name in UNANSWERED_HEADERS {
+        assert!(
+            !(*name == "authorization"
+                || name.starts_with("impersonate-")
+                || name.starts_with("x-remote-")
+                || name.starts_with("accept")),
+            "{name} decides the answer"
+        );
+    }
+    // Two requests, split at the first `\n--\n`. The second's first line, when empty, is the
+    // first's; its header lines, when its first is `+`, come after the first's (the pairs
+    // that differ in one header alone, which a leaking key would equate).
+    let at = data.windows(4).position(|w| w == b"\n--\n");
+    let (a, b) = match at {
+        Some(at) => (&data[..at], &data[at + 4..]),
+        None => (data, data),
+    };
+    let b = second(a, b);
+    let (Some(a), Some(b)) = (shaped(a), shaped(&b)) else {
+        return;
+    };
+    let key = |o: &Outgoing| joinable(o.kind(), o.method(), o.uri(), o.headers(), o.body());
+    let (Some(ka), Some(kb)) = (key(&a), key(&b)) else {
+        return;
+    };
+    let same = a.kind() == b.kind()
+        && a.method() == b.method()
+        && a.uri().to_string() == b.uri().to_string()
+        && answered_by(a.headers()) == answered_by(b.headers());
+    assert_eq!(
+        ka.key == kb.key,
+        same,
+        "{:?} / {:?}",
+        a.headers(),
+        b.headers()
+    );
+}
+
+/// The second request's bytes, read against the first's (`run`).
+fn second(a: &[u8], b: &[u8]) -> Vec<u8> {
+    let a_first = a.split(|c| *c == b'\n').next().unwrap_or_default();
+    let mut lines = b.split(|c| *c == b'\n');
+    let first = lines.next().unwrap_or_default();
+    let mut out = if first.is_empty() { a_first } else { first }.to_vec();
+    let rest: Vec<&[u8]> = lines.collect();
+    if rest.first() == Some(&&b"+"[..]) {
+        let a_head = a
+            .split(|c| *c == b'\n')
+            .skip(1)
+            .take_while(|l| !l.is_empty());
+        for l in a_head {
+            out.push(b'\n');
+            out.extend_from_slice(l);
+        }
+        for l in &rest[1..] {
+            out.push(b'\n');
+            out.extend_from_slice(l);
+        }
+    } else {
+        for l in rest {
+            out.push(b'\n');
+            out.extend_from_slice(l);
+        }
+    }
+    out
+}
+
+/// The request in `data`, shaped as terminate mode sends it.
+fn shaped(data: &[u8]) -> Option<Outgoing> {
+    let (parts, body, flags) = head::read(data)?;
+    let metrics = METRICS.get_or_init(Metrics::new);
+    let (identity, server_name) = head::upstream();
+    let shaper = Shaper {
+        identity: &identity,
+        vouches: flags & 2 == 2,
+        server_name: &server_name,
+        metrics: &metrics.terminate,
+    };
+    Some(shaper.request(&head::client(flags), parts, body))
+}
+
+/// Every header the apiserver may answer by, with its values in order.
+fn answered_by(h: &HeaderMap) -> BTreeMap<&str, Vec<&[u8]>> {
+    h.keys()
+        .filter(|n| !UNANSWERED_HEADERS.contains(&n.as_str()))
+        .map(|n| {
+            (
+                n.as_str(),
+                h.get_all(n).iter().map(|v| v.as_bytes()).collect(),
+            )
+        })
+        .collect()
+}

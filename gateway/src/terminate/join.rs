@@ -1,0 +1,550 @@
+//! Joined reads (`terminate.join_reads`): a read that asks exactly what a read already on its
+//! way upstream asks (`key`: same sender, path, query and answer-deciding headers) waits for
+//! that read's answer instead of being sent, and its client gets the same status, headers and
+//! bytes. The apiserver's freshness rules decide which twin will do (`key::Freshness`): a read
+//! with a `resourceVersion` or `continue` joins any twin in flight; a consistent read joins
+//! only a twin sent after it arrived — while one is in flight, the consistent reads that
+//! arrive form the next twin, sent once it has answered (or after [`TRAILING_WAIT`]), so that
+//! each sees every write completed before it arrived. One key thus has at most one read in
+//! flight and one waiting.
+//!
+//! The read sent (the lead) answers its own client as usual when nobody joined it. When some
+//! did, it reads its answer whole — within `max_answer_bytes` for one answer and
+//! `max_held_bytes` for all, counted from the first byte — and every client gets it; an answer
+//! that does not fit, or one the others should not take (kubegate's own failure, 401, 429,
+//! 5xx: another attempt may fare better), goes to its own client alone, and each read that
+//! waited on it is entered again (it may lead the next twin). So is every waiting read when the
+//! lead's client goes away before the answer came.
+//!
+//! Only reads of one sender are joined: the key holds the identity as sent upstream, so no
+//! answer reaches a client the apiserver did not authorize for it.
+
+pub mod key;
+
+use crate::state::Backend;
+use crate::telemetry::{JoinMetrics, JoinMiss};
+use crate::terminate::request::body::ResponseBody;
+use crate::terminate::request::status::unavailable;
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, Response, StatusCode, Version};
+use http_body::Body as _;
+use http_body_util::BodyExt as _;
+use key::{Freshness, JoinKey, Joinable};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Longest a consistent read's twin waits for the twin in flight before it is sent anyway (a
+/// slow replica's LIST must not hold the reads behind it for its whole length).
+#[cfg(not(test))]
+pub const TRAILING_WAIT: Duration = Duration::from_secs(1);
+/// In unit tests only the twin's answer ends the wait, however slowly the test runs.
+#[cfg(test)]
+pub const TRAILING_WAIT: Duration = Duration::from_secs(3600);
+
+/// A read's answer, as it is waited on: `None` until it comes.
+type Awaited = Option<Arc<SharedAnswer>>;
+
+/// One cluster's reads in flight that others may join, by key.
+pub struct Joins {
+    flights: Mutex<HashMap<JoinKey, Twins>>,
+    next_id: AtomicU64,
+    /// Answer bytes held for joined reads, over every cluster.
+    held: Arc<AtomicU64>,
+}
+
+/// The reads of one key: the one sent, and the consistent reads' next one, waiting.
+#[derive(Default)]
+struct Twins {
+    sent: Option<Flight>,
+    waiting: Option<Flight>,
+}
+
+/// A read others may join: where its answer will be.
+#[derive(Clone)]
+struct Flight {
+    id: u64,
+    answer: watch::Receiver<Awaited>,
+    followers: Arc<AtomicUsize>,
+}
+
+/// What entering a read gave.
+pub enum Entered {
+    /// The read goes upstream; others may join it.
+    Leads(Lead),
+    /// The read waits on another's answer.
+    Follows(Follow),
+}
+
+/// A read that joined another: its answer to come.
+pub struct Follow {
+    answer: watch::Receiver<Awaited>,
+}
+
+/// A read others may join, until it answers them.
+pub struct Lead {
+    joins: Arc<Joins>,
+    key: JoinKey,
+    id: u64,
+    answer: watch::Sender<Awaited>,
+    followers: Arc<AtomicUsize>,
+    /// The twin in flight when this consistent read's twin was made: sent after it answers.
+    after: Option<watch::Receiver<Awaited>>,
+    /// Published: its followers learned their answer (or that there is none).
+    published: bool,
+    /// Where an answer its client did not wait for is counted.
+    abandoned: prometheus::IntCounter,
+}
+
+/// An answer shared by several reads: its head and whole body, its bytes counted until the
+/// last client has been sent them.
+pub struct SharedAnswer {
+    /// The replica that answered.
+    replica: Option<Arc<Backend>>,
+    status: StatusCode,
+    version: Version,
+    headers: HeaderMap,
+    body: Bytes,
+    /// Where its bytes are counted.
+    held: Arc<AtomicU64>,
+    gauge: prometheus::IntGauge,
+}
+
+/// The bounds on answers held.
+pub struct Limits {
+    /// One answer, at most.
+    pub max_answer_bytes: u64,
+    /// Every answer held, together.
+    pub max_held_bytes: u64,
+}
+
+impl Joins {
+    /// No read in flight; answers held counted in `held`.
+    pub fn new(held: Arc<AtomicU64>) -> Joins {
+        Joins {
+            flights: Mutex::default(),
+            next_id: AtomicU64::new(1),
+            held,
+        }
+    }
+
+    /// Enters `read`: it joins a twin the freshness rules allow, or leads one.
+    pub fn enter(self: &Arc<Self>, read: &Joinable, metrics: &JoinMetrics) -> Entered {
+        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        let twins = flights.entry(read.key.clone()).or_default();
+        let joined = match read.freshness {
+            Freshness::AnyTwin => twins.sent.as_ref().or(twins.waiting.as_ref()),
+            // Not sent yet: sent after this read arrived.
+            Freshness::SentAfterArrival => twins.waiting.as_ref(),
+        };
+        if let Some(flight) = joined {
+            flight.followers.fetch_add(1, Ordering::AcqRel);
+            return Entered::Follows(Follow {
+                answer: flight.answer.clone(),
+            });
+        }
+        let (tx, rx) = watch::channel(None);
+        let flight = Flight {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            answer: rx,
+            followers: Arc::default(),
+        };
+        let lead = |after| Lead {
+            joins: self.clone(),
+            key: read.key.clone(),
+            id: flight.id,
+            answer: tx,
+            followers: flight.followers.clone(),
+            after,
+            published: false,
+            abandoned: metrics.missed_series(JoinMiss::Abandoned),
+        };
+        let entered = match &twins.sent {
+            // A consistent read while its twin is in flight: the next twin, sent once that
+            // one has answered.
+            Some(sent) => {
+                let lead = lead(Some(sent.answer.clone()));
+                twins.waiting = Some(flight);
+                lead
+            }
+            None => {
+                let lead = lead(None);
+                twins.sent = Some(flight);
+                lead
+            }
+        };
+        Entered::Leads(entered)
+    }
+
+    /// Forgets flight `id` of `key`, sent or waiting: no read joins it any more.
+    fn close(&self, key: &JoinKey, id: u64) {
+        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(twins) = flights.get_mut(key) else {
+            return;
+        };
+        if twins.sent.as_ref().is_some_and(|f| f.id == id) {
+            twins.sent = None;
+        }
+        if twins.waiting.as_ref().is_some_and(|f| f.id == id) {
+            twins.waiting = None;
+        }
+        if twins.sent.is_none() && twins.waiting.is_none() {
+            flights.remove(key);
+        }
+    }
+
+    /// Flight `id` of `key` (waiting) is being sent: it takes the place of the one sent.
+    fn sending(&self, key: &JoinKey, id: u64) {
+        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(twins) = flights.get_mut(key) {
+            if twins.waiting.as_ref().is_some_and(|f| f.id == id) {
+                twins.sent = twins.waiting.take();
+            }
+        }
+    }
+}
+
+impl Follow {
+    /// The answer of the read joined, or `None` when it will not be shared (the read is then
+    /// entered again, or sent on its own).
+    pub async fn answer(mut self) -> Option<Arc<SharedAnswer>> {
+        let answered = self.answer.wait_for(Option::is_some).await;
+        answered.ok().and_then(|a| a.clone())
+    }
+}
+
+impl Lead {
+    /// Waits for its turn: a consistent read's twin is sent once the twin in flight when it
+    /// was made has answered, or after [`TRAILING_WAIT`].
+    pub async fn turn(&mut self) {
+        if let Some(mut before) = self.after.take() {
+            let _ = tokio::time::timeout(TRAILING_WAIT, before.wait_for(Option::is_some)).await;
+            self.joins.sending(&self.key, self.id);
+        }
+    }
+
+    /// Answers its followers and its own client from `resp`, the upstream answer `replica`
+    /// gave: the response its client gets, and whether others got it too.
+    pub async fn publish(
+        mut self,
+        (resp, replica): (Response<ResponseBody>, Option<Arc<Backend>>),
+        limits: &Limits,
+        metrics: &JoinMetrics,
+        cluster: &str,
+    ) -> (Response<ResponseBody>, bool) {
+        // No read joins once the answer is in: the count is final.
+        self.joins.close(&self.key, self.id);
+        self.published = true;
+        let followers = self.followers.load(Ordering::Acquire);
+        if followers == 0 {
+            return (resp, false);
+        }
+        if !shared_status(resp.status()) {
+            metrics.missed(JoinMiss::Status);
+            return (resp, false);
+        }
+        let (parts, body) = resp.into_parts();
+        let read = read_counted(body, limits, &self.joins.held, &metrics.held_bytes).await;
+        let answer = match read {
+            Read::Whole(body) => Arc::new(SharedAnswer {
+                replica,
+                status: parts.status,
+                version: parts.version,
+                headers: parts.headers,
+                body,
+                held: self.joins.held.clone(),
+                gauge: metrics.held_bytes.clone(),
+            }),
+            Read::TooMuch { why, read, rest } => {
+                metrics.missed(why);
+                let body = ResponseBody::prefixed(read, rest);
+                return (Response::from_parts(parts, body), false);
+            }
+            Read::Broke => {
+                metrics.missed(JoinMiss::Broken);
+                return (unavailable("the apiserver's answer broke off"), false);
+            }
+        };
+        metrics.shared(cluster, followers);
+        let _ = self.answer.send(Some(answer.clone()));
+        (answer.response(), true)
+    }
+}
+
+impl Drop for Lead {
+    fn drop(&mut self) {
+        if !self.published {
+            // Its client went away before the answer came: those waiting go on without it.
+            self.joins.close(&self.key, self.id);
+            if self.followers.load(Ordering::Acquire) > 0 {
+                self.abandoned.inc();
+            }
+        }
+    }
+}
+
+impl SharedAnswer {
+    /// A client's response: the head and bytes of the answer.
+    pub fn response(self: &Arc<Self>) -> Response<ResponseBody> {
+        let mut resp = Response::new(ResponseBody::shared(self.clone()));
+        *resp.status_mut() = self.status;
+        *resp.version_mut() = self.version;
+        *resp.headers_mut() = self.headers.clone();
+        resp
+    }
+
+    /// Its body.
+    pub fn body(&self) -> &Bytes {
+        &self.body
+    }
+
+    /// The replica that answered.
+    pub fn replica(&self) -> Option<&Arc<Backend>> {
+        self.replica.as_ref()
+    }
+}
+
+impl Drop for SharedAnswer {
+    fn drop(&mut self) {
+        let n = self.body.len() as u64;
+        self.held.fetch_sub(n, Ordering::AcqRel);
+        self.gauge.sub(n as i64);
+    }
+}
+
+/// Whether an answer with `status` goes to every read that waited on it: the apiserver's
+/// answers to the read itself (found, not found, forbidden, expired), not kubegate's own or a
+/// replica's failure, which another attempt may not meet.
+fn shared_status(status: StatusCode) -> bool {
+    status.is_success()
+        || status == StatusCode::FORBIDDEN
+        || status == StatusCode::NOT_FOUND
+        || status == StatusCode::GONE
+}
+
+/// An answer body read for sharing.
+enum Read {
+    /// All of it, counted in the held bytes.
+    Whole(Bytes),
+    /// More than the bounds allow: what was read (no longer counted) and the rest.
+    TooMuch {
+        why: JoinMiss,
+        read: Bytes,
+        rest: ResponseBody,
+    },
+    /// It broke off.
+    Broke,
+}
+
+/// Reads `body` whole, counting each chunk in `held` (and `gauge`) as it comes, within
+/// `limits`.
+async fn read_counted(
+    mut body: ResponseBody,
+    limits: &Limits,
+    held: &AtomicU64,
+    gauge: &prometheus::IntGauge,
+) -> Read {
+    let mut buf = BytesMut::new();
+    let give_back = |n: usize| {
+        held.fetch_sub(n as u64, Ordering::AcqRel);
+        gauge.sub(n as i64);
+    };
+    while !body.is_end_stream() {
+        let Some(frame) = body.frame().await else {
+            break;
+        };
+        let data = match frame.map(|f| f.into_data()) {
+            Ok(Ok(data)) => data,
+            // Trailers: an apiserver sends none on a read.
+            Ok(Err(_)) => continue,
+            Err(_) => {
+                give_back(buf.len());
+                return Read::Broke;
+            }
+        };
+        let n = data.len() as u64;
+        let too_large = buf.len() as u64 + n > limits.max_answer_bytes;
+        let counted = !too_large
+            && held
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
+                    (h + n <= limits.max_held_bytes).then_some(h + n)
+                })
+                .is_ok();
+        if !counted {
+            give_back(buf.len());
+            buf.extend_from_slice(&data);
+            let why = if too_large {
+                JoinMiss::TooLarge
+            } else {
+                JoinMiss::OverHeld
+            };
+            return Read::TooMuch {
+                why,
+                read: buf.freeze(),
+                rest: body,
+            };
+        }
+        gauge.add(n as i64);
+        buf.extend_from_slice(&data);
+    }
+    Read::Whole(buf.freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Kind;
+    use http::Uri;
+
+    fn joins() -> (Arc<Joins>, JoinMetrics, Arc<AtomicU64>) {
+        let held = Arc::new(AtomicU64::new(0));
+        let metrics = JoinMetrics::new(&prometheus::Registry::new());
+        (Arc::new(Joins::new(held.clone())), metrics, held)
+    }
+
+    fn read(query: &str) -> Joinable {
+        let uri: Uri = format!("https://kube/api/v1/services{query}")
+            .parse()
+            .unwrap();
+        key::joinable(
+            Kind::Anonymous,
+            &http::Method::GET,
+            &uri,
+            &HeaderMap::new(),
+            b"",
+        )
+        .unwrap()
+    }
+
+    fn answer(status: u16, body: &'static str) -> (Response<ResponseBody>, Option<Arc<Backend>>) {
+        let mut resp = Response::new(ResponseBody::full(body));
+        *resp.status_mut() = StatusCode::from_u16(status).unwrap();
+        resp.headers_mut()
+            .insert("audit-id", http::HeaderValue::from_static("a-1"));
+        (resp, None)
+    }
+
+    const ROOMY: Limits = Limits {
+        max_answer_bytes: 1 << 20,
+        max_held_bytes: 1 << 20,
+    };
+
+    async fn body_of(resp: Response<ResponseBody>) -> Bytes {
+        resp.into_body().collect().await.unwrap().to_bytes()
+    }
+
+    fn leads(e: Entered) -> Lead {
+        match e {
+            Entered::Leads(lead) => lead,
+            Entered::Follows(_) => panic!("expected to lead"),
+        }
+    }
+
+    fn follows(e: Entered) -> Follow {
+        match e {
+            Entered::Follows(f) => f,
+            Entered::Leads(_) => panic!("expected to follow"),
+        }
+    }
+
+    #[tokio::test]
+    async fn twins_in_flight_get_the_same_answer_and_its_bytes_are_given_back() {
+        let (joins, m, held) = joins();
+        let r = read("?resourceVersion=0");
+        let lead = leads(joins.enter(&r, &m));
+        let a = follows(joins.enter(&r, &m));
+        let b = follows(joins.enter(&r, &m));
+        // Another query is another read.
+        drop(leads(joins.enter(&read("?resourceVersion=1"), &m)));
+        let (resp, shared) = lead.publish(answer(200, "items"), &ROOMY, &m, "c").await;
+        assert!(shared);
+        assert_eq!(held.load(Ordering::Acquire), 5);
+        let (a, b) = (a.answer().await.unwrap(), b.answer().await.unwrap());
+        for r in [resp, a.response(), b.response()] {
+            assert_eq!(r.status(), 200);
+            assert_eq!(r.headers()["audit-id"], "a-1");
+            assert_eq!(body_of(r).await, "items");
+        }
+        drop((a, b));
+        assert_eq!(held.load(Ordering::Acquire), 0, "every client was sent it");
+        // Answered: the next read leads again.
+        drop(leads(joins.enter(&r, &m)));
+    }
+
+    #[tokio::test]
+    async fn a_consistent_read_joins_only_a_twin_sent_after_it_arrived() {
+        let (joins, m, _) = joins();
+        let r = read("");
+        let first = leads(joins.enter(&r, &m));
+        // Arrived after `first` was sent: the next twin, which waits for `first`...
+        let mut second = leads(joins.enter(&r, &m));
+        // ...and which later arrivals join.
+        let third = follows(joins.enter(&r, &m));
+        let turn = tokio::spawn(async move {
+            second.turn().await;
+            second
+        });
+        tokio::task::yield_now().await;
+        assert!(!turn.is_finished(), "it waits for the twin in flight");
+        let (_, shared) = first.publish(answer(200, "old"), &ROOMY, &m, "c").await;
+        assert!(!shared, "nobody joined the first");
+        let second = tokio::time::timeout(Duration::from_secs(5), turn)
+            .await
+            .unwrap()
+            .unwrap();
+        // Sent now: a consistent read arriving now waits for the next one.
+        let fourth = leads(joins.enter(&r, &m));
+        second.publish(answer(200, "new"), &ROOMY, &m, "c").await;
+        assert_eq!(third.answer().await.unwrap().body(), "new");
+        drop(fourth);
+    }
+
+    #[tokio::test]
+    async fn an_answer_not_shared_leaves_each_waiting_read_to_go_again() {
+        let (joins, m, held) = joins();
+        let r = read("?resourceVersion=0");
+        for (status, limits) in [
+            (503, ROOMY),
+            (401, ROOMY),
+            (
+                200,
+                Limits {
+                    max_answer_bytes: 3,
+                    max_held_bytes: 100,
+                },
+            ),
+            (
+                200,
+                Limits {
+                    max_answer_bytes: 100,
+                    max_held_bytes: 3,
+                },
+            ),
+        ] {
+            let lead = leads(joins.enter(&r, &m));
+            let waiting = follows(joins.enter(&r, &m));
+            let (resp, shared) = lead
+                .publish(answer(status, "items"), &limits, &m, "c")
+                .await;
+            assert!(!shared);
+            assert!(waiting.answer().await.is_none(), "{status}");
+            // Its own client still gets all of it.
+            assert_eq!(body_of(resp).await, "items");
+            assert_eq!(held.load(Ordering::Acquire), 0);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lead_whose_client_went_away_lets_the_next_read_lead() {
+        let (joins, m, _) = joins();
+        let r = read("?resourceVersion=0");
+        let lead = leads(joins.enter(&r, &m));
+        let waiting = follows(joins.enter(&r, &m));
+        drop(lead);
+        assert!(waiting.answer().await.is_none());
+        drop(leads(joins.enter(&r, &m)));
+        assert_eq!(m.missed_series(JoinMiss::Abandoned).get(), 1);
+    }
+}

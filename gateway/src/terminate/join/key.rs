@@ -1,0 +1,325 @@
+//! What makes two reads the same read: the bytes that decide the apiserver's answer, and
+//! nothing else. A pure function of the shaped request (the fuzz target and the property
+//! tests reach it), because a key that equates two requests the apiserver would answer
+//! differently hands one client another's answer.
+//!
+//! The key is everything kubegate sends upstream — the connection kind (which identity the
+//! TLS connection carries), the method, the whole URI (authority, path and query as the
+//! client wrote them), every header with every value — less a short list of headers the
+//! apiserver never answers by ([`UNANSWERED_HEADERS`]: where the request came from, tracing,
+//! kubectl's session labels). The identity is in it as sent: the front-proxy headers kubegate
+//! set for a certificate, the client's own `Authorization` and `Impersonate-*` headers. Two
+//! bearer tokens of one user are two keys: a token also carries what a review does not give
+//! kubegate (its `extra`: the pod and node it is bound to, which an authorizer may read).
+//! Anything unknown counts, so a header that could change the answer keeps requests apart.
+
+use crate::state::Kind;
+use http::{HeaderMap, Method, Uri};
+use kubegate_wire::classify::{RequestInfo, Verb};
+use kubegate_wire::target::Query;
+
+/// Headers the apiserver never answers by (it logs some, in its audit record of the request
+/// that went upstream). Every other header is part of the key.
+pub const UNANSWERED_HEADERS: &[&str] = &[
+    "x-forwarded-for",
+    "x-real-ip",
+    "user-agent",
+    "traceparent",
+    "tracestate",
+    "audit-id",
+    "kubectl-command",
+    "kubectl-session",
+    "content-length",
+];
+
+/// One read's key: the request's answer-deciding bytes, each part length-prefixed (so no
+/// two different requests write the same bytes), compared whole (a hash collision cannot
+/// join two reads).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct JoinKey(Box<[u8]>);
+
+/// Which in-flight twin a read may be answered from, by the apiserver's freshness rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// A `resourceVersion` (`0`: any; `N`: not older than N, or exactly N) or a `continue`
+    /// token: any twin in flight is as fresh as this read asks, its query being the same.
+    AnyTwin,
+    /// No `resourceVersion`: a consistent read, which must see every write that completed
+    /// before it arrived. Only a twin sent after it arrived will do.
+    SentAfterArrival,
+}
+
+/// A read that may be joined: its key and freshness.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Joinable {
+    /// What it asks, whole.
+    pub key: JoinKey,
+    /// Which twin may answer it.
+    pub freshness: Freshness,
+}
+
+/// Whether a request read as `info`, with `method`, is a read that may be joined: a GET or
+/// LIST that is not long-running (watches, logs and sessions stream), of any resource but
+/// `secrets` unless `secrets` is true. (Its body must be empty too: [`joinable`].)
+pub fn may_join(info: &RequestInfo<'_>, method: &Method, secrets: bool) -> bool {
+    *method == Method::GET
+        && info.class.long_running.is_none()
+        && matches!(info.class.verb, Verb::Get | Verb::List)
+        && (secrets || info.target.resource != Some("secrets"))
+}
+
+/// The key and freshness of a read that [`may_join`], sent upstream with this head and
+/// `body`; `None` when it carries a body.
+pub fn joinable(
+    kind: Kind,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Option<Joinable> {
+    if !body.is_empty() {
+        return None;
+    }
+    let query = Query::new(uri.query());
+    let pinned = |key| query.first(key).is_some_and(|v| !v.is_empty());
+    let freshness = if pinned("resourceVersion") || pinned("continue") {
+        Freshness::AnyTwin
+    } else {
+        Freshness::SentAfterArrival
+    };
+    Some(Joinable {
+        key: key_of(kind, method, uri, headers),
+        freshness,
+    })
+}
+
+/// The key of a request of `kind` with this head.
+pub fn key_of(kind: Kind, method: &Method, uri: &Uri, headers: &HeaderMap) -> JoinKey {
+    let mut out = Vec::with_capacity(256);
+    let mut part = |bytes: &[u8]| {
+        out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+        out.extend_from_slice(bytes);
+    };
+    part(&[kind as u8]);
+    part(method.as_str().as_bytes());
+    part(uri.to_string().as_bytes());
+    let mut names: Vec<&http::HeaderName> = headers
+        .keys()
+        .filter(|n| !UNANSWERED_HEADERS.contains(&n.as_str()))
+        .collect();
+    names.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    for name in names {
+        // Every value, in the order sent: a header repeated is a list the apiserver reads in
+        // order (`Impersonate-Group`).
+        let values: Vec<&[u8]> = headers.get_all(name).iter().map(|v| v.as_bytes()).collect();
+        part(name.as_str().as_bytes());
+        part(&(values.len() as u32).to_be_bytes());
+        for v in values {
+            part(v);
+        }
+    }
+    JoinKey(out.into_boxed_slice())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+    use kubegate_wire::classify::ReadTarget;
+    use proptest::prelude::*;
+
+    fn joinable_of(target: &str, headers: &HeaderMap) -> Option<Joinable> {
+        let uri: Uri = format!("https://kube.example{target}").parse().unwrap();
+        let read = ReadTarget::of(&uri).unwrap();
+        if !may_join(&read.info(&Method::GET), &Method::GET, false) {
+            return None;
+        }
+        joinable(Kind::BearerToken, &Method::GET, &uri, headers, b"")
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn only_plain_reads_are_joined() {
+        let h = headers(&[("authorization", "Bearer a")]);
+        assert!(joinable_of("/api/v1/pods", &h).is_some());
+        assert!(joinable_of("/api/v1/namespaces/a/pods/p", &h).is_some());
+        assert!(joinable_of("/version", &h).is_some());
+        for not in [
+            "/api/v1/pods?watch=true",
+            "/api/v1/namespaces/a/pods/p/log?follow=true",
+            "/api/v1/namespaces/a/pods/p/exec",
+            "/api/v1/namespaces/a/secrets",
+            "/api/v1/secrets?resourceVersion=0",
+        ] {
+            assert!(joinable_of(not, &h).is_none(), "{not} is not joined");
+        }
+    }
+
+    #[test]
+    fn freshness_follows_the_resource_version_asked() {
+        let h = HeaderMap::new();
+        let fresh = |t| joinable_of(t, &h).unwrap().freshness;
+        assert_eq!(fresh("/api/v1/pods"), Freshness::SentAfterArrival);
+        assert_eq!(
+            fresh("/api/v1/pods?resourceVersion="),
+            Freshness::SentAfterArrival
+        );
+        assert_eq!(fresh("/api/v1/pods?limit=500"), Freshness::SentAfterArrival);
+        assert_eq!(fresh("/api/v1/pods?resourceVersion=0"), Freshness::AnyTwin);
+        assert_eq!(
+            fresh("/api/v1/pods?resourceVersion=7&resourceVersionMatch=Exact"),
+            Freshness::AnyTwin
+        );
+        assert_eq!(
+            fresh("/api/v1/pods?limit=5&continue=abc"),
+            Freshness::AnyTwin
+        );
+    }
+
+    #[test]
+    fn where_a_request_came_from_does_not_keep_reads_apart() {
+        let a = headers(&[
+            ("authorization", "Bearer a"),
+            ("user-agent", "kube-proxy/1"),
+            ("x-forwarded-for", "127.0.0.2"),
+            ("kubectl-session", "s1"),
+        ]);
+        let b = headers(&[
+            ("x-forwarded-for", "127.0.0.3"),
+            ("authorization", "Bearer a"),
+            ("user-agent", "kube-proxy/2"),
+        ]);
+        assert_eq!(
+            joinable_of("/api/v1/services", &a),
+            joinable_of("/api/v1/services", &b)
+        );
+    }
+
+    /// The values each part of a request that decides its answer takes in the property
+    /// below, some nearly alike: identities (tokens, front-proxy users and groups, a
+    /// group more, an impersonation), encodings, resourceVersions and selectors, paths.
+    fn identities() -> Vec<Vec<(&'static str, &'static str)>> {
+        vec![
+            vec![],
+            vec![("authorization", "Bearer token-a")],
+            vec![("authorization", "Bearer token-b")],
+            vec![("authorization", "Bearer token-a ")],
+            vec![("x-remote-user", "alice"), ("x-remote-group", "dev")],
+            vec![("x-remote-user", "alice"), ("x-remote-group", "ops")],
+            vec![
+                ("x-remote-user", "alice"),
+                ("x-remote-group", "dev"),
+                ("x-remote-group", "ops"),
+            ],
+            vec![
+                ("x-remote-user", "alice"),
+                ("x-remote-group", "ops"),
+                ("x-remote-group", "dev"),
+            ],
+            vec![("x-remote-user", "alicedev")],
+            vec![
+                ("x-remote-user", "alice"),
+                ("x-remote-extra-scopes", "view"),
+            ],
+            vec![
+                ("authorization", "Bearer token-a"),
+                ("impersonate-user", "bob"),
+            ],
+        ]
+    }
+
+    const ENCODINGS: &[&[(&str, &str)]] = &[
+        &[],
+        &[("accept", "application/json")],
+        &[("accept", "application/vnd.kubernetes.protobuf")],
+        &[("accept", "application/json;as=Table;v=v1;g=meta.k8s.io")],
+        &[("accept-encoding", "gzip")],
+        &[("accept", "application/json"), ("accept-encoding", "gzip")],
+    ];
+
+    const QUERIES: &[&str] = &[
+        "",
+        "?resourceVersion=0",
+        "?resourceVersion=10",
+        "?resourceVersion=10&resourceVersionMatch=Exact",
+        "?resourceVersion=10&resourceVersionMatch=NotOlderThan",
+        "?labelSelector=app%3Da",
+        "?labelSelector=app%3Db",
+        "?labelSelector=app%3Da&resourceVersion=0",
+        "?fieldSelector=spec.nodeName%3Dn1",
+        "?fieldSelector=spec.nodeName%3Dn2",
+        "?limit=500&continue=abc",
+        "?limit=500&continue=abd",
+    ];
+
+    const PATHS: &[&str] = &[
+        "/api/v1/services",
+        "/api/v1/namespaces/a/services",
+        "/api/v1/namespaces/b/services",
+        "/api/v1/namespaces/a/services/x",
+        "/apis/discovery.k8s.io/v1/endpointslices",
+    ];
+
+    /// A request as indices into the tables above: (path, query, identity, encoding).
+    type Ask = (usize, usize, usize, usize);
+
+    /// The target and headers of `ask`, with user agent `agent`.
+    fn request((p, q, i, e): Ask, agent: &str) -> (String, HeaderMap) {
+        let mut pairs = identities()[i].clone();
+        pairs.extend_from_slice(ENCODINGS[e]);
+        pairs.push(("user-agent", agent));
+        (format!("{}{}", PATHS[p], QUERIES[q]), headers(&pairs))
+    }
+
+    /// Two requests, the second alike in each part with even odds (else drawn anew): the
+    /// pairs that differ in one part alone, which a leaking key would equate, come often.
+    fn two_asks() -> impl Strategy<Value = (Ask, Ask)> {
+        let ask = || {
+            (
+                0..PATHS.len(),
+                0..QUERIES.len(),
+                0..identities().len(),
+                0..ENCODINGS.len(),
+            )
+        };
+        (ask(), ask(), any::<[bool; 4]>()).prop_map(|(a, b, keep)| {
+            let pick = |k: bool, x: usize, y: usize| if k { x } else { y };
+            let b = (
+                pick(keep[0], a.0, b.0),
+                pick(keep[1], a.1, b.1),
+                pick(keep[2], a.2, b.2),
+                pick(keep[3], a.3, b.3),
+            );
+            (a, b)
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        /// Two requests share a key exactly when they are the same request (their user
+        /// agents aside): no identity, selector, encoding or resourceVersion crosses to
+        /// another.
+        #[test]
+        fn requests_share_a_key_only_when_they_ask_the_same(
+            (a, b) in two_asks(),
+            ua in "[a-z]{0,4}",
+            ub in "[a-z]{0,4}",
+        ) {
+            let (ta, ha) = request(a, &ua);
+            let (tb, hb) = request(b, &ub);
+            let (ka, kb) = (joinable_of(&ta, &ha).unwrap(), joinable_of(&tb, &hb).unwrap());
+            prop_assert_eq!(ka.key == kb.key, a == b, "{:?} / {:?}", (ta, ha), (tb, hb));
+        }
+    }
+}

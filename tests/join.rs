@@ -1,0 +1,399 @@
+//! Joined reads (`terminate.join_reads`): real `kubegate` and `kubegate-sim` processes over
+//! one etcd, the replicas slowed (every API request takes 200–300 ms) so that reads sent at
+//! once overlap, as they do when a fleet of clients starts together.
+//!
+//! 1. `identical_lists_of_one_sender_reach_the_replicas_a_few_times`
+//! 2. `consistent_lists_after_writes_each_see_their_own_write`
+//! 3. `no_answer_crosses_identities_selectors_encodings_or_resource_versions`
+
+use kubegate_e2e::*;
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(60);
+const LISTS: &str = "/api/v1/namespaces/default/configmaps";
+const AGENT: &str = "join-test/1";
+
+/// Two replicas over one etcd behind kubegate in terminate mode, reads joined, the access log
+/// on; each replica answers every API request after `latency_ms`.
+fn joining(latency_ms: u64) -> Started {
+    let bed = Cluster::new()
+        .replicas(2)
+        .etcd()
+        .terminate()
+        .tokens(&[
+            ("tok-a", "token-user-a", "dev"),
+            ("tok-b", "token-user-b", "dev"),
+        ])
+        .configure(|cfg| {
+            cfg.terminate.join_reads.enabled = true;
+            cfg.terminate.access_log.format = kubegate_config::AccessLogFormat::Json;
+            cfg.terminate.access_log.max_per_second = 100_000;
+        })
+        .start();
+    for s in &bed.sims {
+        s.set_latency_ms(latency_ms);
+    }
+    bed
+}
+
+/// LISTs both replicas received so far.
+fn lists(bed: &Started) -> u64 {
+    bed.sims.iter().map(Sim::lists_received).sum()
+}
+
+/// `n` HTTP/2 connections through kubegate as `user` of `system:masters` (one certificate).
+async fn connections_as(bed: &Started, user: &str, n: usize) -> Vec<Conn> {
+    let (crt, key) = bed.pki.client_in(user, user, &["system:masters"]);
+    let mut conns = Vec::with_capacity(n);
+    for _ in 0..n {
+        conns.push(
+            Conn::open_as(bed.kg.listen, &bed.pki, true, &crt, &key)
+                .await
+                .unwrap(),
+        );
+    }
+    conns
+}
+
+/// Runs `each` on every connection at once; their answers, in order.
+async fn all_at_once<F, Fut>(conns: Vec<Conn>, each: F) -> Vec<Response>
+where
+    F: Fn(usize, Conn) -> Fut,
+    Fut: Future<Output = Response> + Send + 'static,
+{
+    let tasks: Vec<_> = conns
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| tokio::spawn(each(i, c)))
+        .collect();
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+/// Creates configmap `name` with label `app=label`.
+async fn create(conn: &mut Conn, name: &str, label: &str) {
+    let body = format!(r#"{{"metadata":{{"name":"{name}","labels":{{"app":"{label}"}}}}}}"#);
+    let r = conn.request("POST", LISTS, Some(&body)).await.unwrap();
+    assert_eq!(r.status, 201, "{}", r.text());
+}
+
+/// The names of a list's items.
+fn names(r: &Response) -> HashSet<String> {
+    let list: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_lists_of_one_sender_reach_the_replicas_a_few_times() {
+    let bed = joining(300);
+    let mut admin = connections_as(&bed, "admin", 1).await.pop().unwrap();
+    for (i, label) in ["a", "b", "a"].iter().enumerate() {
+        create(&mut admin, &format!("cm-{i}"), label).await;
+    }
+    let want: HashSet<String> = (0..3).map(|i| format!("cm-{i}")).collect();
+
+    // 100 consistent LISTs at once: the first goes, those arriving while it is in flight go
+    // together once it has answered.
+    for query in ["", "?resourceVersion=0"] {
+        let conns = connections_as(&bed, "alice", 100).await;
+        let before = lists(&bed);
+        let path = format!("{LISTS}{query}");
+        let answers = all_at_once(conns, |_, mut c| {
+            let path = path.clone();
+            async move {
+                let agent = [("User-Agent", AGENT)];
+                c.send("GET", &path, &agent, None).await.unwrap()
+            }
+        })
+        .await;
+        let sent = lists(&bed) - before;
+        assert!(
+            sent <= 5,
+            "{query:?}: 100 LISTs reached the replicas {sent} times"
+        );
+        let first = &answers[0];
+        for r in &answers {
+            assert_eq!(r.status, 200, "{}", r.text());
+            assert_eq!(r.body, first.body, "every client gets the same bytes");
+            assert_eq!(names(r), want);
+        }
+    }
+    let joined = bed
+        .kg
+        .metric(r#"kubegate_reads_joined_total{cluster="default"}"#);
+    assert!(joined >= 190.0, "{joined}");
+    assert_eq!(bed.kg.metric("kubegate_join_held_bytes"), 0.0);
+
+    // The access log names every client answered from a shared read, and the upstream
+    // request's audit ID that ties it to the apiserver's audit event.
+    let lines = wait_for("200 access log lines", T, || {
+        let lines = bed.kg.access_lines(AGENT);
+        (lines.len() >= 200).then_some(lines)
+    });
+    let joined_lines: Vec<_> = lines.iter().filter(|l| l["shared"] == "joined").collect();
+    assert!(joined_lines.len() >= 190, "{}", joined_lines.len());
+    let led: HashSet<&str> = lines
+        .iter()
+        .filter(|l| l["shared"] == "led")
+        .map(|l| l["audit_id"].as_str().unwrap())
+        .collect();
+    for l in joined_lines {
+        assert_eq!(l["user"], "alice", "{l}");
+        assert!(
+            led.contains(l["audit_id"].as_str().unwrap()),
+            "a joined line names a led request's audit ID: {l}"
+        );
+    }
+
+    // Meanwhile, others asking the same get their own answers: anonymous 403, a bogus token
+    // 401, never the data.
+    let alice = connections_as(&bed, "alice", 40).await;
+    let mut strangers = Vec::new();
+    for _ in 0..40 {
+        strangers.push(
+            Conn::open_anonymous(bed.kg.listen, &bed.pki, true)
+                .await
+                .unwrap(),
+        );
+    }
+    let all: Vec<Conn> = alice.into_iter().chain(strangers).collect();
+    let answers = all_at_once(all, |i, mut c| async move {
+        match i {
+            0..40 => c.get(LISTS).await.unwrap(),
+            40..60 => c.get(LISTS).await.unwrap(),
+            _ => c
+                .get_with_token(LISTS, "bogus", "stranger/1")
+                .await
+                .unwrap(),
+        }
+    })
+    .await;
+    for (i, r) in answers.iter().enumerate() {
+        let expected = match i {
+            0..40 => 200,
+            40..60 => 403,
+            _ => 401,
+        };
+        assert_eq!(r.status, expected, "{i}: {}", r.text());
+        if expected != 200 {
+            assert!(!r.text().contains("cm-0"), "{i}: {}", r.text());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consistent_lists_after_writes_each_see_their_own_write() {
+    let bed = joining(200);
+    let conns = connections_as(&bed, "alice", 100).await;
+    let before = lists(&bed);
+    let answers = all_at_once(conns, |i, mut c| async move {
+        create(&mut c, &format!("mine-{i}"), "a").await;
+        c.get(LISTS).await.unwrap()
+    })
+    .await;
+    for (i, r) in answers.iter().enumerate() {
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(
+            names(r).contains(&format!("mine-{i}")),
+            "client {i} does not see its own write"
+        );
+    }
+    let sent = lists(&bed) - before;
+    assert!(sent < 50, "100 LISTs reached the replicas {sent} times");
+    let joined = bed
+        .kg
+        .metric(r#"kubegate_reads_joined_total{cluster="default"}"#);
+    assert_eq!(joined + sent as f64, 100.0, "each LIST went or joined");
+}
+
+/// Who asks: a certificate's user, a token, nobody, a token the replicas do not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Who {
+    Alice,
+    Bob,
+    TokenA,
+    TokenB,
+    Anonymous,
+    Bogus,
+}
+
+const WHO: [Who; 6] = [
+    Who::Alice,
+    Who::Bob,
+    Who::TokenA,
+    Who::TokenB,
+    Who::Anonymous,
+    Who::Bogus,
+];
+const SELECTORS: [&str; 3] = ["", "labelSelector=app%3Da", "labelSelector=app%3Db"];
+const ENCODINGS: [(&str, &str); 3] = [
+    ("application/json", ""),
+    ("application/json", "gzip"),
+    ("application/json;as=Table;v=v1;g=meta.k8s.io", ""),
+];
+const VERSIONS: [&str; 2] = ["", "resourceVersion=0"];
+
+/// One request of the matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Ask {
+    who: Who,
+    selector: usize,
+    encoding: usize,
+    version: usize,
+}
+
+impl Ask {
+    fn path(&self) -> String {
+        let q: Vec<&str> = [SELECTORS[self.selector], VERSIONS[self.version]]
+            .into_iter()
+            .filter(|q| !q.is_empty())
+            .collect();
+        if q.is_empty() {
+            LISTS.to_string()
+        } else {
+            format!("{LISTS}?{}", q.join("&"))
+        }
+    }
+
+    async fn send(self, conn: &mut Conn) -> Response {
+        let (accept, encoding) = ENCODINGS[self.encoding];
+        let mut headers = vec![("Accept", accept), ("User-Agent", AGENT)];
+        if !encoding.is_empty() {
+            headers.push(("Accept-Encoding", encoding));
+        }
+        match self.who {
+            Who::TokenA => headers.push(("Authorization", "Bearer tok-a")),
+            Who::TokenB => headers.push(("Authorization", "Bearer tok-b")),
+            Who::Bogus => headers.push(("Authorization", "Bearer bogus")),
+            _ => {}
+        }
+        conn.send("GET", &self.path(), &headers, None)
+            .await
+            .unwrap()
+    }
+}
+
+/// A connection through `bed`'s kubegate for `who`.
+async fn connection_for(
+    bed: &Started,
+    who: Who,
+    certs: &HashMap<Who, (std::path::PathBuf, std::path::PathBuf)>,
+) -> Conn {
+    match certs.get(&who) {
+        Some((crt, key)) => Conn::open_as(bed.kg.listen, &bed.pki, true, crt, key)
+            .await
+            .unwrap(),
+        None => Conn::open_anonymous(bed.kg.listen, &bed.pki, true)
+            .await
+            .unwrap(),
+    }
+}
+
+/// What a client can tell of an answer: its status, how it is encoded, who the replica
+/// answered (the simulator's `X-Kubegate-Sim-User`) and its body — less what moves between
+/// two reads of an unchanged list: the list's resourceVersion (the replicas' own writes move
+/// etcd's revision) and a Table's ages (the clock).
+fn seen(r: &Response) -> (u16, Option<String>, Option<String>, Option<String>, String) {
+    let header = |n: &str| r.header(n).map(str::to_string);
+    let content = match serde_json::from_slice::<serde_json::Value>(&r.body) {
+        Ok(mut v) => {
+            if let Some(meta) = v["metadata"].as_object_mut() {
+                meta.remove("resourceVersion");
+            }
+            for row in v["rows"].as_array_mut().into_iter().flatten() {
+                row["cells"][2] = serde_json::Value::Null;
+            }
+            v.to_string()
+        }
+        Err(_) => r.text(),
+    };
+    (
+        r.status,
+        header("content-type"),
+        header("content-encoding"),
+        header("x-kubegate-sim-user"),
+        content,
+    )
+}
+
+/// 240 requests drawn at random from identities × selectors × encodings × resourceVersions,
+/// sent at once (many join), each answer compared with what the same request gets alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_answer_crosses_identities_selectors_encodings_or_resource_versions() {
+    let bed = joining(250);
+    let mut admin = connections_as(&bed, "admin", 1).await.pop().unwrap();
+    for (i, label) in ["a", "b", "a", "c"].iter().enumerate() {
+        create(&mut admin, &format!("cm-{i}"), label).await;
+    }
+    let certs: HashMap<Who, _> = [(Who::Alice, "alice"), (Who::Bob, "bob")]
+        .into_iter()
+        .map(|(w, user)| (w, bed.pki.client_in(user, user, &["system:masters"])))
+        .collect();
+    // A fixed seed: the same draw every run, and a failure names the ask that crossed.
+    let mut rng = fastrand::Rng::with_seed(47);
+    let asks: Vec<Ask> = (0..240)
+        .map(|_| Ask {
+            who: WHO[rng.usize(..WHO.len())],
+            selector: rng.usize(..SELECTORS.len()),
+            encoding: rng.usize(..ENCODINGS.len()),
+            version: rng.usize(..VERSIONS.len()),
+        })
+        .collect();
+    let mut conns = Vec::with_capacity(asks.len());
+    for a in &asks {
+        conns.push(connection_for(&bed, a.who, &certs).await);
+    }
+    let joined_before = bed
+        .kg
+        .metric(r#"kubegate_reads_joined_total{cluster="default"}"#);
+    let at_once = {
+        let asks = asks.clone();
+        all_at_once(conns, move |i, mut c| {
+            let ask = asks[i];
+            async move { ask.send(&mut c).await }
+        })
+        .await
+    };
+    let joined = bed
+        .kg
+        .metric(r#"kubegate_reads_joined_total{cluster="default"}"#)
+        - joined_before;
+    assert!(joined >= 40.0, "the draw joined only {joined} reads");
+
+    // Each distinct ask once more, alone: nothing is in flight to join.
+    let mut alone: HashMap<Ask, Response> = HashMap::new();
+    for a in &asks {
+        if !alone.contains_key(a) {
+            let mut c = connection_for(&bed, a.who, &certs).await;
+            alone.insert(*a, a.send(&mut c).await);
+        }
+    }
+    for (a, r) in asks.iter().zip(&at_once) {
+        let (status, user) = match a.who {
+            Who::Alice => (200, Some("alice")),
+            Who::Bob => (200, Some("bob")),
+            Who::TokenA => (200, Some("token-user-a")),
+            Who::TokenB => (200, Some("token-user-b")),
+            Who::Anonymous => (403, Some("system:anonymous")),
+            Who::Bogus => (401, None),
+        };
+        assert_eq!(r.status, status, "{a:?}: {}", r.text());
+        assert_eq!(r.header("x-kubegate-sim-user"), user, "{a:?}");
+        assert!(
+            seen(r) == seen(&alone[a]),
+            "{a:?} got another request's answer: {:?} / alone {:?}",
+            seen(r),
+            seen(&alone[a])
+        );
+    }
+}
