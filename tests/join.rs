@@ -5,6 +5,7 @@
 //! 1. `identical_lists_of_one_sender_reach_the_replicas_a_few_times`
 //! 2. `consistent_lists_after_writes_each_see_their_own_write`
 //! 3. `no_answer_crosses_identities_selectors_encodings_or_resource_versions`
+//! 4. `identical_watches_are_fed_from_one_upstream_watch_across_a_restart`
 
 use kubegate_e2e::*;
 use std::collections::{HashMap, HashSet};
@@ -396,4 +397,106 @@ async fn no_answer_crosses_identities_selectors_encodings_or_resource_versions()
             seen(&alone[a])
         );
     }
+}
+
+/// 50 informers' watches of one sender, from one position, fed from one upstream watch
+/// (`terminate.shared_watches`): each hears every change in order, through a restart of the
+/// replica the shared watch is on; another sender's watch is its own; a client's own
+/// `timeoutSeconds` ends its stream alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_watches_are_fed_from_one_upstream_watch_across_a_restart() {
+    let mut bed = Cluster::new()
+        .replicas(2)
+        .etcd()
+        .terminate()
+        .configure(|cfg| {
+            cfg.terminate.shared_watches.enabled = true;
+            cfg.terminate.access_log.format = kubegate_config::AccessLogFormat::Json;
+        })
+        .start();
+    let mut admin = connections_as(&bed, "admin", 1).await.pop().unwrap();
+    create(&mut admin, "cm-0", "a").await;
+    let list: serde_json::Value =
+        serde_json::from_slice(&admin.get(LISTS).await.unwrap().body).unwrap();
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let watches = |bed: &Started| -> u64 { bed.sims.iter().map(Sim::watches_received).sum() };
+    let before = watches(&bed);
+
+    let path = |timeout: u32| {
+        format!("{LISTS}?watch=1&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds={timeout}")
+    };
+    let mut conns = connections_as(&bed, "alice", 50).await;
+    let mut streams = Vec::new();
+    for c in &mut conns {
+        let s = c.stream(&path(300)).await.unwrap();
+        assert_eq!(s.status, 200);
+        streams.push(s);
+    }
+    assert_eq!(watches(&bed) - before, 1, "one upstream watch for 50");
+    let kg = &bed.kg;
+    assert_eq!(kg.metric("kubegate_shared_watches"), 50.0);
+    assert_eq!(kg.metric("kubegate_shared_watch_feeds"), 1.0);
+    // Another sender: a watch of its own.
+    let mut bob = connections_as(&bed, "bob", 1).await.pop().unwrap();
+    let mut bobs = bob.stream(&path(300)).await.unwrap();
+    assert_eq!(watches(&bed) - before, 2);
+    // A client whose time is short: its stream ends, the others' go on.
+    let mut brief_conn = connections_as(&bed, "alice", 1).await.pop().unwrap();
+    let mut brief = brief_conn.stream(&path(2)).await.unwrap();
+    assert_eq!(watches(&bed) - before, 2, "fed too");
+
+    /// Reads `s` until the ADDED event of `name` (bookmarks may come before it).
+    async fn added(s: &mut Lines, name: &str) {
+        loop {
+            let e = s.next_json(T).await;
+            match e["type"].as_str() {
+                Some("BOOKMARK") => continue,
+                Some("ADDED") => {
+                    assert_eq!(e["object"]["metadata"]["name"], name, "{e}");
+                    return;
+                }
+                _ => panic!("{name}: {e}"),
+            }
+        }
+    }
+    for i in 1..=3 {
+        let name = format!("cm-{i}");
+        create(&mut admin, &name, "a").await;
+        for s in streams.iter_mut().chain([&mut bobs]) {
+            added(s, &name).await;
+        }
+    }
+    // The brief watch ends cleanly at its own time (what it heard before, it heard).
+    let started = std::time::Instant::now();
+    while brief.next(T).await.unwrap().is_some() {}
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let line = wait_for("the brief watch's access log line", T, || {
+        bed.kg
+            .access_lines("")
+            .into_iter()
+            .find(|l| l["shared"] == "fed" && l["verb"] == "watch")
+    });
+    assert_eq!(line["user"], "alice", "{line}");
+    assert!(
+        line["audit_id"].as_str().is_some_and(|a| a.len() == 36),
+        "{line}"
+    );
+
+    // The replica holding the shared watch restarts: the feed moves, its clients hear on.
+    let holder = bed
+        .sims
+        .iter()
+        .position(|s| s.watches_open() > 0)
+        .expect("a replica holds the watches");
+    bed.sims[holder].restart();
+    create(&mut admin, "cm-after", "a").await;
+    for s in streams.iter_mut() {
+        added(s, "cm-after").await;
+    }
+    let upstream = watches(&bed) - before;
+    assert!(upstream <= 6, "{upstream} upstream watches for 52 clients");
+    assert_eq!(bed.kg.metric("kubegate_shared_watch_feeds"), 2.0);
 }

@@ -647,12 +647,13 @@ fn a_runaway_identity_under_its_rule_gets_429_not_resets() {
 }
 
 /// A short herd run (`kubegate-loadtest herd`): 100 informers of one identity start at once,
-/// straight to the replicas and through kubegate with joined reads. Every informer gets its
-/// list either way; through kubegate the replicas serve a few LISTs, not one per informer.
-/// The documented run (1,000 informers beside HAProxy and Envoy, docs/failover.md) has the
+/// straight to the replicas and through kubegate with joined reads and shared watches, then
+/// watch through 20 writes. Every informer gets its list and hears every write either way;
+/// through kubegate the replicas serve a few LISTs and watches, not one per informer. The
+/// documented run (5,000 informers beside HAProxy and Envoy, docs/failover.md) has the
 /// figures.
 #[test]
-fn a_herd_of_identical_informers_reaches_the_replicas_a_few_times_through_joined_reads() {
+fn a_herd_of_identical_informers_reaches_the_replicas_a_few_times_through_kubegate() {
     let _slot = Slot::take();
     let dir = tempfile::tempdir().unwrap();
     let (table, rows) = subcommand(
@@ -664,7 +665,7 @@ fn a_herd_of_identical_informers_reaches_the_replicas_a_few_times_through_joined
             "--objects",
             "50",
             "--gateways",
-            "direct,kubegate-l7-joined",
+            "direct,kubegate-l7-shared",
         ],
     );
     let row = |gateway: &str| {
@@ -676,12 +677,22 @@ fn a_herd_of_identical_informers_reaches_the_replicas_a_few_times_through_joined
             .clone()
     };
     let direct = row("direct");
-    let joined = row("kubegate-l7-joined");
+    let joined = row("kubegate-l7-shared");
     for r in [&direct, &joined] {
         assert_eq!(r["status"], "ok", "{r}");
         assert_eq!(r["listed"], 100, "{r}");
+        assert_eq!(r["churn"]["watching"], 100, "{r}");
+        assert_eq!(
+            r["churn"]["events"], 2000,
+            "every informer heard every write: {r}"
+        );
     }
     assert_eq!(direct["lists_at_replicas"], 100, "{direct}");
+    assert_eq!(direct["churn"]["watches_at_replicas"], 100, "{direct}");
+    // One shared watch for the 100 (a few, had some informers listed at a later position
+    // than the first watch opened from).
+    let watches = joined["churn"]["watches_at_replicas"].as_u64().unwrap();
+    assert!((1..=5).contains(&watches), "{joined}");
     // A few: those arriving while the first is in flight join it (the replicas answer after
     // 100 ms); a loaded machine spreads the starts, and the bound leaves room for that.
     let lists = joined["lists_at_replicas"].as_u64().unwrap();

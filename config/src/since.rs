@@ -77,6 +77,12 @@ pub const ADDED: &[(&str, Version)] = &[
     ("terminate.join_reads.max_answer_bytes", (0, 3, 0)),
     ("terminate.join_reads.max_held_bytes", (0, 3, 0)),
     ("terminate.join_reads.secrets", (0, 3, 0)),
+    ("terminate.shared_watches", (0, 3, 0)),
+    ("terminate.shared_watches.enabled", (0, 3, 0)),
+    ("terminate.shared_watches.window_events", (0, 3, 0)),
+    ("terminate.shared_watches.window_bytes", (0, 3, 0)),
+    ("terminate.shared_watches.max_lag_events", (0, 3, 0)),
+    ("terminate.shared_watches.secrets", (0, 3, 0)),
 ];
 
 /// Reads `1.2.3` (a leading `v` allowed).

@@ -220,6 +220,19 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
             ),
         );
     }
+    let sw = &t.shared_watches;
+    if sw.enabled {
+        at_least_one(
+            &mut bad,
+            "terminate.shared_watches.window_events",
+            sw.window_events,
+        );
+        at_least_one(
+            &mut bad,
+            "terminate.shared_watches.max_lag_events",
+            sw.max_lag_events,
+        );
+    }
     let tr = &t.token_review;
     positive(&mut bad, "terminate.token_review.ttl", tr.ttl);
     positive(

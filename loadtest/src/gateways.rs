@@ -72,13 +72,14 @@ pub fn expand(names: &[String]) -> Vec<String> {
 }
 
 /// kubegate in terminate mode with something on whose cost the benchmark measures, with the
-/// rule the runaway-client run measures (`kubegate-l7-limited`), or with joined reads on (the
-/// herd run's `kubegate-l7-joined`): not failover peers, but runnable by name.
+/// rule the runaway-client run measures (`kubegate-l7-limited`), or with joined reads and
+/// shared watches on (the herd run's `kubegate-l7-shared`): not failover peers, but runnable
+/// by name.
 pub const BENCH_ONLY: &[&str] = &[
     "kubegate-l7-logged",
     "kubegate-l7-rules",
     "kubegate-l7-limited",
-    "kubegate-l7-joined",
+    "kubegate-l7-shared",
 ];
 
 /// The identity `kubegate-l7-limited` limits: the kubeadm layout's node certificate.
@@ -151,7 +152,7 @@ pub fn prepare(
         | "kubegate-l7-logged"
         | "kubegate-l7-rules"
         | "kubegate-l7-limited"
-        | "kubegate-l7-joined" => {
+        | "kubegate-l7-shared" => {
             let a = free_addr();
             admin = Some(a);
             kubegate(name, &site, a, threads)
@@ -248,8 +249,9 @@ fn kubegate(
     if name == "kubegate-l7-hold" {
         c.terminate.hold_when_none_ready = Duration::from_secs(10);
     }
-    if name == "kubegate-l7-joined" {
+    if name == "kubegate-l7-shared" {
         c.terminate.join_reads.enabled = true;
+        c.terminate.shared_watches.enabled = true;
     }
     if name == "kubegate-l7-logged" {
         c.terminate.access_log.format = kubegate_config::AccessLogFormat::Json;

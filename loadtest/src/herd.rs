@@ -1,23 +1,32 @@
 //! `kubegate-loadtest herd`: N informers of one identity start at once, as a DaemonSet's
-//! agents do after a rollout or every controller after a control-plane restart: each on its own
-//! HTTP/2 connection, each LISTs a namespace of ConfigMaps as client-go's reflector starts
-//! (`limit=500&resourceVersion=0`), retrying a 429 after its `Retry-After`. Straight to the
-//! replicas (`direct`, spread over them), and through each gateway.
+//! agents (every node's kube-proxy) do after a rollout or every controller after a
+//! control-plane restart: each on its own HTTP/2 connection, each LISTs a namespace of
+//! ConfigMaps as client-go's reflector starts (`limit=500&resourceVersion=0`), retrying a 429
+//! after its `Retry-After`, then watches it from its list's resourceVersion while a writer
+//! churns it (ConfigMaps stand in for a kube-proxy's EndpointSlices: the cost is per event and
+//! watcher, whatever the kind). Straight to the replicas (`direct`, spread over them), and
+//! through each gateway.
 //!
-//! Measured: the LISTs the replicas received and the body bytes they sent (their fault port's
-//! `/state`, before and after), how long each informer waited for its list (p50, p99), the
-//! failures, and the gateway's CPU time for the whole start. The replicas answer every API
-//! request after 100 ms (`--latency`), as a LIST of a few hundred objects takes on a busy
-//! apiserver: a start-up's LISTs overlap, as they do in a real cluster.
+//! Measured for the start: the LISTs the replicas received and the body bytes they sent (their
+//! fault port's `/state`, before and after), how long each informer waited for its list (p50,
+//! p99), the failures, and the gateway's CPU time. For the churn: the watches the replicas
+//! received, the bytes they sent, each event's lag at each informer (from the write's answer
+//! to the event's arrival, p50 and p99), the events an informer missed, the gateway's CPU per
+//! event delivered and its memory at the end. The replicas answer every API request after
+//! 100 ms (`--latency`), as a LIST of a few hundred objects takes on a busy apiserver: a
+//! start-up's LISTs overlap, as they do in a real cluster.
 
-use crate::client::{Client, ClientTls};
+use crate::client::{Client, ClientTls, WatchEvents};
 use crate::control_plane::{ControlPlane, ReplicaSettings};
 use crate::gateways;
 use crate::sampler::Sampler;
 use crate::scale::counts;
+use http_body_util::BodyExt;
 use serde::Serialize;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The namespace the informers list.
@@ -26,6 +35,8 @@ const NAMESPACE: &str = "herd";
 const LIST: &str = "/api/v1/namespaces/herd/configmaps?limit=500&resourceVersion=0";
 /// Tries of one informer's LIST (client-go retries a 429 after its `Retry-After`).
 const TRIES: usize = 10;
+/// How long every informer has to hear every write, after the last.
+const HEAR_WITHIN: Duration = Duration::from_secs(30);
 
 /// What to run.
 pub struct Plan {
@@ -35,6 +46,10 @@ pub struct Plan {
     pub objects: usize,
     /// `direct`, or gateways (see `run --gateways`).
     pub gateways: Vec<String>,
+    /// Writes during the churn (each a new ConfigMap: one event at every informer).
+    pub writes: usize,
+    /// Writes per second.
+    pub writes_per_second: u32,
     /// Working directory.
     pub dir: PathBuf,
 }
@@ -62,6 +77,31 @@ pub struct Row {
     pub p99_ms: f64,
     /// The gateway's CPU time over the start-up, ms (none: `direct`).
     pub gateway_cpu_ms: Option<u64>,
+    /// The churn that followed.
+    pub churn: Churn,
+}
+
+/// The informers' watches through the churn.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Churn {
+    /// Watches that opened (200).
+    pub watching: usize,
+    /// WATCH requests the replicas received for them.
+    pub watches_at_replicas: u64,
+    /// Body bytes the replicas sent from the watches' opening to the last event heard.
+    pub bytes_from_replicas: u64,
+    /// Events the informers heard of the writes.
+    pub events: u64,
+    /// Events an informer never heard.
+    pub missed: u64,
+    /// An event's lag at an informer, from its write's answer: median, ms.
+    pub lag_p50_ms: f64,
+    /// 99th percentile, ms.
+    pub lag_p99_ms: f64,
+    /// The gateway's CPU time per event delivered, µs (none: `direct`).
+    pub gateway_cpu_us_per_event: Option<f64>,
+    /// The gateway's resident memory at the end, MiB.
+    pub gateway_rss_mib: Option<f64>,
 }
 
 /// Runs every gateway in turn, each in front of a control plane of its own.
@@ -122,10 +162,14 @@ async fn one(plan: &Plan, gateway: &str, dir: &Path) -> anyhow::Result<Row> {
         .map(|c| tokio::spawn(informer(c)))
         .collect();
     let mut waited = Vec::with_capacity(tasks.len());
+    let mut listed = Vec::with_capacity(tasks.len());
     let mut failed = 0;
     for t in tasks {
         match t.await? {
-            Some(ms) => waited.push(ms),
+            Some((ms, client, rv)) => {
+                waited.push(ms);
+                listed.push((client, rv));
+            }
             None => failed += 1,
         }
     }
@@ -135,6 +179,12 @@ async fn one(plan: &Plan, gateway: &str, dir: &Path) -> anyhow::Result<Row> {
         .map(|(s, b)| s.latest().cpu_ms.saturating_sub(b));
     let after = replica_totals(&ports).await?;
     waited.sort_by(|a, b| a.total_cmp(b));
+    eprintln!(
+        "{gateway}: {} informers watch through {} writes",
+        listed.len(),
+        plan.writes
+    );
+    let churn = churn(plan, &cp, listed, (&ports, sampler.as_ref())).await?;
     Ok(Row {
         gateway: gateway.to_string(),
         status: "ok".into(),
@@ -146,6 +196,7 @@ async fn one(plan: &Plan, gateway: &str, dir: &Path) -> anyhow::Result<Row> {
         p50_ms: crate::report::percentile(&waited, 0.50),
         p99_ms: crate::report::percentile(&waited, 0.99),
         gateway_cpu_ms: cpu_ms,
+        churn,
     })
 }
 
@@ -161,6 +212,7 @@ fn not_run(gateway: &str, informers: usize, why: String) -> Row {
         p50_ms: 0.0,
         p99_ms: 0.0,
         gateway_cpu_ms: None,
+        churn: Churn::default(),
     }
 }
 
@@ -183,13 +235,18 @@ async fn wait_serving(addr: SocketAddr, tls: &ClientTls, gateway: &str) -> anyho
 }
 
 /// One informer's start: its LIST, a 429 retried after `Retry-After`; how long it waited for
-/// its list (ms), or `None` when it got none.
-async fn informer(mut c: Client) -> Option<f64> {
+/// its list (ms), its connection and the list's resourceVersion, or `None` when it got none.
+async fn informer(mut c: Client) -> Option<(f64, Client, String)> {
     let started = Instant::now();
     for _ in 0..TRIES {
         let sent = tokio::time::timeout(Duration::from_secs(60), c.send("GET", LIST, None));
         match sent.await {
-            Ok(Ok(r)) if r.status == 200 => return Some(started.elapsed().as_secs_f64() * 1e3),
+            Ok(Ok(r)) if r.status == 200 => {
+                let waited = started.elapsed().as_secs_f64() * 1e3;
+                let list: serde_json::Value = serde_json::from_slice(&r.body).ok()?;
+                let rv = list["metadata"]["resourceVersion"].as_str()?.to_string();
+                return Some((waited, c, rv));
+            }
             Ok(Ok(r)) if r.status == 429 => {
                 tokio::time::sleep(Duration::from_secs(r.retry_after.unwrap_or(1))).await;
             }
@@ -199,24 +256,142 @@ async fn informer(mut c: Client) -> Option<f64> {
     None
 }
 
-/// LISTs received and body bytes sent, over every replica.
-async fn replica_totals(ports: &[u16]) -> anyhow::Result<(u64, u64)> {
-    let mut totals = (0, 0);
+/// When each write was answered, by the ConfigMap's name.
+type Written = Arc<Mutex<HashMap<String, Instant>>>;
+
+/// What the informers heard: each event's lag (ms), and how many events.
+type Heard = (Arc<Mutex<Vec<f64>>>, Arc<Mutex<u64>>);
+
+/// The informers watch from their lists' positions while `plan.writes` ConfigMaps are created:
+/// what that cost the replicas and the gateway, and what the informers heard.
+async fn churn(
+    plan: &Plan,
+    cp: &ControlPlane,
+    listed: Vec<(Client, String)>,
+    (ports, sampler): (&[u16], Option<&Sampler>),
+) -> anyhow::Result<Churn> {
+    let before = replica_totals(ports).await?;
+    let mut opened = Vec::with_capacity(listed.len());
+    for (mut c, rv) in listed {
+        let path = format!(
+            "/api/v1/namespaces/{NAMESPACE}/configmaps?watch=1&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=600"
+        );
+        if let Ok(Ok((200, body))) =
+            tokio::time::timeout(Duration::from_secs(30), c.watch(&path)).await
+        {
+            opened.push((c, body));
+        }
+    }
+    let watching = opened.len();
+    let open = replica_totals(ports).await?;
+    let written: Written = Arc::default();
+    let heard: Heard = Default::default();
+    let informers: Vec<_> = opened
+        .into_iter()
+        .map(|(c, body)| {
+            let (written, heard, writes) = (written.clone(), heard.clone(), plan.writes);
+            tokio::spawn(async move {
+                let _connection = c;
+                hear(body, writes, &written, &heard).await;
+            })
+        })
+        .collect();
+    let cpu_before = sampler.map(|s| s.latest().cpu_ms);
+    let mut writer = Client::connect(cp.addresses()[0], cp.tls(), true)
+        .await
+        .map_err(|e| anyhow::anyhow!("connect: {e:?}"))?;
+    let path = format!("/api/v1/namespaces/{NAMESPACE}/configmaps");
+    let every = Duration::from_secs_f64(1.0 / f64::from(plan.writes_per_second.max(1)));
+    for i in 0..plan.writes {
+        let name = format!("churn-{i}");
+        let body = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                      "metadata": {"name": name}, "data": {"endpoint": i.to_string()}});
+        let r = writer
+            .send("POST", &path, Some(&body.to_string()))
+            .await
+            .map_err(|e| anyhow::anyhow!("write: {e:?}"))?;
+        anyhow::ensure!(r.status == 201, "write: {}", r.status);
+        written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name, Instant::now());
+        tokio::time::sleep(every).await;
+    }
+    for t in informers {
+        let _ = tokio::time::timeout(HEAR_WITHIN, t).await;
+    }
+    let after = replica_totals(ports).await?;
+    let events = *heard.1.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lags = heard.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    lags.sort_by(|a, b| a.total_cmp(b));
+    let cpu_ms = sampler
+        .zip(cpu_before)
+        .map(|(s, b)| s.latest().cpu_ms.saturating_sub(b));
+    Ok(Churn {
+        watching,
+        watches_at_replicas: open.2 - before.2,
+        bytes_from_replicas: after.1 - open.1,
+        events,
+        missed: (watching * plan.writes) as u64 - events,
+        lag_p50_ms: crate::report::percentile(&lags, 0.50),
+        lag_p99_ms: crate::report::percentile(&lags, 0.99),
+        gateway_cpu_us_per_event: cpu_ms
+            .filter(|_| events > 0)
+            .map(|ms| ms as f64 * 1e3 / events as f64),
+        gateway_rss_mib: sampler.map(|s| s.latest().rss_kib as f64 / 1024.0),
+    })
+}
+
+/// One informer's watch: reads its events until it has heard every write (or its body ends),
+/// each write's lag recorded.
+async fn hear(mut body: hyper::body::Incoming, writes: usize, written: &Written, heard: &Heard) {
+    let mut events = WatchEvents::default();
+    let mut seen = 0;
+    while seen < writes {
+        let Some(Ok(frame)) = body.frame().await else {
+            return;
+        };
+        for e in events.take(frame) {
+            if e["type"] != "ADDED" {
+                continue;
+            }
+            let Some(name) = e["object"]["metadata"]["name"].as_str() else {
+                continue;
+            };
+            let at = written
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(name)
+                .copied();
+            // An event can come before its write's answer: no lag.
+            let lag = at.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3);
+            heard.0.lock().unwrap_or_else(|e| e.into_inner()).push(lag);
+            *heard.1.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+            seen += 1;
+        }
+    }
+}
+
+/// LISTs received, body bytes sent and WATCHes received, over every replica.
+async fn replica_totals(ports: &[u16]) -> anyhow::Result<(u64, u64, u64)> {
+    let mut totals = (0, 0, 0);
     for &port in ports {
         let state = counts::state(port)
             .await
             .ok_or_else(|| anyhow::anyhow!("the replica at fault port {port} did not answer"))?;
         totals.0 += state["lists_received"].as_u64().unwrap_or(0);
         totals.1 += state["bytes_sent"].as_u64().unwrap_or(0);
+        totals.2 += state["watches_received"].as_u64().unwrap_or(0);
     }
     Ok(totals)
 }
 
-/// The report as a Markdown table.
+/// The report as Markdown: the start-up, then the churn.
 pub fn markdown(rows: &[Row]) -> String {
     let mut out = String::from(
         "| gateway | informers listed (failed) | LISTs at the replicas | bytes the replicas sent | wait p50 / p99 | gateway CPU |\n|---|---|---|---|---|---|\n",
     );
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     for r in rows {
         if r.status != "ok" {
             out.push_str(&format!("| {} | {} | | | | |\n", r.gateway, r.status));
@@ -228,11 +403,32 @@ pub fn markdown(rows: &[Row]) -> String {
             r.listed,
             r.failed,
             r.lists_at_replicas,
-            r.bytes_from_replicas as f64 / (1024.0 * 1024.0),
+            mib(r.bytes_from_replicas),
             r.p50_ms,
             r.p99_ms,
             r.gateway_cpu_ms
                 .map_or_else(|| "-".to_string(), |ms| format!("{ms} ms")),
+        ));
+    }
+    out.push_str(
+        "\n| gateway | watching | WATCHes at the replicas | bytes the replicas sent | events heard (missed) | lag p50 / p99 | gateway CPU per event | gateway RSS |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows.iter().filter(|r| r.status == "ok") {
+        let c = &r.churn;
+        out.push_str(&format!(
+            "| {} | {} | {} | {:.2} MiB | {} ({}) | {:.1} / {:.1} ms | {} | {} |\n",
+            r.gateway,
+            c.watching,
+            c.watches_at_replicas,
+            mib(c.bytes_from_replicas),
+            c.events,
+            c.missed,
+            c.lag_p50_ms,
+            c.lag_p99_ms,
+            c.gateway_cpu_us_per_event
+                .map_or_else(|| "-".to_string(), |us| format!("{us:.1} µs")),
+            c.gateway_rss_mib
+                .map_or_else(|| "-".to_string(), |m| format!("{m:.0} MiB")),
         ));
     }
     out

@@ -141,9 +141,10 @@ enum Command {
         plot: Option<PathBuf>,
     },
     /// A herd: N informers of one identity start at once (a DaemonSet rolled out, every
-    /// controller restarted), each LISTing a namespace: the LISTs and bytes the replicas
-    /// served, how long the informers waited, straight to the replicas and through each
-    /// gateway (docs/failover.md, "A herd of informers").
+    /// controller restarted), each LISTing a namespace, then watching it through a churn of
+    /// writes: the LISTs, watches and bytes the replicas served, how long the informers
+    /// waited and each event's lag, straight to the replicas and through each gateway
+    /// (docs/failover.md, "A herd of informers").
     Herd {
         /// Informers, each on its own HTTP/2 connection.
         #[arg(long, default_value_t = 1000)]
@@ -152,13 +153,20 @@ enum Command {
         #[arg(long, default_value_t = 400)]
         objects: usize,
         /// `direct` (no gateway: the informers spread over the replicas), or gateways,
-        /// comma-separated (see `run --gateways`; `kubegate-l7-joined` joins identical reads).
+        /// comma-separated (see `run --gateways`; `kubegate-l7-shared` joins identical reads
+        /// and shares identical watches).
         #[arg(
             long,
             value_delimiter = ',',
-            default_value = "direct,haproxy-l7,envoy-l7,kubegate-l7,kubegate-l7-joined"
+            default_value = "direct,haproxy-l7,envoy-l7,kubegate-l7,kubegate-l7-shared"
         )]
         gateways: Vec<String>,
+        /// Writes while the informers watch (each a new ConfigMap: an event at every one).
+        #[arg(long, default_value_t = 20)]
+        writes: usize,
+        /// Writes per second.
+        #[arg(long, default_value_t = 10)]
+        writes_per_second: u32,
         #[command(flatten)]
         output: Output,
     },
@@ -334,6 +342,8 @@ fn main() -> anyhow::Result<()> {
             informers,
             objects,
             gateways,
+            writes,
+            writes_per_second,
             output,
         } => {
             return run_herd(
@@ -341,6 +351,8 @@ fn main() -> anyhow::Result<()> {
                     informers,
                     objects,
                     gateways,
+                    writes,
+                    writes_per_second,
                     dir: PathBuf::new(),
                 },
                 output,

@@ -178,12 +178,34 @@ impl Sim {
 
     /// LIST requests it received since it started (its fault port's `/state`).
     pub fn lists_received(&self) -> u64 {
+        self.counted("lists_received")
+    }
+
+    /// WATCH requests it received since it started.
+    pub fn watches_received(&self) -> u64 {
+        self.counted("watches_received")
+    }
+
+    /// Watches open on it now.
+    pub fn watches_open(&self) -> u64 {
+        self.counted("watches")
+    }
+
+    /// Response body bytes it sent since it started, whole and streamed.
+    pub fn bytes_sent(&self) -> u64 {
+        self.counted("bytes_sent")
+    }
+
+    /// A count of its fault port's `/state`.
+    fn counted(&self, what: &str) -> u64 {
         let resp =
             kubegate_testbed::ports::plain_http(("127.0.0.1", self.fault_port), "GET", "/state");
         let body = resp.split_once("\r\n\r\n").map_or("", |(_, b)| b);
         let state: serde_json::Value = serde_json::from_str(body)
             .unwrap_or_else(|e| panic!("{}'s /state: {e}: {resp:?}", self.name));
-        state["lists_received"].as_u64().expect("lists_received")
+        state[what]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{what} in {state}"))
     }
 
     /// A TLS connection straight to this replica.

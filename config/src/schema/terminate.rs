@@ -85,6 +85,42 @@ pub struct TerminateConfig {
     pub token_review: TokenReviewConfig,
     /// Answering identical reads of one sender from one upstream request.
     pub join_reads: JoinReadsConfig,
+    /// Feeding identical watches of one sender from one upstream watch.
+    pub shared_watches: SharedWatchesConfig,
+}
+
+/// Shared watches: a watch from a resourceVersion that asks what a watch of the same sender
+/// kubegate already holds upstream asks (path, selectors, every answer-deciding header) is fed
+/// from that watch: its events since the client's position from a window of recent events,
+/// then live, with the client's own `timeoutSeconds` and bookmarks. Off by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SharedWatchesConfig {
+    /// Share identical watches of one sender.
+    pub enabled: bool,
+    /// Recent events each shared watch keeps for clients that join or come back from an older
+    /// position (a client from before them gets a watch of its own).
+    pub window_events: u32,
+    /// Bytes of those events each shared watch keeps at most.
+    pub window_bytes: u64,
+    /// Events a client may fall behind the shared watch before its stream is ended (it
+    /// watches again from its last position, as from an apiserver's cacher): a slow client
+    /// never slows the others.
+    pub max_lag_events: u32,
+    /// Share watches of `secrets` too (off: each has its own).
+    pub secrets: bool,
+}
+
+impl Default for SharedWatchesConfig {
+    fn default() -> Self {
+        SharedWatchesConfig {
+            enabled: false,
+            window_events: 1000,
+            window_bytes: 16 * 1024 * 1024,
+            max_lag_events: 1024,
+            secrets: false,
+        }
+    }
 }
 
 /// Joined reads: a GET or LIST that asks exactly what a request of the same sender already
@@ -243,6 +279,7 @@ impl Default for TerminateConfig {
             version_skew: VersionSkewConfig::default(),
             token_review: TokenReviewConfig::default(),
             join_reads: JoinReadsConfig::default(),
+            shared_watches: SharedWatchesConfig::default(),
         }
     }
 }

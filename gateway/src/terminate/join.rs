@@ -1,4 +1,4 @@
-//! Joined reads (`terminate.join_reads`): a read that asks exactly what a read already on its
+//! Joined reads (`terminate.join_reads`) and shared watches (`feeds`): a read that asks exactly what a read already on its
 //! way upstream asks (`key`: same sender, path, query and answer-deciding headers) waits for
 //! that read's answer instead of being sent, and its client gets the same status, headers and
 //! bytes. The apiserver's freshness rules decide which twin will do (`key::Freshness`): a read
@@ -17,8 +17,10 @@
 //! lead's client goes away before the answer came.
 //!
 //! Only reads of one sender are joined: the key holds the identity as sent upstream, so no
-//! answer reaches a client the apiserver did not authorize for it.
+//! answer reaches a client the apiserver did not authorize for it. Watches of one sender are
+//! shared the same way (`feeds`).
 
+pub mod feeds;
 pub mod key;
 
 use crate::state::Backend;

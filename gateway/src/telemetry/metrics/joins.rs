@@ -1,11 +1,20 @@
-//! Joined reads (`terminate::join`): requests answered from another's upstream request, and
-//! the answer bytes held for them.
+//! Joined reads and shared watches (`terminate::join`): requests answered from another's
+//! upstream request, the answer bytes held for them, and watches fed from a shared one.
 
 use crate::telemetry::labels::JoinMiss;
-use crate::telemetry::metrics::register::{count, counter_vec, gauge, zero_series};
-use prometheus::{IntCounter, IntCounterVec, IntGauge, Registry};
+use crate::telemetry::metrics::register::{
+    count, counter, counter_vec, gauge, histogram, zero_series,
+};
+use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
+use std::time::Duration;
 
-/// Recorded by the joined-reads table.
+const LAG_BUCKETS: &[f64] = &[
+    0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
+/// Recorded by the joined-reads table and the shared watches (cheap to clone: a feed's tasks
+/// keep their own).
+#[derive(Clone)]
 pub struct JoinMetrics {
     /// `kubegate_reads_joined_total{cluster}`: reads answered from another request's upstream
     /// answer, each an upstream request saved.
@@ -16,6 +25,15 @@ pub struct JoinMetrics {
     missed: IntCounterVec,
     /// `kubegate_join_held_bytes`: answer bytes held for joined reads now.
     pub held_bytes: IntGauge,
+    /// `kubegate_shared_watch_feeds`: upstream watches feeding shared watches now.
+    pub watch_feeds: IntGauge,
+    /// `kubegate_shared_watches`: client watches fed from a shared one now.
+    pub fed_watches: IntGauge,
+    /// `kubegate_shared_watches_cut_total`: clients cut for falling too far behind.
+    fed_cut: IntCounter,
+    /// `kubegate_shared_watch_lag_seconds`: from a feed receiving an event to a client's
+    /// stream taking it.
+    fed_lag: Histogram,
 }
 
 impl JoinMetrics {
@@ -26,6 +44,10 @@ impl JoinMetrics {
             leading: counter_vec(r, "kubegate_reads_leading_total", "Upstream reads whose answer identical reads joined, by cluster.", &["cluster"]),
             missed: counter_vec(r, "kubegate_reads_join_missed_total", "Answers reads waited on but did not get (each waiting read was then sent on its own), by reason (too_large, over_held, status, broken, abandoned).", &["reason"]),
             held_bytes: gauge(r, "kubegate_join_held_bytes", "Answer bytes kubegate holds for joined reads now, over every cluster (terminate.join_reads.max_held_bytes bounds it)."),
+            watch_feeds: gauge(r, "kubegate_shared_watch_feeds", "Upstream watches feeding shared watches now (terminate.shared_watches)."),
+            fed_watches: gauge(r, "kubegate_shared_watches", "Client watches fed from a shared upstream watch now."),
+            fed_cut: counter(r, "kubegate_shared_watches_cut_total", "Client watches fed from a shared one that were ended for falling more than terminate.shared_watches.max_lag_events behind (each watches again from its last position)."),
+            fed_lag: histogram(r, "kubegate_shared_watch_lag_seconds", "From a shared watch receiving an event to a client's stream taking it.", LAG_BUCKETS),
         };
         zero_series::<JoinMiss, _>(&m.missed);
         m
@@ -48,6 +70,16 @@ impl JoinMetrics {
     /// An answer waited on was not shared, for `why`.
     pub fn missed(&self, why: JoinMiss) {
         count(&self.missed, why);
+    }
+
+    /// A client of a shared watch was cut for falling too far behind.
+    pub fn fed_watch_cut(&self) {
+        self.fed_cut.inc();
+    }
+
+    /// A client's stream took an event `lag` after its feed received it.
+    pub fn observe_fed_lag(&self, lag: Duration) {
+        self.fed_lag.observe(lag.as_secs_f64());
     }
 
     /// The series counting answers not shared for `why`.

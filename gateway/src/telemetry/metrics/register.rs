@@ -3,7 +3,8 @@
 use crate::telemetry::labels::Label;
 use prometheus::core::{MetricVec, MetricVecBuilder};
 use prometheus::{
-    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
 };
 use std::collections::HashMap;
 
@@ -44,6 +45,14 @@ pub fn gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGa
 /// A counter family, registered.
 pub fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let m = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+    r.register(Box::new(m.clone())).expect("unique metric");
+    m
+}
+
+/// A histogram, registered.
+pub fn histogram(r: &Registry, name: &str, help: &str, buckets: &[f64]) -> Histogram {
+    let m = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))
+        .expect("valid metric");
     r.register(Box::new(m.clone())).expect("unique metric");
     m
 }

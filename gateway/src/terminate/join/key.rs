@@ -93,6 +93,61 @@ pub fn joinable(
     })
 }
 
+/// Query parameters a shared watch serves each client by itself: where it starts, how long it
+/// lasts, whether it hears bookmarks. Every other parameter is part of a watch's key.
+const POSITION_PARAMETERS: &[&str] = &[
+    "resourceVersion",
+    "resourceVersionMatch",
+    "timeoutSeconds",
+    "allowWatchBookmarks",
+];
+
+/// The key of a watch that may be fed from a shared one, and the position it starts from: a
+/// watch from a resourceVersion (a number above 0: an informer's watch after its list),
+/// without `sendInitialEvents` and not of Tables (whose first event differs per client). Its
+/// key is what [`key_of`] makes of the request with the client's query less
+/// [`POSITION_PARAMETERS`]; `None` for any other watch.
+pub fn feedable(
+    kind: Kind,
+    method: &Method,
+    uri: &Uri,
+    client_query: Option<&str>,
+    headers: &HeaderMap,
+) -> Option<(JoinKey, u64)> {
+    let query = Query::new(client_query);
+    let from = query
+        .text("resourceVersion")?
+        .parse::<u64>()
+        .ok()
+        .filter(|rv| *rv > 0)?;
+    let tables = headers
+        .get_all(http::header::ACCEPT)
+        .iter()
+        .any(|v| v.as_bytes().windows(8).any(|w| w == b"as=Table"));
+    if query.first("sendInitialEvents").is_some() || tables {
+        return None;
+    }
+    let kept: Vec<&str> = query
+        .pairs()
+        .filter(|p| {
+            !POSITION_PARAMETERS
+                .iter()
+                .any(|n| p.key.as_ref() == n.as_bytes())
+        })
+        .map(|p| p.raw)
+        .collect();
+    let mut parts = uri.clone().into_parts();
+    let path = uri.path();
+    let pq = if kept.is_empty() {
+        path.to_string()
+    } else {
+        format!("{path}?{}", kept.join("&"))
+    };
+    parts.path_and_query = Some(pq.parse().ok()?);
+    let uri = Uri::from_parts(parts).ok()?;
+    Some((key_of(kind, method, &uri, headers), from))
+}
+
 /// The key of a request of `kind` with this head.
 pub fn key_of(kind: Kind, method: &Method, uri: &Uri, headers: &HeaderMap) -> JoinKey {
     let mut out = Vec::with_capacity(256);
@@ -203,6 +258,48 @@ mod tests {
             joinable_of("/api/v1/services", &a),
             joinable_of("/api/v1/services", &b)
         );
+    }
+
+    fn feedable_of(query: &str, headers: &HeaderMap) -> Option<(JoinKey, u64)> {
+        let uri: Uri = format!("https://kube.example/api/v1/services?{query}")
+            .parse()
+            .unwrap();
+        feedable(Kind::BearerToken, &Method::GET, &uri, Some(query), headers)
+    }
+
+    #[test]
+    fn watches_from_a_position_share_whatever_their_position_and_time() {
+        let h = headers(&[("authorization", "Bearer a")]);
+        let (a, from_a) = feedable_of(
+            "watch=1&labelSelector=app%3Da&resourceVersion=10&timeoutSeconds=300",
+            &h,
+        )
+        .unwrap();
+        let (b, from_b) = feedable_of(
+            "watch=1&allowWatchBookmarks=true&labelSelector=app%3Da&resourceVersion=12",
+            &h,
+        )
+        .unwrap();
+        assert_eq!(a, b);
+        assert_eq!((from_a, from_b), (10, 12));
+        // Another selector, another sender: another watch.
+        let (c, _) = feedable_of("watch=1&labelSelector=app%3Db&resourceVersion=10", &h).unwrap();
+        assert_ne!(a, c);
+        let other = headers(&[("authorization", "Bearer b")]);
+        let (d, _) =
+            feedable_of("watch=1&labelSelector=app%3Da&resourceVersion=10", &other).unwrap();
+        assert_ne!(a, d);
+        // No position, an initial listing, a Table: a watch of its own.
+        for own in [
+            "watch=1",
+            "watch=1&resourceVersion=0",
+            "watch=1&resourceVersion=abc",
+            "watch=1&resourceVersion=10&sendInitialEvents=true",
+        ] {
+            assert!(feedable_of(own, &h).is_none(), "{own}");
+        }
+        let table = headers(&[("accept", "application/json;as=Table;v=v1;g=meta.k8s.io")]);
+        assert!(feedable_of("watch=1&resourceVersion=10", &table).is_none());
     }
 
     /// The values each part of a request that decides its answer takes in the property

@@ -129,6 +129,11 @@ impl WatchBody {
     pub fn new(events: mpsc::Receiver<Bytes>) -> WatchBody {
         WatchBody(events)
     }
+
+    /// Its events, to read them elsewhere (a shared watch's feed).
+    pub fn into_receiver(self) -> mpsc::Receiver<Bytes> {
+        self.0
+    }
 }
 
 /// Whether a small answer read whole says `needle` (an apiserver's message in its `Status`).

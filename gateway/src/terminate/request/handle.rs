@@ -10,8 +10,9 @@
 use crate::net::Unplaced;
 use crate::state::Gateway;
 use crate::telemetry::{AttemptFailure, RequestFailure};
-use crate::terminate::join::key::{self, Joinable};
-use crate::terminate::join::{Entered, Limits};
+use crate::terminate::join::feeds::{self, FeedLimits};
+use crate::terminate::join::key::{self, JoinKey, Joinable};
+use crate::terminate::join::{Entered as Joining, Limits};
 use crate::terminate::request::bodies::{self, Bounds};
 use crate::terminate::request::body::{LoggedBody, Relayed, ResponseBody};
 use crate::terminate::request::rules::{Facts, Refusal, Rule, Rules, Slot};
@@ -199,13 +200,17 @@ async fn serve(
     // Read as the apiserver reads it: the path decoded, the query's flags as Go converts
     // them. The client's bytes are what is forwarded.
     let joining = &config.terminate.join_reads;
-    let (class, rule, flow, may_join) = {
+    let (class, rule, flow, (may_join, may_feed)) = {
         let read = match ReadTarget::of(req.uri()) {
             Ok(read) => read,
             Err(e) => return unreadable(&gw, &e),
         };
         let info = read.info(req.method());
         let may_join = joining.enabled && key::may_join(&info, req.method(), joining.secrets);
+        let sharing = &config.terminate.shared_watches;
+        let may_feed = sharing.enabled
+            && info.class.verb == Verb::Watch
+            && (sharing.secrets || info.target.resource != Some("secrets"));
         let rule = rules
             .rule_for(&Facts {
                 info,
@@ -218,7 +223,8 @@ async fn serve(
             (None, Some(token)) => flow::Sender::Token(token),
             (None, None) => flow::Sender::Anonymous,
         };
-        (info.class, rule, FlowKey::of(as_whom, &info), may_join)
+        let sharing = (may_join, may_feed);
+        (info.class, rule, FlowKey::of(as_whom, &info), sharing)
     };
     if class.upgradable() && upgrade::requested(&req) {
         // An upgrade holds its rule's slot only until it is established, as any long-running
@@ -268,7 +274,12 @@ async fn serve(
     }
     served.sent_as(&gw, client, outgoing.kind(), outgoing.user_agent());
     let mut watch = None;
+    let mut feedable = None;
     if class.verb == Verb::Watch {
+        if may_feed {
+            let o = &outgoing;
+            feedable = key::feedable(o.kind(), o.method(), o.uri(), o.client_query(), o.headers());
+        }
         // Bookmarks carry positions: asked for upstream whatever the client asked (those it
         // did not ask for are kept from it). The watch ends when the client's timeoutSeconds
         // says, or as the apiserver would end one without it, however many replicas it moves
@@ -289,8 +300,8 @@ async fn serve(
             key::joinable(o.kind(), o.method(), o.uri(), o.headers(), o.body())
         })
         .flatten();
-    let resp = match joinable {
-        Some(read) => {
+    let resp = match (joinable, feedable, watch) {
+        (Some(read), _, _) => {
             let joined = Joined {
                 mode: &mode,
                 read,
@@ -302,7 +313,43 @@ async fn serve(
             let sending = send_joined(gw, upstreams, outgoing, class, served, within, slot, joined);
             Box::pin(sending).await
         }
-        None => send(gw, upstreams, outgoing, class, served, within, slot, watch).await,
+        (None, Some((key, from)), Some(watch)) => {
+            let s = &config.terminate.shared_watches;
+            let fed = Fed {
+                mode: &mode,
+                key,
+                client: feeds::Client {
+                    from,
+                    bookmarks: watch.asked.bookmarks,
+                    ends: watch.ends,
+                },
+                limits: FeedLimits {
+                    window_events: s.window_events as usize,
+                    window_bytes: usize::try_from(s.window_bytes).unwrap_or(usize::MAX),
+                    max_lag_events: s.max_lag_events as usize,
+                },
+                lifetime: config.terminate.min_request_timeout,
+            };
+            let sending = send_fed(gw, upstreams, outgoing, class, served, within, slot, fed);
+            match Box::pin(sending).await {
+                Ok(resp) => resp,
+                Err((gw, upstreams, outgoing, within)) => {
+                    // No feed can serve its position: a watch of its own.
+                    let own = send(
+                        gw,
+                        upstreams,
+                        outgoing,
+                        class,
+                        served,
+                        within,
+                        None,
+                        Some(watch),
+                    );
+                    Box::pin(own).await
+                }
+            }
+        }
+        (_, _, watch) => send(gw, upstreams, outgoing, class, served, within, slot, watch).await,
     };
     forget_if_refused(&mode, token_key, &resp);
     resp
@@ -313,6 +360,92 @@ struct Joined<'a> {
     mode: &'a TerminateMode,
     read: Joinable,
     limits: Limits,
+}
+
+/// A watch that may be fed from a shared one: where it is entered, its key and what its client
+/// asked, the bounds of a feed it opens, and how long that feed's upstream watch lasts (the
+/// apiserver's `--min-request-timeout`, times a random factor in [1, 2)).
+struct Fed<'a> {
+    mode: &'a TerminateMode,
+    key: JoinKey,
+    client: feeds::Client,
+    limits: FeedLimits,
+    lifetime: std::time::Duration,
+}
+
+/// What a watch that no feed serves needs to be sent on its own.
+type Unfed = (Arc<Gateway>, Arc<Upstreams>, Outgoing, Within);
+
+/// Feeds a watch from a shared one, opening the feed when there is none (`join::feeds`): its
+/// client's response, or what it needs to be sent on its own when no feed can serve its
+/// position.
+#[allow(clippy::too_many_arguments)]
+async fn send_fed(
+    gw: Arc<Gateway>,
+    upstreams: Arc<Upstreams>,
+    outgoing: Outgoing,
+    class: RequestClass,
+    served: &mut Served,
+    within: Within,
+    slot: Option<Slot>,
+    fed: Fed<'_>,
+) -> Result<Response<ResponseBody>, Unfed> {
+    // A long-running request holds its rule's slot only until its response starts.
+    drop(slot);
+    let metrics = gw.metrics().joins.clone();
+    let opener = match fed
+        .mode
+        .feeds()
+        .enter(&fed.key, &fed.client, &metrics)
+        .await
+    {
+        feeds::Entered::Fed(Some(resp)) => {
+            served.shared(Sharing::Fed, None);
+            return Ok(*resp);
+        }
+        feeds::Entered::Fed(None) => return Err((gw, upstreams, outgoing, within)),
+        feeds::Entered::Opens(opener) => opener,
+    };
+    // The feed's upstream watch: from this client's position, with bookmarks, for as long as
+    // the apiserver lets a watch run; kubegate follows it across replicas.
+    let from = fed.client.from.to_string();
+    let lasts = watch::lifetime(&Asked::from_query(None), fed.lifetime);
+    let query = resumed_query(outgoing.client_query(), Some(&from), lasts);
+    let mut asked = Asked::from_query(Some(&query));
+    asked.bookmarks = true;
+    let feed_watch = watch::Watch {
+        asked,
+        ends: lasts.map(|d| Instant::now() + d),
+    };
+    let upstream = outgoing.with_query(&query);
+    let resp = send(
+        gw,
+        upstreams,
+        upstream,
+        class,
+        served,
+        within,
+        None,
+        Some(feed_watch),
+    )
+    .await;
+    let framing = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(Framing::of);
+    let opened = resp.status() == StatusCode::OK;
+    let resp = opener.open(
+        resp,
+        framing,
+        (fed.client.from, fed.limits),
+        &fed.client,
+        &metrics,
+    );
+    if opened {
+        served.shared(Sharing::Led, None);
+    }
+    Ok(resp)
 }
 
 /// Times a read whose twin's answer was not shared is entered again (it may lead the next
@@ -334,8 +467,8 @@ async fn send_joined(
     let metrics = &gw.metrics().joins;
     for _ in 0..JOIN_ATTEMPTS {
         let mut lead = match joined.mode.joins().enter(&joined.read, metrics) {
-            Entered::Leads(lead) => lead,
-            Entered::Follows(follow) => match follow.answer().await {
+            Joining::Leads(lead) => lead,
+            Joining::Follows(follow) => match follow.answer().await {
                 Some(answer) => {
                     served.shared(Sharing::Joined, answer.replica());
                     // It holds its rule's slot until its answer has been sent, as if sent.

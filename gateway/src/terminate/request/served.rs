@@ -30,10 +30,13 @@ pub struct Served {
 /// How a request took part in a shared answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sharing {
-    /// It went upstream, and identical reads were answered from its answer.
+    /// It went upstream, and identical reads were answered from its answer (a watch: it
+    /// opened the upstream watch identical watches are fed from).
     Led,
     /// It was answered from an identical read's upstream answer.
     Joined,
+    /// It is a watch fed from an identical watch's upstream watch.
+    Fed,
 }
 
 impl Sharing {
@@ -42,6 +45,7 @@ impl Sharing {
         match self {
             Sharing::Led => "led",
             Sharing::Joined => "joined",
+            Sharing::Fed => "fed",
         }
     }
 }
@@ -74,7 +78,7 @@ impl Served {
     /// Its answer was shared with identical reads, as `how`; `replica` answered.
     pub fn shared(&mut self, how: Sharing, replica: Option<&Arc<Backend>>) {
         self.shared = Some(how);
-        if how == Sharing::Joined {
+        if how != Sharing::Led {
             self.replica = replica.cloned();
             self.tried = 0;
         }

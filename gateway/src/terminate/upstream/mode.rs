@@ -5,6 +5,7 @@
 
 use crate::state::{Cluster, Pool};
 use crate::telemetry::TerminateMetrics;
+use crate::terminate::join::feeds::Feeds;
 use crate::terminate::join::Joins;
 use crate::terminate::request::rules::Rules;
 use crate::terminate::sender::tokens::TokenReviews;
@@ -27,6 +28,8 @@ pub struct TerminateMode {
     body_bytes: Arc<AtomicU64>,
     /// Reads in flight that identical reads may join.
     joins: Arc<Joins>,
+    /// Upstream watches identical watches are fed from.
+    feeds: Arc<Feeds>,
 }
 
 /// Everything taken from `upstream`, replaced whole on a reload or a certificate change, and
@@ -100,12 +103,18 @@ impl TerminateMode {
             tokens: Arc::default(),
             body_bytes: held.0,
             joins: Arc::new(Joins::new(held.1)),
+            feeds: Arc::default(),
         }
     }
 
     /// Its reads that identical reads may join.
     pub fn joins(&self) -> &Arc<Joins> {
         &self.joins
+    }
+
+    /// Its watches that identical watches are fed from.
+    pub fn feeds(&self) -> &Arc<Feeds> {
+        &self.feeds
     }
 
     /// The cluster served.

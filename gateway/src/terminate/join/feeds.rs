@@ -1,0 +1,612 @@
+//! Shared watches (`terminate.shared_watches`): identical watches of one sender fed from one
+//! upstream watch. A watch from a resourceVersion (`key::feedable`: an informer's, after its
+//! list) whose key matches a feed kubegate holds is not sent: it gets the feed's events after
+//! its position — from the feed's window of recent events, then live — with its own
+//! `timeoutSeconds` and bookmarks. The feed itself is a watch kubegate follows across replicas
+//! (`watch::continuity`), opened by the first such watch from that one's position.
+//!
+//! Each client has a task of its own between the feed and its stream: a client that falls
+//! more than `max_lag_events` behind is cut alone (its stream ends cleanly, and it watches
+//! again from its last position — from the window, if it is still there), as the apiserver's
+//! cacher ends a watcher too slow for it; it never slows the feed or the others. A client
+//! whose position is older than the window gets a watch of its own, as does every watch
+//! while a feed for it is being opened and that feed fails to open.
+//!
+//! A feed ends when its upstream watch ends (its time is up, an ERROR, a position no replica
+//! can serve): each client's stream ends cleanly with it, and the clients watch again from
+//! their positions, which a new feed serves. A feed nobody has read for [`LINGER`] ends too.
+
+use crate::telemetry::JoinMetrics;
+use crate::terminate::join::key::JoinKey;
+use crate::terminate::request::body::{ResponseBody, WatchBody};
+use bytes::Bytes;
+use http::{HeaderMap, Response, StatusCode};
+use kubegate_wire::framing::{Decoder, Framing, Kind};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+use tokio::sync::{broadcast, mpsc, watch};
+
+/// How long a feed nobody reads stays open, for clients that come back (a watch ended by its
+/// `timeoutSeconds` is asked again at once).
+pub const LINGER: Duration = Duration::from_secs(10);
+/// Events waiting in one client's stream.
+const CLIENT_QUEUE: usize = 16;
+/// How often a client whose stream is full is checked for falling too far behind.
+const LAG_CHECK: Duration = Duration::from_millis(50);
+
+/// One cluster's shared watches, by key.
+#[derive(Default)]
+pub struct Feeds {
+    feeds: Mutex<HashMap<JoinKey, Slot>>,
+    next_id: AtomicU64,
+}
+
+/// A key's feed, open or being opened.
+struct Slot {
+    id: u64,
+    state: watch::Receiver<Opening>,
+}
+
+/// A feed's opening, as those waiting on it see it.
+#[derive(Clone)]
+enum Opening {
+    /// Its upstream watch is on its way.
+    Pending,
+    /// It is open.
+    Open(Arc<Feed>),
+    /// It did not open, or it ended.
+    Closed,
+}
+
+/// What entering a watch gave.
+pub enum Entered {
+    /// A feed for it is open, or opened meanwhile: its client's response, or `None` when the
+    /// feed cannot serve its position (it gets a watch of its own).
+    Fed(Option<Box<Response<ResponseBody>>>),
+    /// No feed: this watch opens one.
+    Opens(Opener),
+}
+
+/// The watch that opens a feed, until it has.
+pub struct Opener {
+    feeds: Arc<Feeds>,
+    key: JoinKey,
+    id: u64,
+    state: watch::Sender<Opening>,
+}
+
+/// One upstream watch feeding many clients.
+pub struct Feed {
+    feeds: Weak<Feeds>,
+    key: JoinKey,
+    id: u64,
+    /// The upstream answer's status and headers, each client's too.
+    head: (StatusCode, HeaderMap),
+    /// Recent events, the position before the oldest, and the channel live events go out on.
+    window: Mutex<Window>,
+    clients: AtomicUsize,
+    limits: FeedLimits,
+}
+
+/// The bounds of one feed.
+#[derive(Debug, Clone, Copy)]
+pub struct FeedLimits {
+    /// Events kept for clients that join later.
+    pub window_events: usize,
+    /// Bytes of those events.
+    pub window_bytes: usize,
+    /// Events a client may fall behind before it is cut.
+    pub max_lag_events: usize,
+}
+
+/// The events a feed keeps.
+struct Window {
+    /// The position of the oldest event kept's predecessor: a client at or after it can be
+    /// served from here.
+    from: u64,
+    events: VecDeque<Arc<Fed>>,
+    bytes: usize,
+    /// Where live events go out; `None` once the feed has ended (its clients' streams end).
+    live: Option<broadcast::Sender<Arc<Fed>>>,
+}
+
+/// One event of a feed.
+struct Fed {
+    bytes: Bytes,
+    kind: Kind,
+    /// Its resourceVersion (the position before it, for an event without one).
+    position: u64,
+    /// When the feed received it.
+    at: Instant,
+}
+
+/// A client of a feed: where it starts, whether it hears bookmarks, when its watch ends.
+pub struct Client {
+    /// Its `resourceVersion`.
+    pub from: u64,
+    /// `allowWatchBookmarks`.
+    pub bookmarks: bool,
+    /// When its watch ends.
+    pub ends: Option<Instant>,
+}
+
+impl Feeds {
+    /// Enters a watch of `key` for `client`: fed from the key's feed, or the one to open it.
+    /// Waits while a feed is being opened.
+    pub async fn enter(
+        self: &Arc<Self>,
+        key: &JoinKey,
+        client: &Client,
+        metrics: &JoinMetrics,
+    ) -> Entered {
+        let mut state = {
+            let mut feeds = self.feeds.lock().unwrap_or_else(|e| e.into_inner());
+            match feeds.get(key) {
+                Some(slot) => slot.state.clone(),
+                None => {
+                    let (tx, rx) = watch::channel(Opening::Pending);
+                    let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                    feeds.insert(key.clone(), Slot { id, state: rx });
+                    return Entered::Opens(Opener {
+                        feeds: self.clone(),
+                        key: key.clone(),
+                        id,
+                        state: tx,
+                    });
+                }
+            }
+        };
+        let opened = state
+            .wait_for(|s| !matches!(s, Opening::Pending))
+            .await
+            .map(|s| s.clone());
+        match opened {
+            Ok(Opening::Open(feed)) => Entered::Fed(feed.subscribe(client, metrics).map(Box::new)),
+            _ => Entered::Fed(None),
+        }
+    }
+
+    /// Forgets feed `id` of `key` (it ended, or did not open).
+    fn close(&self, key: &JoinKey, id: u64) {
+        let mut feeds = self.feeds.lock().unwrap_or_else(|e| e.into_inner());
+        if feeds.get(key).is_some_and(|s| s.id == id) {
+            feeds.remove(key);
+        }
+    }
+}
+
+impl Opener {
+    /// Opens the feed from the answer to its upstream watch, asked from `from` with bookmarks:
+    /// `resp`, a watch kubegate follows (`ResponseBody::Watch`) in `framing`. Its own client
+    /// (`client`) is its first; its response is what that client gets — `resp` itself when
+    /// the watch did not open (a 410, a 403: the client gets the apiserver's answer, and those
+    /// waiting get watches of their own).
+    pub fn open(
+        self,
+        resp: Response<ResponseBody>,
+        framing: Option<Framing>,
+        (from, limits): (u64, FeedLimits),
+        client: &Client,
+        metrics: &JoinMetrics,
+    ) -> Response<ResponseBody> {
+        let (parts, body) = resp.into_parts();
+        let (events, framing) = match (parts.status, body, framing) {
+            (StatusCode::OK, ResponseBody::Watch(events), Some(framing)) => (events, framing),
+            (_, body, _) => return Response::from_parts(parts, body),
+        };
+        let feed = Arc::new(Feed {
+            feeds: Arc::downgrade(&self.feeds),
+            key: self.key.clone(),
+            id: self.id,
+            head: (parts.status, parts.headers.clone()),
+            window: Mutex::new(Window {
+                from,
+                events: VecDeque::new(),
+                bytes: 0,
+                live: Some(broadcast::channel(limits.max_lag_events).0),
+            }),
+            clients: AtomicUsize::new(0),
+            limits,
+        });
+        let first = feed.subscribe(client, metrics);
+        metrics.watch_feeds.inc();
+        let (fed, m) = (feed.clone(), metrics.clone());
+        tokio::spawn(async move {
+            fed.run(events, framing).await;
+            m.watch_feeds.dec();
+        });
+        let _ = self.state.send(Opening::Open(feed));
+        // The first client is always served: the window starts at its own position.
+        first.unwrap_or_else(|| Response::from_parts(parts, ResponseBody::empty()))
+    }
+}
+
+impl Drop for Opener {
+    fn drop(&mut self) {
+        if matches!(*self.state.borrow(), Opening::Pending) {
+            // It did not open (or its client went away first): those waiting go on alone.
+            let _ = self.state.send(Opening::Closed);
+            self.feeds.close(&self.key, self.id);
+        }
+    }
+}
+
+impl Feed {
+    /// Reads the upstream watch's events into the window and to every client, until it ends
+    /// or nobody has read it for [`LINGER`].
+    async fn run(self: Arc<Self>, events: WatchBody, framing: Framing) {
+        let mut events = events.into_receiver();
+        let mut decoder = Decoder::new(framing);
+        let mut idle_since: Option<Instant> = None;
+        let mut linger = tokio::time::interval(LINGER / 4);
+        loop {
+            let bytes = tokio::select! {
+                next = events.recv() => match next {
+                    Some(bytes) => bytes,
+                    None => break,
+                },
+                _ = linger.tick() => {
+                    if self.clients.load(Ordering::Acquire) > 0 {
+                        idle_since = None;
+                    } else if idle_since.get_or_insert_with(Instant::now).elapsed() >= LINGER {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            // Continuity forwards one whole event at a time.
+            decoder.push(&bytes);
+            let Ok(Some(event)) = decoder.next_event() else {
+                tracing::debug!("a shared watch's event could not be read: the feed ends");
+                break;
+            };
+            let ended = event.kind == Kind::Error;
+            let mut window = self.window.lock().unwrap_or_else(|e| e.into_inner());
+            let last = window.events.back().map_or(window.from, |e| e.position);
+            let position = event
+                .resource_version
+                .as_deref()
+                .and_then(|rv| rv.parse::<u64>().ok())
+                .unwrap_or(last);
+            let fed = Arc::new(Fed {
+                bytes,
+                kind: event.kind,
+                position,
+                at: Instant::now(),
+            });
+            window.keep(fed.clone(), &self.limits);
+            // Under the window's lock: a client subscribing now gets it from the window or
+            // from the channel, never both, never neither.
+            if let Some(live) = &window.live {
+                let _ = live.send(fed);
+            }
+            drop(window);
+            if ended {
+                break;
+            }
+        }
+        // The clients' streams end as the channel closes behind them; dropping the upstream
+        // watch's events (the receiver) ends it.
+        self.window.lock().unwrap_or_else(|e| e.into_inner()).live = None;
+        if let Some(feeds) = self.feeds.upgrade() {
+            feeds.close(&self.key, self.id);
+        }
+    }
+
+    /// Feeds `client` from here: its response, or `None` when its position is before the
+    /// window (or the feed has ended).
+    fn subscribe(
+        self: &Arc<Self>,
+        client: &Client,
+        metrics: &JoinMetrics,
+    ) -> Option<Response<ResponseBody>> {
+        let (backlog, live) = {
+            let window = self.window.lock().unwrap_or_else(|e| e.into_inner());
+            let live = window.live.as_ref()?;
+            if client.from < window.from {
+                return None;
+            }
+            let backlog: Vec<Arc<Fed>> = window
+                .events
+                .iter()
+                .filter(|e| e.position > client.from || e.kind == Kind::Error)
+                .cloned()
+                .collect();
+            (backlog, live.subscribe())
+        };
+        self.clients.fetch_add(1, Ordering::AcqRel);
+        metrics.fed_watches.inc();
+        let (tx, rx) = mpsc::channel(CLIENT_QUEUE);
+        let (feed, m) = (self.clone(), metrics.clone());
+        let (bookmarks, ends) = (client.bookmarks, client.ends);
+        let max_lag = self.limits.max_lag_events;
+        tokio::spawn(async move {
+            feed_client(backlog, live, tx, (bookmarks, ends, max_lag), &m).await;
+            feed.clients.fetch_sub(1, Ordering::AcqRel);
+            m.fed_watches.dec();
+        });
+        let mut resp = Response::new(ResponseBody::Watch(WatchBody::new(rx)));
+        *resp.status_mut() = self.head.0;
+        *resp.headers_mut() = self.head.1.clone();
+        Some(resp)
+    }
+}
+
+impl Window {
+    /// Keeps `fed`, forgetting the oldest events beyond `limits`.
+    fn keep(&mut self, fed: Arc<Fed>, limits: &FeedLimits) {
+        self.bytes += fed.bytes.len();
+        self.events.push_back(fed);
+        while self.events.len() > limits.window_events
+            || (self.bytes > limits.window_bytes && self.events.len() > 1)
+        {
+            let Some(old) = self.events.pop_front() else {
+                break;
+            };
+            self.bytes -= old.bytes.len();
+            self.from = old.position;
+        }
+    }
+}
+
+/// One client's stream: `backlog`, then `live` events, until its watch's end, the feed's, or
+/// the client falling too far behind.
+async fn feed_client(
+    backlog: Vec<Arc<Fed>>,
+    mut live: broadcast::Receiver<Arc<Fed>>,
+    tx: mpsc::Sender<Bytes>,
+    (bookmarks, ends, max_lag): (bool, Option<Instant>, usize),
+    metrics: &JoinMetrics,
+) {
+    let deliver = |fed: &Fed| bookmarks || fed.kind != Kind::Bookmark;
+    let until = ends.map(tokio::time::Instant::from_std);
+    let timeout = async {
+        match until {
+            Some(t) => tokio::time::sleep_until(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    let stream = async {
+        for fed in backlog.iter().filter(|f| deliver(f)) {
+            if tx.send(fed.bytes.clone()).await.is_err() {
+                return;
+            }
+        }
+        loop {
+            let fed = match live.recv().await {
+                Ok(fed) => fed,
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    // Too slow for the feed: cut alone, as the apiserver's cacher cuts it.
+                    metrics.fed_watch_cut();
+                    return;
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            };
+            if !deliver(&fed) {
+                continue;
+            }
+            // A client not reading holds this task here: it is cut once the feed is
+            // `max_lag_events` ahead of it, not only when it next reads.
+            let permit = loop {
+                tokio::select! {
+                    permit = tx.reserve() => break permit,
+                    _ = tokio::time::sleep(LAG_CHECK) => {
+                        if live.len() >= max_lag {
+                            metrics.fed_watch_cut();
+                            return;
+                        }
+                    }
+                }
+            };
+            let Ok(permit) = permit else {
+                return;
+            };
+            metrics.observe_fed_lag(fed.at.elapsed());
+            permit.send(fed.bytes.clone());
+            if fed.kind == Kind::Error {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        _ = stream => {}
+        _ = timeout => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Kind as ConnectionKind;
+    use http::{Method, Uri};
+    use http_body_util::BodyExt;
+
+    fn key() -> JoinKey {
+        let uri: Uri = "https://kube/api/v1/services?watch=1".parse().unwrap();
+        crate::terminate::join::key::key_of(
+            ConnectionKind::Anonymous,
+            &Method::GET,
+            &uri,
+            &HeaderMap::new(),
+        )
+    }
+
+    fn change(rv: u64) -> Bytes {
+        Bytes::from(format!(
+            "{{\"type\":\"MODIFIED\",\"object\":{{\"kind\":\"Service\",\"metadata\":{{\"name\":\"s\",\"resourceVersion\":\"{rv}\"}}}}}}\n"
+        ))
+    }
+
+    fn bookmark(rv: u64) -> Bytes {
+        Bytes::from(format!(
+            "{{\"type\":\"BOOKMARK\",\"object\":{{\"kind\":\"Service\",\"metadata\":{{\"resourceVersion\":\"{rv}\"}}}}}}\n"
+        ))
+    }
+
+    const LIMITS: FeedLimits = FeedLimits {
+        window_events: 4,
+        window_bytes: 1 << 20,
+        max_lag_events: 8,
+    };
+
+    fn client(from: u64, bookmarks: bool) -> Client {
+        Client {
+            from,
+            bookmarks,
+            ends: None,
+        }
+    }
+
+    /// A feed of `key()` opened from position 10 by `first`; its upstream events' sender.
+    async fn opened(
+        feeds: &Arc<Feeds>,
+        first: &Client,
+        m: &JoinMetrics,
+    ) -> (mpsc::Sender<Bytes>, Response<ResponseBody>) {
+        let Entered::Opens(opener) = feeds.enter(&key(), first, m).await else {
+            panic!("the first watch opens the feed");
+        };
+        let (tx, rx) = mpsc::channel(64);
+        let mut upstream = Response::new(ResponseBody::Watch(WatchBody::new(rx)));
+        upstream
+            .headers_mut()
+            .insert("content-type", "application/json".parse().unwrap());
+        let resp = opener.open(upstream, Some(Framing::JsonLines), (10, LIMITS), first, m);
+        (tx, resp)
+    }
+
+    async fn fed(
+        feeds: &Arc<Feeds>,
+        c: &Client,
+        m: &JoinMetrics,
+    ) -> Option<Response<ResponseBody>> {
+        match feeds.enter(&key(), c, m).await {
+            Entered::Fed(resp) => resp.map(|r| *r),
+            Entered::Opens(_) => panic!("a feed is open"),
+        }
+    }
+
+    /// The next `n` events of `resp`'s stream.
+    async fn next(resp: &mut Response<ResponseBody>, n: usize) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        while out.len() < n {
+            let frame = tokio::time::timeout(Duration::from_secs(10), resp.body_mut().frame())
+                .await
+                .expect("an event in time")
+                .expect("the stream goes on")
+                .unwrap();
+            out.push(frame.into_data().unwrap());
+        }
+        out
+    }
+
+    /// Waits (10 s at most) for `done`.
+    async fn wait_until(done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < deadline, "not in time");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn ended(resp: &mut Response<ResponseBody>) -> bool {
+        matches!(
+            tokio::time::timeout(Duration::from_secs(10), resp.body_mut().frame()).await,
+            Ok(None)
+        )
+    }
+
+    #[tokio::test]
+    async fn clients_get_the_events_after_their_position_from_the_window_then_live() {
+        let (feeds, m) = (
+            Arc::new(Feeds::default()),
+            JoinMetrics::new(&prometheus::Registry::new()),
+        );
+        let first = client(10, false);
+        let (up, mut a) = opened(&feeds, &first, &m).await;
+        up.send(change(11)).await.unwrap();
+        up.send(bookmark(12)).await.unwrap();
+        up.send(change(13)).await.unwrap();
+        assert_eq!(
+            next(&mut a, 2).await,
+            [change(11), change(13)],
+            "no bookmark it did not ask for"
+        );
+        // Joining at 11, with bookmarks: 12 and 13 from the window, then 14 live.
+        let mut b = fed(&feeds, &client(11, true), &m).await.unwrap();
+        up.send(change(14)).await.unwrap();
+        assert_eq!(
+            next(&mut b, 3).await,
+            [bookmark(12), change(13), change(14)]
+        );
+        assert_eq!(next(&mut a, 1).await, [change(14)]);
+        assert_eq!(m.fed_watches.get(), 2);
+        // The window keeps 4 events: 11 is gone, so a client at 10 gets a watch of its own.
+        up.send(change(15)).await.unwrap();
+        next(&mut a, 1).await;
+        next(&mut b, 1).await;
+        assert!(fed(&feeds, &client(10, false), &m).await.is_none());
+        assert!(fed(&feeds, &client(11, false), &m).await.is_some());
+        // The upstream watch ends: so does every client's stream, and the feed.
+        drop(up);
+        assert!(ended(&mut a).await && ended(&mut b).await);
+        wait_until(|| m.watch_feeds.get() == 0).await;
+        assert!(matches!(
+            feeds.enter(&key(), &first, &m).await,
+            Entered::Opens(_)
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_client_too_slow_for_the_feed_is_cut_alone() {
+        let (feeds, m) = (
+            Arc::new(Feeds::default()),
+            JoinMetrics::new(&prometheus::Registry::new()),
+        );
+        let (up, mut reader) = opened(&feeds, &client(10, false), &m).await;
+        let slow = fed(&feeds, &client(10, false), &m).await.unwrap();
+        // `slow` reads nothing: its stream holds 16, the channel 8 more, then it is cut.
+        for rv in 11..=60 {
+            up.send(change(rv)).await.unwrap();
+            assert_eq!(next(&mut reader, 1).await, [change(rv)]);
+        }
+        wait_until(|| m.fed_watches.get() == 1).await;
+        drop(slow);
+        up.send(change(61)).await.unwrap();
+        assert_eq!(next(&mut reader, 1).await, [change(61)], "the others go on");
+    }
+
+    #[tokio::test]
+    async fn a_watch_that_does_not_open_leaves_those_waiting_to_go_alone() {
+        let (feeds, m) = (
+            Arc::new(Feeds::default()),
+            JoinMetrics::new(&prometheus::Registry::new()),
+        );
+        let first = client(10, false);
+        let Entered::Opens(opener) = feeds.enter(&key(), &first, &m).await else {
+            panic!("the first watch opens the feed");
+        };
+        let waiting = {
+            let feeds = feeds.clone();
+            let m = m.clone();
+            tokio::spawn(async move { fed(&feeds, &client(10, false), &m).await.is_none() })
+        };
+        // One thread: the spawned watch runs to its wait on the opening before this goes on.
+        tokio::task::yield_now().await;
+        let mut gone = Response::new(ResponseBody::full("expired"));
+        *gone.status_mut() = StatusCode::GONE;
+        let resp = opener.open(gone, None, (10, LIMITS), &first, &m);
+        assert_eq!(
+            resp.status(),
+            StatusCode::GONE,
+            "its client gets the apiserver's answer"
+        );
+        assert!(waiting.await.unwrap(), "the waiting watch goes alone");
+        assert!(matches!(
+            feeds.enter(&key(), &first, &m).await,
+            Entered::Opens(_)
+        ));
+    }
+}
