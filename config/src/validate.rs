@@ -232,6 +232,15 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
             "terminate.shared_watches.max_lag_events",
             sw.max_lag_events,
         );
+        if sw.max_window_bytes_in_total < sw.window_bytes {
+            bad(
+                "terminate.shared_watches.max_window_bytes_in_total".into(),
+                format!(
+                    "terminate.shared_watches.max_window_bytes_in_total ({}) must hold at least one window (terminate.shared_watches.window_bytes, {})",
+                    sw.max_window_bytes_in_total, sw.window_bytes
+                ),
+            );
+        }
     }
     let tr = &t.token_review;
     positive(&mut bad, "terminate.token_review.ttl", tr.ttl);

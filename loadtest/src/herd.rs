@@ -271,31 +271,34 @@ async fn churn(
     (ports, sampler): (&[u16], Option<&Sampler>),
 ) -> anyhow::Result<Churn> {
     let before = replica_totals(ports).await?;
-    let mut opened = Vec::with_capacity(listed.len());
-    for (mut c, rv) in listed {
-        let path = format!(
-            "/api/v1/namespaces/{NAMESPACE}/configmaps?watch=1&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=600"
-        );
-        if let Ok(Ok((200, body))) =
-            tokio::time::timeout(Duration::from_secs(30), c.watch(&path)).await
-        {
-            opened.push((c, body));
-        }
-    }
-    let watching = opened.len();
-    let open = replica_totals(ports).await?;
     let written: Written = Arc::default();
     let heard: Heard = Default::default();
-    let informers: Vec<_> = opened
+    // Every watch opens at once (each waits the replicas' latency), then hears the writes.
+    let (informers, opening): (Vec<_>, Vec<_>) = listed
         .into_iter()
-        .map(|(c, body)| {
+        .map(|(mut c, rv)| {
             let (written, heard, writes) = (written.clone(), heard.clone(), plan.writes);
-            tokio::spawn(async move {
-                let _connection = c;
+            let (opened, open) = tokio::sync::oneshot::channel();
+            let task = tokio::spawn(async move {
+                let path = format!(
+                    "/api/v1/namespaces/{NAMESPACE}/configmaps?watch=1&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=600"
+                );
+                let watching = tokio::time::timeout(Duration::from_secs(60), c.watch(&path)).await;
+                let Ok(Ok((200, body))) = watching else {
+                    let _ = opened.send(false);
+                    return;
+                };
+                let _ = opened.send(true);
                 hear(body, writes, &written, &heard).await;
-            })
+            });
+            (task, open)
         })
-        .collect();
+        .unzip();
+    let mut watching = 0;
+    for open in opening {
+        watching += usize::from(open.await.unwrap_or(false));
+    }
+    let open = replica_totals(ports).await?;
     let cpu_before = sampler.map(|s| s.latest().cpu_ms);
     let mut writer = Client::connect(cp.addresses()[0], cp.tls(), true)
         .await

@@ -9,6 +9,7 @@
 //! | `rules` | `dispatch:` compiled: the rule a request falls under, its backends, its limits |
 //! | `shape` | shaping a request for the backends: identity headers, hop-by-hop headers, the URI, the held body |
 //! | `served` | what serving leaves for the operator: the sender counted for the status page, the replica that answered, the access log's line |
+//! | `shared` | a request answered from an identical request's upstream answer: a joined read, a fed watch (`join`) |
 //! | `upgrade` | exec, attach, port-forward, proxy, a watch over WebSocket: HTTP/1.1 end to end, 101 passed on, then bytes both ways |
 //! | `body`, `status` | response bodies; the `Status` errors kubegate answers itself |
 
@@ -18,5 +19,6 @@ pub(super) mod handle;
 pub(super) mod rules;
 pub(super) mod served;
 pub mod shape;
+pub(super) mod shared;
 pub(super) mod status;
 pub(super) mod upgrade;

@@ -37,10 +37,11 @@ const CLIENT_QUEUE: usize = 16;
 const LAG_CHECK: Duration = Duration::from_millis(50);
 
 /// One cluster's shared watches, by key.
-#[derive(Default)]
 pub struct Feeds {
     feeds: Mutex<HashMap<JoinKey, Slot>>,
     next_id: AtomicU64,
+    /// Event bytes every cluster's windows keep.
+    held: Arc<AtomicU64>,
 }
 
 /// A key's feed, open or being opened.
@@ -99,6 +100,8 @@ pub struct FeedLimits {
     pub window_bytes: usize,
     /// Events a client may fall behind before it is cut.
     pub max_lag_events: usize,
+    /// Bytes every window together keeps: beyond, a window keeps only its newest event.
+    pub window_bytes_in_total: u64,
 }
 
 /// The events a feed keeps.
@@ -110,6 +113,9 @@ struct Window {
     bytes: usize,
     /// Where live events go out; `None` once the feed has ended (its clients' streams end).
     live: Option<broadcast::Sender<Arc<Fed>>>,
+    /// Where its bytes are counted with every other window's.
+    held: Arc<AtomicU64>,
+    gauge: prometheus::IntGauge,
 }
 
 /// One event of a feed.
@@ -133,6 +139,15 @@ pub struct Client {
 }
 
 impl Feeds {
+    /// No feed yet; windows' bytes counted in `held`, with every other cluster's.
+    pub fn new(held: Arc<AtomicU64>) -> Feeds {
+        Feeds {
+            feeds: Mutex::default(),
+            next_id: AtomicU64::new(0),
+            held,
+        }
+    }
+
     /// Enters a watch of `key` for `client`: fed from the key's feed, or the one to open it.
     /// Waits while a feed is being opened.
     pub async fn enter(
@@ -206,6 +221,8 @@ impl Opener {
                 events: VecDeque::new(),
                 bytes: 0,
                 live: Some(broadcast::channel(limits.max_lag_events).0),
+                held: self.feeds.held.clone(),
+                gauge: metrics.window_bytes.clone(),
             }),
             clients: AtomicUsize::new(0),
             limits,
@@ -334,20 +351,41 @@ impl Feed {
     }
 }
 
+impl Drop for Window {
+    fn drop(&mut self) {
+        let n = self.bytes as i64;
+        self.count(-n);
+    }
+}
+
 impl Window {
-    /// Keeps `fed`, forgetting the oldest events beyond `limits`.
+    /// Keeps `fed`, forgetting the oldest events beyond `limits` (its own, and every
+    /// window's together).
     fn keep(&mut self, fed: Arc<Fed>, limits: &FeedLimits) {
-        self.bytes += fed.bytes.len();
+        self.count(fed.bytes.len() as i64);
         self.events.push_back(fed);
         while self.events.len() > limits.window_events
-            || (self.bytes > limits.window_bytes && self.events.len() > 1)
+            || (self.events.len() > 1
+                && (self.bytes > limits.window_bytes
+                    || self.held.load(Ordering::Acquire) > limits.window_bytes_in_total))
         {
             let Some(old) = self.events.pop_front() else {
                 break;
             };
-            self.bytes -= old.bytes.len();
+            self.count(-(old.bytes.len() as i64));
             self.from = old.position;
         }
+    }
+
+    /// `n` bytes more (or fewer) kept.
+    fn count(&mut self, n: i64) {
+        self.bytes = self.bytes.saturating_add_signed(n as isize);
+        if n >= 0 {
+            self.held.fetch_add(n as u64, Ordering::AcqRel);
+        } else {
+            self.held.fetch_sub(n.unsigned_abs(), Ordering::AcqRel);
+        }
+        self.gauge.add(n);
     }
 }
 
@@ -449,6 +487,7 @@ mod tests {
         window_events: 4,
         window_bytes: 1 << 20,
         max_lag_events: 8,
+        window_bytes_in_total: 1 << 30,
     };
 
     fn client(from: u64, bookmarks: bool) -> Client {
@@ -465,6 +504,15 @@ mod tests {
         first: &Client,
         m: &JoinMetrics,
     ) -> (mpsc::Sender<Bytes>, Response<ResponseBody>) {
+        opened_with(feeds, first, m, LIMITS).await
+    }
+
+    async fn opened_with(
+        feeds: &Arc<Feeds>,
+        first: &Client,
+        m: &JoinMetrics,
+        limits: FeedLimits,
+    ) -> (mpsc::Sender<Bytes>, Response<ResponseBody>) {
         let Entered::Opens(opener) = feeds.enter(&key(), first, m).await else {
             panic!("the first watch opens the feed");
         };
@@ -473,7 +521,7 @@ mod tests {
         upstream
             .headers_mut()
             .insert("content-type", "application/json".parse().unwrap());
-        let resp = opener.open(upstream, Some(Framing::JsonLines), (10, LIMITS), first, m);
+        let resp = opener.open(upstream, Some(Framing::JsonLines), (10, limits), first, m);
         (tx, resp)
     }
 
@@ -521,7 +569,7 @@ mod tests {
     #[tokio::test]
     async fn clients_get_the_events_after_their_position_from_the_window_then_live() {
         let (feeds, m) = (
-            Arc::new(Feeds::default()),
+            Arc::new(Feeds::new(Arc::default())),
             JoinMetrics::new(&prometheus::Registry::new()),
         );
         let first = client(10, false);
@@ -562,7 +610,7 @@ mod tests {
     #[tokio::test]
     async fn a_client_too_slow_for_the_feed_is_cut_alone() {
         let (feeds, m) = (
-            Arc::new(Feeds::default()),
+            Arc::new(Feeds::new(Arc::default())),
             JoinMetrics::new(&prometheus::Registry::new()),
         );
         let (up, mut reader) = opened(&feeds, &client(10, false), &m).await;
@@ -581,7 +629,7 @@ mod tests {
     #[tokio::test]
     async fn a_watch_that_does_not_open_leaves_those_waiting_to_go_alone() {
         let (feeds, m) = (
-            Arc::new(Feeds::default()),
+            Arc::new(Feeds::new(Arc::default())),
             JoinMetrics::new(&prometheus::Registry::new()),
         );
         let first = client(10, false);
@@ -608,5 +656,34 @@ mod tests {
             feeds.enter(&key(), &first, &m).await,
             Entered::Opens(_)
         ));
+    }
+
+    #[tokio::test]
+    async fn the_windows_together_keep_at_most_their_total() {
+        let held = Arc::new(AtomicU64::new(0));
+        let feeds = Arc::new(Feeds::new(held.clone()));
+        let m = JoinMetrics::new(&prometheus::Registry::new());
+        let one = change(11).len() as u64;
+        let limits = FeedLimits {
+            window_bytes_in_total: 2 * one,
+            ..LIMITS
+        };
+        let (up, mut a) = opened_with(&feeds, &client(10, false), &m, limits).await;
+        for rv in 11..=14 {
+            up.send(change(rv)).await.unwrap();
+        }
+        assert_eq!(
+            next(&mut a, 4).await.len(),
+            4,
+            "its clients hear every event"
+        );
+        assert!(held.load(Ordering::Acquire) <= 2 * one);
+        assert_eq!(m.window_bytes.get() as u64, held.load(Ordering::Acquire));
+        // The oldest are gone: a client from before them gets a watch of its own.
+        assert!(fed(&feeds, &client(11, false), &m).await.is_none());
+        assert!(fed(&feeds, &client(13, false), &m).await.is_some());
+        drop(up);
+        assert!(ended(&mut a).await);
+        wait_until(|| held.load(Ordering::Acquire) == 0 && m.window_bytes.get() == 0).await;
     }
 }

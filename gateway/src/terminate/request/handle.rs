@@ -4,20 +4,22 @@
 //! (`upgrade`); otherwise the body is read whole within its bounds (`bodies`: a retry must be
 //! able to send it again), the rule's limit applied, the request shaped for the backends
 //! (`request`), placed within the rule and sent (`dispatch`), and a watch's response followed
-//! across backends until its time is up (`watch`). With the access log on, the response body
+//! across backends until its time is up (`watch`) — or, an identical request of the same
+//! sender being on its way, answered from that one's upstream answer (`shared`). With the access log on, the response body
 //! carries the request's line until it ends (`served`).
 
 use crate::net::Unplaced;
 use crate::state::Gateway;
 use crate::telemetry::{AttemptFailure, RequestFailure};
 use crate::terminate::join::feeds::{self, FeedLimits};
-use crate::terminate::join::key::{self, JoinKey, Joinable};
-use crate::terminate::join::{Entered as Joining, Limits};
+use crate::terminate::join::key;
+use crate::terminate::join::Limits;
 use crate::terminate::request::bodies::{self, Bounds};
 use crate::terminate::request::body::{LoggedBody, Relayed, ResponseBody};
 use crate::terminate::request::rules::{Facts, Refusal, Rule, Rules, Slot};
-use crate::terminate::request::served::{self, Served, Sharing};
+use crate::terminate::request::served::{self, Served};
 use crate::terminate::request::shape::{Client, Outgoing, Shaper};
+use crate::terminate::request::shared::{send_fed, send_joined, Fed, Joined};
 use crate::terminate::request::status::{broken, status, unavailable};
 use crate::terminate::request::upgrade;
 use crate::terminate::sender::token_review;
@@ -327,6 +329,7 @@ async fn serve(
                     window_events: s.window_events as usize,
                     window_bytes: usize::try_from(s.window_bytes).unwrap_or(usize::MAX),
                     max_lag_events: s.max_lag_events as usize,
+                    window_bytes_in_total: s.max_window_bytes_in_total,
                 },
                 lifetime: config.terminate.min_request_timeout,
             };
@@ -353,158 +356,6 @@ async fn serve(
     };
     forget_if_refused(&mode, token_key, &resp);
     resp
-}
-
-/// A read that identical reads may join: where it is entered, and the bounds on its answer.
-struct Joined<'a> {
-    mode: &'a TerminateMode,
-    read: Joinable,
-    limits: Limits,
-}
-
-/// A watch that may be fed from a shared one: where it is entered, its key and what its client
-/// asked, the bounds of a feed it opens, and how long that feed's upstream watch lasts (the
-/// apiserver's `--min-request-timeout`, times a random factor in [1, 2)).
-struct Fed<'a> {
-    mode: &'a TerminateMode,
-    key: JoinKey,
-    client: feeds::Client,
-    limits: FeedLimits,
-    lifetime: std::time::Duration,
-}
-
-/// What a watch that no feed serves needs to be sent on its own.
-type Unfed = (Arc<Gateway>, Arc<Upstreams>, Outgoing, Within);
-
-/// Feeds a watch from a shared one, opening the feed when there is none (`join::feeds`): its
-/// client's response, or what it needs to be sent on its own when no feed can serve its
-/// position.
-#[allow(clippy::too_many_arguments)]
-async fn send_fed(
-    gw: Arc<Gateway>,
-    upstreams: Arc<Upstreams>,
-    outgoing: Outgoing,
-    class: RequestClass,
-    served: &mut Served,
-    within: Within,
-    slot: Option<Slot>,
-    fed: Fed<'_>,
-) -> Result<Response<ResponseBody>, Unfed> {
-    // A long-running request holds its rule's slot only until its response starts.
-    drop(slot);
-    let metrics = gw.metrics().joins.clone();
-    let opener = match fed
-        .mode
-        .feeds()
-        .enter(&fed.key, &fed.client, &metrics)
-        .await
-    {
-        feeds::Entered::Fed(Some(resp)) => {
-            served.shared(Sharing::Fed, None);
-            return Ok(*resp);
-        }
-        feeds::Entered::Fed(None) => return Err((gw, upstreams, outgoing, within)),
-        feeds::Entered::Opens(opener) => opener,
-    };
-    // The feed's upstream watch: from this client's position, with bookmarks, for as long as
-    // the apiserver lets a watch run; kubegate follows it across replicas.
-    let from = fed.client.from.to_string();
-    let lasts = watch::lifetime(&Asked::from_query(None), fed.lifetime);
-    let query = resumed_query(outgoing.client_query(), Some(&from), lasts);
-    let mut asked = Asked::from_query(Some(&query));
-    asked.bookmarks = true;
-    let feed_watch = watch::Watch {
-        asked,
-        ends: lasts.map(|d| Instant::now() + d),
-    };
-    let upstream = outgoing.with_query(&query);
-    let resp = send(
-        gw,
-        upstreams,
-        upstream,
-        class,
-        served,
-        within,
-        None,
-        Some(feed_watch),
-    )
-    .await;
-    let framing = resp
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(Framing::of);
-    let opened = resp.status() == StatusCode::OK;
-    let resp = opener.open(
-        resp,
-        framing,
-        (fed.client.from, fed.limits),
-        &fed.client,
-        &metrics,
-    );
-    if opened {
-        served.shared(Sharing::Led, None);
-    }
-    Ok(resp)
-}
-
-/// Times a read whose twin's answer was not shared is entered again (it may lead the next
-/// twin) before it is sent on its own.
-const JOIN_ATTEMPTS: usize = 3;
-
-/// Sends a read that identical reads may join, or joins one already on its way (`join`).
-#[allow(clippy::too_many_arguments)]
-async fn send_joined(
-    gw: Arc<Gateway>,
-    upstreams: Arc<Upstreams>,
-    outgoing: Outgoing,
-    class: RequestClass,
-    served: &mut Served,
-    within: Within,
-    slot: Option<Slot>,
-    joined: Joined<'_>,
-) -> Response<ResponseBody> {
-    let metrics = &gw.metrics().joins;
-    for _ in 0..JOIN_ATTEMPTS {
-        let mut lead = match joined.mode.joins().enter(&joined.read, metrics) {
-            Joining::Leads(lead) => lead,
-            Joining::Follows(follow) => match follow.answer().await {
-                Some(answer) => {
-                    served.shared(Sharing::Joined, answer.replica());
-                    // It holds its rule's slot until its answer has been sent, as if sent.
-                    let resp = answer.response();
-                    return match slot {
-                        Some(slot) => resp.map(|body| ResponseBody::held(body, slot)),
-                        None => resp,
-                    };
-                }
-                // Not shared: entered again.
-                None => continue,
-            },
-        };
-        lead.turn().await;
-        let cluster = joined.mode.cluster().name();
-        let resp = send(
-            gw.clone(),
-            upstreams,
-            outgoing,
-            class,
-            served,
-            within,
-            slot,
-            None,
-        )
-        .await;
-        let answered = (resp, served.replica.clone());
-        let (resp, shared) = lead
-            .publish(answered, &joined.limits, metrics, cluster)
-            .await;
-        if shared {
-            served.shared(Sharing::Led, None);
-        }
-        return resp;
-    }
-    send(gw, upstreams, outgoing, class, served, within, slot, None).await
 }
 
 /// An apiserver's 401 for a token kubegate had named: the token was revoked or has expired,
@@ -611,7 +462,7 @@ fn body_refused(gw: &Gateway, refused: bodies::Refused) -> Response<ResponseBody
 
 /// Sends `outgoing` and answers the client.
 #[allow(clippy::too_many_arguments)]
-async fn send(
+pub(super) async fn send(
     gw: Arc<Gateway>,
     upstreams: Arc<Upstreams>,
     outgoing: Outgoing,

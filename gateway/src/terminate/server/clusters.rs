@@ -9,21 +9,19 @@
 use crate::state::Cluster;
 use crate::telemetry::TerminateMetrics;
 use crate::terminate::request::rules::Rules;
-use crate::terminate::upstream::mode::{TerminateMode, UpstreamFiles};
+use crate::terminate::upstream::mode::{HeldInTotal, TerminateMode, UpstreamFiles};
 use crate::terminate::upstream::tls::ALPN;
 use kubegate_config::{DispatchRule, ServingTls};
 use kubegate_net::tls::ServingCert;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use tokio::task::AbortHandle;
 
 /// What terminate mode shares across the clusters it serves, and how a cluster comes to be
 /// served.
 pub struct TerminatePlane {
-    /// Request body bytes held for all clients of every cluster together (`bodies`).
-    body_bytes: Arc<AtomicU64>,
-    /// Answer bytes held for joined reads of every cluster together (`join`).
-    joined_bytes: Arc<AtomicU64>,
+    /// Request bodies, joined answers and shared watches' windows held for every cluster
+    /// together.
+    held: HeldInTotal,
 }
 
 /// One cluster's terminate state, and its handshake.
@@ -84,8 +82,7 @@ impl TerminatePlane {
     /// No cluster served yet.
     pub fn new() -> TerminatePlane {
         TerminatePlane {
-            body_bytes: Arc::default(),
-            joined_bytes: Arc::default(),
+            held: HeldInTotal::default(),
         }
     }
 
@@ -101,11 +98,7 @@ impl TerminatePlane {
     ) -> Arc<TerminatedCluster> {
         let rules = Rules::compile(cluster.name(), dispatch, metrics);
         metrics.cluster_served(cluster.name());
-        let mode = TerminateMode::with(
-            files.upstream.of(cluster.clone()),
-            rules,
-            (self.body_bytes.clone(), self.joined_bytes.clone()),
-        );
+        let mode = TerminateMode::with(files.upstream.of(cluster.clone()), rules, &self.held);
         let entry = Arc::new(TerminatedCluster {
             handshake: files.handshake,
             mode: Arc::new(mode),

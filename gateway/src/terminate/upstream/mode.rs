@@ -88,22 +88,29 @@ impl UpstreamFiles {
     }
 }
 
+/// What the clusters' terminate states hold together, each bounded over every cluster.
+#[derive(Clone, Default)]
+pub struct HeldInTotal {
+    /// Request body bytes (`bodies`).
+    pub request_bodies: Arc<AtomicU64>,
+    /// Answer bytes held for joined reads (`join`).
+    pub joined_answers: Arc<AtomicU64>,
+    /// Event bytes the shared watches' windows keep (`join::feeds`).
+    pub watch_windows: Arc<AtomicU64>,
+}
+
 impl TerminateMode {
-    /// The cluster `upstreams` reach, with `rules`; request bodies counted in `held.0`,
-    /// answers of joined reads in `held.1` (each over every cluster).
-    pub fn with(
-        upstreams: Upstreams,
-        rules: Rules,
-        held: (Arc<AtomicU64>, Arc<AtomicU64>),
-    ) -> TerminateMode {
+    /// The cluster `upstreams` reach, with `rules`; what it holds counted in `held`, with
+    /// every other cluster's.
+    pub fn with(upstreams: Upstreams, rules: Rules, held: &HeldInTotal) -> TerminateMode {
         TerminateMode {
             cluster: upstreams.cluster.clone(),
             upstream: ArcSwap::from_pointee(upstreams),
             rules: ArcSwap::from_pointee(rules),
             tokens: Arc::default(),
-            body_bytes: held.0,
-            joins: Arc::new(Joins::new(held.1)),
-            feeds: Arc::default(),
+            body_bytes: held.request_bodies.clone(),
+            joins: Arc::new(Joins::new(held.joined_answers.clone())),
+            feeds: Arc::new(Feeds::new(held.watch_windows.clone())),
         }
     }
 

@@ -1,0 +1,174 @@
+//! A request answered from an identical request's upstream answer (`join`): a read joined to
+//! a twin in flight, or leading one; a watch fed from a shared upstream watch, or opening
+//! one. What is not shared goes as any request (`handle::send`).
+
+use crate::state::Gateway;
+use crate::terminate::join::feeds::{self, FeedLimits};
+use crate::terminate::join::key::{JoinKey, Joinable};
+use crate::terminate::join::{Entered as Joining, Limits};
+use crate::terminate::request::body::ResponseBody;
+use crate::terminate::request::handle::send;
+use crate::terminate::request::rules::Slot;
+use crate::terminate::request::served::{Served, Sharing};
+use crate::terminate::request::shape::Outgoing;
+use crate::terminate::upstream::dispatch::Within;
+use crate::terminate::upstream::mode::{TerminateMode, Upstreams};
+use crate::terminate::watch::continuity as watch;
+use http::{header, Response, StatusCode};
+use kubegate_wire::classify::RequestClass;
+use kubegate_wire::framing::Framing;
+use kubegate_wire::position::{resumed_query, Asked};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A read that identical reads may join: where it is entered, and the bounds on its answer.
+pub(super) struct Joined<'a> {
+    pub(super) mode: &'a TerminateMode,
+    pub(super) read: Joinable,
+    pub(super) limits: Limits,
+}
+
+/// A watch that may be fed from a shared one: where it is entered, its key and what its client
+/// asked, the bounds of a feed it opens, and how long that feed's upstream watch lasts (the
+/// apiserver's `--min-request-timeout`, times a random factor in [1, 2)).
+pub(super) struct Fed<'a> {
+    pub(super) mode: &'a TerminateMode,
+    pub(super) key: JoinKey,
+    pub(super) client: feeds::Client,
+    pub(super) limits: FeedLimits,
+    pub(super) lifetime: std::time::Duration,
+}
+
+/// What a watch that no feed serves needs to be sent on its own.
+pub(super) type Unfed = (Arc<Gateway>, Arc<Upstreams>, Outgoing, Within);
+
+/// Feeds a watch from a shared one, opening the feed when there is none (`join::feeds`): its
+/// client's response, or what it needs to be sent on its own when no feed can serve its
+/// position.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn send_fed(
+    gw: Arc<Gateway>,
+    upstreams: Arc<Upstreams>,
+    outgoing: Outgoing,
+    class: RequestClass,
+    served: &mut Served,
+    within: Within,
+    slot: Option<Slot>,
+    fed: Fed<'_>,
+) -> Result<Response<ResponseBody>, Unfed> {
+    // A long-running request holds its rule's slot only until its response starts.
+    drop(slot);
+    let metrics = gw.metrics().joins.clone();
+    let opener = match fed
+        .mode
+        .feeds()
+        .enter(&fed.key, &fed.client, &metrics)
+        .await
+    {
+        feeds::Entered::Fed(Some(resp)) => {
+            served.shared(Sharing::Fed, None);
+            return Ok(*resp);
+        }
+        feeds::Entered::Fed(None) => return Err((gw, upstreams, outgoing, within)),
+        feeds::Entered::Opens(opener) => opener,
+    };
+    // The feed's upstream watch: from this client's position, with bookmarks, for as long as
+    // the apiserver lets a watch run; kubegate follows it across replicas.
+    let from = fed.client.from.to_string();
+    let lasts = watch::lifetime(&Asked::from_query(None), fed.lifetime);
+    let query = resumed_query(outgoing.client_query(), Some(&from), lasts);
+    let mut asked = Asked::from_query(Some(&query));
+    asked.bookmarks = true;
+    let feed_watch = watch::Watch {
+        asked,
+        ends: lasts.map(|d| Instant::now() + d),
+    };
+    let upstream = outgoing.with_query(&query);
+    let resp = send(
+        gw,
+        upstreams,
+        upstream,
+        class,
+        served,
+        within,
+        None,
+        Some(feed_watch),
+    )
+    .await;
+    let framing = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(Framing::of);
+    let opened = resp.status() == StatusCode::OK;
+    let resp = opener.open(
+        resp,
+        framing,
+        (fed.client.from, fed.limits),
+        &fed.client,
+        &metrics,
+    );
+    if opened {
+        served.shared(Sharing::Led, None);
+    }
+    Ok(resp)
+}
+
+/// Times a read whose twin's answer was not shared is entered again (it may lead the next
+/// twin) before it is sent on its own.
+const JOIN_ATTEMPTS: usize = 3;
+
+/// Sends a read that identical reads may join, or joins one already on its way (`join`).
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn send_joined(
+    gw: Arc<Gateway>,
+    upstreams: Arc<Upstreams>,
+    outgoing: Outgoing,
+    class: RequestClass,
+    served: &mut Served,
+    within: Within,
+    slot: Option<Slot>,
+    joined: Joined<'_>,
+) -> Response<ResponseBody> {
+    let metrics = &gw.metrics().joins;
+    for _ in 0..JOIN_ATTEMPTS {
+        let mut lead = match joined.mode.joins().enter(&joined.read, metrics) {
+            Joining::Leads(lead) => lead,
+            Joining::Follows(follow) => match follow.answer().await {
+                Some(answer) => {
+                    served.shared(Sharing::Joined, answer.replica());
+                    // It holds its rule's slot until its answer has been sent, as if sent.
+                    let resp = answer.response();
+                    return match slot {
+                        Some(slot) => resp.map(|body| ResponseBody::held(body, slot)),
+                        None => resp,
+                    };
+                }
+                // Not shared: entered again.
+                None => continue,
+            },
+        };
+        lead.turn().await;
+        let cluster = joined.mode.cluster().name();
+        let resp = send(
+            gw.clone(),
+            upstreams,
+            outgoing,
+            class,
+            served,
+            within,
+            slot,
+            None,
+        )
+        .await;
+        let answered = (resp, served.replica.clone());
+        let (resp, shared) = lead
+            .publish(answered, &joined.limits, metrics, cluster)
+            .await;
+        if shared {
+            served.shared(Sharing::Led, None);
+        }
+        return resp;
+    }
+    send(gw, upstreams, outgoing, class, served, within, slot, None).await
+}
