@@ -290,7 +290,7 @@ impl Drop for Lead {
 impl SharedAnswer {
     /// A client's response: the head and bytes of the answer.
     pub fn response(self: &Arc<Self>) -> Response<ResponseBody> {
-        let mut resp = Response::new(ResponseBody::shared(self.clone()));
+        let mut resp = Response::new(ResponseBody::shared(self.body.clone(), self.clone()));
         *resp.status_mut() = self.status;
         *resp.version_mut() = self.version;
         *resp.headers_mut() = self.headers.clone();

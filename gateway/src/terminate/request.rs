@@ -5,6 +5,7 @@
 //! | module | job |
 //! |---|---|
 //! | `handle` | one request: its sender named, its target read as the apiserver reads it, its dispatch rule, upgrade, or body read whole, shaped, dispatched, a watch followed |
+//! | `forward` | a shaped request sent within its rule and its client answered; a watch followed |
 //! | `bodies` | request bodies read whole within their bounds (per request, per connection, in all) and deadline |
 //! | `rules` | `dispatch:` compiled: the rule a request falls under, its backends, its limits |
 //! | `shape` | shaping a request for the backends: identity headers, hop-by-hop headers, the URI, the held body |
@@ -15,6 +16,7 @@
 
 pub(super) mod bodies;
 pub(super) mod body;
+pub(super) mod forward;
 pub(super) mod handle;
 pub(super) mod rules;
 pub(super) mod served;

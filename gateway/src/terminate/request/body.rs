@@ -5,13 +5,13 @@
 
 use crate::state::{Gateway, Stream};
 use crate::telemetry::access_log::{self, Entry};
-use crate::terminate::join::SharedAnswer;
 use crate::terminate::request::rules::Slot;
 use crate::terminate::upstream::h2client::ResponseStream;
 use crate::terminate::upstream::in_flight::InFlight;
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Limited};
+use std::any::Any;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -43,8 +43,9 @@ pub enum ResponseBody {
     Logged(Box<LoggedBody>),
     /// Another body, whose request holds its `dispatch` rule's slot until the body ends.
     Held(Box<(ResponseBody, Option<Slot>)>),
-    /// An answer joined reads share (`join`), held until its bytes have been sent.
-    Shared(Option<Arc<SharedAnswer>>, bool),
+    /// Bytes several responses share (a joined read's answer, `join`), and what must live
+    /// until they have been sent (their charge against a bound).
+    Shared(Option<(Bytes, Arc<dyn Any + Send + Sync>)>, bool),
     /// Bytes read ahead of the rest of a body.
     Prefixed(Box<(Option<Bytes>, ResponseBody)>),
 }
@@ -99,9 +100,9 @@ impl Drop for LoggedBody {
 }
 
 impl ResponseBody {
-    /// The body of `answer`, shared with other clients.
-    pub fn shared(answer: Arc<SharedAnswer>) -> ResponseBody {
-        ResponseBody::Shared(Some(answer), false)
+    /// `bytes`, shared with other responses; `held` lives until they have been sent.
+    pub fn shared(bytes: Bytes, held: Arc<dyn Any + Send + Sync>) -> ResponseBody {
+        ResponseBody::Shared(Some((bytes, held)), false)
     }
 
     /// `read`, then `rest`.
@@ -298,7 +299,7 @@ impl Body for ResponseBody {
                     return Poll::Ready(None);
                 }
                 *sent = true;
-                let body = answer.as_ref().map(|a| a.body().clone());
+                let body = answer.as_ref().map(|(bytes, _)| bytes.clone());
                 match body.filter(|b| !b.is_empty()) {
                     Some(b) => Poll::Ready(Some(Ok(Frame::data(b)))),
                     None => {
@@ -325,7 +326,7 @@ impl Body for ResponseBody {
             ResponseBody::Logged(l) => l.inner.is_end_stream(),
             ResponseBody::Held(h) => h.0.is_end_stream(),
             ResponseBody::Shared(answer, sent) => {
-                *sent || answer.as_ref().is_none_or(|a| a.body().is_empty())
+                *sent || answer.as_ref().is_none_or(|(bytes, _)| bytes.is_empty())
             }
             ResponseBody::Prefixed(p) => p.0.is_none() && p.1.is_end_stream(),
         }
@@ -339,7 +340,9 @@ impl Body for ResponseBody {
             ResponseBody::Watch(_) => SizeHint::default(),
             ResponseBody::Logged(l) => l.inner.size_hint(),
             ResponseBody::Held(h) => h.0.size_hint(),
-            ResponseBody::Shared(Some(a), false) => SizeHint::with_exact(a.body().len() as u64),
+            ResponseBody::Shared(Some((bytes, _)), false) => {
+                SizeHint::with_exact(bytes.len() as u64)
+            }
             ResponseBody::Shared(..) => SizeHint::with_exact(0),
             ResponseBody::Prefixed(p) => {
                 let read = p.0.as_ref().map_or(0, |b| b.len() as u64);

@@ -1,13 +1,13 @@
 //! A request answered from an identical request's upstream answer (`join`): a read joined to
 //! a twin in flight, or leading one; a watch fed from a shared upstream watch, or opening
-//! one. What is not shared goes as any request (`handle::send`).
+//! one. What is not shared goes as any request (`forward::send`).
 
 use crate::state::Gateway;
 use crate::terminate::join::feeds::{self, FeedLimits};
 use crate::terminate::join::key::{JoinKey, Joinable};
 use crate::terminate::join::{Entered as Joining, Limits};
 use crate::terminate::request::body::ResponseBody;
-use crate::terminate::request::handle::send;
+use crate::terminate::request::forward::send;
 use crate::terminate::request::rules::Slot;
 use crate::terminate::request::served::{Served, Sharing};
 use crate::terminate::request::shape::Outgoing;

@@ -1,0 +1,114 @@
+//! A shaped request sent and its client answered: placed within its rule (its `fallback`
+//! once), dispatched to the backends (`dispatch`), a watch's response followed across them
+//! (`watch`), a long-running request's rule slot let go as its response starts, and what
+//! kubegate answers itself when no backend would.
+
+use crate::net::Unplaced;
+use crate::state::Gateway;
+use crate::telemetry::{AttemptFailure, RequestFailure};
+use crate::terminate::request::body::{Relayed, ResponseBody};
+use crate::terminate::request::rules::Slot;
+use crate::terminate::request::served::Served;
+use crate::terminate::request::shape::Outgoing;
+use crate::terminate::request::status::{broken, status, unavailable};
+use crate::terminate::upstream::dispatch::{dispatch, Answer, Within};
+use crate::terminate::upstream::mode::Upstreams;
+use crate::terminate::upstream::retry::may_retry;
+use crate::terminate::watch::continuity as watch;
+use http::{header, Response, StatusCode};
+use kubegate_wire::classify::RequestClass;
+use kubegate_wire::framing::Framing;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Sends `outgoing` and answers the client.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn send(
+    gw: Arc<Gateway>,
+    upstreams: Arc<Upstreams>,
+    outgoing: Outgoing,
+    class: RequestClass,
+    served: &mut Served,
+    mut within: Within,
+    slot: Option<Slot>,
+    watch: Option<watch::Watch>,
+) -> Response<ResponseBody> {
+    let metrics = &gw.metrics().terminate;
+    // A rule's fallback places it again (once); its waits count together, from now.
+    let holding_since = Instant::now();
+    let answer = loop {
+        let tried = &mut within.tried;
+        let answer = dispatch(&gw, &upstreams, &outgoing, class, tried, holding_since).await;
+        if !matches!(answer, Err(Unplaced::NoBackend)) {
+            break answer;
+        }
+        match within.fall_back() {
+            Ok(true) => continue,
+            Ok(false) => break answer,
+            Err(refused) => return refused.answer(&gw),
+        }
+    };
+    let answer = answer.map(|(replica, answer)| {
+        served.answered_by(replica, within.tries());
+        answer
+    });
+    // A long-running request counts against its rule's limit only until its response
+    // starts; any other until its body has been sent.
+    let slot = slot.filter(|_| class.long_running.is_none());
+    let hold = move |resp: Response<ResponseBody>| match slot {
+        Some(slot) => resp.map(|body| ResponseBody::held(body, slot)),
+        None => resp,
+    };
+    let resp = match answer {
+        Ok(Answer::Whole(resp)) => resp,
+        Ok(Answer::Streaming {
+            resp,
+            in_flight,
+            stream,
+        }) => {
+            let framing = resp
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .and_then(Framing::of);
+            match (framing, watch) {
+                (Some(framing), Some(watch)) if resp.status() == StatusCode::OK => {
+                    let followed = watch::Followed {
+                        gw: gw.clone(),
+                        upstreams: upstreams.clone(),
+                        outgoing,
+                        class,
+                        watch,
+                        framing,
+                    };
+                    watch::follow(followed, resp, (in_flight, stream))
+                }
+                (_, watch) => resp.map(|body| {
+                    ResponseBody::Relayed(Relayed::new(body, watch.is_some(), in_flight, stream))
+                }),
+            }
+        }
+        Err(Unplaced::NoBackend) => {
+            metrics.request_failed(RequestFailure::NoReadyBackend);
+            unavailable("no apiserver is ready")
+        }
+        Err(Unplaced::Failed(AttemptFailure::NotServed)) => {
+            // No replica tried has a handler for it: the apiserver's own answer.
+            status(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                "the server could not find the requested resource",
+                None,
+            )
+        }
+        Err(Unplaced::Failed(failure)) if !may_retry(failure, &class) => {
+            metrics.request_failed(RequestFailure::Broken);
+            broken("the connection to the apiserver broke after the request was sent: it may have been applied")
+        }
+        Err(Unplaced::Failed(_)) => {
+            metrics.request_failed(RequestFailure::Unavailable);
+            unavailable("no apiserver could take the request")
+        }
+    };
+    hold(resp)
+}
