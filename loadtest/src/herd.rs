@@ -1,8 +1,8 @@
 //! `kubegate-loadtest herd`: N informers of one identity start at once, as a DaemonSet's
 //! agents (every node's kube-proxy) do after a rollout or every controller after a
 //! control-plane restart: each on its own HTTP/2 connection, each LISTs a namespace of
-//! ConfigMaps as client-go's reflector starts (`limit=500&resourceVersion=0`), retrying a 429
-//! after its `Retry-After`, then watches it from its list's resourceVersion while a writer
+//! ConfigMaps as client-go's reflector starts (`limit=500&resourceVersion=0`), retrying a
+//! failure as it does (a 429 after its `Retry-After`, else after a backoff), then watches it from its list's resourceVersion while a writer
 //! churns it (ConfigMaps stand in for a kube-proxy's EndpointSlices: the cost is per event and
 //! watcher, whatever the kind). Straight to the replicas (`direct`, spread over them), and
 //! through each gateway.
@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 const NAMESPACE: &str = "herd";
 /// What client-go's reflector asks when it starts: a page of 500 from the watch cache.
 const LIST: &str = "/api/v1/namespaces/herd/configmaps?limit=500&resourceVersion=0";
-/// Tries of one informer's LIST (client-go retries a 429 after its `Retry-After`).
+/// Tries of one informer's LIST.
 const TRIES: usize = 10;
 /// How long every informer has to hear every write, after the last.
 const HEAR_WITHIN: Duration = Duration::from_secs(30);
@@ -159,7 +159,8 @@ async fn one(plan: &Plan, gateway: &str, dir: &Path) -> anyhow::Result<Row> {
     eprintln!("{gateway}: {} informers start", plan.informers);
     let tasks: Vec<_> = clients
         .into_iter()
-        .map(|c| tokio::spawn(informer(c)))
+        .enumerate()
+        .map(|(i, c)| tokio::spawn(informer(c, (addr_of(i), tls.clone()))))
         .collect();
     let mut waited = Vec::with_capacity(tasks.len());
     let mut listed = Vec::with_capacity(tasks.len());
@@ -234,24 +235,36 @@ async fn wait_serving(addr: SocketAddr, tls: &ClientTls, gateway: &str) -> anyho
     }
 }
 
-/// One informer's start: its LIST, a 429 retried after `Retry-After`; how long it waited for
-/// its list (ms), its connection and the list's resourceVersion, or `None` when it got none.
-async fn informer(mut c: Client) -> Option<(f64, Client, String)> {
+/// One informer's start: its LIST, retried as client-go's reflector retries a failed list —
+/// after a 429's `Retry-After`, else after a backoff from 1 s doubling to 8 s — up to
+/// [`TRIES`] times, on a new connection to `addr` after one broke; how long it waited for its
+/// list (ms), its connection and the list's resourceVersion, or `None` when it got none.
+async fn informer(
+    mut c: Client,
+    (addr, tls): (SocketAddr, ClientTls),
+) -> Option<(f64, Client, String)> {
     let started = Instant::now();
+    let mut backoff = Duration::from_secs(1);
     for _ in 0..TRIES {
         let sent = tokio::time::timeout(Duration::from_secs(60), c.send("GET", LIST, None));
-        match sent.await {
+        let wait = match sent.await {
             Ok(Ok(r)) if r.status == 200 => {
                 let waited = started.elapsed().as_secs_f64() * 1e3;
                 let list: serde_json::Value = serde_json::from_slice(&r.body).ok()?;
                 let rv = list["metadata"]["resourceVersion"].as_str()?.to_string();
                 return Some((waited, c, rv));
             }
-            Ok(Ok(r)) if r.status == 429 => {
-                tokio::time::sleep(Duration::from_secs(r.retry_after.unwrap_or(1))).await;
+            Ok(Ok(r)) => r.retry_after.map(Duration::from_secs),
+            Ok(Err(_)) | Err(_) => {
+                // The connection may be gone: a new one, as client-go dials again.
+                if let Ok(fresh) = Client::connect(addr, &tls, true).await {
+                    c = fresh;
+                }
+                None
             }
-            _ => return None,
-        }
+        };
+        tokio::time::sleep(wait.unwrap_or(backoff)).await;
+        backoff = (backoff * 2).min(Duration::from_secs(8));
     }
     None
 }
