@@ -337,10 +337,10 @@ impl Feed {
         metrics.fed_watches.inc();
         let (tx, rx) = mpsc::channel(CLIENT_QUEUE);
         let (feed, m) = (self.clone(), metrics.clone());
-        let (bookmarks, ends) = (client.bookmarks, client.ends);
+        let (from, bookmarks, ends) = (client.from, client.bookmarks, client.ends);
         let max_lag = self.limits.max_lag_events;
         tokio::spawn(async move {
-            feed_client(backlog, live, tx, (bookmarks, ends, max_lag), &m).await;
+            feed_client(backlog, live, tx, (from, bookmarks, ends, max_lag), &m).await;
             feed.clients.fetch_sub(1, Ordering::AcqRel);
             m.fed_watches.dec();
         });
@@ -395,10 +395,15 @@ async fn feed_client(
     backlog: Vec<Arc<Fed>>,
     mut live: broadcast::Receiver<Arc<Fed>>,
     tx: mpsc::Sender<Bytes>,
-    (bookmarks, ends, max_lag): (bool, Option<Instant>, usize),
+    (from, bookmarks, ends, max_lag): (u64, bool, Option<Instant>, usize),
     metrics: &JoinMetrics,
 ) {
-    let deliver = |fed: &Fed| bookmarks || fed.kind != Kind::Bookmark;
+    // A client can be ahead of the feed (it listed after the feed's first client): what it
+    // already has is not sent again.
+    let deliver = |fed: &Fed| {
+        (fed.position > from || fed.kind == Kind::Error)
+            && (bookmarks || fed.kind != Kind::Bookmark)
+    };
     let until = ends.map(tokio::time::Instant::from_std);
     let timeout = async {
         match until {
@@ -605,6 +610,22 @@ mod tests {
             feeds.enter(&key(), &first, &m).await,
             Entered::Opens(_)
         ));
+    }
+
+    #[tokio::test]
+    async fn a_client_ahead_of_the_feed_hears_only_what_follows_its_position() {
+        let (feeds, m) = (
+            Arc::new(Feeds::new(Arc::default())),
+            JoinMetrics::new(&prometheus::Registry::new()),
+        );
+        let (up, mut a) = opened(&feeds, &client(10, false), &m).await;
+        // It listed at 12: 11 and 12 are in its list already.
+        let mut ahead = fed(&feeds, &client(12, false), &m).await.unwrap();
+        for rv in 11..=13 {
+            up.send(change(rv)).await.unwrap();
+        }
+        assert_eq!(next(&mut a, 3).await.len(), 3);
+        assert_eq!(next(&mut ahead, 1).await, [change(13)]);
     }
 
     #[tokio::test]
