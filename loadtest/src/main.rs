@@ -598,11 +598,11 @@ fn run_herd(mut plan: herd::Plan, output: Output) -> anyhow::Result<()> {
     publish(&herd::markdown(&rows), &rows, output.json, None, &plan.dir)?;
     none_failed(
         rows.iter()
-            .filter(|r| r.status == "ok" && (r.failed > 0 || r.listed != r.informers))
+            .filter(|r| r.status == "ok" && (r.listed != r.informers || r.churn.missed > 0))
             .map(|r| {
                 format!(
-                    "{}: {} of {} informers got no list",
-                    r.gateway, r.failed, r.informers
+                    "{}: {} of {} informers listed, {} events missed",
+                    r.gateway, r.listed, r.informers, r.churn.missed
                 )
             }),
     )
