@@ -41,19 +41,25 @@ pub enum ResponseBody {
     Watch(WatchBody),
     /// Another body, written to the access log when it ends.
     Logged(Box<LoggedBody>),
-    /// Another body, whose request holds its `dispatch` rule's slot until the body ends.
-    Held(Box<(ResponseBody, Option<Slot>)>),
-    /// Bytes several responses share (a joined read's answer, `join`), and what must live
-    /// until they have been sent (their charge against a bound).
-    Shared(Option<(Bytes, Arc<dyn Any + Send + Sync>)>, bool),
+    /// Another body, and what is let go when it ends (or the client goes).
+    Held(Box<(ResponseBody, Option<Guard>)>),
     /// Bytes read ahead of the rest of a body.
     Prefixed(Box<(Option<Bytes>, ResponseBody)>),
+}
+
+/// What a body holds until it ends.
+pub enum Guard {
+    /// Its request's place under its `dispatch` rule.
+    Slot(Slot),
+    /// Bytes several responses share (a joined read's answer, `join`): their charge against a
+    /// bound, given back with the last of them.
+    Shared(Arc<dyn Any + Send + Sync>),
 }
 
 impl ResponseBody {
     /// `inner`, holding `slot` until it ends (or the client goes).
     pub fn held(inner: ResponseBody, slot: Slot) -> ResponseBody {
-        ResponseBody::Held(Box::new((inner, Some(slot))))
+        ResponseBody::Held(Box::new((inner, Some(Guard::Slot(slot)))))
     }
 }
 
@@ -102,7 +108,8 @@ impl Drop for LoggedBody {
 impl ResponseBody {
     /// `bytes`, shared with other responses; `held` lives until they have been sent.
     pub fn shared(bytes: Bytes, held: Arc<dyn Any + Send + Sync>) -> ResponseBody {
-        ResponseBody::Shared(Some((bytes, held)), false)
+        let inner = ResponseBody::full(bytes);
+        ResponseBody::Held(Box::new((inner, Some(Guard::Shared(held)))))
     }
 
     /// `read`, then `rest`.
@@ -292,22 +299,6 @@ impl Body for ResponseBody {
                 }
                 polled
             }
-            ResponseBody::Shared(answer, sent) => {
-                if *sent {
-                    // Its bytes are the client's now: no longer held for it.
-                    *answer = None;
-                    return Poll::Ready(None);
-                }
-                *sent = true;
-                let body = answer.as_ref().map(|(bytes, _)| bytes.clone());
-                match body.filter(|b| !b.is_empty()) {
-                    Some(b) => Poll::Ready(Some(Ok(Frame::data(b)))),
-                    None => {
-                        *answer = None;
-                        Poll::Ready(None)
-                    }
-                }
-            }
             ResponseBody::Prefixed(p) => match p.0.take() {
                 Some(read) => Poll::Ready(Some(Ok(Frame::data(read)))),
                 None => Pin::new(&mut p.1).poll_frame(cx),
@@ -325,9 +316,6 @@ impl Body for ResponseBody {
             ResponseBody::Watch(_) => false,
             ResponseBody::Logged(l) => l.inner.is_end_stream(),
             ResponseBody::Held(h) => h.0.is_end_stream(),
-            ResponseBody::Shared(answer, sent) => {
-                *sent || answer.as_ref().is_none_or(|(bytes, _)| bytes.is_empty())
-            }
             ResponseBody::Prefixed(p) => p.0.is_none() && p.1.is_end_stream(),
         }
     }
@@ -340,10 +328,6 @@ impl Body for ResponseBody {
             ResponseBody::Watch(_) => SizeHint::default(),
             ResponseBody::Logged(l) => l.inner.size_hint(),
             ResponseBody::Held(h) => h.0.size_hint(),
-            ResponseBody::Shared(Some((bytes, _)), false) => {
-                SizeHint::with_exact(bytes.len() as u64)
-            }
-            ResponseBody::Shared(..) => SizeHint::with_exact(0),
             ResponseBody::Prefixed(p) => {
                 let read = p.0.as_ref().map_or(0, |b| b.len() as u64);
                 let rest = p.1.size_hint();
