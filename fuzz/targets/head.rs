@@ -1,11 +1,13 @@
-//! What the request targets read from their input: a request head (and body), and the
-//! upstream settings and client they shape it for.
+//! What the request targets read from their input: a request head (and body), shaped for the
+//! upstream as terminate mode shapes it for a client.
 use bytes::Bytes;
 use http::request::Parts;
 use http::{Method, Request, Version};
-use kubegate::terminate::request::shape::Client;
+use kubegate::telemetry::Metrics;
+use kubegate::terminate::request::shape::{Client, Outgoing, Shaper};
 use kubegate_wire::identity::{IdentityHeaders, UserInfo};
 use rustls_pki_types::ServerName;
+use std::sync::OnceLock;
 
 /// A request from `data`: its head, its body and a flag byte. The first line holds the
 /// method, the URI and the flag byte (1: HTTP/2; the targets read the others); then
@@ -57,19 +59,29 @@ pub fn read(data: &[u8]) -> Option<(Parts, Bytes, u8)> {
     Some((parts, body, flags))
 }
 
-/// kubeadm's front-proxy header names and the upstream server name `kubernetes`.
-pub fn upstream() -> (IdentityHeaders, ServerName<'static>) {
+static METRICS: OnceLock<Metrics> = OnceLock::new();
+
+/// The request in `data` (`read`), shaped as terminate mode sends it: toward kubeadm's
+/// front-proxy header names and upstream server name `kubernetes`, vouching for verified
+/// clients when flag 2 is set, from a client at 192.0.2.7 with, when flag 4 is set, a verified
+/// certificate of `alice` (`dev`). With its body's length and the flag byte.
+pub fn shaped(data: &[u8]) -> Option<(Outgoing, usize, u8)> {
+    let (parts, body, flags) = read(data)?;
     let fp = serde_yaml_ng::from_str("cert_file: a\nkey_file: b\n").unwrap();
     let identity = IdentityHeaders::new(&fp).unwrap();
-    (identity, ServerName::try_from("kubernetes").unwrap())
-}
-
-/// A client at 192.0.2.7 with, when flag 4 is set, a verified certificate of `alice` (`dev`).
-pub fn client(flags: u8) -> Client {
+    let server_name = ServerName::try_from("kubernetes").unwrap();
+    let shaper = Shaper {
+        identity: &identity,
+        vouches: flags & 2 == 2,
+        server_name: &server_name,
+        metrics: &METRICS.get_or_init(Metrics::new).terminate,
+    };
     let cert = (flags & 4 == 4).then(|| UserInfo {
         user: "alice".into(),
         groups: vec!["dev".into()],
         uid: None,
     });
-    Client::new("192.0.2.7:40000".parse().unwrap(), cert)
+    let client = Client::new("192.0.2.7:40000".parse().unwrap(), cert);
+    let held = body.len();
+    Some((shaper.request(&client, parts, body), held, flags))
 }

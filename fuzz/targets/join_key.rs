@@ -4,16 +4,12 @@
 //! answers by — so no answer crosses identities, selectors, encodings or resourceVersions.
 //! And no identity header is one of those few.
 use http::HeaderMap;
-use kubegate::telemetry::Metrics;
 use kubegate::terminate::join::key::{joinable, UNANSWERED_HEADERS};
-use kubegate::terminate::request::shape::{Outgoing, Shaper};
+use kubegate::terminate::request::shape::Outgoing;
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 
 #[path = "head.rs"]
 mod head;
-
-static METRICS: OnceLock<Metrics> = OnceLock::new();
 
 /// Runs one input: panics where a property does not hold.
 pub fn run(data: &[u8]) {
@@ -35,7 +31,7 @@ pub fn run(data: &[u8]) {
         None => (data, data),
     };
     let b = second(a, b);
-    let (Some(a), Some(b)) = (shaped(a), shaped(&b)) else {
+    let (Some((a, ..)), Some((b, ..))) = (head::shaped(a), head::shaped(&b)) else {
         return;
     };
     let key = |o: &Outgoing| joinable(o.kind(), o.method(), o.uri(), o.headers(), o.body());
@@ -82,20 +78,6 @@ fn second(a: &[u8], b: &[u8]) -> Vec<u8> {
         }
     }
     out
-}
-
-/// The request in `data`, shaped as terminate mode sends it.
-fn shaped(data: &[u8]) -> Option<Outgoing> {
-    let (parts, body, flags) = head::read(data)?;
-    let metrics = METRICS.get_or_init(Metrics::new);
-    let (identity, server_name) = head::upstream();
-    let shaper = Shaper {
-        identity: &identity,
-        vouches: flags & 2 == 2,
-        server_name: &server_name,
-        metrics: &metrics.terminate,
-    };
-    Some(shaper.request(&head::client(flags), parts, body))
 }
 
 /// Every header the apiserver may answer by, with its values in order.

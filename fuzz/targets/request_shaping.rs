@@ -2,31 +2,14 @@
 //! no identity header of the client's and no connection-specific header reaches a backend, the
 //! URI is absolute HTTPS with an authority, a held body has a matching `Content-Length`, and
 //! `X-Forwarded-For` ends with the client's address.
-use kubegate::telemetry::Metrics;
-use kubegate::terminate::request::shape::Shaper;
-use std::sync::OnceLock;
-
 #[path = "head.rs"]
 mod head;
 
-static METRICS: OnceLock<Metrics> = OnceLock::new();
-
 /// Runs one input: panics where a property does not hold.
 pub fn run(data: &[u8]) {
-    let Some((parts, body, flags)) = head::read(data) else {
+    let Some((out, held, flags)) = head::shaped(data) else {
         return;
     };
-    let metrics = METRICS.get_or_init(Metrics::new);
-    let (identity, server_name) = head::upstream();
-    let shaper = Shaper {
-        identity: &identity,
-        vouches: flags & 2 == 2,
-        server_name: &server_name,
-        metrics: &metrics.terminate,
-    };
-    let client = head::client(flags);
-    let held = body.len();
-    let out = shaper.request(&client, parts, body);
     let head = out.head();
     let h = head.headers();
     for n in h.keys() {
