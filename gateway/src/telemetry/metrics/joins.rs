@@ -2,9 +2,7 @@
 //! upstream request, the answer bytes held for them, and watches fed from a shared one.
 
 use crate::telemetry::labels::JoinMiss;
-use crate::telemetry::metrics::register::{
-    count, counter, counter_vec, gauge, histogram, zero_series,
-};
+use crate::telemetry::metrics::register::{counter, counter_vec, gauge, histogram};
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
 use std::time::Duration;
 
@@ -21,8 +19,9 @@ pub struct JoinMetrics {
     joined: IntCounterVec,
     /// `kubegate_reads_leading_total{cluster}`: upstream requests whose answer others joined.
     leading: IntCounterVec,
-    /// `kubegate_reads_join_missed_total{reason}`: answers waited on but not shared.
-    missed: IntCounterVec,
+    /// `kubegate_reads_join_missed_total{reason}`'s series by `JoinMiss as usize`: counted
+    /// without a label lookup (a leading read keeps its `abandoned` series).
+    missed: [IntCounter; JoinMiss::ALL.len()],
     /// `kubegate_join_held_bytes`: answer bytes held for joined reads now.
     pub held_bytes: IntGauge,
     /// `kubegate_shared_watch_feeds`: upstream watches feeding shared watches now.
@@ -41,25 +40,18 @@ pub struct JoinMetrics {
 impl JoinMetrics {
     /// Registers the group's families in `r`.
     pub fn new(r: &Registry) -> JoinMetrics {
-        let m = JoinMetrics {
+        let missed = counter_vec(r, "kubegate_reads_join_missed_total", "Answers reads waited on but did not get (each waiting read was then sent on its own), by reason (too_large, over_held, status, broken, abandoned).", &["reason"]);
+        JoinMetrics {
             joined: counter_vec(r, "kubegate_reads_joined_total", "Terminate-mode reads answered from an identical read's upstream request (each an upstream request saved), by cluster.", &["cluster"]),
             leading: counter_vec(r, "kubegate_reads_leading_total", "Upstream reads whose answer identical reads joined, by cluster.", &["cluster"]),
-            missed: counter_vec(r, "kubegate_reads_join_missed_total", "Answers reads waited on but did not get (each waiting read was then sent on its own), by reason (too_large, over_held, status, broken, abandoned).", &["reason"]),
+            missed: JoinMiss::ALL.map(|m| missed.with_label_values(&[m.as_str()])),
             held_bytes: gauge(r, "kubegate_join_held_bytes", "Answer bytes kubegate holds for joined reads now, over every cluster (terminate.join_reads.max_held_bytes bounds it)."),
             watch_feeds: gauge(r, "kubegate_shared_watch_feeds", "Upstream watches feeding shared watches now (terminate.shared_watches)."),
             fed_watches: gauge(r, "kubegate_shared_watches", "Client watches fed from a shared upstream watch now."),
             window_bytes: gauge(r, "kubegate_shared_watch_window_bytes", "Event bytes the shared watches' windows keep now, over every cluster (terminate.shared_watches.max_window_bytes_in_total bounds it)."),
             fed_cut: counter(r, "kubegate_shared_watches_cut_total", "Client watches fed from a shared one that were ended for falling more than terminate.shared_watches.max_lag_events behind (each watches again from its last position)."),
             fed_lag: histogram(r, "kubegate_shared_watch_lag_seconds", "From a shared watch receiving an event to a client's stream taking it.", LAG_BUCKETS),
-        };
-        zero_series::<JoinMiss, _>(&m.missed);
-        m
-    }
-
-    /// `cluster`'s series, at 0 from the start.
-    pub fn cluster_served(&self, cluster: &str) {
-        self.joined.with_label_values(&[cluster]);
-        self.leading.with_label_values(&[cluster]);
+        }
     }
 
     /// `followers` reads of `cluster` were answered from one upstream request.
@@ -72,7 +64,7 @@ impl JoinMetrics {
 
     /// An answer waited on was not shared, for `why`.
     pub fn missed(&self, why: JoinMiss) {
-        count(&self.missed, why);
+        self.missed[why as usize].inc();
     }
 
     /// A client of a shared watch was cut for falling too far behind.
@@ -87,6 +79,6 @@ impl JoinMetrics {
 
     /// The series counting answers not shared for `why`.
     pub fn missed_series(&self, why: JoinMiss) -> IntCounter {
-        self.missed.with_label_values(&[why.as_str()])
+        self.missed[why as usize].clone()
     }
 }
