@@ -14,7 +14,8 @@
 //!
 //! A feed ends when its upstream watch ends (its time is up, an ERROR, a position no replica
 //! can serve): each client's stream ends cleanly with it, and the clients watch again from
-//! their positions, which a new feed serves. A feed nobody has read for [`LINGER`] ends too.
+//! their positions, which a new feed serves. A feed nobody has read for [`LINGER`] ends too,
+//! and one whose last client left while [`MAX_LINGERING`] others linger ends at once.
 
 use crate::telemetry::JoinMetrics;
 use crate::terminate::join::key::JoinKey;
@@ -31,6 +32,10 @@ use tokio::sync::{broadcast, mpsc, watch};
 /// How long a feed nobody reads stays open, for clients that come back (a watch ended by its
 /// `timeoutSeconds` is asked again at once).
 pub const LINGER: Duration = Duration::from_secs(10);
+/// Feeds of one cluster that stay open with no client, at most: beyond, a feed ends when its
+/// last client leaves, so that watches opened and closed at once cannot make kubegate hold
+/// upstream watches no client reads.
+pub const MAX_LINGERING: usize = 64;
 /// Events waiting in one client's stream.
 const CLIENT_QUEUE: usize = 16;
 /// How often a client whose stream is full is checked for falling too far behind.
@@ -42,6 +47,8 @@ pub struct Feeds {
     next_id: AtomicU64,
     /// Event bytes every cluster's windows keep.
     held: Arc<AtomicU64>,
+    /// Feeds open with no client now (at most [`MAX_LINGERING`]).
+    lingering: AtomicUsize,
 }
 
 /// A key's feed, open or being opened.
@@ -88,6 +95,8 @@ pub struct Feed {
     /// Recent events, the position before the oldest, and the channel live events go out on.
     window: Mutex<Window>,
     clients: AtomicUsize,
+    /// Its last client left.
+    emptied: tokio::sync::Notify,
     limits: FeedLimits,
 }
 
@@ -145,6 +154,7 @@ impl Feeds {
             feeds: Mutex::default(),
             next_id: AtomicU64::new(0),
             held,
+            lingering: AtomicUsize::new(0),
         }
     }
 
@@ -225,6 +235,7 @@ impl Opener {
                 gauge: metrics.window_bytes.clone(),
             }),
             clients: AtomicUsize::new(0),
+            emptied: tokio::sync::Notify::new(),
             limits,
         });
         let first = feed.subscribe(client, metrics);
@@ -256,18 +267,38 @@ impl Feed {
     async fn run(self: Arc<Self>, events: WatchBody, framing: Framing) {
         let mut events = events.into_receiver();
         let mut decoder = Decoder::new(framing);
+        // Since when it has had no client, while it counts among the cluster's lingering feeds.
         let mut idle_since: Option<Instant> = None;
         let mut linger = tokio::time::interval(LINGER / 4);
+        let feeds = self.feeds.upgrade();
+        let release = |idle_since: &mut Option<Instant>| {
+            if idle_since.take().is_some() {
+                if let Some(f) = &feeds {
+                    f.lingering.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+        };
         loop {
             let bytes = tokio::select! {
                 next = events.recv() => match next {
                     Some(bytes) => bytes,
                     None => break,
                 },
+                _ = self.emptied.notified() => {
+                    if self.clients.load(Ordering::Acquire) == 0 && idle_since.is_none() {
+                        let Some(f) = &feeds else { break };
+                        if f.lingering.fetch_add(1, Ordering::AcqRel) >= MAX_LINGERING {
+                            f.lingering.fetch_sub(1, Ordering::AcqRel);
+                            break;
+                        }
+                        idle_since = Some(Instant::now());
+                    }
+                    continue;
+                }
                 _ = linger.tick() => {
                     if self.clients.load(Ordering::Acquire) > 0 {
-                        idle_since = None;
-                    } else if idle_since.get_or_insert_with(Instant::now).elapsed() >= LINGER {
+                        release(&mut idle_since);
+                    } else if idle_since.is_some_and(|t| t.elapsed() >= LINGER) {
                         break;
                     }
                     continue;
@@ -307,7 +338,8 @@ impl Feed {
         // The clients' streams end as the channel closes behind them; dropping the upstream
         // watch's events (the receiver) ends it.
         self.window.lock().unwrap_or_else(|e| e.into_inner()).live = None;
-        if let Some(feeds) = self.feeds.upgrade() {
+        release(&mut idle_since);
+        if let Some(feeds) = feeds {
             feeds.close(&self.key, self.id);
         }
     }
@@ -341,7 +373,9 @@ impl Feed {
         let max_lag = self.limits.max_lag_events;
         tokio::spawn(async move {
             feed_client(backlog, live, tx, (from, bookmarks, ends, max_lag), &m).await;
-            feed.clients.fetch_sub(1, Ordering::AcqRel);
+            if feed.clients.fetch_sub(1, Ordering::AcqRel) == 1 {
+                feed.emptied.notify_one();
+            }
             m.fed_watches.dec();
         });
         let mut resp = Response::new(ResponseBody::Watch(WatchBody::new(rx)));
@@ -456,6 +490,9 @@ async fn feed_client(
     tokio::select! {
         _ = stream => {}
         _ = timeout => {}
+        // The client went away: noticed now, not at the next event (a quiet watch may not
+        // hear one for minutes).
+        _ = tx.closed() => {}
     }
 }
 
@@ -467,7 +504,14 @@ mod tests {
     use http_body_util::BodyExt;
 
     fn key() -> JoinKey {
-        let uri: Uri = "https://kube/api/v1/services?watch=1".parse().unwrap();
+        key_n(0)
+    }
+
+    /// The key of a watch of Services with label `n`.
+    fn key_n(n: usize) -> JoinKey {
+        let uri: Uri = format!("https://kube/api/v1/services?watch=1&labelSelector=n%3D{n}")
+            .parse()
+            .unwrap();
         crate::terminate::join::key::key_of(
             ConnectionKind::Anonymous,
             &Method::GET,
@@ -518,7 +562,17 @@ mod tests {
         m: &JoinMetrics,
         limits: FeedLimits,
     ) -> (mpsc::Sender<Bytes>, Response<ResponseBody>) {
-        let Entered::Opens(opener) = feeds.enter(&key(), first, m).await else {
+        opened_as(feeds, &key(), first, m, limits).await
+    }
+
+    async fn opened_as(
+        feeds: &Arc<Feeds>,
+        key: &JoinKey,
+        first: &Client,
+        m: &JoinMetrics,
+        limits: FeedLimits,
+    ) -> (mpsc::Sender<Bytes>, Response<ResponseBody>) {
+        let Entered::Opens(opener) = feeds.enter(key, first, m).await else {
             panic!("the first watch opens the feed");
         };
         let (tx, rx) = mpsc::channel(64);
@@ -706,5 +760,33 @@ mod tests {
         drop(up);
         assert!(ended(&mut a).await);
         wait_until(|| held.load(Ordering::Acquire) == 0 && m.window_bytes.get() == 0).await;
+    }
+
+    #[tokio::test]
+    async fn feeds_nobody_reads_linger_only_up_to_their_bound() {
+        let (feeds, m) = (
+            Arc::new(Feeds::new(Arc::default())),
+            JoinMetrics::new(&prometheus::Registry::new()),
+        );
+        let mut upstreams = Vec::new();
+        for n in 0..=MAX_LINGERING {
+            let (up, client) = opened_as(&feeds, &key_n(n), &client(10, false), &m, LIMITS).await;
+            // Its only client goes away at once.
+            drop(client);
+            upstreams.push(up);
+        }
+        // The first MAX_LINGERING stay for their clients' return; the one beyond ends, and its
+        // upstream watch with it.
+        let last = upstreams.pop().unwrap();
+        tokio::time::timeout(Duration::from_secs(10), last.closed())
+            .await
+            .expect("the feed beyond the bound ends");
+        wait_until(|| m.watch_feeds.get() == MAX_LINGERING as i64).await;
+        assert!(upstreams.iter().all(|up| !up.is_closed()));
+        // A client back for a lingering feed is fed from it.
+        assert!(matches!(
+            feeds.enter(&key_n(0), &client(10, false), &m).await,
+            Entered::Fed(Some(_))
+        ));
     }
 }
