@@ -81,10 +81,7 @@ pub const ADDED: &[(&str, Version)] = &[
     ("terminate.shared_watches.enabled", (0, 3, 0)),
     ("terminate.shared_watches.window_events", (0, 3, 0)),
     ("terminate.shared_watches.window_bytes", (0, 3, 0)),
-    (
-        "terminate.shared_watches.max_window_bytes_in_total",
-        (0, 3, 0),
-    ),
+    ("terminate.shared_watches.max_held_bytes", (0, 3, 0)),
     ("terminate.shared_watches.max_lag_events", (0, 3, 0)),
     ("terminate.shared_watches.secrets", (0, 3, 0)),
 ];

@@ -232,12 +232,12 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
             "terminate.shared_watches.max_lag_events",
             sw.max_lag_events,
         );
-        if sw.max_window_bytes_in_total < sw.window_bytes {
+        if sw.max_held_bytes < sw.window_bytes {
             bad(
-                "terminate.shared_watches.max_window_bytes_in_total".into(),
+                "terminate.shared_watches.max_held_bytes".into(),
                 format!(
-                    "terminate.shared_watches.max_window_bytes_in_total ({}) must hold at least one window (terminate.shared_watches.window_bytes, {})",
-                    sw.max_window_bytes_in_total, sw.window_bytes
+                    "terminate.shared_watches.max_held_bytes ({}) must hold at least one window (terminate.shared_watches.window_bytes, {})",
+                    sw.max_held_bytes, sw.window_bytes
                 ),
             );
         }

@@ -103,9 +103,11 @@ pub struct SharedWatchesConfig {
     pub window_events: u32,
     /// Bytes of those events each shared watch keeps at most.
     pub window_bytes: u64,
-    /// Bytes every shared watch's window keeps together, over every cluster: beyond it, a
-    /// window keeps only its newest event (a client behind it gets a watch of its own).
-    pub max_window_bytes_in_total: u64,
+    /// Event bytes every shared watch holds together, over every cluster (its window, and
+    /// what its channel still holds for clients behind): at it, a window keeps only its
+    /// newest event (a client behind it gets a watch of its own), and no new shared watch
+    /// opens.
+    pub max_held_bytes: u64,
     /// Events a client may fall behind the shared watch before its stream is ended (it
     /// watches again from its last position, as from an apiserver's cacher): a slow client
     /// never slows the others.
@@ -120,7 +122,7 @@ impl Default for SharedWatchesConfig {
             enabled: false,
             window_events: 1000,
             window_bytes: 16 * 1024 * 1024,
-            max_window_bytes_in_total: 256 * 1024 * 1024,
+            max_held_bytes: 256 * 1024 * 1024,
             max_lag_events: 1024,
             secrets: false,
         }

@@ -28,8 +28,9 @@ pub struct JoinMetrics {
     pub watch_feeds: IntGauge,
     /// `kubegate_shared_watches`: client watches fed from a shared one now.
     pub fed_watches: IntGauge,
-    /// `kubegate_shared_watch_window_bytes`: event bytes the shared watches' windows keep.
-    pub window_bytes: IntGauge,
+    /// `kubegate_shared_watch_held_bytes`: event bytes the shared watches hold (windows, and
+    /// channels for clients behind).
+    pub watch_held_bytes: IntGauge,
     /// `kubegate_shared_watches_cut_total`: clients cut for falling too far behind.
     fed_cut: IntCounter,
     /// `kubegate_shared_watch_lag_seconds`: from a feed receiving an event to a client's
@@ -48,7 +49,7 @@ impl JoinMetrics {
             held_bytes: gauge(r, "kubegate_join_held_bytes", "Answer bytes kubegate holds for joined reads now, over every cluster (terminate.join_reads.max_held_bytes bounds it)."),
             watch_feeds: gauge(r, "kubegate_shared_watch_feeds", "Upstream watches feeding shared watches now (terminate.shared_watches)."),
             fed_watches: gauge(r, "kubegate_shared_watches", "Client watches fed from a shared upstream watch now."),
-            window_bytes: gauge(r, "kubegate_shared_watch_window_bytes", "Event bytes the shared watches' windows keep now, over every cluster (terminate.shared_watches.max_window_bytes_in_total bounds it)."),
+            watch_held_bytes: gauge(r, "kubegate_shared_watch_held_bytes", "Event bytes the shared watches hold now (their windows, and their channels for clients behind), over every cluster (terminate.shared_watches.max_held_bytes bounds it)."),
             fed_cut: counter(r, "kubegate_shared_watches_cut_total", "Client watches fed from a shared one that were ended for falling more than terminate.shared_watches.max_lag_events behind (each watches again from its last position)."),
             fed_lag: histogram(r, "kubegate_shared_watch_lag_seconds", "From a shared watch receiving an event to a client's stream taking it.", LAG_BUCKETS),
         }

@@ -109,8 +109,9 @@ pub struct FeedLimits {
     pub window_bytes: usize,
     /// Events a client may fall behind before it is cut.
     pub max_lag_events: usize,
-    /// Bytes every window together keeps: beyond, a window keeps only its newest event.
-    pub window_bytes_in_total: u64,
+    /// Event bytes every feed together holds (windows, and channels for clients behind):
+    /// beyond, a window keeps only its newest event, and no new feed opens.
+    pub held_bytes_in_total: u64,
 }
 
 /// The events a feed keeps.
@@ -122,7 +123,7 @@ struct Window {
     bytes: usize,
     /// Where live events go out; `None` once the feed has ended (its clients' streams end).
     live: Option<broadcast::Sender<Arc<Fed>>>,
-    /// Where its bytes are counted with every other window's.
+    /// Where its events' bytes are counted, with every feed's.
     held: Arc<AtomicU64>,
     gauge: prometheus::IntGauge,
 }
@@ -135,6 +136,36 @@ struct Fed {
     position: u64,
     /// When the feed received it.
     at: Instant,
+    /// Its bytes, counted with every event the feeds hold until the last copy goes: in a
+    /// window, or still in a feed's channel for a client behind.
+    _charge: Charge,
+}
+
+/// Bytes counted in a total and its gauge while this lives.
+struct Charge {
+    n: u64,
+    held: Arc<AtomicU64>,
+    gauge: prometheus::IntGauge,
+}
+
+impl Charge {
+    fn new(n: usize, held: &Arc<AtomicU64>, gauge: &prometheus::IntGauge) -> Charge {
+        let n = n as u64;
+        held.fetch_add(n, Ordering::AcqRel);
+        gauge.add(n as i64);
+        Charge {
+            n,
+            held: held.clone(),
+            gauge: gauge.clone(),
+        }
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.held.fetch_sub(self.n, Ordering::AcqRel);
+        self.gauge.sub(self.n as i64);
+    }
 }
 
 /// A client of a feed: where it starts, whether it hears bookmarks, when its watch ends.
@@ -158,11 +189,12 @@ impl Feeds {
         }
     }
 
-    /// Enters a watch of `key` for `client`: fed from the key's feed, or the one to open it.
+    /// Enters a watch of `key` for `client`: fed from the key's feed, or the one to open it
+    /// with `limits` (none while the feeds hold `held_bytes_in_total`: a watch of its own).
     /// Waits while a feed is being opened.
     pub async fn enter(
         self: &Arc<Self>,
-        key: &JoinKey,
+        (key, limits): (&JoinKey, &FeedLimits),
         client: &Client,
         metrics: &JoinMetrics,
     ) -> Entered {
@@ -170,6 +202,10 @@ impl Feeds {
             let mut feeds = self.feeds.lock().unwrap_or_else(|e| e.into_inner());
             match feeds.get(key) {
                 Some(slot) => slot.state.clone(),
+                // The feeds hold all they may: no new one (its channel would hold more).
+                None if self.held.load(Ordering::Acquire) >= limits.held_bytes_in_total => {
+                    return Entered::Fed(None);
+                }
                 None => {
                     let (tx, rx) = watch::channel(Opening::Pending);
                     let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -232,7 +268,7 @@ impl Opener {
                 bytes: 0,
                 live: Some(broadcast::channel(limits.max_lag_events).0),
                 held: self.feeds.held.clone(),
-                gauge: metrics.window_bytes.clone(),
+                gauge: metrics.watch_held_bytes.clone(),
             }),
             clients: AtomicUsize::new(0),
             emptied: tokio::sync::Notify::new(),
@@ -319,6 +355,7 @@ impl Feed {
                 .and_then(|rv| rv.parse::<u64>().ok())
                 .unwrap_or(last);
             let fed = Arc::new(Fed {
+                _charge: Charge::new(bytes.len(), &window.held, &window.gauge),
                 bytes,
                 kind: event.kind,
                 position,
@@ -385,41 +422,23 @@ impl Feed {
     }
 }
 
-impl Drop for Window {
-    fn drop(&mut self) {
-        let n = self.bytes as i64;
-        self.count(-n);
-    }
-}
-
 impl Window {
-    /// Keeps `fed`, forgetting the oldest events beyond `limits` (its own, and every
-    /// window's together).
+    /// Keeps `fed`, forgetting the oldest events beyond `limits`: its own, and what every
+    /// feed holds together.
     fn keep(&mut self, fed: Arc<Fed>, limits: &FeedLimits) {
-        self.count(fed.bytes.len() as i64);
+        self.bytes += fed.bytes.len();
         self.events.push_back(fed);
         while self.events.len() > limits.window_events
             || (self.events.len() > 1
                 && (self.bytes > limits.window_bytes
-                    || self.held.load(Ordering::Acquire) > limits.window_bytes_in_total))
+                    || self.held.load(Ordering::Acquire) > limits.held_bytes_in_total))
         {
             let Some(old) = self.events.pop_front() else {
                 break;
             };
-            self.count(-(old.bytes.len() as i64));
+            self.bytes -= old.bytes.len();
             self.from = old.position;
         }
-    }
-
-    /// `n` bytes more (or fewer) kept.
-    fn count(&mut self, n: i64) {
-        self.bytes = self.bytes.saturating_add_signed(n as isize);
-        if n >= 0 {
-            self.held.fetch_add(n as u64, Ordering::AcqRel);
-        } else {
-            self.held.fetch_sub(n.unsigned_abs(), Ordering::AcqRel);
-        }
-        self.gauge.add(n);
     }
 }
 
@@ -536,7 +555,7 @@ mod tests {
         window_events: 4,
         window_bytes: 1 << 20,
         max_lag_events: 8,
-        window_bytes_in_total: 1 << 30,
+        held_bytes_in_total: 1 << 30,
     };
 
     fn client(from: u64, bookmarks: bool) -> Client {
@@ -572,7 +591,7 @@ mod tests {
         m: &JoinMetrics,
         limits: FeedLimits,
     ) -> (mpsc::Sender<Bytes>, Response<ResponseBody>) {
-        let Entered::Opens(opener) = feeds.enter(key, first, m).await else {
+        let Entered::Opens(opener) = feeds.enter((key, &limits), first, m).await else {
             panic!("the first watch opens the feed");
         };
         let (tx, rx) = mpsc::channel(64);
@@ -589,7 +608,7 @@ mod tests {
         c: &Client,
         m: &JoinMetrics,
     ) -> Option<Response<ResponseBody>> {
-        match feeds.enter(&key(), c, m).await {
+        match feeds.enter((&key(), &LIMITS), c, m).await {
             Entered::Fed(resp) => resp.map(|r| *r),
             Entered::Opens(_) => panic!("a feed is open"),
         }
@@ -661,7 +680,7 @@ mod tests {
         assert!(ended(&mut a).await && ended(&mut b).await);
         wait_until(|| m.watch_feeds.get() == 0).await;
         assert!(matches!(
-            feeds.enter(&key(), &first, &m).await,
+            feeds.enter((&key(), &LIMITS), &first, &m).await,
             Entered::Opens(_)
         ));
     }
@@ -708,7 +727,7 @@ mod tests {
             JoinMetrics::new(&prometheus::Registry::new()),
         );
         let first = client(10, false);
-        let Entered::Opens(opener) = feeds.enter(&key(), &first, &m).await else {
+        let Entered::Opens(opener) = feeds.enter((&key(), &LIMITS), &first, &m).await else {
             panic!("the first watch opens the feed");
         };
         let waiting = {
@@ -728,19 +747,19 @@ mod tests {
         );
         assert!(waiting.await.unwrap(), "the waiting watch goes alone");
         assert!(matches!(
-            feeds.enter(&key(), &first, &m).await,
+            feeds.enter((&key(), &LIMITS), &first, &m).await,
             Entered::Opens(_)
         ));
     }
 
     #[tokio::test]
-    async fn the_windows_together_keep_at_most_their_total() {
+    async fn the_feeds_together_hold_at_most_their_total() {
         let held = Arc::new(AtomicU64::new(0));
         let feeds = Arc::new(Feeds::new(held.clone()));
         let m = JoinMetrics::new(&prometheus::Registry::new());
         let one = change(11).len() as u64;
         let limits = FeedLimits {
-            window_bytes_in_total: 2 * one,
+            held_bytes_in_total: 2 * one,
             ..LIMITS
         };
         let (up, mut a) = opened_with(&feeds, &client(10, false), &m, limits).await;
@@ -752,14 +771,30 @@ mod tests {
             4,
             "its clients hear every event"
         );
-        assert!(held.load(Ordering::Acquire) <= 2 * one);
-        assert_eq!(m.window_bytes.get() as u64, held.load(Ordering::Acquire));
+        let now = held.load(Ordering::Acquire);
+        assert!((one..=2 * one).contains(&now), "{now}");
+        // Once the feeds hold all they may (here, as much as they hold now), a watch of another
+        // kind gets a watch of its own: a new feed's channel would hold more.
+        let full = FeedLimits {
+            held_bytes_in_total: now,
+            ..limits
+        };
+        assert!(matches!(
+            feeds
+                .enter((&key_n(1), &full), &client(10, false), &m)
+                .await,
+            Entered::Fed(None)
+        ));
+        assert_eq!(
+            m.watch_held_bytes.get() as u64,
+            held.load(Ordering::Acquire)
+        );
         // The oldest are gone: a client from before them gets a watch of its own.
         assert!(fed(&feeds, &client(11, false), &m).await.is_none());
         assert!(fed(&feeds, &client(13, false), &m).await.is_some());
         drop(up);
         assert!(ended(&mut a).await);
-        wait_until(|| held.load(Ordering::Acquire) == 0 && m.window_bytes.get() == 0).await;
+        wait_until(|| held.load(Ordering::Acquire) == 0 && m.watch_held_bytes.get() == 0).await;
     }
 
     #[tokio::test]
@@ -785,7 +820,9 @@ mod tests {
         assert!(upstreams.iter().all(|up| !up.is_closed()));
         // A client back for a lingering feed is fed from it.
         assert!(matches!(
-            feeds.enter(&key_n(0), &client(10, false), &m).await,
+            feeds
+                .enter((&key_n(0), &LIMITS), &client(10, false), &m)
+                .await,
             Entered::Fed(Some(_))
         ));
     }

@@ -327,7 +327,7 @@ async fn serve(
                     window_events: s.window_events as usize,
                     window_bytes: usize::try_from(s.window_bytes).unwrap_or(usize::MAX),
                     max_lag_events: s.max_lag_events as usize,
-                    window_bytes_in_total: s.max_window_bytes_in_total,
+                    held_bytes_in_total: s.max_held_bytes,
                 },
                 lifetime: config.terminate.min_request_timeout,
             };

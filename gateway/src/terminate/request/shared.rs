@@ -62,7 +62,7 @@ pub(super) async fn send_fed(
     let opener = match fed
         .mode
         .feeds()
-        .enter(&fed.key, &fed.client, &metrics)
+        .enter((&fed.key, &fed.limits), &fed.client, &metrics)
         .await
     {
         feeds::Entered::Fed(Some(resp)) => {
