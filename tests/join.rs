@@ -6,6 +6,7 @@
 //! 2. `consistent_lists_after_writes_each_see_their_own_write`
 //! 3. `no_answer_crosses_identities_selectors_encodings_or_resource_versions`
 //! 4. `identical_watches_are_fed_from_one_upstream_watch_across_a_restart`
+//! 5. `reads_of_different_senders_join_once_a_review_allows_each`
 
 use kubegate_e2e::*;
 use std::collections::{HashMap, HashSet};
@@ -37,6 +38,11 @@ fn joining(latency_ms: u64) -> Started {
         s.set_latency_ms(latency_ms);
     }
     bed
+}
+
+/// SubjectAccessReviews both replicas answered so far.
+fn access_reviews(bed: &Started) -> u64 {
+    bed.sims.iter().map(Sim::access_reviews_received).sum()
 }
 
 /// LISTs both replicas received so far.
@@ -502,4 +508,152 @@ async fn identical_watches_are_fed_from_one_upstream_watch_across_a_restart() {
     let upstream = watches(&bed).saturating_sub(before);
     assert!(upstream <= 6, "{upstream} upstream watches for 52 clients");
     assert_eq!(bed.kg.metric("kubegate_shared_watch_feeds"), 2.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_of_different_senders_join_once_a_review_allows_each() {
+    let bed = Cluster::new()
+        .replicas(2)
+        .etcd()
+        .terminate()
+        .tokens(&[
+            ("tok-a", "token-user-a", "dev"),
+            ("tok-b", "token-user-b", "dev"),
+        ])
+        // The replicas' RBAC binds mallory no role on configmaps.
+        .sim_args(&["--authorization-forbid", "mallory:configmaps"])
+        .configure(|cfg| {
+            cfg.terminate.join_reads.enabled = true;
+            cfg.terminate.join_reads.across_senders = true;
+            // Nothing of kubegate's own in flight later but what the test sends: the replicas'
+            // versions are read once, when they become ready.
+            cfg.terminate.version_skew.refresh = Duration::from_secs(3600);
+            cfg.terminate.access_log.format = kubegate_config::AccessLogFormat::Json;
+            cfg.terminate.access_log.max_per_second = 100_000;
+        })
+        .start();
+    for s in &bed.sims {
+        s.set_latency_ms(300);
+    }
+    let mut admin = connections_as(&bed, "admin", 1).await.pop().unwrap();
+    for i in 0..3 {
+        create(&mut admin, &format!("cm-{i}"), "a").await;
+    }
+    let want: HashSet<String> = (0..3).map(|i| format!("cm-{i}")).collect();
+    let path = format!("{LISTS}?resourceVersion=0");
+
+    // Five senders — three certificates' users, two tokens' — 20 LISTs each, all at once.
+    let mut conns = Vec::new();
+    for user in ["alice", "bob", "carol"] {
+        conns.extend(connections_as(&bed, user, 20).await);
+    }
+    for _ in 0..40 {
+        conns.push(
+            Conn::open_anonymous(bed.kg.listen, &bed.pki, true)
+                .await
+                .unwrap(),
+        );
+    }
+    let before = lists(&bed);
+    let answers = all_at_once(conns, |i, mut c| {
+        let path = path.clone();
+        async move {
+            let token = match i {
+                60..80 => Some("Bearer tok-a"),
+                80.. => Some("Bearer tok-b"),
+                _ => None,
+            };
+            let mut headers = vec![("User-Agent", AGENT)];
+            headers.extend(token.map(|t| ("Authorization", t)));
+            c.send("GET", &path, &headers, None).await.unwrap()
+        }
+    })
+    .await;
+    for r in &answers {
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(names(r), want);
+    }
+    // Each sender needs one review at most (a review's answer is kept, and requests waiting
+    // on one do not send another); the sender whose read went first needs none.
+    let sent = lists(&bed) - before;
+    assert!(
+        sent <= 10,
+        "100 LISTs of 5 senders reached the replicas {sent} times"
+    );
+    let reviews = access_reviews(&bed);
+    assert!((1..=5).contains(&reviews), "{reviews} reviews");
+    let allowed = bed
+        .kg
+        .metric(r#"kubegate_access_reviews_total{result="allowed"}"#);
+    assert!(allowed >= 1.0, "{allowed}");
+    let joined = bed
+        .kg
+        .metric(r#"kubegate_reads_joined_total{cluster="default"}"#);
+    assert_eq!(joined + sent as f64, 100.0, "each LIST went or joined");
+    // The access log names each client's own sender, joined or not.
+    let lines = wait_for("100 access log lines", T, || {
+        let lines = bed.kg.access_lines(AGENT);
+        (lines.len() >= 100).then_some(lines)
+    });
+    let users: HashSet<&str> = lines
+        .iter()
+        .filter(|l| l["shared"] == "joined")
+        .map(|l| l["user"].as_str().unwrap_or_default())
+        .collect();
+    assert!(
+        users.len() >= 2,
+        "joined reads of several senders: {users:?}"
+    );
+
+    // A read in flight for alice (the replicas slowed further, so it is in flight for
+    // seconds); then mallory, whom the replicas do not authorize, and anonymous clients ask
+    // the same: a review denies mallory, so each gets its own 403, never the list.
+    for s in &bed.sims {
+        s.set_latency_ms(3000);
+    }
+    let mut alice = connections_as(&bed, "alice", 1).await.pop().unwrap();
+    let lead = {
+        let path = path.clone();
+        tokio::spawn(async move { alice.get(&path).await.unwrap() })
+    };
+    wait_for("alice's read in flight", T, || {
+        (bed.kg.metric_sum("kubegate_backend_requests_in_flight") >= 1.0).then_some(())
+    });
+    let mut others = connections_as(&bed, "mallory", 10).await;
+    for _ in 0..10 {
+        others.push(
+            Conn::open_anonymous(bed.kg.listen, &bed.pki, true)
+                .await
+                .unwrap(),
+        );
+    }
+    let answers = all_at_once(others, |_, mut c| {
+        let path = path.clone();
+        async move { c.get(&path).await.unwrap() }
+    })
+    .await;
+    for (i, r) in answers.iter().enumerate() {
+        assert_eq!(r.status, 403, "{i}: {}", r.text());
+        let who = if i < 10 {
+            "mallory"
+        } else {
+            "system:anonymous"
+        };
+        assert!(
+            // The apiserver's Status, its message quoting the user JSON-escaped.
+            r.text().contains(&format!(r#"User \"{who}\""#)),
+            "{i}: {}",
+            r.text()
+        );
+        assert!(!r.text().contains("cm-0"), "{i}: {}", r.text());
+    }
+    let lead = lead.await.unwrap();
+    assert_eq!(lead.status, 200, "{}", lead.text());
+    assert_eq!(names(&lead), want);
+    wait_for("mallory's review denied", T, || {
+        let denied = bed
+            .kg
+            .metric(r#"kubegate_access_reviews_total{result="denied"}"#);
+        (denied >= 1.0).then_some(())
+    });
 }

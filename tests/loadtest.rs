@@ -646,12 +646,13 @@ fn a_runaway_identity_under_its_rule_gets_429_not_resets() {
     assert!(limited["storm_ok"].as_u64().unwrap() > 0, "{limited}");
 }
 
-/// A short herd run (`kubegate-loadtest herd`): 100 informers of one identity start at once,
-/// straight to the replicas and through kubegate with joined reads and shared watches, then
-/// watch through 20 writes. Every informer gets its list and hears every write either way;
-/// through kubegate the replicas serve a few LISTs and watches, not one per informer. The
-/// documented run (5,000 informers beside HAProxy and Envoy, docs/failover.md) has the
-/// figures.
+/// A short herd run (`kubegate-loadtest herd`): 100 informers of one service account, each with
+/// its own token (as kube-proxy pods), start at once, straight to the replicas and through
+/// kubegate with joined reads and shared watches across senders, then watch through 20
+/// writes. Every informer gets its list and hears every write either way; through kubegate the
+/// replicas serve a few LISTs and watches, not one per informer, and the reviews that allowed
+/// the tokens to share. The documented runs (5,000 informers beside HAProxy and Envoy,
+/// docs/failover.md) have the figures.
 #[test]
 fn a_herd_of_identical_informers_reaches_the_replicas_a_few_times_through_kubegate() {
     let _slot = Slot::take();
@@ -664,6 +665,8 @@ fn a_herd_of_identical_informers_reaches_the_replicas_a_few_times_through_kubega
             "100",
             "--objects",
             "50",
+            "--tokens",
+            "100",
             "--gateways",
             "direct,kubegate-l7-shared",
         ],
@@ -702,6 +705,11 @@ fn a_herd_of_identical_informers_reaches_the_replicas_a_few_times_through_kubega
             < direct["bytes_from_replicas"].as_u64().unwrap(),
         "{table}"
     );
+    // Every token was named (a TokenReview each), and the LISTs of different tokens shared
+    // only after a SubjectAccessReview (the reviews of the start; the watches' come after).
+    assert_eq!(direct["reviews_at_replicas"], 0, "{direct}");
+    let reviews = joined["reviews_at_replicas"].as_u64().unwrap();
+    assert!(reviews > 100, "{joined}");
 }
 
 /// Two clusters behind one kubegate (`kubegate-loadtest clusters`), each its own etcd, CA and

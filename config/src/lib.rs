@@ -34,10 +34,10 @@ pub use dispatch::{DispatchRule, Fallback, RuleLimit, RuleMatch, NON_RESOURCE_VE
 pub use error::{ConfigError, Problem};
 pub use load::{load_file, load_file_with, load_str, load_str_with, warnings, Check};
 pub use schema::{
-    AccessLogConfig, AccessLogFormat, AdminConfig, BackendSpec, BalancePolicy, ClusterConfig,
-    ClusterSpec, Config, ConnectConfig, DiscoveryConfig, DrainConfig, FlapDamping, FrontProxy,
-    HealthConfig, HealthTls, JoinReadsConfig, KeepaliveConfig, LimitsConfig, ListenerMode,
-    ListenerSpec, NoReadyBackendPolicy, ServingTls, ShutdownConfig, TerminateConfig,
+    AccessLogConfig, AccessLogFormat, AccessReviewConfig, AdminConfig, BackendSpec, BalancePolicy,
+    ClusterConfig, ClusterSpec, Config, ConnectConfig, DiscoveryConfig, DrainConfig, FlapDamping,
+    FrontProxy, HealthConfig, HealthTls, JoinReadsConfig, KeepaliveConfig, LimitsConfig,
+    ListenerMode, ListenerSpec, NoReadyBackendPolicy, ServingTls, ShutdownConfig, TerminateConfig,
     TokenReviewConfig, UpgradeConfig, UpstreamConfig, UpstreamTls, VersionSkewConfig, IMPLICIT,
 };
 pub use since::{keys_newer_than, parse_version, version_text, Version, ADDED};

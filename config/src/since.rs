@@ -84,6 +84,14 @@ pub const ADDED: &[(&str, Version)] = &[
     ("terminate.shared_watches.max_held_bytes", (0, 3, 0)),
     ("terminate.shared_watches.max_lag_events", (0, 3, 0)),
     ("terminate.shared_watches.secrets", (0, 3, 0)),
+    ("terminate.join_reads.across_senders", (0, 3, 0)),
+    ("terminate.shared_watches.across_senders", (0, 3, 0)),
+    ("terminate.access_review", (0, 3, 0)),
+    ("terminate.access_review.ttl", (0, 3, 0)),
+    ("terminate.access_review.negative_ttl", (0, 3, 0)),
+    ("terminate.access_review.max_entries", (0, 3, 0)),
+    ("terminate.access_review.timeout", (0, 3, 0)),
+    ("terminate.access_review.max_in_flight", (0, 3, 0)),
 ];
 
 /// Reads `1.2.3` (a leading `v` allowed).

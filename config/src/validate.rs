@@ -260,6 +260,24 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
         "terminate.token_review.max_in_flight",
         tr.max_in_flight,
     );
+    let ar = &t.access_review;
+    positive(&mut bad, "terminate.access_review.ttl", ar.ttl);
+    positive(
+        &mut bad,
+        "terminate.access_review.negative_ttl",
+        ar.negative_ttl,
+    );
+    positive(&mut bad, "terminate.access_review.timeout", ar.timeout);
+    at_least_one(
+        &mut bad,
+        "terminate.access_review.max_entries",
+        ar.max_entries,
+    );
+    at_least_one(
+        &mut bad,
+        "terminate.access_review.max_in_flight",
+        ar.max_in_flight,
+    );
     positive(&mut bad, "connect.timeout", config.connect.timeout);
     at_least_one(&mut bad, "connect.attempts", config.connect.attempts);
     if config.threads == 0 || config.threads > 256 {

@@ -80,6 +80,7 @@ pub fn shaped(data: &[u8]) -> Option<(Outgoing, usize, u8)> {
         user: "alice".into(),
         groups: vec!["dev".into()],
         uid: None,
+        extra: Default::default(),
     });
     let client = Client::new("192.0.2.7:40000".parse().unwrap(), cert);
     let held = body.len();

@@ -2,10 +2,15 @@
 //! shaped requests share a key exactly when they are the same request — the same connection
 //! kind, method and URI, and the same values of every header but the few the apiserver never
 //! answers by — so no answer crosses identities, selectors, encodings or resourceVersions.
-//! And no identity header is one of those few.
-use http::HeaderMap;
+//! And no identity header is one of those few. Across senders, two requests share a key
+//! exactly when they are the same but for who sends them (the `Authorization` and front-proxy
+//! headers, the connection kind) and both carry an identity that impersonates no one — else
+//! exactly as above — and their sender keys are equal exactly when the identities are.
+use http::{HeaderMap, HeaderName};
+use kubegate::state::Kind;
 use kubegate::terminate::join::key::{joinable, UNANSWERED_HEADERS};
 use kubegate::terminate::request::shape::Outgoing;
+use kubegate_wire::identity::IdentityHeaders;
 use std::collections::BTreeMap;
 
 #[path = "head.rs"]
@@ -34,14 +39,15 @@ pub fn run(data: &[u8]) {
     let (Some((a, ..)), Some((b, ..))) = (head::shaped(a), head::shaped(&b)) else {
         return;
     };
-    let key = |o: &Outgoing| joinable(o.kind(), o.method(), o.uri(), o.headers(), o.body());
+    let key = |o: &Outgoing| joinable(o.kind(), o.method(), o.uri(), o.headers(), o.body(), None);
     let (Some(ka), Some(kb)) = (key(&a), key(&b)) else {
         return;
     };
+    let asks_the_same = a.method() == b.method() && a.uri().to_string() == b.uri().to_string();
+    let all = |_: &HeaderName| true;
     let same = a.kind() == b.kind()
-        && a.method() == b.method()
-        && a.uri().to_string() == b.uri().to_string()
-        && answered_by(a.headers()) == answered_by(b.headers());
+        && asks_the_same
+        && answered_by(a.headers(), all) == answered_by(b.headers(), all);
     assert_eq!(
         ka.key == kb.key,
         same,
@@ -49,6 +55,55 @@ pub fn run(data: &[u8]) {
         a.headers(),
         b.headers()
     );
+
+    let ids = IdentityHeaders::default();
+    let identity = |n: &HeaderName| *n == http::header::AUTHORIZATION || ids.is_identity(n);
+    let across = |o: &Outgoing| {
+        joinable(
+            o.kind(),
+            o.method(),
+            o.uri(),
+            o.headers(),
+            o.body(),
+            Some(&ids),
+        )
+        .unwrap()
+    };
+    let (ka, kb) = (across(&a), across(&b));
+    let crosses = |o: &Outgoing| {
+        o.kind() != Kind::Anonymous
+            && !o
+                .headers()
+                .keys()
+                .any(|n| n.as_str().starts_with("impersonate-"))
+    };
+    let same_sender = a.kind() == b.kind()
+        && answered_by(a.headers(), identity) == answered_by(b.headers(), identity);
+    let not_identity = |n: &HeaderName| !identity(n);
+    let same_but_sender = asks_the_same
+        && answered_by(a.headers(), not_identity) == answered_by(b.headers(), not_identity);
+    let shared = match (crosses(&a), crosses(&b)) {
+        (true, true) => same_but_sender,
+        (false, false) => same,
+        _ => false,
+    };
+    assert_eq!(
+        ka.key == kb.key,
+        shared,
+        "across: {:?} / {:?}",
+        a.headers(),
+        b.headers()
+    );
+    assert_eq!(ka.sender.is_some(), crosses(&a));
+    if let (Some(sa), Some(sb)) = (&ka.sender, &kb.sender) {
+        assert_eq!(
+            sa == sb,
+            same_sender,
+            "{:?} / {:?}",
+            a.headers(),
+            b.headers()
+        );
+    }
 }
 
 /// The second request's bytes, read against the first's (`run`).
@@ -80,10 +135,10 @@ fn second(a: &[u8], b: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Every header the apiserver may answer by, with its values in order.
-fn answered_by(h: &HeaderMap) -> BTreeMap<&str, Vec<&[u8]>> {
+/// Every header `keep` keeps that the apiserver may answer by, with its values in order.
+fn answered_by(h: &HeaderMap, keep: impl Fn(&HeaderName) -> bool) -> BTreeMap<&str, Vec<&[u8]>> {
     h.keys()
-        .filter(|n| !UNANSWERED_HEADERS.contains(&n.as_str()))
+        .filter(|n| !UNANSWERED_HEADERS.contains(&n.as_str()) && keep(n))
         .map(|n| {
             (
                 n.as_str(),

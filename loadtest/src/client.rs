@@ -73,6 +73,13 @@ impl ClientTls {
         })
     }
 
+    /// The same settings, every request carrying bearer `token` instead.
+    pub fn bearing(&self, token: &str) -> anyhow::Result<ClientTls> {
+        let mut c = self.clone();
+        c.bearer = Some(http::HeaderValue::from_str(&format!("Bearer {token}"))?);
+        Ok(c)
+    }
+
     /// The same settings, the handshake naming `name` (`kubernetes` unless set): a gateway
     /// in front of several clusters picks the cluster by it.
     pub fn naming(mut self, name: &str) -> anyhow::Result<ClientTls> {

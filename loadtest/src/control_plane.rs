@@ -26,14 +26,31 @@ pub const RUNAWAY_TOKEN: &str = "storm-runaway-token";
 /// Whose [`RUNAWAY_TOKEN`] is, as `namespace:name` (a `service_accounts` rule's form).
 pub const RUNAWAY_SERVICE_ACCOUNT: &str = "storm:runaway";
 
-/// The tokens file: [`RUNAWAY_TOKEN`] with the groups the apiserver gives a service account.
+/// Tokens of one service account (`kube-system:kube-proxy`) every simulated replica accepts:
+/// each herd informer's own, as every kube-proxy pod has its own bound token.
+pub const HERD_TOKENS: usize = 5000;
+
+/// Herd informer `i`'s token (of [`HERD_TOKENS`]).
+pub fn herd_token(i: usize) -> String {
+    format!("herd-kube-proxy-{i}")
+}
+
+/// The tokens file: [`RUNAWAY_TOKEN`] and the [`HERD_TOKENS`], with the groups the apiserver
+/// gives a service account.
 fn tokens_file() -> String {
     let (ns, name) = RUNAWAY_SERVICE_ACCOUNT
         .split_once(':')
         .expect("namespace:name");
-    format!(
+    let mut out = format!(
         "{RUNAWAY_TOKEN},system:serviceaccount:{ns}:{name},uid-runaway,\"system:serviceaccounts,system:serviceaccounts:{ns}\"\n"
-    )
+    );
+    for i in 0..HERD_TOKENS {
+        out.push_str(&format!(
+            "{},system:serviceaccount:kube-system:kube-proxy,uid-kube-proxy,\"system:serviceaccounts,system:serviceaccounts:kube-system\"\n",
+            herd_token(i)
+        ));
+    }
+    out
 }
 
 /// How the replicas run (simulated ones; an external control plane runs as it is).

@@ -251,7 +251,14 @@ fn kubegate(
     }
     if name == "kubegate-l7-shared" {
         c.terminate.join_reads.enabled = true;
+        c.terminate.join_reads.across_senders = true;
         c.terminate.shared_watches.enabled = true;
+        c.terminate.shared_watches.across_senders = true;
+        // A herd of token clients (`herd --tokens`) is named before it can share across
+        // senders: one TokenReview per token, cheap at the apiserver (no storage), so more of
+        // them at once than the default 16, and longer to wait for one.
+        c.terminate.token_review.max_in_flight = 256;
+        c.terminate.token_review.timeout = std::time::Duration::from_secs(10);
     }
     if name == "kubegate-l7-logged" {
         c.terminate.access_log.format = kubegate_config::AccessLogFormat::Json;

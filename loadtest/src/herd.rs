@@ -1,4 +1,5 @@
-//! `kubegate-loadtest herd`: N informers of one identity start at once, as a DaemonSet's
+//! `kubegate-loadtest herd`: N informers of one identity start at once (`--tokens`: one
+//! service account, each informer with its own token of it, as kube-proxy pods), as a DaemonSet's
 //! agents (every node's kube-proxy) do after a rollout or every controller after a
 //! control-plane restart: each on its own HTTP/2 connection, each LISTs a namespace of
 //! ConfigMaps as client-go's reflector starts (`limit=500&resourceVersion=0`), retrying a
@@ -48,6 +49,9 @@ pub struct Plan {
     pub gateways: Vec<String>,
     /// Writes during the churn (each a new ConfigMap: one event at every informer).
     pub writes: usize,
+    /// Tokens of one service account the informers use, informer `i` token `i % tokens`; 0:
+    /// the node certificate for all.
+    pub tokens: usize,
     /// Writes per second.
     pub writes_per_second: u32,
     /// Working directory.
@@ -69,6 +73,9 @@ pub struct Row {
     pub failed: usize,
     /// LISTs the replicas received.
     pub lists_at_replicas: u64,
+    /// TokenReviews and SubjectAccessReviews the replicas answered (kubegate's, naming
+    /// token clients and allowing them to share).
+    pub reviews_at_replicas: u64,
     /// Body bytes the replicas sent.
     pub bytes_from_replicas: u64,
     /// How long an informer waited for its list: median, ms.
@@ -135,6 +142,16 @@ async fn one(plan: &Plan, gateway: &str, dir: &Path) -> anyhow::Result<Row> {
         }
     };
     let tls = ClientTls::load_as(&cp.pki(), "node")?;
+    // Informer `i`'s settings: the node certificate, or token `i % tokens` of one service
+    // account.
+    let tokens = plan.tokens.min(crate::control_plane::HERD_TOKENS);
+    let token_tls = ClientTls::with_token(&cp.pki(), &crate::control_plane::herd_token(0))?;
+    let tls_of = |i: usize| -> anyhow::Result<ClientTls> {
+        match tokens {
+            0 => Ok(tls.clone()),
+            n => token_tls.bearing(&crate::control_plane::herd_token(i % n)),
+        }
+    };
     let replicas = cp.addresses();
     let addr_of = |i: usize| match &gw {
         Some(gw) => gw.listen,
@@ -144,10 +161,11 @@ async fn one(plan: &Plan, gateway: &str, dir: &Path) -> anyhow::Result<Row> {
     eprintln!("{gateway}: connecting {} informers", plan.informers);
     let mut clients = Vec::with_capacity(plan.informers);
     for i in 0..plan.informers {
+        let tls = tls_of(i)?;
         let c = Client::connect(addr_of(i), &tls, true)
             .await
             .map_err(|e| anyhow::anyhow!("{gateway}: connect: {e:?}"))?;
-        clients.push(c);
+        clients.push((c, tls));
     }
     let ports = cp.fault_ports();
     let before = replica_totals(&ports).await?;
@@ -160,7 +178,7 @@ async fn one(plan: &Plan, gateway: &str, dir: &Path) -> anyhow::Result<Row> {
     let tasks: Vec<_> = clients
         .into_iter()
         .enumerate()
-        .map(|(i, c)| tokio::spawn(informer(c, (addr_of(i), tls.clone()))))
+        .map(|(i, (c, tls))| tokio::spawn(informer(c, (addr_of(i), tls))))
         .collect();
     let mut waited = Vec::with_capacity(tasks.len());
     let mut listed = Vec::with_capacity(tasks.len());
@@ -193,6 +211,7 @@ async fn one(plan: &Plan, gateway: &str, dir: &Path) -> anyhow::Result<Row> {
         listed: waited.len(),
         failed,
         lists_at_replicas: after.0 - before.0,
+        reviews_at_replicas: after.3 - before.3,
         bytes_from_replicas: after.1 - before.1,
         p50_ms: crate::report::percentile(&waited, 0.50),
         p99_ms: crate::report::percentile(&waited, 0.99),
@@ -209,6 +228,7 @@ fn not_run(gateway: &str, informers: usize, why: String) -> Row {
         listed: 0,
         failed: 0,
         lists_at_replicas: 0,
+        reviews_at_replicas: 0,
         bytes_from_replicas: 0,
         p50_ms: 0.0,
         p99_ms: 0.0,
@@ -389,8 +409,8 @@ async fn hear(mut body: hyper::body::Incoming, writes: usize, written: &Written,
 }
 
 /// LISTs received, body bytes sent and WATCHes received, over every replica.
-async fn replica_totals(ports: &[u16]) -> anyhow::Result<(u64, u64, u64)> {
-    let mut totals = (0, 0, 0);
+async fn replica_totals(ports: &[u16]) -> anyhow::Result<(u64, u64, u64, u64)> {
+    let mut totals = (0, 0, 0, 0);
     for &port in ports {
         let state = counts::state(port)
             .await
@@ -398,6 +418,8 @@ async fn replica_totals(ports: &[u16]) -> anyhow::Result<(u64, u64, u64)> {
         totals.0 += state["lists_received"].as_u64().unwrap_or(0);
         totals.1 += state["bytes_sent"].as_u64().unwrap_or(0);
         totals.2 += state["watches_received"].as_u64().unwrap_or(0);
+        totals.3 += state["token_reviews_received"].as_u64().unwrap_or(0)
+            + state["access_reviews_received"].as_u64().unwrap_or(0);
     }
     Ok(totals)
 }
@@ -405,20 +427,21 @@ async fn replica_totals(ports: &[u16]) -> anyhow::Result<(u64, u64, u64)> {
 /// The report as Markdown: the start-up, then the churn.
 pub fn markdown(rows: &[Row]) -> String {
     let mut out = String::from(
-        "| gateway | informers listed (failed) | LISTs at the replicas | bytes the replicas sent | wait p50 / p99 | gateway CPU |\n|---|---|---|---|---|---|\n",
+        "| gateway | informers listed (failed) | LISTs at the replicas | reviews at the replicas | bytes the replicas sent | wait p50 / p99 | gateway CPU |\n|---|---|---|---|---|---|---|\n",
     );
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     for r in rows {
         if r.status != "ok" {
-            out.push_str(&format!("| {} | {} | | | | |\n", r.gateway, r.status));
+            out.push_str(&format!("| {} | {} | | | | | |\n", r.gateway, r.status));
             continue;
         }
         out.push_str(&format!(
-            "| {} | {} ({}) | {} | {:.1} MiB | {:.0} / {:.0} ms | {} |\n",
+            "| {} | {} ({}) | {} | {} | {:.1} MiB | {:.0} / {:.0} ms | {} |\n",
             r.gateway,
             r.listed,
             r.failed,
             r.lists_at_replicas,
+            r.reviews_at_replicas,
             mib(r.bytes_from_replicas),
             r.p50_ms,
             r.p99_ms,

@@ -164,6 +164,12 @@ enum Command {
         /// Writes while the informers watch (each a new ConfigMap: an event at every one).
         #[arg(long, default_value_t = 20)]
         writes: usize,
+        /// Informers authenticate as one service account with this many tokens, informer
+        /// `i` with token `i % tokens` (every kube-proxy pod has its own bound token); 0:
+        /// every informer with the kubeadm layout's node certificate. `kubegate-l7-shared`
+        /// shares across senders after a SubjectAccessReview.
+        #[arg(long, default_value_t = 0)]
+        tokens: usize,
         /// Writes per second.
         #[arg(long, default_value_t = 10)]
         writes_per_second: u32,
@@ -343,6 +349,7 @@ fn main() -> anyhow::Result<()> {
             objects,
             gateways,
             writes,
+            tokens,
             writes_per_second,
             output,
         } => {
@@ -352,6 +359,7 @@ fn main() -> anyhow::Result<()> {
                     objects,
                     gateways,
                     writes,
+                    tokens,
                     writes_per_second,
                     dir: PathBuf::new(),
                 },

@@ -198,6 +198,14 @@ async fn handlers(
     if !user.authenticated() && !public_path(path) {
         return forbidden(user, req.method(), path);
     }
+    if let Some(t) = resources::parse(path) {
+        if !sim
+            .authenticator
+            .allows(&user.name, &user.groups, Some(t.resource.plural), path)
+        {
+            return forbidden(user, req.method(), path);
+        }
+    }
     if req.method() == Method::GET {
         match path {
             "/metrics" => {
@@ -222,6 +230,10 @@ async fn handlers(
     }
     if req.method() == Method::POST && path == "/apis/authentication.k8s.io/v1/tokenreviews" {
         return token_review(sim, user, req).await;
+    }
+    if req.method() == Method::POST && path == "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+    {
+        return subject_access_review(sim, user, req).await;
     }
     // A group-version this replica's version or `--runtime-config` does not serve is not
     // found, as on an apiserver that has no handler for it.
@@ -402,6 +414,86 @@ async fn token_review(sim: &Sim, user: &User, req: Request<Incoming>) -> Reply {
             "apiVersion": "authentication.k8s.io/v1",
             "metadata": {"creationTimestamp": null},
             "spec": {"token": token},
+            "status": status,
+        }),
+    )
+}
+
+/// A SubjectAccessReview: whether the user in its spec may do what its attributes say, by
+/// this replica's authorization ([`crate::auth::Authenticator::allows`]), for a user allowed to
+/// ask (`--authorization-token-reviewers`, the stand-in for `system:auth-delegator`).
+async fn subject_access_review(sim: &Sim, user: &User, req: Request<Incoming>) -> Reply {
+    let reviewers = &sim.authenticator.token_reviewers;
+    if !reviewers.is_empty() && !reviewers.contains(&user.name) {
+        return respond::status(
+            403,
+            "Forbidden",
+            &format!("subjectaccessreviews.authorization.k8s.io is forbidden: User \"{}\" cannot create resource \"subjectaccessreviews\" in API group \"authorization.k8s.io\" at the cluster scope", user.name),
+            Some(json!({"group": "authorization.k8s.io", "kind": "subjectaccessreviews"})),
+        );
+    }
+    let body = match read_body(req).await {
+        Ok(b) => b,
+        Err(reply) => return reply,
+    };
+    let review: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return respond::status(
+                400,
+                "BadRequest",
+                &format!("SubjectAccessReview: {e}"),
+                None,
+            )
+        }
+    };
+    let spec = &review["spec"];
+    let (resource, non_resource) = (&spec["resourceAttributes"], &spec["nonResourceAttributes"]);
+    let name = spec["user"].as_str().unwrap_or_default();
+    let groups: Vec<String> = spec["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g.as_str().map(str::to_string))
+        .collect();
+    if name.is_empty() && groups.is_empty() || resource.is_null() == non_resource.is_null() {
+        return respond::status(
+            422,
+            "Invalid",
+            "SubjectAccessReview.authorization.k8s.io \"\" is invalid: [spec.user: Invalid value: \"\": at least one of user or group must be specified, spec.resourceAttributes: Invalid value: exactly one of nonResourceAttributes or resourceAttributes must be specified]",
+            None,
+        );
+    }
+    sim.requests.access_reviews.fetch_add(1, Ordering::Relaxed);
+    let allowed = match resource.as_object() {
+        Some(r) => sim.authenticator.allows(
+            name,
+            &groups,
+            Some(
+                r.get("resource")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+            ),
+            "",
+        ),
+        None => sim.authenticator.allows(
+            name,
+            &groups,
+            None,
+            non_resource["path"].as_str().unwrap_or_default(),
+        ),
+    };
+    let mut status = json!({"allowed": allowed});
+    if !allowed {
+        status["reason"] = json!("no RBAC policy matched");
+    }
+    Reply::json(
+        StatusCode::CREATED,
+        &json!({
+            "kind": "SubjectAccessReview",
+            "apiVersion": "authorization.k8s.io/v1",
+            "metadata": {"creationTimestamp": null},
+            "spec": spec,
             "status": status,
         }),
     )

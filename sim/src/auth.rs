@@ -4,8 +4,9 @@
 //! does and any of them failed with an error (a certificate the client CA does not sign, an
 //! unknown token, a front-proxy CN not in `--requestheader-allowed-names`), the request gets
 //! 401 — never anonymous (`union.NewFailOnError`). Otherwise it is anonymous, if allowed.
-//! Authorization is the default RBAC in miniature: authenticated users may do anything;
-//! anonymous users may read health and `/version`.
+//! Authorization is the default RBAC in miniature: authenticated users may do anything but
+//! what `--authorization-forbid` takes from them; anonymous users may read health and
+//! `/version` ([`Authenticator::allows`], which SubjectAccessReviews ask too).
 
 use http::header::{HeaderMap, HeaderName};
 use std::collections::{BTreeMap, HashMap};
@@ -241,12 +242,35 @@ pub struct Authenticator {
     pub tokens: Tokens,
     /// `--anonymous-auth`.
     pub anonymous: bool,
-    /// `--authorization-token-reviewers`: who may create TokenReviews (empty: anyone
-    /// authenticated).
+    /// `--authorization-token-reviewers`: who may create TokenReviews and
+    /// SubjectAccessReviews (empty: anyone authenticated).
     pub token_reviewers: Vec<String>,
+    /// `--authorization-forbid`: (user, resource) pairs — the user may do nothing with the
+    /// resource (a stand-in for RBAC that binds it no role there).
+    pub forbidden: Vec<(String, String)>,
 }
 
 impl Authenticator {
+    /// Whether `user` (by name, and whether anonymous: `system:anonymous` or in
+    /// `system:unauthenticated`) may act on `resource` (`None`: the non-resource `path`).
+    pub fn allows(
+        &self,
+        user: &str,
+        groups: &[String],
+        resource: Option<&str>,
+        path: &str,
+    ) -> bool {
+        let anonymous =
+            user == "system:anonymous" || groups.iter().any(|g| g == "system:unauthenticated");
+        if anonymous {
+            return resource.is_none() && public_path(path);
+        }
+        !self
+            .forbidden
+            .iter()
+            .any(|(u, r)| u == user && Some(r.as_str()) == resource)
+    }
+
     /// Who sent a request with `headers` over a connection that presented `peer`; `Err` means
     /// 401, with why.
     pub fn authenticate(
@@ -406,6 +430,7 @@ mod tests {
             tokens: Tokens::parse("abc,kubegate,uid1,\"system:monitoring,ops\"\n"),
             anonymous: true,
             token_reviewers: Vec::new(),
+            forbidden: vec![("mallory".into(), "services".into())],
         }
     }
 
@@ -493,5 +518,28 @@ mod tests {
         assert!(public_path("/version"));
         assert!(!public_path("/api"));
         assert!(!public_path("/readyzx"));
+    }
+
+    #[test]
+    fn forbidden_users_and_anonymous_ones_are_denied_what_they_may_not_do() {
+        let a = authenticator();
+        let g = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(a.allows(
+            "alice",
+            &g(&["system:authenticated"]),
+            Some("services"),
+            "/api/v1/services"
+        ));
+        assert!(!a.allows("mallory", &g(&[]), Some("services"), "/api/v1/services"));
+        assert!(a.allows("mallory", &g(&[]), Some("pods"), "/api/v1/pods"));
+        assert!(!a.allows("system:anonymous", &g(&[]), Some("pods"), "/api/v1/pods"));
+        assert!(!a.allows(
+            "x",
+            &g(&["system:unauthenticated"]),
+            Some("pods"),
+            "/api/v1/pods"
+        ));
+        assert!(a.allows("system:anonymous", &g(&[]), None, "/version"));
+        assert!(!a.allows("system:anonymous", &g(&[]), None, "/apis"));
     }
 }

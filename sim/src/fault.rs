@@ -143,6 +143,7 @@ fn handle(sim: &Sim, req: Request<Incoming>) -> Response<Full<Bytes>> {
                 "lists_received": sim.requests.lists.load(Ordering::Relaxed),
                 "watches_received": sim.requests.watches.load(Ordering::Relaxed),
                 "token_reviews_received": sim.requests.token_reviews.load(Ordering::Relaxed),
+                "access_reviews_received": sim.requests.access_reviews.load(Ordering::Relaxed),
                 "bytes_sent": sim.requests.bytes_sent.load(Ordering::Relaxed),
                 "shutting_down": sim.checks.shutting_down(),
                 "cache_initializing": sim.checks.cache_initializing(),

@@ -98,6 +98,11 @@ pub struct ServeArgs {
     /// RBAC in miniature allows everything else. Not a kube-apiserver flag.
     #[arg(long, value_delimiter = ',')]
     authorization_token_reviewers: Vec<String>,
+    /// `USER:RESOURCE` (repeatable, or comma-separated): USER may do nothing with RESOURCE
+    /// (plural), and SubjectAccessReviews say so — a stand-in for RBAC that binds it no role
+    /// there. Not a kube-apiserver flag.
+    #[arg(long, value_delimiter = ',', value_parser = forbid_pair)]
+    authorization_forbid: Vec<(String, String)>,
     /// CA that signs front-proxy client certificates (requestheader authentication).
     #[arg(long)]
     requestheader_client_ca_file: Option<PathBuf>,
@@ -397,7 +402,19 @@ fn authenticator(args: &ServeArgs) -> anyhow::Result<auth::Authenticator> {
         tokens,
         anonymous: args.anonymous_auth,
         token_reviewers: args.authorization_token_reviewers.clone(),
+        forbidden: args.authorization_forbid.clone(),
     })
+}
+
+/// Reads `--authorization-forbid`'s `USER:RESOURCE` (the user name may hold colons:
+/// `system:serviceaccount:ns:name:services`).
+fn forbid_pair(text: &str) -> Result<(String, String), String> {
+    match text.rsplit_once(':') {
+        Some((user, resource)) if !user.is_empty() && !resource.is_empty() => {
+            Ok((user.to_string(), resource.to_string()))
+        }
+        _ => Err(format!("{text:?}: expected USER:RESOURCE")),
+    }
 }
 
 /// Keeps the `etcd` checks in line with whether etcd answers.

@@ -62,7 +62,7 @@ pub struct Sim {
 }
 
 /// LIST and WATCH requests a replica received (answered or not): what a failover costs it;
-/// the TokenReviews it answered; the body bytes it sent.
+/// the TokenReviews and SubjectAccessReviews it answered; the body bytes it sent.
 #[derive(Debug, Default)]
 pub struct ReadCounts {
     /// LIST requests.
@@ -71,6 +71,8 @@ pub struct ReadCounts {
     pub watches: AtomicU64,
     /// TokenReviews.
     pub token_reviews: AtomicU64,
+    /// SubjectAccessReviews.
+    pub access_reviews: AtomicU64,
     /// Response body bytes sent, whole and streamed (watch events).
     pub bytes_sent: AtomicU64,
 }

@@ -191,6 +191,11 @@ impl Sim {
         self.counted("watches")
     }
 
+    /// SubjectAccessReviews it answered since it started.
+    pub fn access_reviews_received(&self) -> u64 {
+        self.counted("access_reviews_received")
+    }
+
     /// Response body bytes it sent since it started, whole and streamed.
     pub fn bytes_sent(&self) -> u64 {
         self.counted("bytes_sent")

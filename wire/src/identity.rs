@@ -22,6 +22,9 @@ pub struct UserInfo {
     /// Its UID, when one is given: a certificate's subject attribute [`UID_OID`], a token's
     /// reviewed `uid`.
     pub uid: Option<String>,
+    /// Its extra attributes, keys as given: a token's reviewed `extra` (a bound service
+    /// account token's pod and node); a certificate has none.
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// The subject attribute 1.33+ reads a client certificate's UID from
@@ -68,7 +71,12 @@ impl UserInfo {
             },
             _ => return Err(CertificateName::BadUid),
         };
-        Ok(UserInfo { user, groups, uid })
+        Ok(UserInfo {
+            user,
+            groups,
+            uid,
+            extra: Default::default(),
+        })
     }
 }
 
@@ -132,7 +140,9 @@ impl IdentityHeaders {
         Ok(ids)
     }
 
-    fn is_identity(&self, name: &HeaderName) -> bool {
+    /// Whether a header named `name` carries a front-proxy identity (one of the configured
+    /// names or prefixes, or the scheme's default family).
+    pub fn is_identity(&self, name: &HeaderName) -> bool {
         let n = name.as_str();
         n.starts_with(ALWAYS_STRIPPED)
             || self.users.contains(name)
@@ -271,6 +281,7 @@ mod tests {
             user: "system:node:n1".into(),
             groups: vec!["system:nodes".into(), "ops".into()],
             uid: Some("4f2c".into()),
+            extra: Default::default(),
         };
         assert!(ids.apply(&who, &mut h));
         assert_eq!(h["x-auth-user"], "system:node:n1");
@@ -337,6 +348,7 @@ mod tests {
             user: user.into(),
             groups: vec![group.into()],
             uid: None,
+            extra: Default::default(),
         };
         assert!(IdentityHeaders::sendable(&who(
             "system:node:n1",
@@ -366,6 +378,7 @@ mod tests {
             user: "bad\nname".into(),
             groups: vec![],
             uid: None,
+            extra: Default::default(),
         };
         assert!(!ids.apply(&who, &mut h));
         assert!(h.is_empty());

@@ -263,7 +263,7 @@ proptest! {
         for n in headers.keys() {
             prop_assert!(!n.as_str().starts_with("x-remote-"), "{} survived", n);
         }
-        let identity = UserInfo { user: user.clone(), groups: groups.clone(), uid: None };
+        let identity = UserInfo { user: user.clone(), groups: groups.clone(), uid: None, extra: Default::default() };
         prop_assert!(identity_headers.apply(&identity, &mut headers));
         let users: Vec<_> = headers.get_all("x-remote-user").iter().collect();
         prop_assert_eq!(users.len(), 1);
@@ -296,7 +296,7 @@ proptest! {
                 "{} survived", n
             );
         }
-        let identity = UserInfo { user: user.clone(), groups: groups.clone(), uid: None };
+        let identity = UserInfo { user: user.clone(), groups: groups.clone(), uid: None, extra: Default::default() };
         prop_assert!(identity_headers.apply(&identity, &mut headers));
         let users: Vec<_> = headers.get_all("x-auth-user").iter().collect();
         prop_assert_eq!(users.len(), 1);

@@ -83,6 +83,10 @@ pub struct TerminateConfig {
     /// Naming bearer-token clients (for `dispatch` rules, the access log and the status
     /// page) with a TokenReview.
     pub token_review: TokenReviewConfig,
+    /// Asking the apiserver whether a sender may read what another sender's request already
+    /// on its way upstream asks (SubjectAccessReviews), for `join_reads.across_senders` and
+    /// `shared_watches.across_senders`.
+    pub access_review: AccessReviewConfig,
     /// Answering identical reads of one sender from one upstream request.
     pub join_reads: JoinReadsConfig,
     /// Feeding identical watches of one sender from one upstream watch.
@@ -114,6 +118,10 @@ pub struct SharedWatchesConfig {
     pub max_lag_events: u32,
     /// Share watches of `secrets` too (off: each has its own).
     pub secrets: bool,
+    /// Feed a watch from another sender's shared watch too, once a SubjectAccessReview
+    /// (`access_review`) says its own sender may watch what it asks. Off: only watches of one
+    /// sender are shared.
+    pub across_senders: bool,
 }
 
 impl Default for SharedWatchesConfig {
@@ -125,6 +133,7 @@ impl Default for SharedWatchesConfig {
             max_held_bytes: 256 * 1024 * 1024,
             max_lag_events: 1024,
             secrets: false,
+            across_senders: false,
         }
     }
 }
@@ -147,6 +156,10 @@ pub struct JoinReadsConfig {
     pub max_held_bytes: u64,
     /// Join reads of `secrets` too (off: each is sent on its own).
     pub secrets: bool,
+    /// Join a read to another sender's identical read too, once a SubjectAccessReview
+    /// (`access_review`) says its own sender may read what it asks. Off: only reads of one
+    /// sender are joined.
+    pub across_senders: bool,
 }
 
 impl Default for JoinReadsConfig {
@@ -156,6 +169,47 @@ impl Default for JoinReadsConfig {
             max_answer_bytes: 16 * 1024 * 1024,
             max_held_bytes: 256 * 1024 * 1024,
             secrets: false,
+            across_senders: false,
+        }
+    }
+}
+
+/// SubjectAccessReviews (`authorization.k8s.io/v1`), sent as kubegate's own front-proxy
+/// identity (user `kubegate`, which needs the `system:auth-delegator` ClusterRole): whether a
+/// sender may read (verb, resource, namespace, name, label and field selectors) what another
+/// sender's request kubegate already holds upstream asks, before that request's answer is
+/// shared with it. Answers are kept per sender and attributes for a short while; a review that
+/// cannot be had in time (every slot busy, the apiserver slow) only means the request goes
+/// upstream on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AccessReviewConfig {
+    /// How long an allowed answer is kept (the apiserver's webhook authorizer keeps 5
+    /// minutes; shorter here, as a binding removed should soon stop the sharing).
+    #[serde(with = "crate::duration")]
+    pub ttl: Duration,
+    /// How long a denied answer is kept.
+    #[serde(with = "crate::duration")]
+    pub negative_ttl: Duration,
+    /// Answers kept at most; beyond, the expired and then the least recently used are
+    /// forgotten.
+    pub max_entries: u32,
+    /// Longest a request waits for its review; then it goes upstream on its own.
+    #[serde(with = "crate::duration")]
+    pub timeout: Duration,
+    /// Reviews in flight at once for a cluster; a request that would need one more goes
+    /// upstream on its own.
+    pub max_in_flight: u32,
+}
+
+impl Default for AccessReviewConfig {
+    fn default() -> Self {
+        AccessReviewConfig {
+            ttl: Duration::from_secs(10),
+            negative_ttl: Duration::from_secs(10),
+            max_entries: 10_000,
+            timeout: Duration::from_secs(1),
+            max_in_flight: 16,
         }
     }
 }
@@ -284,6 +338,7 @@ impl Default for TerminateConfig {
             access_log: AccessLogConfig::default(),
             version_skew: VersionSkewConfig::default(),
             token_review: TokenReviewConfig::default(),
+            access_review: AccessReviewConfig::default(),
             join_reads: JoinReadsConfig::default(),
             shared_watches: SharedWatchesConfig::default(),
         }

@@ -474,6 +474,7 @@ mod tests {
                 user: "alice".into(),
                 groups: vec!["dev".into(), "ops".into()],
                 uid: None,
+                extra: Default::default(),
             })),
             replica: Some(Arc::new(BackendInfo {
                 name: "cp-1".into(),
@@ -555,6 +556,7 @@ mod tests {
             user: "mallory\nstatus=200".into(),
             groups: vec![],
             uid: None,
+            extra: Default::default(),
         }));
         e.uri = "/api/v1/namespaces/d/pods/a%0Ab%22".parse().unwrap();
         for (name, f) in [("json", json as fn(&Entry, &mut String)), ("text", text)] {

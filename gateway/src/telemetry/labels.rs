@@ -61,6 +61,20 @@ label! {
 }
 
 label! {
+    /// How a SubjectAccessReview (whether a sender may share another's read) ended.
+    pub enum AccessReviewResult {
+        /// The apiserver allowed it: the sender's request may be answered from another's.
+        Allowed => "allowed",
+        /// The apiserver did not allow it: the request goes upstream on its own.
+        Denied => "denied",
+        /// The review failed (refused, no replica, unreadable answer, timed out).
+        Failed => "failed",
+        /// Not sent: `terminate.access_review.max_in_flight` reviews were under way.
+        Skipped => "skipped",
+    }
+}
+
+label! {
     /// Why a client connection (or request) was turned away without reaching a backend.
     pub enum Refusal {
         /// No backend is ready (and the `no_ready_backend` policy gave none either).

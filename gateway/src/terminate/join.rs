@@ -16,9 +16,13 @@
 //! waited on it is entered again (it may lead the next twin). So is every waiting read when the
 //! lead's client goes away before the answer came.
 //!
-//! Only reads of one sender are joined: the key holds the identity as sent upstream, so no
-//! answer reaches a client the apiserver did not authorize for it. Watches of one sender are
-//! shared the same way (`feeds`).
+//! Reads of one sender are joined by default: the key holds the identity as sent upstream, so
+//! no answer reaches a client the apiserver did not authorize for it. Across senders
+//! (`across_senders`), the key leaves the identity out (`key::keys`) and each read sent keeps its
+//! sender: a read of the same sender joins it at once; a read of another sender joins it only
+//! once a SubjectAccessReview allowed its own sender the same (`Entered::Unreviewed` asks for
+//! one), and takes only an answer that does not depend on who asked (a 403 names its user: it
+//! goes to the reads of the sender it was for). Watches are shared the same way (`feeds`).
 
 pub mod feeds;
 pub mod key;
@@ -31,7 +35,7 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Response, StatusCode, Version};
 use http_body::Body as _;
 use http_body_util::BodyExt as _;
-use key::{Freshness, JoinKey, Joinable};
+use key::{remove_senders_own, Freshness, JoinKey, Joinable, SenderKey};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -70,6 +74,8 @@ struct Flight {
     id: u64,
     answer: watch::Receiver<Awaited>,
     followers: Arc<AtomicUsize>,
+    /// Who sends it, when its key leaves the identity out.
+    sender: Option<SenderKey>,
 }
 
 /// What entering a read gave.
@@ -78,11 +84,16 @@ pub enum Entered {
     Leads(Lead),
     /// The read waits on another's answer.
     Follows(Follow),
+    /// The read could join a twin of another sender, but whether its own sender may read the
+    /// same is not known: a review first (then it is entered again as reviewed).
+    Unreviewed,
 }
 
 /// A read that joined another: its answer to come.
 pub struct Follow {
     answer: watch::Receiver<Awaited>,
+    /// Joined a read of its own sender (its key holds the identity, or the senders match).
+    same_sender: bool,
 }
 
 /// A read others may join, until it answers them.
@@ -132,8 +143,15 @@ impl Joins {
         }
     }
 
-    /// Enters `read`: it joins a twin the freshness rules allow, or leads one.
-    pub fn enter(self: &Arc<Self>, read: &Joinable, metrics: &JoinMetrics) -> Entered {
+    /// Enters `read`: it joins a twin the freshness rules allow, or leads one. A twin of
+    /// another sender is joined only when `reviewed` (its sender is allowed to read the same);
+    /// otherwise the read is [`Entered::Unreviewed`].
+    pub fn enter(
+        self: &Arc<Self>,
+        read: &Joinable,
+        reviewed: bool,
+        metrics: &JoinMetrics,
+    ) -> Entered {
         let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
         let twins = flights.entry(read.key.clone()).or_default();
         let joined = match read.freshness {
@@ -142,9 +160,14 @@ impl Joins {
             Freshness::SentAfterArrival => twins.waiting.as_ref(),
         };
         if let Some(flight) = joined {
+            let same_sender = flight.sender == read.sender;
+            if !same_sender && !reviewed {
+                return Entered::Unreviewed;
+            }
             flight.followers.fetch_add(1, Ordering::AcqRel);
             return Entered::Follows(Follow {
                 answer: flight.answer.clone(),
+                same_sender,
             });
         }
         let (tx, rx) = watch::channel(None);
@@ -152,6 +175,7 @@ impl Joins {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             answer: rx,
             followers: Arc::default(),
+            sender: read.sender.clone(),
         };
         let lead = |after| Lead {
             joins: self.clone(),
@@ -209,11 +233,18 @@ impl Joins {
 }
 
 impl Follow {
+    /// Whether it joined a read of its own sender.
+    pub fn same_sender(&self) -> bool {
+        self.same_sender
+    }
+
     /// The answer of the read joined, or `None` when it will not be shared (the read is then
-    /// entered again, or sent on its own).
+    /// entered again, or sent on its own): a read of another sender takes only an answer that
+    /// does not depend on who asked.
     pub async fn answer(mut self) -> Option<Arc<SharedAnswer>> {
         let answered = self.answer.wait_for(Option::is_some).await;
-        answered.ok().and_then(|a| a.clone())
+        let answer = answered.ok().and_then(|a| a.clone())?;
+        (self.same_sender || crosses_senders(answer.status)).then_some(answer)
     }
 }
 
@@ -297,6 +328,15 @@ impl SharedAnswer {
         resp
     }
 
+    /// The response of a client of another sender than the one the answer was for: without
+    /// the headers that told that sender how priority and fairness classified it (its own
+    /// request, never sent, was classified by no one).
+    pub fn response_across(self: &Arc<Self>) -> Response<ResponseBody> {
+        let mut resp = self.response();
+        remove_senders_own(resp.headers_mut());
+        resp
+    }
+
     /// Its body.
     pub fn body(&self) -> &Bytes {
         &self.body
@@ -324,6 +364,13 @@ fn shared_status(status: StatusCode) -> bool {
         || status == StatusCode::FORBIDDEN
         || status == StatusCode::NOT_FOUND
         || status == StatusCode::GONE
+}
+
+/// Whether an answer with `status` goes to the reads of other senders that joined it too
+/// (their senders allowed the same by a review): the object or list, not found, expired — not a
+/// 403, which is its own sender's (and names it).
+fn crosses_senders(status: StatusCode) -> bool {
+    shared_status(status) && status != StatusCode::FORBIDDEN
 }
 
 /// An answer body read for sharing.
@@ -416,6 +463,7 @@ mod tests {
             &uri,
             &HeaderMap::new(),
             b"",
+            None,
         )
         .unwrap()
     }
@@ -440,14 +488,14 @@ mod tests {
     fn leads(e: Entered) -> Lead {
         match e {
             Entered::Leads(lead) => lead,
-            Entered::Follows(_) => panic!("expected to lead"),
+            _ => panic!("expected to lead"),
         }
     }
 
     fn follows(e: Entered) -> Follow {
         match e {
             Entered::Follows(f) => f,
-            Entered::Leads(_) => panic!("expected to follow"),
+            _ => panic!("expected to follow"),
         }
     }
 
@@ -455,11 +503,11 @@ mod tests {
     async fn twins_in_flight_get_the_same_answer_and_its_bytes_are_given_back() {
         let (joins, m, held) = joins();
         let r = read("?resourceVersion=0");
-        let lead = leads(joins.enter(&r, &m));
-        let a = follows(joins.enter(&r, &m));
-        let b = follows(joins.enter(&r, &m));
+        let lead = leads(joins.enter(&r, false, &m));
+        let a = follows(joins.enter(&r, false, &m));
+        let b = follows(joins.enter(&r, false, &m));
         // Another query is another read.
-        drop(leads(joins.enter(&read("?resourceVersion=1"), &m)));
+        drop(leads(joins.enter(&read("?resourceVersion=1"), false, &m)));
         let (resp, shared) = lead.publish(answer(200, "items"), &ROOMY, &m, "c").await;
         assert!(shared);
         assert_eq!(held.load(Ordering::Acquire), 5);
@@ -472,18 +520,18 @@ mod tests {
         drop((a, b));
         assert_eq!(held.load(Ordering::Acquire), 0, "every client was sent it");
         // Answered: the next read leads again.
-        drop(leads(joins.enter(&r, &m)));
+        drop(leads(joins.enter(&r, false, &m)));
     }
 
     #[tokio::test]
     async fn a_consistent_read_joins_only_a_twin_sent_after_it_arrived() {
         let (joins, m, _) = joins();
         let r = read("");
-        let first = leads(joins.enter(&r, &m));
+        let first = leads(joins.enter(&r, false, &m));
         // Arrived after `first` was sent: the next twin, which waits for `first`...
-        let mut second = leads(joins.enter(&r, &m));
+        let mut second = leads(joins.enter(&r, false, &m));
         // ...and which later arrivals join.
-        let third = follows(joins.enter(&r, &m));
+        let third = follows(joins.enter(&r, false, &m));
         let turn = tokio::spawn(async move {
             second.turn().await;
             second
@@ -497,7 +545,7 @@ mod tests {
             .unwrap()
             .unwrap();
         // Sent now: a consistent read arriving now waits for the next one.
-        let fourth = leads(joins.enter(&r, &m));
+        let fourth = leads(joins.enter(&r, false, &m));
         second.publish(answer(200, "new"), &ROOMY, &m, "c").await;
         assert_eq!(third.answer().await.unwrap().body(), "new");
         drop(fourth);
@@ -525,8 +573,8 @@ mod tests {
                 },
             ),
         ] {
-            let lead = leads(joins.enter(&r, &m));
-            let waiting = follows(joins.enter(&r, &m));
+            let lead = leads(joins.enter(&r, false, &m));
+            let waiting = follows(joins.enter(&r, false, &m));
             let (resp, shared) = lead
                 .publish(answer(status, "items"), &limits, &m, "c")
                 .await;
@@ -542,11 +590,72 @@ mod tests {
     async fn a_lead_whose_client_went_away_lets_the_next_read_lead() {
         let (joins, m, _) = joins();
         let r = read("?resourceVersion=0");
-        let lead = leads(joins.enter(&r, &m));
-        let waiting = follows(joins.enter(&r, &m));
+        let lead = leads(joins.enter(&r, false, &m));
+        let waiting = follows(joins.enter(&r, false, &m));
         drop(lead);
         assert!(waiting.answer().await.is_none());
-        drop(leads(joins.enter(&r, &m)));
+        drop(leads(joins.enter(&r, false, &m)));
         assert_eq!(m.missed_series(JoinMiss::Abandoned).get(), 1);
+    }
+
+    /// A read of `sender` (a bearer token), its key across senders.
+    fn read_of(sender: &str) -> Joinable {
+        let uri: Uri = "https://kube/api/v1/services?resourceVersion=0"
+            .parse()
+            .unwrap();
+        let mut h = HeaderMap::new();
+        h.insert(
+            http::header::AUTHORIZATION,
+            http::HeaderValue::from_str(&format!("Bearer {sender}")).unwrap(),
+        );
+        let ids = kubegate_wire::identity::IdentityHeaders::default();
+        key::joinable(
+            Kind::BearerToken,
+            &http::Method::GET,
+            &uri,
+            &h,
+            b"",
+            Some(&ids),
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn another_sender_joins_only_once_reviewed_and_never_takes_a_403() {
+        let (joins, m, _) = joins();
+        let (a, a2, b) = (read_of("a"), read_of("a"), read_of("b"));
+        let lead = leads(joins.enter(&a, false, &m));
+        // The same sender joins at once; another needs a review first.
+        let same = follows(joins.enter(&a2, false, &m));
+        assert!(matches!(joins.enter(&b, false, &m), Entered::Unreviewed));
+        let other = follows(joins.enter(&b, true, &m));
+        let (resp, shared) = lead.publish(answer(403, "no"), &ROOMY, &m, "c").await;
+        assert!(shared);
+        assert_eq!(resp.status(), 403);
+        assert_eq!(same.answer().await.unwrap().status, 403);
+        assert!(other.answer().await.is_none(), "a 403 is its sender's own");
+
+        // An answer that does not depend on who asked goes to both.
+        let lead = leads(joins.enter(&a, false, &m));
+        let other = follows(joins.enter(&b, true, &m));
+        assert!(!other.same_sender());
+        let (mut resp, _) = answer(200, "items");
+        resp.headers_mut().insert(
+            "x-kubernetes-pf-flowschema-uid",
+            http::HeaderValue::from_static("fs-of-a"),
+        );
+        lead.publish((resp, None), &ROOMY, &m, "c").await;
+        let shared = other.answer().await.unwrap();
+        assert_eq!(shared.body(), "items");
+        let theirs = shared.response_across();
+        assert!(theirs
+            .headers()
+            .get("x-kubernetes-pf-flowschema-uid")
+            .is_none());
+        assert_eq!(theirs.headers()["audit-id"], "a-1");
+
+        // A read of another sender leads a read of its own when nobody is in flight, with no
+        // review: the apiserver authorizes the read it sends.
+        drop(leads(joins.enter(&b, false, &m)));
     }
 }

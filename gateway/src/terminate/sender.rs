@@ -1,10 +1,19 @@
-//! Who sent a request: a bearer token's client named by a TokenReview (a certificate's is named
-//! in the handshake, `server::listener`).
+//! Who sent a request (a bearer token's client named by a TokenReview; a certificate's is
+//! named in the handshake, `server::listener`), and what it may read of what others asked (a
+//! SubjectAccessReview, before another sender's answer is shared with it).
 //!
 //! | module | job |
 //! |---|---|
 //! | `tokens` | bearer-token clients named by a TokenReview, remembered by the token's hash; each connection's share of reviews |
-//! | `token_review` | one TokenReview sent to a replica as kubegate |
+//! | `token_review` | one TokenReview |
+//! | `access` | whether a sender may read what a request asks, remembered by a hash of both; reviews bounded |
+//! | `access_review` | one SubjectAccessReview, and the attributes it names |
+//! | `review` | one review POSTed to a replica as kubegate |
+//! | `remembered` | a bounded table of answers with TTLs, least recently used forgotten first |
 
+pub(super) mod access;
+pub(super) mod access_review;
+pub(super) mod remembered;
+pub(super) mod review;
 pub(super) mod token_review;
 pub(super) mod tokens;

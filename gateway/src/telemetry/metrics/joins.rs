@@ -1,7 +1,7 @@
 //! Joined reads and shared watches (`terminate::join`): requests answered from another's
 //! upstream request, the answer bytes held for them, and watches fed from a shared one.
 
-use crate::telemetry::labels::JoinMiss;
+use crate::telemetry::labels::{AccessReviewResult, JoinMiss};
 use crate::telemetry::metrics::register::{counter, counter_vec, gauge, histogram};
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
 use std::time::Duration;
@@ -22,6 +22,10 @@ pub struct JoinMetrics {
     /// `kubegate_reads_join_missed_total{reason}`'s series by `JoinMiss as usize`: counted
     /// without a label lookup (a leading read keeps its `abandoned` series).
     missed: [IntCounter; JoinMiss::ALL.len()],
+    /// `kubegate_access_reviews_total{result}`'s series by `AccessReviewResult as usize`.
+    access_reviews: [IntCounter; AccessReviewResult::ALL.len()],
+    /// `kubegate_access_review_cache_entries`: access decisions kubegate remembers.
+    pub access_review_cache_entries: IntGauge,
     /// `kubegate_join_held_bytes`: answer bytes held for joined reads now.
     pub held_bytes: IntGauge,
     /// `kubegate_shared_watch_feeds`: upstream watches feeding shared watches now.
@@ -42,7 +46,10 @@ impl JoinMetrics {
     /// Registers the group's families in `r`.
     pub fn new(r: &Registry) -> JoinMetrics {
         let missed = counter_vec(r, "kubegate_reads_join_missed_total", "Answers reads waited on but did not get (each waiting read was then sent on its own), by reason (too_large, over_held, status, broken, abandoned).", &["reason"]);
+        let access_reviews = counter_vec(r, "kubegate_access_reviews_total", "SubjectAccessReviews kubegate sent before sharing another sender's read or watch, by result (allowed, denied, failed; skipped: not sent, too many in flight).", &["result"]);
         JoinMetrics {
+            access_reviews: AccessReviewResult::ALL.map(|a| access_reviews.with_label_values(&[a.as_str()])),
+            access_review_cache_entries: gauge(r, "kubegate_access_review_cache_entries", "Access decisions (sender and attributes, allowed or not) kubegate remembers."),
             joined: counter_vec(r, "kubegate_reads_joined_total", "Terminate-mode reads answered from an identical read's upstream request (each an upstream request saved), by cluster.", &["cluster"]),
             leading: counter_vec(r, "kubegate_reads_leading_total", "Upstream reads whose answer identical reads joined, by cluster.", &["cluster"]),
             missed: JoinMiss::ALL.map(|m| missed.with_label_values(&[m.as_str()])),
@@ -61,6 +68,11 @@ impl JoinMetrics {
             .with_label_values(&[cluster])
             .inc_by(followers as u64);
         self.leading.with_label_values(&[cluster]).inc();
+    }
+
+    /// A SubjectAccessReview ended as `result`.
+    pub fn access_reviewed(&self, result: AccessReviewResult) {
+        self.access_reviews[result as usize].inc();
     }
 
     /// An answer waited on was not shared, for `why`.

@@ -18,7 +18,7 @@
 //! and one whose last client left while [`MAX_LINGERING`] others linger ends at once.
 
 use crate::telemetry::JoinMetrics;
-use crate::terminate::join::key::JoinKey;
+use crate::terminate::join::key::{remove_senders_own, JoinKey, SenderKey};
 use crate::terminate::request::body::{ResponseBody, WatchBody};
 use bytes::Bytes;
 use http::{HeaderMap, Response, StatusCode};
@@ -55,6 +55,8 @@ pub struct Feeds {
 struct Slot {
     id: u64,
     state: watch::Receiver<Opening>,
+    /// Who opened it, when its key leaves the identity out.
+    sender: Option<SenderKey>,
 }
 
 /// A feed's opening, as those waiting on it see it.
@@ -75,6 +77,19 @@ pub enum Entered {
     Fed(Option<Box<Response<ResponseBody>>>),
     /// No feed: this watch opens one.
     Opens(Opener),
+    /// A feed of another sender is there, but whether this watch's sender may watch the same
+    /// is not known: a review first (then it is entered again as reviewed).
+    Unreviewed,
+}
+
+/// Who sends a watch entered: its sender (when its key leaves the identity out), and whether
+/// a review allowed that sender what the watch asks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SentBy<'a> {
+    /// The sender, or `None` when the key holds the identity.
+    pub sender: Option<&'a SenderKey>,
+    /// A SubjectAccessReview allowed it.
+    pub reviewed: bool,
 }
 
 /// The watch that opens a feed, until it has.
@@ -191,17 +206,22 @@ impl Feeds {
 
     /// Enters a watch of `key` for `client`: fed from the key's feed, or the one to open it
     /// with `limits` (none while the feeds hold `held_bytes_in_total`: a watch of its own).
-    /// Waits while a feed is being opened.
+    /// Waits while a feed is being opened. A feed another sender opened feeds it only when
+    /// `by.reviewed`; otherwise it is [`Entered::Unreviewed`].
     pub async fn enter(
         self: &Arc<Self>,
         (key, limits): (&JoinKey, &FeedLimits),
+        by: SentBy<'_>,
         client: &Client,
         metrics: &JoinMetrics,
     ) -> Entered {
-        let mut state = {
+        let (mut state, across) = {
             let mut feeds = self.feeds.lock().unwrap_or_else(|e| e.into_inner());
             match feeds.get(key) {
-                Some(slot) => slot.state.clone(),
+                Some(slot) if slot.sender.as_ref() != by.sender && !by.reviewed => {
+                    return Entered::Unreviewed;
+                }
+                Some(slot) => (slot.state.clone(), slot.sender.as_ref() != by.sender),
                 // The feeds hold all they may: no new one (its channel would hold more).
                 None if self.held.load(Ordering::Acquire) >= limits.held_bytes_in_total => {
                     return Entered::Fed(None);
@@ -209,7 +229,15 @@ impl Feeds {
                 None => {
                     let (tx, rx) = watch::channel(Opening::Pending);
                     let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-                    feeds.insert(key.clone(), Slot { id, state: rx });
+                    let sender = by.sender.cloned();
+                    feeds.insert(
+                        key.clone(),
+                        Slot {
+                            id,
+                            state: rx,
+                            sender,
+                        },
+                    );
                     return Entered::Opens(Opener {
                         feeds: self.clone(),
                         key: key.clone(),
@@ -224,7 +252,13 @@ impl Feeds {
             .await
             .map(|s| s.clone());
         match opened {
-            Ok(Opening::Open(feed)) => Entered::Fed(feed.subscribe(client, metrics).map(Box::new)),
+            Ok(Opening::Open(feed)) => {
+                let mut resp = feed.subscribe(client, metrics);
+                if let Some(resp) = resp.as_mut().filter(|_| across) {
+                    remove_senders_own(resp.headers_mut());
+                }
+                Entered::Fed(resp.map(Box::new))
+            }
             _ => Entered::Fed(None),
         }
     }
@@ -591,7 +625,10 @@ mod tests {
         m: &JoinMetrics,
         limits: FeedLimits,
     ) -> (mpsc::Sender<Bytes>, Response<ResponseBody>) {
-        let Entered::Opens(opener) = feeds.enter((key, &limits), first, m).await else {
+        let Entered::Opens(opener) = feeds
+            .enter((key, &limits), SentBy::default(), first, m)
+            .await
+        else {
             panic!("the first watch opens the feed");
         };
         let (tx, rx) = mpsc::channel(64);
@@ -608,9 +645,12 @@ mod tests {
         c: &Client,
         m: &JoinMetrics,
     ) -> Option<Response<ResponseBody>> {
-        match feeds.enter((&key(), &LIMITS), c, m).await {
+        match feeds
+            .enter((&key(), &LIMITS), SentBy::default(), c, m)
+            .await
+        {
             Entered::Fed(resp) => resp.map(|r| *r),
-            Entered::Opens(_) => panic!("a feed is open"),
+            _ => panic!("a feed is open"),
         }
     }
 
@@ -680,8 +720,73 @@ mod tests {
         assert!(ended(&mut a).await && ended(&mut b).await);
         wait_until(|| m.watch_feeds.get() == 0).await;
         assert!(matches!(
-            feeds.enter((&key(), &LIMITS), &first, &m).await,
+            feeds
+                .enter((&key(), &LIMITS), SentBy::default(), &first, &m)
+                .await,
             Entered::Opens(_)
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_feed_of_another_sender_feeds_a_watch_only_once_reviewed() {
+        let (feeds, m) = (
+            Arc::new(Feeds::new(Arc::default())),
+            JoinMetrics::new(&prometheus::Registry::new()),
+        );
+        let sender = |token: &str| {
+            let uri: Uri = "https://kube/api/v1/services?watch=1&resourceVersion=10"
+                .parse()
+                .unwrap();
+            let mut h = HeaderMap::new();
+            h.insert(
+                http::header::AUTHORIZATION,
+                format!("Bearer {token}").parse().unwrap(),
+            );
+            let ids = kubegate_wire::identity::IdentityHeaders::default();
+            let q = uri.query().map(str::to_string);
+            let fed = crate::terminate::join::key::feedable(
+                ConnectionKind::BearerToken,
+                &Method::GET,
+                &uri,
+                q.as_deref(),
+                &h,
+                Some(&ids),
+            )
+            .unwrap();
+            (fed.key, fed.sender.unwrap())
+        };
+        let ((key_a, a), (key_b, b)) = (sender("a"), sender("b"));
+        assert_eq!(key_a, key_b, "the key leaves the sender out");
+        let by = |sender, reviewed| SentBy {
+            sender: Some(sender),
+            reviewed,
+        };
+        let first = client(10, false);
+        let Entered::Opens(opener) = feeds
+            .enter((&key_a, &LIMITS), by(&a, false), &first, &m)
+            .await
+        else {
+            panic!("the first watch opens the feed");
+        };
+        let (_up, rx) = mpsc::channel(8);
+        let mut upstream = Response::new(ResponseBody::Watch(WatchBody::new(rx)));
+        upstream
+            .headers_mut()
+            .insert("content-type", "application/json".parse().unwrap());
+        let _own = opener.open(upstream, Some(Framing::JsonLines), (10, LIMITS), &first, &m);
+        let c = client(10, false);
+        assert!(matches!(
+            feeds.enter((&key_b, &LIMITS), by(&b, false), &c, &m).await,
+            Entered::Unreviewed
+        ));
+        assert!(matches!(
+            feeds.enter((&key_b, &LIMITS), by(&b, true), &c, &m).await,
+            Entered::Fed(Some(_))
+        ));
+        // Its own sender needs no review.
+        assert!(matches!(
+            feeds.enter((&key_a, &LIMITS), by(&a, false), &c, &m).await,
+            Entered::Fed(Some(_))
         ));
     }
 
@@ -727,7 +832,10 @@ mod tests {
             JoinMetrics::new(&prometheus::Registry::new()),
         );
         let first = client(10, false);
-        let Entered::Opens(opener) = feeds.enter((&key(), &LIMITS), &first, &m).await else {
+        let Entered::Opens(opener) = feeds
+            .enter((&key(), &LIMITS), SentBy::default(), &first, &m)
+            .await
+        else {
             panic!("the first watch opens the feed");
         };
         let waiting = {
@@ -747,7 +855,9 @@ mod tests {
         );
         assert!(waiting.await.unwrap(), "the waiting watch goes alone");
         assert!(matches!(
-            feeds.enter((&key(), &LIMITS), &first, &m).await,
+            feeds
+                .enter((&key(), &LIMITS), SentBy::default(), &first, &m)
+                .await,
             Entered::Opens(_)
         ));
     }
@@ -781,7 +891,12 @@ mod tests {
         };
         assert!(matches!(
             feeds
-                .enter((&key_n(1), &full), &client(10, false), &m)
+                .enter(
+                    (&key_n(1), &full),
+                    SentBy::default(),
+                    &client(10, false),
+                    &m
+                )
                 .await,
             Entered::Fed(None)
         ));
@@ -821,7 +936,12 @@ mod tests {
         // A client back for a lingering feed is fed from it.
         assert!(matches!(
             feeds
-                .enter((&key_n(0), &LIMITS), &client(10, false), &m)
+                .enter(
+                    (&key_n(0), &LIMITS),
+                    SentBy::default(),
+                    &client(10, false),
+                    &m
+                )
                 .await,
             Entered::Fed(Some(_))
         ));

@@ -9,13 +9,20 @@
 //! apiserver never answers by ([`UNANSWERED_HEADERS`]: where the request came from, tracing,
 //! kubectl's session labels). The identity is in it as sent: the front-proxy headers kubegate
 //! set for a certificate, the client's own `Authorization` and `Impersonate-*` headers. Two
-//! bearer tokens of one user are two keys: a token also carries what a review does not give
-//! kubegate (its `extra`: the pod and node it is bound to, which an authorizer may read).
-//! Anything unknown counts, so a header that could change the answer keeps requests apart.
+//! bearer tokens of one user are two keys: whether one may read what the other reads is for
+//! the apiserver's authorizers to say (a token's `extra`, the pod and node it is bound to, may
+//! count), which only a review asks them (below). Anything unknown counts, so a header that could change the answer keeps requests apart.
+//!
+//! Across senders (`across_senders`), a read's key leaves the identity out — the
+//! `Authorization` header and the front-proxy headers, and the connection kind — and the
+//! identity becomes the read's [`SenderKey`]: a read joins another sender's only once a
+//! SubjectAccessReview says its own sender may ask the same (`sender::access`). A request
+//! that impersonates (`Impersonate-*`) or carries no identity keeps the identity in its key.
 
 use crate::state::Kind;
-use http::{HeaderMap, Method, Uri};
+use http::{HeaderMap, HeaderName, Method, Uri};
 use kubegate_wire::classify::{RequestInfo, Verb};
+use kubegate_wire::identity::IdentityHeaders;
 use kubegate_wire::target::Query;
 
 /// Headers the apiserver never answers by (it logs some, in its audit record of the request
@@ -32,11 +39,30 @@ pub const UNANSWERED_HEADERS: &[&str] = &[
     "content-length",
 ];
 
+/// Response headers about the request's sender rather than its answer: the flow schema and
+/// priority level APF matched it to.
+const SENDERS_OWN_HEADERS: &[&str] = &[
+    "x-kubernetes-pf-flowschema-uid",
+    "x-kubernetes-pf-prioritylevel-uid",
+];
+
+/// Removes [`SENDERS_OWN_HEADERS`] from the head of an answer given to another sender.
+pub fn remove_senders_own(headers: &mut HeaderMap) {
+    for name in SENDERS_OWN_HEADERS {
+        headers.remove(*name);
+    }
+}
+
 /// One read's key: the request's answer-deciding bytes, each part length-prefixed (so no
 /// two different requests write the same bytes), compared whole (a hash collision cannot
 /// join two reads).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct JoinKey(Box<[u8]>);
+
+/// Who sent a read whose key leaves the identity out: the connection kind and every identity
+/// header with every value, compared whole. Reads of one sender key share without a review.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SenderKey(Box<[u8]>);
 
 /// Which in-flight twin a read may be answered from, by the apiserver's freshness rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +82,21 @@ pub struct Joinable {
     pub key: JoinKey,
     /// Which twin may answer it.
     pub freshness: Freshness,
+    /// Its sender, when its key leaves the identity out (reads of other senders may join it,
+    /// and it theirs, after a review); `None` when the identity is in its key.
+    pub sender: Option<SenderKey>,
+}
+
+/// A watch that may be fed from a shared one: its key, its sender (as [`Joinable::sender`])
+/// and the resourceVersion it starts from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Feedable {
+    /// What it asks, its position aside.
+    pub key: JoinKey,
+    /// Its sender, when the key leaves the identity out.
+    pub sender: Option<SenderKey>,
+    /// Where it starts.
+    pub from: u64,
 }
 
 /// Whether a request read as `info`, with `method`, is a read that may be joined: a GET or
@@ -69,13 +110,15 @@ pub fn may_join(info: &RequestInfo<'_>, method: &Method, secrets: bool) -> bool 
 }
 
 /// The key and freshness of a read that [`may_join`], sent upstream with this head and
-/// `body`; `None` when it carries a body.
+/// `body`; `None` when it carries a body. With `across` (the front-proxy header names), its key
+/// leaves its sender's identity out where it can ([`keys`]).
 pub fn joinable(
     kind: Kind,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
     body: &[u8],
+    across: Option<&IdentityHeaders>,
 ) -> Option<Joinable> {
     if !body.is_empty() {
         return None;
@@ -87,9 +130,11 @@ pub fn joinable(
     } else {
         Freshness::SentAfterArrival
     };
+    let (key, sender) = keys(kind, method, uri, headers, across);
     Some(Joinable {
-        key: key_of(kind, method, uri, headers),
+        key,
         freshness,
+        sender,
     })
 }
 
@@ -106,14 +151,15 @@ const POSITION_PARAMETERS: &[&str] = &[
 /// watch from a resourceVersion (a number above 0: an informer's watch after its list),
 /// without `sendInitialEvents` and not of Tables (whose first event differs per client). Its
 /// key is what [`key_of`] makes of the request with the client's query less
-/// [`POSITION_PARAMETERS`]; `None` for any other watch.
+/// [`POSITION_PARAMETERS`] (with `across`, as [`keys`] makes it); `None` for any other watch.
 pub fn feedable(
     kind: Kind,
     method: &Method,
     uri: &Uri,
     client_query: Option<&str>,
     headers: &HeaderMap,
-) -> Option<(JoinKey, u64)> {
+    across: Option<&IdentityHeaders>,
+) -> Option<Feedable> {
     let query = Query::new(client_query);
     let from = query
         .text("resourceVersion")?
@@ -145,35 +191,88 @@ pub fn feedable(
     };
     parts.path_and_query = Some(pq.parse().ok()?);
     let uri = Uri::from_parts(parts).ok()?;
-    Some((key_of(kind, method, &uri, headers), from))
+    let (key, sender) = keys(kind, method, &uri, headers, across);
+    Some(Feedable { key, sender, from })
 }
 
-/// The key of a request of `kind` with this head.
+/// The key of a request of `kind` with this head, its identity in it.
 pub fn key_of(kind: Kind, method: &Method, uri: &Uri, headers: &HeaderMap) -> JoinKey {
-    let mut out = Vec::with_capacity(256);
-    let mut part = |bytes: &[u8]| {
-        out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
-        out.extend_from_slice(bytes);
+    let answered = |n: &HeaderName| !UNANSWERED_HEADERS.contains(&n.as_str());
+    JoinKey(written(&[kind as u8], method, uri, headers, answered).into_boxed_slice())
+}
+
+/// What a key across senders has where another has its connection kind: no kind's value.
+const ACROSS_SENDERS: u8 = 0xff;
+
+/// The key of a request and its sender: with `across`, for a request that carries an identity
+/// (a bearer token, or the front-proxy headers kubegate set) and impersonates no one, a key
+/// without the identity and the [`SenderKey`] that is left out; otherwise [`key_of`], and no
+/// sender.
+pub fn keys(
+    kind: Kind,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    across: Option<&IdentityHeaders>,
+) -> (JoinKey, Option<SenderKey>) {
+    let impersonates = || {
+        headers
+            .keys()
+            .any(|n| n.as_str().starts_with("impersonate-"))
     };
-    part(&[kind as u8]);
-    part(method.as_str().as_bytes());
-    part(uri.to_string().as_bytes());
-    let mut names: Vec<&http::HeaderName> = headers
-        .keys()
-        .filter(|n| !UNANSWERED_HEADERS.contains(&n.as_str()))
-        .collect();
+    let ids = match across {
+        Some(ids) if kind != Kind::Anonymous && !impersonates() => ids,
+        _ => return (key_of(kind, method, uri, headers), None),
+    };
+    let identity = |n: &HeaderName| *n == http::header::AUTHORIZATION || ids.is_identity(n);
+    let answered = |n: &HeaderName| !UNANSWERED_HEADERS.contains(&n.as_str()) && !identity(n);
+    let key = written(&[ACROSS_SENDERS], method, uri, headers, answered);
+    let mut sender = Vec::with_capacity(128);
+    part(&mut sender, &[kind as u8]);
+    write_headers(&mut sender, headers, identity);
+    (
+        JoinKey(key.into_boxed_slice()),
+        Some(SenderKey(sender.into_boxed_slice())),
+    )
+}
+
+/// `kind`, the method, the URI and the headers `keep` keeps, each length-prefixed.
+fn written(
+    kind: &[u8],
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    keep: impl Fn(&HeaderName) -> bool,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    part(&mut out, kind);
+    part(&mut out, method.as_str().as_bytes());
+    part(&mut out, uri.to_string().as_bytes());
+    write_headers(&mut out, headers, keep);
+    out
+}
+
+/// Writes `bytes` to `out`, prefixed with its length (so no two different requests write the
+/// same bytes).
+fn part(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// Writes every header `keep` keeps, sorted by name, with every value.
+fn write_headers(out: &mut Vec<u8>, headers: &HeaderMap, keep: impl Fn(&HeaderName) -> bool) {
+    let mut names: Vec<&HeaderName> = headers.keys().filter(|n| keep(n)).collect();
     names.sort_by(|a, b| a.as_str().cmp(b.as_str()));
     for name in names {
         // Every value, in the order sent: a header repeated is a list the apiserver reads in
         // order (`Impersonate-Group`).
         let values: Vec<&[u8]> = headers.get_all(name).iter().map(|v| v.as_bytes()).collect();
-        part(name.as_str().as_bytes());
-        part(&(values.len() as u32).to_be_bytes());
+        part(out, name.as_str().as_bytes());
+        part(out, &(values.len() as u32).to_be_bytes());
         for v in values {
-            part(v);
+            part(out, v);
         }
     }
-    JoinKey(out.into_boxed_slice())
 }
 
 #[cfg(test)]
@@ -189,7 +288,7 @@ mod tests {
         if !may_join(&read.info(&Method::GET), &Method::GET, false) {
             return None;
         }
-        joinable(Kind::BearerToken, &Method::GET, &uri, headers, b"")
+        joinable(Kind::BearerToken, &Method::GET, &uri, headers, b"", None)
     }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
@@ -264,7 +363,15 @@ mod tests {
         let uri: Uri = format!("https://kube.example/api/v1/services?{query}")
             .parse()
             .unwrap();
-        feedable(Kind::BearerToken, &Method::GET, &uri, Some(query), headers)
+        feedable(
+            Kind::BearerToken,
+            &Method::GET,
+            &uri,
+            Some(query),
+            headers,
+            None,
+        )
+        .map(|f| (f.key, f.from))
     }
 
     #[test]
@@ -418,5 +525,52 @@ mod tests {
             let (ka, kb) = (joinable_of(&ta, &ha).unwrap(), joinable_of(&tb, &hb).unwrap());
             prop_assert_eq!(ka.key == kb.key, a == b, "{:?} / {:?}", (ta, ha), (tb, hb));
         }
+
+        /// Across senders, two requests share a key exactly when they ask the same but for
+        /// who sends them, and both carry an identity that impersonates no one; their sender
+        /// keys are equal only for the same identity. A request with no identity, or an
+        /// impersonating one, keeps its identity in its key, so it never meets another's.
+        #[test]
+        fn across_senders_only_the_identity_is_left_out(
+            (a, b) in two_asks(),
+            ua in "[a-z]{0,4}",
+            ub in "[a-z]{0,4}",
+        ) {
+            let ids = IdentityHeaders::default();
+            let across = |ask: Ask, agent: &str| {
+                let (t, h) = request(ask, agent);
+                let uri: Uri = format!("https://kube.example{t}").parse().unwrap();
+                joinable(kind_of(ask.2), &Method::GET, &uri, &h, b"", Some(&ids)).unwrap()
+            };
+            let (ka, kb) = (across(a, &ua), across(b, &ub));
+            let asks_the_same = (a.0, a.1, a.3) == (b.0, b.1, b.3);
+            let shared = asks_the_same && (a.2 == b.2 || (crosses(a.2) && crosses(b.2)));
+            prop_assert_eq!(ka.key == kb.key, shared, "{:?} / {:?}", a, b);
+            prop_assert_eq!(ka.sender.is_some(), crosses(a.2));
+            if let (Some(sa), Some(sb)) = (&ka.sender, &kb.sender) {
+                prop_assert_eq!(sa == sb, a.2 == b.2);
+            }
+        }
+    }
+
+    /// The connection kind a request with identity `i` of [`identities`] is sent on.
+    fn kind_of(i: usize) -> Kind {
+        let id = &identities()[i];
+        if id.iter().any(|(n, _)| n.starts_with("x-remote-")) {
+            Kind::WithIdentity
+        } else if id.iter().any(|(n, _)| *n == "authorization") {
+            Kind::BearerToken
+        } else {
+            Kind::Anonymous
+        }
+    }
+
+    /// Whether identity `i` of [`identities`] may share across senders: it has one, and
+    /// impersonates no one.
+    fn crosses(i: usize) -> bool {
+        kind_of(i) != Kind::Anonymous
+            && !identities()[i]
+                .iter()
+                .any(|(n, _)| n.starts_with("impersonate-"))
     }
 }

@@ -9,6 +9,7 @@
 //! carries the request's line until it ends (`served`).
 
 use crate::state::Gateway;
+use crate::state::Kind;
 use crate::telemetry::RequestFailure;
 use crate::terminate::join::feeds::{self, FeedLimits};
 use crate::terminate::join::key;
@@ -19,9 +20,10 @@ use crate::terminate::request::forward::send;
 use crate::terminate::request::rules::{Facts, Refusal, Rule, Rules, Slot};
 use crate::terminate::request::served::{self, Served};
 use crate::terminate::request::shape::{Client, Shaper};
-use crate::terminate::request::shared::{send_fed, send_joined, Fed, Joined};
+use crate::terminate::request::shared::{send_fed, send_joined, Across, Fed, Joined};
 use crate::terminate::request::status::status;
 use crate::terminate::request::upgrade;
+use crate::terminate::sender::access_review::Attributes;
 use crate::terminate::sender::token_review;
 use crate::terminate::sender::tokens::{bearer_token, Naming, Reviewing, TokenHash};
 use crate::terminate::upstream::dispatch::Within;
@@ -200,7 +202,7 @@ async fn serve(
     // Read as the apiserver reads it: the path decoded, the query's flags as Go converts
     // them. The client's bytes are what is forwarded.
     let joining = &config.terminate.join_reads;
-    let (class, rule, flow, (may_join, may_feed)) = {
+    let (class, rule, flow, (may_join, may_feed), attributes) = {
         let read = match ReadTarget::of(req.uri()) {
             Ok(read) => read,
             Err(e) => return unreadable(&gw, &e),
@@ -223,8 +225,18 @@ async fn serve(
             (None, Some(token)) => flow::Sender::Token(token),
             (None, None) => flow::Sender::Anonymous,
         };
+        // What an authorizer would read of it: for a review before another sender's read
+        // or watch is shared with it.
+        let across = (may_join && joining.across_senders) || (may_feed && sharing.across_senders);
+        let attributes = across.then(|| Attributes::of(&info, read.path(), &read.query()));
         let sharing = (may_join, may_feed);
-        (info.class, rule, FlowKey::of(as_whom, &info), sharing)
+        (
+            info.class,
+            rule,
+            FlowKey::of(as_whom, &info),
+            sharing,
+            attributes,
+        )
     };
     if class.upgradable() && upgrade::requested(&req) {
         // An upgrade holds its rule's slot only until it is established, as any long-running
@@ -273,12 +285,39 @@ async fn serve(
         outgoing = outgoing.holding(held);
     }
     served.sent_as(&gw, client, outgoing.kind(), outgoing.user_agent());
+    // Who the apiserver will take the request to be, when kubegate knows it whole: the
+    // certificate's user it vouches for, or the user a review named the token's. Only such a
+    // request may share another sender's, after a review of that user.
+    let reviewable = match outgoing.kind() {
+        Kind::WithIdentity => client.identity.clone(),
+        Kind::BearerToken => token_user.clone(),
+        Kind::Anonymous => None,
+    };
+    let across = match (attributes, reviewable) {
+        (Some(attributes), Some(user)) => Some(Across {
+            mode: &mode,
+            user,
+            attributes: Arc::new(attributes),
+            config: &config.terminate.access_review,
+        }),
+        _ => None,
+    };
+    let ids = &upstreams.identity;
+    let across_joins = across
+        .as_ref()
+        .filter(|_| joining.across_senders)
+        .map(|_| ids);
+    let across_feeds = across
+        .as_ref()
+        .filter(|_| config.terminate.shared_watches.across_senders)
+        .map(|_| ids);
     let mut watch = None;
     let mut feedable = None;
     if class.verb == Verb::Watch {
         if may_feed {
             let o = &outgoing;
-            feedable = key::feedable(o.kind(), o.method(), o.uri(), o.client_query(), o.headers());
+            let q = o.client_query();
+            feedable = key::feedable(o.kind(), o.method(), o.uri(), q, o.headers(), across_feeds);
         }
         // Bookmarks carry positions: asked for upstream whatever the client asked (those it
         // did not ask for are kept from it). The watch ends when the client's timeoutSeconds
@@ -297,13 +336,21 @@ async fn serve(
     let joinable = may_join
         .then(|| {
             let o = &outgoing;
-            key::joinable(o.kind(), o.method(), o.uri(), o.headers(), o.body())
+            key::joinable(
+                o.kind(),
+                o.method(),
+                o.uri(),
+                o.headers(),
+                o.body(),
+                across_joins,
+            )
         })
         .flatten();
     let resp = match (joinable, feedable, watch) {
         (Some(read), _, _) => {
             let joined = Joined {
                 mode: &mode,
+                across: across.filter(|_| read.sender.is_some()),
                 read,
                 limits: Limits {
                     max_answer_bytes: joining.max_answer_bytes,
@@ -313,13 +360,15 @@ async fn serve(
             let sending = send_joined(gw, upstreams, outgoing, class, served, within, slot, joined);
             Box::pin(sending).await
         }
-        (None, Some((key, from)), Some(watch)) => {
+        (None, Some(feedable), Some(watch)) => {
             let s = &config.terminate.shared_watches;
             let fed = Fed {
                 mode: &mode,
-                key,
+                across: across.filter(|_| feedable.sender.is_some()),
+                key: feedable.key,
+                sender: feedable.sender,
                 client: feeds::Client {
-                    from,
+                    from: feedable.from,
                     bookmarks: watch.asked.bookmarks,
                     ends: watch.ends,
                 },

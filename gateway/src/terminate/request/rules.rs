@@ -440,6 +440,7 @@ mod tests {
                 user: parts.next().unwrap().to_string(),
                 groups: parts.map(str::to_string).collect(),
                 uid: None,
+                extra: Default::default(),
             }
         });
         let read = ReadTarget::of(&uri).unwrap();

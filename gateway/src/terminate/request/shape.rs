@@ -383,6 +383,7 @@ impl Outgoing {
             user: SELF_USER.to_string(),
             groups: Vec::new(),
             uid: None,
+            extra: Default::default(),
         };
         upstreams.identity.apply(&me, &mut headers);
         set_content_length(&method, &mut headers, body.len());
@@ -550,6 +551,7 @@ mod tests {
             user: "alice".into(),
             groups: vec!["dev".into()],
             uid: None,
+            extra: Default::default(),
         };
         let client = Client::new("192.0.2.7:4000".parse().unwrap(), Some(cert));
         let req = Request::get("/api")

@@ -1,22 +1,28 @@
 //! A request answered from an identical request's upstream answer (`join`): a read joined to
 //! a twin in flight, or leading one; a watch fed from a shared upstream watch, or opening
-//! one. What is not shared goes as any request (`forward::send`).
+//! one. What is not shared goes as any request (`forward::send`). Across senders, a request
+//! joins another sender's only after a SubjectAccessReview allowed its own sender what it asks
+//! (`sender::access`); without that answer it goes upstream on its own.
 
 use crate::state::Gateway;
-use crate::terminate::join::feeds::{self, FeedLimits};
-use crate::terminate::join::key::{JoinKey, Joinable};
+use crate::terminate::join::feeds::{self, FeedLimits, SentBy};
+use crate::terminate::join::key::{JoinKey, Joinable, SenderKey};
 use crate::terminate::join::{Entered as Joining, Limits};
 use crate::terminate::request::body::ResponseBody;
 use crate::terminate::request::forward::send;
 use crate::terminate::request::rules::Slot;
 use crate::terminate::request::served::{Served, Sharing};
 use crate::terminate::request::shape::Outgoing;
+use crate::terminate::sender::access::{Access, AccessKey};
+use crate::terminate::sender::access_review::{self, Attributes};
 use crate::terminate::upstream::dispatch::Within;
 use crate::terminate::upstream::mode::{TerminateMode, Upstreams};
 use crate::terminate::watch::continuity as watch;
 use http::{header, Response, StatusCode};
+use kubegate_config::AccessReviewConfig;
 use kubegate_wire::classify::RequestClass;
 use kubegate_wire::framing::Framing;
+use kubegate_wire::identity::UserInfo;
 use kubegate_wire::position::{resumed_query, Asked};
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,6 +32,32 @@ pub(super) struct Joined<'a> {
     pub(super) mode: &'a TerminateMode,
     pub(super) read: Joinable,
     pub(super) limits: Limits,
+    /// With its key across senders: who to review before it joins another sender's read.
+    pub(super) across: Option<Across<'a>>,
+}
+
+/// What a review of a request's sender needs: the user the apiserver would take it to be,
+/// what the request asks, and the review's settings.
+pub(super) struct Across<'a> {
+    pub(super) mode: &'a TerminateMode,
+    pub(super) user: Arc<UserInfo>,
+    pub(super) attributes: Arc<Attributes>,
+    pub(super) config: &'a AccessReviewConfig,
+}
+
+impl Across<'_> {
+    /// Whether the sender may do what the request asks (remembered, or reviewed now).
+    async fn allowed(&self, gw: &Arc<Gateway>, upstreams: &Arc<Upstreams>) -> bool {
+        let key = AccessKey::of(&self.user, &self.attributes);
+        let (g, u) = (gw.clone(), upstreams.clone());
+        let (user, attributes) = (self.user.clone(), self.attributes.clone());
+        let review = move || -> crate::terminate::sender::access::Reviewing {
+            Box::pin(access_review::review(g, u, user, attributes))
+        };
+        let metrics = &gw.metrics().joins;
+        let access = self.mode.access().access(metrics, key, self.config, review);
+        access.await == Access::Allowed
+    }
 }
 
 /// A watch that may be fed from a shared one: where it is entered, its key and what its client
@@ -34,6 +66,10 @@ pub(super) struct Joined<'a> {
 pub(super) struct Fed<'a> {
     pub(super) mode: &'a TerminateMode,
     pub(super) key: JoinKey,
+    /// Its sender, when its key leaves the identity out.
+    pub(super) sender: Option<SenderKey>,
+    /// With its key across senders: who to review before another sender's feed feeds it.
+    pub(super) across: Option<Across<'a>>,
     pub(super) client: feeds::Client,
     pub(super) limits: FeedLimits,
     pub(super) lifetime: std::time::Duration,
@@ -59,18 +95,31 @@ pub(super) async fn send_fed(
     // A long-running request holds its rule's slot only until its response starts.
     drop(slot);
     let metrics = gw.metrics().joins.clone();
-    let opener = match fed
-        .mode
-        .feeds()
-        .enter((&fed.key, &fed.limits), &fed.client, &metrics)
-        .await
-    {
-        feeds::Entered::Fed(Some(resp)) => {
-            served.shared(Sharing::Fed, None);
-            return Ok(*resp);
+    let mut by = SentBy {
+        sender: fed.sender.as_ref(),
+        reviewed: false,
+    };
+    let opener = loop {
+        let feeds = fed.mode.feeds();
+        match feeds
+            .enter((&fed.key, &fed.limits), by, &fed.client, &metrics)
+            .await
+        {
+            feeds::Entered::Fed(Some(resp)) => {
+                served.shared(Sharing::Fed, None);
+                return Ok(*resp);
+            }
+            feeds::Entered::Fed(None) => return Err((gw, upstreams, outgoing, within)),
+            feeds::Entered::Opens(opener) => break opener,
+            feeds::Entered::Unreviewed => match &fed.across {
+                Some(across) if !by.reviewed && across.allowed(&gw, &upstreams).await => {
+                    by.reviewed = true;
+                }
+                // Not allowed, or not known in time: a watch of its own, which the apiserver
+                // authorizes.
+                _ => return Err((gw, upstreams, outgoing, within)),
+            },
         }
-        feeds::Entered::Fed(None) => return Err((gw, upstreams, outgoing, within)),
-        feeds::Entered::Opens(opener) => opener,
     };
     // The feed's upstream watch: from this client's position, with bookmarks, for as long as
     // the apiserver lets a watch run; kubegate follows it across replicas.
@@ -131,21 +180,38 @@ pub(super) async fn send_joined(
     joined: Joined<'_>,
 ) -> Response<ResponseBody> {
     let metrics = &gw.metrics().joins;
-    for _ in 0..JOIN_ATTEMPTS {
-        let mut lead = match joined.mode.joins().enter(&joined.read, metrics) {
+    let (mut reviewed, mut unshared) = (false, 0);
+    while unshared < JOIN_ATTEMPTS {
+        let mut lead = match joined.mode.joins().enter(&joined.read, reviewed, metrics) {
             Joining::Leads(lead) => lead,
-            Joining::Follows(follow) => match follow.answer().await {
-                Some(answer) => {
+            Joining::Unreviewed => match &joined.across {
+                Some(across) if !reviewed && across.allowed(&gw, &upstreams).await => {
+                    reviewed = true;
+                    continue;
+                }
+                // Not allowed, or not known in time: sent on its own, and the apiserver
+                // authorizes it.
+                _ => break,
+            },
+            Joining::Follows(follow) => match (follow.same_sender(), follow.answer().await) {
+                (same_sender, Some(answer)) => {
                     served.shared(Sharing::Joined, answer.replica());
                     // It holds its rule's slot until its answer has been sent, as if sent.
-                    let resp = answer.response();
+                    let resp = if same_sender {
+                        answer.response()
+                    } else {
+                        answer.response_across()
+                    };
                     return match slot {
                         Some(slot) => resp.map(|body| ResponseBody::held(body, slot)),
                         None => resp,
                     };
                 }
                 // Not shared: entered again.
-                None => continue,
+                (_, None) => {
+                    unshared += 1;
+                    continue;
+                }
             },
         };
         lead.turn().await;

@@ -30,6 +30,8 @@
 
 use crate::state::Gateway;
 use crate::telemetry::TokenReviewResult;
+use crate::terminate::sender::remembered::Remembered;
+use crate::terminate::sender::review::ReviewFailure;
 use http::{header, HeaderMap};
 use kubegate_config::TokenReviewConfig;
 use kubegate_wire::identity::UserInfo;
@@ -65,17 +67,6 @@ impl TokenHash {
         out.copy_from_slice(digest.as_ref());
         TokenHash(out)
     }
-}
-
-/// Why a review gave no answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReviewFailure {
-    /// It may succeed if asked again soon: no replica ready, the connection broke, the
-    /// apiserver answered 429 or 5xx.
-    Transient(String),
-    /// Asking again will not help: kubegate is not allowed to review (403), has no
-    /// front-proxy certificate, or the answer cannot be read.
-    Refused(String),
 }
 
 /// One review of a token (`token_review::review`): `Ok(Some)` named, `Ok(None)` not accepted.
@@ -128,9 +119,9 @@ impl Default for TokenReviews {
 /// The two remembered tables and the reviews under way.
 #[derive(Default)]
 struct Tables {
-    named: Remembered<Arc<UserInfo>>,
+    named: Remembered<TokenHash, Arc<UserInfo>>,
     /// Tokens the apiserver did not accept (or a review refused for good).
-    unnamed: Remembered<()>,
+    unnamed: Remembered<TokenHash, ()>,
     /// One review per token under way; at most `max_in_flight` (each holds a slot).
     pending: HashMap<TokenHash, watch::Receiver<Option<Naming>>>,
     /// Counts lookups: the recency each entry keeps.
@@ -158,88 +149,6 @@ impl Tables {
             Some(rx) => Known::Waiting(rx.clone()),
             None => Known::Unknown,
         }
-    }
-}
-
-/// Entries remembered until their TTL, at most a bound, least-recently-used forgotten first.
-struct Remembered<V> {
-    entries: HashMap<TokenHash, Entry<V>>,
-}
-
-struct Entry<V> {
-    value: V,
-    /// When the review answered.
-    at: Instant,
-    /// `Tables::clock` at its last use.
-    used: u64,
-}
-
-impl<V> Default for Remembered<V> {
-    fn default() -> Self {
-        Remembered {
-            entries: HashMap::new(),
-        }
-    }
-}
-
-impl<V: Clone> Remembered<V> {
-    /// The value of `key` if it is younger than `ttl`, marked as used at `clock`.
-    fn get(&mut self, key: &TokenHash, ttl: Duration, now: Instant, clock: u64) -> Option<V> {
-        let e = self.entries.get_mut(key)?;
-        if now.duration_since(e.at) >= ttl {
-            self.entries.remove(key);
-            return None;
-        }
-        e.used = clock;
-        Some(e.value.clone())
-    }
-
-    /// Remembers `key`; a full table first forgets what is older than `ttl`, then the least
-    /// recently used eighth (sorted once per eighth: a flood costs O(log n) per insert).
-    fn insert(
-        &mut self,
-        key: TokenHash,
-        value: V,
-        at: Instant,
-        clock: u64,
-        max: usize,
-        ttl: Duration,
-    ) {
-        if max == 0 {
-            return;
-        }
-        if self.entries.len() >= max && !self.entries.contains_key(&key) {
-            self.entries.retain(|_, e| at.duration_since(e.at) < ttl);
-            if self.entries.len() >= max {
-                let mut by_use: Vec<(u64, TokenHash)> =
-                    self.entries.iter().map(|(k, e)| (e.used, *k)).collect();
-                let drop = self
-                    .entries
-                    .len()
-                    .div_ceil(8)
-                    .max(self.entries.len() + 1 - max);
-                by_use.select_nth_unstable(drop - 1);
-                for (_, k) in &by_use[..drop] {
-                    self.entries.remove(k);
-                }
-            }
-        }
-        self.entries.insert(
-            key,
-            Entry {
-                value,
-                at,
-                used: clock,
-            },
-        );
-    }
-
-    fn remove(&mut self, key: &TokenHash) -> bool {
-        self.entries.remove(key).is_some()
-    }
-
-    fn len(&self) -> usize {
-        self.entries.len()
     }
 }
 
@@ -556,27 +465,6 @@ mod tests {
     }
 
     #[test]
-    fn a_full_table_forgets_the_expired_first_then_the_least_recently_used() {
-        let ttl = Duration::from_secs(120);
-        let now = Instant::now();
-        let mut t: Remembered<u32> = Remembered::default();
-        t.insert(key(1), 1, now, 1, 3, ttl);
-        t.insert(key(2), 2, now - Duration::from_secs(600), 2, 3, ttl);
-        t.insert(key(3), 3, now, 3, 3, ttl);
-        // Full: the expired one goes, nothing else.
-        t.insert(key(4), 4, now, 4, 3, ttl);
-        assert_eq!(t.len(), 3);
-        assert_eq!(t.get(&key(2), ttl, now, 5), None);
-        // 1 is used now, so 3 is the least recently used and goes first.
-        assert_eq!(t.get(&key(1), ttl, now, 6), Some(1));
-        t.insert(key(5), 5, now, 7, 3, ttl);
-        assert_eq!(t.get(&key(3), ttl, now, 8), None);
-        assert_eq!(t.get(&key(1), ttl, now, 9), Some(1));
-        assert_eq!(t.get(&key(5), ttl, now, 10), Some(5));
-        assert!(t.len() <= 3);
-    }
-
-    #[test]
     fn unknown_tokens_never_push_out_named_ones() {
         let config = TokenReviewConfig {
             max_entries: 100,
@@ -587,6 +475,7 @@ mod tests {
             user: "alice".into(),
             groups: vec![],
             uid: None,
+            extra: Default::default(),
         });
         reviews.remember(key(0), &Naming::Named(user.clone()), &config);
         for i in 1..=10_000 {

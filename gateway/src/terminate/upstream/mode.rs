@@ -8,6 +8,7 @@ use crate::telemetry::TerminateMetrics;
 use crate::terminate::join::feeds::Feeds;
 use crate::terminate::join::Joins;
 use crate::terminate::request::rules::Rules;
+use crate::terminate::sender::access::AccessReviews;
 use crate::terminate::sender::tokens::TokenReviews;
 use crate::terminate::upstream::flow::Flows;
 use crate::terminate::upstream::tls::UpstreamTls;
@@ -24,6 +25,8 @@ pub struct TerminateMode {
     rules: ArcSwap<Rules>,
     /// What bearer tokens were found to name (kept across reloads).
     tokens: Arc<TokenReviews>,
+    /// What senders were found allowed to read (kept across reloads).
+    access: Arc<AccessReviews>,
     /// Request body bytes held for all clients together (`bodies`).
     body_bytes: Arc<AtomicU64>,
     /// Reads in flight that identical reads may join.
@@ -108,6 +111,7 @@ impl TerminateMode {
             upstream: ArcSwap::from_pointee(upstreams),
             rules: ArcSwap::from_pointee(rules),
             tokens: Arc::default(),
+            access: Arc::default(),
             body_bytes: held.request_bodies.clone(),
             joins: Arc::new(Joins::new(held.joined_answers.clone())),
             feeds: Arc::new(Feeds::new(held.watch_windows.clone())),
@@ -132,6 +136,11 @@ impl TerminateMode {
     /// The cluster's backends.
     pub fn pool(&self) -> &Pool {
         self.cluster.pool()
+    }
+
+    /// The access decisions kubegate has asked for.
+    pub fn access(&self) -> &Arc<AccessReviews> {
+        &self.access
     }
 
     /// The bearer tokens kubegate has reviewed.
