@@ -7,12 +7,16 @@
 //! | `tokens` | bearer-token clients named by a TokenReview, remembered by the token's hash; each connection's share of reviews |
 //! | `token_review` | one TokenReview |
 //! | `access` | whether a sender may read what a request asks, remembered by a hash of both; reviews bounded |
-//! | `access_review` | one SubjectAccessReview, and the attributes it names |
+//! | `access_review` | one SubjectAccessReview |
+//! | `attributes` | what a request asks, as an authorizer reads it |
 //! | `review` | one review POSTed to a replica as kubegate |
+//! | `failure` | why a review gave no answer |
 //! | `remembered` | a bounded table of answers with TTLs, least recently used forgotten first |
 
 pub(super) mod access;
 pub(super) mod access_review;
+pub(super) mod attributes;
+pub(super) mod failure;
 pub(super) mod remembered;
 pub(super) mod review;
 pub(super) mod token_review;

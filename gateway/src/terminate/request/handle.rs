@@ -23,7 +23,7 @@ use crate::terminate::request::shape::{Client, Shaper};
 use crate::terminate::request::shared::{send_fed, send_joined, Across, Fed, Joined};
 use crate::terminate::request::status::status;
 use crate::terminate::request::upgrade;
-use crate::terminate::sender::access_review::Attributes;
+use crate::terminate::sender::attributes::Attributes;
 use crate::terminate::sender::token_review;
 use crate::terminate::sender::tokens::{bearer_token, Naming, Reviewing, TokenHash};
 use crate::terminate::upstream::dispatch::Within;

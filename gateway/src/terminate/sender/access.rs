@@ -11,9 +11,9 @@
 //! many requests wait on it.
 
 use crate::telemetry::{AccessReviewResult, JoinMetrics};
-use crate::terminate::sender::access_review::Attributes;
+use crate::terminate::sender::attributes::Attributes;
+use crate::terminate::sender::failure::ReviewFailure;
 use crate::terminate::sender::remembered::Remembered;
-use crate::terminate::sender::review::ReviewFailure;
 use kubegate_config::AccessReviewConfig;
 use kubegate_wire::identity::UserInfo;
 use std::collections::HashMap;
@@ -78,7 +78,7 @@ pub enum Access {
     Unknown,
 }
 
-/// One review (`access_review::review`): `Ok(true)` allowed.
+/// One review (a SubjectAccessReview): `Ok(true)` allowed.
 pub type Reviewing = Pin<Box<dyn Future<Output = Result<bool, ReviewFailure>> + Send>>;
 
 /// One cluster's access decisions, and the reviews under way.

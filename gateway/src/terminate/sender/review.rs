@@ -6,6 +6,7 @@ use crate::net::Unplaced;
 use crate::state::Gateway;
 use crate::terminate::request::body::read_whole;
 use crate::terminate::request::shape::Outgoing;
+use crate::terminate::sender::failure::ReviewFailure;
 use crate::terminate::upstream::dispatch::{dispatch, Answer};
 use crate::terminate::upstream::mode::Upstreams;
 use bytes::Bytes;
@@ -17,17 +18,6 @@ use std::time::Instant;
 /// The largest review answer read: a TokenReview's echoes the token (OIDC tokens run to
 /// several KiB) and lists every group and extra of the user.
 const ANSWER_LIMIT: usize = 1 << 20;
-
-/// Why a review gave no answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReviewFailure {
-    /// It may succeed if asked again soon: no replica ready, the connection broke, the
-    /// apiserver answered 429 or 5xx.
-    Transient(String),
-    /// Asking again will not help: kubegate is not allowed to review (403), has no
-    /// front-proxy certificate, or the answer cannot be read.
-    Refused(String),
-}
 
 /// POSTs `review` to `path` as kubegate: the apiserver's answer (201 or 200), as JSON.
 pub async fn post(

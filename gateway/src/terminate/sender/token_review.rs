@@ -2,7 +2,8 @@
 //! bearer token belongs to (`tokens` remembers the answer).
 
 use crate::state::Gateway;
-use crate::terminate::sender::review::{post, ReviewFailure};
+use crate::terminate::sender::failure::ReviewFailure;
+use crate::terminate::sender::review::post;
 use crate::terminate::upstream::mode::Upstreams;
 use kubegate_wire::identity::UserInfo;
 use serde_json::{json, Value};

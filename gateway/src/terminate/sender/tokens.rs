@@ -30,8 +30,8 @@
 
 use crate::state::Gateway;
 use crate::telemetry::TokenReviewResult;
+use crate::terminate::sender::failure::ReviewFailure;
 use crate::terminate::sender::remembered::Remembered;
-use crate::terminate::sender::review::ReviewFailure;
 use http::{header, HeaderMap};
 use kubegate_config::TokenReviewConfig;
 use kubegate_wire::identity::UserInfo;
