@@ -1,16 +1,15 @@
-//! `kubegate-loadtest herd`: N informers of one identity start at once (`--tokens`: one
-//! service account, each informer with its own token of it, as kube-proxy pods), as a DaemonSet's
-//! agents (every node's kube-proxy) do after a rollout or every controller after a
-//! control-plane restart: each on its own HTTP/2 connection, each LISTs a namespace of
-//! ConfigMaps as client-go's reflector starts (`limit=500&resourceVersion=0`), retrying a
-//! failure as it does (a 429 after its `Retry-After`, else after a backoff), then watches it from its list's resourceVersion while a writer
-//! churns it (ConfigMaps stand in for a kube-proxy's EndpointSlices: the cost is per event and
-//! watcher, whatever the kind). Straight to the replicas (`direct`, spread over them), and
-//! through each gateway.
+//! `kubegate-loadtest herd`: N kube-proxy-like informers of one identity (`--tokens`: one
+//! service account, each informer with its own token of it, as kube-proxy pods) start at once,
+//! as a DaemonSet's agents do after a rollout or after a control-plane restart: each on its own
+//! HTTP/2 connection, each LISTs every Service and every EndpointSlice with kube-proxy's label
+//! selector as client-go's reflector starts (`limit=500&resourceVersion=0`), retrying a failure
+//! as it does (a 429 after its `Retry-After`, else after a backoff), then watches both from
+//! its lists' resourceVersions while a writer churns the endpoints (a new EndpointSlice each
+//! write). Straight to the replicas (`direct`, spread over them), and through each gateway.
 //!
 //! Measured for the start: the LISTs the replicas received and the body bytes they sent (their
-//! fault port's `/state`, before and after), how long each informer waited for its list (p50,
-//! p99), the failures, and the gateway's CPU time. For the churn: the watches the replicas
+//! fault port's `/state`, before and after), how long each informer waited for its two lists
+//! (p50, p99), the failures, and the gateway's CPU time. For the churn: the watches the replicas
 //! received, the bytes they sent, each event's lag at each informer (from the write's answer
 //! to the event's arrival, p50 and p99), the events an informer missed, the gateway's CPU per
 //! event delivered and its memory at the end. The replicas answer every API request after
@@ -30,10 +29,24 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The namespace the informers list.
+/// The namespace the Services and EndpointSlices are made in.
 const NAMESPACE: &str = "herd";
-/// What client-go's reflector asks when it starts: a page of 500 from the watch cache.
-const LIST: &str = "/api/v1/namespaces/herd/configmaps?limit=500&resourceVersion=0";
+/// The collections a kube-proxy watches, every namespace's.
+const COLLECTIONS: [&str; 2] = [
+    "/api/v1/services",
+    "/apis/discovery.k8s.io/v1/endpointslices",
+];
+/// kube-proxy's label selector on both (`!service.kubernetes.io/headless,
+/// !service.kubernetes.io/service-proxy-name`), encoded.
+const SELECTOR: &str =
+    "labelSelector=%21service.kubernetes.io%2Fheadless%2C%21service.kubernetes.io%2Fservice-proxy-name";
+
+/// What client-go's reflector asks of `collection` when it starts: a page of 500 from the
+/// watch cache.
+fn list_of(collection: &str) -> String {
+    format!("{collection}?{SELECTOR}&limit=500&resourceVersion=0")
+}
+
 /// Tries of one informer's LIST.
 const TRIES: usize = 10;
 /// How long every informer has to hear every write, after the last.
@@ -43,7 +56,7 @@ const HEAR_WITHIN: Duration = Duration::from_secs(30);
 pub struct Plan {
     /// Informers, each on its own connection.
     pub informers: usize,
-    /// Objects in the namespace (about 1 KiB each).
+    /// Services in the namespace, and as many EndpointSlices (about 1 KiB each).
     pub objects: usize,
     /// `direct`, or gateways (see `run --gateways`).
     pub gateways: Vec<String>,
@@ -131,8 +144,11 @@ async fn one(plan: &Plan, gateway: &str, dir: &Path) -> anyhow::Result<Row> {
         version: Vec::new(),
     };
     let cp = ControlPlane::start(dir, 3, settings).await?;
-    eprintln!("{gateway}: seeding {} objects", plan.objects);
-    crate::storm::seed(&cp, NAMESPACE, plan.objects).await?;
+    eprintln!(
+        "{gateway}: seeding {} Services and EndpointSlices",
+        plan.objects
+    );
+    seed(&cp, plan.objects).await?;
     let gw = if gateway == "direct" {
         None
     } else {
@@ -243,7 +259,8 @@ async fn wait_serving(addr: SocketAddr, tls: &ClientTls, gateway: &str) -> anyho
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Ok(mut c) = Client::connect(addr, tls, true).await {
-            if matches!(c.send("GET", LIST, None).await, Ok(r) if r.status == 200) {
+            let list = list_of(COLLECTIONS[0]);
+            if matches!(c.send("GET", &list, None).await, Ok(r) if r.status == 200) {
                 return Ok(());
             }
         }
@@ -255,30 +272,44 @@ async fn wait_serving(addr: SocketAddr, tls: &ClientTls, gateway: &str) -> anyho
     }
 }
 
-/// One informer's start: its LIST, retried as client-go's reflector retries a failed list —
-/// after a 429's `Retry-After`, else after a backoff from 1 s doubling to 8 s — up to
-/// [`TRIES`] times, on a new connection to `addr` after one broke; how long it waited for its
-/// list (ms), its connection and the list's resourceVersion, or `None` when it got none.
+/// One informer's start: its two LISTs (Services, then EndpointSlices), each retried as
+/// client-go's reflector retries a failed list — after a 429's `Retry-After`, else after a
+/// backoff from 1 s doubling to 8 s — up to [`TRIES`] times, on a new connection to `addr`
+/// after one broke; how long it waited for both (ms), its connection and the lists'
+/// resourceVersions, or `None` when it got none.
 async fn informer(
     mut c: Client,
     (addr, tls): (SocketAddr, ClientTls),
-) -> Option<(f64, Client, String)> {
+) -> Option<(f64, Client, [String; 2])> {
     let started = Instant::now();
+    let services = list(&mut c, COLLECTIONS[0], (addr, &tls)).await?;
+    let slices = list(&mut c, COLLECTIONS[1], (addr, &tls)).await?;
+    let waited = started.elapsed().as_secs_f64() * 1e3;
+    Some((waited, c, [services, slices]))
+}
+
+/// One LIST of `collection`, retried as [`informer`] says: the list's resourceVersion.
+async fn list(
+    c: &mut Client,
+    collection: &str,
+    (addr, tls): (SocketAddr, &ClientTls),
+) -> Option<String> {
+    let path = list_of(collection);
     let mut backoff = Duration::from_secs(1);
     for _ in 0..TRIES {
-        let sent = tokio::time::timeout(Duration::from_secs(60), c.send("GET", LIST, None));
+        let sent = tokio::time::timeout(Duration::from_secs(60), c.send("GET", &path, None));
         let wait = match sent.await {
             Ok(Ok(r)) if r.status == 200 => {
-                let waited = started.elapsed().as_secs_f64() * 1e3;
                 let list: serde_json::Value = serde_json::from_slice(&r.body).ok()?;
-                let rv = list["metadata"]["resourceVersion"].as_str()?.to_string();
-                return Some((waited, c, rv));
+                return list["metadata"]["resourceVersion"]
+                    .as_str()
+                    .map(str::to_string);
             }
             Ok(Ok(r)) => r.retry_after.map(Duration::from_secs),
             Ok(Err(_)) | Err(_) => {
                 // The connection may be gone: a new one, as client-go dials again.
-                if let Ok(fresh) = Client::connect(addr, &tls, true).await {
-                    c = fresh;
+                if let Ok(fresh) = Client::connect(addr, tls, true).await {
+                    *c = fresh;
                 }
                 None
             }
@@ -289,18 +320,80 @@ async fn informer(
     None
 }
 
+/// `objects` Services in [`NAMESPACE`], each with an EndpointSlice of 8 endpoints, about 1 KiB
+/// each, made 16 at a time.
+async fn seed(cp: &ControlPlane, objects: usize) -> anyhow::Result<()> {
+    let mut tasks = Vec::new();
+    for lane in 0..16 {
+        let (addr, tls) = (cp.addresses()[0], cp.tls().clone());
+        tasks.push(tokio::spawn(async move {
+            let mut c = Client::connect(addr, &tls, true)
+                .await
+                .map_err(|e| anyhow::anyhow!("connect: {e:?}"))?;
+            for i in (lane..objects).step_by(16) {
+                let name = format!("svc-{i}");
+                let service = serde_json::json!({"apiVersion": "v1", "kind": "Service",
+                    "metadata": {"name": name, "annotations": {"padding": "x".repeat(700)}},
+                    "spec": {"ports": [{"port": 80, "protocol": "TCP"}], "selector": {"app": name}}});
+                let path = format!("/api/v1/namespaces/{NAMESPACE}/services");
+                create(&mut c, &path, &service).await?;
+                create(&mut c, &slices_path(), &slice(&name, &name, i)).await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(())
+}
+
+/// Where EndpointSlices of [`NAMESPACE`] are made.
+fn slices_path() -> String {
+    format!("/apis/discovery.k8s.io/v1/namespaces/{NAMESPACE}/endpointslices")
+}
+
+/// EndpointSlice `name` of Service `service`: 8 endpoints, the `n`th block of addresses.
+fn slice(name: &str, service: &str, n: usize) -> serde_json::Value {
+    let endpoints: Vec<_> = (0..8)
+        .map(|e| {
+            serde_json::json!({"addresses": [format!("10.{}.{}.{e}", n / 256 % 256, n % 256)],
+                               "conditions": {"ready": true}, "nodeName": format!("node-{e}")})
+        })
+        .collect();
+    serde_json::json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": name, "labels": {"kubernetes.io/service-name": service}},
+        "addressType": "IPv4", "endpoints": endpoints,
+        "ports": [{"name": "", "port": 8080, "protocol": "TCP"}]})
+}
+
+/// POSTs `obj` to `path`: made (or there already).
+async fn create(c: &mut Client, path: &str, obj: &serde_json::Value) -> anyhow::Result<()> {
+    let r = c
+        .send("POST", path, Some(&obj.to_string()))
+        .await
+        .map_err(|e| anyhow::anyhow!("seed: {e:?}"))?;
+    anyhow::ensure!(
+        r.status == 201 || r.status == 409,
+        "seed {path}: {}",
+        r.status
+    );
+    Ok(())
+}
+
 /// When each write was answered, by the ConfigMap's name.
 type Written = Arc<Mutex<HashMap<String, Instant>>>;
 
 /// What the informers heard: each event's lag (ms), and how many events.
 type Heard = (Arc<Mutex<Vec<f64>>>, Arc<Mutex<u64>>);
 
-/// The informers watch from their lists' positions while `plan.writes` ConfigMaps are created:
-/// what that cost the replicas and the gateway, and what the informers heard.
+/// The informers watch Services and EndpointSlices from their lists' positions while
+/// `plan.writes` EndpointSlices are made: what that cost the replicas and the gateway, and what
+/// the informers heard.
 async fn churn(
     plan: &Plan,
     cp: &ControlPlane,
-    listed: Vec<(Client, String)>,
+    listed: Vec<(Client, [String; 2])>,
     (ports, sampler): (&[u16], Option<&Sampler>),
 ) -> anyhow::Result<Churn> {
     let before = replica_totals(ports).await?;
@@ -309,20 +402,29 @@ async fn churn(
     // Every watch opens at once (each waits the replicas' latency), then hears the writes.
     let (informers, opening): (Vec<_>, Vec<_>) = listed
         .into_iter()
-        .map(|(mut c, rv)| {
+        .map(|(mut c, rvs)| {
             let (written, heard, writes) = (written.clone(), heard.clone(), plan.writes);
             let (opened, open) = tokio::sync::oneshot::channel();
             let task = tokio::spawn(async move {
-                let path = format!(
-                    "/api/v1/namespaces/{NAMESPACE}/configmaps?watch=1&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=600"
-                );
-                let watching = tokio::time::timeout(Duration::from_secs(60), c.watch(&path)).await;
-                let Ok(Ok((200, body))) = watching else {
-                    let _ = opened.send(false);
+                // Both watches, Services' first; the endpoints' events are what it hears.
+                let mut bodies = Vec::with_capacity(2);
+                for (collection, rv) in COLLECTIONS.iter().zip(&rvs) {
+                    let path = format!(
+                        "{collection}?{SELECTOR}&watch=1&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=600"
+                    );
+                    let watching =
+                        tokio::time::timeout(Duration::from_secs(60), c.watch(&path)).await;
+                    let Ok(Ok((200, body))) = watching else {
+                        let _ = opened.send(false);
+                        return;
+                    };
+                    bodies.push(body);
+                }
+                let _ = opened.send(true);
+                let (Some(slices), _services) = (bodies.pop(), bodies.pop()) else {
                     return;
                 };
-                let _ = opened.send(true);
-                hear(body, writes, &written, &heard).await;
+                hear(slices, writes, &written, &heard).await;
             });
             (task, open)
         })
@@ -336,12 +438,16 @@ async fn churn(
     let mut writer = Client::connect(cp.addresses()[0], cp.tls(), true)
         .await
         .map_err(|e| anyhow::anyhow!("connect: {e:?}"))?;
-    let path = format!("/api/v1/namespaces/{NAMESPACE}/configmaps");
+    let path = slices_path();
     let every = Duration::from_secs_f64(1.0 / f64::from(plan.writes_per_second.max(1)));
     for i in 0..plan.writes {
+        // Endpoints churn: a new slice of a Service each write.
         let name = format!("churn-{i}");
-        let body = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
-                                      "metadata": {"name": name}, "data": {"endpoint": i.to_string()}});
+        let body = slice(
+            &name,
+            &format!("svc-{}", i % plan.objects.max(1)),
+            60_000 + i,
+        );
         let r = writer
             .send("POST", &path, Some(&body.to_string()))
             .await

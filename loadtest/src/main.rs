@@ -140,16 +140,17 @@ enum Command {
         #[arg(long)]
         plot: Option<PathBuf>,
     },
-    /// A herd: N informers of one identity start at once (a DaemonSet rolled out, every
-    /// controller restarted), each LISTing a namespace, then watching it through a churn of
-    /// writes: the LISTs, watches and bytes the replicas served, how long the informers
+    /// A herd: N kube-proxy-like informers of one identity start at once (a DaemonSet rolled
+    /// out, a control plane restarted), each LISTing every Service and EndpointSlice, then
+    /// watching both through a churn of endpoints: the LISTs, watches and bytes the replicas served, how long the informers
     /// waited and each event's lag, straight to the replicas and through each gateway
     /// (docs/failover.md, "A herd of informers").
     Herd {
         /// Informers, each on its own HTTP/2 connection.
         #[arg(long, default_value_t = 1000)]
         informers: usize,
-        /// ConfigMaps in the namespace they list (about 1 KiB each; at most 500, one page).
+        /// Services, each with an EndpointSlice, they list (about 1 KiB each; at most 499: a
+        /// page of each holds them).
         #[arg(long, default_value_t = 400)]
         objects: usize,
         /// `direct` (no gateway: the informers spread over the replicas), or gateways,
@@ -161,7 +162,7 @@ enum Command {
             default_value = "direct,haproxy-l7,envoy-l7,kubegate-l7,kubegate-l7-shared"
         )]
         gateways: Vec<String>,
-        /// Writes while the informers watch (each a new ConfigMap: an event at every one).
+        /// Writes while the informers watch (each a new EndpointSlice: an event at every one).
         #[arg(long, default_value_t = 20)]
         writes: usize,
         /// Informers authenticate as one service account with this many tokens, informer

@@ -62,6 +62,20 @@ pub const CONFIGMAPS: Resource = Resource {
     custom: false,
 };
 
+/// `services` (v1): stored and watched as any object; no cluster IP is allocated and nothing
+/// proxies them (the `default/kubernetes` EndpointSlice is the reconciler's).
+pub const SERVICES: Resource = Resource {
+    group: "",
+    version: "v1",
+    plural: "services",
+    singular: "service",
+    kind: "Service",
+    short_names: &["svc"],
+    introduced: 0,
+    enabled_by_default: true,
+    custom: false,
+};
+
 /// `leases` (coordination.k8s.io/v1).
 pub const LEASES: Resource = Resource {
     group: "coordination.k8s.io",
@@ -147,8 +161,9 @@ pub const WIDGETS: Resource = Resource {
 
 /// Every resource the simulator knows; which of them a replica serves depends on its version
 /// and `--runtime-config` (`versions.rs`).
-pub const ALL: [&Resource; 7] = [
+pub const ALL: [&Resource; 8] = [
     &CONFIGMAPS,
+    &SERVICES,
     &PODS,
     &LEASES,
     &ENDPOINTSLICES,
