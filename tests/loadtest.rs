@@ -693,8 +693,8 @@ fn a_herd_of_identical_informers_reaches_the_replicas_a_few_times_through_kubega
     }
     assert_eq!(direct["lists_at_replicas"], 200, "{direct}");
     assert_eq!(direct["churn"]["watches_at_replicas"], 200, "{direct}");
-    // One shared watch of each resource for the 100 (a few, had some informers listed at a
-    // later position than the first watch opened from).
+    // One shared watch of each resource for the 100 (a few: informers that listed from a
+    // replica whose cache stood at an older position open another, up to 4 of each).
     let watches = joined["churn"]["watches_at_replicas"].as_u64().unwrap();
     assert!((2..=10).contains(&watches), "{joined}");
     // A few: those arriving while the first is in flight join it (the replicas answer after

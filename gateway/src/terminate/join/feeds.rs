@@ -8,9 +8,16 @@
 //! Each client has a task of its own between the feed and its stream: a client that falls
 //! more than `max_lag_events` behind is cut alone (its stream ends cleanly, and it watches
 //! again from its last position — from the window, if it is still there), as the apiserver's
-//! cacher ends a watcher too slow for it; it never slows the feed or the others. A client
-//! whose position is older than the window gets a watch of its own, as does every watch
-//! while a feed for it is being opened and that feed fails to open.
+//! cacher ends a watcher too slow for it; it never slows the feed or the others.
+//!
+//! A herd's informers list from different replicas, whose watch caches stand at different
+//! positions (each moves with every change the replica has seen, a lease's renewal too), so
+//! identical watches start from a few different positions. A feed serves every position at or
+//! after its own: a watch older than every feed of its key opens another, up to
+//! [`MAX_FEEDS_PER_KEY`], and the newest feed that can serve a watch feeds it (so that, as
+//! watches end and are asked again from newer positions, the older feeds empty and end).
+//! Beyond that bound, a watch whose position is older than the windows gets a watch of its
+//! own, as does every watch while the feed it waits on is being opened and fails to open.
 //!
 //! A feed ends when its upstream watch ends (its time is up, an ERROR, a position no replica
 //! can serve): each client's stream ends cleanly with it, and the clients watch again from
@@ -36,14 +43,18 @@ pub const LINGER: Duration = Duration::from_secs(10);
 /// last client leaves, so that watches opened and closed at once cannot make kubegate hold
 /// upstream watches no client reads.
 pub const MAX_LINGERING: usize = 64;
+/// Feeds of one key open at once, at most: a watch older than each of them gets a watch of
+/// its own beyond this (a herd's positions are the replicas' few cache positions; a client
+/// asking ever older positions must not open upstream watches without bound).
+pub const MAX_FEEDS_PER_KEY: usize = 4;
 /// Events waiting in one client's stream.
 const CLIENT_QUEUE: usize = 16;
 /// How often a client whose stream is full is checked for falling too far behind.
 const LAG_CHECK: Duration = Duration::from_millis(50);
 
-/// One cluster's shared watches, by key.
+/// One cluster's shared watches, by key (a few per key, from different positions).
 pub struct Feeds {
-    feeds: Mutex<HashMap<JoinKey, Slot>>,
+    feeds: Mutex<HashMap<JoinKey, Vec<Slot>>>,
     next_id: AtomicU64,
     /// Event bytes every cluster's windows keep.
     held: Arc<AtomicU64>,
@@ -54,6 +65,8 @@ pub struct Feeds {
 /// A key's feed, open or being opened.
 struct Slot {
     id: u64,
+    /// The position its upstream watch is asked from: it serves watches at or after it.
+    from: u64,
     state: watch::Receiver<Opening>,
     /// Who opened it, when its key leaves the identity out.
     sender: Option<SenderKey>,
@@ -204,10 +217,11 @@ impl Feeds {
         }
     }
 
-    /// Enters a watch of `key` for `client`: fed from the key's feed, or the one to open it
-    /// with `limits` (none while the feeds hold `held_bytes_in_total`: a watch of its own).
-    /// Waits while a feed is being opened. A feed another sender opened feeds it only when
-    /// `by.reviewed`; otherwise it is [`Entered::Unreviewed`].
+    /// Enters a watch of `key` for `client`: fed from the newest of the key's feeds that can
+    /// serve its position, or the one to open a feed from it with `limits` (none while the
+    /// feeds hold `held_bytes_in_total`, or the key has [`MAX_FEEDS_PER_KEY`]: a watch of its
+    /// own). Waits while that feed is being opened. A feed another sender opened feeds it only
+    /// when `by.reviewed`; otherwise it is [`Entered::Unreviewed`].
     pub async fn enter(
         self: &Arc<Self>,
         (key, limits): (&JoinKey, &FeedLimits),
@@ -217,7 +231,12 @@ impl Feeds {
     ) -> Entered {
         let (mut state, across) = {
             let mut feeds = self.feeds.lock().unwrap_or_else(|e| e.into_inner());
-            match feeds.get(key) {
+            let slots = feeds.get(key).map_or(&[][..], Vec::as_slice);
+            let serving = slots
+                .iter()
+                .filter(|s| s.from <= client.from)
+                .max_by_key(|s| s.from);
+            match serving {
                 Some(slot) if slot.sender.as_ref() != by.sender && !by.reviewed => {
                     return Entered::Unreviewed;
                 }
@@ -226,18 +245,17 @@ impl Feeds {
                 None if self.held.load(Ordering::Acquire) >= limits.held_bytes_in_total => {
                     return Entered::Fed(None);
                 }
+                None if slots.len() >= MAX_FEEDS_PER_KEY => return Entered::Fed(None),
                 None => {
                     let (tx, rx) = watch::channel(Opening::Pending);
                     let id = self.next_id.fetch_add(1, Ordering::Relaxed);
                     let sender = by.sender.cloned();
-                    feeds.insert(
-                        key.clone(),
-                        Slot {
-                            id,
-                            state: rx,
-                            sender,
-                        },
-                    );
+                    feeds.entry(key.clone()).or_default().push(Slot {
+                        id,
+                        from: client.from,
+                        state: rx,
+                        sender,
+                    });
                     return Entered::Opens(Opener {
                         feeds: self.clone(),
                         key: key.clone(),
@@ -266,8 +284,11 @@ impl Feeds {
     /// Forgets feed `id` of `key` (it ended, or did not open).
     fn close(&self, key: &JoinKey, id: u64) {
         let mut feeds = self.feeds.lock().unwrap_or_else(|e| e.into_inner());
-        if feeds.get(key).is_some_and(|s| s.id == id) {
-            feeds.remove(key);
+        if let Some(slots) = feeds.get_mut(key) {
+            slots.retain(|s| s.id != id);
+            if slots.is_empty() {
+                feeds.remove(key);
+            }
         }
     }
 }
@@ -600,7 +621,8 @@ mod tests {
         }
     }
 
-    /// A feed of `key()` opened from position 10 by `first`; its upstream events' sender.
+    /// A feed of `key()` opened from `first`'s position by `first`; its upstream events'
+    /// sender.
     async fn opened(
         feeds: &Arc<Feeds>,
         first: &Client,
@@ -636,7 +658,13 @@ mod tests {
         upstream
             .headers_mut()
             .insert("content-type", "application/json".parse().unwrap());
-        let resp = opener.open(upstream, Some(Framing::JsonLines), (10, limits), first, m);
+        let resp = opener.open(
+            upstream,
+            Some(Framing::JsonLines),
+            (first.from, limits),
+            first,
+            m,
+        );
         (tx, resp)
     }
 
@@ -722,6 +750,56 @@ mod tests {
         assert!(matches!(
             feeds
                 .enter((&key(), &LIMITS), SentBy::default(), &first, &m)
+                .await,
+            Entered::Opens(_)
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_watch_older_than_every_feed_opens_another_up_to_the_bound() {
+        let (feeds, m) = (
+            Arc::new(Feeds::new(Arc::default())),
+            JoinMetrics::new(&prometheus::Registry::new()),
+        );
+        // Informers that listed from replicas at different positions.
+        let (newer, mut at_20) = opened(&feeds, &client(20, false), &m).await;
+        let (older, mut at_10) = opened(&feeds, &client(10, false), &m).await;
+        // A watch at 25 is fed by the newest feed that serves it, one at 15 by the older.
+        let mut at_25 = fed(&feeds, &client(25, false), &m).await.unwrap();
+        let mut at_15 = fed(&feeds, &client(15, false), &m).await.unwrap();
+        newer.send(change(26)).await.unwrap();
+        older.send(change(16)).await.unwrap();
+        assert_eq!(next(&mut at_25, 1).await, [change(26)]);
+        assert_eq!(next(&mut at_20, 1).await, [change(26)]);
+        assert_eq!(next(&mut at_15, 1).await, [change(16)]);
+        assert_eq!(next(&mut at_10, 1).await, [change(16)]);
+        // Older still: two more feeds (being opened), then no more.
+        let mut openers = Vec::new();
+        for from in [5, 3] {
+            match feeds
+                .enter(
+                    (&key(), &LIMITS),
+                    SentBy::default(),
+                    &client(from, false),
+                    &m,
+                )
+                .await
+            {
+                Entered::Opens(opener) => openers.push(opener),
+                _ => panic!("a watch older than every feed opens one"),
+            }
+        }
+        assert!(fed(&feeds, &client(1, false), &m).await.is_none());
+        // A feed ends: room for another.
+        drop(older);
+        assert!(ended(&mut at_10).await && ended(&mut at_15).await);
+        wait_until(|| {
+            feeds.feeds.lock().unwrap().get(&key()).map(Vec::len) == Some(MAX_FEEDS_PER_KEY - 1)
+        })
+        .await;
+        assert!(matches!(
+            feeds
+                .enter((&key(), &LIMITS), SentBy::default(), &client(1, false), &m)
                 .await,
             Entered::Opens(_)
         ));
