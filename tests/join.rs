@@ -510,6 +510,10 @@ async fn identical_watches_are_fed_from_one_upstream_watch_across_a_restart() {
     assert_eq!(bed.kg.metric("kubegate_shared_watch_feeds"), 2.0);
 }
 
+/// Sharing across senders (`across_senders`): 100 LISTs of five senders reach the replicas a
+/// few times, a review for each sender that joined another's; a sender the replicas forbid
+/// (mallory) and anonymous clients get their own 403 while an allowed read is in flight, and
+/// a forbidden sender's 403 is never taken by the allowed reads that joined it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_of_different_senders_join_once_a_review_allows_each() {
     let bed = Cluster::new()
@@ -530,6 +534,10 @@ async fn reads_of_different_senders_join_once_a_review_allows_each() {
             cfg.terminate.version_skew.refresh = Duration::from_secs(3600);
             cfg.terminate.access_log.format = kubegate_config::AccessLogFormat::Json;
             cfg.terminate.access_log.max_per_second = 100_000;
+            // Reviews answered after the replicas' latency (up to 3 s below) and remembered
+            // for the whole test.
+            cfg.terminate.access_review.timeout = Duration::from_secs(5);
+            cfg.terminate.access_review.ttl = Duration::from_secs(300);
         })
         .start();
     for s in &bed.sims {
@@ -656,4 +664,60 @@ async fn reads_of_different_senders_join_once_a_review_allows_each() {
             .metric(r#"kubegate_access_reviews_total{result="denied"}"#);
         (denied >= 1.0).then_some(())
     });
+
+    // The other way round: mallory's read in flight, and alice's join it (she may read the
+    // same). Mallory's 403 is not hers: her reads go on without it, get the list, and only
+    // the reads that took another's answer count as joined. Alice's review first, while a
+    // read of bob's is in flight, so that hers join mallory's at once.
+    for s in &bed.sims {
+        s.set_latency_ms(1000);
+    }
+    let mut bob = connections_as(&bed, "bob", 1).await.pop().unwrap();
+    let lead = {
+        let path = path.clone();
+        tokio::spawn(async move { bob.get(&path).await.unwrap() })
+    };
+    wait_for("bob's read in flight", T, || {
+        (bed.kg.metric_sum("kubegate_backend_requests_in_flight") >= 1.0).then_some(())
+    });
+    let mut alice = connections_as(&bed, "alice", 1).await.pop().unwrap();
+    assert_eq!(alice.get(&path).await.unwrap().status, 200);
+    assert_eq!(lead.await.unwrap().status, 200);
+    for s in &bed.sims {
+        s.set_latency_ms(3000);
+    }
+    let (lists_before, joined_before) = (
+        lists(&bed),
+        bed.kg
+            .metric(r#"kubegate_reads_joined_total{cluster="default"}"#),
+    );
+    let mut mallory = connections_as(&bed, "mallory", 1).await.pop().unwrap();
+    let lead = {
+        let path = path.clone();
+        tokio::spawn(async move { mallory.get(&path).await.unwrap() })
+    };
+    wait_for("mallory's read in flight", T, || {
+        (bed.kg.metric_sum("kubegate_backend_requests_in_flight") >= 1.0).then_some(())
+    });
+    let answers = all_at_once(connections_as(&bed, "alice", 10).await, |_, mut c| {
+        let path = path.clone();
+        async move { c.get(&path).await.unwrap() }
+    })
+    .await;
+    for r in &answers {
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(names(r), want);
+    }
+    let lead = lead.await.unwrap();
+    assert_eq!(lead.status, 403, "{}", lead.text());
+    let sent = lists(&bed) - lists_before;
+    let joined = bed
+        .kg
+        .metric(r#"kubegate_reads_joined_total{cluster="default"}"#)
+        - joined_before;
+    assert_eq!(
+        joined + sent as f64,
+        10.0,
+        "each of alice's 10 LISTs went or joined, once ({sent} went; mallory's 403 is no LIST)"
+    );
 }

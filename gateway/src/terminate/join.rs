@@ -300,7 +300,7 @@ impl Lead {
                 return (unavailable("the apiserver's answer broke off"), false);
             }
         };
-        metrics.shared(cluster, followers);
+        metrics.led(cluster);
         let _ = self.answer.send(Some(answer.clone()));
         (answer.response(), true)
     }

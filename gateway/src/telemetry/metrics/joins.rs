@@ -62,12 +62,15 @@ impl JoinMetrics {
         }
     }
 
-    /// `followers` reads of `cluster` were answered from one upstream request.
-    pub fn shared(&self, cluster: &str, followers: usize) {
-        self.joined
-            .with_label_values(&[cluster])
-            .inc_by(followers as u64);
+    /// An upstream read of `cluster` had its answer shared with the reads that joined it.
+    pub fn led(&self, cluster: &str) {
         self.leading.with_label_values(&[cluster]).inc();
+    }
+
+    /// A read of `cluster` was answered from another's upstream request (counted when it
+    /// takes the answer: a read of another sender does not take a 403).
+    pub fn joined(&self, cluster: &str) {
+        self.joined.with_label_values(&[cluster]).inc();
     }
 
     /// A SubjectAccessReview ended as `result`.

@@ -196,6 +196,7 @@ pub(super) async fn send_joined(
             },
             Joining::Follows(follow) => match (follow.same_sender(), follow.answer().await) {
                 (same_sender, Some(answer)) => {
+                    metrics.joined(joined.mode.cluster().name());
                     served.shared(Sharing::Joined, answer.replica());
                     // It holds its rule's slot until its answer has been sent, as if sent.
                     let resp = if same_sender {
