@@ -79,7 +79,7 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
         }
         let files = ClusterFiles::load(&spec.name, spec.tls.as_ref(), &spec.upstream)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        terminate.serve(cluster, files, &spec.dispatch, &gateway.metrics().terminate);
+        terminate.serve(cluster, files, &spec.dispatch, gateway.metrics());
     }
     let (listeners, serving) = bind_listeners(&config, inherited.as_mut())?;
     let admin = match inherited

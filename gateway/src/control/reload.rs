@@ -167,7 +167,7 @@ fn apply(gw: &Arc<Gateway>, terminate: &TerminatePlane, p: Prepared) -> Vec<Chan
                     cluster.pool().add(b);
                 }
                 if let Some(files) = plan.added {
-                    let served = terminate.serve(&cluster, files, &spec.dispatch, metrics);
+                    let served = terminate.serve(&cluster, files, &spec.dispatch, gw.metrics());
                     terminated::follow(gw, &served);
                 }
                 tracing::info!(
@@ -179,6 +179,7 @@ fn apply(gw: &Arc<Gateway>, terminate: &TerminatePlane, p: Prepared) -> Vec<Chan
             }
             Change::ClusterRemoved(name) => {
                 metrics.forget_cluster(name);
+                gw.metrics().joins.forget_cluster(name);
                 if let Some(cluster) = kept.remove(name) {
                     // Its control tasks end with its terminate state.
                     cluster.forget_terminated();

@@ -2,8 +2,9 @@
 //! upstream request, the answer bytes held for them, and watches fed from a shared one.
 
 use crate::telemetry::labels::{AccessReviewResult, JoinMiss};
-use crate::telemetry::metrics::register::{counter, counter_vec, gauge, histogram};
+use crate::telemetry::metrics::register::{counter, counter_vec, gauge, histogram, Forget};
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
+use std::collections::HashMap;
 use std::time::Duration;
 
 const LAG_BUCKETS: &[f64] = &[
@@ -60,6 +61,19 @@ impl JoinMetrics {
             fed_cut: counter(r, "kubegate_shared_watches_cut_total", "Client watches fed from a shared one that were ended for falling more than terminate.shared_watches.max_lag_events behind (each watches again from its last position)."),
             fed_lag: histogram(r, "kubegate_shared_watch_lag_seconds", "From a shared watch receiving an event to a client's stream taking it.", LAG_BUCKETS),
         }
+    }
+
+    /// Makes `cluster`'s series, which a dashboard should show as 0 rather than nothing.
+    pub fn cluster_served(&self, cluster: &str) {
+        self.joined.with_label_values(&[cluster]);
+        self.leading.with_label_values(&[cluster]);
+    }
+
+    /// Forgets the series of a cluster no longer served.
+    pub fn forget_cluster(&self, cluster: &str) {
+        let of_cluster = |labels: &HashMap<&str, &str>| labels.get("cluster") == Some(&cluster);
+        self.joined.forget_where(&of_cluster);
+        self.leading.forget_where(&of_cluster);
     }
 
     /// An upstream read of `cluster` had its answer shared with the reads that joined it.

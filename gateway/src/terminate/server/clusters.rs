@@ -7,7 +7,7 @@
 //! open connections end with its retired pool's drain).
 
 use crate::state::Cluster;
-use crate::telemetry::TerminateMetrics;
+use crate::telemetry::Metrics;
 use crate::terminate::request::rules::Rules;
 use crate::terminate::upstream::mode::{HeldInTotal, TerminateMode, UpstreamFiles};
 use crate::terminate::upstream::tls::ALPN;
@@ -94,10 +94,11 @@ impl TerminatePlane {
         cluster: &Arc<Cluster>,
         files: ClusterFiles,
         dispatch: &[DispatchRule],
-        metrics: &TerminateMetrics,
+        metrics: &Metrics,
     ) -> Arc<TerminatedCluster> {
-        let rules = Rules::compile(cluster.name(), dispatch, metrics);
-        metrics.cluster_served(cluster.name());
+        let rules = Rules::compile(cluster.name(), dispatch, &metrics.terminate);
+        metrics.terminate.cluster_served(cluster.name());
+        metrics.joins.cluster_served(cluster.name());
         let mode = TerminateMode::with(files.upstream.of(cluster.clone()), rules, &self.held);
         let entry = Arc::new(TerminatedCluster {
             handshake: files.handshake,
