@@ -60,7 +60,7 @@ pub struct Plan {
     pub objects: usize,
     /// `direct`, or gateways (see `run --gateways`).
     pub gateways: Vec<String>,
-    /// Writes during the churn (each a new ConfigMap: one event at every informer).
+    /// Writes during the churn (each a new EndpointSlice: one event at every informer).
     pub writes: usize,
     /// Tokens of one service account the informers use, informer `i` token `i % tokens`; 0:
     /// the node certificate for all.
@@ -381,7 +381,7 @@ async fn create(c: &mut Client, path: &str, obj: &serde_json::Value) -> anyhow::
     Ok(())
 }
 
-/// When each write was answered, by the ConfigMap's name.
+/// When each write was answered, by the EndpointSlice's name.
 type Written = Arc<Mutex<HashMap<String, Instant>>>;
 
 /// What the informers heard: each event's lag (ms), and how many events.
