@@ -7,6 +7,7 @@
 //! 3. `no_answer_crosses_identities_selectors_encodings_or_resource_versions`
 //! 4. `identical_watches_are_fed_from_one_upstream_watch_across_a_restart`
 //! 5. `reads_of_different_senders_join_once_a_review_allows_each`
+//! 6. `identical_watch_lists_share_their_initial_events`
 
 use kubegate_e2e::*;
 use std::collections::{HashMap, HashSet};
@@ -20,6 +21,11 @@ const AGENT: &str = "join-test/1";
 /// Two replicas over one etcd behind kubegate in terminate mode, reads joined, the access log
 /// on; each replica answers every API request after `latency_ms`.
 fn joining(latency_ms: u64) -> Started {
+    joining_with(latency_ms, |_| {})
+}
+
+/// [`joining`], its configuration changed by `more` too.
+fn joining_with(latency_ms: u64, more: impl FnOnce(&mut KubegateConfig) + 'static) -> Started {
     let bed = Cluster::new()
         .replicas(2)
         .etcd()
@@ -33,6 +39,7 @@ fn joining(latency_ms: u64) -> Started {
             cfg.terminate.access_log.format = kubegate_config::AccessLogFormat::Json;
             cfg.terminate.access_log.max_per_second = 100_000;
         })
+        .configure(more)
         .start();
     for s in &bed.sims {
         s.set_latency_ms(latency_ms);
@@ -720,4 +727,113 @@ async fn reads_of_different_senders_join_once_a_review_allows_each() {
         10.0,
         "each of alice's 10 LISTs went or joined, once ({sent} went; mallory's 403 is no LIST)"
     );
+}
+
+/// Identical watch-lists of one sender — client-go's informers start so since 1.35 — each
+/// with its own `timeoutSeconds`, all at once, shared watches on too: their initial syncs
+/// reach the replicas a few times; every client gets every object and the bookmark that ends
+/// them, then watches on from there, fed from a shared watch (a write after is heard by each);
+/// anonymous clients asking the same get their own 403.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_watch_lists_share_their_initial_events() {
+    let bed = joining_with(300, |cfg| cfg.terminate.shared_watches.enabled = true);
+    let mut admin = connections_as(&bed, "admin", 1).await.pop().unwrap();
+    for i in 0..5 {
+        create(&mut admin, &format!("cm-{i}"), "a").await;
+    }
+    let want: HashSet<String> = (0..5).map(|i| format!("cm-{i}")).collect();
+    let synced = |bed: &Started| -> u64 { bed.sims.iter().map(Sim::watch_lists_received).sum() };
+    let watches = |bed: &Started| -> u64 { bed.sims.iter().map(Sim::watches_received).sum() };
+    let (before, watches_before) = (synced(&bed), watches(&bed));
+    let path = |timeout: usize| {
+        format!(
+            "{LISTS}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan\
+             &allowWatchBookmarks=true&timeoutSeconds={timeout}"
+        )
+    };
+    // Every stream opened at once, each with its connection (which must outlive it).
+    let open_all = |conns: Vec<Conn>| async {
+        let tasks: Vec<_> = conns
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut c)| {
+                let path = path(300 + i);
+                tokio::spawn(async move {
+                    let s = c.stream(&path).await.unwrap();
+                    (c, s)
+                })
+            })
+            .collect();
+        let mut streams = Vec::new();
+        for t in tasks {
+            streams.push(t.await.unwrap());
+        }
+        streams
+    };
+    let mut streams = open_all(connections_as(&bed, "alice", 30).await).await;
+    let sent = synced(&bed) - before;
+    // The first, then the ones that arrived while it was on its way (a consistent read's
+    // twin, sent after the first's initial events); a loaded machine spreads the starts.
+    let joined = bed
+        .kg
+        .metric(r#"kubegate_reads_joined_total{cluster="default"}"#);
+    assert!(
+        sent <= 10,
+        "30 watch-lists of one sender reached the replicas {sent} times"
+    );
+    assert_eq!(joined + sent as f64, 30.0, "each went or joined");
+    // The followers watch on from a shared watch, not each from its own.
+    let upstream = watches(&bed) - watches_before;
+    assert!(
+        upstream <= sent + 4,
+        "{upstream} upstream watches for 30 ({sent} watch-lists)"
+    );
+    for (i, (_, s)) in streams.iter_mut().enumerate() {
+        assert_eq!(s.status, 200, "{i}");
+        let mut names = HashSet::new();
+        loop {
+            let e = s.next_json(T).await;
+            let end = &e["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"];
+            match e["type"].as_str() {
+                Some("ADDED") => {
+                    names.insert(
+                        e["object"]["metadata"]["name"]
+                            .as_str()
+                            .unwrap()
+                            .to_string(),
+                    );
+                }
+                Some("BOOKMARK") if end == "true" => break,
+                Some("BOOKMARK") => {}
+                _ => panic!("{i}: {e}"),
+            }
+        }
+        assert_eq!(names, want, "{i}: the state, whole");
+    }
+    // Each watches on from where its initial events ended.
+    create(&mut admin, "cm-after", "a").await;
+    for (i, (_, s)) in streams.iter_mut().enumerate() {
+        let e = loop {
+            let e = s.next_json(T).await;
+            if e["type"] != "BOOKMARK" {
+                break e;
+            }
+        };
+        assert_eq!(e["type"], "ADDED", "{i}: {e}");
+        assert_eq!(e["object"]["metadata"]["name"], "cm-after", "{i}: {e}");
+    }
+    // Anonymous clients asking the same: their own 403 each, never the objects.
+    let mut anonymous = Vec::new();
+    for _ in 0..5 {
+        anonymous.push(
+            Conn::open_anonymous(bed.kg.listen, &bed.pki, true)
+                .await
+                .unwrap(),
+        );
+    }
+    for (_, mut s) in open_all(anonymous).await {
+        assert_eq!(s.status, 403);
+        let text = s.next(T).await.unwrap().unwrap_or_default();
+        assert!(text.contains(r#"User \"system:anonymous\""#), "{text}");
+    }
 }

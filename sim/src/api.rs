@@ -268,6 +268,9 @@ async fn handlers(
             &sim.requests.lists
         };
         counter.fetch_add(1, Ordering::Relaxed);
+        if is_watch && param("sendInitialEvents").is_some_and(crate::query::truthy) {
+            sim.requests.watch_lists.fetch_add(1, Ordering::Relaxed);
+        }
     }
     // Until the resource's watch cache is initialised (at start — a custom resource's later
     // than the built-in ones' — or again after its etcd watch failed), reads it serves (LIST,

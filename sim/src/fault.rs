@@ -142,6 +142,7 @@ fn handle(sim: &Sim, req: Request<Incoming>) -> Response<Full<Bytes>> {
                 "watches": sim.watches.load(Ordering::Relaxed),
                 "lists_received": sim.requests.lists.load(Ordering::Relaxed),
                 "watches_received": sim.requests.watches.load(Ordering::Relaxed),
+                "watch_lists_received": sim.requests.watch_lists.load(Ordering::Relaxed),
                 "token_reviews_received": sim.requests.token_reviews.load(Ordering::Relaxed),
                 "access_reviews_received": sim.requests.access_reviews.load(Ordering::Relaxed),
                 "bytes_sent": sim.requests.bytes_sent.load(Ordering::Relaxed),

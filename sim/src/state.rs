@@ -69,6 +69,9 @@ pub struct ReadCounts {
     pub lists: AtomicU64,
     /// WATCH requests.
     pub watches: AtomicU64,
+    /// WATCH requests with `sendInitialEvents` (watch-lists: an initial sync each), counted in
+    /// `watches` too.
+    pub watch_lists: AtomicU64,
     /// TokenReviews.
     pub token_reviews: AtomicU64,
     /// SubjectAccessReviews.

@@ -186,6 +186,11 @@ impl Sim {
         self.counted("watches_received")
     }
 
+    /// WATCH requests with `sendInitialEvents` (watch-lists) it received since it started.
+    pub fn watch_lists_received(&self) -> u64 {
+        self.counted("watch_lists_received")
+    }
+
     /// Watches open on it now.
     pub fn watches_open(&self) -> u64 {
         self.counted("watches")

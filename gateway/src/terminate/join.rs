@@ -26,6 +26,7 @@
 
 pub mod feeds;
 pub mod key;
+mod sync;
 
 use crate::state::Backend;
 use crate::telemetry::{JoinMetrics, JoinMiss};
@@ -120,6 +121,9 @@ pub struct SharedAnswer {
     version: Version,
     headers: HeaderMap,
     body: Bytes,
+    /// For a watch-list's initial events (`sync`): the position they end at, from which each
+    /// follower watches on by itself.
+    resumes_from: Option<u64>,
     /// Where its bytes are counted.
     held: Arc<AtomicU64>,
     gauge: prometheus::IntGauge,
@@ -287,6 +291,7 @@ impl Lead {
                 version: parts.version,
                 headers: parts.headers,
                 body,
+                resumes_from: None,
                 held: self.joins.held.clone(),
                 gauge: metrics.held_bytes.clone(),
             }),
@@ -340,6 +345,30 @@ impl SharedAnswer {
     /// Its body.
     pub fn body(&self) -> &Bytes {
         &self.body
+    }
+
+    /// For a watch-list's initial events: the position they end at.
+    pub fn resumes_from(&self) -> Option<u64> {
+        self.resumes_from
+    }
+
+    /// A follower's response to a watch-list: the initial events, then `rest` (its own watch
+    /// from [`Self::resumes_from`]); for another sender than the lead's, without the APF
+    /// headers (as [`Self::response_across`]).
+    pub fn resumed_response(
+        self: &Arc<Self>,
+        rest: ResponseBody,
+        across: bool,
+    ) -> Response<ResponseBody> {
+        let body = ResponseBody::shared_then(self.body.clone(), rest, self.clone());
+        let mut resp = Response::new(body);
+        *resp.status_mut() = self.status;
+        *resp.version_mut() = self.version;
+        *resp.headers_mut() = self.headers.clone();
+        if across {
+            remove_senders_own(resp.headers_mut());
+        }
+        resp
     }
 
     /// The replica that answered.

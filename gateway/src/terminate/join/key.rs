@@ -23,7 +23,7 @@ use crate::state::Kind;
 use http::{HeaderMap, HeaderName, Method, Uri};
 use kubegate_wire::classify::{RequestInfo, Verb};
 use kubegate_wire::identity::IdentityHeaders;
-use kubegate_wire::target::Query;
+use kubegate_wire::target::{truthy, Query};
 
 /// Headers the apiserver never answers by (it logs some, in its audit record of the request
 /// that went upstream). Every other header is part of the key.
@@ -173,13 +173,48 @@ pub fn feedable(
     if query.first("sendInitialEvents").is_some() || tables {
         return None;
     }
+    let uri = without(uri, &query, POSITION_PARAMETERS)?;
+    let (key, sender) = keys(kind, method, &uri, headers, across);
+    Some(Feedable { key, sender, from })
+}
+
+/// The key and freshness of a watch-list's initial sync — a watch with `sendInitialEvents`
+/// and `resourceVersionMatch=NotOlderThan`, not of Tables, as client-go's informers start
+/// since 1.35 — which identical ones may join until its initial events have ended: as
+/// [`joinable`] makes them of the request with the client's query less `timeoutSeconds` (each
+/// client's own watch lasts its own time); `None` for any other request.
+pub fn watch_list(
+    kind: Kind,
+    method: &Method,
+    uri: &Uri,
+    client_query: Option<&str>,
+    headers: &HeaderMap,
+    across: Option<&IdentityHeaders>,
+) -> Option<Joinable> {
+    let query = Query::new(client_query);
+    let flag = |key| query.first(key).is_some_and(|v| truthy(&v));
+    let tables = headers
+        .get_all(http::header::ACCEPT)
+        .iter()
+        .any(|v| v.as_bytes().windows(8).any(|w| w == b"as=Table"));
+    let not_older = query.text("resourceVersionMatch").as_deref() == Some("NotOlderThan");
+    if *method != Method::GET
+        || !flag("watch")
+        || !flag("sendInitialEvents")
+        || !not_older
+        || tables
+    {
+        return None;
+    }
+    let uri = without(uri, &query, &["timeoutSeconds"])?;
+    joinable(kind, method, &uri, headers, b"", across)
+}
+
+/// `uri` with the client's query (`query`) less the parameters named in `left_out`.
+fn without(uri: &Uri, query: &Query<'_>, left_out: &[&str]) -> Option<Uri> {
     let kept: Vec<&str> = query
         .pairs()
-        .filter(|p| {
-            !POSITION_PARAMETERS
-                .iter()
-                .any(|n| p.key.as_ref() == n.as_bytes())
-        })
+        .filter(|p| !left_out.iter().any(|n| p.key.as_ref() == n.as_bytes()))
         .map(|p| p.raw)
         .collect();
     let mut parts = uri.clone().into_parts();
@@ -190,9 +225,7 @@ pub fn feedable(
         format!("{path}?{}", kept.join("&"))
     };
     parts.path_and_query = Some(pq.parse().ok()?);
-    let uri = Uri::from_parts(parts).ok()?;
-    let (key, sender) = keys(kind, method, &uri, headers, across);
-    Some(Feedable { key, sender, from })
+    Uri::from_parts(parts).ok()
 }
 
 /// The key of a request of `kind` with this head, its identity in it.
@@ -300,6 +333,38 @@ mod tests {
             );
         }
         h
+    }
+
+    fn watch_list_of(query: &str) -> Option<Joinable> {
+        let uri: Uri = format!("https://kube.example/api/v1/services?{query}")
+            .parse()
+            .unwrap();
+        let h = headers(&[("authorization", "Bearer a")]);
+        watch_list(Kind::BearerToken, &Method::GET, &uri, uri.query(), &h, None)
+    }
+
+    #[test]
+    fn watch_lists_join_whatever_their_timeouts_and_nothing_else() {
+        const SYNC: &str = "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true";
+        let a = watch_list_of(&format!("{SYNC}&timeoutSeconds=301")).unwrap();
+        let b = watch_list_of(&format!("timeoutSeconds=517&{SYNC}")).unwrap();
+        assert_eq!(a.freshness, Freshness::SentAfterArrival);
+        // The timeout is each client's, wherever it stands in the query.
+        assert_eq!(a.key, b.key);
+        assert_eq!(a.key, watch_list_of(SYNC).unwrap().key);
+        let pinned = watch_list_of(&format!("{SYNC}&resourceVersion=42")).unwrap();
+        assert_eq!(pinned.freshness, Freshness::AnyTwin);
+        assert_ne!(pinned.key, a.key);
+        let selected = watch_list_of(&format!("{SYNC}&labelSelector=a%3Db")).unwrap();
+        assert_ne!(selected.key, a.key);
+        for not in [
+            "watch=1&resourceVersion=42",
+            "watch=1&sendInitialEvents=true&resourceVersionMatch=Exact",
+            "watch=1&sendInitialEvents=false&resourceVersionMatch=NotOlderThan",
+            "sendInitialEvents=true&resourceVersionMatch=NotOlderThan",
+        ] {
+            assert!(watch_list_of(not).is_none(), "{not} is no watch-list");
+        }
     }
 
     #[test]

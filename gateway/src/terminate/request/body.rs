@@ -112,6 +112,16 @@ impl ResponseBody {
         ResponseBody::Held(Box::new((inner, Some(Guard::Shared(held)))))
     }
 
+    /// `bytes`, shared with other responses, then `rest`; `held` lives until this ends.
+    pub fn shared_then(
+        bytes: Bytes,
+        rest: ResponseBody,
+        held: Arc<dyn Any + Send + Sync>,
+    ) -> ResponseBody {
+        let inner = ResponseBody::prefixed(bytes, rest);
+        ResponseBody::Held(Box::new((inner, Some(Guard::Shared(held)))))
+    }
+
     /// `read`, then `rest`.
     pub fn prefixed(read: Bytes, rest: ResponseBody) -> ResponseBody {
         ResponseBody::Prefixed(Box::new(((!read.is_empty()).then_some(read), rest)))

@@ -11,7 +11,6 @@
 use crate::state::Gateway;
 use crate::state::Kind;
 use crate::telemetry::RequestFailure;
-use crate::terminate::join::feeds::{self, FeedLimits};
 use crate::terminate::join::key;
 use crate::terminate::join::Limits;
 use crate::terminate::request::bodies::{self, Bounds};
@@ -20,7 +19,7 @@ use crate::terminate::request::forward::send;
 use crate::terminate::request::rules::{Facts, Refusal, Rule, Rules, Slot};
 use crate::terminate::request::served::{self, Served};
 use crate::terminate::request::shape::{Client, Shaper};
-use crate::terminate::request::shared::{send_fed, send_joined, Across, Fed, Joined};
+use crate::terminate::request::shared::{send_fed, send_joined, send_synced, Across, Fed, Joined};
 use crate::terminate::request::status::status;
 use crate::terminate::request::upgrade;
 use crate::terminate::sender::attributes::Attributes;
@@ -202,13 +201,18 @@ async fn serve(
     // Read as the apiserver reads it: the path decoded, the query's flags as Go converts
     // them. The client's bytes are what is forwarded.
     let joining = &config.terminate.join_reads;
-    let (class, rule, flow, (may_join, may_feed), attributes) = {
+    let (class, rule, flow, (may_join, may_sync, may_feed), attributes) = {
         let read = match ReadTarget::of(req.uri()) {
             Ok(read) => read,
             Err(e) => return unreadable(&gw, &e),
         };
         let info = read.info(req.method());
         let may_join = joining.enabled && key::may_join(&info, req.method(), joining.secrets);
+        // A watch-list's initial sync joins as a read does (whether it is one is known from
+        // its query, below).
+        let may_sync = joining.enabled
+            && info.class.verb == Verb::Watch
+            && (joining.secrets || info.target.resource != Some("secrets"));
         let sharing = &config.terminate.shared_watches;
         let may_feed = sharing.enabled
             && info.class.verb == Verb::Watch
@@ -227,9 +231,10 @@ async fn serve(
         };
         // What an authorizer would read of it: for a review before another sender's read
         // or watch is shared with it.
-        let across = (may_join && joining.across_senders) || (may_feed && sharing.across_senders);
+        let across = ((may_join || may_sync) && joining.across_senders)
+            || (may_feed && sharing.across_senders);
         let attributes = across.then(|| Attributes::of(&info, read.path(), &read.query()));
-        let sharing = (may_join, may_feed);
+        let sharing = (may_join, may_sync, may_feed);
         (
             info.class,
             rule,
@@ -313,7 +318,13 @@ async fn serve(
         .map(|_| ids);
     let mut watch = None;
     let mut feedable = None;
+    let mut synced = None;
     if class.verb == Verb::Watch {
+        if may_sync {
+            let o = &outgoing;
+            let q = o.client_query();
+            synced = key::watch_list(o.kind(), o.method(), o.uri(), q, o.headers(), across_joins);
+        }
         if may_feed {
             let o = &outgoing;
             let q = o.client_query();
@@ -346,40 +357,40 @@ async fn serve(
             )
         })
         .flatten();
-    let resp = match (joinable, feedable, watch) {
-        (Some(read), _, _) => {
-            let joined = Joined {
-                mode: &mode,
-                across: across.filter(|_| read.sender.is_some()),
-                read,
-                limits: Limits {
-                    max_answer_bytes: joining.max_answer_bytes,
-                    max_held_bytes: joining.max_held_bytes,
-                },
-            };
+    let limits = Limits {
+        max_answer_bytes: joining.max_answer_bytes,
+        max_held_bytes: joining.max_held_bytes,
+    };
+    let resp = match (joinable.or(synced), feedable, watch) {
+        (Some(read), _, None) => {
+            let joined = Joined::new(&mode, read, across, limits);
             let sending = send_joined(gw, upstreams, outgoing, class, served, within, slot, joined);
             Box::pin(sending).await
         }
+        (Some(read), _, Some(watch)) => {
+            // A follower watches on from where the lead's initial events ended: fed from a
+            // shared watch, when they are on (its key is the watch's from any position).
+            let continued = may_feed
+                .then(|| {
+                    let o = &outgoing;
+                    let q = resumed_query(o.client_query(), Some("1"), None);
+                    key::feedable(
+                        o.kind(),
+                        o.method(),
+                        o.uri(),
+                        Some(&q),
+                        o.headers(),
+                        across_feeds,
+                    )
+                })
+                .flatten()
+                .map(|f| Fed::new(&mode, f, across.clone(), &watch, &config.terminate));
+            let joined = (Joined::new(&mode, read, across, limits), watch, continued);
+            let sending = send_synced(gw, upstreams, outgoing, class, served, within, slot, joined);
+            Box::pin(sending).await
+        }
         (None, Some(feedable), Some(watch)) => {
-            let s = &config.terminate.shared_watches;
-            let fed = Fed {
-                mode: &mode,
-                across: across.filter(|_| feedable.sender.is_some()),
-                key: feedable.key,
-                sender: feedable.sender,
-                client: feeds::Client {
-                    from: feedable.from,
-                    bookmarks: watch.asked.bookmarks,
-                    ends: watch.ends,
-                },
-                limits: FeedLimits {
-                    window_events: s.window_events as usize,
-                    window_bytes: usize::try_from(s.window_bytes).unwrap_or(usize::MAX),
-                    max_lag_events: s.max_lag_events as usize,
-                    held_bytes_in_total: s.max_held_bytes,
-                },
-                lifetime: config.terminate.min_request_timeout,
-            };
+            let fed = Fed::new(&mode, feedable, across, &watch, &config.terminate);
             let sending = send_fed(gw, upstreams, outgoing, class, served, within, slot, fed);
             match Box::pin(sending).await {
                 Ok(resp) => resp,

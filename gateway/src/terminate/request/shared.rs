@@ -6,7 +6,7 @@
 
 use crate::state::Gateway;
 use crate::terminate::join::feeds::{self, FeedLimits, SentBy};
-use crate::terminate::join::key::{JoinKey, Joinable, SenderKey};
+use crate::terminate::join::key::{Feedable, JoinKey, Joinable, SenderKey};
 use crate::terminate::join::{Entered as Joining, Limits};
 use crate::terminate::request::body::ResponseBody;
 use crate::terminate::request::forward::send;
@@ -20,7 +20,7 @@ use crate::terminate::upstream::dispatch::Within;
 use crate::terminate::upstream::mode::{TerminateMode, Upstreams};
 use crate::terminate::watch::continuity as watch;
 use http::{header, Response, StatusCode};
-use kubegate_config::AccessReviewConfig;
+use kubegate_config::{AccessReviewConfig, TerminateConfig};
 use kubegate_wire::classify::RequestClass;
 use kubegate_wire::framing::Framing;
 use kubegate_wire::identity::UserInfo;
@@ -37,8 +37,27 @@ pub(super) struct Joined<'a> {
     pub(super) across: Option<Across<'a>>,
 }
 
+impl<'a> Joined<'a> {
+    /// `read`, entered in `mode`'s table, its answer within `limits`; `across` only when its
+    /// key leaves its sender out.
+    pub(super) fn new(
+        mode: &'a TerminateMode,
+        read: Joinable,
+        across: Option<Across<'a>>,
+        limits: Limits,
+    ) -> Joined<'a> {
+        Joined {
+            mode,
+            across: across.filter(|_| read.sender.is_some()),
+            read,
+            limits,
+        }
+    }
+}
+
 /// What a review of a request's sender needs: the user the apiserver would take it to be,
 /// what the request asks, and the review's settings.
+#[derive(Clone)]
 pub(super) struct Across<'a> {
     pub(super) mode: &'a TerminateMode,
     pub(super) user: Arc<UserInfo>,
@@ -74,6 +93,38 @@ pub(super) struct Fed<'a> {
     pub(super) client: feeds::Client,
     pub(super) limits: FeedLimits,
     pub(super) lifetime: std::time::Duration,
+}
+
+impl<'a> Fed<'a> {
+    /// `feedable`, as the watch `watch` asks it, entered in `mode`'s feeds within
+    /// `terminate.shared_watches`; `across` only when its key leaves its sender out.
+    pub(super) fn new(
+        mode: &'a TerminateMode,
+        feedable: Feedable,
+        across: Option<Across<'a>>,
+        watch: &watch::Watch,
+        terminate: &TerminateConfig,
+    ) -> Fed<'a> {
+        let s = &terminate.shared_watches;
+        Fed {
+            mode,
+            across: across.filter(|_| feedable.sender.is_some()),
+            key: feedable.key,
+            sender: feedable.sender,
+            client: feeds::Client {
+                from: feedable.from,
+                bookmarks: watch.asked.bookmarks,
+                ends: watch.ends,
+            },
+            limits: FeedLimits {
+                window_events: s.window_events as usize,
+                window_bytes: usize::try_from(s.window_bytes).unwrap_or(usize::MAX),
+                max_lag_events: s.max_lag_events as usize,
+                held_bytes_in_total: s.max_held_bytes,
+            },
+            lifetime: terminate.min_request_timeout,
+        }
+    }
 }
 
 /// What a watch that no feed serves needs to be sent on its own.
@@ -162,6 +213,150 @@ pub(super) async fn send_fed(
         served.shared(Sharing::Led, None);
     }
     Ok(resp)
+}
+
+/// Sends a watch-list that identical ones may join until its initial events have ended, or
+/// joins one on its way (`join::sync`): a follower gets the lead's initial events, then
+/// watches on by itself from where they ended — fed from a shared watch when `fed` says how
+/// (`shared_watches`), else upstream on its own.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn send_synced(
+    gw: Arc<Gateway>,
+    upstreams: Arc<Upstreams>,
+    outgoing: Outgoing,
+    class: RequestClass,
+    served: &mut Served,
+    within: Within,
+    slot: Option<Slot>,
+    (joined, watch, continued): (Joined<'_>, watch::Watch, Option<Fed<'_>>),
+) -> Response<ResponseBody> {
+    let metrics = &gw.metrics().joins;
+    let cluster = joined.mode.cluster().name();
+    let (mut reviewed, mut unshared) = (false, 0);
+    while unshared < JOIN_ATTEMPTS {
+        let mut lead = match joined.mode.joins().enter(&joined.read, reviewed, metrics) {
+            Joining::Leads(lead) => lead,
+            Joining::Unreviewed => match &joined.across {
+                Some(across) if !reviewed && across.allowed(&gw, &upstreams).await => {
+                    reviewed = true;
+                    continue;
+                }
+                _ => break,
+            },
+            Joining::Follows(follow) => match (follow.same_sender(), follow.answer().await) {
+                (same_sender, Some(answer)) => {
+                    metrics.joined(cluster);
+                    served.shared(Sharing::Joined, answer.replica());
+                    let Some(from) = answer.resumes_from() else {
+                        // Not a stream (a 403, a 410): the answer itself, as a read's.
+                        return if same_sender {
+                            answer.response()
+                        } else {
+                            answer.response_across()
+                        };
+                    };
+                    // A long-running request holds its rule's slot only until its response
+                    // starts.
+                    drop(slot);
+                    let on = (from, watch, continued);
+                    let rest = watch_on(gw, upstreams, outgoing, class, served, within, on);
+                    let rest = Box::pin(rest).await;
+                    if rest.status() != StatusCode::OK {
+                        return rest;
+                    }
+                    return answer.resumed_response(rest.into_body(), !same_sender);
+                }
+                (_, None) => {
+                    unshared += 1;
+                    continue;
+                }
+            },
+        };
+        lead.turn().await;
+        let resp = send(
+            gw.clone(),
+            upstreams,
+            outgoing,
+            class,
+            served,
+            within,
+            slot,
+            Some(watch),
+        )
+        .await;
+        let framing = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(Framing::of);
+        let answered = (resp, served.replica.clone());
+        let (resp, shared) = lead
+            .publish_sync(answered, framing, &joined.limits, metrics, cluster)
+            .await;
+        if shared {
+            served.shared(Sharing::Led, None);
+        }
+        return resp;
+    }
+    send(
+        gw,
+        upstreams,
+        outgoing,
+        class,
+        served,
+        within,
+        slot,
+        Some(watch),
+    )
+    .await
+}
+
+/// A joined watch-list's watch after its initial events: from `from`, with the bookmarks its
+/// client asked for, until its client's watch ends — fed from a shared watch (`continued`)
+/// when one can serve it, else its own.
+async fn watch_on(
+    gw: Arc<Gateway>,
+    upstreams: Arc<Upstreams>,
+    outgoing: Outgoing,
+    class: RequestClass,
+    served: &mut Served,
+    within: Within,
+    (from, watch, continued): (u64, watch::Watch, Option<Fed<'_>>),
+) -> Response<ResponseBody> {
+    let (gw, upstreams, outgoing, within) = match continued {
+        Some(mut fed) => {
+            fed.client.from = from;
+            let sending = send_fed(gw, upstreams, outgoing, class, served, within, None, fed);
+            match Box::pin(sending).await {
+                Ok(resp) => return resp,
+                Err(unfed) => unfed,
+            }
+        }
+        None => (gw, upstreams, outgoing, within),
+    };
+    let from = from.to_string();
+    let left = watch
+        .ends
+        .map(|ends| ends.saturating_duration_since(Instant::now()));
+    let query = resumed_query(outgoing.client_query(), Some(&from), left);
+    let mut asked = watch.asked;
+    asked.from = Some(from);
+    asked.initial_events = false;
+    let on = watch::Watch {
+        asked,
+        ends: watch.ends,
+    };
+    send(
+        gw,
+        upstreams,
+        outgoing.with_query(&query),
+        class,
+        served,
+        within,
+        None,
+        Some(on),
+    )
+    .await
 }
 
 /// Times a read whose twin's answer was not shared is entered again (it may lead the next
