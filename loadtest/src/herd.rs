@@ -67,6 +67,8 @@ pub struct Plan {
     pub tokens: usize,
     /// Writes per second.
     pub writes_per_second: u32,
+    /// Informers start with a watch-list rather than a LIST.
+    pub watch_list: bool,
     /// Working directory.
     pub dir: PathBuf,
 }
@@ -84,7 +86,9 @@ pub struct Row {
     pub listed: usize,
     /// Of them, failed after their tries.
     pub failed: usize,
-    /// LISTs the replicas received.
+    /// Whether the informers started with watch-lists (`lists_at_replicas` counts those).
+    pub watch_list: bool,
+    /// LISTs the replicas received (watch-lists, with `watch_list`).
     pub lists_at_replicas: u64,
     /// TokenReviews and SubjectAccessReviews the replicas answered (kubegate's, naming
     /// token clients and allowing them to share).
@@ -154,7 +158,7 @@ async fn one(plan: &Plan, gateway: &str, dir: &Path) -> anyhow::Result<Row> {
     } else {
         match gateways::start_before(gateway, dir, &cp)? {
             Ok(gw) => Some(gw),
-            Err(why) => return Ok(not_run(gateway, plan.informers, why)),
+            Err(why) => return Ok(not_run(gateway, plan, why)),
         }
     };
     let tls = ClientTls::load_as(&cp.pki(), "node")?;
@@ -194,7 +198,7 @@ async fn one(plan: &Plan, gateway: &str, dir: &Path) -> anyhow::Result<Row> {
     let tasks: Vec<_> = clients
         .into_iter()
         .enumerate()
-        .map(|(i, (c, tls))| tokio::spawn(informer(c, (addr_of(i), tls))))
+        .map(|(i, (c, tls))| tokio::spawn(informer(c, (addr_of(i), tls), plan.watch_list)))
         .collect();
     let mut waited = Vec::with_capacity(tasks.len());
     let mut listed = Vec::with_capacity(tasks.len());
@@ -226,6 +230,7 @@ async fn one(plan: &Plan, gateway: &str, dir: &Path) -> anyhow::Result<Row> {
         informers: plan.informers,
         listed: waited.len(),
         failed,
+        watch_list: plan.watch_list,
         lists_at_replicas: after.0 - before.0,
         reviews_at_replicas: after.3 - before.3,
         bytes_from_replicas: after.1 - before.1,
@@ -236,13 +241,14 @@ async fn one(plan: &Plan, gateway: &str, dir: &Path) -> anyhow::Result<Row> {
     })
 }
 
-fn not_run(gateway: &str, informers: usize, why: String) -> Row {
+fn not_run(gateway: &str, plan: &Plan, why: String) -> Row {
     Row {
         gateway: gateway.to_string(),
         status: why,
-        informers,
+        informers: plan.informers,
         listed: 0,
         failed: 0,
+        watch_list: plan.watch_list,
         lists_at_replicas: 0,
         reviews_at_replicas: 0,
         bytes_from_replicas: 0,
@@ -280,20 +286,26 @@ async fn wait_serving(addr: SocketAddr, tls: &ClientTls, gateway: &str) -> anyho
 async fn informer(
     mut c: Client,
     (addr, tls): (SocketAddr, ClientTls),
+    watch_list: bool,
 ) -> Option<(f64, Client, [String; 2])> {
     let started = Instant::now();
-    let services = list(&mut c, COLLECTIONS[0], (addr, &tls)).await?;
-    let slices = list(&mut c, COLLECTIONS[1], (addr, &tls)).await?;
+    let services = list(&mut c, COLLECTIONS[0], (addr, &tls), watch_list).await?;
+    let slices = list(&mut c, COLLECTIONS[1], (addr, &tls), watch_list).await?;
     let waited = started.elapsed().as_secs_f64() * 1e3;
     Some((waited, c, [services, slices]))
 }
 
-/// One LIST of `collection`, retried as [`informer`] says: the list's resourceVersion.
+/// One LIST of `collection` (a watch-list's initial events, with `watch_list`), retried as
+/// [`informer`] says: the list's resourceVersion.
 async fn list(
     c: &mut Client,
     collection: &str,
     (addr, tls): (SocketAddr, &ClientTls),
+    watch_list: bool,
 ) -> Option<String> {
+    if watch_list {
+        return synced(c, collection, (addr, tls)).await;
+    }
     let path = list_of(collection);
     let mut backoff = Duration::from_secs(1);
     for _ in 0..TRIES {
@@ -315,6 +327,56 @@ async fn list(
             }
         };
         tokio::time::sleep(wait.unwrap_or(backoff)).await;
+        backoff = (backoff * 2).min(Duration::from_secs(8));
+    }
+    None
+}
+
+/// What client-go's reflector asks of `collection` when it starts with a watch-list: the
+/// current objects as events, then changes, from a consistent state.
+fn watch_list_of(collection: &str) -> String {
+    format!(
+        "{collection}?{SELECTOR}&watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=600"
+    )
+}
+
+/// One watch-list of `collection`, read to the bookmark that ends its initial events (then
+/// closed: the informer watches from that position, as after a LIST), retried as [`list`]:
+/// the bookmark's resourceVersion.
+async fn synced(
+    c: &mut Client,
+    collection: &str,
+    (addr, tls): (SocketAddr, &ClientTls),
+) -> Option<String> {
+    let path = watch_list_of(collection);
+    let mut backoff = Duration::from_secs(1);
+    for _ in 0..TRIES {
+        let read = tokio::time::timeout(Duration::from_secs(60), async {
+            let (status, mut body) = c.watch(&path).await.map_err(|_| ())?;
+            if status != 200 {
+                return Err(());
+            }
+            let mut events = WatchEvents::default();
+            while let Some(Ok(frame)) = body.frame().await {
+                for e in events.take(frame) {
+                    let end = &e["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"];
+                    if e["type"] == "BOOKMARK" && end == "true" {
+                        let rv = e["object"]["metadata"]["resourceVersion"].as_str();
+                        return rv.map(str::to_string).ok_or(());
+                    }
+                }
+            }
+            Err(())
+        });
+        if let Ok(Ok(rv)) = read.await {
+            return Some(rv);
+        }
+        // The connection may be gone (a replica closes one idle while the herd connects): a
+        // new one, as client-go dials again.
+        if let Ok(fresh) = Client::connect(addr, tls, true).await {
+            *c = fresh;
+        }
+        tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(8));
     }
     None
@@ -521,7 +583,9 @@ async fn replica_totals(ports: &[u16]) -> anyhow::Result<(u64, u64, u64, u64)> {
         let state = counts::state(port)
             .await
             .ok_or_else(|| anyhow::anyhow!("the replica at fault port {port} did not answer"))?;
-        totals.0 += state["lists_received"].as_u64().unwrap_or(0);
+        // Initial syncs: LISTs, or watch-lists.
+        totals.0 += state["lists_received"].as_u64().unwrap_or(0)
+            + state["watch_lists_received"].as_u64().unwrap_or(0);
         totals.1 += state["bytes_sent"].as_u64().unwrap_or(0);
         totals.2 += state["watches_received"].as_u64().unwrap_or(0);
         totals.3 += state["token_reviews_received"].as_u64().unwrap_or(0)
@@ -532,8 +596,13 @@ async fn replica_totals(ports: &[u16]) -> anyhow::Result<(u64, u64, u64, u64)> {
 
 /// The report as Markdown: the start-up, then the churn.
 pub fn markdown(rows: &[Row]) -> String {
-    let mut out = String::from(
-        "| gateway | informers listed (failed) | LISTs at the replicas | reviews at the replicas | bytes the replicas sent | wait p50 / p99 | gateway CPU |\n|---|---|---|---|---|---|---|\n",
+    let syncs = if rows.iter().any(|r| r.watch_list) {
+        "watch-lists"
+    } else {
+        "LISTs"
+    };
+    let mut out = format!(
+        "| gateway | informers listed (failed) | {syncs} at the replicas | reviews at the replicas | bytes the replicas sent | wait p50 / p99 | gateway CPU |\n|---|---|---|---|---|---|---|\n",
     );
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     for r in rows {

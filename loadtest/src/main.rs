@@ -174,6 +174,11 @@ enum Command {
         /// Writes per second.
         #[arg(long, default_value_t = 10)]
         writes_per_second: u32,
+        /// Informers start with a watch-list (`sendInitialEvents`, as client-go's since 1.35)
+        /// instead of a LIST: each reads its initial events to the bookmark that ends them,
+        /// then watches from that position.
+        #[arg(long)]
+        watch_list: bool,
         #[command(flatten)]
         output: Output,
     },
@@ -352,6 +357,7 @@ fn main() -> anyhow::Result<()> {
             writes,
             tokens,
             writes_per_second,
+            watch_list,
             output,
         } => {
             return run_herd(
@@ -362,6 +368,7 @@ fn main() -> anyhow::Result<()> {
                     writes,
                     tokens,
                     writes_per_second,
+                    watch_list,
                     dir: PathBuf::new(),
                 },
                 output,
