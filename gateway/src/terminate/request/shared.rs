@@ -216,7 +216,7 @@ pub(super) async fn send_fed(
 }
 
 /// Sends a watch-list that identical ones may join until its initial events have ended, or
-/// joins one on its way (`join::sync`): a follower gets the lead's initial events, then
+/// joins one on its way (`Lead::publish_sync`): a follower gets the lead's initial events, then
 /// watches on by itself from where they ended — fed from a shared watch when `fed` says how
 /// (`shared_watches`), else upstream on its own.
 #[allow(clippy::too_many_arguments)]
