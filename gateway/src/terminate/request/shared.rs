@@ -264,6 +264,9 @@ pub(super) async fn send_synced(
                     if rest.status() != StatusCode::OK {
                         return rest;
                     }
+                    // Its access log line is the joined watch-list's (a fed watch on says
+                    // `fed`): the lead's audit ID is in the head it gets.
+                    served.shared(Sharing::Joined, answer.replica());
                     return answer.resumed_response(rest.into_body(), !same_sender);
                 }
                 (_, None) => {
