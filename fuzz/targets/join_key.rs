@@ -6,9 +6,11 @@
 //! exactly when they are the same but for who sends them (the `Authorization` and front-proxy
 //! headers, the connection kind) and both carry an identity that impersonates no one — else
 //! exactly as above — and their sender keys are equal exactly when the identities are.
+//! Two watch-lists share a key exactly when they are the same request but for their
+//! `timeoutSeconds` (each client's own).
 use http::{HeaderMap, HeaderName};
 use kubegate::state::Kind;
-use kubegate::terminate::join::key::{joinable, UNANSWERED_HEADERS};
+use kubegate::terminate::join::key::{joinable, watch_list, UNANSWERED_HEADERS};
 use kubegate::terminate::request::shape::Outgoing;
 use kubegate_wire::identity::IdentityHeaders;
 use std::collections::BTreeMap;
@@ -55,6 +57,44 @@ pub fn run(data: &[u8]) {
         a.headers(),
         b.headers()
     );
+
+    // Watch-lists: the same request but for `timeoutSeconds`, wherever it stands.
+    let sync = |o: &Outgoing| {
+        watch_list(
+            o.kind(),
+            o.method(),
+            o.uri(),
+            o.client_query(),
+            o.headers(),
+            None,
+        )
+    };
+    if let (Some(sa), Some(sb)) = (sync(&a), sync(&b)) {
+        let untimed = |o: &Outgoing| -> (String, Vec<String>) {
+            let kept = o
+                .client_query()
+                .unwrap_or("")
+                .split('&')
+                .filter(|p| !p.is_empty())
+                .filter(|p| {
+                    kubegate_wire::target::key_of(p).as_deref() != Some(&b"timeoutSeconds"[..])
+                })
+                .map(str::to_string)
+                .collect();
+            (format!("{:?}{}", o.uri().authority(), o.uri().path()), kept)
+        };
+        let same_sync = a.kind() == b.kind()
+            && a.method() == b.method()
+            && untimed(&a) == untimed(&b)
+            && answered_by(a.headers(), all) == answered_by(b.headers(), all);
+        assert_eq!(
+            sa.key == sb.key,
+            same_sync,
+            "watch-lists: {:?} / {:?}",
+            a.uri(),
+            b.uri()
+        );
+    }
 
     let ids = IdentityHeaders::default();
     let identity = |n: &HeaderName| *n == http::header::AUTHORIZATION || ids.is_identity(n);
