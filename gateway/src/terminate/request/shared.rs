@@ -7,7 +7,7 @@
 use crate::state::Gateway;
 use crate::terminate::join::feeds::{self, FeedLimits, SentBy};
 use crate::terminate::join::key::{Feedable, JoinKey, Joinable, SenderKey};
-use crate::terminate::join::{Entered as Joining, Limits};
+use crate::terminate::join::{Entered as Joining, Lead, Limits, SharedAnswer};
 use crate::terminate::request::body::ResponseBody;
 use crate::terminate::request::forward::send;
 use crate::terminate::request::rules::Slot;
@@ -230,79 +230,48 @@ pub(super) async fn send_synced(
     slot: Option<Slot>,
     (joined, watch, continued): (Joined<'_>, watch::Watch, Option<Fed<'_>>),
 ) -> Response<ResponseBody> {
-    let metrics = &gw.metrics().joins;
-    let cluster = joined.mode.cluster().name();
-    let (mut reviewed, mut unshared) = (false, 0);
-    while unshared < JOIN_ATTEMPTS {
-        let mut lead = match joined.mode.joins().enter(&joined.read, reviewed, metrics) {
-            Joining::Leads(lead) => lead,
-            Joining::Unreviewed => match &joined.across {
-                Some(across) if !reviewed && across.allowed(&gw, &upstreams).await => {
-                    reviewed = true;
-                    continue;
-                }
-                _ => break,
-            },
-            Joining::Follows(follow) => match (follow.same_sender(), follow.answer().await) {
-                (same_sender, Some(answer)) => {
-                    metrics.joined(cluster);
-                    served.shared(Sharing::Joined, answer.replica());
-                    let Some(from) = answer.resumes_from() else {
-                        // Not a stream (a 403, a 410): the answer itself, as a read's.
-                        return if same_sender {
-                            answer.response()
-                        } else {
-                            answer.response_across()
-                        };
-                    };
-                    // A long-running request holds its rule's slot only until its response
-                    // starts.
-                    drop(slot);
-                    let on = (from, watch, continued);
-                    let rest = watch_on(gw, upstreams, outgoing, class, served, within, on);
-                    let rest = Box::pin(rest).await;
-                    if rest.status() != StatusCode::OK {
-                        return rest;
-                    }
-                    // Its access log line is the joined watch-list's (a fed watch on says
-                    // `fed`): the lead's audit ID is in the head it gets.
-                    served.shared(Sharing::Joined, answer.replica());
-                    return answer.resumed_response(rest.into_body(), !same_sender);
-                }
-                (_, None) => {
-                    unshared += 1;
-                    continue;
-                }
-            },
-        };
-        lead.turn().await;
-        let resp = send(
-            gw.clone(),
-            upstreams,
-            outgoing,
-            class,
-            served,
-            within,
-            slot,
-            Some(watch),
-        )
-        .await;
-        let framing = resp
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(Framing::of);
-        let answered = (resp, served.replica.clone());
-        let (resp, shared) = lead
-            .publish_sync(answered, framing, &joined.limits, metrics, cluster)
-            .await;
-        if shared {
-            served.shared(Sharing::Led, None);
+    let mut lead = match take_turn(&gw, &upstreams, &joined).await {
+        Turn::Leads(lead) => lead,
+        Turn::Alone => {
+            return send(
+                gw,
+                upstreams,
+                outgoing,
+                class,
+                served,
+                within,
+                slot,
+                Some(watch),
+            )
+            .await
         }
-        return resp;
-    }
-    send(
-        gw,
+        Turn::Answered(answer, same_sender) => {
+            served.shared(Sharing::Joined, answer.replica());
+            let Some(from) = answer.resumes_from() else {
+                // Not a stream (a 403, a 410): the answer itself, as a read's.
+                return if same_sender {
+                    answer.response()
+                } else {
+                    answer.response_across()
+                };
+            };
+            // A long-running request holds its rule's slot only until its response starts.
+            drop(slot);
+            let on = (from, watch, continued);
+            let rest = watch_on(gw, upstreams, outgoing, class, served, within, on);
+            let rest = Box::pin(rest).await;
+            if rest.status() != StatusCode::OK {
+                return rest;
+            }
+            // Its access log line is the joined watch-list's (a fed watch on says `fed`): the
+            // lead's audit ID is in the head it gets.
+            served.shared(Sharing::Joined, answer.replica());
+            return answer.resumed_response(rest.into_body(), !same_sender);
+        }
+    };
+    lead.turn().await;
+    let resp = send(
+        gw.clone(),
         upstreams,
         outgoing,
         class,
@@ -311,7 +280,22 @@ pub(super) async fn send_synced(
         slot,
         Some(watch),
     )
-    .await
+    .await;
+    let framing = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(Framing::of);
+    let answered = (resp, served.replica.clone());
+    let metrics = &gw.metrics().joins;
+    let cluster = joined.mode.cluster().name();
+    let (resp, shared) = lead
+        .publish_sync(answered, framing, &joined.limits, metrics, cluster)
+        .await;
+    if shared {
+        served.shared(Sharing::Led, None);
+    }
+    resp
 }
 
 /// A joined watch-list's watch after its initial events: from `from`, with the bookmarks its
@@ -378,63 +362,87 @@ pub(super) async fn send_joined(
     slot: Option<Slot>,
     joined: Joined<'_>,
 ) -> Response<ResponseBody> {
+    let mut lead = match take_turn(&gw, &upstreams, &joined).await {
+        Turn::Leads(lead) => lead,
+        Turn::Alone => {
+            return send(gw, upstreams, outgoing, class, served, within, slot, None).await
+        }
+        Turn::Answered(answer, same_sender) => {
+            served.shared(Sharing::Joined, answer.replica());
+            // It holds its rule's slot until its answer has been sent, as if sent.
+            let resp = if same_sender {
+                answer.response()
+            } else {
+                answer.response_across()
+            };
+            return match slot {
+                Some(slot) => resp.map(|body| ResponseBody::held(body, slot)),
+                None => resp,
+            };
+        }
+    };
+    lead.turn().await;
+    let resp = send(
+        gw.clone(),
+        upstreams,
+        outgoing,
+        class,
+        served,
+        within,
+        slot,
+        None,
+    )
+    .await;
+    let answered = (resp, served.replica.clone());
+    let metrics = &gw.metrics().joins;
+    let cluster = joined.mode.cluster().name();
+    let (resp, shared) = lead
+        .publish(answered, &joined.limits, metrics, cluster)
+        .await;
+    if shared {
+        served.shared(Sharing::Led, None);
+    }
+    resp
+}
+
+/// Where entering a read (or watch-list) in its table left it.
+enum Turn {
+    /// It goes upstream; others may join it.
+    Leads(Lead),
+    /// A twin's answer, and whether that twin was of its own sender.
+    Answered(Arc<SharedAnswer>, bool),
+    /// It goes upstream on its own: not allowed to join another sender's (or not known in
+    /// time; the apiserver authorizes it), or its twins' answers were not shared
+    /// [`JOIN_ATTEMPTS`] times.
+    Alone,
+}
+
+/// Enters `joined` until it leads, is answered by a twin, or goes alone: a twin of another
+/// sender only after a review allowed its own sender the same; a twin whose answer was not
+/// shared makes it enter again.
+async fn take_turn(gw: &Arc<Gateway>, upstreams: &Arc<Upstreams>, joined: &Joined<'_>) -> Turn {
     let metrics = &gw.metrics().joins;
     let (mut reviewed, mut unshared) = (false, 0);
     while unshared < JOIN_ATTEMPTS {
-        let mut lead = match joined.mode.joins().enter(&joined.read, reviewed, metrics) {
-            Joining::Leads(lead) => lead,
+        match joined.mode.joins().enter(&joined.read, reviewed, metrics) {
+            Joining::Leads(lead) => return Turn::Leads(lead),
             Joining::Unreviewed => match &joined.across {
-                Some(across) if !reviewed && across.allowed(&gw, &upstreams).await => {
+                Some(across) if !reviewed && across.allowed(gw, upstreams).await => {
                     reviewed = true;
-                    continue;
                 }
-                // Not allowed, or not known in time: sent on its own, and the apiserver
-                // authorizes it.
-                _ => break,
+                _ => return Turn::Alone,
             },
-            Joining::Follows(follow) => match (follow.same_sender(), follow.answer().await) {
-                (same_sender, Some(answer)) => {
-                    metrics.joined(joined.mode.cluster().name());
-                    served.shared(Sharing::Joined, answer.replica());
-                    // It holds its rule's slot until its answer has been sent, as if sent.
-                    let resp = if same_sender {
-                        answer.response()
-                    } else {
-                        answer.response_across()
-                    };
-                    return match slot {
-                        Some(slot) => resp.map(|body| ResponseBody::held(body, slot)),
-                        None => resp,
-                    };
+            Joining::Follows(follow) => {
+                let same_sender = follow.same_sender();
+                match follow.answer().await {
+                    Some(answer) => {
+                        metrics.joined(joined.mode.cluster().name());
+                        return Turn::Answered(answer, same_sender);
+                    }
+                    None => unshared += 1,
                 }
-                // Not shared: entered again.
-                (_, None) => {
-                    unshared += 1;
-                    continue;
-                }
-            },
-        };
-        lead.turn().await;
-        let cluster = joined.mode.cluster().name();
-        let resp = send(
-            gw.clone(),
-            upstreams,
-            outgoing,
-            class,
-            served,
-            within,
-            slot,
-            None,
-        )
-        .await;
-        let answered = (resp, served.replica.clone());
-        let (resp, shared) = lead
-            .publish(answered, &joined.limits, metrics, cluster)
-            .await;
-        if shared {
-            served.shared(Sharing::Led, None);
+            }
         }
-        return resp;
     }
-    send(gw, upstreams, outgoing, class, served, within, slot, None).await
+    Turn::Alone
 }
