@@ -166,10 +166,7 @@ pub fn feedable(
         .parse::<u64>()
         .ok()
         .filter(|rv| *rv > 0)?;
-    let tables = headers
-        .get_all(http::header::ACCEPT)
-        .iter()
-        .any(|v| v.as_bytes().windows(8).any(|w| w == b"as=Table"));
+    let tables = asks_tables(headers);
     if query.first("sendInitialEvents").is_some() || tables {
         return None;
     }
@@ -193,10 +190,7 @@ pub fn watch_list(
 ) -> Option<Joinable> {
     let query = Query::new(client_query);
     let flag = |key| query.first(key).is_some_and(|v| truthy(&v));
-    let tables = headers
-        .get_all(http::header::ACCEPT)
-        .iter()
-        .any(|v| v.as_bytes().windows(8).any(|w| w == b"as=Table"));
+    let tables = asks_tables(headers);
     let not_older = query.text("resourceVersionMatch").as_deref() == Some("NotOlderThan");
     if *method != Method::GET
         || !flag("watch")
@@ -208,6 +202,15 @@ pub fn watch_list(
     }
     let uri = without(uri, &query, &["timeoutSeconds"])?;
     joinable(kind, method, &uri, headers, b"", across)
+}
+
+/// Whether a watch asks for Tables (`Accept: ...;as=Table`), whose first event differs per
+/// client.
+fn asks_tables(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(http::header::ACCEPT)
+        .iter()
+        .any(|v| v.as_bytes().windows(8).any(|w| w == b"as=Table"))
 }
 
 /// `uri` with the client's query (`query`) less the parameters named in `left_out`.
