@@ -678,7 +678,7 @@ mod tests {
     use crate::state::Kind;
     use http::Uri;
 
-    fn joins() -> (Arc<Joins>, JoinMetrics, Arc<AtomicU64>) {
+    pub(super) fn joins() -> (Arc<Joins>, JoinMetrics, Arc<AtomicU64>) {
         let held = Arc::new(AtomicU64::new(0));
         let metrics = JoinMetrics::new(&prometheus::Registry::new());
         (Arc::new(Joins::new(held.clone())), metrics, held)
@@ -958,9 +958,7 @@ mod watch_list_tests {
 
     #[tokio::test]
     async fn followers_get_the_initial_events_and_where_they_end_and_the_lead_streams_on() {
-        let held = Arc::new(AtomicU64::new(0));
-        let m = JoinMetrics::new(&prometheus::Registry::new());
-        let joins = Arc::new(Joins::new(held.clone()));
+        let (joins, m, held) = super::tests::joins();
         let (lead, follow, up, resp) = started(&joins, &m);
         let limits = Limits {
             max_answer_bytes: 1 << 20,
@@ -1000,9 +998,7 @@ mod watch_list_tests {
 
     #[tokio::test]
     async fn initial_events_over_the_bound_leave_the_followers_to_go_alone() {
-        let held = Arc::new(AtomicU64::new(0));
-        let m = JoinMetrics::new(&prometheus::Registry::new());
-        let joins = Arc::new(Joins::new(held.clone()));
+        let (joins, m, held) = super::tests::joins();
         let (lead, follow, up, resp) = started(&joins, &m);
         let limits = Limits {
             max_answer_bytes: (added("a", 5).len() + 10) as u64,
@@ -1027,9 +1023,7 @@ mod watch_list_tests {
 
     #[tokio::test]
     async fn a_watch_that_ends_before_its_initial_events_do_shares_nothing() {
-        let held = Arc::new(AtomicU64::new(0));
-        let m = JoinMetrics::new(&prometheus::Registry::new());
-        let joins = Arc::new(Joins::new(held.clone()));
+        let (joins, m, held) = super::tests::joins();
         let (lead, follow, up, resp) = started(&joins, &m);
         let limits = Limits {
             max_answer_bytes: 1 << 20,
