@@ -52,6 +52,22 @@ fn access_reviews(bed: &Started) -> u64 {
     bed.sims.iter().map(Sim::access_reviews_received).sum()
 }
 
+/// A read of `path` by `user`, sent now: its answer to come, once it is in flight at a
+/// replica.
+async fn read_in_flight(
+    bed: &Started,
+    user: &str,
+    path: &str,
+) -> tokio::task::JoinHandle<Response> {
+    let mut conn = connections_as(bed, user, 1).await.pop().unwrap();
+    let path = path.to_string();
+    let lead = tokio::spawn(async move { conn.get(&path).await.unwrap() });
+    wait_for(&format!("{user}'s read in flight"), T, || {
+        (bed.kg.metric_sum("kubegate_backend_requests_in_flight") >= 1.0).then_some(())
+    });
+    lead
+}
+
 /// LISTs both replicas received so far.
 fn lists(bed: &Started) -> u64 {
     bed.sims.iter().map(Sim::lists_received).sum()
@@ -626,14 +642,7 @@ async fn reads_of_different_senders_join_once_a_review_allows_each() {
     for s in &bed.sims {
         s.set_latency_ms(3000);
     }
-    let mut alice = connections_as(&bed, "alice", 1).await.pop().unwrap();
-    let lead = {
-        let path = path.clone();
-        tokio::spawn(async move { alice.get(&path).await.unwrap() })
-    };
-    wait_for("alice's read in flight", T, || {
-        (bed.kg.metric_sum("kubegate_backend_requests_in_flight") >= 1.0).then_some(())
-    });
+    let lead = read_in_flight(&bed, "alice", &path).await;
     let mut others = connections_as(&bed, "mallory", 10).await;
     for _ in 0..10 {
         others.push(
@@ -679,14 +688,7 @@ async fn reads_of_different_senders_join_once_a_review_allows_each() {
     for s in &bed.sims {
         s.set_latency_ms(1000);
     }
-    let mut bob = connections_as(&bed, "bob", 1).await.pop().unwrap();
-    let lead = {
-        let path = path.clone();
-        tokio::spawn(async move { bob.get(&path).await.unwrap() })
-    };
-    wait_for("bob's read in flight", T, || {
-        (bed.kg.metric_sum("kubegate_backend_requests_in_flight") >= 1.0).then_some(())
-    });
+    let lead = read_in_flight(&bed, "bob", &path).await;
     let mut alice = connections_as(&bed, "alice", 1).await.pop().unwrap();
     assert_eq!(alice.get(&path).await.unwrap().status, 200);
     assert_eq!(lead.await.unwrap().status, 200);
@@ -698,14 +700,7 @@ async fn reads_of_different_senders_join_once_a_review_allows_each() {
         bed.kg
             .metric(r#"kubegate_reads_joined_total{cluster="default"}"#),
     );
-    let mut mallory = connections_as(&bed, "mallory", 1).await.pop().unwrap();
-    let lead = {
-        let path = path.clone();
-        tokio::spawn(async move { mallory.get(&path).await.unwrap() })
-    };
-    wait_for("mallory's read in flight", T, || {
-        (bed.kg.metric_sum("kubegate_backend_requests_in_flight") >= 1.0).then_some(())
-    });
+    let lead = read_in_flight(&bed, "mallory", &path).await;
     let answers = all_at_once(connections_as(&bed, "alice", 10).await, |_, mut c| {
         let path = path.clone();
         async move { c.get(&path).await.unwrap() }
