@@ -11,6 +11,8 @@
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
 
+#[path = "../fuzz/targets/bearer_token.rs"]
+mod bearer_token;
 #[path = "../fuzz/targets/client_certificate.rs"]
 mod client_certificate;
 #[path = "../fuzz/targets/config_load.rs"]
@@ -34,7 +36,8 @@ mod watch_position;
 type Property = fn(&[u8]);
 
 /// Each target and its property.
-const TARGETS: [(&str, Property); 9] = [
+const TARGETS: [(&str, Property); 10] = [
+    ("bearer_token", bearer_token::run),
     ("client_certificate", client_certificate::run),
     ("config_load", config_load::run),
     ("identity_headers", identity_headers::run),

@@ -6,18 +6,26 @@
 //! |---|---|
 //! | `target` | a request target as the apiserver reads it: the path percent-decoded, the query decoded pair by pair, booleans as apimachinery converts them |
 //! | `classify` | a request's verb, whether it is long-running, and what it addresses (group, version, namespace, resource, subresource, name): k8s.io/apiserver's `RequestInfo` |
+//! | `answerer` | who writes a request's answer: the apiserver itself, a workload behind it, or an API group's handlers (an extension server's, for an aggregated API) |
 //! | `go_duration` | Go's `time.ParseDuration`, as the apiserver reads a request's `?timeout=` |
 //! | `framing` | a watch response cut into whole events, JSON lines or length-prefixed protobuf |
 //! | `position` | where a watch stands and from which resourceVersion it can continue |
 //! | `identity` | a client certificate's identity, and the front-proxy headers that carry it |
+//! | `status` | a `metav1.Status` answer or watch ERROR event, JSON or protobuf, read whole: how kubegate tells the apiserver's own answers |
+//! | `proto` | the protobuf wire format, read without a schema |
+//! | `credentials` | a request's bearer token, read as the apiserver's token authenticators read it |
 //!
 //! Everything here reads untrusted bytes from clients or apiservers, so it is fuzzed
 //! (`fuzz/`) and property-tested (`tests` modules): it must never panic, and its memory is
 //! bounded by what it is given.
 
+pub mod answerer;
 pub mod classify;
+pub mod credentials;
 pub mod framing;
 pub mod go_duration;
 pub mod identity;
 pub mod position;
+mod proto;
+pub mod status;
 pub mod target;

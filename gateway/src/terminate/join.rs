@@ -50,12 +50,12 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Response, StatusCode, Version};
 use http_body::Body as _;
 use http_body_util::BodyExt as _;
-use key::{remove_senders_own, Freshness, JoinKey, Joinable, SenderKey};
+use key::{keep_crossing, Freshness, JoinKey, Joinable, SenderKey};
 use kubegate_wire::framing::{Decoder, Framing};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
 /// Longest a consistent read's twin waits for the twin in flight before it is sent anyway (a
@@ -92,6 +92,22 @@ struct Flight {
     followers: Arc<AtomicUsize>,
     /// Who sends it, when its key leaves the identity out.
     sender: Option<SenderKey>,
+    /// When it was sent upstream (the apiserver authorized it then); `None` while it waits to
+    /// be sent, after every read that joins it arrived.
+    sent_at: Option<Instant>,
+}
+
+/// How a read enters: whether a review allowed its sender what it asks, when it arrived, and
+/// how old an authorization of its own sender's twin may be for it to join without one
+/// (`access_review.ttl`).
+#[derive(Debug, Clone, Copy)]
+pub struct Entering {
+    /// A SubjectAccessReview (or its remembered answer) allowed its sender what it asks.
+    pub reviewed: bool,
+    /// When it arrived.
+    pub arrived: Instant,
+    /// How long before its arrival the apiserver may have authorized the twin it joins.
+    pub within: Duration,
 }
 
 /// What entering a read gave.
@@ -162,13 +178,15 @@ impl Joins {
         }
     }
 
-    /// Enters `read`: it joins a twin the freshness rules allow, or leads one. A twin of
-    /// another sender is joined only when `reviewed` (its sender is allowed to read the same);
-    /// otherwise the read is [`Entered::Unreviewed`].
+    /// Enters `read`: it joins a twin the freshness rules allow, or leads one. A twin is
+    /// joined without a review only when it is of the same sender and was sent at most
+    /// `by.within` before the read arrived (or is still to be sent): the apiserver's own
+    /// authorization of it is then as fresh as a review's. Otherwise it is joined only when
+    /// `by.reviewed`, and without that the read is [`Entered::Unreviewed`].
     pub fn enter(
         self: &Arc<Self>,
         read: &Joinable,
-        reviewed: bool,
+        by: Entering,
         metrics: &JoinMetrics,
     ) -> Entered {
         let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
@@ -180,7 +198,10 @@ impl Joins {
         };
         if let Some(flight) = joined {
             let same_sender = flight.sender == read.sender;
-            if !same_sender && !reviewed {
+            let authorized_lately = flight
+                .sent_at
+                .is_none_or(|at| by.arrived.saturating_duration_since(at) <= by.within);
+            if !(same_sender && authorized_lately) && !by.reviewed {
                 return Entered::Unreviewed;
             }
             flight.followers.fetch_add(1, Ordering::AcqRel);
@@ -190,11 +211,12 @@ impl Joins {
             });
         }
         let (tx, rx) = watch::channel(None);
-        let flight = Flight {
+        let mut flight = Flight {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             answer: rx,
             followers: Arc::default(),
             sender: read.sender.clone(),
+            sent_at: None,
         };
         let lead = |after| Lead {
             joins: self.clone(),
@@ -216,6 +238,7 @@ impl Joins {
             }
             None => {
                 let lead = lead(None);
+                flight.sent_at = Some(Instant::now());
                 twins.sent = Some(flight);
                 lead
             }
@@ -246,6 +269,9 @@ impl Joins {
         if let Some(twins) = flights.get_mut(key) {
             if twins.waiting.as_ref().is_some_and(|f| f.id == id) {
                 twins.sent = twins.waiting.take();
+                if let Some(sent) = twins.sent.as_mut() {
+                    sent.sent_at = Some(Instant::now());
+                }
             }
         }
     }
@@ -348,12 +374,13 @@ impl SharedAnswer {
         resp
     }
 
-    /// The response of a client of another sender than the one the answer was for: without
-    /// the headers that told that sender how priority and fairness classified it (its own
-    /// request, never sent, was classified by no one).
+    /// The response of a client of another sender than the one the answer was for: only the
+    /// headers that describe the body (`key::keep_crossing`): the audit ID, priority level and
+    /// warnings of the request that went upstream are its sender's (the other sender's own
+    /// request, never sent, was audited and classified by no one).
     pub fn response_across(self: &Arc<Self>) -> Response<ResponseBody> {
         let mut resp = self.response();
-        remove_senders_own(resp.headers_mut());
+        keep_crossing(resp.headers_mut());
         resp
     }
 
@@ -368,8 +395,8 @@ impl SharedAnswer {
     }
 
     /// A follower's response to a watch-list: the initial events, then `rest` (its own watch
-    /// from [`Self::resumes_from`]); for another sender than the lead's, without the APF
-    /// headers (as [`Self::response_across`]).
+    /// from [`Self::resumes_from`]); for another sender than the lead's, only the headers
+    /// that describe the body (as [`Self::response_across`]).
     pub fn resumed_response(
         self: &Arc<Self>,
         rest: ResponseBody,
@@ -381,7 +408,7 @@ impl SharedAnswer {
         *resp.version_mut() = self.version;
         *resp.headers_mut() = self.headers.clone();
         if across {
-            remove_senders_own(resp.headers_mut());
+            keep_crossing(resp.headers_mut());
         }
         resp
     }
@@ -678,6 +705,23 @@ mod tests {
     use crate::state::Kind;
     use http::Uri;
 
+    /// A read arriving now, not reviewed, that joins its own sender's twins sent within 10 s.
+    pub(super) fn arriving() -> Entering {
+        Entering {
+            reviewed: false,
+            arrived: Instant::now(),
+            within: Duration::from_secs(10),
+        }
+    }
+
+    /// A read arriving now whose sender a review allowed.
+    fn reviewed() -> Entering {
+        Entering {
+            reviewed: true,
+            ..arriving()
+        }
+    }
+
     pub(super) fn joins() -> (Arc<Joins>, JoinMetrics, Arc<AtomicU64>) {
         let held = Arc::new(AtomicU64::new(0));
         let metrics = JoinMetrics::new(&prometheus::Registry::new());
@@ -734,11 +778,15 @@ mod tests {
     async fn twins_in_flight_get_the_same_answer_and_its_bytes_are_given_back() {
         let (joins, m, held) = joins();
         let r = read("?resourceVersion=0");
-        let lead = leads(joins.enter(&r, false, &m));
-        let a = follows(joins.enter(&r, false, &m));
-        let b = follows(joins.enter(&r, false, &m));
+        let lead = leads(joins.enter(&r, arriving(), &m));
+        let a = follows(joins.enter(&r, arriving(), &m));
+        let b = follows(joins.enter(&r, arriving(), &m));
         // Another query is another read.
-        drop(leads(joins.enter(&read("?resourceVersion=1"), false, &m)));
+        drop(leads(joins.enter(
+            &read("?resourceVersion=1"),
+            arriving(),
+            &m,
+        )));
         let (resp, shared) = lead.publish(answer(200, "items"), &ROOMY, &m, "c").await;
         assert!(shared);
         assert_eq!(held.load(Ordering::Acquire), 5);
@@ -751,18 +799,18 @@ mod tests {
         drop((a, b));
         assert_eq!(held.load(Ordering::Acquire), 0, "every client was sent it");
         // Answered: the next read leads again.
-        drop(leads(joins.enter(&r, false, &m)));
+        drop(leads(joins.enter(&r, arriving(), &m)));
     }
 
     #[tokio::test]
     async fn a_consistent_read_joins_only_a_twin_sent_after_it_arrived() {
         let (joins, m, _) = joins();
         let r = read("");
-        let first = leads(joins.enter(&r, false, &m));
+        let first = leads(joins.enter(&r, arriving(), &m));
         // Arrived after `first` was sent: the next twin, which waits for `first`...
-        let mut second = leads(joins.enter(&r, false, &m));
+        let mut second = leads(joins.enter(&r, arriving(), &m));
         // ...and which later arrivals join.
-        let third = follows(joins.enter(&r, false, &m));
+        let third = follows(joins.enter(&r, arriving(), &m));
         let turn = tokio::spawn(async move {
             second.turn().await;
             second
@@ -776,7 +824,7 @@ mod tests {
             .unwrap()
             .unwrap();
         // Sent now: a consistent read arriving now waits for the next one.
-        let fourth = leads(joins.enter(&r, false, &m));
+        let fourth = leads(joins.enter(&r, arriving(), &m));
         second.publish(answer(200, "new"), &ROOMY, &m, "c").await;
         assert_eq!(third.answer().await.unwrap().body(), "new");
         drop(fourth);
@@ -804,8 +852,8 @@ mod tests {
                 },
             ),
         ] {
-            let lead = leads(joins.enter(&r, false, &m));
-            let waiting = follows(joins.enter(&r, false, &m));
+            let lead = leads(joins.enter(&r, arriving(), &m));
+            let waiting = follows(joins.enter(&r, arriving(), &m));
             let (resp, shared) = lead
                 .publish(answer(status, "items"), &limits, &m, "c")
                 .await;
@@ -821,11 +869,11 @@ mod tests {
     async fn a_lead_whose_client_went_away_lets_the_next_read_lead() {
         let (joins, m, _) = joins();
         let r = read("?resourceVersion=0");
-        let lead = leads(joins.enter(&r, false, &m));
-        let waiting = follows(joins.enter(&r, false, &m));
+        let lead = leads(joins.enter(&r, arriving(), &m));
+        let waiting = follows(joins.enter(&r, arriving(), &m));
         drop(lead);
         assert!(waiting.answer().await.is_none());
-        drop(leads(joins.enter(&r, false, &m)));
+        drop(leads(joins.enter(&r, arriving(), &m)));
         assert_eq!(m.missed_series(JoinMiss::Abandoned).get(), 1);
     }
 
@@ -855,11 +903,14 @@ mod tests {
     async fn another_sender_joins_only_once_reviewed_and_never_takes_a_403() {
         let (joins, m, _) = joins();
         let (a, a2, b) = (read_of("a"), read_of("a"), read_of("b"));
-        let lead = leads(joins.enter(&a, false, &m));
+        let lead = leads(joins.enter(&a, arriving(), &m));
         // The same sender joins at once; another needs a review first.
-        let same = follows(joins.enter(&a2, false, &m));
-        assert!(matches!(joins.enter(&b, false, &m), Entered::Unreviewed));
-        let other = follows(joins.enter(&b, true, &m));
+        let same = follows(joins.enter(&a2, arriving(), &m));
+        assert!(matches!(
+            joins.enter(&b, arriving(), &m),
+            Entered::Unreviewed
+        ));
+        let other = follows(joins.enter(&b, reviewed(), &m));
         let (resp, shared) = lead.publish(answer(403, "no"), &ROOMY, &m, "c").await;
         assert!(shared);
         assert_eq!(resp.status(), 403);
@@ -867,8 +918,8 @@ mod tests {
         assert!(other.answer().await.is_none(), "a 403 is its sender's own");
 
         // An answer that does not depend on who asked goes to both.
-        let lead = leads(joins.enter(&a, false, &m));
-        let other = follows(joins.enter(&b, true, &m));
+        let lead = leads(joins.enter(&a, arriving(), &m));
+        let other = follows(joins.enter(&b, reviewed(), &m));
         assert!(!other.same_sender());
         let (mut resp, _) = answer(200, "items");
         resp.headers_mut().insert(
@@ -883,16 +934,58 @@ mod tests {
             .headers()
             .get("x-kubernetes-pf-flowschema-uid")
             .is_none());
-        assert_eq!(theirs.headers()["audit-id"], "a-1");
+        // Nothing of the lead's request crosses: not its audit ID (the other sender's
+        // request was never audited), only what describes the body.
+        assert!(theirs.headers().get("audit-id").is_none());
+        assert_eq!(
+            theirs
+                .headers()
+                .keys()
+                .map(|k| k.as_str())
+                .collect::<Vec<_>>(),
+            Vec::<&str>::new()
+        );
+        assert_eq!(shared.response().headers()["audit-id"], "a-1");
 
         // A read of another sender leads a read of its own when nobody is in flight, with no
         // review: the apiserver authorizes the read it sends.
-        drop(leads(joins.enter(&b, false, &m)));
+        drop(leads(joins.enter(&b, arriving(), &m)));
+    }
+
+    /// The apiserver authorized a twin when it was sent: a read of the same sender arriving
+    /// longer after that than its window (`access_review.ttl`) is reviewed before it joins.
+    #[tokio::test]
+    async fn a_twin_authorized_long_before_a_read_arrived_is_joined_only_after_a_review() {
+        let (joins, m, _) = joins();
+        let r = read("?resourceVersion=0");
+        let lead = leads(joins.enter(&r, arriving(), &m));
+        let late = Entering {
+            arrived: Instant::now() + Duration::from_secs(11),
+            ..arriving()
+        };
+        assert!(matches!(joins.enter(&r, late, &m), Entered::Unreviewed));
+        let late_reviewed = Entering {
+            reviewed: true,
+            ..late
+        };
+        let follow = follows(joins.enter(&r, late_reviewed, &m));
+        lead.publish(answer(200, "items"), &ROOMY, &m, "c").await;
+        assert!(follow.answer().await.is_some());
+        // A consistent read's twin is sent after every read that joins it arrived.
+        let consistent = read("");
+        let first = leads(joins.enter(&consistent, arriving(), &m));
+        let twin = leads(joins.enter(&consistent, arriving(), &m));
+        assert!(matches!(
+            joins.enter(&consistent, late, &m),
+            Entered::Follows(_)
+        ));
+        drop((first, twin));
     }
 }
 
 #[cfg(test)]
 mod watch_list_tests {
+    use super::tests::arriving;
     use super::*;
     use crate::state::Kind;
     use http::Uri;
@@ -933,10 +1026,10 @@ mod watch_list_tests {
         joins: &Arc<Joins>,
         m: &JoinMetrics,
     ) -> (Lead, Follow, mpsc::Sender<Bytes>, Response<ResponseBody>) {
-        let Entered::Leads(lead) = joins.enter(&sync(), false, m) else {
+        let Entered::Leads(lead) = joins.enter(&sync(), arriving(), m) else {
             panic!("the first leads");
         };
-        let Entered::Follows(follow) = joins.enter(&sync(), false, m) else {
+        let Entered::Follows(follow) = joins.enter(&sync(), arriving(), m) else {
             panic!("the second follows");
         };
         let (tx, rx) = mpsc::channel(16);
@@ -993,7 +1086,10 @@ mod watch_list_tests {
         assert_eq!(body, [&initial[..], b"next"].concat());
         assert_eq!(held.load(Ordering::Acquire), 0, "given back once sent");
         // Its initial events in: the next watch-list leads.
-        assert!(matches!(joins.enter(&sync(), false, &m), Entered::Leads(_)));
+        assert!(matches!(
+            joins.enter(&sync(), arriving(), &m),
+            Entered::Leads(_)
+        ));
     }
 
     #[tokio::test]

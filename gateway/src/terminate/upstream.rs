@@ -6,6 +6,7 @@
 //! | `mode` | a cluster's upstream settings (TLS, identity headers), rules and reviewed tokens, replaced by reloads |
 //! | `dispatch` | placing a request on a backend within its rule's backends and sending it; what comes back; retries where provably unprocessed |
 //! | `flow` | what each replica's priority and fairness says: a request's level learned from answers, replicas rejecting a level left out until their `Retry-After`, the retry budget |
+//! | `signals` | the apiserver's own answers kubegate acts on (a rejection, a shutdown, a watch cache initializing or behind, a storage failure, no handler), matched exactly, and who may have written an answer |
 //! | `retry` | the pure rule of when a request may go to another backend |
 //! | `connect` | streams on a backend's HTTP/2 connections, new connections (TCP, TLS, HTTP/2), TLS for upgrades |
 //! | `h2client` | the HTTP/2 client toward backends, on `h2` directly: a request's own task sends it and waits for its response |
@@ -21,6 +22,7 @@ pub(super) mod h2client;
 pub(super) mod in_flight;
 pub(super) mod mode;
 pub(super) mod retry;
+pub(super) mod signals;
 pub(super) mod skew;
 pub(super) mod tls;
 pub(super) mod versions;

@@ -38,6 +38,9 @@ pub struct JoinMetrics {
     pub watch_held_bytes: IntGauge,
     /// `kubegate_shared_watches_cut_total`: clients cut for falling too far behind.
     fed_cut: IntCounter,
+    /// `kubegate_shared_watches_revoked_total`: fed clients ended because the apiserver
+    /// refused their bearer token since they joined.
+    pub fed_watches_revoked: IntCounter,
     /// `kubegate_shared_watch_lag_seconds`: from a feed receiving an event to a client's
     /// stream taking it.
     fed_lag: Histogram,
@@ -59,6 +62,7 @@ impl JoinMetrics {
             fed_watches: gauge(r, "kubegate_shared_watches", "Client watches fed from a shared upstream watch now."),
             watch_held_bytes: gauge(r, "kubegate_shared_watch_held_bytes", "Event bytes the shared watches hold now (their windows, and their channels for clients behind), over every cluster (terminate.shared_watches.max_held_bytes bounds it)."),
             fed_cut: counter(r, "kubegate_shared_watches_cut_total", "Client watches fed from a shared one that were ended for falling more than terminate.shared_watches.max_lag_events behind (each watches again from its last position)."),
+            fed_watches_revoked: counter(r, "kubegate_shared_watches_revoked_total", "Client watches fed from a shared one that were ended because the apiserver answered 401 for their bearer token since (each watches again, and the apiserver authorizes it)."),
             fed_lag: histogram(r, "kubegate_shared_watch_lag_seconds", "From a shared watch receiving an event to a client's stream taking it.", LAG_BUCKETS),
         }
     }
@@ -100,6 +104,11 @@ impl JoinMetrics {
     /// A client of a shared watch was cut for falling too far behind.
     pub fn fed_watch_cut(&self) {
         self.fed_cut.inc();
+    }
+
+    /// A fed client was ended: its bearer token was refused since it joined.
+    pub fn fed_watch_revoked(&self) {
+        self.fed_watches_revoked.inc();
     }
 
     /// A client's stream took an event `lag` after its feed received it.

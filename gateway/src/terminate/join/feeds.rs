@@ -25,12 +25,14 @@
 //! and one whose last client left while [`MAX_LINGERING`] others linger ends at once.
 
 use crate::telemetry::JoinMetrics;
-use crate::terminate::join::key::{remove_senders_own, JoinKey, SenderKey};
+use crate::terminate::join::key::{keep_crossing, JoinKey, SenderKey};
 use crate::terminate::request::body::{ResponseBody, WatchBody};
 use bytes::Bytes;
 use http::{HeaderMap, Response, StatusCode};
 use kubegate_wire::framing::{Decoder, Framing, Kind};
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -90,19 +92,26 @@ pub enum Entered {
     Fed(Option<Box<Response<ResponseBody>>>),
     /// No feed: this watch opens one.
     Opens(Opener),
-    /// A feed of another sender is there, but whether this watch's sender may watch the same
-    /// is not known: a review first (then it is entered again as reviewed).
+    /// A feed is there, but whether this watch's sender may watch the same now is not known
+    /// (another sender opened it, or its own sender longer ago than `SentBy::within`): a
+    /// review first (then it is entered again as reviewed).
     Unreviewed,
 }
 
-/// Who sends a watch entered: its sender (when its key leaves the identity out), and whether
-/// a review allowed that sender what the watch asks.
-#[derive(Debug, Clone, Copy, Default)]
+/// Who sends a watch entered: its sender (when its key leaves the identity out), whether a
+/// review allowed that sender what the watch asks, when the watch arrived, and how long before
+/// that the apiserver may have authorized a feed of its own sender for it to be fed without a
+/// review (`access_review.ttl`).
+#[derive(Debug, Clone, Copy)]
 pub struct SentBy<'a> {
     /// The sender, or `None` when the key holds the identity.
     pub sender: Option<&'a SenderKey>,
     /// A SubjectAccessReview allowed it.
     pub reviewed: bool,
+    /// When it arrived.
+    pub arrived: Instant,
+    /// How long before its arrival a feed of its own sender may have opened.
+    pub within: Duration,
 }
 
 /// The watch that opens a feed, until it has.
@@ -120,6 +129,8 @@ pub struct Feed {
     id: u64,
     /// The upstream answer's status and headers, each client's too.
     head: (StatusCode, HeaderMap),
+    /// When its upstream watch was answered: the apiserver authorized its opener then.
+    opened_at: Instant,
     /// Recent events, the position before the oldest, and the channel live events go out on.
     window: Mutex<Window>,
     clients: AtomicUsize,
@@ -196,7 +207,8 @@ impl Drop for Charge {
     }
 }
 
-/// A client of a feed: where it starts, whether it hears bookmarks, when its watch ends.
+/// A client of a feed: where it starts, whether it hears bookmarks, when its watch ends, and
+/// what ends it early.
 pub struct Client {
     /// Its `resourceVersion`.
     pub from: u64,
@@ -204,7 +216,13 @@ pub struct Client {
     pub bookmarks: bool,
     /// When its watch ends.
     pub ends: Option<Instant>,
+    /// Completes when the client's credentials are refused (its bearer token answered 401):
+    /// its stream ends then, and its next watch is the apiserver's to authorize.
+    pub revoked: Option<Revoked>,
 }
+
+/// Makes the future that completes when a fed client's credentials are refused.
+pub type Revoked = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 impl Feeds {
     /// No feed yet; windows' bytes counted in `held`, with every other cluster's.
@@ -270,10 +288,19 @@ impl Feeds {
             .await
             .map(|s| s.clone());
         match opened {
+            // The apiserver authorized the feed's opener of the same sender too long before
+            // this watch arrived: a review first.
+            Ok(Opening::Open(feed))
+                if !across
+                    && !by.reviewed
+                    && by.arrived.saturating_duration_since(feed.opened_at) > by.within =>
+            {
+                Entered::Unreviewed
+            }
             Ok(Opening::Open(feed)) => {
                 let mut resp = feed.subscribe(client, metrics);
                 if let Some(resp) = resp.as_mut().filter(|_| across) {
-                    remove_senders_own(resp.headers_mut());
+                    keep_crossing(resp.headers_mut());
                 }
                 Entered::Fed(resp.map(Box::new))
             }
@@ -317,6 +344,7 @@ impl Opener {
             key: self.key.clone(),
             id: self.id,
             head: (parts.status, parts.headers.clone()),
+            opened_at: Instant::now(),
             window: Mutex::new(Window {
                 from,
                 events: VecDeque::new(),
@@ -463,8 +491,18 @@ impl Feed {
         let (feed, m) = (self.clone(), metrics.clone());
         let (from, bookmarks, ends) = (client.from, client.bookmarks, client.ends);
         let max_lag = self.limits.max_lag_events;
+        let revoked = client.revoked.as_ref().map(|r| r());
         tokio::spawn(async move {
-            feed_client(backlog, live, tx, (from, bookmarks, ends, max_lag), &m).await;
+            let feeding = feed_client(backlog, live, tx, (from, bookmarks, ends, max_lag), &m);
+            match revoked {
+                Some(revoked) => {
+                    tokio::select! {
+                        () = feeding => {}
+                        () = revoked => m.fed_watch_revoked(),
+                    }
+                }
+                None => feeding.await,
+            }
             if feed.clients.fetch_sub(1, Ordering::AcqRel) == 1 {
                 feed.emptied.notify_one();
             }
@@ -618,6 +656,18 @@ mod tests {
             from,
             bookmarks,
             ends: None,
+            revoked: None,
+        }
+    }
+
+    /// A watch of the sender whose identity is in the key, arriving now, fed without a review
+    /// from a feed that opened in the last 10 s.
+    fn sent_by() -> SentBy<'static> {
+        SentBy {
+            sender: None,
+            reviewed: false,
+            arrived: Instant::now(),
+            within: Duration::from_secs(10),
         }
     }
 
@@ -647,10 +697,7 @@ mod tests {
         m: &JoinMetrics,
         limits: FeedLimits,
     ) -> (mpsc::Sender<Bytes>, Response<ResponseBody>) {
-        let Entered::Opens(opener) = feeds
-            .enter((key, &limits), SentBy::default(), first, m)
-            .await
-        else {
+        let Entered::Opens(opener) = feeds.enter((key, &limits), sent_by(), first, m).await else {
             panic!("the first watch opens the feed");
         };
         let (tx, rx) = mpsc::channel(64);
@@ -673,10 +720,7 @@ mod tests {
         c: &Client,
         m: &JoinMetrics,
     ) -> Option<Response<ResponseBody>> {
-        match feeds
-            .enter((&key(), &LIMITS), SentBy::default(), c, m)
-            .await
-        {
+        match feeds.enter((&key(), &LIMITS), sent_by(), c, m).await {
             Entered::Fed(resp) => resp.map(|r| *r),
             _ => panic!("a feed is open"),
         }
@@ -748,9 +792,7 @@ mod tests {
         assert!(ended(&mut a).await && ended(&mut b).await);
         wait_until(|| m.watch_feeds.get() == 0).await;
         assert!(matches!(
-            feeds
-                .enter((&key(), &LIMITS), SentBy::default(), &first, &m)
-                .await,
+            feeds.enter((&key(), &LIMITS), sent_by(), &first, &m).await,
             Entered::Opens(_)
         ));
     }
@@ -777,12 +819,7 @@ mod tests {
         let mut openers = Vec::new();
         for from in [5, 3] {
             match feeds
-                .enter(
-                    (&key(), &LIMITS),
-                    SentBy::default(),
-                    &client(from, false),
-                    &m,
-                )
+                .enter((&key(), &LIMITS), sent_by(), &client(from, false), &m)
                 .await
             {
                 Entered::Opens(opener) => openers.push(opener),
@@ -799,7 +836,7 @@ mod tests {
         .await;
         assert!(matches!(
             feeds
-                .enter((&key(), &LIMITS), SentBy::default(), &client(1, false), &m)
+                .enter((&key(), &LIMITS), sent_by(), &client(1, false), &m)
                 .await,
             Entered::Opens(_)
         ));
@@ -838,6 +875,7 @@ mod tests {
         let by = |sender, reviewed| SentBy {
             sender: Some(sender),
             reviewed,
+            ..sent_by()
         };
         let first = client(10, false);
         let Entered::Opens(opener) = feeds
@@ -861,11 +899,62 @@ mod tests {
             feeds.enter((&key_b, &LIMITS), by(&b, true), &c, &m).await,
             Entered::Fed(Some(_))
         ));
-        // Its own sender needs no review.
+        // Its own sender needs no review, while the feed's authorization is fresh.
         assert!(matches!(
             feeds.enter((&key_a, &LIMITS), by(&a, false), &c, &m).await,
             Entered::Fed(Some(_))
         ));
+        // Later than `within` after the feed opened, its own sender is reviewed too.
+        let late = SentBy {
+            arrived: Instant::now() + Duration::from_secs(11),
+            ..by(&a, false)
+        };
+        assert!(matches!(
+            feeds.enter((&key_a, &LIMITS), late, &c, &m).await,
+            Entered::Unreviewed
+        ));
+        let late_reviewed = SentBy {
+            reviewed: true,
+            ..late
+        };
+        let Entered::Fed(Some(resp)) = feeds.enter((&key_a, &LIMITS), late_reviewed, &c, &m).await
+        else {
+            panic!("a reviewed watch is fed");
+        };
+        assert_eq!(resp.headers()["content-type"], "application/json");
+    }
+
+    #[tokio::test]
+    async fn a_fed_client_whose_credentials_are_refused_leaves_the_feed_at_once() {
+        let (feeds, m) = (
+            Arc::new(Feeds::new(Arc::default())),
+            JoinMetrics::new(&prometheus::Registry::new()),
+        );
+        let (up, mut first) = opened(&feeds, &client(10, false), &m).await;
+        let (refuse, refused) = tokio::sync::watch::channel(false);
+        let revoked: Revoked = Arc::new(move || {
+            let mut refused = refused.clone();
+            Box::pin(async move {
+                let _ = refused.wait_for(|r| *r).await;
+            })
+        });
+        let mut twin = Client {
+            revoked: Some(revoked),
+            ..client(10, false)
+        };
+        twin.bookmarks = false;
+        let mut fed_twin = fed(&feeds, &twin, &m).await.unwrap();
+        up.send(change(11)).await.unwrap();
+        assert_eq!(next(&mut fed_twin, 1).await, [change(11)]);
+        refuse.send(true).unwrap();
+        let end = tokio::time::timeout(Duration::from_secs(10), fed_twin.body_mut().frame())
+            .await
+            .expect("the stream ends in time");
+        assert!(end.is_none(), "its stream ends cleanly");
+        assert_eq!(m.fed_watches_revoked.get(), 1);
+        // The others go on.
+        up.send(change(12)).await.unwrap();
+        assert_eq!(next(&mut first, 2).await, [change(11), change(12)]);
     }
 
     #[tokio::test]
@@ -910,9 +999,7 @@ mod tests {
             JoinMetrics::new(&prometheus::Registry::new()),
         );
         let first = client(10, false);
-        let Entered::Opens(opener) = feeds
-            .enter((&key(), &LIMITS), SentBy::default(), &first, &m)
-            .await
+        let Entered::Opens(opener) = feeds.enter((&key(), &LIMITS), sent_by(), &first, &m).await
         else {
             panic!("the first watch opens the feed");
         };
@@ -933,9 +1020,7 @@ mod tests {
         );
         assert!(waiting.await.unwrap(), "the waiting watch goes alone");
         assert!(matches!(
-            feeds
-                .enter((&key(), &LIMITS), SentBy::default(), &first, &m)
-                .await,
+            feeds.enter((&key(), &LIMITS), sent_by(), &first, &m).await,
             Entered::Opens(_)
         ));
     }
@@ -969,12 +1054,7 @@ mod tests {
         };
         assert!(matches!(
             feeds
-                .enter(
-                    (&key_n(1), &full),
-                    SentBy::default(),
-                    &client(10, false),
-                    &m
-                )
+                .enter((&key_n(1), &full), sent_by(), &client(10, false), &m)
                 .await,
             Entered::Fed(None)
         ));
@@ -1014,12 +1094,7 @@ mod tests {
         // A client back for a lingering feed is fed from it.
         assert!(matches!(
             feeds
-                .enter(
-                    (&key_n(0), &LIMITS),
-                    SentBy::default(),
-                    &client(10, false),
-                    &m
-                )
+                .enter((&key_n(0), &LIMITS), sent_by(), &client(10, false), &m)
                 .await,
             Entered::Fed(Some(_))
         ));

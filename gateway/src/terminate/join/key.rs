@@ -39,17 +39,30 @@ pub const UNANSWERED_HEADERS: &[&str] = &[
     "content-length",
 ];
 
-/// Response headers about the request's sender rather than its answer: the flow schema and
-/// priority level APF matched it to.
-const SENDERS_OWN_HEADERS: &[&str] = &[
-    "x-kubernetes-pf-flowschema-uid",
-    "x-kubernetes-pf-prioritylevel-uid",
+/// Response headers that describe the answer's bytes, not the request that fetched them: the
+/// only ones an answer keeps when it goes to another sender. Everything else is about the
+/// request that went upstream and its sender — its `Audit-Id`, the flow schema and priority
+/// level priority and fairness matched it to, `Warning`s its admission or deprecation raised —
+/// or unknown (an extension server's own).
+const CROSSING_HEADERS: &[&str] = &[
+    "content-type",
+    "content-encoding",
+    "content-length",
+    "cache-control",
+    "x-content-type-options",
+    "strict-transport-security",
+    "vary",
 ];
 
-/// Removes [`SENDERS_OWN_HEADERS`] from the head of an answer given to another sender.
-pub fn remove_senders_own(headers: &mut HeaderMap) {
-    for name in SENDERS_OWN_HEADERS {
-        headers.remove(*name);
+/// Keeps of the head of an answer given to another sender only [`CROSSING_HEADERS`].
+pub fn keep_crossing(headers: &mut HeaderMap) {
+    let others: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| !CROSSING_HEADERS.contains(&n.as_str()))
+        .cloned()
+        .collect();
+    for name in others {
+        headers.remove(name);
     }
 }
 

@@ -154,11 +154,6 @@ impl WatchBody {
     }
 }
 
-/// Whether a small answer read whole says `needle` (an apiserver's message in its `Status`).
-pub fn says(body: &[u8], needle: &[u8]) -> bool {
-    body.windows(needle.len()).any(|w| w == needle)
-}
-
 /// Reads a small answer whole (at most 16 KiB, within 10 s).
 pub async fn read_small<B>(body: B) -> Result<Bytes, ()>
 where

@@ -19,15 +19,17 @@ use crate::terminate::request::forward::send;
 use crate::terminate::request::rules::{Facts, Refusal, Rule, Rules, Slot};
 use crate::terminate::request::served::{self, Served};
 use crate::terminate::request::shape::{Client, Shaper};
-use crate::terminate::request::shared::{send_fed, send_joined, send_synced, Across, Fed, Joined};
+use crate::terminate::request::shared::{send_fed, send_joined, send_synced, Fed, Joined, Sharer};
 use crate::terminate::request::status::status;
 use crate::terminate::request::upgrade;
+use crate::terminate::sender::access_review::ANONYMOUS;
 use crate::terminate::sender::attributes::Attributes;
 use crate::terminate::sender::token_review;
-use crate::terminate::sender::tokens::{bearer_token, Naming, Reviewing, TokenHash};
+use crate::terminate::sender::tokens::{Naming, Reviewing, TokenHash};
 use crate::terminate::upstream::dispatch::Within;
 use crate::terminate::upstream::flow::{self, FlowKey};
 use crate::terminate::upstream::mode::{TerminateMode, Upstreams};
+use crate::terminate::upstream::signals::Origin;
 use crate::terminate::watch::continuity as watch;
 use bytes::Bytes;
 use http::header;
@@ -35,7 +37,10 @@ use http::{Request, Response, StatusCode};
 use http_body::Body as _;
 use hyper::body::Incoming;
 use kubegate_config::{AccessLogFormat, Config, ListenerSpec};
+use kubegate_wire::answerer::answerer;
 use kubegate_wire::classify::{ReadTarget, Unreadable, Verb};
+use kubegate_wire::credentials::{self, Bearer};
+use kubegate_wire::identity::UserInfo;
 use kubegate_wire::position::{resumed_query, Asked};
 use std::sync::Arc;
 use std::time::Instant;
@@ -149,6 +154,7 @@ async fn serve(
     req: Request<Incoming>,
     served: &mut Served,
 ) -> Response<ResponseBody> {
+    let arrived = Instant::now();
     let metrics = &gw.metrics().terminate;
     if let Some(refusal) = client.refused_certificate {
         // As the apiserver's x509 authenticator: such a certificate is an error, never an
@@ -166,13 +172,32 @@ async fn serve(
         upstreams,
         rules,
     } = taken;
+    // Read as the apiserver reads it: the path decoded, the query's flags as Go converts
+    // them. The client's bytes are what is forwarded.
+    let read = match ReadTarget::of(req.uri()) {
+        Ok(read) => read,
+        Err(e) => return unreadable(&gw, &e),
+    };
+    let info = read.info(req.method());
+    let upgrading = info.class.upgradable() && upgrade::requested(&req);
+    // The bearer token, as the apiserver's authenticators read it (a WebSocket upgrade's may
+    // ride in its subprotocols); a certificate's identity goes upstream before any token.
+    let bearer = match &client.identity {
+        Some(_) => Bearer::Absent,
+        None => credentials::bearer(
+            req.headers(),
+            upgrading && credentials::is_websocket(req.headers()),
+        ),
+    };
+    let token = match &bearer {
+        Bearer::Token(token) => Some(&**token),
+        Bearer::Absent => None,
+        Bearer::Unreadable => return unreadable_token(&gw),
+    };
     // A bearer token's client is named by a TokenReview (remembered), a certificate's by
     // the certificate.
-    let token = match (&client.identity, bearer_token(req.headers())) {
-        (None, Some(token)) if upstreams.tls.with_identity.is_some() => Some(token),
-        _ => None,
-    };
-    let (token_key, token_user) = match token {
+    let reviewed = token.filter(|_| upstreams.tls.with_identity.is_some());
+    let (token_key, token_user) = match reviewed {
         Some(token) => {
             let key = TokenHash::of(token);
             let (g, u) = (gw.clone(), upstreams.clone());
@@ -198,15 +223,8 @@ async fn serve(
     };
     served.named(token_user.clone());
     let sender = client.identity.as_deref().or(token_user.as_deref());
-    // Read as the apiserver reads it: the path decoded, the query's flags as Go converts
-    // them. The client's bytes are what is forwarded.
     let joining = &config.terminate.join_reads;
-    let (class, rule, flow, (may_join, may_sync, may_feed), attributes) = {
-        let read = match ReadTarget::of(req.uri()) {
-            Ok(read) => read,
-            Err(e) => return unreadable(&gw, &e),
-        };
-        let info = read.info(req.method());
+    let (class, rule, flow, origin, (may_join, may_sync, may_feed), attributes) = {
         let may_join = joining.enabled && key::may_join(&info, req.method(), joining.secrets);
         // A watch-list's initial sync joins as a read does (whether it is one is known from
         // its query, below).
@@ -224,26 +242,26 @@ async fn serve(
                 sender,
             })
             .cloned();
-        let as_whom = match (sender, bearer_token(req.headers())) {
+        let as_whom = match (sender, token) {
             (Some(user), _) => flow::Sender::User(user),
             (None, Some(token)) => flow::Sender::Token(token),
             (None, None) => flow::Sender::Anonymous,
         };
-        // What an authorizer would read of it: for a review before another sender's read
-        // or watch is shared with it.
-        let across = ((may_join || may_sync) && joining.across_senders)
-            || (may_feed && sharing.across_senders);
-        let attributes = across.then(|| Attributes::of(&info, read.path(), &read.query()));
+        // What an authorizer would read of it: for a review before another request's answer
+        // is shared with it.
+        let shares = may_join || may_sync || may_feed;
+        let attributes = shares.then(|| Attributes::of(&info, read.path(), &read.query()));
         let sharing = (may_join, may_sync, may_feed);
         (
             info.class,
             rule,
             FlowKey::of(as_whom, &info),
+            Origin::from(answerer(&info, read.path())),
             sharing,
             attributes,
         )
     };
-    if class.upgradable() && upgrade::requested(&req) {
+    if upgrading {
         // An upgrade holds its rule's slot only until it is established, as any long-running
         // request. Boxed, as every rarely taken path that awaits a large future: a future is
         // as large as its largest await, and each request's is allocated and moved whole.
@@ -255,7 +273,7 @@ async fn serve(
         let upgrading = upgrade::proxy(&gw, &upstreams, client, req, class, served, within);
         let resp = Box::pin(upgrading).await;
         drop(slot);
-        forget_if_refused(&mode, token_key, &resp);
+        forget_if_refused(&mode, token_key, &config, &resp);
         return resp;
     }
     // Anything else with an `Upgrade` header is an ordinary request, as the apiserver serves
@@ -285,7 +303,8 @@ async fn serve(
     };
     let mut outgoing = Shaper::new(&upstreams, metrics)
         .request(client, parts, body)
-        .in_flow(flow);
+        .in_flow(flow)
+        .answered_by(origin);
     if let Some(held) = held {
         outgoing = outgoing.holding(held);
     }
@@ -293,29 +312,36 @@ async fn serve(
     // Who the apiserver will take the request to be, when kubegate knows it whole: the
     // certificate's user it vouches for, or the user a review named the token's. Only such a
     // request may share another sender's, after a review of that user.
-    let reviewable = match outgoing.kind() {
+    // Who the apiserver will take the request to be, when kubegate knows it valid now: the
+    // certificate's user it vouches for, the user a review named the token's within its TTL,
+    // or no one. Only such a request shares another's upstream request (`shared::Sharer`).
+    let identity = match outgoing.kind() {
         Kind::WithIdentity => client.identity.clone(),
         Kind::BearerToken => token_user.clone(),
-        Kind::Anonymous => None,
+        Kind::Anonymous => Some(anonymous()),
     };
-    let across = match (attributes, reviewable) {
-        (Some(attributes), Some(user)) => Some(Across {
+    let sharer = match (attributes, identity) {
+        (Some(attributes), Some(user)) => Some(Sharer {
             mode: &mode,
             user,
             attributes: Arc::new(attributes),
             config: &config.terminate.access_review,
+            token: token_key.map(|key| (key, &config.terminate.token_review)),
+            arrived,
         }),
         _ => None,
     };
+    let (may_join, may_sync, may_feed) = match sharer {
+        Some(_) => (may_join, may_sync, may_feed),
+        None => (false, false, false),
+    };
     let ids = &upstreams.identity;
-    let across_joins = across
-        .as_ref()
-        .filter(|_| joining.across_senders)
-        .map(|_| ids);
-    let across_feeds = across
-        .as_ref()
-        .filter(|_| config.terminate.shared_watches.across_senders)
-        .map(|_| ids);
+    let across_joins = joining.across_senders.then_some(ids);
+    let across_feeds = config
+        .terminate
+        .shared_watches
+        .across_senders
+        .then_some(ids);
     let mut watch = None;
     let mut feedable = None;
     let mut synced = None;
@@ -361,13 +387,13 @@ async fn serve(
         max_answer_bytes: joining.max_answer_bytes,
         max_held_bytes: joining.max_held_bytes,
     };
-    let resp = match (joinable.or(synced), feedable, watch) {
-        (Some(read), _, None) => {
-            let joined = Joined::new(&mode, read, across, limits);
+    let resp = match (joinable.or(synced), feedable, watch, sharer) {
+        (Some(read), _, None, Some(sharer)) => {
+            let joined = Joined::new(&mode, read, sharer, limits);
             let sending = send_joined(gw, upstreams, outgoing, class, served, within, slot, joined);
             Box::pin(sending).await
         }
-        (Some(read), _, Some(watch)) => {
+        (Some(read), _, Some(watch), Some(sharer)) => {
             // A follower watches on from where the lead's initial events ended: fed from a
             // shared watch, when they are on (its key is the watch's from any position).
             let continued = may_feed
@@ -384,13 +410,13 @@ async fn serve(
                     )
                 })
                 .flatten()
-                .map(|f| Fed::new(&mode, f, across.clone(), &watch, &config.terminate));
-            let joined = (Joined::new(&mode, read, across, limits), watch, continued);
+                .map(|f| Fed::new(&mode, f, sharer.clone(), &watch, &config.terminate));
+            let joined = (Joined::new(&mode, read, sharer, limits), watch, continued);
             let sending = send_synced(gw, upstreams, outgoing, class, served, within, slot, joined);
             Box::pin(sending).await
         }
-        (None, Some(feedable), Some(watch)) => {
-            let fed = Fed::new(&mode, feedable, across, &watch, &config.terminate);
+        (None, Some(feedable), Some(watch), Some(sharer)) => {
+            let fed = Fed::new(&mode, feedable, sharer, &watch, &config.terminate);
             let sending = send_fed(gw, upstreams, outgoing, class, served, within, slot, fed);
             match Box::pin(sending).await {
                 Ok(resp) => resp,
@@ -410,10 +436,20 @@ async fn serve(
                 }
             }
         }
-        (_, _, watch) => send(gw, upstreams, outgoing, class, served, within, slot, watch).await,
+        (_, _, watch, _) => send(gw, upstreams, outgoing, class, served, within, slot, watch).await,
     };
-    forget_if_refused(&mode, token_key, &resp);
+    forget_if_refused(&mode, token_key, &config, &resp);
     resp
+}
+
+/// The user the apiserver takes a request without credentials to be.
+fn anonymous() -> Arc<UserInfo> {
+    Arc::new(UserInfo {
+        user: ANONYMOUS.to_string(),
+        groups: vec!["system:unauthenticated".to_string()],
+        uid: None,
+        extra: Default::default(),
+    })
 }
 
 /// An apiserver's 401 for a token kubegate had named: the token was revoked or has expired,
@@ -421,10 +457,11 @@ async fn serve(
 fn forget_if_refused(
     mode: &TerminateMode,
     token: Option<TokenHash>,
+    config: &Config,
     resp: &Response<ResponseBody>,
 ) {
     if let Some(key) = token.filter(|_| resp.status() == StatusCode::UNAUTHORIZED) {
-        mode.tokens().forget(&key);
+        mode.tokens().forget(&key, &config.terminate.token_review);
     }
 }
 
@@ -439,6 +476,21 @@ fn unreviewed(gw: &Gateway) -> Response<ResponseBody> {
         "TooManyRequests",
         "Too many requests, please try again later: kubegate could not yet review the bearer token, and its dispatch rules name senders",
         Some(1),
+    )
+}
+
+/// The answer to a request whose bearer token kubegate cannot read as the apiserver would
+/// (bytes that are not UTF-8, a WebSocket token protocol the apiserver refuses): 401, as the
+/// apiserver answers a token it cannot authenticate, rather than a name kubegate guessed.
+fn unreadable_token(gw: &Gateway) -> Response<ResponseBody> {
+    gw.metrics()
+        .terminate
+        .request_failed(RequestFailure::Unauthenticated);
+    status(
+        StatusCode::UNAUTHORIZED,
+        "Unauthorized",
+        "Unauthorized: the bearer token cannot be read as text",
+        None,
     )
 }
 

@@ -19,6 +19,7 @@ use crate::terminate::request::bodies::Held;
 use crate::terminate::sender::tokens::ReviewShare;
 use crate::terminate::upstream::flow::FlowKey;
 use crate::terminate::upstream::mode::Upstreams;
+use crate::terminate::upstream::signals::Origin;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
@@ -176,6 +177,7 @@ impl<'a> Shaper<'a> {
             kind,
             client_query,
             flow: FlowKey::default(),
+            origin: Origin::Apiserver,
         }
     }
 
@@ -361,6 +363,8 @@ pub struct Outgoing {
     client_query: Option<String>,
     /// Its flow, which decides its priority level upstream.
     flow: FlowKey,
+    /// Who writes its answer: whether what comes back can be the apiserver's own.
+    origin: Origin,
 }
 
 impl Outgoing {
@@ -400,6 +404,7 @@ impl Outgoing {
             kind: Kind::WithIdentity,
             client_query: None,
             flow: FlowKey::default(),
+            origin: Origin::Apiserver,
         })
     }
 
@@ -418,6 +423,17 @@ impl Outgoing {
     /// Its flow.
     pub fn flow(&self) -> FlowKey {
         self.flow
+    }
+
+    /// Its answer is written by `origin`.
+    pub fn answered_by(mut self, origin: Origin) -> Outgoing {
+        self.origin = origin;
+        self
+    }
+
+    /// Who writes its answer.
+    pub fn origin(&self) -> &Origin {
+        &self.origin
     }
 
     /// The method sent upstream.
@@ -474,6 +490,7 @@ impl Outgoing {
             kind: self.kind,
             client_query: self.client_query.clone(),
             flow: self.flow,
+            origin: self.origin.clone(),
         }
     }
 

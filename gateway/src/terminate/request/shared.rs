@@ -1,13 +1,15 @@
 //! A request answered from an identical request's upstream answer (`join`): a read joined to
 //! a twin in flight, or leading one; a watch fed from a shared upstream watch, or opening
-//! one. What is not shared goes as any request (`forward::send`). Across senders, a request
-//! joins another sender's only after a SubjectAccessReview allowed its own sender what it asks
-//! (`sender::access`); without that answer it goes upstream on its own.
+//! one. What is not shared goes as any request (`forward::send`). Every request that shares
+//! passes the same checks, whoever sent the one it shares ([`Sharer`]): an identity valid now,
+//! and the apiserver's authorization of its own sender — the twin's or feed's own upstream
+//! request of the same sender within `access_review.ttl` of its arrival, or else a
+//! SubjectAccessReview (`sender::access`); without that answer it goes upstream on its own.
 
 use crate::state::Gateway;
-use crate::terminate::join::feeds::{self, FeedLimits, SentBy};
+use crate::terminate::join::feeds::{self, FeedLimits, Revoked, SentBy};
 use crate::terminate::join::key::{Feedable, JoinKey, Joinable, SenderKey};
-use crate::terminate::join::{Entered as Joining, Lead, Limits, SharedAnswer};
+use crate::terminate::join::{Entered as Joining, Entering, Lead, Limits, SharedAnswer};
 use crate::terminate::request::body::ResponseBody;
 use crate::terminate::request::forward::send;
 use crate::terminate::request::rules::Slot;
@@ -16,11 +18,12 @@ use crate::terminate::request::shape::Outgoing;
 use crate::terminate::sender::access::{Access, AccessKey};
 use crate::terminate::sender::access_review;
 use crate::terminate::sender::attributes::Attributes;
+use crate::terminate::sender::tokens::TokenHash;
 use crate::terminate::upstream::dispatch::Within;
 use crate::terminate::upstream::mode::{TerminateMode, Upstreams};
 use crate::terminate::watch::continuity as watch;
 use http::{header, Response, StatusCode};
-use kubegate_config::{AccessReviewConfig, TerminateConfig};
+use kubegate_config::{AccessReviewConfig, TerminateConfig, TokenReviewConfig};
 use kubegate_wire::classify::RequestClass;
 use kubegate_wire::framing::Framing;
 use kubegate_wire::identity::UserInfo;
@@ -28,44 +31,55 @@ use kubegate_wire::position::{resumed_query, Asked};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// A read that identical reads may join: where it is entered, and the bounds on its answer.
+/// A read that identical reads may join: where it is entered, the bounds on its answer, and
+/// who it is for.
 pub(super) struct Joined<'a> {
     pub(super) mode: &'a TerminateMode,
     pub(super) read: Joinable,
     pub(super) limits: Limits,
-    /// With its key across senders: who to review before it joins another sender's read.
-    pub(super) across: Option<Across<'a>>,
+    pub(super) sharer: Sharer<'a>,
 }
 
 impl<'a> Joined<'a> {
-    /// `read`, entered in `mode`'s table, its answer within `limits`; `across` only when its
-    /// key leaves its sender out.
+    /// `read`, entered in `mode`'s table for `sharer`, its answer within `limits`.
     pub(super) fn new(
         mode: &'a TerminateMode,
         read: Joinable,
-        across: Option<Across<'a>>,
+        sharer: Sharer<'a>,
         limits: Limits,
     ) -> Joined<'a> {
         Joined {
             mode,
-            across: across.filter(|_| read.sender.is_some()),
             read,
             limits,
+            sharer,
         }
     }
 }
 
-/// What a review of a request's sender needs: the user the apiserver would take it to be,
-/// what the request asks, and the review's settings.
+/// Who a request answered from another's upstream request is for, as the apiserver would take
+/// it now, and what it asks: every read that joins and every watch that is fed passes here
+/// (`take_turn`, `send_fed`), whoever sent the request it shares. Its identity is valid now —
+/// a certificate within its validity, a token a review named within `token_review.ttl`
+/// (`handle` lets no other share) — and it shares only an answer the apiserver authorized for
+/// its own sender within `access_review.ttl` before it arrived, or after a SubjectAccessReview
+/// allowed its sender the same ([`Sharer::allowed`]); a 401 for its token since it arrived
+/// takes it out ([`Sharer::refused`]).
 #[derive(Clone)]
-pub(super) struct Across<'a> {
+pub(super) struct Sharer<'a> {
     pub(super) mode: &'a TerminateMode,
+    /// Who the apiserver takes the sender to be.
     pub(super) user: Arc<UserInfo>,
+    /// What the request asks, as an authorizer reads it.
     pub(super) attributes: Arc<Attributes>,
     pub(super) config: &'a AccessReviewConfig,
+    /// Its bearer token's hash, and the reviews' settings, for a token client.
+    pub(super) token: Option<(TokenHash, &'a TokenReviewConfig)>,
+    /// When the request arrived.
+    pub(super) arrived: Instant,
 }
 
-impl Across<'_> {
+impl Sharer<'_> {
     /// Whether the sender may do what the request asks (remembered, or reviewed now).
     async fn allowed(&self, gw: &Arc<Gateway>, upstreams: &Arc<Upstreams>) -> bool {
         let key = AccessKey::of(&self.user, &self.attributes);
@@ -78,6 +92,32 @@ impl Across<'_> {
         let access = self.mode.access().access(metrics, key, self.config, review);
         access.await == Access::Allowed
     }
+
+    /// How it enters the joined reads: reviewed or not, when it arrived, and how fresh its own
+    /// sender's twin must be.
+    fn entering(&self, reviewed: bool) -> Entering {
+        Entering {
+            reviewed,
+            arrived: self.arrived,
+            within: self.config.ttl,
+        }
+    }
+
+    /// Whether the apiserver refused its token (401) since it arrived.
+    fn refused(&self) -> bool {
+        self.token.as_ref().is_some_and(|(key, config)| {
+            self.mode.tokens().refused_since(key, self.arrived, config)
+        })
+    }
+
+    /// What ends a fed watch of it when the apiserver refuses its token.
+    fn revoked(&self) -> Option<Revoked> {
+        let (key, config) = self.token?;
+        let (tokens, arrived, config) = (self.mode.tokens().clone(), self.arrived, *config);
+        Some(Arc::new(move || {
+            Box::pin(tokens.revocation(key, arrived, config))
+        }))
+    }
 }
 
 /// A watch that may be fed from a shared one: where it is entered, its key and what its client
@@ -88,34 +128,36 @@ pub(super) struct Fed<'a> {
     pub(super) key: JoinKey,
     /// Its sender, when its key leaves the identity out.
     pub(super) sender: Option<SenderKey>,
-    /// With its key across senders: who to review before another sender's feed feeds it.
-    pub(super) across: Option<Across<'a>>,
+    /// Who it is for: reviewed before a feed another sender opened, or its own sender longer
+    /// ago than `access_review.ttl`, feeds it.
+    pub(super) sharer: Sharer<'a>,
     pub(super) client: feeds::Client,
     pub(super) limits: FeedLimits,
     pub(super) lifetime: std::time::Duration,
 }
 
 impl<'a> Fed<'a> {
-    /// `feedable`, as the watch `watch` asks it, entered in `mode`'s feeds within
-    /// `terminate.shared_watches`; `across` only when its key leaves its sender out.
+    /// `feedable`, as the watch `watch` asks it for `sharer`, entered in `mode`'s feeds
+    /// within `terminate.shared_watches`.
     pub(super) fn new(
         mode: &'a TerminateMode,
         feedable: Feedable,
-        across: Option<Across<'a>>,
+        sharer: Sharer<'a>,
         watch: &watch::Watch,
         terminate: &TerminateConfig,
     ) -> Fed<'a> {
         let s = &terminate.shared_watches;
         Fed {
             mode,
-            across: across.filter(|_| feedable.sender.is_some()),
             key: feedable.key,
             sender: feedable.sender,
             client: feeds::Client {
                 from: feedable.from,
                 bookmarks: watch.asked.bookmarks,
                 ends: watch.ends,
+                revoked: sharer.revoked(),
             },
+            sharer,
             limits: FeedLimits {
                 window_events: s.window_events as usize,
                 window_bytes: usize::try_from(s.window_bytes).unwrap_or(usize::MAX),
@@ -150,6 +192,8 @@ pub(super) async fn send_fed(
     let mut by = SentBy {
         sender: fed.sender.as_ref(),
         reviewed: false,
+        arrived: fed.sharer.arrived,
+        within: fed.sharer.config.ttl,
     };
     let opener = loop {
         let feeds = fed.mode.feeds();
@@ -163,14 +207,14 @@ pub(super) async fn send_fed(
             }
             feeds::Entered::Fed(None) => return Err((gw, upstreams, outgoing, within)),
             feeds::Entered::Opens(opener) => break opener,
-            feeds::Entered::Unreviewed => match &fed.across {
-                Some(across) if !by.reviewed && across.allowed(&gw, &upstreams).await => {
-                    by.reviewed = true;
+            feeds::Entered::Unreviewed => {
+                if by.reviewed || !fed.sharer.allowed(&gw, &upstreams).await {
+                    // Not allowed, or not known in time: a watch of its own, which the
+                    // apiserver authorizes.
+                    return Err((gw, upstreams, outgoing, within));
                 }
-                // Not allowed, or not known in time: a watch of its own, which the apiserver
-                // authorizes.
-                _ => return Err((gw, upstreams, outgoing, within)),
-            },
+                by.reviewed = true;
+            }
         }
     };
     // The feed's upstream watch: from this client's position, with bookmarks, for as long as
@@ -418,23 +462,31 @@ enum Turn {
 }
 
 /// Enters `joined` until it leads, is answered by a twin, or goes alone: a twin of another
-/// sender only after a review allowed its own sender the same; a twin whose answer was not
-/// shared makes it enter again.
+/// sender, or of its own authorized too long before it arrived, only after a review allowed
+/// its own sender the same; a twin whose answer was not shared makes it enter again; a 401 for
+/// its token meanwhile sends it alone.
 async fn take_turn(gw: &Arc<Gateway>, upstreams: &Arc<Upstreams>, joined: &Joined<'_>) -> Turn {
     let metrics = &gw.metrics().joins;
+    let sharer = &joined.sharer;
     let (mut reviewed, mut unshared) = (false, 0);
     while unshared < JOIN_ATTEMPTS {
-        match joined.mode.joins().enter(&joined.read, reviewed, metrics) {
+        match joined
+            .mode
+            .joins()
+            .enter(&joined.read, sharer.entering(reviewed), metrics)
+        {
             Joining::Leads(lead) => return Turn::Leads(lead),
-            Joining::Unreviewed => match &joined.across {
-                Some(across) if !reviewed && across.allowed(gw, upstreams).await => {
-                    reviewed = true;
+            Joining::Unreviewed => {
+                if reviewed || !sharer.allowed(gw, upstreams).await {
+                    return Turn::Alone;
                 }
-                _ => return Turn::Alone,
-            },
+                reviewed = true;
+            }
             Joining::Follows(follow) => {
                 let same_sender = follow.same_sender();
                 match follow.answer().await {
+                    // Its token was refused while it waited: the apiserver answers it.
+                    Some(_) if sharer.refused() => return Turn::Alone,
                     Some(answer) => {
                         metrics.joined(joined.mode.cluster().name());
                         return Turn::Answered(answer, same_sender);

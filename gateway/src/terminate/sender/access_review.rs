@@ -19,10 +19,14 @@ const PATH: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
 /// it, such as discovery's, count).
 const AUTHENTICATED: &str = "system:authenticated";
 
+/// The user the apiserver takes a request without credentials to be (its groups are
+/// `system:unauthenticated`, never [`AUTHENTICATED`]).
+pub const ANONYMOUS: &str = "system:anonymous";
+
 /// The review of `user` doing what `attributes` say.
 pub fn review_of(user: &UserInfo, attributes: &Attributes) -> Value {
     let mut groups = user.groups.clone();
-    if !groups.iter().any(|g| g == AUTHENTICATED) {
+    if user.user != ANONYMOUS && !groups.iter().any(|g| g == AUTHENTICATED) {
         groups.push(AUTHENTICATED.to_string());
     }
     let mut spec = json!({
@@ -120,6 +124,14 @@ mod tests {
         );
         assert!(r.get("group").is_none(), "the core group is empty: {r}");
 
+        let anonymous = UserInfo {
+            user: ANONYMOUS.into(),
+            groups: vec!["system:unauthenticated".into()],
+            uid: None,
+            extra: Default::default(),
+        };
+        let theirs = review_of(&anonymous, &attributes("/version"));
+        assert_eq!(theirs["spec"]["groups"], json!(["system:unauthenticated"]));
         let version = review_of(&user, &attributes("/version"));
         assert_eq!(
             version["spec"]["nonResourceAttributes"],

@@ -32,7 +32,6 @@ use crate::state::Gateway;
 use crate::telemetry::TokenReviewResult;
 use crate::terminate::sender::failure::ReviewFailure;
 use crate::terminate::sender::remembered::Remembered;
-use http::{header, HeaderMap};
 use kubegate_config::TokenReviewConfig;
 use kubegate_wire::identity::UserInfo;
 use std::collections::HashMap;
@@ -98,6 +97,9 @@ impl Naming {
 /// What kubegate knows of the tokens it has seen.
 pub struct TokenReviews {
     tables: Mutex<Tables>,
+    /// Counts the named tokens the apiserver refused since (`forget`): each change wakes the
+    /// shared watches of token clients, which leave if theirs was refused.
+    refusals: watch::Sender<u64>,
     /// Reviews under way for this cluster (`max_in_flight`).
     in_flight: AtomicU32,
     /// Wakes one request waiting for a review slot when one frees.
@@ -109,6 +111,7 @@ impl Default for TokenReviews {
     fn default() -> TokenReviews {
         TokenReviews {
             tables: Mutex::default(),
+            refusals: watch::Sender::new(0),
             in_flight: AtomicU32::new(0),
             freed: Notify::new(),
             warned: Mutex::default(),
@@ -122,6 +125,9 @@ struct Tables {
     named: Remembered<TokenHash, Arc<UserInfo>>,
     /// Tokens the apiserver did not accept (or a review refused for good).
     unnamed: Remembered<TokenHash, ()>,
+    /// Named tokens the apiserver then answered 401 for, and when: no shared answer reaches
+    /// a request of theirs that arrived before.
+    refused: Remembered<TokenHash, Instant>,
     /// One review per token under way; at most `max_in_flight` (each holds a slot).
     pending: HashMap<TokenHash, watch::Receiver<Option<Naming>>>,
     /// Counts lookups: the recency each entry keeps.
@@ -185,16 +191,6 @@ impl ReviewShare {
             ))
         }
     }
-}
-
-/// The token of an `Authorization: Bearer` header, as the apiserver's bearer-token
-/// authenticator reads it: trimmed, the scheme in any case, the token the word after it.
-pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
-    let auth = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
-    let mut parts = auth.splitn(3, ' ');
-    let scheme = parts.next()?;
-    let token = parts.next()?;
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 /// What a lookup found without sending anything.
@@ -379,10 +375,62 @@ impl TokenReviews {
         t.named.len() + t.unnamed.len()
     }
 
-    /// Forgets the name of `key`: the apiserver answered 401 for it (revoked, expired).
-    pub fn forget(&self, key: &TokenHash) -> bool {
+    /// Forgets the name of `key`: the apiserver answered 401 for it (revoked, expired). Its
+    /// requests that arrived before leave every join and shared watch ([`Self::refused_since`],
+    /// [`Self::revocation`]).
+    pub fn forget(&self, key: &TokenHash, config: &TokenReviewConfig) -> bool {
+        let now = Instant::now();
+        let forgotten = {
+            let mut t = self.tables.lock().unwrap_or_else(|e| e.into_inner());
+            let forgotten = t.named.remove(key);
+            if forgotten {
+                t.clock += 1;
+                let clock = t.clock;
+                // Kept as long as a name could have been: beyond, no request of its arrived
+                // while it was named.
+                let max = config.max_entries as usize;
+                t.refused.insert(*key, now, now, clock, max, config.ttl);
+            }
+            forgotten
+        };
+        if forgotten {
+            self.refusals.send_modify(|n| *n += 1);
+        }
+        forgotten
+    }
+
+    /// Whether the apiserver refused `key` (401) at or after `since`.
+    pub fn refused_since(
+        &self,
+        key: &TokenHash,
+        since: Instant,
+        config: &TokenReviewConfig,
+    ) -> bool {
         let mut t = self.tables.lock().unwrap_or_else(|e| e.into_inner());
-        t.named.remove(key)
+        t.clock += 1;
+        let clock = t.clock;
+        t.refused
+            .get(key, config.ttl, Instant::now(), clock)
+            .is_some_and(|at| at >= since)
+    }
+
+    /// Completes once the apiserver refuses `key` (401) after `since`: what ends a shared
+    /// watch of a token client whose token was revoked.
+    pub fn revocation(
+        self: &Arc<Self>,
+        key: TokenHash,
+        since: Instant,
+        config: TokenReviewConfig,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let (tokens, mut refusals) = (self.clone(), self.refusals.subscribe());
+        async move {
+            while refusals.changed().await.is_ok() {
+                if tokens.refused_since(&key, since, &config) {
+                    return;
+                }
+            }
+            std::future::pending().await
+        }
     }
 
     /// Logs a review refused for good, at most once a minute (a missing RBAC binding fails
@@ -430,27 +478,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bearer_tokens_are_read_as_the_apiserver_reads_them() {
-        let h = |v: &str| {
-            let mut h = HeaderMap::new();
-            h.insert(header::AUTHORIZATION, v.parse().unwrap());
-            h
-        };
-        assert_eq!(bearer_token(&h("Bearer abc")), Some("abc"));
-        assert_eq!(bearer_token(&h("bearer abc")), Some("abc"));
-        assert_eq!(bearer_token(&h("  BEARER abc  ")), Some("abc"));
-        assert_eq!(bearer_token(&h("Bearer abc def")), Some("abc"));
-        assert_eq!(
-            bearer_token(&h("Bearer  abc")),
-            None,
-            "a space before the token"
-        );
-        assert_eq!(bearer_token(&h("Basic abc")), None);
-        assert_eq!(bearer_token(&h("Bearer")), None);
-        assert_eq!(bearer_token(&HeaderMap::new()), None);
-    }
-
-    #[test]
     fn tokens_are_remembered_by_their_hash_only() {
         assert_eq!(TokenHash::of("abc"), TokenHash::of("abc"));
         assert_ne!(TokenHash::of("abc"), TokenHash::of("abd"));
@@ -489,8 +516,17 @@ mod tests {
         assert!(t.unnamed.len() <= 100, "{}", t.unnamed.len());
         assert_eq!(t.named.len(), 1);
         drop(t);
-        assert!(reviews.forget(&key(0)), "a 401 forgets the name");
+        let before = Instant::now();
+        assert!(!reviews.refused_since(&key(0), before, &config));
+        assert!(reviews.forget(&key(0), &config), "a 401 forgets the name");
         assert!(matches!(reviews.known(&key(0), &config), Known::Unknown));
+        assert!(reviews.refused_since(&key(0), before, &config));
+        assert!(!reviews.refused_since(&key(0), Instant::now() + Duration::from_secs(1), &config));
+        assert!(
+            !reviews.forget(&key(1), &config),
+            "an unnamed token has no name to forget"
+        );
+        assert!(!reviews.refused_since(&key(1), before, &config));
     }
 
     #[test]

@@ -3,20 +3,22 @@
 //! HTTP/2 connections and the request sent; the response headers come back, or the attempt
 //! fails and `may_retry` decides whether another backend is tried. Failures the apiserver
 //! provably did not process go to another backend (any verb), as do idempotent reads that
-//! broke before response headers; a shutting-down apiserver's 429/503 counts as unprocessed.
-//! Nothing is retried once its response headers were forwarded. While the replicas serve
-//! different group-versions, those that do not serve the request's are left out (`skew`).
-//! A read one replica cannot serve for a reason of its own — its watch cache still
-//! initializing (429), its storage failing (5xx naming etcd, or while its probe fails) — is
-//! tried on another; when none answers better, the client gets the last such answer. So is a
-//! request the replica's priority and fairness rejected (its 429 carries the level's UID),
-//! within a retry budget (`flow`); the client then gets the rejection asking it to wait least.
-
+//! broke before response headers; a shutting-down apiserver's own 429/503 counts as
+//! unprocessed. Nothing is retried once its response headers were forwarded. While the
+//! replicas serve different group-versions, those that do not serve the request's are left
+//! out (`skew`). A read one replica cannot serve for a reason of its own — its watch cache
+//! initializing (429) or behind (504), its storage failing (500 from the etcd client, or any
+//! 5xx while its probe fails) — is tried on another; when none answers better, the client gets
+//! the last such answer. So is a request the replica's priority and fairness rejected before
+//! any handler ran (the filter's own 429), within a retry budget (`flow`); the client then
+//! gets the rejection asking it to wait least. Each of these answers is matched exactly, and
+//! only where it can be the apiserver's own (`signals`): any other answer — a handler's 429
+//! after processing, a proxied pod's 503 — reaches the client once, as it came.
 use crate::net::hold::StorageOutage;
 use crate::net::{place, Attempt, Unplaced, PASSIVE_EJECTION};
 use crate::state::{Backend, Gateway, Pool, Stream};
 use crate::telemetry::{AttemptFailure, RequestFailure};
-use crate::terminate::request::body::{read_small, says, ResponseBody};
+use crate::terminate::request::body::{read_small, ResponseBody};
 use crate::terminate::request::rules::Rule;
 use crate::terminate::request::shape::Outgoing;
 use crate::terminate::request::status::unavailable;
@@ -26,6 +28,7 @@ use crate::terminate::upstream::h2client::{self, ResponseStream};
 use crate::terminate::upstream::in_flight::InFlight;
 use crate::terminate::upstream::mode::Upstreams;
 use crate::terminate::upstream::retry::{may_retry, reads_storage};
+use crate::terminate::upstream::signals::{self, Said};
 use crate::terminate::upstream::skew;
 use http::{Response, StatusCode};
 use kubegate_config::{BalancePolicy, Fallback};
@@ -386,52 +389,56 @@ async fn attempt(
             .observe_request_duration(class.verb, took);
     }
     let code = resp.status();
-    let level = upstreams.flows.learn(outgoing.flow(), resp.headers());
-    let refused = code == StatusCode::TOO_MANY_REQUESTS || code == StatusCode::SERVICE_UNAVAILABLE;
-    let failed_read = code.is_server_error() && reads_storage(&class);
-    let answer = if refused
-        || failed_read
-        || (code == StatusCode::NOT_FOUND && skew::may_be_unserved(class, resp.headers()))
-    {
-        // Read whole to tell a shutting-down apiserver's 429/503 from a busy one, a replica
-        // that cannot serve a read (another may) from a request that fails everywhere, and
-        // a replica without the group-version (another may have it) from an object that
-        // does not exist.
+    // Only the apiserver's own answers say anything of the replica or of the request's level:
+    // a workload's or an extension server's bytes are theirs (`signals::Origin`).
+    let own = outgoing.origin().answered_by_apiserver(backend);
+    let level = own
+        .then(|| upstreams.flows.learn(outgoing.flow(), resp.headers()))
+        .flatten();
+    let reads = reads_storage(&class);
+    // A read's 5xx while the replica's own probe fails is its storage's, whatever it says.
+    let failing = reads && code.is_server_error() && backend.failures().since.is_some();
+    let answer = if own && (signals::worth_reading(code, resp.headers()) || failing) {
+        // Read whole to tell which of the apiserver's own answers it is, if any.
         let (parts, body) = resp.into_parts();
         let body = read_small(body).await.map_err(|_| AttemptFailure::Reset)?;
-        if refused && shutting_down(backend, &body) {
-            // It comes back as whatever it is restarted as.
-            backend.planes().apis.forget();
-            return Err(AttemptFailure::ShuttingDown.into());
-        }
-        if code == StatusCode::NOT_FOUND
-            && skew::not_served(gw, upstreams.pool(), backend, outgoing.uri(), &body)
-        {
-            return Err(AttemptFailure::NotServed.into());
-        }
-        let failure = if code == StatusCode::TOO_MANY_REQUESTS && initializing(&body) {
-            Some(AttemptFailure::Initializing)
-        } else if let Some(level) = level.filter(|_| code == StatusCode::TOO_MANY_REQUESTS) {
-            // Priority and fairness rejected it before any handler ran: this replica is
-            // left out for the level's requests until its Retry-After has passed.
-            let name = &backend.info().name;
-            tracing::debug!(backend = %name, level = %level, "priority and fairness rejected a request");
-            backend
-                .planes()
-                .levels
-                .rejected(&level, flow::retry_after(&parts.headers));
-            gw.metrics().terminate.apf_rejected(name, &level);
-            Some(AttemptFailure::Throttled)
-        } else if failed_read && cache_behind(&body) {
-            Some(AttemptFailure::CacheBehind)
-        } else if failed_read && storage_failed(backend, &body) {
+        let failure = match signals::said(code, &parts.headers, &body) {
+            Some(Said::ShuttingDown) => {
+                // It comes back as whatever it is restarted as.
+                backend.planes().apis.forget();
+                return Err(AttemptFailure::ShuttingDown.into());
+            }
+            Some(Said::NoHandler)
+                if skew::not_served(gw, upstreams.pool(), backend, outgoing.uri()) =>
+            {
+                return Err(AttemptFailure::NotServed.into());
+            }
+            Some(Said::Initializing) => Some(AttemptFailure::Initializing),
+            Some(Said::Rejected) => {
+                // Rejected before any handler ran. Under priority and fairness (its answer
+                // names the level) this replica is left out for the level's requests until
+                // its Retry-After has passed; max-in-flight names none.
+                if let Some(level) = &level {
+                    let name = &backend.info().name;
+                    tracing::debug!(backend = %name, level = %level, "priority and fairness rejected a request");
+                    backend
+                        .planes()
+                        .levels
+                        .rejected(level, flow::retry_after(&parts.headers));
+                    gw.metrics().terminate.apf_rejected(name, level);
+                }
+                Some(AttemptFailure::Throttled)
+            }
+            Some(Said::CacheBehind) if reads => Some(AttemptFailure::CacheBehind),
+            Some(Said::StorageFailed) if reads => Some(AttemptFailure::StorageFailed),
+            _ if failing => Some(AttemptFailure::StorageFailed),
+            _ => None,
+        };
+        if failure == Some(AttemptFailure::StorageFailed) {
             // A passive signal: out of new work until a probe (asked for now) says otherwise,
             // rather than until the next probe finds its etcd failing.
             backend.failed_passively(PASSIVE_EJECTION);
-            Some(AttemptFailure::StorageFailed)
-        } else {
-            None
-        };
+        }
         let answer = Response::from_parts(parts, ResponseBody::full(body));
         if let Some(failure) = failure {
             return Err(Failed {
@@ -451,71 +458,4 @@ async fn attempt(
         .terminate
         .count_request(&backend.info().name, class.verb, code);
     Ok(answer)
-}
-
-/// Whether a 429/503 came from an apiserver that is shutting down (rejected before any
-/// handler ran), rather than from priority and fairness or a failing dependency.
-fn shutting_down(backend: &Backend, body: &[u8]) -> bool {
-    backend.shutting_down() || says(body, b"is shutting down")
-}
-
-/// Whether a 429 came from a watch cache that is not ready yet (the cacher's `ready` check,
-/// KEP-4568), rather than from priority and fairness.
-fn initializing(body: &[u8]) -> bool {
-    says(body, b"storage is (re)initializing")
-}
-
-/// Whether an answer (a read's 504, or a watch's first ERROR event) says the replica's watch
-/// cache has not reached the resourceVersion asked for (apimachinery's
-/// `NewTooLargeResourceVersionError`): another replica's cache may have.
-pub fn cache_behind(answer: &[u8]) -> bool {
-    says(answer, b"Too large resource version")
-}
-
-/// Whether a read's 5xx is the replica's own failure: its answer names its storage (the
-/// etcd client's errors, which the apiserver passes on as "Internal error occurred: ..."),
-/// or its last probe failed. A 5xx from anything else (an aggregated API, a webhook) fails
-/// on every replica alike and reaches the client.
-fn storage_failed(backend: &Backend, body: &[u8]) -> bool {
-    backend.failures().since.is_some()
-        || says(body, b"etcdserver: ")
-        || says(body, b"rpc error: code = Unavailable")
-        || says(body, b"rpc error: code = DeadlineExceeded")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_initializing_cache_is_told_from_a_busy_replica() {
-        assert!(initializing(
-            br#"{"kind":"Status","message":"storage is (re)initializing","reason":"TooManyRequests","code":429}"#
-        ));
-        assert!(!initializing(
-            br#"{"kind":"Status","message":"Too many requests, please try again later.","code":429}"#
-        ));
-    }
-
-    #[test]
-    fn a_cache_behind_its_etcd_is_told_from_other_timeouts() {
-        assert!(cache_behind(
-            br#"{"kind":"Status","message":"Too large resource version: 120, current: 97","reason":"Timeout","details":{"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}],"retryAfterSeconds":1},"code":504}"#
-        ));
-        assert!(!cache_behind(
-            br#"{"kind":"Status","message":"Timeout: request did not complete within requested timeout","reason":"Timeout","code":504}"#
-        ));
-    }
-
-    #[test]
-    fn a_shutdown_answer_is_told_from_a_busy_one() {
-        assert!(says(
-            b"The apiserver is shutting down, please try again later.",
-            b"is shutting down"
-        ));
-        assert!(!says(
-            b"Too many requests, please try again later.",
-            b"is shutting down"
-        ));
-    }
 }

@@ -33,11 +33,10 @@
 //! (or while a replica is being read), not a retry each.
 
 use crate::state::{Backend, Cluster, Gateway, Pool, Served};
-use crate::terminate::request::body::says;
-use http::{header, HeaderMap, Uri};
+use http::Uri;
 use kubegate_config::NoReadyBackendPolicy;
 use kubegate_pool::Candidates;
-use kubegate_wire::classify::{group_version, LongRunning, RequestClass};
+use kubegate_wire::classify::group_version;
 use kubegate_wire::target;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -84,36 +83,15 @@ fn is_discovery(path: &str) -> bool {
             .is_some_and(|group| !group.is_empty() && !group.contains('/'))
 }
 
-/// What the apiserver answers, with 404, for a path it has no handler for.
-const NO_HANDLER: &[u8] = b"the server could not find the requested resource";
-
-/// Whether a 404 with `headers` for a request of `class` may be the apiserver saying it has
-/// no handler (a small JSON `Status` of known length), and so worth reading before it is
-/// passed on. A session or log stream's 404 (a proxied service's own page, say) passes
-/// untouched.
-pub fn may_be_unserved(class: RequestClass, headers: &HeaderMap) -> bool {
-    let small = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok())
-        .is_some_and(|n| n <= 4096);
-    let json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    let short = matches!(class.long_running, None | Some(LongRunning::Watch));
-    small && json && short
-}
-
-/// Whether `body`, a 404 from `backend` for `uri`, says the replica has no handler for what
-/// was asked (not that an object does not exist: that message names the object) in a way that
-/// another replica may answer: the replica was learned to serve the group-version or
+/// Whether a 404 from `backend` for `uri` that said the replica has no handler for what was
+/// asked (`signals::Said::NoHandler`, never that an object does not exist) may be answered by
+/// another replica: the replica was learned to serve the group-version or
 /// discovery document (then what was learned of it is forgotten, to be read again at once: it
 /// was restarted as another version, or its APIs changed, unseen), or a ready replica is
 /// being read again right now (this one or another: what was known of it may be stale). `false` for a claim younger than [`MIN_CLAIM_AGE`] and with
 /// routing by skew off.
-pub fn not_served(gw: &Gateway, pool: &Pool, backend: &Backend, uri: &Uri, body: &[u8]) -> bool {
-    if !gw.config().load().terminate.version_skew.routing || !says(body, NO_HANDLER) {
+pub fn not_served(gw: &Gateway, pool: &Pool, backend: &Backend, uri: &Uri) -> bool {
+    if !gw.config().load().terminate.version_skew.routing {
         return false;
     }
     // Read as the apiserver read it (a path that does not decode never reached a replica).
@@ -283,37 +261,5 @@ mod tests {
         assert_eq!(wants("/openapi/v3/apis/apps/v1"), Wants::Discovery);
         assert_eq!(wants("/version"), Wants::Anything);
         assert_eq!(wants("/readyz"), Wants::Anything);
-    }
-
-    #[test]
-    fn only_a_small_json_404_of_a_short_request_is_read() {
-        use kubegate_wire::classify::Verb;
-        let headers = |length: &str, kind: &str| {
-            let mut h = HeaderMap::new();
-            h.insert(header::CONTENT_LENGTH, length.parse().unwrap());
-            h.insert(header::CONTENT_TYPE, kind.parse().unwrap());
-            h
-        };
-        let get = RequestClass {
-            verb: Verb::Get,
-            long_running: None,
-        };
-        let watch = RequestClass {
-            verb: Verb::Watch,
-            long_running: Some(LongRunning::Watch),
-        };
-        let proxy = RequestClass {
-            verb: Verb::Get,
-            long_running: Some(LongRunning::Session),
-        };
-        assert!(may_be_unserved(get, &headers("230", "application/json")));
-        assert!(may_be_unserved(watch, &headers("230", "application/json")));
-        assert!(!may_be_unserved(proxy, &headers("230", "application/json")));
-        assert!(!may_be_unserved(get, &headers("230", "text/html")));
-        assert!(!may_be_unserved(
-            get,
-            &headers("100000", "application/json")
-        ));
-        assert!(!may_be_unserved(get, &HeaderMap::new()));
     }
 }

@@ -1,5 +1,7 @@
 //! Learns each replica's version and served group-versions from the replica itself: its
-//! `/version`, `/api` and `/apis` (legacy discovery, which every apiserver still serves), read
+//! `/version`, `/api` and `/apis` (legacy discovery, which every apiserver still serves), and
+//! which group-versions its APIServices hand to extension servers (whose answers are not the
+//! replica's: `signals`; listing them needs `apiregistration.k8s.io` `apiservices` `list`), read
 //! over terminate mode's own upstream connections as kubegate (requestheader identity
 //! `kubegate`; `system:discovery` lets any authenticated user read them). A replica is read
 //! as soon as it is ready and again every `terminate.version_skew.refresh`; it is forgotten
@@ -126,7 +128,43 @@ async fn read_apis(
     let version = get(gw, &upstreams, backend, "/version").await?;
     let core = get(gw, &upstreams, backend, "/api").await?;
     let groups = get(gw, &upstreams, backend, "/apis").await?;
-    parse(&version, &core, &groups)
+    let set = parse(&version, &core, &groups)?;
+    // Which group-versions an extension server answers for (kube-aggregator proxies them):
+    // their answers say nothing of the replica (`signals`). Without the right to list
+    // APIServices, none beyond the built-in groups counts as the replica's own.
+    Ok(match get(gw, &upstreams, backend, APISERVICES).await {
+        Ok(list) => match aggregated(&list) {
+            Ok(gvs) => set.aggregating(gvs),
+            Err(why) => {
+                tracing::debug!(backend = %backend.info().name, error = %why, "the replica's APIServices cannot be read");
+                set
+            }
+        },
+        Err(why) => {
+            tracing::debug!(backend = %backend.info().name, error = %why, "the replica's APIServices cannot be listed");
+            set
+        }
+    })
+}
+
+/// Where a replica lists its APIServices.
+const APISERVICES: &str = "/apis/apiregistration.k8s.io/v1/apiservices";
+
+/// The group-versions of an `APIServiceList` whose `spec.service` is set (an extension server
+/// answers for them; the others are the apiserver's own, a custom resource's among them).
+fn aggregated(list: &[u8]) -> Result<Vec<(Box<str>, Box<str>)>, String> {
+    let list: Value = serde_json::from_slice(list).map_err(|e| format!("{APISERVICES}: {e}"))?;
+    let items = list["items"]
+        .as_array()
+        .ok_or_else(|| format!("{APISERVICES}: no items"))?;
+    Ok(items
+        .iter()
+        .filter(|a| !a["spec"]["service"].is_null())
+        .filter_map(|a| {
+            let (g, v) = (a["spec"]["group"].as_str()?, a["spec"]["version"].as_str()?);
+            Some((g.into(), v.into()))
+        })
+        .collect())
 }
 
 /// The set described by the three documents.
@@ -288,6 +326,14 @@ mod tests {
         let gke = br#"{"major":"1","minor":"33+","gitVersion":"v1.33.5-gke.100"}"#;
         assert_eq!(parse(gke, core, groups).unwrap().rank, [1, 33, 1, 33, 5]);
         assert!(parse(b"{}", core, groups).is_err());
+        let list = br#"{"kind":"APIServiceList","items":[
+            {"metadata":{"name":"v1.apps"},"spec":{"group":"apps","version":"v1","service":null}},
+            {"metadata":{"name":"v1.kubegate.example.com"},"spec":{"group":"kubegate.example.com","version":"v1"}},
+            {"metadata":{"name":"v1beta1.metrics.k8s.io"},"spec":{"group":"metrics.k8s.io","version":"v1beta1","service":{"namespace":"kube-system","name":"metrics-server"}}}]}"#;
+        let set = set.aggregating(aggregated(list).unwrap());
+        assert!(set.serves_itself("kubegate.example.com", "v1"));
+        assert!(!set.serves_itself("metrics.k8s.io", "v1beta1"));
+        assert!(aggregated(b"{}").is_err());
         assert!(parse(version, b"{}", b"{}").is_err());
     }
 }

@@ -42,16 +42,18 @@ use crate::state::{Backend, Gateway, Pool, Stream};
 use crate::telemetry::{Freshened, WatchBreak, WatchEnd};
 use crate::terminate::request::body::{ResponseBody, WatchBody};
 use crate::terminate::request::shape::Outgoing;
-use crate::terminate::upstream::dispatch::{self, cache_behind, dispatch, Answer};
+use crate::terminate::upstream::dispatch::{self, dispatch, Answer};
 use crate::terminate::upstream::h2client::ResponseStream;
 use crate::terminate::upstream::in_flight::InFlight;
 use crate::terminate::upstream::mode::Upstreams;
+use crate::terminate::upstream::signals::{self, Origin, Said};
 use bytes::Bytes;
 use http::Response;
 use http_body_util::BodyExt;
 use kubegate_wire::classify::RequestClass;
 use kubegate_wire::framing::{self, Decoder, Framing, Kind};
 use kubegate_wire::position::{self, resumed_query, Asked, Deliver, Progress};
+use kubegate_wire::status;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -110,6 +112,10 @@ struct Upstream {
     /// The stream cut into events; kept with it, since an event can span frames and the
     /// stream can be read on after a pause (a watch lingering on a replica it leaves).
     decoder: Decoder,
+    framing: Framing,
+    /// Its ERROR events are the replica's own (`signals::Origin`): only then does one that
+    /// says its cache cannot serve the position send the watch elsewhere.
+    own: bool,
 }
 
 impl Upstream {
@@ -117,13 +123,32 @@ impl Upstream {
         body: ResponseStream,
         backend: Arc<Backend>,
         held: (InFlight, Stream),
-        framing: Framing,
+        (framing, origin): (Framing, &Origin),
     ) -> Upstream {
         Upstream {
+            own: origin.answered_by_apiserver(&backend),
             body,
             backend,
             held,
             decoder: Decoder::new(framing),
+            framing,
+        }
+    }
+
+    /// Why the replica cannot serve the watch's position, if its first ERROR `event` says
+    /// so: its cache begins after it (410 `Expired`, or `Gone` from older replicas), or has
+    /// not reached it (`signals::Said::CacheBehind`).
+    fn refuses_position(&self, event: &framing::Event) -> Option<WatchBreak> {
+        if !self.own || !matches!(event.code, Some(410 | 504)) {
+            return None;
+        }
+        let status = status::of_event(self.framing, &event.bytes)?;
+        match (status.code, status.reason.as_str()) {
+            (410, "Expired" | "Gone") => Some(WatchBreak::Expired),
+            _ if signals::said_in_status(&status) == Some(Said::CacheBehind) => {
+                Some(WatchBreak::CacheBehind)
+            }
+            _ => None,
         }
     }
 }
@@ -156,7 +181,12 @@ pub fn follow(
     let backend = held.0.backend().clone();
     let (tx, rx) = mpsc::channel(QUEUE);
     followed.gw.metrics().terminate.watches_open.inc();
-    let upstream = Upstream::new(body, backend, held, followed.framing);
+    let upstream = Upstream::new(
+        body,
+        backend,
+        held,
+        (followed.framing, followed.outgoing.origin()),
+    );
     tokio::spawn(async move {
         let ended = run(&followed, upstream, tx).await;
         let m = &followed.gw.metrics().terminate;
@@ -440,12 +470,7 @@ async fn pump(
                             }
                         };
                         if !std::mem::replace(&mut heard_before, true) && event.kind == Kind::Error {
-                            let cause = match event.code {
-                                Some(410) => Some(WatchBreak::Expired),
-                                Some(504) if cache_behind(&event.bytes) => Some(WatchBreak::CacheBehind),
-                                _ => None,
-                            };
-                            if let Some(cause) = cause {
+                            if let Some(cause) = upstream.refuses_position(&event) {
                                 tracing::debug!(backend = %upstream.backend.info().name, cause = cause.as_str(), "a replica's watch cache cannot serve the watch's position");
                                 return Ok(Stopped::Refused(event.bytes, cause));
                             }
@@ -580,7 +605,7 @@ async fn freshen(
         resp.into_body(),
         leaving.clone(),
         (in_flight, stream),
-        *framing,
+        (*framing, followed.outgoing.origin()),
     );
     let before = heard.last;
     match pump(
@@ -680,7 +705,7 @@ async fn reopen(
                     resp.into_body(),
                     backend,
                     (in_flight, stream),
-                    framing,
+                    (framing, again.origin()),
                 ));
             }
             Ok((_, Answer::Streaming { resp, .. })) => {
