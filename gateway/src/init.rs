@@ -301,21 +301,23 @@ fn plan(init: &Init) -> Result<Vec<Planned>, String> {
     Ok(plan)
 }
 
-/// Whether `cert` was issued by `signer`'s CA (a certificate from another cluster's CA is
-/// never kept).
+/// Whether `cert` was issued by `signer`'s CA: its issuer is the CA's subject and its
+/// signature verifies with the CA's key (a certificate from another cluster's CA, even one
+/// named alike — every kubeadm CA is `CN=kubernetes` — is never kept).
 fn same_issuer(cert: &str, signer: &Signer) -> bool {
     use rustls_pki_types::pem::PemObject;
-    let subject_of = |pem: &str, issuer: bool| {
-        let der = rustls_pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).ok()?;
-        let (_, c) = x509_parser::parse_x509_certificate(&der).ok()?;
-        Some(if issuer {
-            c.issuer().as_raw().to_vec()
-        } else {
-            c.subject().as_raw().to_vec()
-        })
+    let der = |pem: &str| rustls_pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).ok();
+    let (Some(cert), Some(ca)) = (der(cert), der(&signer.cert_pem)) else {
+        return false;
     };
-    subject_of(cert, true).is_some()
-        && subject_of(cert, true) == subject_of(&signer.cert_pem, false)
+    let (Ok((_, cert)), Ok((_, ca))) = (
+        x509_parser::parse_x509_certificate(&cert),
+        x509_parser::parse_x509_certificate(&ca),
+    ) else {
+        return false;
+    };
+    cert.issuer().as_raw() == ca.subject().as_raw()
+        && cert.verify_signature(Some(ca.public_key())).is_ok()
 }
 
 /// A new metrics token: 32 random bytes, hex.
@@ -712,6 +714,39 @@ mod tests {
             key.public_key_der(),
             "the certificate belongs to the key beside it"
         );
+    }
+
+    /// Two CAs named alike (every kubeadm cluster's is `CN=kubernetes`): a certificate the
+    /// other one signed is not kept, one this one signed is.
+    #[test]
+    fn a_certificate_is_kept_only_if_the_nodes_ca_signed_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = |folder: &str| {
+            let path = dir.path().join(folder);
+            std::fs::create_dir_all(&path).unwrap();
+            let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, "kubernetes");
+            let key = rcgen::KeyPair::generate().unwrap();
+            let cert = params.self_signed(&key).unwrap();
+            std::fs::write(path.join("ca.crt"), cert.pem()).unwrap();
+            std::fs::write(path.join("ca.key"), key.serialize_pem()).unwrap();
+            Signer::load(&path, "ca").unwrap()
+        };
+        let (ours, theirs) = (ca("ours"), ca("theirs"));
+        let names = vec!["kubernetes".to_string()];
+        let by_ours = ours.issue("kubegate", &[], &names, Usage::Server).unwrap();
+        let by_theirs = theirs
+            .issue("kubegate", &[], &names, Usage::Server)
+            .unwrap();
+        assert!(same_issuer(&by_ours.cert, &ours));
+        assert!(
+            !same_issuer(&by_theirs.cert, &ours),
+            "same name, another key"
+        );
+        assert!(!same_issuer("not a certificate", &ours));
     }
 
     #[test]

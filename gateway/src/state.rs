@@ -13,7 +13,7 @@ mod settings;
 
 pub use backends::{
     ApiSet, Backend, Gauges, H2Conn, Killer, Kind, Planes, Pool, PriorityLevels, Registered,
-    Relays, Served, ServedApis, Stream, Upstream,
+    Relays, Retired, Served, ServedApis, Stream, Upstream,
 };
 pub use cluster::{Cluster, Clusters, Route};
 pub use gateway::Gateway;

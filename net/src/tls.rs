@@ -16,7 +16,7 @@ mod policy;
 mod provider;
 mod serving;
 
-pub use expiry::earliest_expiry;
+pub use expiry::{earliest_expiry, not_after};
 pub use pem::{
     certified_key, certified_key_from_pem, certs_from_pem, key_from_pem, load_certs, load_key,
     load_roots, roots_from_pem,

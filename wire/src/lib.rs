@@ -6,6 +6,7 @@
 //! |---|---|
 //! | `target` | a request target as the apiserver reads it: the path percent-decoded, the query decoded pair by pair, booleans as apimachinery converts them |
 //! | `classify` | a request's verb, whether it is long-running, and what it addresses (group, version, namespace, resource, subresource, name): k8s.io/apiserver's `RequestInfo` |
+//! | `accept` | a request's `Accept` as the apiserver's negotiation reads it (the conversion it asks) |
 //! | `answerer` | who writes a request's answer: the apiserver itself, a workload behind it, or an API group's handlers (an extension server's, for an aggregated API) |
 //! | `go_duration` | Go's `time.ParseDuration`, as the apiserver reads a request's `?timeout=` |
 //! | `framing` | a watch response cut into whole events, JSON lines or length-prefixed protobuf |
@@ -19,6 +20,7 @@
 //! (`fuzz/`) and property-tested (`tests` modules): it must never panic, and its memory is
 //! bounded by what it is given.
 
+pub mod accept;
 pub mod answerer;
 pub mod classify;
 pub mod credentials;

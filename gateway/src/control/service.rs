@@ -112,6 +112,7 @@ impl BackgroundService for Control {
             Watched {
                 serving,
                 terminate: Vec::new(),
+                probes: true,
             },
         ));
         tokio::spawn(expiry::publish_expiry(gw.clone()));

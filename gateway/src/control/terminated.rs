@@ -25,6 +25,7 @@ pub fn follow(gw: &Arc<Gateway>, cluster: &TerminatedCluster) {
                 .into_iter()
                 .collect(),
             terminate: vec![mode.clone()],
+            probes: false,
         },
     ));
     for task in [versions, share, certificates] {

@@ -12,7 +12,7 @@ mod upstream;
 pub use apis::{ApiSet, Served, ServedApis};
 pub use priority_levels::PriorityLevels;
 pub use relays::{Registered, Relays};
-pub use upstream::{Gauges, H2Conn, Killer, Kind, Stream, Upstream};
+pub use upstream::{Gauges, H2Conn, Killer, Kind, Retired, Stream, Upstream};
 
 use crate::telemetry::Metrics;
 use kubegate_pool::{CloseReason, DataPlanes};

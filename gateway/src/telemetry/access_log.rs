@@ -83,12 +83,27 @@ impl Entry {
     /// are its own copies (`served::entry`), so their lengths are what they hold; the
     /// sender's names are counted too, as a queued entry may be what keeps them.
     fn weight(&self) -> usize {
+        // A `String`'s or `Vec`'s own size, beside its bytes.
+        const HEADER: usize = 24;
         let sender = self.sender.as_ref().map_or(0, |u| {
             u.user.len()
-                + u.groups.iter().map(|g| g.len() + 24).sum::<usize>()
+                + u.groups.iter().map(|g| g.len() + HEADER).sum::<usize>()
                 + u.uid.as_ref().map_or(0, String::len)
+                + u.extra
+                    .iter()
+                    .map(|(k, vs)| {
+                        // A map entry, its key, its list, each value.
+                        2 * HEADER + k.len() + vs.iter().map(|v| v.len() + HEADER).sum::<usize>()
+                    })
+                    .sum::<usize>()
         });
+        // An extension method (`Method` keeps it in an allocation of its own).
+        let method = match self.method.as_str().len() {
+            n if n > 15 => n,
+            _ => 0,
+        };
         ENTRY_BYTES
+            + method
             + self.uri.path_and_query().map_or(0, |pq| pq.as_str().len())
             + self.user_agent.as_ref().map_or(0, |u| u.len())
             + self.audit_id.as_ref().map_or(0, |a| a.len())
@@ -595,6 +610,24 @@ mod tests {
         let admitted = (0..50).filter(|_| w.admit(10)).count();
         // All in one second, or across a second's turn (then up to twice).
         assert!((10..=20).contains(&admitted), "{admitted}");
+    }
+
+    /// Everything an entry keeps alive is weighed: a sender's extra (a bound token's pod and
+    /// node names) and an extension method as long as a client makes it.
+    #[test]
+    fn an_entrys_weight_counts_its_senders_extra_and_a_long_method() {
+        let plain = entry();
+        let mut heavy = entry();
+        heavy.method = Method::from_bytes("X".repeat(4096).as_bytes()).unwrap();
+        assert!(heavy.weight() >= plain.weight() + 4096);
+        let mut extra = entry();
+        extra.sender = Some(Arc::new(UserInfo {
+            user: "u".into(),
+            groups: vec![],
+            uid: None,
+            extra: [("k".to_string(), vec!["v".repeat(8192)])].into(),
+        }));
+        assert!(extra.weight() >= plain.weight() + 8192);
     }
 
     #[test]

@@ -9,17 +9,22 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub fn earliest_expiry(path: &Path) -> Result<SystemTime, String> {
     let mut earliest: Option<SystemTime> = None;
     for der in load_certs(path)? {
-        let (_, cert) = x509_parser::parse_x509_certificate(&der)
-            .map_err(|e| format!("{}: not an X.509 certificate: {e}", path.display()))?;
-        let seconds = cert.validity().not_after.timestamp();
-        let at = if seconds >= 0 {
-            UNIX_EPOCH + Duration::from_secs(seconds as u64)
-        } else {
-            UNIX_EPOCH
-        };
+        let at = not_after(&der)
+            .ok_or_else(|| format!("{}: not an X.509 certificate", path.display()))?;
         earliest = Some(earliest.map_or(at, |e| e.min(at)));
     }
     earliest.ok_or_else(|| format!("{}: no certificate", path.display()))
+}
+
+/// When the DER certificate `der` expires (`notAfter`), if it is one.
+pub fn not_after(der: &[u8]) -> Option<SystemTime> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let seconds = cert.validity().not_after.timestamp();
+    Some(if seconds >= 0 {
+        UNIX_EPOCH + Duration::from_secs(seconds as u64)
+    } else {
+        UNIX_EPOCH
+    })
 }
 
 #[cfg(test)]

@@ -57,6 +57,15 @@ impl Killer {
         self.task.abort();
     }
 
+    /// Ends the connection now unless it has ended already; says whether it was open.
+    fn kill_if_open(&self) -> bool {
+        let open = !self.ended();
+        if open {
+            self.kill();
+        }
+        open
+    }
+
     fn ended(&self) -> bool {
         self.task.is_finished()
     }
@@ -88,6 +97,27 @@ impl H2Conn {
     /// Whether new streams may use the connection.
     fn usable(&self) -> bool {
         !self.refusing.load(Ordering::Acquire) && !self.killer.ended()
+    }
+}
+
+/// Connections taken out of use while streams may still run on them: what ends those still
+/// open by a deadline.
+pub struct Retired(Vec<Arc<Killer>>);
+
+impl Retired {
+    /// How many were taken out of use.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether none was.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Ends those still open; returns how many were.
+    pub fn close(&self) -> usize {
+        self.0.iter().filter(|k| k.kill_if_open()).count()
     }
 }
 
@@ -410,6 +440,22 @@ impl Upstream {
         self.drains.send_modify(|n| *n += 1);
     }
 
+    /// Connections of `kind` take no new stream (what they present was replaced): each
+    /// closes, with GOAWAY, once its streams are done. The caller ends those still open by a
+    /// deadline.
+    pub fn retire(&self, kind: Kind) -> Retired {
+        let mut conns = self.conns();
+        let conns = &mut *conns;
+        let killers: Vec<Arc<Killer>> = conns.open[kind as usize]
+            .drain(..)
+            .map(|c| c.killer.clone())
+            .collect();
+        conns.retired.extend(killers.iter().cloned());
+        conns.retired.retain(|k| !k.ended());
+        self.gauges.load().connections.sub(killers.len() as i64);
+        Retired(killers)
+    }
+
     /// Ends everything open on the backend now; returns the requests that were in flight.
     pub fn close(&self) -> usize {
         let in_flight = self.in_flight();
@@ -518,6 +564,34 @@ mod tests {
             .await
             .expect("the idle connection ended")
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn retired_connections_take_no_stream_and_close_by_their_deadline() {
+        let upstream = Upstream::new(gauges());
+        let (old, old_task) = connection().await;
+        let (anonymous, _) = connection().await;
+        let watch = upstream.add(Kind::WithIdentity, old).0;
+        drop(upstream.add(Kind::Anonymous, anonymous));
+        let retired = upstream.retire(Kind::WithIdentity);
+        assert_eq!(retired.len(), 1);
+        assert!(
+            upstream.stream(Kind::WithIdentity, 100).is_none(),
+            "no new stream"
+        );
+        assert!(
+            upstream.stream(Kind::Anonymous, 100).is_some(),
+            "other kinds stay"
+        );
+        // A stream still runs on it until the deadline closes it.
+        assert!(!old_task.is_finished());
+        assert_eq!(retired.close(), 1);
+        tokio::time::timeout(Duration::from_secs(30), old_task)
+            .await
+            .expect("the retired connection ended")
+            .unwrap_or(());
+        assert_eq!(retired.close(), 0, "closed once");
+        drop(watch);
     }
 
     #[tokio::test]

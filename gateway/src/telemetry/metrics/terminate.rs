@@ -206,6 +206,12 @@ impl TerminateMetrics {
             .inc();
     }
 
+    /// Makes `backend`'s series of rejections of `level` (a level the cluster's answers named
+    /// for the first time), at 0.
+    pub fn apf_level_seen(&self, backend: &str, level: &str) {
+        self.apf_rejections.with_label_values(&[backend, level]);
+    }
+
     /// Counts a request of `level` placed away from replicas rejecting it.
     pub fn apf_steered(&self, level: &str) {
         self.apf_steered.with_label_values(&[level]).inc();

@@ -153,12 +153,7 @@ pub fn joinable(
 
 /// Query parameters a shared watch serves each client by itself: where it starts, how long it
 /// lasts, whether it hears bookmarks. Every other parameter is part of a watch's key.
-const POSITION_PARAMETERS: &[&str] = &[
-    "resourceVersion",
-    "resourceVersionMatch",
-    "timeoutSeconds",
-    "allowWatchBookmarks",
-];
+const POSITION_PARAMETERS: &[&str] = &["resourceVersion", "timeoutSeconds", "allowWatchBookmarks"];
 
 /// The key of a watch that may be fed from a shared one, and the position it starts from: a
 /// watch from a resourceVersion (a number above 0: an informer's watch after its list),
@@ -180,7 +175,14 @@ pub fn feedable(
         .ok()
         .filter(|rv| *rv > 0)?;
     let tables = asks_tables(headers);
-    if query.first("sendInitialEvents").is_some() || tables {
+    // What the apiserver would refuse (400) goes upstream to be refused: `resourceVersionMatch`
+    // on a watch without `sendInitialEvents`, a `timeoutSeconds` that is not an integer
+    // (apimachinery's `Convert_Slice_string_To_Pointer_int64`, `strconv.ParseInt`).
+    let refused = query.first("resourceVersionMatch").is_some()
+        || query
+            .text("timeoutSeconds")
+            .is_some_and(|t| t.parse::<i64>().is_err());
+    if query.first("sendInitialEvents").is_some() || tables || refused {
         return None;
     }
     let uri = without(uri, &query, POSITION_PARAMETERS)?;
@@ -217,13 +219,10 @@ pub fn watch_list(
     joinable(kind, method, &uri, headers, b"", across)
 }
 
-/// Whether a watch asks for Tables (`Accept: ...;as=Table`), whose first event differs per
-/// client.
+/// Whether a watch asks for Tables (`Accept: ...;as=Table`, read as the apiserver's
+/// negotiation reads it), whose first event differs per client.
 fn asks_tables(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(http::header::ACCEPT)
-        .iter()
-        .any(|v| v.as_bytes().windows(8).any(|w| w == b"as=Table"))
+    kubegate_wire::accept::converts_to(headers, "Table")
 }
 
 /// `uri` with the client's query (`query`) less the parameters named in `left_out`.
@@ -488,6 +487,19 @@ mod tests {
         }
         let table = headers(&[("accept", "application/json;as=Table;v=v1;g=meta.k8s.io")]);
         assert!(feedable_of("watch=1&resourceVersion=10", &table).is_none());
+        let spaced = headers(&[("accept", "application/json; as = Table; v=v1")]);
+        assert!(feedable_of("watch=1&resourceVersion=10", &spaced).is_none());
+        // What the apiserver answers 400 is never answered by a feed.
+        for refused in [
+            "watch=1&resourceVersion=10&resourceVersionMatch=NotOlderThan",
+            "watch=1&resourceVersion=10&resourceVersionMatch=Exact",
+            "watch=1&resourceVersion=10&timeoutSeconds=abc",
+            "watch=1&resourceVersion=10&timeoutSeconds=",
+            "watch=1&resourceVersion=10&timeoutSeconds=1.5",
+        ] {
+            assert!(feedable_of(refused, &h).is_none(), "{refused}");
+        }
+        assert!(feedable_of("watch=1&resourceVersion=10&timeoutSeconds=-1", &h).is_some());
     }
 
     /// The values each part of a request that decides its answer takes in the property

@@ -156,9 +156,9 @@ async fn serve(
 ) -> Response<ResponseBody> {
     let arrived = Instant::now();
     let metrics = &gw.metrics().terminate;
-    if let Some(refusal) = client.refused_certificate {
-        // As the apiserver's x509 authenticator: such a certificate is an error, never an
-        // anonymous request.
+    if let Some(refusal) = client.certificate_refused_now() {
+        // As the apiserver's x509 authenticator, at every request: such a certificate is an
+        // error, never an anonymous request.
         metrics.request_failed(RequestFailure::Unauthenticated);
         return status(
             StatusCode::UNAUTHORIZED,

@@ -30,6 +30,7 @@ use rustls::pki_types::ServerName;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 /// The user kubegate's own requests (discovery reads, token reviews) are sent as, by its
 /// front-proxy certificate.
@@ -48,6 +49,9 @@ pub enum CertificateRefusal {
     /// Its subject has several UID attributes, or an empty one (1.33+'s x509 authenticator
     /// refuses it).
     BadUid,
+    /// It expired after the connection's handshake: the apiserver verifies a client
+    /// certificate with the current time at every request.
+    Expired,
 }
 
 impl CertificateRefusal {
@@ -63,6 +67,9 @@ impl CertificateRefusal {
             CertificateRefusal::BadUid => {
                 "Unauthorized: the client certificate's subject has several UID attributes (1.3.6.1.4.1.57683.2), or an empty one"
             }
+            CertificateRefusal::Expired => {
+                "Unauthorized: the client certificate has expired since the connection was made: reconnect with a current one"
+            }
         }
     }
 }
@@ -77,6 +84,10 @@ pub struct Client {
     pub identity: Option<Arc<UserInfo>>,
     /// The client presented a verified certificate that cannot be passed on.
     pub refused_certificate: Option<CertificateRefusal>,
+    /// When its verified certificate expires: from then on every request is refused, as the
+    /// apiserver's x509 authenticator verifies a certificate at every request, not only at the
+    /// handshake (a connection outlives its certificate).
+    pub certificate_expires: Option<SystemTime>,
     /// Request body bytes held for this connection (`bodies`).
     pub body_bytes: Arc<AtomicU64>,
     /// This connection's share of the token reviews (`tokens`).
@@ -98,6 +109,7 @@ impl Client {
             h2: false,
             identity: identity.map(Arc::new),
             refused_certificate: None,
+            certificate_expires: None,
             body_bytes: Arc::default(),
             reviews: ReviewShare::default(),
             forwarded_for,
@@ -115,6 +127,22 @@ impl Client {
     pub fn refusing(mut self, refusal: Option<CertificateRefusal>) -> Client {
         self.refused_certificate = refusal;
         self
+    }
+
+    /// Its verified certificate expires at `expires`.
+    pub fn certificate_expiring(mut self, expires: Option<SystemTime>) -> Client {
+        self.certificate_expires = expires;
+        self
+    }
+
+    /// Why its certificate is refused for a request now, if it is: one that cannot be passed
+    /// on, or one that has expired since the handshake.
+    pub fn certificate_refused_now(&self) -> Option<CertificateRefusal> {
+        self.refused_certificate.or_else(|| {
+            self.certificate_expires
+                .filter(|at| SystemTime::now() > *at)
+                .map(|_| CertificateRefusal::Expired)
+        })
     }
 
     /// The client's IP address, as text.

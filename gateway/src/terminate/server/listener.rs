@@ -24,7 +24,7 @@ use crate::terminate::upstream::mode::TerminateMode;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use kubegate_config::{ListenerSpec, TerminateConfig};
-use kubegate_net::tls::ServingCert;
+use kubegate_net::tls::{not_after, ServingCert};
 use kubegate_wire::identity::{CertificateName, IdentityHeaders, UserInfo};
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -84,6 +84,7 @@ async fn serve(
         h2,
         identity,
         refused_certificate,
+        certificate_expires,
         mode,
     }) = handshake(&gw, &listener, tcp, addr, &limits).await
     else {
@@ -96,7 +97,8 @@ async fn serve(
             Client::new(addr, identity)
                 .speaking_h2(h2)
                 .trusting(addr, &limits.trusted_proxies)
-                .refusing(refused_certificate),
+                .refusing(refused_certificate)
+                .certificate_expiring(certificate_expires),
         );
         let resets = ResetWatch::new(if h2 {
             limits.rapid_reset_min_streams
@@ -194,6 +196,8 @@ struct Accepted {
     identity: Option<UserInfo>,
     /// A verified client certificate was presented that cannot be passed on.
     refused_certificate: Option<CertificateRefusal>,
+    /// When the verified client certificate expires.
+    certificate_expires: Option<std::time::SystemTime>,
     /// Terminate mode's state for the client's cluster.
     mode: Arc<TerminateMode>,
 }
@@ -227,10 +231,12 @@ async fn handshake(
                 Some(Ok(id)) => (Some(id), None),
             };
             let h2 = session.alpn_protocol() == Some(b"h2");
+            let certificate_expires = leaf.and_then(|leaf| not_after(leaf));
             Some(Accepted {
                 tls,
                 h2,
                 refused_certificate,
+                certificate_expires,
                 identity,
                 mode,
             })

@@ -394,7 +394,19 @@ async fn attempt(
     let own = outgoing.origin().answered_by_apiserver(backend);
     let level = own
         .then(|| upstreams.flows.learn(outgoing.flow(), resp.headers()))
-        .flatten();
+        .flatten()
+        .map(|(level, first)| {
+            if first {
+                // A dashboard's rate of rejections reads 0 for each replica from now on,
+                // rather than nothing until the first rejection.
+                for b in upstreams.pool().backends().iter() {
+                    gw.metrics()
+                        .terminate
+                        .apf_level_seen(&b.info().name, &level);
+                }
+            }
+            level
+        });
     let reads = reads_storage(&class);
     // A read's 5xx while the replica's own probe fails is its storage's, whatever it says.
     let failing = reads && code.is_server_error() && backend.failures().since.is_some();

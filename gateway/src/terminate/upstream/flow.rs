@@ -120,24 +120,25 @@ impl Flows {
         self.learned().get(flow)
     }
 
-    /// Reads the level of an answer to `flow` from its `headers`; returns it.
-    pub fn learn(&self, flow: FlowKey, headers: &HeaderMap) -> Option<Arc<str>> {
+    /// Reads the level of an answer to `flow` from its `headers`; returns it, and whether
+    /// the cluster's answers named it for the first time.
+    pub fn learn(&self, flow: FlowKey, headers: &HeaderMap) -> Option<(Arc<str>, bool)> {
         let uid = headers.get(PRIORITY_LEVEL_UID)?.to_str().ok()?;
         let mut learned = self.learned();
         if let Some(known) = learned.get(flow).filter(|l| &**l == uid) {
-            return Some(known);
+            return Some((known, false));
         }
-        let level = match learned.levels.iter().find(|l| &***l == uid) {
-            Some(l) => l.clone(),
+        let (level, first) = match learned.levels.iter().find(|l| &***l == uid) {
+            Some(l) => (l.clone(), false),
             None if learned.levels.len() < MAX_LEVELS => {
                 let l: Arc<str> = uid.into();
                 learned.levels.push(l.clone());
-                l
+                (l, true)
             }
             None => return None,
         };
         learned.insert(flow, level.clone());
-        Some(level)
+        Some((level, first))
     }
 
     /// A request is sent: it adds to the retry budget.
@@ -260,8 +261,10 @@ mod tests {
         let (a, b) = (FlowKey(1), FlowKey(2));
         assert_eq!(flows.level_of(a), None);
         assert_eq!(flows.learn(a, &HeaderMap::new()), None);
-        let la = flows.learn(a, &answered_under("uid-low")).unwrap();
-        let lb = flows.learn(b, &answered_under("uid-low")).unwrap();
+        let (la, first) = flows.learn(a, &answered_under("uid-low")).unwrap();
+        assert!(first, "the level is new to the cluster");
+        let (lb, again) = flows.learn(b, &answered_under("uid-low")).unwrap();
+        assert!(!again);
         assert!(Arc::ptr_eq(&la, &lb), "one level, kept once");
         assert_eq!(flows.level_of(a).as_deref(), Some("uid-low"));
         flows.learn(a, &answered_under("uid-high"));

@@ -11,11 +11,12 @@
 //! certificate would get 401 instead of an answer.
 
 use kubegate_config::UpstreamConfig;
-use kubegate_net::tls::{certified_key, load_roots, TlsPolicy};
+use kubegate_net::tls::{certified_key, load_roots, not_after, TlsPolicy};
 use rustls::client::ClientConfig;
 use rustls::pki_types::ServerName;
 use rustls::sign::CertifiedKey;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 /// ALPN protocols offered to clients, preferred first.
 pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
@@ -32,6 +33,9 @@ pub struct UpstreamTls {
     pub without_identity_h1: Arc<ClientConfig>,
     /// SNI sent and name verified.
     pub server_name: ServerName<'static>,
+    /// When the front-proxy certificate expires: connections that present it must be gone
+    /// by then once another replaces it (the apiserver verifies it at every request).
+    pub identity_expires: Option<SystemTime>,
 }
 
 impl UpstreamTls {
@@ -71,7 +75,12 @@ impl UpstreamTls {
             Some(fp) => Some(certified_key(&fp.cert_file, &fp.key_file)?),
             None => None,
         };
+        let identity_expires = identity
+            .as_ref()
+            .and_then(|k| k.cert.first())
+            .and_then(|leaf| not_after(leaf));
         Ok(UpstreamTls {
+            identity_expires,
             with_identity: identity
                 .as_ref()
                 .map(|k| build(Some(k), b"h2"))
