@@ -92,6 +92,8 @@ pub const ADDED: &[(&str, Version)] = &[
     ("terminate.access_review.max_entries", (0, 3, 0)),
     ("terminate.access_review.timeout", (0, 3, 0)),
     ("terminate.access_review.max_in_flight", (0, 3, 0)),
+    ("terminate.client_ping_interval", (0, 3, 0)),
+    ("terminate.client_ping_timeout", (0, 3, 0)),
 ];
 
 /// Reads `1.2.3` (a leading `v` allowed).

@@ -15,7 +15,7 @@ pub use backends::{
     ApiSet, Backend, Gauges, H2Conn, Killer, Kind, Planes, Pool, PriorityLevels, Registered,
     Relays, Retired, Served, ServedApis, Stream, Upstream,
 };
-pub use cluster::{Cluster, Clusters, Route};
+pub use cluster::{Cluster, ClusterHolds, Clusters, Route, HELD_RETRIES_PER_SECOND};
 pub use gateway::Gateway;
 pub use lifecycle::{Lifecycle, Phase};
 pub use listeners::{ClientListener, ClientSlot};

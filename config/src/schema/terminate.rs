@@ -18,6 +18,15 @@ pub struct TerminateConfig {
     pub header_read_timeout: Duration,
     /// Streams one HTTP/2 client connection may have open at once.
     pub max_concurrent_streams: u32,
+    /// An HTTP/2 client connection from which nothing was read for this long is sent a PING
+    /// (`0s`: never): a client that vanished (its host gone, a network partition) is noticed,
+    /// and its connection closed, before what it holds — its watches upstream, their held
+    /// events — outlives it for TCP's own timeouts.
+    #[serde(with = "crate::duration")]
+    pub client_ping_interval: Duration,
+    /// How long a client has to answer that PING before its connection is closed.
+    #[serde(with = "crate::duration")]
+    pub client_ping_timeout: Duration,
     /// Largest request body accepted. Bodies are held whole so that a request the apiserver
     /// provably did not process can be sent to another replica; larger ones get 413, as the
     /// apiserver (3 MiB) would answer.
@@ -323,6 +332,9 @@ impl Default for TerminateConfig {
             handshake_timeout: Duration::from_secs(10),
             header_read_timeout: Duration::from_secs(30),
             max_concurrent_streams: 1000,
+            // client-go's own: a PING after 30 s without a frame, 15 s to answer it.
+            client_ping_interval: Duration::from_secs(30),
+            client_ping_timeout: Duration::from_secs(15),
             max_request_body_bytes: 3 * 1024 * 1024,
             max_request_body_bytes_per_connection: 8 * 1024 * 1024,
             max_request_body_bytes_in_total: 128 * 1024 * 1024,

@@ -9,13 +9,15 @@
 //! reported through [`connect_failed`]: counted, logged, and the backend skipped by the
 //! balancer for [`PASSIVE_EJECTION`] with a probe asked for now.
 
-use crate::state::{Backend, Gateway, Pool};
+use crate::net::hold::HeldBy;
+use crate::state::{Backend, Cluster, Gateway};
 use crate::telemetry::ConnectError;
 use kubegate_config::BalancePolicy;
 use kubegate_pool::{pick, Candidates};
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,6 +57,12 @@ pub trait Attempt {
     fn waits_at_most(&self) -> Option<Duration> {
         None
     }
+
+    /// The count of held work of the work's client connection, whose share of the holds it
+    /// takes (`hold.rs`); `None` when a connection is one piece of work.
+    fn connection_holds(&self) -> Option<&AtomicUsize> {
+        None
+    }
 }
 
 /// Why no backend took the work.
@@ -67,16 +75,20 @@ pub enum Unplaced<F> {
     Failed(F),
 }
 
-/// Places `work` on a backend of `pool` (one cluster's) not in `tried` (each backend tried
-/// is added to it).
+/// Places `work` on a backend of `cluster` not in `tried` (each backend tried is added to it).
 pub async fn place<A: Attempt>(
     gw: &Gateway,
-    pool: &Pool,
+    cluster: &Cluster,
     work: &mut A,
     tried: &mut Vec<SocketAddr>,
 ) -> Result<(Arc<Backend>, A::Output), Unplaced<A::Failure>> {
+    let pool = cluster.pool();
     // With none of the cluster's backends ready, the work may wait for one first.
-    super::hold::until_ready(gw, pool, work.waits_at_most()).await;
+    let held_by = HeldBy {
+        cluster,
+        connection: work.connection_holds(),
+    };
+    super::hold::until_ready(gw, held_by, work.waits_at_most()).await;
     let (policy, attempts, no_ready) = {
         let c = gw.config().load();
         (c.balance, c.connect.attempts, c.no_ready_backend)

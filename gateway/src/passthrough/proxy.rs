@@ -7,7 +7,7 @@ use crate::net::{connect_failed, place, Attempt, Serve, Unplaced, UNRECOGNIZED_N
 use crate::passthrough::copy::Relay;
 use crate::passthrough::guard::ConnectionGuard;
 use crate::passthrough::hello::{self, HelloError};
-use crate::state::{Backend, ClientSlot, Cluster, Gateway, Pool, Route};
+use crate::state::{Backend, ClientSlot, Cluster, Gateway, Route};
 use crate::telemetry::Refusal;
 use kubegate_config::{BalancePolicy, ListenerSpec};
 use kubegate_net::{dial, out_of_resources};
@@ -56,7 +56,7 @@ async fn open(gw: Arc<Gateway>, listener: Arc<ListenerSpec>, client: TcpStream, 
     } else {
         (gw.clusters().all()[0].clone(), Vec::new())
     };
-    let Some((backend, mut upstream)) = connect(&gw, cluster.pool()).await else {
+    let Some((backend, mut upstream)) = connect(&gw, &cluster).await else {
         return;
     };
     let _ = upstream.set_nodelay(true);
@@ -158,15 +158,15 @@ async fn choose(
     None
 }
 
-/// Chooses and connects a backend of `pool`, retrying on others; `None` when the client must
-/// be closed.
-async fn connect(gw: &Gateway, pool: &Pool) -> Option<(Arc<Backend>, TcpStream)> {
+/// Chooses and connects a backend of `cluster`, retrying on others; `None` when the client
+/// must be closed.
+async fn connect(gw: &Gateway, cluster: &Cluster) -> Option<(Arc<Backend>, TcpStream)> {
     let mut connects = Connects {
         gw,
         timeout: gw.config().load().connect.timeout,
         retried: false,
     };
-    let refusal = match place(gw, pool, &mut connects, &mut Vec::new()).await {
+    let refusal = match place(gw, cluster, &mut connects, &mut Vec::new()).await {
         Ok(placed) => return Some(placed),
         Err(Unplaced::NoBackend) => {
             tracing::debug!("no ready backend: closing client connection");

@@ -8,12 +8,85 @@
 use crate::state::backends::{Backend, Pool};
 use kubegate_config::{ListenerSpec, ServerNamePattern};
 use std::any::Any;
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// Retries of reads held through a storage outage one cluster sends, per second, at most.
+pub const HELD_RETRIES_PER_SECOND: f64 = 10.0;
+
+/// What one cluster holds while it cannot serve (`net::hold`): its share of the gateway's
+/// holds, the pace of the retries of reads held through a storage outage, and the signal that
+/// its storage answers again.
+pub struct ClusterHolds {
+    /// Connections and requests of the cluster held now.
+    pub held: AtomicUsize,
+    /// Reads held through a storage outage now: while there are some, a read answered from
+    /// storage says the outage is over.
+    reads_held: AtomicUsize,
+    /// Retries the held reads may send now, and when that was counted.
+    pace: Mutex<(f64, Instant)>,
+    /// Bumped when a read of the cluster was answered from storage while reads were held.
+    recovered: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for ClusterHolds {
+    fn default() -> ClusterHolds {
+        ClusterHolds {
+            held: AtomicUsize::new(0),
+            reads_held: AtomicUsize::new(0),
+            pace: Mutex::new((HELD_RETRIES_PER_SECOND, Instant::now())),
+            recovered: tokio::sync::watch::Sender::new(0),
+        }
+    }
+}
+
+impl ClusterHolds {
+    /// A read starts being held through a storage outage; it is released by
+    /// [`Self::read_released`].
+    pub fn read_held(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.reads_held.fetch_add(1, Ordering::AcqRel);
+        self.recovered.subscribe()
+    }
+
+    /// A read held through a storage outage ended.
+    pub fn read_released(&self) {
+        self.reads_held.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// A read of the cluster was answered from storage: the reads held through an outage, if
+    /// any, are asked again now.
+    pub fn storage_answered(&self) {
+        if self.reads_held.load(Ordering::Acquire) > 0 {
+            self.recovered.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Takes one retry of a held read from the cluster's pace, or says how long until one is
+    /// there.
+    pub fn take_retry(&self, now: Instant) -> Result<(), Duration> {
+        let mut pace = self.pace.lock().unwrap_or_else(|e| e.into_inner());
+        let (tokens, at) = *pace;
+        let tokens = (tokens
+            + now.saturating_duration_since(at).as_secs_f64() * HELD_RETRIES_PER_SECOND)
+            .min(HELD_RETRIES_PER_SECOND);
+        if tokens >= 1.0 {
+            *pace = (tokens - 1.0, now);
+            return Ok(());
+        }
+        *pace = (tokens, now);
+        Err(Duration::from_secs_f64(
+            (1.0 - tokens) / HELD_RETRIES_PER_SECOND,
+        ))
+    }
+}
 
 /// One cluster's share of the gateway.
 pub struct Cluster {
     name: String,
     pool: Arc<Pool>,
+    /// What it holds while it cannot serve.
+    holds: ClusterHolds,
     /// What terminate mode keeps for this cluster when a terminate listener serves it: put in
     /// before the cluster is in force, taken out when a reload removes it (it holds the
     /// cluster too). Opaque here: this layer does not know the planes' types.
@@ -26,6 +99,7 @@ impl Cluster {
         Cluster {
             name,
             pool,
+            holds: ClusterHolds::default(),
             terminated: RwLock::default(),
         }
     }
@@ -57,6 +131,11 @@ impl Cluster {
     /// Its backends.
     pub fn pool(&self) -> &Arc<Pool> {
         &self.pool
+    }
+
+    /// What it holds while it cannot serve.
+    pub fn holds(&self) -> &ClusterHolds {
+        &self.holds
     }
 }
 

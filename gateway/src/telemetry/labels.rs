@@ -278,6 +278,8 @@ label! {
     pub enum WatchEnd {
         /// The client went away.
         Client => "client",
+        /// The client read nothing for `continuity::SLOW_CLIENT`: cut alone.
+        SlowClient => "slow_client",
         /// The client's `timeoutSeconds` passed.
         Timeout => "timeout",
         /// An ERROR event with 410 (Expired) reached the client: it relists.

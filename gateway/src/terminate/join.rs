@@ -46,6 +46,7 @@ use crate::state::Backend;
 use crate::telemetry::{JoinMetrics, JoinMiss};
 use crate::terminate::request::body::{ResponseBody, WatchBody};
 use crate::terminate::request::status::unavailable;
+use crate::terminate::watch::continuity::SLOW_CLIENT;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Response, StatusCode, Version};
 use http_body::Body as _;
@@ -156,8 +157,7 @@ pub struct SharedAnswer {
     /// follower watches on by itself.
     resumes_from: Option<u64>,
     /// Where its bytes are counted.
-    held: Arc<AtomicU64>,
-    gauge: prometheus::IntGauge,
+    charged: Charged,
 }
 
 /// The bounds on answers held.
@@ -166,6 +166,65 @@ pub struct Limits {
     pub max_answer_bytes: u64,
     /// Every answer held, together.
     pub max_held_bytes: u64,
+    /// The count of answer bytes held for reads its client connection led, whose share
+    /// ([`CONNECTION_SHARE`] of `max_held_bytes`) they take: one connection cannot fill the
+    /// bound for everyone.
+    pub connection: Option<Arc<AtomicU64>>,
+}
+
+/// The part of `join_reads.max_held_bytes` the answers of reads one client connection leads
+/// may hold together: an eighth.
+pub const CONNECTION_SHARE: u64 = 8;
+
+/// Where an answer's bytes are counted: every cluster's joined answers together, the
+/// connection of the read that leads it, and the gauge.
+#[derive(Clone)]
+struct Charged {
+    held: Arc<AtomicU64>,
+    connection: Option<Arc<AtomicU64>>,
+    gauge: prometheus::IntGauge,
+}
+
+impl Charged {
+    fn new(held: &Arc<AtomicU64>, limits: &Limits, gauge: &prometheus::IntGauge) -> Charged {
+        Charged {
+            held: held.clone(),
+            connection: limits.connection.clone(),
+            gauge: gauge.clone(),
+        }
+    }
+
+    /// Counts `n` bytes more if they fit in `limits` (every answer's, and the connection's
+    /// share); says whether they did.
+    fn take(&self, n: u64, limits: &Limits) -> bool {
+        let fits = |count: &AtomicU64, max: u64| {
+            count
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
+                    (h + n <= max).then_some(h + n)
+                })
+                .is_ok()
+        };
+        if !fits(&self.held, limits.max_held_bytes) {
+            return false;
+        }
+        if let Some(c) = &self.connection {
+            if !fits(c, limits.max_held_bytes / CONNECTION_SHARE) {
+                self.held.fetch_sub(n, Ordering::AcqRel);
+                return false;
+            }
+        }
+        self.gauge.add(n as i64);
+        true
+    }
+
+    /// Gives back `n` bytes counted.
+    fn give_back(&self, n: u64) {
+        self.held.fetch_sub(n, Ordering::AcqRel);
+        if let Some(c) = &self.connection {
+            c.fetch_sub(n, Ordering::AcqRel);
+        }
+        self.gauge.sub(n as i64);
+    }
 }
 
 impl Joins {
@@ -324,7 +383,8 @@ impl Lead {
             return (resp, false);
         }
         let (parts, body) = resp.into_parts();
-        let read = read_counted(body, limits, &self.joins.held, &metrics.held_bytes).await;
+        let charged = Charged::new(&self.joins.held, limits, &metrics.held_bytes);
+        let read = read_counted(body, limits, &charged).await;
         let answer = match read {
             Read::Whole(body) => Arc::new(SharedAnswer {
                 replica,
@@ -333,8 +393,7 @@ impl Lead {
                 headers: parts.headers,
                 body,
                 resumes_from: None,
-                held: self.joins.held.clone(),
-                gauge: metrics.held_bytes.clone(),
+                charged,
             }),
             Read::TooMuch { why, read, rest } => {
                 metrics.missed(why);
@@ -421,9 +480,7 @@ impl SharedAnswer {
 
 impl Drop for SharedAnswer {
     fn drop(&mut self) {
-        let n = self.body.len() as u64;
-        self.held.fetch_sub(n, Ordering::AcqRel);
-        self.gauge.sub(n as i64);
+        self.charged.give_back(self.body.len() as u64);
     }
 }
 
@@ -458,19 +515,10 @@ enum Read {
     Broke,
 }
 
-/// Reads `body` whole, counting each chunk in `held` (and `gauge`) as it comes, within
-/// `limits`.
-async fn read_counted(
-    mut body: ResponseBody,
-    limits: &Limits,
-    held: &AtomicU64,
-    gauge: &prometheus::IntGauge,
-) -> Read {
+/// Reads `body` whole, counting each chunk in `charged` as it comes, within `limits`.
+async fn read_counted(mut body: ResponseBody, limits: &Limits, charged: &Charged) -> Read {
     let mut buf = BytesMut::new();
-    let give_back = |n: usize| {
-        held.fetch_sub(n as u64, Ordering::AcqRel);
-        gauge.sub(n as i64);
-    };
+    let give_back = |n: usize| charged.give_back(n as u64);
     while !body.is_end_stream() {
         let Some(frame) = body.frame().await else {
             break;
@@ -486,12 +534,7 @@ async fn read_counted(
         };
         let n = data.len() as u64;
         let too_large = buf.len() as u64 + n > limits.max_answer_bytes;
-        let counted = !too_large
-            && held
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
-                    (h + n <= limits.max_held_bytes).then_some(h + n)
-                })
-                .is_ok();
+        let counted = !too_large && charged.take(n, limits);
         if !counted {
             give_back(buf.len());
             buf.extend_from_slice(&data);
@@ -506,7 +549,6 @@ async fn read_counted(
                 rest: body,
             };
         }
-        gauge.add(n as i64);
         buf.extend_from_slice(&data);
     }
     Read::Whole(buf.freeze())
@@ -550,13 +592,14 @@ impl Lead {
             head: (parts.status, parts.version, parts.headers.clone()),
             replica,
             framing,
+            charged: Charged::new(&self.joins.held, limits, &metrics.held_bytes),
             limits: Limits {
                 max_answer_bytes: limits.max_answer_bytes,
                 max_held_bytes: limits.max_held_bytes,
+                connection: limits.connection.clone(),
             },
             metrics: metrics.clone(),
             cluster: cluster.to_string(),
-            held: self.joins.held.clone(),
         };
         tokio::spawn(copy.run(self, events.into_receiver(), tx));
         let body = ResponseBody::Watch(WatchBody::new(rx));
@@ -572,8 +615,8 @@ struct Copying {
     limits: Limits,
     metrics: JoinMetrics,
     cluster: String,
-    /// Where answer bytes are counted (the lead's table's).
-    held: Arc<AtomicU64>,
+    /// Where answer bytes are counted (the lead's table's, and its connection's).
+    charged: Charged,
 }
 
 impl Copying {
@@ -595,7 +638,10 @@ impl Copying {
                 lead = self.copy(l, &bytes, &mut decoder, &mut copied);
             }
             if let Some(c) = &client {
-                if c.send(bytes).await.is_err() {
+                // A lead's client that reads nothing is let go alone: the followers' copy
+                // goes on.
+                let sent = tokio::time::timeout(SLOW_CLIENT, c.send(bytes)).await;
+                if !matches!(sent, Ok(Ok(()))) {
                     client = None;
                 }
             }
@@ -623,15 +669,9 @@ impl Copying {
         decoder: &mut Decoder,
         copied: &mut BytesMut,
     ) -> Option<Lead> {
-        let held = &self.held;
         let n = bytes.len() as u64;
         let too_large = copied.len() as u64 + n > self.limits.max_answer_bytes;
-        let counted = !too_large
-            && held
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
-                    (h + n <= self.limits.max_held_bytes).then_some(h + n)
-                })
-                .is_ok();
+        let counted = !too_large && self.charged.take(n, &self.limits);
         let mut end = None;
         decoder.push(bytes);
         let mut unreadable = false;
@@ -668,7 +708,6 @@ impl Copying {
             lead.joins.close(&lead.key, lead.id);
             return None;
         }
-        self.metrics.held_bytes.add(n as i64);
         copied.extend_from_slice(bytes);
         let Some(from) = end else {
             return Some(lead);
@@ -684,8 +723,7 @@ impl Copying {
             headers,
             body: std::mem::take(copied).freeze(),
             resumes_from: Some(from),
-            held: self.held.clone(),
-            gauge: self.metrics.held_bytes.clone(),
+            charged: self.charged.clone(),
         });
         self.metrics.led(&self.cluster);
         let _ = lead.answer.send(Some(answer));
@@ -694,8 +732,7 @@ impl Copying {
 
     /// Gives back `n` bytes counted for the copy.
     fn give_back(&self, n: usize) {
-        self.held.fetch_sub(n as u64, Ordering::AcqRel);
-        self.metrics.held_bytes.sub(n as i64);
+        self.charged.give_back(n as u64);
     }
 }
 
@@ -754,6 +791,7 @@ mod tests {
     const ROOMY: Limits = Limits {
         max_answer_bytes: 1 << 20,
         max_held_bytes: 1 << 20,
+        connection: None,
     };
 
     async fn body_of(resp: Response<ResponseBody>) -> Bytes {
@@ -842,6 +880,7 @@ mod tests {
                 Limits {
                     max_answer_bytes: 3,
                     max_held_bytes: 100,
+                    connection: None,
                 },
             ),
             (
@@ -849,6 +888,7 @@ mod tests {
                 Limits {
                     max_answer_bytes: 100,
                     max_held_bytes: 3,
+                    connection: None,
                 },
             ),
         ] {
@@ -863,6 +903,49 @@ mod tests {
             assert_eq!(body_of(resp).await, "items");
             assert_eq!(held.load(Ordering::Acquire), 0);
         }
+    }
+
+    /// One connection's leads hold at most an eighth of the bound: beyond, its answer goes to
+    /// its own client alone, and another connection's lead still shares.
+    #[tokio::test]
+    async fn a_connections_leads_hold_at_most_its_share_of_the_bytes() {
+        let (joins, m, held) = joins();
+        let r = read("?resourceVersion=0");
+        let mine = Arc::new(AtomicU64::new(0));
+        let limits = |connection: &Arc<AtomicU64>| Limits {
+            max_answer_bytes: 1 << 20,
+            // A share of 10 bytes each.
+            max_held_bytes: 80,
+            connection: Some(connection.clone()),
+        };
+        let lead = leads(joins.enter(&r, arriving(), &m));
+        let waiting = follows(joins.enter(&r, arriving(), &m));
+        let big = "x".repeat(20);
+        let big: &'static str = Box::leak(big.into_boxed_str());
+        let (resp, shared) = lead
+            .publish(answer(200, big), &limits(&mine), &m, "c")
+            .await;
+        assert!(!shared, "over the connection's share");
+        assert!(waiting.answer().await.is_none());
+        assert_eq!(body_of(resp).await, big, "its own client gets it whole");
+        assert_eq!(mine.load(Ordering::Acquire), 0);
+        assert_eq!(held.load(Ordering::Acquire), 0);
+        // Within its share, it shares; what it holds is counted until sent.
+        let other = Arc::new(AtomicU64::new(0));
+        let lead = leads(joins.enter(&r, arriving(), &m));
+        let waiting = follows(joins.enter(&r, arriving(), &m));
+        let (resp, shared) = lead
+            .publish(answer(200, "small"), &limits(&other), &m, "c")
+            .await;
+        assert!(shared);
+        assert_eq!(other.load(Ordering::Acquire), 5);
+        let theirs = waiting.answer().await.unwrap();
+        drop((resp, theirs));
+        assert_eq!(
+            other.load(Ordering::Acquire),
+            0,
+            "given back with the last copy"
+        );
     }
 
     #[tokio::test]
@@ -1056,6 +1139,7 @@ mod watch_list_tests {
         let limits = Limits {
             max_answer_bytes: 1 << 20,
             max_held_bytes: 1 << 20,
+            connection: None,
         };
         let (mut resp, shared) = lead
             .publish_sync((resp, None), Some(Framing::JsonLines), &limits, &m, "c")
@@ -1099,6 +1183,7 @@ mod watch_list_tests {
         let limits = Limits {
             max_answer_bytes: (added("a", 5).len() + 10) as u64,
             max_held_bytes: 1 << 20,
+            connection: None,
         };
         let (mut resp, _) = lead
             .publish_sync((resp, None), Some(Framing::JsonLines), &limits, &m, "c")
@@ -1124,6 +1209,7 @@ mod watch_list_tests {
         let limits = Limits {
             max_answer_bytes: 1 << 20,
             max_held_bytes: 1 << 20,
+            connection: None,
         };
         let (_resp, _) = lead
             .publish_sync((resp, None), Some(Framing::JsonLines), &limits, &m, "c")

@@ -4,7 +4,8 @@
 //!
 //! | module | job |
 //! |---|---|
-//! | `tokens` | bearer-token clients named by a TokenReview, remembered by the token's hash; each connection's share of reviews |
+//! | `tokens` | bearer-token clients named by a TokenReview, remembered by the token's hash, renewed ahead of strangers |
+//! | `review_queue` | the cluster's review slots, shared in turn by source address, first come first served, a quarter kept for renewals |
 //! | `token_review` | one TokenReview |
 //! | `access` | whether a sender may read what a request asks, remembered by a hash of both; reviews bounded |
 //! | `access_review` | one SubjectAccessReview |
@@ -19,5 +20,6 @@ pub(super) mod attributes;
 pub(super) mod failure;
 pub(super) mod remembered;
 pub(super) mod review;
+pub(super) mod review_queue;
 pub(super) mod token_review;
 pub(super) mod tokens;

@@ -209,7 +209,7 @@ async fn serve(
                     key,
                     token,
                     &config.terminate.token_review,
-                    &client.reviews,
+                    client.source(),
                     review,
                 )
                 .await;
@@ -217,10 +217,13 @@ async fn serve(
                 // A rule may limit this sender: it is not let through as if none did.
                 return unreviewed(&gw);
             }
-            (Some(key), naming.user().cloned())
+            (Some(key), naming)
         }
-        None => (None, None),
+        None => (None, Naming::Unnamed),
     };
+    // The name for rules and the log (a renewing one too), and the name reviewed within its
+    // TTL, which alone lets the request share another's answer.
+    let (token_user, token_fresh) = (token_user.user().cloned(), token_user.fresh().cloned());
     served.named(token_user.clone());
     let sender = client.identity.as_deref().or(token_user.as_deref());
     let joining = &config.terminate.join_reads;
@@ -317,7 +320,7 @@ async fn serve(
     // or no one. Only such a request shares another's upstream request (`shared::Sharer`).
     let identity = match outgoing.kind() {
         Kind::WithIdentity => client.identity.clone(),
-        Kind::BearerToken => token_user.clone(),
+        Kind::BearerToken => token_fresh,
         Kind::Anonymous => Some(anonymous()),
     };
     let sharer = match (attributes, identity) {
@@ -386,6 +389,7 @@ async fn serve(
     let limits = Limits {
         max_answer_bytes: joining.max_answer_bytes,
         max_held_bytes: joining.max_held_bytes,
+        connection: Some(client.shared_bytes.clone()),
     };
     let resp = match (joinable.or(synced), feedable, watch, sharer) {
         (Some(read), _, None, Some(sharer)) => {

@@ -16,7 +16,6 @@
 use crate::state::Kind;
 use crate::telemetry::{Identity, TerminateMetrics};
 use crate::terminate::request::bodies::Held;
-use crate::terminate::sender::tokens::ReviewShare;
 use crate::terminate::upstream::flow::FlowKey;
 use crate::terminate::upstream::mode::Upstreams;
 use crate::terminate::upstream::signals::Origin;
@@ -28,7 +27,7 @@ use http::{Method, Request, Uri, Version};
 use kubegate_wire::identity::{IdentityHeaders, UserInfo};
 use rustls::pki_types::ServerName;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -90,8 +89,10 @@ pub struct Client {
     pub certificate_expires: Option<SystemTime>,
     /// Request body bytes held for this connection (`bodies`).
     pub body_bytes: Arc<AtomicU64>,
-    /// This connection's share of the token reviews (`tokens`).
-    pub reviews: ReviewShare,
+    /// Requests of this connection held while its cluster cannot serve (`net::hold`).
+    pub holds: Arc<AtomicUsize>,
+    /// Answer bytes held for others from reads this connection led (`join`).
+    pub shared_bytes: Arc<AtomicU64>,
     /// The client's IP as an `X-Forwarded-For` value (the apiserver's audit log reads it),
     /// made once per connection.
     forwarded_for: Option<HeaderValue>,
@@ -111,7 +112,8 @@ impl Client {
             refused_certificate: None,
             certificate_expires: None,
             body_bytes: Arc::default(),
-            reviews: ReviewShare::default(),
+            holds: Arc::default(),
+            shared_bytes: Arc::default(),
             forwarded_for,
             trusted_proxy: false,
         }
@@ -143,6 +145,11 @@ impl Client {
                 .filter(|at| SystemTime::now() > *at)
                 .map(|_| CertificateRefusal::Expired)
         })
+    }
+
+    /// The client's IP address (an IPv4 client on an IPv6 socket as IPv4).
+    pub fn source(&self) -> IpAddr {
+        client_ip(self.addr)
     }
 
     /// The client's IP address, as text.
@@ -206,6 +213,7 @@ impl<'a> Shaper<'a> {
             client_query,
             flow: FlowKey::default(),
             origin: Origin::Apiserver,
+            connection_holds: Some(client.holds.clone()),
         }
     }
 
@@ -393,6 +401,8 @@ pub struct Outgoing {
     flow: FlowKey,
     /// Who writes its answer: whether what comes back can be the apiserver's own.
     origin: Origin,
+    /// Its client connection's count of held requests (`net::hold`); none for kubegate's own.
+    connection_holds: Option<Arc<AtomicUsize>>,
 }
 
 impl Outgoing {
@@ -433,6 +443,7 @@ impl Outgoing {
             client_query: None,
             flow: FlowKey::default(),
             origin: Origin::Apiserver,
+            connection_holds: None,
         })
     }
 
@@ -462,6 +473,11 @@ impl Outgoing {
     /// Who writes its answer.
     pub fn origin(&self) -> &Origin {
         &self.origin
+    }
+
+    /// Its client connection's count of held requests, whose share it takes.
+    pub fn connection_holds(&self) -> Option<&AtomicUsize> {
+        self.connection_holds.as_deref()
     }
 
     /// The method sent upstream.
@@ -519,6 +535,7 @@ impl Outgoing {
             client_query: self.client_query.clone(),
             flow: self.flow,
             origin: self.origin.clone(),
+            connection_holds: self.connection_holds.clone(),
         }
     }
 

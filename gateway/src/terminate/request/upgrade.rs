@@ -156,9 +156,8 @@ async fn connect(
         timeout: gw.config().load().connect.timeout,
     };
     let before = tried.len();
-    let pool = upstreams.pool();
     let steered = skew::steer(gw, &upstreams.cluster, uri, tried);
-    let placed = place(gw, pool, &mut connects, tried).await;
+    let placed = place(gw, &upstreams.cluster, &mut connects, tried).await;
     tried.drain(before..before + steered);
     placed
 }

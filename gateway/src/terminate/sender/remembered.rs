@@ -39,6 +39,19 @@ impl<K: Copy + Eq + Hash, V: Clone> Remembered<K, V> {
         Some(e.value.clone())
     }
 
+    /// The value of `key` and its age if it is younger than `ttl`, marked as used at `clock`.
+    pub fn get_aged(
+        &mut self,
+        key: &K,
+        ttl: Duration,
+        now: Instant,
+        clock: u64,
+    ) -> Option<(V, Duration)> {
+        let at = self.entries.get(key)?.at;
+        let value = self.get(key, ttl, now, clock)?;
+        Some((value, now.saturating_duration_since(at)))
+    }
+
     /// Remembers `key`; a full table first forgets what is older than `ttl`, then the least
     /// recently used eighth (sorted once per eighth: a flood costs O(log n) per insert).
     pub fn insert(&mut self, key: K, value: V, at: Instant, clock: u64, max: usize, ttl: Duration) {

@@ -13,11 +13,14 @@
 //! - **Evict names.** Named tokens and tokens the apiserver did not accept are kept in two
 //!   tables, each bounded by `max_entries` and least-recently-used within itself: unknown
 //!   tokens only ever push out other unknown tokens.
-//! - **Starve another client.** One client connection has at most [`PER_CONNECTION_IN_FLIGHT`]
-//!   reviews under way and starts at most [`PER_CONNECTION_RATE`] a second (a burst of
-//!   [`PER_CONNECTION_BURST`]); its further requests wait for its own share, so the queue for
-//!   the `max_in_flight` reviews of the whole cluster holds at most two of any one connection,
-//!   and another connection's first review waits behind no flood.
+//! - **Starve another client.** The cluster's `max_in_flight` review slots are shared by
+//!   source address, in turn, first come first served within each (`review_queue`): forty
+//!   connections of never-seen tokens from one address delay another address's new token by at
+//!   most one review, and a quarter of the slots is kept for renewals of names kubegate knows.
+//! - **Take a known client's name.** A name stays usable for rules and the access log for
+//!   [`STALE_FOR`] past its TTL while its renewal is under way ([`Naming::Renewing`]): a
+//!   client kubegate named never turns unnamed because strangers keep the reviews busy. Only a
+//!   name reviewed within its TTL lets a request share another's answer (`Naming::fresh`).
 //! - **Switch rules off.** A request whose review could not be had in time (every slot busy,
 //!   the apiserver slow, or answering 429/5xx) is [`Naming::Unreviewed`]: where a rule names
 //!   senders, `handle` answers it 429 with `Retry-After` instead of letting it pass as if no
@@ -32,27 +35,24 @@ use crate::state::Gateway;
 use crate::telemetry::TokenReviewResult;
 use crate::terminate::sender::failure::ReviewFailure;
 use crate::terminate::sender::remembered::Remembered;
+use crate::terminate::sender::review_queue::{ReviewQueue, Slot, Waiting};
 use kubegate_config::TokenReviewConfig;
 use kubegate_wire::identity::UserInfo;
 use std::collections::HashMap;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::sync::watch;
 
 /// A warning about failed reviews is logged at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
-/// Reviews one client connection may have under way at once.
-pub const PER_CONNECTION_IN_FLIGHT: u32 = 2;
-
-/// Reviews one client connection may start per second, once its burst is spent.
-pub const PER_CONNECTION_RATE: f64 = 10.0;
-
-/// Reviews one client connection may start at once before its rate applies.
-pub const PER_CONNECTION_BURST: f64 = 20.0;
+/// How long past its TTL a name kubegate reviewed still names its client for rules and the
+/// access log while its renewal is under way (or cannot be had): a token's user never changes,
+/// and a revoked token's 401 forgets the name at once.
+pub const STALE_FOR: Duration = Duration::from_secs(3600);
 
 /// A token, as it is remembered: its SHA-256.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -74,8 +74,11 @@ pub type Reviewing = Pin<Box<dyn Future<Output = Result<Option<UserInfo>, Review
 /// Who a request's bearer token names, as far as kubegate could learn in time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Naming {
-    /// The apiserver named its user.
+    /// The apiserver named its user within the review TTL, and has not refused it since.
     Named(Arc<UserInfo>),
+    /// The apiserver named its user before; its renewal did not answer in time. The name for
+    /// rules and the access log, never for sharing another's answer.
+    Renewing(Arc<UserInfo>),
     /// The apiserver did not accept the token, refused the review for good, or reviews are
     /// off: no name, and none coming.
     Unnamed,
@@ -85,8 +88,16 @@ pub enum Naming {
 }
 
 impl Naming {
-    /// The user named, if any.
+    /// The user named, if any (reviewed within its TTL, or renewing).
     pub fn user(&self) -> Option<&Arc<UserInfo>> {
+        match self {
+            Naming::Named(u) | Naming::Renewing(u) => Some(u),
+            _ => None,
+        }
+    }
+
+    /// The user named by a review within its TTL: who may share another's answer.
+    pub fn fresh(&self) -> Option<&Arc<UserInfo>> {
         match self {
             Naming::Named(u) => Some(u),
             _ => None,
@@ -100,10 +111,8 @@ pub struct TokenReviews {
     /// Counts the named tokens the apiserver refused since (`forget`): each change wakes the
     /// shared watches of token clients, which leave if theirs was refused.
     refusals: watch::Sender<u64>,
-    /// Reviews under way for this cluster (`max_in_flight`).
-    in_flight: AtomicU32,
-    /// Wakes one request waiting for a review slot when one frees.
-    freed: Notify,
+    /// The review slots (`max_in_flight`), shared by source.
+    queue: Arc<ReviewQueue>,
     warned: Mutex<Option<Instant>>,
 }
 
@@ -112,8 +121,7 @@ impl Default for TokenReviews {
         TokenReviews {
             tables: Mutex::default(),
             refusals: watch::Sender::new(0),
-            in_flight: AtomicU32::new(0),
-            freed: Notify::new(),
+            queue: Arc::default(),
             warned: Mutex::default(),
         }
     }
@@ -135,14 +143,17 @@ struct Tables {
 }
 
 impl Tables {
-    /// What is known of `key`: a remembered answer (marked as used), a review under way, or
-    /// nothing.
+    /// What is known of `key`: a remembered answer (marked as used), a review under way, a
+    /// name due for renewal, or nothing.
     fn known(&mut self, key: &TokenHash, config: &TokenReviewConfig) -> Known {
         let now = Instant::now();
         self.clock += 1;
         let clock = self.clock;
-        if let Some(user) = self.named.get(key, config.ttl, now, clock) {
-            return Known::Answer(Naming::Named(user));
+        let stale = self.named.get_aged(key, config.ttl + STALE_FOR, now, clock);
+        if let Some((user, age)) = &stale {
+            if *age < config.ttl {
+                return Known::Answer(Naming::Named(user.clone()));
+            }
         }
         if self
             .unnamed
@@ -151,44 +162,13 @@ impl Tables {
         {
             return Known::Answer(Naming::Unnamed);
         }
+        let renewing = stale.map(|(user, _)| user);
         match self.pending.get(key) {
-            Some(rx) => Known::Waiting(rx.clone()),
-            None => Known::Unknown,
-        }
-    }
-}
-
-/// One client connection's share of the reviews: at most [`PER_CONNECTION_IN_FLIGHT`] under
-/// way, and a token bucket of [`PER_CONNECTION_RATE`] a second.
-pub struct ReviewShare {
-    in_flight: Arc<Semaphore>,
-    bucket: Mutex<(f64, Instant)>,
-}
-
-impl Default for ReviewShare {
-    fn default() -> ReviewShare {
-        ReviewShare {
-            in_flight: Arc::new(Semaphore::new(PER_CONNECTION_IN_FLIGHT as usize)),
-            bucket: Mutex::new((PER_CONNECTION_BURST, Instant::now())),
-        }
-    }
-}
-
-impl ReviewShare {
-    /// Takes one review from the bucket, or says how long until one is there.
-    fn take(&self, now: Instant) -> Result<(), Duration> {
-        let mut b = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
-        let (tokens, at) = *b;
-        let tokens = (tokens + now.duration_since(at).as_secs_f64() * PER_CONNECTION_RATE)
-            .min(PER_CONNECTION_BURST);
-        if tokens >= 1.0 {
-            *b = (tokens - 1.0, now);
-            Ok(())
-        } else {
-            *b = (tokens, now);
-            Err(Duration::from_secs_f64(
-                (1.0 - tokens) / PER_CONNECTION_RATE,
-            ))
+            Some(rx) => Known::Waiting(rx.clone(), renewing),
+            None => match renewing {
+                Some(user) => Known::Due(user),
+                None => Known::Unknown,
+            },
         }
     }
 }
@@ -196,49 +176,66 @@ impl ReviewShare {
 /// What a lookup found without sending anything.
 enum Known {
     Answer(Naming),
-    Waiting(watch::Receiver<Option<Naming>>),
+    /// A review under way, and the name it renews, if any.
+    Waiting(watch::Receiver<Option<Naming>>, Option<Arc<UserInfo>>),
+    /// A name past its TTL, to renew.
+    Due(Arc<UserInfo>),
     Unknown,
 }
 
 impl TokenReviews {
     /// Who `token` (hashed: `key`) belongs to, as far as the apiserver said: at once when
     /// remembered, otherwise after a review, all within `config.timeout` (waiting first for a
-    /// share of the reviews: `share` is the client connection's). `review` sends a review of
-    /// the token it is given, when one is needed.
+    /// slot of the cluster's, shared by `source` address: `review_queue`). A name due for
+    /// renewal is renewed ahead of new tokens, and stays the client's name meanwhile
+    /// ([`Naming::Renewing`]). `review` sends a review of the token it is given, when one is
+    /// needed.
     pub async fn name(
         self: &Arc<Self>,
         gw: &Gateway,
         key: TokenHash,
         token: &str,
         config: &TokenReviewConfig,
-        share: &ReviewShare,
+        source: IpAddr,
         review: impl FnOnce(String) -> Reviewing,
     ) -> Naming {
         if !config.enabled {
             return Naming::Unnamed;
         }
         let deadline = tokio::time::Instant::now() + config.timeout;
-        let waiting = match self.known(&key, config) {
+        let (waiting, renewing) = match self.known(&key, config) {
             Known::Answer(naming) => return naming,
-            Known::Waiting(rx) => rx,
-            Known::Unknown => {
-                let Some(permits) = self.wait_for_share(share, config, deadline).await else {
+            Known::Waiting(rx, renewing) => (rx, renewing),
+            known @ (Known::Due(_) | Known::Unknown) => {
+                let renewing = match known {
+                    Known::Due(user) => Some(user),
+                    _ => None,
+                };
+                let kind = match renewing {
+                    Some(_) => Waiting::Renewal,
+                    None => Waiting::New,
+                };
+                let slot = self
+                    .queue
+                    .acquire(source, kind, config.max_in_flight, deadline)
+                    .await;
+                let Some(slot) = slot else {
                     gw.metrics()
                         .terminate
                         .token_reviewed(TokenReviewResult::Skipped);
-                    return Naming::Unreviewed;
+                    return still_named(Naming::Unreviewed, renewing);
                 };
-                match self.begin(gw, key, config, permits, review(token.to_string())) {
-                    Ok(rx) => rx,
-                    Err(known) => match known {
-                        Known::Answer(naming) => return naming,
-                        Known::Waiting(rx) => rx,
-                        Known::Unknown => return Naming::Unreviewed,
-                    },
+                match self.begin(gw, key, config, slot, review(token.to_string())) {
+                    Ok(rx) => (rx, renewing),
+                    Err(Known::Answer(naming)) => return naming,
+                    Err(Known::Waiting(rx, _)) => (rx, renewing),
+                    Err(Known::Due(_) | Known::Unknown) => {
+                        return still_named(Naming::Unreviewed, renewing)
+                    }
                 }
             }
         };
-        outcome(waiting, deadline).await
+        still_named(outcome(waiting, deadline).await, renewing)
     }
 
     /// What the tables say of `key` now.
@@ -247,67 +244,21 @@ impl TokenReviews {
         t.known(key, config)
     }
 
-    /// Waits, until `deadline`, for the connection's share (an in-flight place and a token of
-    /// its rate) and then for one of the cluster's `max_in_flight` slots.
-    async fn wait_for_share(
-        self: &Arc<Self>,
-        share: &ReviewShare,
-        config: &TokenReviewConfig,
-        deadline: tokio::time::Instant,
-    ) -> Option<Permits> {
-        let own = tokio::time::timeout_at(deadline, share.in_flight.clone().acquire_owned())
-            .await
-            .ok()?
-            .ok()?;
-        loop {
-            match share.take(Instant::now()) {
-                Ok(()) => break,
-                Err(wait) => {
-                    let until = tokio::time::Instant::now() + wait;
-                    if until > deadline {
-                        return None;
-                    }
-                    tokio::time::sleep_until(until).await;
-                }
-            }
-        }
-        loop {
-            // Registered before the count is read, so a slot freed in between wakes it.
-            let freed = self.freed.notified();
-            tokio::pin!(freed);
-            freed.as_mut().enable();
-            let max = config.max_in_flight;
-            let took = self
-                .in_flight
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                    (n < max).then_some(n + 1)
-                })
-                .is_ok();
-            if took {
-                return Some(Permits {
-                    reviews: self.clone(),
-                    _own: own,
-                });
-            }
-            tokio::time::timeout_at(deadline, freed).await.ok()?;
-        }
-    }
-
     /// Starts `reviewing` for `key` in a task of its own (the review outlives a request that
-    /// stops waiting), holding `permits` until it answers; what is known instead when another
+    /// stops waiting), holding `slot` until it answers; what is known instead when another
     /// request started (or finished) one meanwhile.
     fn begin(
         self: &Arc<Self>,
         gw: &Gateway,
         key: TokenHash,
         config: &TokenReviewConfig,
-        permits: Permits,
+        slot: Slot,
         reviewing: Reviewing,
     ) -> Result<watch::Receiver<Option<Naming>>, Known> {
         let (tx, rx) = {
             let mut t = self.tables.lock().unwrap_or_else(|e| e.into_inner());
             match t.known(&key, config) {
-                Known::Unknown => {}
+                Known::Unknown | Known::Due(_) => {}
                 known => return Err(known),
             }
             let (tx, rx) = watch::channel(None);
@@ -346,7 +297,7 @@ impl TokenReviews {
                 .terminate
                 .token_review_cache_entries
                 .set(entries as i64);
-            drop(permits);
+            drop(slot);
             let _ = tx.send(Some(naming));
         });
         Ok(rx)
@@ -364,13 +315,18 @@ impl TokenReviews {
         match naming {
             Naming::Named(user) => {
                 t.unnamed.remove(&key);
+                // Kept past its TTL too, as the name of a client whose renewal is under way.
                 t.named
-                    .insert(key, user.clone(), now, clock, max, config.ttl);
+                    .insert(key, user.clone(), now, clock, max, config.ttl + STALE_FOR);
             }
-            Naming::Unnamed => t
-                .unnamed
-                .insert(key, (), now, clock, max, config.negative_ttl),
-            Naming::Unreviewed => {}
+            Naming::Unnamed => {
+                // A renewal the apiserver refused: no name any more.
+                t.named.remove(&key);
+                t.unnamed
+                    .insert(key, (), now, clock, max, config.negative_ttl);
+            }
+            // Renewing is never a review's answer; nothing is learned from no answer.
+            Naming::Renewing(_) | Naming::Unreviewed => {}
         }
         t.named.len() + t.unnamed.len()
     }
@@ -446,16 +402,11 @@ impl TokenReviews {
     }
 }
 
-/// A review's places: the connection's and the cluster's, given back when it answers.
-struct Permits {
-    reviews: Arc<TokenReviews>,
-    _own: tokio::sync::OwnedSemaphorePermit,
-}
-
-impl Drop for Permits {
-    fn drop(&mut self) {
-        self.reviews.in_flight.fetch_sub(1, Ordering::AcqRel);
-        self.reviews.freed.notify_one();
+/// `naming`, or the name being renewed when the renewal gave none in time.
+fn still_named(naming: Naming, renewing: Option<Arc<UserInfo>>) -> Naming {
+    match (naming, renewing) {
+        (Naming::Unreviewed, Some(user)) => Naming::Renewing(user),
+        (naming, _) => naming,
     }
 }
 
@@ -530,14 +481,28 @@ mod tests {
     }
 
     #[test]
-    fn a_connection_starts_reviews_at_its_rate_after_its_burst() {
-        let share = ReviewShare::default();
-        let now = Instant::now();
-        for _ in 0..PER_CONNECTION_BURST as usize {
-            assert!(share.take(now).is_ok());
+    fn a_name_past_its_ttl_is_renewed_and_stays_meanwhile() {
+        let config = TokenReviewConfig {
+            ttl: Duration::ZERO,
+            ..TokenReviewConfig::default()
+        };
+        let reviews = TokenReviews::default();
+        let user = Arc::new(UserInfo {
+            user: "alice".into(),
+            groups: vec![],
+            uid: None,
+            extra: Default::default(),
+        });
+        reviews.remember(key(0), &Naming::Named(user.clone()), &config);
+        // Due for renewal: not fresh, but still the client's name if no renewal answers.
+        match reviews.known(&key(0), &config) {
+            Known::Due(u) => assert_eq!(u, user),
+            _ => panic!("a name past its TTL is due for renewal"),
         }
-        let wait = share.take(now).unwrap_err();
-        assert!(wait <= Duration::from_millis(100), "{wait:?}");
-        assert!(share.take(now + Duration::from_millis(100)).is_ok());
+        let naming = still_named(Naming::Unreviewed, Some(user.clone()));
+        assert_eq!(naming, Naming::Renewing(user.clone()));
+        assert_eq!(naming.user(), Some(&user));
+        assert_eq!(naming.fresh(), None, "a renewing name shares nothing");
+        assert_eq!(still_named(Naming::Unnamed, Some(user)), Naming::Unnamed);
     }
 }

@@ -175,11 +175,15 @@ fn builder(limits: &TerminateConfig, h2: bool) -> auto::Builder<TokioExecutor> {
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
         .max_buf_size(head_limit.max(8192));
+    let ping = (!limits.client_ping_interval.is_zero()).then_some(limits.client_ping_interval);
     builder
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(limits.max_concurrent_streams)
-        .max_header_list_size(limits.max_header_list_bytes);
+        .max_header_list_size(limits.max_header_list_bytes)
+        // A client that stops answering is closed, and everything it holds with it.
+        .keep_alive_interval(ping)
+        .keep_alive_timeout(limits.client_ping_timeout);
     if h2 {
         builder.http2_only()
     } else {

@@ -14,7 +14,7 @@
 //! gets the rejection asking it to wait least. Each of these answers is matched exactly, and
 //! only where it can be the apiserver's own (`signals`): any other answer — a handler's 429
 //! after processing, a proxied pod's 503 — reaches the client once, as it came.
-use crate::net::hold::StorageOutage;
+use crate::net::hold::{HeldBy, StorageOutage};
 use crate::net::{place, Attempt, Unplaced, PASSIVE_EJECTION};
 use crate::state::{Backend, Gateway, Pool, Stream};
 use crate::telemetry::{AttemptFailure, RequestFailure};
@@ -36,6 +36,7 @@ use kubegate_wire::classify::RequestClass;
 use kubegate_wire::go_duration;
 use kubegate_wire::target::Query;
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -103,7 +104,11 @@ pub async fn dispatch(
             && reads_storage(&class)
         {
             if outage.is_none() {
-                outage = StorageOutage::begin(gw, holding_since, forward.client_waits());
+                let held_by = HeldBy {
+                    cluster: &upstreams.cluster,
+                    connection: outgoing.connection_holds(),
+                };
+                outage = StorageOutage::begin(gw, held_by, holding_since, forward.client_waits());
             }
             if let Some(held) = outage.as_mut() {
                 if held.pause().await {
@@ -154,7 +159,7 @@ async fn place_once(
         tried.extend_from_slice(&steering.rejecting);
         forward.crowded = steering.crowded;
     }
-    let placed = place(gw, pool, forward, tried).await;
+    let placed = place(gw, &upstreams.cluster, forward, tried).await;
     tried.drain(before..before + steered);
     placed
 }
@@ -303,6 +308,10 @@ impl Attempt for Forward<'_> {
     fn waits_at_most(&self) -> Option<Duration> {
         let left = self.hold_ends.saturating_duration_since(Instant::now());
         Some(self.client_waits().map_or(left, |c| c.min(left)))
+    }
+
+    fn connection_holds(&self) -> Option<&AtomicUsize> {
+        self.outgoing.connection_holds()
     }
 }
 
@@ -460,6 +469,10 @@ async fn attempt(
         }
         Answer::Whole(answer)
     } else {
+        if own && reads && code.is_success() {
+            // Reads held through a storage outage of the cluster are asked again now.
+            upstreams.cluster.holds().storage_answered();
+        }
         Answer::Streaming {
             resp,
             in_flight,
