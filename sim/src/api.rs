@@ -1,6 +1,9 @@
-//! One request, through the apiserver's filter chain in its real order: authentication, health
-//! endpoints, shutdown filters (429 retry-after / 503 while draining), authorization, then
-//! discovery and the resource handlers.
+//! One request, through the apiserver's filter chain in its real order
+//! (k8s.io/apiserver `pkg/server/config.go`, `DefaultBuildHandlerChain`, outermost first): the
+//! shutdown filters (`WithRetryAfter`'s 429 with `--shutdown-send-retry-after`, outside
+//! `WithCacheControl`; then `WithWaitGroup`'s and `WithWatchTerminationDuringShutdown`'s 503),
+//! `Cache-Control`, authentication, priority and fairness, authorization, then the health
+//! endpoints, discovery and the resource handlers.
 
 use crate::auth::{public_path, PeerCert, User};
 use crate::flowcontrol::{self, Work};
@@ -63,36 +66,123 @@ async fn serve(sim: &Arc<Sim>, peer: Option<&PeerCert>, req: Request<Incoming>) 
     };
     let query = req.uri().query().map(str::to_string);
     let params = crate::query::params(query.as_deref());
+    count_received(sim, req.method(), &path);
+
+    // `WithRetryAfter` (with `--shutdown-send-retry-after`, once the delay has passed): every
+    // request but the exempt ones, before anything else looks at it.
+    let exempt = exempt_from_retry_after(&path, req.headers());
+    if sim.retry_after.load(Ordering::Acquire) && !exempt {
+        return respond::retry_after_shutdown();
+    }
+    respond::with_cache_control(filters(sim, peer, req, path, query, params, exempt).await)
+}
+
+/// Counts the request among `requests_received` (and `writes_received`), as received: the
+/// health endpoints, which load balancers poll, are left out.
+fn count_received(sim: &Sim, method: &Method, path: &str) {
+    let health = ["/readyz", "/livez", "/healthz"]
+        .iter()
+        .any(|p| path == *p || path.starts_with(&format!("{p}/")));
+    if health {
+        return;
+    }
+    sim.requests.requests.fetch_add(1, Ordering::Relaxed);
+    if matches!(
+        *method,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    ) {
+        sim.requests.writes.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// `isRequestExemptFromRetryAfter` (`with_retry_after.go`): a path beginning `/readyz`,
+/// `/livez`, `/healthz` or `/metrics`, or a `User-Agent` beginning `kube-apiserver/` (its own
+/// loopback client). `WithWaitGroup` exempts the same requests.
+fn exempt_from_retry_after(path: &str, headers: &http::HeaderMap) -> bool {
+    ["/readyz", "/livez", "/healthz", "/metrics"]
+        .iter()
+        .any(|p| path.starts_with(p))
+        || headers
+            .get(http::header::USER_AGENT)
+            .is_some_and(|ua| ua.as_bytes().starts_with(b"kube-apiserver/"))
+}
+
+/// The chain inside `WithCacheControl`: the shutdown's 503s, then authentication.
+async fn filters(
+    sim: &Arc<Sim>,
+    peer: Option<&PeerCert>,
+    req: Request<Incoming>,
+    path: String,
+    query: Option<String>,
+    params: Vec<(String, String)>,
+    exempt: bool,
+) -> Reply {
+    let target = resources::parse(&path);
+    let is_watch = is_watch(req.method(), &params, target.as_ref());
+    if sim.rejecting.load(Ordering::Acquire) {
+        // `WithWatchTerminationDuringShutdown` (only with a grace period) refuses new
+        // watches; `WithWaitGroup` refuses what is neither long-running nor exempt.
+        let refused = if is_watch {
+            !sim.behaviour.watch_termination_grace.is_zero()
+        } else {
+            !resources::long_running_subresource(target.as_ref()) && !exempt
+        };
+        if refused {
+            return respond::shutting_down();
+        }
+    }
 
     // Authentication. Unauthenticated and anonymous HTTP/2 connections serve one request
     // (`UnauthenticatedHTTP2DOSMitigation`): `Connection: close` becomes GOAWAY.
     let h2 = req.version() == http::Version::HTTP_2;
-    let user = match sim.authenticator.authenticate(peer, req.headers()) {
+    let outcome =
+        sim.authenticator
+            .authenticate_at(peer, req.headers(), std::time::SystemTime::now());
+    // The warning recorder wraps authentication: its warnings go out with any answer.
+    let warned = |reply: Reply| match outcome.warning {
+        Some(w) => reply.header("warning", w),
+        None => reply,
+    };
+    let user = match outcome.user {
         Ok(user) => user,
-        Err(why) => {
+        Err(ref why) => {
             tracing::debug!(error = %why, "unable to authenticate the request");
+            if outcome.expired_certificate {
+                sim.requests
+                    .expired_certificates
+                    .fetch_add(1, Ordering::Relaxed);
+            }
             let reply = respond::status(401, "Unauthorized", "Unauthorized", None);
-            return if h2 {
+            return warned(if h2 {
                 reply.header("connection", "close")
             } else {
                 reply
-            };
+            });
         }
     };
     // Who the replica found the request to be from, for tests of what a proxy passes on and
     // of answers shared between clients. Not an apiserver header.
     let name = user.name.clone();
     let reply = if h2 && !user.authenticated() {
-        serve_as(sim, user, req, path, query, params)
+        serve_as(sim, user, req, path, query, params, is_watch)
             .await
             .header("connection", "close")
     } else {
-        serve_as(sim, user, req, path, query, params).await
+        serve_as(sim, user, req, path, query, params, is_watch).await
     };
+    let reply = warned(reply);
     match http::HeaderValue::from_str(&name) {
         Ok(_) => reply.header("x-kubegate-sim-user", &name),
         Err(_) => reply,
     }
+}
+
+/// `watch` makes a GET a watch only for a collection (RequestInfoFactory: no name), read as
+/// apimachinery converts a bool; the deprecated `/watch/` path verb is not served here.
+fn is_watch(method: &Method, params: &[(String, String)], target: Option<&Target>) -> bool {
+    matches!(*method, Method::GET | Method::HEAD)
+        && crate::query::first(params, "watch").is_some_and(crate::query::truthy)
+        && target.is_none_or(|t| t.name.is_none())
 }
 
 /// The rest of the filter chain, for an authenticated (or anonymous) `user`.
@@ -103,11 +193,10 @@ async fn serve_as(
     path: String,
     query: Option<String>,
     params: Vec<(String, String)>,
+    is_watch: bool,
 ) -> Reply {
-    let param = |k: &str| crate::query::first(&params, k);
-
-    // Health endpoints are exempt from the shutdown filters (and from injected latency: it
-    // models slow request handling, not a slow process).
+    // Health endpoints answer at once (injected latency models slow request handling, not a
+    // slow process).
     if let Some(reply) = health::answer(&sim.checks, &path, query.as_deref()) {
         return reply;
     }
@@ -115,24 +204,11 @@ async fn serve_as(
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
-    // `watch` makes a GET a watch only for a collection (RequestInfoFactory: no name), read as
-    // apimachinery converts a bool; the deprecated `/watch/` path verb is not served here.
-    let is_watch = matches!(*req.method(), Method::GET | Method::HEAD)
-        && param("watch").is_some_and(crate::query::truthy)
-        && resources::parse(&path).is_none_or(|t| t.name.is_none());
-    if sim.retry_after.load(Ordering::Acquire) && path != "/metrics" {
-        return respond::retry_after_shutdown();
-    }
-    if sim.rejecting.load(Ordering::Acquire)
-        && (!is_watch || !sim.behaviour.watch_termination_grace.is_zero())
-    {
-        return respond::shutting_down();
-    }
 
     // Priority and fairness, between authentication and authorization: every request but a
-    // long-running one other than a watch (a pod's exec, attach, portforward, log).
+    // long-running one other than a watch (a pod's exec, attach, portforward, log, proxy).
     let target = resources::parse(&path);
-    let long_running = target.as_ref().is_some_and(|t| t.subresource.is_some());
+    let long_running = resources::long_running_subresource(target.as_ref());
     let attrs = flowcontrol::Attributes {
         user: &user,
         verb: verb(req.method(), is_watch, target.as_ref()),
@@ -158,7 +234,7 @@ async fn serve_as(
         }
     };
     // A watch holds its seat while it initializes: until its response starts.
-    let reply = handlers(sim, &user, req, &path, &params, is_watch).await;
+    let reply = handlers(sim, &user, req, &path, query.as_deref(), &params, is_watch).await;
     if work == Work::List && reply.status.is_success() && reply.stream.is_none() {
         sim.flowcontrol.listed(&attrs, reply.body.len());
     }
@@ -190,6 +266,7 @@ async fn handlers(
     user: &User,
     req: Request<Incoming>,
     path: &str,
+    query: Option<&str>,
     params: &[(String, String)],
     is_watch: bool,
 ) -> Reply {
@@ -245,7 +322,7 @@ async fn handlers(
             Some(json!({})),
         );
     };
-    if let (Some(sub), Some(ns), Some(name)) = (target.subresource, target.namespace, target.name) {
+    if let (Some(sub), Some(_), Some(_)) = (target.subresource, target.namespace, target.name) {
         if target.resource != &crate::resources::PODS {
             return respond::status(
                 404,
@@ -254,6 +331,13 @@ async fn handlers(
                 Some(json!({})),
             );
         }
+        if sub == "proxy" {
+            return crate::proxy::serve(sim, &target, req, path, query).await;
+        }
+    }
+    if let (Some(sub @ ("exec" | "attach" | "portforward" | "log")), Some(ns), Some(name)) =
+        (target.subresource, target.namespace, target.name)
+    {
         let key = format!("{}{name}", target.resource.prefix(Some(ns)));
         let pod = match sim.store.get(&key).await {
             Ok(kv) => objects::from_store(&kv, target.resource),
@@ -326,6 +410,30 @@ async fn handlers(
         Ok(b) => b,
         Err(reply) => return reply,
     };
+    if target.subresource == Some("eviction") {
+        if method != Method::POST {
+            return method_not_allowed();
+        }
+        let (Some(namespace), Some(name)) = (target.namespace, target.name) else {
+            return method_not_allowed();
+        };
+        let eviction = crate::eviction::Request {
+            namespace,
+            name,
+            content_type: &content_type,
+            body: &body,
+            dry_run,
+        };
+        return crate::eviction::evict(sim, eviction).await;
+    }
+    if target.subresource.is_some() {
+        return respond::status(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+            Some(json!({})),
+        );
+    }
     if method == Method::PATCH {
         return patch(sim, &target, &content_type, &body, dry_run).await;
     }
@@ -555,7 +663,8 @@ fn forbidden(user: &User, method: &Method, path: &str) -> Reply {
     respond::status(403, "Forbidden", &message, Some(json!({})))
 }
 
-fn store_error(target: &Target<'_>, name: &str, e: StoreError) -> Reply {
+/// A store error as the apiserver answers it for `name` of `target`'s resource.
+pub(crate) fn store_error(target: &Target<'_>, name: &str, e: StoreError) -> Reply {
     let r = target.resource;
     let what = if r.group.is_empty() {
         r.plural.to_string()
@@ -582,10 +691,10 @@ fn store_error(target: &Target<'_>, name: &str, e: StoreError) -> Reply {
             &format!("too old resource version: {requested} ({compacted})"),
             None,
         ),
+        // `ErrorNegotiated`: the Status, and `Retry-After` from its `retryAfterSeconds` (1).
         e @ StoreError::TooLarge { .. } => {
             let status = crate::watch::too_large(&e);
-            Reply::new(StatusCode::GATEWAY_TIMEOUT, Bytes::from(status.to_string()))
-                .header("content-type", "application/json")
+            Reply::json(StatusCode::GATEWAY_TIMEOUT, &status).header("retry-after", "1")
         }
         StoreError::Unavailable(why) => {
             tracing::warn!(error = %why, "storage unavailable");
@@ -642,6 +751,10 @@ async fn resource(
             if r == &crate::resources::PODS {
                 crate::pods::complete_status(&mut obj);
             }
+            // Validating admission, after the object's own validation.
+            if let Some(denied) = sim.admission.deny(r.plural) {
+                return denied;
+            }
             if dry_run {
                 return Reply::json(StatusCode::CREATED, &obj);
             }
@@ -668,6 +781,9 @@ async fn resource(
                 Ok(v) => v,
                 Err(why) => return invalid(target, name, &why),
             };
+            if let Some(denied) = sim.admission.deny(r.plural) {
+                return denied;
+            }
             if dry_run {
                 return Reply::json(StatusCode::OK, &obj);
             }
@@ -684,6 +800,13 @@ async fn resource(
         }
         (&Method::DELETE, Some(ns), Some(name)) => {
             let key = format!("{}{name}", r.prefix(Some(ns)));
+            // Validating admission sees the object being deleted: a missing one is 404 first.
+            if let Some(denied) = sim.admission.deny(r.plural) {
+                return match store.get(&key).await {
+                    Ok(_) => denied,
+                    Err(e) => store_error(target, name, e),
+                };
+            }
             if dry_run {
                 return match store.get(&key).await {
                     Ok(kv) => deleted(r.plural, name, &objects::from_store(&kv, r)),
@@ -695,13 +818,17 @@ async fn resource(
                 Err(e) => store_error(target, name, e),
             }
         }
-        _ => respond::status(
-            405,
-            "MethodNotAllowed",
-            "the server does not allow this method on the requested resource",
-            Some(json!({})),
-        ),
+        _ => method_not_allowed(),
     }
+}
+
+fn method_not_allowed() -> Reply {
+    respond::status(
+        405,
+        "MethodNotAllowed",
+        "the server does not allow this method on the requested resource",
+        Some(json!({})),
+    )
 }
 
 /// PATCH of one object: read, patch, write back with the read version as precondition (the
@@ -750,6 +877,9 @@ async fn patch(
         if let Some(m) = patched["metadata"].as_object_mut() {
             m.remove("resourceVersion");
         }
+        if let Some(denied) = sim.admission.deny(r.plural) {
+            return denied;
+        }
         if dry_run {
             return Reply::json(StatusCode::OK, &patched);
         }
@@ -785,4 +915,119 @@ fn invalid(target: &Target<'_>, name: &str, why: &str) -> Reply {
         &format!("{} \"{name}\" is invalid: {why}", r.kind),
         Some(json!({"name": name, "group": r.group, "kind": r.kind})),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::flowcontrol::{uid_of, FLOW_SCHEMA_UID, PRIORITY_LEVEL_UID};
+    use crate::testserver::{headers, TestServer};
+    use std::sync::atomic::Ordering;
+
+    const LIST: &[u8] = b"GET /api/v1/namespaces/default/configmaps HTTP/1.1";
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_shutdown_503_is_the_wait_groups_bytes_before_authentication() {
+        let s = TestServer::start().await;
+        let admin = s.admin();
+        s.pod(&admin, "web-0", r#"{"app":"web"}"#).await;
+        s.sim.rejecting.store(true, Ordering::Release);
+        let body = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"apiserver is shutting down\",\"reason\":\"ServiceUnavailable\",\"code\":503}\n\n";
+        // Anonymous or not: WithWaitGroup is outside authentication.
+        for cert in [Some(&admin), None] {
+            let r = s.request(cert, LIST, b"").await;
+            assert_eq!((r.status, r.text()), (503, body));
+            assert_eq!(
+                r.stable_headers(),
+                headers(&[
+                    ("cache-control", "no-cache, private"),
+                    ("content-length", &body.len().to_string()),
+                    ("content-type", "application/json"),
+                    ("retry-after", "1"),
+                    ("x-content-type-options", "nosniff"),
+                    ("x-kubegate-sim-replica", "test"),
+                ])
+            );
+        }
+        // Exempt: health, /metrics, the apiserver's own loopback client, long-running requests.
+        let exempt: [&[u8]; 4] = [
+            b"GET /readyz HTTP/1.1",
+            b"GET /metrics HTTP/1.1",
+            b"GET /api/v1/namespaces/default/configmaps HTTP/1.1\r\nUser-Agent: kube-apiserver/v1.35.0",
+            b"GET /api/v1/namespaces/default/pods/web-0/proxy/ HTTP/1.1",
+        ];
+        for head in exempt {
+            let r = s.request(Some(&admin), head, b"").await;
+            assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(head));
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_shutdown_429_is_with_retry_afters_bytes_without_cache_control() {
+        let s = TestServer::start().await;
+        s.sim.retry_after.store(true, Ordering::Release);
+        let r = s.request(None, LIST, b"").await;
+        let body = "The apiserver is shutting down, please try again later.\n";
+        assert_eq!((r.status, r.text()), (429, body));
+        assert_eq!(
+            r.stable_headers(),
+            headers(&[
+                ("connection", "close"),
+                ("content-length", &body.len().to_string()),
+                ("content-type", "text/plain; charset=utf-8"),
+                ("retry-after", "5"),
+                ("x-content-type-options", "nosniff"),
+                ("x-kubegate-sim-replica", "test"),
+            ])
+        );
+        // A path that only begins like an exempt one is exempt too (a prefix match).
+        let r = s.request(None, b"GET /readyz/ping HTTP/1.1", b"").await;
+        assert_eq!((r.status, r.text()), (200, "ok"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_priority_and_fairness_rejection_is_gos_http_error_behind_cache_control() {
+        let s = TestServer::start().await;
+        assert!(s.sim.flowcontrol.saturate("global-default", true, None));
+        let head = [LIST, b"\r\nAuthorization: Bearer tok"].concat();
+        let r = s.request(None, &head, b"").await;
+        let body = "Too many requests, please try again later.\n";
+        assert_eq!((r.status, r.text()), (429, body));
+        assert_eq!(
+            r.stable_headers(),
+            headers(&[
+                ("cache-control", "no-cache, private"),
+                ("content-length", &body.len().to_string()),
+                ("content-type", "text/plain; charset=utf-8"),
+                ("retry-after", "1"),
+                ("x-content-type-options", "nosniff"),
+                (FLOW_SCHEMA_UID, &uid_of("global-default")),
+                (PRIORITY_LEVEL_UID, &uid_of("global-default")),
+                ("x-kubegate-sim-replica", "test"),
+                ("x-kubegate-sim-user", "alice"),
+            ])
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_request_but_healths_is_counted_once_and_writes_by_method() {
+        let s = TestServer::start().await;
+        let admin = s.admin();
+        let r = s.request(None, b"GET /readyz HTTP/1.1", b"").await;
+        assert_eq!(r.header("cache-control"), Some("no-cache, private"));
+        s.request(None, b"GET /livez/ping HTTP/1.1", b"").await;
+        s.request(None, LIST, b"").await; // anonymous: 403, still received
+        let cm = r#"{"metadata":{"name":"a"}}"#;
+        s.json(&admin, "POST", "/api/v1/namespaces/default/configmaps", cm)
+            .await;
+        s.json(
+            &admin,
+            "DELETE",
+            "/api/v1/namespaces/default/configmaps/a",
+            "",
+        )
+        .await;
+        let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+        assert_eq!(n(&s.sim.requests.requests), 3);
+        assert_eq!(n(&s.sim.requests.writes), 2);
+    }
 }

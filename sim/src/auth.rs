@@ -7,9 +7,21 @@
 //! Authorization is the default RBAC in miniature: authenticated users may do anything but
 //! what `--authorization-forbid` takes from them; anonymous users may read health and
 //! `/version` ([`Authenticator::allows`], which SubjectAccessReviews ask too).
+//!
+//! A client certificate is checked at every request, not only at the TLS handshake: the
+//! apiserver's TLS listener asks for a certificate without verifying it
+//! (`secure_serving.go`: `tls.RequestClientCert`), and its x509 authenticators verify the
+//! chain at each request with the current time (`pkg/authentication/request/x509/x509.go`,
+//! `Authenticator.AuthenticateRequest` and `Verifier.AuthenticateRequest` for front proxies:
+//! `PeerCertificates[0].Verify(opts)` with `CurrentTime` unset, so `time.Now()`). A
+//! certificate that expires on a long-lived connection turns every later request on it into
+//! 401 (unless a bearer token authenticates it). The handshake here leaves the time to this
+//! check ([`crate::clientcert`]).
 
+use crate::bearer::Bearer;
 use http::header::{HeaderMap, HeaderName};
 use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 /// An authenticated (or anonymous) user.
@@ -67,11 +79,53 @@ pub struct PeerCert {
     pub uid: String,
     /// The issuer's distinguished name, DER: tells which CA signed it.
     pub issuer: Vec<u8>,
+    /// The latest `NotBefore` of the certificates the client presented (the leaf and any
+    /// intermediates): Go's `Verify` checks each certificate of the chain it builds.
+    pub not_before: SystemTime,
+    /// The earliest `NotAfter` of them.
+    pub not_after: SystemTime,
 }
 
 impl PeerCert {
+    /// Reads the certificates a client presented, its own first.
+    pub fn from_chain<C: AsRef<[u8]>>(chain: &[C]) -> Option<PeerCert> {
+        let mut peer = PeerCert::from_der(chain.first()?.as_ref())?;
+        for der in &chain[1..] {
+            if let Some((not_before, not_after)) = validity(der.as_ref()) {
+                peer.not_before = peer.not_before.max(not_before);
+                peer.not_after = peer.not_after.min(not_after);
+            }
+        }
+        Some(peer)
+    }
+
+    /// Go's time check in `Certificate.isValid` (`crypto/x509/verify.go`), as `Verify` runs
+    /// it at `now`: valid from `NotBefore` through `NotAfter`, both included.
+    pub fn check_time(&self, now: SystemTime) -> Result<(), String> {
+        let rfc3339 = |t: SystemTime| humantime::format_rfc3339_seconds(t).to_string();
+        let detail = if now < self.not_before {
+            format!(
+                "current time {} is before {}",
+                rfc3339(now),
+                rfc3339(self.not_before)
+            )
+        } else if now > self.not_after {
+            format!(
+                "current time {} is after {}",
+                rfc3339(now),
+                rfc3339(self.not_after)
+            )
+        } else {
+            return Ok(());
+        };
+        Err(format!(
+            "x509: certificate has expired or is not yet valid: {detail}"
+        ))
+    }
+
     /// Reads a DER certificate.
     pub fn from_der(der: &[u8]) -> Option<PeerCert> {
+        let (not_before, not_after) = validity(der)?;
         let (_, cert) = X509Certificate::from_der(der).ok()?;
         let subject = cert.subject();
         // Go's pkix.Name keeps the last CN of several.
@@ -99,8 +153,24 @@ impl PeerCert {
             organizations,
             issuer,
             uid,
+            not_before,
+            not_after,
         })
     }
+}
+
+/// A DER certificate's `NotBefore` and `NotAfter`.
+pub fn validity(der: &[u8]) -> Option<(SystemTime, SystemTime)> {
+    let (_, cert) = X509Certificate::from_der(der).ok()?;
+    let at = |seconds: i64| {
+        if seconds >= 0 {
+            UNIX_EPOCH + Duration::from_secs(seconds.unsigned_abs())
+        } else {
+            UNIX_EPOCH - Duration::from_secs(seconds.unsigned_abs())
+        }
+    };
+    let v = cert.validity();
+    Some((at(v.not_before.timestamp()), at(v.not_after.timestamp())))
 }
 
 /// The subject DNs (DER) of the certificates in a CA file.
@@ -134,11 +204,19 @@ pub struct RequestHeader {
 }
 
 impl RequestHeader {
-    /// `Ok(None)`: not a front-proxy request (not its CA, or no user header).
-    fn authenticate(&self, peer: &PeerCert, headers: &HeaderMap) -> Result<Option<User>, String> {
+    /// `Ok(None)`: not a front-proxy request (not its CA, or no user header). In
+    /// `Verifier.AuthenticateRequest`'s order: the certificate's chain and validity at `now`,
+    /// then its subject (`--requestheader-allowed-names`), then the headers.
+    fn authenticate(
+        &self,
+        peer: &PeerCert,
+        headers: &HeaderMap,
+        now: SystemTime,
+    ) -> Result<Option<User>, String> {
         if !self.ca_subjects.contains(&peer.issuer) {
             return Ok(None);
         }
+        peer.check_time(now)?;
         if !self.allowed_names.is_empty() && !self.allowed_names.contains(&peer.common_name) {
             return Err(format!(
                 "requestheader: client certificate CN {:?} is not in --requestheader-allowed-names",
@@ -222,15 +300,6 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The token of an `Authorization` value, as the apiserver's bearer-token authenticator
-/// reads it: trimmed, the scheme `bearer` in any case, the token the word after it.
-pub fn bearer_token(authorization: &str) -> Option<&str> {
-    let mut parts = authorization.trim().splitn(3, ' ');
-    let scheme = parts.next()?;
-    let token = parts.next()?;
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
-}
-
 /// The authenticators of one replica, in the apiserver's order.
 #[derive(Default)]
 pub struct Authenticator {
@@ -271,89 +340,142 @@ impl Authenticator {
             .any(|(u, r)| u == user && Some(r.as_str()) == resource)
     }
 
-    /// Who sent a request with `headers` over a connection that presented `peer`; `Err` means
-    /// 401, with why.
-    pub fn authenticate(
+    /// Who sent a request with `headers` over a connection that presented `peer`, at `now`
+    /// (the time client certificates are verified at).
+    pub fn authenticate_at(
         &self,
         peer: Option<&PeerCert>,
         headers: &HeaderMap,
-    ) -> Result<User, String> {
+        now: SystemTime,
+    ) -> Outcome {
+        let mut outcome = Outcome {
+            user: Err(String::new()),
+            warning: None,
+            expired_certificate: false,
+        };
         let mut errors = Vec::new();
+        let mut expired = false;
         if let (Some(rh), Some(peer)) = (&self.request_header, peer) {
-            match rh.authenticate(peer, headers) {
-                Ok(Some(user)) => return Ok(user),
+            expired |= rh.ca_subjects.contains(&peer.issuer) && peer.check_time(now).is_err();
+            match rh.authenticate(peer, headers, now) {
+                Ok(Some(user)) => return outcome.with(Ok(user)),
                 Ok(None) => {}
                 Err(e) => errors.push(e),
             }
         }
         if let (Some(subjects), Some(peer)) = (&self.client_ca_subjects, peer) {
-            if subjects.contains(&peer.issuer) && !peer.common_name.is_empty() {
-                let mut user =
-                    User::authenticated_user(peer.common_name.clone(), peer.organizations.clone());
-                user.uid = peer.uid.clone();
-                return Ok(user);
+            if subjects.contains(&peer.issuer) {
+                // `Verify` first; then `CommonNameUserConversion`, which gives no user (and
+                // no error) for an empty CN.
+                match peer.check_time(now) {
+                    Err(e) => {
+                        expired = true;
+                        errors.push(format!(
+                            "verifying certificate CN={} failed: {e}",
+                            peer.common_name
+                        ));
+                    }
+                    Ok(()) if peer.common_name.is_empty() => {}
+                    Ok(()) => {
+                        let mut user = User::authenticated_user(
+                            peer.common_name.clone(),
+                            peer.organizations.clone(),
+                        );
+                        user.uid = peer.uid.clone();
+                        return outcome.with(Ok(user));
+                    }
+                }
+            } else {
+                errors.push(format!(
+                    "verifying certificate CN={} failed: x509: certificate signed by unknown authority",
+                    peer.common_name
+                ));
             }
-            errors.push(format!(
-                "verifying certificate CN={} failed: x509: certificate signed by unknown authority",
-                peer.common_name
-            ));
         }
         let authorization = headers
             .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        if let Some(bearer) = authorization.and_then(bearer_token) {
-            match self.tokens.user(bearer) {
-                Some(user) => return Ok(user),
+            .map(http::HeaderValue::as_bytes);
+        match crate::bearer::read(authorization) {
+            Bearer::Token(token) => match self.tokens.user_bytes(token) {
+                Some(user) => return outcome.with(Ok(user)),
                 None => errors.push("invalid bearer token".into()),
-            }
+            },
+            Bearer::ExtraSpace => outcome.warning = Some(crate::bearer::EXTRA_SPACE_WARNING),
+            Bearer::None => {}
         }
         if !errors.is_empty() {
-            return Err(errors.join("; "));
+            outcome.expired_certificate = expired;
+            return outcome.with(Err(errors.join("; ")));
         }
         if self.anonymous {
-            Ok(User::anonymous())
+            outcome.with(Ok(User::anonymous()))
         } else {
-            Err("anonymous requests are not allowed".into())
+            outcome.with(Err("anonymous requests are not allowed".into()))
         }
+    }
+}
+
+/// What authentication found: the user (`Err`: 401, with why), and what the response carries
+/// whatever the result.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Who, or why nobody.
+    pub user: Result<User, String>,
+    /// A `Warning` header value the bearer-token authenticator added (the warning recorder
+    /// wraps authentication, so even a 401 carries it).
+    pub warning: Option<&'static str>,
+    /// The request was refused, and a client certificate outside its validity was why an
+    /// x509 authenticator failed (`expired_certificates_refused` in the fault port's `/state`).
+    pub expired_certificate: bool,
+}
+
+impl Outcome {
+    fn with(mut self, user: Result<User, String>) -> Outcome {
+        self.user = user;
+        self
     }
 }
 
 /// Static tokens read from a `--token-auth-file` (`token,user,uid,"group1,group2"`), less the
 /// ones revoked since (the fault port's `/revoke`: a deleted service account's token, which
 /// the apiserver then answers 401 for).
+/// Tokens are bytes, as Go strings are: a token with bytes above ASCII is looked up as those
+/// bytes (and matches only a token of the file with the same bytes).
 #[derive(Default)]
 pub struct Tokens {
-    users: HashMap<String, User>,
-    revoked: std::sync::RwLock<std::collections::HashSet<String>>,
+    users: HashMap<Vec<u8>, User>,
+    revoked: std::sync::RwLock<std::collections::HashSet<Vec<u8>>>,
 }
 
 impl Tokens {
     /// Parses the CSV file format of kube-apiserver's `--token-auth-file`.
-    pub fn parse(text: &str) -> Tokens {
+    pub fn parse(text: &[u8]) -> Tokens {
         let mut map = HashMap::new();
         for line in text
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .split(|&b| b == b'\n')
+            .map(<[u8]>::trim_ascii)
+            .filter(|l| !l.is_empty() && !l.starts_with(b"#"))
         {
-            let mut fields = line.splitn(4, ',');
+            let mut fields = line.splitn(4, |&b| b == b',');
             let (Some(token), Some(name)) = (fields.next(), fields.next()) else {
                 continue;
             };
-            let uid = fields.next().unwrap_or_default().to_string();
+            let text = |f: &[u8]| String::from_utf8_lossy(f).into_owned();
+            let uid = fields.next().map(text).unwrap_or_default();
             let groups: Vec<String> = fields
                 .next()
                 .map(|g| {
-                    g.trim_matches('"')
+                    text(g)
+                        .trim_matches('"')
                         .split(',')
                         .filter(|s| !s.is_empty())
                         .map(str::to_string)
                         .collect()
                 })
                 .unwrap_or_default();
-            let mut user = User::authenticated_user(name.to_string(), groups);
+            let mut user = User::authenticated_user(text(name), groups);
             user.uid = uid;
-            map.insert(token.to_string(), user);
+            map.insert(token.to_vec(), user);
         }
         Tokens {
             users: map,
@@ -363,6 +485,11 @@ impl Tokens {
 
     /// The user a bearer token names, unless it was revoked.
     pub fn user(&self, token: &str) -> Option<User> {
+        self.user_bytes(token.as_bytes())
+    }
+
+    /// The user a bearer token's bytes name, unless it was revoked.
+    pub fn user_bytes(&self, token: &[u8]) -> Option<User> {
         let revoked = self.revoked.read().unwrap_or_else(|e| e.into_inner());
         if revoked.contains(token) {
             return None;
@@ -372,12 +499,12 @@ impl Tokens {
 
     /// `token` is no longer accepted; whether it was one of the file's.
     pub fn revoke(&self, token: &str) -> bool {
-        let known = self.users.contains_key(token);
+        let known = self.users.contains_key(token.as_bytes());
         if known {
             self.revoked
                 .write()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(token.to_string());
+                .insert(token.as_bytes().to_vec());
         }
         known
     }
@@ -408,11 +535,25 @@ mod tests {
     }
 
     fn cert(cn: &str, issuer: &[u8]) -> PeerCert {
+        let now = SystemTime::now();
         PeerCert {
             common_name: cn.into(),
             organizations: vec!["system:masters".into()],
             issuer: issuer.to_vec(),
             uid: String::new(),
+            not_before: now - Duration::from_secs(3600),
+            not_after: now + Duration::from_secs(3600),
+        }
+    }
+
+    impl Authenticator {
+        /// Authentication now, the user only.
+        fn authenticate(
+            &self,
+            peer: Option<&PeerCert>,
+            headers: &HeaderMap,
+        ) -> Result<User, String> {
+            self.authenticate_at(peer, headers, SystemTime::now()).user
         }
     }
 
@@ -427,7 +568,9 @@ mod tests {
                 uid_headers: vec![HeaderName::from_static("x-remote-uid")],
             }),
             client_ca_subjects: Some(vec![b"client-ca".to_vec()]),
-            tokens: Tokens::parse("abc,kubegate,uid1,\"system:monitoring,ops\"\n"),
+            tokens: Tokens::parse(
+                b"abc,kubegate,uid1,\"system:monitoring,ops\"\nt\xffx,bytes,u2\n",
+            ),
             anonymous: true,
             token_reviewers: Vec::new(),
             forbidden: vec![("mallory".into(), "services".into())],
@@ -436,7 +579,7 @@ mod tests {
 
     #[test]
     fn token_file_lines_become_users() {
-        let t = Tokens::parse("abc,kubegate,uid1,\"system:monitoring,ops\"\n# c\nxyz,bob,2\n");
+        let t = Tokens::parse(b"abc,kubegate,uid1,\"system:monitoring,ops\"\n# c\nxyz,bob,2\n");
         let u = t.user("abc").unwrap();
         assert_eq!(u.name, "kubegate");
         assert_eq!(
@@ -541,5 +684,96 @@ mod tests {
         ));
         assert!(a.allows("system:anonymous", &g(&[]), None, "/version"));
         assert!(!a.allows("system:anonymous", &g(&[]), None, "/apis"));
+    }
+
+    #[test]
+    fn a_certificate_past_its_not_after_is_refused_at_the_request_not_the_handshake() {
+        let a = authenticator();
+        let mut c = cert("bob", b"client-ca");
+        let now = SystemTime::now();
+        c.not_after = now - Duration::from_secs(1);
+        let outcome = a.authenticate_at(Some(&c), &HeaderMap::new(), now);
+        let err = outcome.user.unwrap_err();
+        assert!(
+            err.contains("x509: certificate has expired or is not yet valid: current time"),
+            "{err}"
+        );
+        assert!(err.contains(" is after "), "{err}");
+        assert!(outcome.expired_certificate);
+        // Valid a moment earlier: the same certificate, checked at each request's time.
+        let earlier = now - Duration::from_secs(2);
+        assert_eq!(
+            a.authenticate_at(Some(&c), &HeaderMap::new(), earlier)
+                .user
+                .unwrap()
+                .name,
+            "bob"
+        );
+        // Not yet valid either.
+        c.not_before = now + Duration::from_secs(60);
+        c.not_after = now + Duration::from_secs(3600);
+        let err = a
+            .authenticate_at(Some(&c), &HeaderMap::new(), now)
+            .user
+            .unwrap_err();
+        assert!(err.contains(" is before "), "{err}");
+    }
+
+    #[test]
+    fn an_expired_front_proxy_certificate_is_refused_whatever_its_headers_say() {
+        let a = authenticator();
+        let mut proxy = cert("front-proxy-client", b"front-proxy-ca");
+        let now = SystemTime::now();
+        proxy.not_after = now - Duration::from_secs(1);
+        let h = headers(&[("X-Remote-User", "alice")]);
+        let outcome = a.authenticate_at(Some(&proxy), &h, now);
+        assert!(outcome.user.is_err());
+        assert!(outcome.expired_certificate);
+        // A valid bearer token on the same request still authenticates (the union's first
+        // success wins): not refused, not counted.
+        let h = headers(&[("X-Remote-User", "alice"), ("Authorization", "Bearer abc")]);
+        let outcome = a.authenticate_at(Some(&proxy), &h, now);
+        assert_eq!(outcome.user.unwrap().name, "kubegate");
+        assert!(!outcome.expired_certificate);
+    }
+
+    #[test]
+    fn a_client_ca_certificate_without_a_common_name_is_no_answer_not_an_error() {
+        let a = authenticator();
+        let c = cert("", b"client-ca");
+        assert_eq!(
+            a.authenticate(Some(&c), &HeaderMap::new()).unwrap().name,
+            "system:anonymous"
+        );
+    }
+
+    #[test]
+    fn tokens_are_read_from_the_raw_header_bytes() {
+        let a = authenticator();
+        let mut h = HeaderMap::new();
+        h.insert(
+            http::header::AUTHORIZATION,
+            HeaderValue::from_bytes(b"Bearer abc \xff").unwrap(),
+        );
+        assert_eq!(a.authenticate(None, &h).unwrap().name, "kubegate");
+        h.insert(
+            http::header::AUTHORIZATION,
+            HeaderValue::from_bytes(b"Bearer t\xffx").unwrap(),
+        );
+        assert_eq!(a.authenticate(None, &h).unwrap().name, "bytes");
+        h.insert(
+            http::header::AUTHORIZATION,
+            HeaderValue::from_bytes(b"Bearer t\xfex").unwrap(),
+        );
+        assert!(a.authenticate(None, &h).is_err(), "not a token of the file");
+    }
+
+    #[test]
+    fn a_second_space_before_the_token_warns_and_leaves_the_request_anonymous() {
+        let a = authenticator();
+        let h = headers(&[("Authorization", "Bearer  abc")]);
+        let outcome = a.authenticate_at(None, &h, SystemTime::now());
+        assert_eq!(outcome.user.unwrap().name, "system:anonymous");
+        assert_eq!(outcome.warning, Some(crate::bearer::EXTRA_SPACE_WARNING));
     }
 }

@@ -80,8 +80,30 @@ fn priority(version: &str) -> (u8, std::cmp::Reverse<u32>, std::cmp::Reverse<u32
     (stage, std::cmp::Reverse(major), std::cmp::Reverse(minor))
 }
 
+/// The pod subresources the simulator serves, as `/api/v1` lists them (`kubectl drain` looks
+/// for `pods/eviction` there, with its group and version, before it evicts rather than
+/// deletes).
+fn pod_subresources() -> Vec<Value> {
+    let sub = |name: &str, kind: &str, verbs: &[&str]| json!({"name": format!("pods/{name}"), "singularName": "", "namespaced": true, "kind": kind, "verbs": verbs});
+    let mut eviction = sub("eviction", "Eviction", &["create"]);
+    eviction["group"] = json!("policy");
+    eviction["version"] = json!("v1");
+    vec![
+        sub("attach", "PodAttachOptions", &["create", "get"]),
+        eviction,
+        sub("exec", "PodExecOptions", &["create", "get"]),
+        sub("log", "Pod", &["get"]),
+        sub("portforward", "PodPortForwardOptions", &["create", "get"]),
+        sub(
+            "proxy",
+            "PodProxyOptions",
+            &["create", "delete", "get", "patch", "update"],
+        ),
+    ]
+}
+
 fn resource_list(apis: &Apis, group_version: &str) -> Value {
-    let resources: Vec<Value> = apis
+    let mut resources: Vec<Value> = apis
         .resources()
         .filter(|r| r.api_version() == group_version)
         .map(|r: &Resource| {
@@ -96,6 +118,9 @@ fn resource_list(apis: &Apis, group_version: &str) -> Value {
             })
         })
         .collect();
+    if group_version == "v1" && apis.serves(&crate::resources::PODS) {
+        resources.extend(pod_subresources());
+    }
     json!({
         "kind": "APIResourceList",
         "apiVersion": "v1",

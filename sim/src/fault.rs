@@ -17,8 +17,21 @@
 //!                              Retry-After)
 //! POST /revoke?token=T         the static token T is no longer accepted (a deleted service
 //!                              account's): requests carrying it get 401, its reviews say so
+//! POST /admission?resource=R&state=deny429
+//!                              a validating admission webhook denies every create, update,
+//!                              patch and delete of R (a plural, or `pods/eviction`) with a
+//!                              429 Status, after priority and fairness admitted it;
+//!                              &webhook=NAME, &message=TEXT, &reason=REASON (empty: none),
+//!                              &retry_after=N (the webhook's details.retryAfterSeconds, so
+//!                              Retry-After: N); state=allow ends it
+//! POST /pod-answer?status=CODE&body=TEXT&content_type=TYPE
+//!                              what every pod answers through pods/NAME/proxy (each omitted
+//!                              parameter takes its default: 200, `ok`,
+//!                              `text/plain; charset=utf-8`; an empty content_type sends none)
 //! GET  /state                  forced checks, latency, in-flight requests, open watches, and
-//!                              the LIST and WATCH requests received since the start
+//!                              what the replica received since the start: requests (all but
+//!                              health), writes, LISTs, WATCHes, reviews, evictions, proxied
+//!                              requests, requests refused for an expired certificate
 //! ```
 
 use crate::query::params as query_params;
@@ -132,6 +145,8 @@ fn handle(sim: &Sim, req: Request<Incoming>) -> Response<Full<Bytes>> {
                 json!({"error": "token= naming one of --token-auth-file's tokens is required"}),
             ),
         },
+        (&Method::POST, "/admission") => admission(sim, &params),
+        (&Method::POST, "/pod-answer") => pod_answer(sim, &params),
         (&Method::GET, "/state") => (
             StatusCode::OK,
             json!({
@@ -140,6 +155,12 @@ fn handle(sim: &Sim, req: Request<Incoming>) -> Response<Full<Bytes>> {
                 "latency_ms": sim.latency_ms.load(Ordering::Relaxed),
                 "inflight": sim.inflight.load(Ordering::Relaxed),
                 "watches": sim.watches.load(Ordering::Relaxed),
+                "requests_received": sim.requests.requests.load(Ordering::Relaxed),
+                "writes_received": sim.requests.writes.load(Ordering::Relaxed),
+                "evictions_received": sim.requests.evictions.load(Ordering::Relaxed),
+                "proxied_received": sim.requests.proxied.load(Ordering::Relaxed),
+                "expired_certificates_refused": sim.requests.expired_certificates.load(Ordering::Relaxed),
+                "admission_denied": sim.admission.denied(),
                 "lists_received": sim.requests.lists.load(Ordering::Relaxed),
                 "watches_received": sim.requests.watches.load(Ordering::Relaxed),
                 "watch_lists_received": sim.requests.watch_lists.load(Ordering::Relaxed),
@@ -161,4 +182,87 @@ fn handle(sim: &Sim, req: Request<Incoming>) -> Response<Full<Bytes>> {
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from(body.to_string())))
         .expect("valid response")
+}
+
+/// `POST /admission?resource=R&state=deny429|allow[&webhook=..][&message=..][&reason=..]
+/// [&retry_after=N]`.
+fn admission(sim: &Sim, params: &[(String, String)]) -> (StatusCode, serde_json::Value) {
+    let get = |k: &str| crate::query::first(params, k);
+    let bad = |why: &str| (StatusCode::BAD_REQUEST, json!({"error": why}));
+    let Some(resource) = get("resource").filter(|r| !r.is_empty()) else {
+        return bad("resource=<plural, or pods/eviction> is required");
+    };
+    match get("state") {
+        Some("allow") => {
+            sim.admission.set(resource, None);
+            tracing::info!(resource, "fault: admission allows");
+            (
+                StatusCode::OK,
+                json!({"resource": resource, "state": "allow"}),
+            )
+        }
+        Some("deny429") => {
+            let webhook = get("webhook").unwrap_or(DEFAULT_WEBHOOK);
+            if !crate::admission::valid_webhook_name(webhook) {
+                return bad("webhook= must be a DNS subdomain (a webhook's name)");
+            }
+            let retry_after = match get("retry_after").map(str::parse::<u32>) {
+                None => None,
+                Some(Ok(n)) => Some(n),
+                Some(Err(_)) => return bad("retry_after=<seconds> must be an integer"),
+            };
+            let mut denial = crate::admission::Denial::too_many_requests(
+                webhook,
+                get("reason").unwrap_or("TooManyRequests"),
+                get("message").unwrap_or("too many requests, please try again later"),
+            );
+            denial.retry_after = retry_after;
+            sim.admission.set(resource, Some(denial));
+            tracing::info!(resource, webhook, "fault: admission denies with 429");
+            (
+                StatusCode::OK,
+                json!({"resource": resource, "state": "deny429", "webhook": webhook}),
+            )
+        }
+        _ => bad("state=deny429 or state=allow is required"),
+    }
+}
+
+/// The webhook named in denials unless `webhook=` names another.
+const DEFAULT_WEBHOOK: &str = "deny.kubegate-sim.example.com";
+
+/// `POST /pod-answer?status=CODE&body=TEXT&content_type=TYPE`.
+fn pod_answer(sim: &Sim, params: &[(String, String)]) -> (StatusCode, serde_json::Value) {
+    let get = |k: &str| crate::query::first(params, k);
+    let bad = |why: &str| (StatusCode::BAD_REQUEST, json!({"error": why}));
+    let mut answer = crate::proxy::Answer::default();
+    if let Some(code) = get("status") {
+        match code
+            .parse::<u16>()
+            .ok()
+            .and_then(|c| StatusCode::from_u16(c).ok())
+        {
+            Some(status) if status.as_u16() >= 200 => answer.status = status,
+            _ => return bad("status= must be a status code from 200 to 999"),
+        }
+    }
+    if let Some(body) = get("body") {
+        answer.body = Bytes::from(body.to_string());
+    }
+    match get("content_type") {
+        None => {}
+        Some("") => answer.content_type = None,
+        Some(t) => match http::HeaderValue::from_str(t) {
+            Ok(v) => answer.content_type = Some(v),
+            Err(_) => return bad("content_type= must be a valid header value"),
+        },
+    }
+    let shown = json!({
+        "status": answer.status.as_u16(),
+        "body": String::from_utf8_lossy(&answer.body),
+        "content_type": answer.content_type.as_ref().and_then(|v| v.to_str().ok()),
+    });
+    sim.pod_answer.set(answer);
+    tracing::info!(%shown, "fault: pods answer");
+    (StatusCode::OK, shown)
 }

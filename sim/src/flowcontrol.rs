@@ -40,6 +40,13 @@ const WATCHERS_PER_SEAT: usize = 10;
 /// ...up to this many more.
 const MAX_WATCHER_SEATS: usize = 10;
 
+/// The UID of the flow schema or priority level `name` (the same on every replica), as the
+/// `X-Kubernetes-PF-*` headers carry it.
+#[cfg(test)]
+pub fn uid_of(name: &str) -> String {
+    bootstrap::uid(name)
+}
+
 /// A replica's priority levels and what it knows of LIST sizes.
 pub struct FlowControl {
     levels: Vec<Arc<Level>>,

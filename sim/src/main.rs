@@ -3,19 +3,26 @@
 //! balancer in front of it sees what it would see in front of real apiservers.
 #![forbid(unsafe_code)]
 
+mod admission;
 mod api;
 mod auth;
+mod bearer;
+mod budget;
 mod checks;
+mod clientcert;
 mod cluster;
 mod discovery;
+mod eviction;
 mod fault;
 mod flowcontrol;
+mod gojson;
 mod health;
 mod objects;
 mod openapi;
 mod patch;
 mod pods;
 mod protobuf;
+mod proxy;
 mod query;
 mod reconciler;
 mod resources;
@@ -25,6 +32,8 @@ mod server;
 mod spdy;
 mod state;
 mod store;
+#[cfg(test)]
+mod testserver;
 mod versions;
 mod watch;
 
@@ -296,6 +305,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 args.max_requests_inflight + args.max_mutating_requests_inflight,
                 args.request_timeout / 4,
             ),
+            pod_answer: Default::default(),
+            admission: Default::default(),
         });
         if let Some(port) = args.fault_port {
             let fault = tokio::net::TcpListener::bind(("127.0.0.1", port))
@@ -393,7 +404,7 @@ fn authenticator(args: &ServeArgs) -> anyhow::Result<auth::Authenticator> {
         None => None,
     };
     let tokens = match &args.token_auth_file {
-        Some(f) => auth::Tokens::parse(&String::from_utf8_lossy(&read("--token-auth-file", f)?)),
+        Some(f) => auth::Tokens::parse(&read("--token-auth-file", f)?),
         None => auth::Tokens::default(),
     };
     Ok(auth::Authenticator {

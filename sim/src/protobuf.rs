@@ -6,7 +6,8 @@
 //! the object. A watch stream is a sequence of frames, each a 4-byte big-endian length and a raw
 //! (unwrapped) `metav1.WatchEvent`: `type` (1) and `object` (2, a `RawExtension` whose `raw` (1) is
 //! the wrapped object). Only the fields of ConfigMap, Lease, Status and ObjectMeta the simulator
-//! stores are read and written; others are skipped by wire type, as protobuf intends.
+//! stores are read and written (and an Eviction's name and delete options read); others are
+//! skipped by wire type, as protobuf intends.
 
 use serde_json::{json, Map, Value};
 
@@ -38,6 +39,7 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
     let mut obj = match kind.as_str() {
         "ConfigMap" => config_map(raw)?,
         "Lease" => lease(raw)?,
+        "Eviction" => eviction(raw)?,
         other => {
             return Err(format!(
                 "protobuf decoding of kind {other:?} is not supported"
@@ -290,6 +292,47 @@ fn lease(raw: &[u8]) -> Result<Value, String> {
     Ok(obj)
 }
 
+/// `policy/v1` `Eviction` (kubectl's and client-go's `Evict` send it as protobuf): metadata
+/// (1) and `deleteOptions` (2), of which the eviction reads `dryRun` (5) and the
+/// preconditions (2: `uid` 1, `resourceVersion` 2).
+fn eviction(raw: &[u8]) -> Result<Value, String> {
+    let mut obj = json!({});
+    for field in Fields::new(raw) {
+        match field? {
+            (1, Wire::Bytes(m)) => obj["metadata"] = object_meta(m)?,
+            (2, Wire::Bytes(d)) => {
+                let mut options = Map::new();
+                let mut dry_run = Vec::new();
+                for f in Fields::new(d) {
+                    match f? {
+                        (2, Wire::Bytes(p)) => {
+                            let mut pre = Map::new();
+                            for pf in Fields::new(p) {
+                                match pf? {
+                                    (1, Wire::Bytes(v)) => insert_text(&mut pre, "uid", v)?,
+                                    (2, Wire::Bytes(v)) => {
+                                        insert_text(&mut pre, "resourceVersion", v)?
+                                    }
+                                    _ => {}
+                                }
+                            }
+                            options.insert("preconditions".into(), Value::Object(pre));
+                        }
+                        (5, Wire::Bytes(v)) => dry_run.push(json!(text(v)?)),
+                        _ => {}
+                    }
+                }
+                if !dry_run.is_empty() {
+                    options.insert("dryRun".into(), Value::Array(dry_run));
+                }
+                obj["deleteOptions"] = Value::Object(options);
+            }
+            _ => {}
+        }
+    }
+    Ok(obj)
+}
+
 fn object_meta(raw: &[u8]) -> Result<Value, String> {
     let mut meta = Map::new();
     let (mut labels, mut annotations, mut finalizers) = (Map::new(), Map::new(), Vec::new());
@@ -514,5 +557,22 @@ mod tests {
         let body = [MAGIC, &[0x0a, 0x7f, 0x01]].concat();
         assert!(decode(&body).is_err());
         assert!(decode(b"{}").is_err());
+    }
+
+    #[test]
+    fn an_eviction_decodes_its_name_and_dry_run() {
+        let meta = len_field(
+            1,
+            &[len_field(1, b"web-0"), len_field(3, b"default")].concat(),
+        );
+        let options = len_field(2, &len_field(5, b"All"));
+        let raw = [meta, options].concat();
+        let type_meta = [len_field(1, b"policy/v1"), len_field(2, b"Eviction")].concat();
+        let body = [MAGIC.to_vec(), len_field(1, &type_meta), len_field(2, &raw)].concat();
+        let e = decode(&body).unwrap();
+        assert_eq!(e["kind"], "Eviction");
+        assert_eq!(e["apiVersion"], "policy/v1");
+        assert_eq!(e["metadata"]["name"], "web-0");
+        assert_eq!(e["deleteOptions"]["dryRun"][0], "All");
     }
 }

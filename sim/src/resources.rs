@@ -145,6 +145,21 @@ pub const RESOURCECLAIMS_V1: Resource = Resource {
     custom: false,
 };
 
+/// `poddisruptionbudgets` (policy/v1, GA since 1.21): stored as any object; no disruption
+/// controller keeps their status, so an eviction computes it as that controller would
+/// (`eviction.rs`, `budget.rs`).
+pub const PODDISRUPTIONBUDGETS: Resource = Resource {
+    group: "policy",
+    version: "v1",
+    plural: "poddisruptionbudgets",
+    singular: "poddisruptionbudget",
+    kind: "PodDisruptionBudget",
+    short_names: &["pdb"],
+    introduced: 0,
+    enabled_by_default: true,
+    custom: false,
+};
+
 /// `widgets` (kubegate.example.com/v1): a custom resource, as if its CRD were installed: its
 /// watch cache initializes `--custom-resource-cache-init` after the built-in ones.
 pub const WIDGETS: Resource = Resource {
@@ -161,16 +176,29 @@ pub const WIDGETS: Resource = Resource {
 
 /// Every resource the simulator knows; which of them a replica serves depends on its version
 /// and `--runtime-config` (`versions.rs`).
-pub const ALL: [&Resource; 8] = [
+pub const ALL: [&Resource; 9] = [
     &CONFIGMAPS,
     &SERVICES,
     &PODS,
     &LEASES,
     &ENDPOINTSLICES,
+    &PODDISRUPTIONBUDGETS,
     &RESOURCECLAIMS_V1BETA1,
     &RESOURCECLAIMS_V1,
     &WIDGETS,
 ];
+
+/// Whether a request for `target` is long-running for the apiserver (kube-apiserver's
+/// `BasicLongRunningRequestCheck(sets.NewString("watch", "proxy"), sets.NewString("attach",
+/// "exec", "proxy", "log", "portforward"))`, k8s.io/apiserver `pkg/server/filters/longrunning.go`):
+/// a watch (told apart by the caller), or one of those subresources. Priority and fairness
+/// does not classify a long-running request other than a watch, and the shutdown's wait
+/// group does not wait for (or refuse) one.
+pub fn long_running_subresource(target: Option<&Target<'_>>) -> bool {
+    target
+        .and_then(|t| t.subresource)
+        .is_some_and(|s| matches!(s, "attach" | "exec" | "proxy" | "log" | "portforward"))
+}
 
 /// A request path that names a resource.
 #[derive(Debug, PartialEq, Eq)]
@@ -185,7 +213,9 @@ pub struct Target<'a> {
     pub subresource: Option<&'a str>,
 }
 
-/// Parses `/api/v1/[namespaces/NS/]PLURAL[/NAME]` and `/apis/G/V/...` alike.
+/// Parses `/api/v1/[namespaces/NS/]PLURAL[/NAME[/SUBRESOURCE]]` and `/apis/G/V/...` alike;
+/// `proxy` may be followed by a path (`pods/NAME/proxy/PATH`), which the proxy reads from the
+/// request path itself.
 pub fn parse(path: &str) -> Option<Target<'_>> {
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let (group, version, rest) = match parts.as_slice() {
@@ -200,7 +230,11 @@ pub fn parse(path: &str) -> Option<Target<'_>> {
     let (plural, name, subresource) = match rest {
         [plural] => (*plural, None, None),
         [plural, name] if namespace.is_some() => (*plural, Some(*name), None),
-        [plural, name, sub] if namespace.is_some() => (*plural, Some(*name), Some(*sub)),
+        [plural, name, sub, rest @ ..]
+            if namespace.is_some() && (rest.is_empty() || *sub == "proxy") =>
+        {
+            (*plural, Some(*name), Some(*sub))
+        }
         _ => return None,
     };
     let resource = ALL
@@ -256,6 +290,16 @@ mod tests {
                 subresource: Some("exec"),
             })
         );
+        assert_eq!(
+            parse("/api/v1/namespaces/default/pods/p:8080/proxy/a/b/"),
+            Some(Target {
+                resource: &PODS,
+                namespace: Some("default"),
+                name: Some("p:8080"),
+                subresource: Some("proxy"),
+            })
+        );
+        assert_eq!(parse("/api/v1/namespaces/default/pods/p/exec/x"), None);
         assert_eq!(parse("/api/v1/secrets"), None);
         assert_eq!(parse("/api/v1/namespaces/default"), None);
     }

@@ -1,5 +1,6 @@
 //! Building responses the way the apiserver shapes them: Go's `http.Error`, JSON `Status`
-//! objects, JSON bodies, and streams (watch).
+//! objects (in Go's field order, [`crate::gojson`]), JSON bodies, streams (watch), and the
+//! `Cache-Control` header the handler chain's `WithCacheControl` puts on nearly every answer.
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Response, StatusCode};
@@ -41,11 +42,17 @@ impl Reply {
         self
     }
 
-    /// A JSON body.
+    /// A JSON body, as the apiserver's encoder writes it: Go's escaping, a `Status` in Go's
+    /// field order, and `json.Encoder`'s trailing newline.
     pub fn json(status: StatusCode, value: &Value) -> Reply {
-        let mut body = serde_json::to_vec(value).expect("serializable");
+        let mut body = crate::gojson::to_vec(value);
         body.push(b'\n');
         Reply::new(status, body).header("content-type", "application/json")
+    }
+
+    /// Whether it has a header named `name` (lower case).
+    pub fn has_header(&self, name: &str) -> bool {
+        self.headers.iter().any(|(k, _)| k == name)
     }
 
     /// Turns it into a hyper response.
@@ -87,9 +94,39 @@ pub fn status(code: u16, reason: &str, message: &str, details: Option<Value>) ->
         "code": code,
     });
     if let Some(d) = details {
-        s["details"] = d;
+        s["details"] = omit_empty(d);
     }
     Reply::json(StatusCode::from_u16(code).expect("valid code"), &s)
+}
+
+/// `StatusDetails`' fields are all `omitempty`: Go writes no empty name, group, kind, uid or
+/// causes and no zero `retryAfterSeconds` (an empty `details` is still `{}`).
+fn omit_empty(mut details: Value) -> Value {
+    if let Some(map) = details.as_object_mut() {
+        map.retain(|_, v| {
+            !(v.as_str() == Some("")
+                || v.as_i64() == Some(0)
+                || v.as_array().is_some_and(Vec::is_empty))
+        });
+    }
+    details
+}
+
+/// The value of the `Cache-Control` header `WithCacheControl` sets
+/// (k8s.io/apiserver `pkg/endpoints/filters/cachecontrol.go`).
+pub const CACHE_CONTROL: &str = "no-cache, private";
+
+/// `WithCacheControl`: sets `Cache-Control: no-cache, private` unless the handler set one. It
+/// wraps everything inside `WithRetryAfter` in `DefaultBuildHandlerChain` (`config.go`), so
+/// authentication's 401, priority and fairness' 429, the shutdown 503 and every handler's
+/// answer carry it; the shutdown 429 does not. A 101 is written on the hijacked connection by
+/// the upgrade's own code, without the handler chain's headers.
+pub fn with_cache_control(reply: Reply) -> Reply {
+    if reply.status == StatusCode::SWITCHING_PROTOCOLS || reply.has_header("cache-control") {
+        reply
+    } else {
+        reply.header("cache-control", CACHE_CONTROL)
+    }
 }
 
 /// `metav1.Status` success (returned by delete).
@@ -101,7 +138,7 @@ pub fn status_success(details: Value) -> Reply {
             "apiVersion": "v1",
             "metadata": {},
             "status": "Success",
-            "details": details,
+            "details": omit_empty(details),
         }),
     )
 }
@@ -121,19 +158,29 @@ pub fn not_found(group: &str, resource: &str, name: &str) -> Reply {
     )
 }
 
-/// 503 while shutting down (`WithWaitGroup`): retry soon, probably on another replica.
+/// 503 while shutting down: k8s.io/apiserver `pkg/server/filters/waitgroup.go`,
+/// `waitGroupWriteRetryAfterToResponse` (also `watch_termination.go`'s answer to a new watch):
+/// `Retry-After: 1`, `application/json`, `nosniff`, and the `Status` as `runtime.EncodeOrDie`
+/// writes it (the JSON encoder's newline) with one more `'\n'` appended.
 pub fn shutting_down() -> Reply {
-    status(
+    let mut reply = status(
         503,
         "ServiceUnavailable",
         "apiserver is shutting down",
         None,
     )
     .header("retry-after", "1")
-    .header("x-content-type-options", "nosniff")
+    .header("x-content-type-options", "nosniff");
+    let mut body = reply.body.to_vec();
+    body.push(b'\n');
+    reply.body = body.into();
+    reply
 }
 
-/// 429 with `--shutdown-send-retry-after` (`WithRetryAfter`).
+/// 429 with `--shutdown-send-retry-after`: k8s.io/apiserver
+/// `pkg/server/filters/with_retry_after.go`, `withRetryAfter`: `Connection: close`,
+/// `Retry-After: 5`, then `http.Error` (no `Cache-Control`: the filter is outside
+/// `WithCacheControl`).
 pub fn retry_after_shutdown() -> Reply {
     http_error(
         StatusCode::TOO_MANY_REQUESTS,

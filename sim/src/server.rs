@@ -46,7 +46,10 @@ pub fn tls_config(cert: &Path, key: &Path, client_cas: &[&Path]) -> anyhow::Resu
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .allow_unauthenticated()
                 .build()?;
-            builder.with_client_cert_verifier(verifier)
+            // Validity is checked at each request, as the apiserver's authenticators do.
+            builder.with_client_cert_verifier(Arc::new(
+                crate::clientcert::TimeDeferringVerifier::new(verifier),
+            ))
         }
     };
     let mut config = builder.with_single_cert(chain, key)?;
@@ -83,10 +86,9 @@ pub async fn accept_loop(
                 return;
             };
             let session = stream.get_ref().1;
-            let peer = session
-                .peer_certificates()
-                .and_then(|c| c.first())
-                .and_then(|c| PeerCert::from_der(c));
+            // The client's certificate and the validity of what it presented, kept with the
+            // connection: each request checks it against the time it arrives.
+            let peer = session.peer_certificates().and_then(PeerCert::from_chain);
             // What the client negotiated, for tests of a client's TLS settings. Not an
             // apiserver header.
             let negotiated = format!(

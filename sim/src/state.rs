@@ -59,12 +59,29 @@ pub struct Sim {
     pub apis: crate::versions::Apis,
     /// Priority and fairness: its levels' seats and queues.
     pub flowcontrol: crate::flowcontrol::FlowControl,
+    /// What every pod answers through `pods/proxy` (the fault port's `/pod-answer`).
+    pub pod_answer: crate::proxy::PodAnswer,
+    /// Validating admission webhooks that deny writes (the fault port's `/admission`).
+    pub admission: crate::admission::Webhooks,
 }
 
 /// LIST and WATCH requests a replica received (answered or not): what a failover costs it;
-/// the TokenReviews and SubjectAccessReviews it answered; the body bytes it sent.
+/// every API request and every write it received, so a test can tell a request reached the
+/// replicas exactly once; the TokenReviews, SubjectAccessReviews, evictions and proxied
+/// requests it answered; the requests it refused for an expired client certificate; the body
+/// bytes it sent.
 #[derive(Debug, Default)]
 pub struct ReadCounts {
+    /// Every request but the health endpoints', answered or not (401, 429 included).
+    pub requests: AtomicU64,
+    /// The writes among them, by method: POST, PUT, PATCH, DELETE.
+    pub writes: AtomicU64,
+    /// Evictions (`POST pods/NAME/eviction`) that reached the eviction handler.
+    pub evictions: AtomicU64,
+    /// `pods/NAME/proxy` requests that reached the proxy handler.
+    pub proxied: AtomicU64,
+    /// Requests refused (401) because a client certificate was outside its validity.
+    pub expired_certificates: AtomicU64,
     /// LIST requests.
     pub lists: AtomicU64,
     /// WATCH requests.

@@ -175,6 +175,7 @@ mod tests {
                 "coordination.k8s.io/v1",
                 "discovery.k8s.io/v1",
                 "kubegate.example.com/v1",
+                "policy/v1",
                 "v1"
             ]
         );
