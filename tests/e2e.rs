@@ -10,6 +10,8 @@
 mod admin;
 #[path = "apf.rs"]
 mod apf;
+#[path = "authorized.rs"]
+mod authorized;
 #[path = "clients.rs"]
 mod clients;
 #[path = "clusters.rs"]
@@ -18,12 +20,16 @@ mod clusters;
 mod continuity;
 #[path = "copy.rs"]
 mod copy;
+#[path = "credentials.rs"]
+mod credentials;
 #[path = "deploy.rs"]
 mod deploy;
 #[path = "discovery.rs"]
 mod discovery;
 #[path = "dispatch.rs"]
 mod dispatch;
+#[path = "fairness.rs"]
+mod fairness;
 #[path = "fuzz_corpora.rs"]
 mod fuzz_corpora;
 #[path = "gateway.rs"]
@@ -44,6 +50,8 @@ mod observability;
 mod operator;
 #[path = "reading.rs"]
 mod reading;
+#[path = "signals.rs"]
+mod signals;
 #[path = "sim.rs"]
 mod sim;
 #[path = "skew.rs"]

@@ -94,6 +94,7 @@ pub const ADDED: &[(&str, Version)] = &[
     ("terminate.access_review.max_in_flight", (0, 3, 0)),
     ("terminate.client_ping_interval", (0, 3, 0)),
     ("terminate.client_ping_timeout", (0, 3, 0)),
+    ("terminate.slow_watch_timeout", (0, 3, 0)),
 ];
 
 /// Reads `1.2.3` (a leading `v` allowed).

@@ -30,6 +30,28 @@ pub struct FrontProxyPki {
     pub cert: PathBuf,
     /// Its key.
     pub key: PathBuf,
+    /// The CA itself, which issues it again (a rotation).
+    issuer: Pki,
+}
+
+impl FrontProxyPki {
+    /// Issues kubegate's front-proxy certificate again, valid from a minute ago for `valid_for`
+    /// from now, over the same files (each written by a rename, as a rotation tool does).
+    pub fn rotate(&self, valid_for: std::time::Duration) {
+        let dir = self.issuer.dir();
+        let (cert, key) = self.issuer.issue(
+            "front-proxy-client.next",
+            Leaf {
+                not_before: time::Duration::minutes(-1),
+                not_after: time::Duration::seconds(valid_for.as_secs() as i64),
+                ..Leaf::new(crate::replica::FRONT_PROXY_CN, Usage::Client)
+            },
+        );
+        // The key first: a pair read between the two renames does not load, and the one in
+        // use stays until both are in place.
+        std::fs::rename(&key, dir.join("front-proxy-client.key")).expect("rename the key");
+        std::fs::rename(&cert, dir.join("front-proxy-client.crt")).expect("rename the certificate");
+    }
 }
 
 /// A test's CA and the files it signed, in a folder of the test's.
@@ -127,7 +149,28 @@ impl Pki {
             ca: pki.ca_file(),
             cert,
             key,
+            issuer: pki,
         }
+    }
+
+    /// Writes `<file>.crt`/`.key`: a client certificate for `user` in `groups`, valid from a
+    /// minute ago until `valid_for` from now.
+    pub fn client_valid_for(
+        &self,
+        file: &str,
+        user: &str,
+        groups: &[&str],
+        valid_for: std::time::Duration,
+    ) -> (PathBuf, PathBuf) {
+        self.issue(
+            file,
+            Leaf {
+                orgs: groups,
+                not_before: time::Duration::minutes(-1),
+                not_after: time::Duration::seconds(valid_for.as_secs() as i64),
+                ..Leaf::new(user, Usage::Client)
+            },
+        )
     }
 
     /// Writes `kubeconfig-<port>` for the admin user against `server` (`https://IP:PORT`).

@@ -137,8 +137,32 @@ pub async fn tls_connect_to(
     config: rustls::ClientConfig,
     name: ServerName<'static>,
 ) -> io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    tls_connect_from(None, addr, config, name).await
+}
+
+/// As [`tls_connect_to`], from local address `from` (another loopback address: another
+/// client host, as kubegate sees it) when given.
+pub async fn tls_connect_from(
+    from: Option<std::net::IpAddr>,
+    addr: SocketAddr,
+    config: rustls::ClientConfig,
+    name: ServerName<'static>,
+) -> io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr))
+    let connect = async {
+        match from {
+            Some(ip) => {
+                let socket = match ip {
+                    std::net::IpAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+                    std::net::IpAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+                };
+                socket.bind(SocketAddr::new(ip, 0))?;
+                socket.connect(addr).await
+            }
+            None => TcpStream::connect(addr).await,
+        }
+    };
+    let tcp = tokio::time::timeout(Duration::from_secs(5), connect)
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timeout"))??;
     tcp.set_nodelay(true)?;
@@ -197,6 +221,22 @@ impl Conn {
     /// Connects without a client certificate.
     pub async fn open_anonymous(addr: SocketAddr, pki: &Pki, h2: bool) -> io::Result<Conn> {
         Conn::open_with(addr, anonymous_client_config(pki, alpn(h2)), h2).await
+    }
+
+    /// Connects over HTTP/2 without a client certificate from local address `from` (another
+    /// loopback address: another client host, as kubegate sees it).
+    pub async fn open_anonymous_from(
+        from: std::net::IpAddr,
+        addr: SocketAddr,
+        pki: &Pki,
+    ) -> io::Result<Conn> {
+        let config = anonymous_client_config(pki, alpn(true));
+        let name = ServerName::try_from("kubernetes").unwrap();
+        Conn::open_tls(
+            tls_connect_from(Some(from), addr, config, name).await?,
+            true,
+        )
+        .await
     }
 
     /// Connects asking for server `name` (the SNI; an IP address sends none), trusting
@@ -303,6 +343,21 @@ impl Conn {
         self.send("GET", path, &headers, None).await
     }
 
+    /// Another handle on this HTTP/2 connection, for requests sent on it at once (its streams);
+    /// dropping it leaves the connection open.
+    pub fn share(&self) -> Conn {
+        let Sender::H2(sender) = &self.sender else {
+            panic!("only an HTTP/2 connection carries requests at once");
+        };
+        Conn {
+            sender: Sender::H2(sender.clone()),
+            task: tokio::spawn(async {}),
+            peer: self.peer.clone(),
+            request_timeout: self.request_timeout,
+            authority: self.authority.clone(),
+        }
+    }
+
     /// Lets each request take up to `limit`, for an answer slow on purpose.
     pub fn set_request_timeout(&mut self, limit: Duration) {
         self.request_timeout = limit;
@@ -340,6 +395,19 @@ impl Conn {
         headers: &[(&str, &str)],
         body: Option<&str>,
     ) -> io::Result<Response> {
+        let headers: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
+        self.send_bytes(method, path, &headers, body).await
+    }
+
+    /// Any request with extra headers whose values are bytes (a header value may carry any
+    /// byte but a control character).
+    pub async fn send_bytes(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &[u8])],
+        body: Option<&str>,
+    ) -> io::Result<Response> {
         let mut req = http::Request::builder().method(method).uri(self.uri(path));
         if matches!(self.sender, Sender::H1(_)) {
             req = req.header(http::header::HOST, self.host());
@@ -348,7 +416,10 @@ impl Conn {
             req = req.header(http::header::CONTENT_TYPE, "application/json");
         }
         for (k, v) in headers {
-            req = req.header(*k, *v);
+            req = req.header(
+                *k,
+                http::HeaderValue::from_bytes(v).map_err(io::Error::other)?,
+            );
         }
         let req = req
             .body(Full::new(Bytes::from(body.unwrap_or("").to_string())))
@@ -465,10 +536,16 @@ impl Conn {
 
     /// `GET path` whose body is read as it arrives.
     pub async fn stream(&mut self, path: &str) -> io::Result<Lines> {
-        let req = http::Request::get(self.uri(path))
-            .header(http::header::HOST, self.host())
-            .body(Full::new(Bytes::new()))
-            .unwrap();
+        self.stream_with(path, &[]).await
+    }
+
+    /// `GET path` with extra `headers`, whose body is read as it arrives.
+    pub async fn stream_with(&mut self, path: &str, headers: &[(&str, &str)]) -> io::Result<Lines> {
+        let mut req = http::Request::get(self.uri(path)).header(http::header::HOST, self.host());
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req.body(Full::new(Bytes::new())).unwrap();
         let resp = self.send_raw(req).await?;
         Ok(Lines {
             status: resp.status().as_u16(),

@@ -18,8 +18,8 @@ mod watch;
 
 pub use browser::Browser;
 pub use client::{
-    client_config_as, tls12_client_config, tls_client_config, tls_connect, tls_connect_to, Conn,
-    Lines, Response,
+    client_config_as, tls12_client_config, tls_client_config, tls_connect, tls_connect_from,
+    tls_connect_to, Conn, Lines, Response,
 };
 pub use cluster::{Cluster, Started};
 pub use container::{hard_nofile, pod_probe, wait_pod_probes, Container, ContainerSpec};

@@ -206,8 +206,13 @@ impl Sim {
         self.counted("bytes_sent")
     }
 
-    /// A count of its fault port's `/state`.
-    fn counted(&self, what: &str) -> u64 {
+    /// Asks its fault port for `what` (a path and query, `POST`); panics if refused.
+    pub fn fault(&self, what: &str) {
+        self.replica.fault(what).unwrap_or_else(|e| panic!("{e:#}"));
+    }
+
+    /// A count of its fault port's `/state` (`requests_received`, `writes_received`, ...).
+    pub fn counted(&self, what: &str) -> u64 {
         let resp =
             kubegate_testbed::ports::plain_http(("127.0.0.1", self.fault_port), "GET", "/state");
         let body = resp.split_once("\r\n\r\n").map_or("", |(_, b)| b);

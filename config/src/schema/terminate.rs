@@ -27,6 +27,11 @@ pub struct TerminateConfig {
     /// How long a client has to answer that PING before its connection is closed.
     #[serde(with = "crate::duration")]
     pub client_ping_timeout: Duration,
+    /// How long a watch's client may read nothing while an event waits for it (its stream
+    /// full) before the watch is cut, alone: what it holds — a replica's watcher, kubegate's
+    /// queue of its events — is given back, and the client's other streams go on.
+    #[serde(with = "crate::duration")]
+    pub slow_watch_timeout: Duration,
     /// Largest request body accepted. Bodies are held whole so that a request the apiserver
     /// provably did not process can be sent to another replica; larger ones get 413, as the
     /// apiserver (3 MiB) would answer.
@@ -335,6 +340,7 @@ impl Default for TerminateConfig {
             // client-go's own: a PING after 30 s without a frame, 15 s to answer it.
             client_ping_interval: Duration::from_secs(30),
             client_ping_timeout: Duration::from_secs(15),
+            slow_watch_timeout: Duration::from_secs(60),
             max_request_body_bytes: 3 * 1024 * 1024,
             max_request_body_bytes_per_connection: 8 * 1024 * 1024,
             max_request_body_bytes_in_total: 128 * 1024 * 1024,

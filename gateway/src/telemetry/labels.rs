@@ -278,7 +278,8 @@ label! {
     pub enum WatchEnd {
         /// The client went away.
         Client => "client",
-        /// The client read nothing for `continuity::SLOW_CLIENT`: cut alone.
+        /// The client read nothing for `terminate.slow_watch_timeout` while an event waited:
+        /// cut alone.
         SlowClient => "slow_client",
         /// The client's `timeoutSeconds` passed.
         Timeout => "timeout",

@@ -46,7 +46,6 @@ use crate::state::Backend;
 use crate::telemetry::{JoinMetrics, JoinMiss};
 use crate::terminate::request::body::{ResponseBody, WatchBody};
 use crate::terminate::request::status::unavailable;
-use crate::terminate::watch::continuity::SLOW_CLIENT;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Response, StatusCode, Version};
 use http_body::Body as _;
@@ -170,6 +169,9 @@ pub struct Limits {
     /// ([`CONNECTION_SHARE`] of `max_held_bytes`) they take: one connection cannot fill the
     /// bound for everyone.
     pub connection: Option<Arc<AtomicU64>>,
+    /// How long a watch-list lead's client may read nothing before it is let go (its
+    /// followers' copy goes on): `terminate.slow_watch_timeout`.
+    pub slow_client: Duration,
 }
 
 /// The part of `join_reads.max_held_bytes` the answers of reads one client connection leads
@@ -597,6 +599,7 @@ impl Lead {
                 max_answer_bytes: limits.max_answer_bytes,
                 max_held_bytes: limits.max_held_bytes,
                 connection: limits.connection.clone(),
+                slow_client: limits.slow_client,
             },
             metrics: metrics.clone(),
             cluster: cluster.to_string(),
@@ -640,7 +643,7 @@ impl Copying {
             if let Some(c) = &client {
                 // A lead's client that reads nothing is let go alone: the followers' copy
                 // goes on.
-                let sent = tokio::time::timeout(SLOW_CLIENT, c.send(bytes)).await;
+                let sent = tokio::time::timeout(self.limits.slow_client, c.send(bytes)).await;
                 if !matches!(sent, Ok(Ok(()))) {
                     client = None;
                 }
@@ -792,6 +795,7 @@ mod tests {
         max_answer_bytes: 1 << 20,
         max_held_bytes: 1 << 20,
         connection: None,
+        slow_client: Duration::from_secs(60),
     };
 
     async fn body_of(resp: Response<ResponseBody>) -> Bytes {
@@ -881,6 +885,7 @@ mod tests {
                     max_answer_bytes: 3,
                     max_held_bytes: 100,
                     connection: None,
+                    slow_client: Duration::from_secs(60),
                 },
             ),
             (
@@ -889,6 +894,7 @@ mod tests {
                     max_answer_bytes: 100,
                     max_held_bytes: 3,
                     connection: None,
+                    slow_client: Duration::from_secs(60),
                 },
             ),
         ] {
@@ -917,6 +923,7 @@ mod tests {
             // A share of 10 bytes each.
             max_held_bytes: 80,
             connection: Some(connection.clone()),
+            slow_client: Duration::from_secs(60),
         };
         let lead = leads(joins.enter(&r, arriving(), &m));
         let waiting = follows(joins.enter(&r, arriving(), &m));
@@ -1140,6 +1147,7 @@ mod watch_list_tests {
             max_answer_bytes: 1 << 20,
             max_held_bytes: 1 << 20,
             connection: None,
+            slow_client: Duration::from_secs(60),
         };
         let (mut resp, shared) = lead
             .publish_sync((resp, None), Some(Framing::JsonLines), &limits, &m, "c")
@@ -1184,6 +1192,7 @@ mod watch_list_tests {
             max_answer_bytes: (added("a", 5).len() + 10) as u64,
             max_held_bytes: 1 << 20,
             connection: None,
+            slow_client: Duration::from_secs(60),
         };
         let (mut resp, _) = lead
             .publish_sync((resp, None), Some(Framing::JsonLines), &limits, &m, "c")
@@ -1210,6 +1219,7 @@ mod watch_list_tests {
             max_answer_bytes: 1 << 20,
             max_held_bytes: 1 << 20,
             connection: None,
+            slow_client: Duration::from_secs(60),
         };
         let (_resp, _) = lead
             .publish_sync((resp, None), Some(Framing::JsonLines), &limits, &m, "c")

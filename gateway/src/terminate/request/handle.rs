@@ -370,6 +370,7 @@ async fn serve(
         watch = Some(watch::Watch {
             asked,
             ends: lasts.map(|d| Instant::now() + d),
+            slow_client: config.terminate.slow_watch_timeout,
         });
     }
     let within = Within::rule(upstreams.pool(), rule);
@@ -390,6 +391,7 @@ async fn serve(
         max_answer_bytes: joining.max_answer_bytes,
         max_held_bytes: joining.max_held_bytes,
         connection: Some(client.shared_bytes.clone()),
+        slow_client: config.terminate.slow_watch_timeout,
     };
     let resp = match (joinable.or(synced), feedable, watch, sharer) {
         (Some(read), _, None, Some(sharer)) => {

@@ -134,6 +134,8 @@ pub(super) struct Fed<'a> {
     pub(super) client: feeds::Client,
     pub(super) limits: FeedLimits,
     pub(super) lifetime: std::time::Duration,
+    /// `terminate.slow_watch_timeout`.
+    pub(super) slow_client: std::time::Duration,
 }
 
 impl<'a> Fed<'a> {
@@ -165,6 +167,7 @@ impl<'a> Fed<'a> {
                 held_bytes_in_total: s.max_held_bytes,
             },
             lifetime: terminate.min_request_timeout,
+            slow_client: terminate.slow_watch_timeout,
         }
     }
 }
@@ -227,6 +230,8 @@ pub(super) async fn send_fed(
     let feed_watch = watch::Watch {
         asked,
         ends: lasts.map(|d| Instant::now() + d),
+        // Its reader is the feed, which never stops reading.
+        slow_client: fed.slow_client,
     };
     let upstream = outgoing.with_query(&query);
     let resp = send(
@@ -376,6 +381,7 @@ async fn watch_on(
     let on = watch::Watch {
         asked,
         ends: watch.ends,
+        slow_client: watch.slow_client,
     };
     send(
         gw,

@@ -143,6 +143,22 @@ struct Tables {
 }
 
 impl Tables {
+    /// The apiserver refused `key` at `now`: its name goes, and the refusal is remembered, if
+    /// it had one; says whether.
+    fn refuse(&mut self, key: &TokenHash, now: Instant, config: &TokenReviewConfig) -> bool {
+        if !self.named.remove(key) {
+            return false;
+        }
+        self.clock += 1;
+        let clock = self.clock;
+        // Kept as long as a name is kept: a request named by it, or a fed watch, may be about
+        // still.
+        let max = config.max_entries as usize;
+        self.refused
+            .insert(*key, now, now, clock, max, config.ttl + STALE_FOR);
+        true
+    }
+
     /// What is known of `key`: a remembered answer (marked as used), a review under way, a
     /// name due for renewal, or nothing.
     fn known(&mut self, key: &TokenHash, config: &TokenReviewConfig) -> Known {
@@ -320,8 +336,11 @@ impl TokenReviews {
                     .insert(key, user.clone(), now, clock, max, config.ttl + STALE_FOR);
             }
             Naming::Unnamed => {
-                // A renewal the apiserver refused: no name any more.
-                t.named.remove(&key);
+                // A renewal the apiserver refused: no name any more, and its requests leave
+                // every join and shared watch, as after a 401.
+                if t.refuse(&key, now, config) {
+                    self.refusals.send_modify(|n| *n += 1);
+                }
                 t.unnamed
                     .insert(key, (), now, clock, max, config.negative_ttl);
             }
@@ -335,19 +354,9 @@ impl TokenReviews {
     /// requests that arrived before leave every join and shared watch ([`Self::refused_since`],
     /// [`Self::revocation`]).
     pub fn forget(&self, key: &TokenHash, config: &TokenReviewConfig) -> bool {
-        let now = Instant::now();
         let forgotten = {
             let mut t = self.tables.lock().unwrap_or_else(|e| e.into_inner());
-            let forgotten = t.named.remove(key);
-            if forgotten {
-                t.clock += 1;
-                let clock = t.clock;
-                // Kept as long as a name could have been: beyond, no request of its arrived
-                // while it was named.
-                let max = config.max_entries as usize;
-                t.refused.insert(*key, now, now, clock, max, config.ttl);
-            }
-            forgotten
+            t.refuse(key, Instant::now(), config)
         };
         if forgotten {
             self.refusals.send_modify(|n| *n += 1);
@@ -366,7 +375,7 @@ impl TokenReviews {
         t.clock += 1;
         let clock = t.clock;
         t.refused
-            .get(key, config.ttl, Instant::now(), clock)
+            .get(key, config.ttl + STALE_FOR, Instant::now(), clock)
             .is_some_and(|at| at >= since)
     }
 
@@ -503,6 +512,19 @@ mod tests {
         assert_eq!(naming, Naming::Renewing(user.clone()));
         assert_eq!(naming.user(), Some(&user));
         assert_eq!(naming.fresh(), None, "a renewing name shares nothing");
-        assert_eq!(still_named(Naming::Unnamed, Some(user)), Naming::Unnamed);
+        assert_eq!(
+            still_named(Naming::Unnamed, Some(user.clone())),
+            Naming::Unnamed
+        );
+        // The renewal refused: the name goes, and the refusal is as a 401's.
+        let before = Instant::now();
+        let refusals = reviews.refusals.subscribe();
+        reviews.remember(key(0), &Naming::Unnamed, &config);
+        assert!(matches!(
+            reviews.known(&key(0), &config),
+            Known::Answer(Naming::Unnamed)
+        ));
+        assert!(reviews.refused_since(&key(0), before, &config));
+        assert!(refusals.has_changed().unwrap(), "fed watches are told");
     }
 }

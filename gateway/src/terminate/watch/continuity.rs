@@ -73,10 +73,6 @@ const REOPEN_PATIENCE: Duration = Duration::from_secs(60);
 const MAX_PAUSE: Duration = Duration::from_millis(1600);
 /// Events waiting for a slow client.
 const QUEUE: usize = 16;
-/// How long a client's stream may stay full (the client reads nothing) before its watch is
-/// cut, alone: what it holds upstream (a stream, a replica's watcher) is given back, and the
-/// apiserver's cacher would have cut a watcher that slow long before.
-pub const SLOW_CLIENT: Duration = Duration::from_secs(60);
 /// How long a freshening watch is asked for: the cacher sends a bookmark 2 s before a
 /// watch's deadline, so it hears one about a second in.
 const FRESHEN_FOR: Duration = Duration::from_secs(3);
@@ -92,6 +88,9 @@ pub struct Watch {
     pub asked: Asked,
     /// When the watch ends.
     pub ends: Option<Instant>,
+    /// How long its client may read nothing while an event waits before the watch is cut,
+    /// alone (`terminate.slow_watch_timeout`): what it holds upstream is given back.
+    pub slow_client: Duration,
 }
 
 /// How long a watch asked as `asked` lasts: its `timeoutSeconds`, else the apiserver's
@@ -489,7 +488,7 @@ async fn pump(
                             Deliver::WithoutTableHeader => Some(framing::without_table_header(&event)),
                         };
                         if let Some(bytes) = bytes {
-                            match tokio::time::timeout(SLOW_CLIENT, tx.send(bytes)).await {
+                            match tokio::time::timeout(watch.slow_client, tx.send(bytes)).await {
                                 Ok(Ok(())) => {}
                                 Ok(Err(_)) => return Err(WatchEnd::Client),
                                 Err(_) => return Err(WatchEnd::SlowClient),
