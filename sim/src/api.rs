@@ -3,7 +3,9 @@
 //! shutdown filters (`WithRetryAfter`'s 429 with `--shutdown-send-retry-after`, outside
 //! `WithCacheControl`; then `WithWaitGroup`'s and `WithWatchTerminationDuringShutdown`'s 503),
 //! `Cache-Control`, authentication, priority and fairness, authorization, then the health
-//! endpoints, discovery and the resource handlers.
+//! endpoints, kube-aggregator's proxy to an extension server, discovery, the APIServices, the
+//! resource handlers, and for a path none of them serves the answer of whoever would have had
+//! it (`no_handler`).
 
 use crate::auth::{public_path, PeerCert, User};
 use crate::flowcontrol::{self, Work};
@@ -13,7 +15,8 @@ use crate::resources::{self, Target};
 use crate::respond::{self, Body, Reply};
 use crate::state::{Inflight, Sim};
 use crate::store::StoreError;
-use crate::{discovery, watch};
+use crate::versions::Apis;
+use crate::{aggregator, discovery, requestinfo, watch};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
@@ -209,17 +212,28 @@ async fn serve_as(
     // long-running one other than a watch (a pod's exec, attach, portforward, log, proxy).
     let target = resources::parse(&path);
     let long_running = resources::long_running_subresource(target.as_ref());
+    // A path the simulator has no resource for (an extension server's, the aggregator's) is
+    // classified by what `RequestInfo` reads from it, as the apiserver classifies all.
+    let info = requestinfo::parse(req.method(), &path, crate::query::first(&params, "watch"));
     let attrs = flowcontrol::Attributes {
         user: &user,
-        verb: verb(req.method(), is_watch, target.as_ref()),
+        verb: match target {
+            Some(_) => verb(req.method(), is_watch, target.as_ref()),
+            None => info.verb.as_str(),
+        },
         resource: target
             .as_ref()
-            .map(|t| (t.resource.group, t.resource.plural)),
-        namespace: target.as_ref().and_then(|t| t.namespace),
+            .map(|t| (t.resource.group, t.resource.plural))
+            .or(info.resource_request.then_some((info.group, info.resource))),
+        namespace: target
+            .as_ref()
+            .and_then(|t| t.namespace)
+            .or((!info.namespace.is_empty()).then_some(info.namespace)),
     };
     let work = match *req.method() {
         _ if is_watch => Work::Watch,
         Method::GET if target.as_ref().is_some_and(|t| t.name.is_none()) => Work::List,
+        Method::GET if target.is_none() && info.verb == "list" => Work::List,
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE => Work::Write {
             watchers: sim.watches.load(Ordering::Relaxed).max(0) as usize,
         },
@@ -271,17 +285,18 @@ async fn handlers(
     is_watch: bool,
 ) -> Reply {
     let param = |k: &str| crate::query::first(params, k);
-    // Authorization: the default RBAC, in miniature.
+    // Authorization: the default RBAC, in miniature, of what `RequestInfo` reads from the
+    // path (whoever serves it, or nobody).
+    let info = requestinfo::parse(req.method(), path, param("watch"));
     if !user.authenticated() && !public_path(path) {
-        return forbidden(user, req.method(), path);
+        return forbidden(user, &info);
     }
-    if let Some(t) = resources::parse(path) {
-        if !sim
+    if info.resource_request
+        && !sim
             .authenticator
-            .allows(&user.name, &user.groups, Some(t.resource.plural), path)
-        {
-            return forbidden(user, req.method(), path);
-        }
+            .allows(&user.name, &user.groups, Some(info.resource), path)
+    {
+        return forbidden(user, &info);
     }
     if req.method() == Method::GET {
         match path {
@@ -297,10 +312,23 @@ async fn handlers(
         }
     }
 
+    // kube-aggregator's proxy to an extension server: the whole path under its group-version.
+    if let Some((group, version)) = aggregator::aggregated_target(&sim.apis, path) {
+        let _inflight = (!is_watch).then(|| Inflight::new(&sim.inflight));
+        return aggregator::proxy(sim, group, version, req, path).await;
+    }
     if let Some(reply) =
         discovery::answer(path, &sim.apis).or_else(|| crate::openapi::answer(path, &sim.apis))
     {
         return reply;
+    }
+    if info.resource_request && info.group == aggregator::GROUP {
+        if let Some(down) = storage_down(sim, true).await {
+            return down;
+        }
+        if let Some(reply) = aggregator::serve(&sim.apis, req.method(), &info, wants_table(&req)) {
+            return reply;
+        }
     }
     if req.method() == Method::POST && path == "/apis/authentication.k8s.io/v1/selfsubjectreviews" {
         return self_subject_review(user);
@@ -312,24 +340,14 @@ async fn handlers(
     {
         return subject_access_review(sim, user, req).await;
     }
-    // A group-version this replica's version or `--runtime-config` does not serve is not
-    // found, as on an apiserver that has no handler for it.
+    // No resource of a group-version this replica serves: whoever would have had the path
+    // answers that nothing is there (`no_handler`).
     let Some(target) = resources::parse(path).filter(|t| sim.apis.serves(t.resource)) else {
-        return respond::status(
-            404,
-            "NotFound",
-            "the server could not find the requested resource",
-            Some(json!({})),
-        );
+        return no_handler(&sim.apis, &info, path);
     };
     if let (Some(sub), Some(_), Some(_)) = (target.subresource, target.namespace, target.name) {
         if target.resource != &crate::resources::PODS {
-            return respond::status(
-                404,
-                "NotFound",
-                "the server could not find the requested resource",
-                Some(json!({})),
-            );
+            return unknown_subresource(&target);
         }
         if sub == "proxy" {
             return crate::proxy::serve(sim, &target, req, path, query).await;
@@ -371,6 +389,11 @@ async fn handlers(
         )
         .header("retry-after", "1");
     }
+    // etcd unreachable (or forced failing): requests that need storage time out against it.
+    // A new watch too: the simulator has no watch cache to start it from.
+    if let Some(down) = storage_down(sim, !is_watch).await {
+        return down;
+    }
     if is_watch && req.method() == Method::GET {
         let encoding = if wants_table(&req) {
             watch::Encoding::Table
@@ -382,20 +405,6 @@ async fn handlers(
         return watch::serve(sim.clone(), &target, params, encoding).await;
     }
     let _inflight = Inflight::new(&sim.inflight);
-    // etcd unreachable (or forced failing): requests that need storage time out against it.
-    if sim
-        .checks
-        .failure(crate::checks::Endpoint::Readyz, "etcd")
-        .is_some()
-    {
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-        return respond::status(
-            500,
-            "InternalError",
-            "Internal error occurred: etcdserver: request timed out",
-            Some(json!({"causes": [{"message": "etcdserver: request timed out"}]})),
-        );
-    }
     let table = wants_table(&req);
     let dry_run = param("dryRun").is_some();
     let method = req.method().clone();
@@ -427,12 +436,7 @@ async fn handlers(
         return crate::eviction::evict(sim, eviction).await;
     }
     if target.subresource.is_some() {
-        return respond::status(
-            404,
-            "NotFound",
-            "the server could not find the requested resource",
-            Some(json!({})),
-        );
+        return unknown_subresource(&target);
     }
     if method == Method::PATCH {
         return patch(sim, &target, &content_type, &body, dry_run).await;
@@ -636,31 +640,161 @@ async fn read_body(req: Request<Incoming>) -> Result<Bytes, Reply> {
     }
 }
 
-fn forbidden(user: &User, method: &Method, path: &str) -> Reply {
-    let verb = method.as_str().to_lowercase();
-    let message = match resources::parse(path) {
-        Some(t) => {
-            let verb = match (method, t.name) {
-                (&Method::GET, None) => "list".to_string(),
-                (&Method::POST, _) => "create".into(),
-                (&Method::PUT, _) => "update".into(),
-                _ => verb,
-            };
-            let ns = t
-                .namespace
-                .map(|n| format!(" in the namespace \"{n}\""))
-                .unwrap_or_default();
+/// Authorization's 403 (k8s.io/apiserver `endpoints/handlers/responsewriters/errors.go`,
+/// `Forbidden` → `ForbiddenStatusError`, `forbiddenMessage`): `X-Content-Type-Options:
+/// nosniff`, and `NewForbidden`'s `Status` for the request's group, resource and name, its
+/// message HTML-sanitized (`&`, `<`, `>` as entities). The authorizers give no reason.
+fn forbidden(user: &User, info: &requestinfo::RequestInfo<'_>) -> Reply {
+    let who = go_quote(&user.name);
+    let verb = &info.verb;
+    let message = if !info.resource_request {
+        format!("User {who} cannot {verb} path {}", go_quote(info.path))
+    } else {
+        let resource = if info.subresource.is_empty() {
+            info.resource.to_string()
+        } else {
+            format!("{}/{}", info.resource, info.subresource)
+        };
+        let (resource, group) = (go_quote(&resource), go_quote(info.group));
+        if info.namespace.is_empty() {
+            format!("User {who} cannot {verb} resource {resource} in API group {group} at the cluster scope")
+        } else {
             format!(
-                "{} is forbidden: User \"{}\" cannot {verb} resource \"{}\" in API group \"{}\"{ns}",
-                t.resource.plural, user.name, t.resource.plural, t.resource.group
+                "User {who} cannot {verb} resource {resource} in API group {group} in the namespace {}",
+                go_quote(info.namespace)
             )
         }
-        None => format!(
-            "forbidden: User \"{}\" cannot {verb} path \"{path}\"",
-            user.name
+    };
+    let message = message
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    let qualified = info.qualified_resource();
+    let message = match (qualified.is_empty(), info.name.is_empty()) {
+        (true, _) => format!("forbidden: {message}"),
+        (false, true) => format!("{qualified} is forbidden: {message}"),
+        (false, false) => format!(
+            "{qualified} {} is forbidden: {message}",
+            go_quote(info.name)
         ),
     };
-    respond::status(403, "Forbidden", &message, Some(json!({})))
+    respond::status(
+        403,
+        "Forbidden",
+        &message,
+        Some(json!({"name": info.name, "group": info.group, "kind": info.resource})),
+    )
+    .header("x-content-type-options", "nosniff")
+}
+
+/// Go's `%q` of a string: double quotes around it, `"` and `\` escaped, control characters
+/// as escapes.
+fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// etcd unreachable (or the `etcd` check forced failing): a request that needs storage waits
+/// out the client's attempt (1 s here) and gets [`storage_failed`]; one that is not
+/// long-running (`counted`) is in flight meanwhile, as `WithWaitGroup` counts it.
+async fn storage_down(sim: &Sim, counted: bool) -> Option<Reply> {
+    sim.checks
+        .failure(crate::checks::Endpoint::Readyz, "etcd")?;
+    let _inflight = counted.then(|| Inflight::new(&sim.inflight));
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    Some(storage_failed("etcdserver: request timed out"))
+}
+
+/// A storage failure as the apiserver writes it: the etcd client's error reaches the handler as
+/// it is (`etcd3/store.go`: `Get`, `GetList`, `Create`, ... return it unwrapped;
+/// `storage/errors/storage.go`: `InterpretGetError`, `InterpretListError`, ... pass through
+/// what is no storage error), and `responsewriters.ErrorToAPIStatus` turns an error that is no
+/// `APIStatus` into code 500, no reason (`StatusReasonUnknown`, omitted), and the error's text
+/// as the message.
+pub(crate) fn storage_failed(why: &str) -> Reply {
+    respond::status(500, "", why, None)
+}
+
+/// What the handler chain answers for a request no handler took (`pkg/server/handler.go`,
+/// `director.ServeHTTP`). A path under a go-restful web service's root — `/api` (legacy
+/// discovery's, covering everything below it) or `/apis/GROUP/VERSION` of a built-in
+/// group-version served here — is go-restful's: no route is its 404 (`serviceErrorHandler`,
+/// `NewGenericServerResponse`: "the server could not find the requested resource", empty
+/// details). A custom resource's group-version is apiextensions-apiserver's `crdHandler`
+/// ([`crd_not_found`]). Anything else — a group-version nobody serves, a group no APIService
+/// names, any other path — passes kube-aggregator's mux, kube-apiserver's and
+/// apiextensions-apiserver's (whose `crdHandler` finds no CRD for it and delegates) down to the
+/// last delegate, `notfoundhandler`: Go's `http.NotFound`.
+fn no_handler(apis: &Apis, info: &requestinfo::RequestInfo<'_>, path: &str) -> Reply {
+    if path == "/api" || path.starts_with("/api/") {
+        return aggregator::go_restful_not_found();
+    }
+    if let Some(rest) = path.strip_prefix("/apis/") {
+        let mut parts = rest.split('/');
+        if let (Some(group), Some(version)) = (parts.next(), parts.next()) {
+            let custom = apis
+                .resources()
+                .any(|r| r.custom && r.group == group && r.version == version);
+            if custom {
+                return crd_not_found(apis, info);
+            }
+            if apis.serves_locally(group, version) {
+                return aggregator::go_restful_not_found();
+            }
+        }
+    }
+    respond::not_found_text()
+}
+
+/// `crdHandler.ServeHTTP` (apiextensions-apiserver `pkg/apiserver/customresource_handler.go`)
+/// for a path of a custom resource's group-version the simulator has no route for: no CRD of
+/// that resource, or a namespaced one asked for without a namespace by a verb other than
+/// `list`/`watch`, is delegated to the not-found handler; a subresource the CRD does not have
+/// (the simulator's has none) is `NewNotFound` for the object.
+fn crd_not_found(apis: &Apis, info: &requestinfo::RequestInfo<'_>) -> Reply {
+    let crd = apis.resources().find(|r| {
+        r.custom && r.group == info.group && r.version == info.version && r.plural == info.resource
+    });
+    match crd {
+        Some(r)
+            if info.resource_request
+                && !info.subresource.is_empty()
+                && (!info.namespace.is_empty()
+                    || matches!(info.verb.as_str(), "list" | "watch")) =>
+        {
+            respond::not_found(r.group, r.plural, info.name)
+        }
+        _ => respond::not_found_text(),
+    }
+}
+
+/// A subresource the simulator does not serve: go-restful's 404 for a built-in resource, the
+/// object's `NotFound` for a custom one ([`crd_not_found`]).
+fn unknown_subresource(target: &Target<'_>) -> Reply {
+    if target.resource.custom {
+        respond::not_found(
+            target.resource.group,
+            target.resource.plural,
+            target.name.unwrap_or_default(),
+        )
+    } else {
+        aggregator::go_restful_not_found()
+    }
 }
 
 /// A store error as the apiserver answers it for `name` of `target`'s resource.
@@ -698,7 +832,7 @@ pub(crate) fn store_error(target: &Target<'_>, name: &str, e: StoreError) -> Rep
         }
         StoreError::Unavailable(why) => {
             tracing::warn!(error = %why, "storage unavailable");
-            respond::status(500, "InternalError", &format!("Internal error occurred: {why}"), None)
+            storage_failed(&why)
         }
     }
 }
@@ -1029,5 +1163,195 @@ mod tests {
         let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
         assert_eq!(n(&s.sim.requests.requests), 3);
         assert_eq!(n(&s.sim.requests.writes), 2);
+    }
+
+    /// Headers of an answer to the admin (`system:masters`: the `exempt` flow schema).
+    fn admin_headers(
+        content_type: &str,
+        len: usize,
+        extra: &[(&str, &str)],
+    ) -> Vec<(String, String)> {
+        let len = len.to_string();
+        let exempt = uid_of("exempt");
+        let mut h = vec![
+            ("cache-control", "no-cache, private"),
+            ("content-length", len.as_str()),
+            ("content-type", content_type),
+            (FLOW_SCHEMA_UID, exempt.as_str()),
+            (PRIORITY_LEVEL_UID, exempt.as_str()),
+            ("x-kubegate-sim-replica", "test"),
+            ("x-kubegate-sim-user", "admin"),
+        ];
+        h.extend_from_slice(extra);
+        headers(&h)
+    }
+
+    /// `director.ServeHTTP` → NonGoRestfulMux → `notfoundhandler`: Go's `http.NotFound`, inside
+    /// `WithCacheControl` and after priority and fairness.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn what_no_handler_serves_ends_at_gos_not_found_handler() {
+        let s = TestServer::start().await;
+        let admin = s.admin();
+        let body = "404 page not found\n";
+        for path in [
+            // 1.35 serves resource.k8s.io/v1 only: v1beta1 is off.
+            "/apis/resource.k8s.io/v1beta1/namespaces/default/resourceclaims",
+            "/apis/resource.k8s.io/v1beta1",
+            "/apis/nonexistent.example.com/v1/things",
+            "/apis/nonexistent.example.com/v1",
+            "/apis/nonexistent.example.com",
+            "/apis/nonexistent.example.com/",
+            "/nonexistent",
+            // The custom resource's group-version: no CRD for `things`, and a namespaced
+            // one's object asked for without its namespace.
+            "/apis/kubegate.example.com/v1/things",
+            "/apis/kubegate.example.com/v1/widgets/w",
+        ] {
+            for method in ["GET", "DELETE"] {
+                let r = s.json(&admin, method, path, "").await;
+                assert_eq!((r.status, r.text()), (404, body), "{method} {path}");
+                assert_eq!(
+                    r.stable_headers(),
+                    admin_headers(
+                        "text/plain; charset=utf-8",
+                        body.len(),
+                        &[("x-content-type-options", "nosniff")]
+                    ),
+                    "{path}"
+                );
+            }
+        }
+    }
+
+    /// go-restful's 404 under a web service it has (`serviceErrorHandler`,
+    /// `NewGenericServerResponse`): `/api` and below, `/apis/GROUP/VERSION` of a built-in
+    /// group-version served here.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unknown_resource_of_a_served_group_version_is_go_restfuls_status() {
+        let s = TestServer::start().await;
+        let admin = s.admin();
+        let body = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"the server could not find the requested resource\",\"reason\":\"NotFound\",\"details\":{},\"code\":404}\n";
+        for path in [
+            "/apis/coordination.k8s.io/v1/nonexistent",
+            "/apis/policy/v1/namespaces/default/nonexistent/x",
+            "/api/v1/nonexistent",
+            "/api/v1/namespaces/default/widgets",
+            "/api/v2/anything",
+            "/apis/authentication.k8s.io/v1/nonexistent",
+            "/apis/apiregistration.k8s.io/v1/nonexistent",
+            "/api/v1/namespaces/default/configmaps/x/nonexistent",
+        ] {
+            let r = s.json(&admin, "GET", path, "").await;
+            assert_eq!((r.status, r.text()), (404, body), "{path}");
+            assert_eq!(
+                r.stable_headers(),
+                admin_headers("application/json", body.len(), &[]),
+                "{path}"
+            );
+        }
+        // A subresource a custom resource does not have: crdHandler's NotFound of the object.
+        let r = s
+            .json(
+                &admin,
+                "GET",
+                "/apis/kubegate.example.com/v1/namespaces/default/widgets/w/status",
+                "",
+            )
+            .await;
+        let body = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"widgets.kubegate.example.com \\\"w\\\" not found\",\"reason\":\"NotFound\",\"details\":{\"name\":\"w\",\"group\":\"kubegate.example.com\",\"kind\":\"widgets\"},\"code\":404}\n";
+        assert_eq!((r.status, r.text()), (404, body));
+    }
+
+    /// `ErrorToAPIStatus`'s default: the etcd client's error, code 500, no reason — for reads,
+    /// writes and a new watch alike, after the 1 s the client tried.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_storage_failure_is_the_etcd_clients_error_unwrapped() {
+        let s = TestServer::start().await;
+        let admin = s.admin();
+        s.sim.checks.force("etcd", true);
+        let body = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"etcdserver: request timed out\",\"code\":500}\n";
+        let started = std::time::Instant::now();
+        let cm = "/api/v1/namespaces/default/configmaps";
+        let (one, watching) = (format!("{cm}/x"), format!("{cm}?watch=1"));
+        let (list, get, create, watch, apiservices) = tokio::join!(
+            s.json(&admin, "GET", cm, ""),
+            s.json(&admin, "GET", &one, ""),
+            s.json(&admin, "POST", cm, r#"{"metadata":{"name":"x"}}"#),
+            s.json(&admin, "GET", &watching, ""),
+            s.json(
+                &admin,
+                "GET",
+                "/apis/apiregistration.k8s.io/v1/apiservices",
+                ""
+            ),
+        );
+        assert!(started.elapsed() >= std::time::Duration::from_secs(1));
+        for r in [list, get, create, watch, apiservices] {
+            assert_eq!((r.status, r.text()), (500, body));
+            assert_eq!(
+                r.stable_headers(),
+                admin_headers("application/json", body.len(), &[])
+            );
+        }
+        // A store's own error word for word (an etcd endpoint gRPC cannot reach).
+        let why = "rpc error: code = Unavailable desc = connection error: desc = \"transport: Error while dialing: dial tcp 127.0.0.1:2379: connect: connection refused\"";
+        let r = super::storage_failed(why);
+        assert_eq!(
+            String::from_utf8(r.body.to_vec()).unwrap(),
+            "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"rpc error: code = Unavailable desc = connection error: desc = \\\"transport: Error while dialing: dial tcp 127.0.0.1:2379: connect: connection refused\\\"\",\"code\":500}\n"
+        );
+    }
+
+    /// `ForbiddenStatusError`: `NewForbidden` of the request's group, resource and name, and
+    /// `nosniff`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn authorizations_403_names_what_request_info_read() {
+        let s = TestServer::start_with(|sim| {
+            sim.authenticator
+                .forbidden
+                .push(("alice".into(), "apiservices".into()));
+        })
+        .await;
+        let cases: [(Option<&str>, &str, &str); 4] = [
+            (
+                None,
+                "GET /apis/coordination.k8s.io/v1/namespaces/kube-system/leases/x HTTP/1.1",
+                "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"leases.coordination.k8s.io \\\"x\\\" is forbidden: User \\\"system:anonymous\\\" cannot get resource \\\"leases\\\" in API group \\\"coordination.k8s.io\\\" in the namespace \\\"kube-system\\\"\",\"reason\":\"Forbidden\",\"details\":{\"name\":\"x\",\"group\":\"coordination.k8s.io\",\"kind\":\"leases\"},\"code\":403}\n",
+            ),
+            (
+                None,
+                "GET /apis HTTP/1.1",
+                "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"forbidden: User \\\"system:anonymous\\\" cannot get path \\\"/apis\\\"\",\"reason\":\"Forbidden\",\"details\":{},\"code\":403}\n",
+            ),
+            (
+                Some("tok"),
+                "GET /apis/apiregistration.k8s.io/v1/apiservices HTTP/1.1",
+                "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"apiservices.apiregistration.k8s.io is forbidden: User \\\"alice\\\" cannot list resource \\\"apiservices\\\" in API group \\\"apiregistration.k8s.io\\\" at the cluster scope\",\"reason\":\"Forbidden\",\"details\":{\"group\":\"apiregistration.k8s.io\",\"kind\":\"apiservices\"},\"code\":403}\n",
+            ),
+            (
+                Some("tok"),
+                "GET /apis/apiregistration.k8s.io/v1/apiservices/v1.?watch=true HTTP/1.1",
+                "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"apiservices.apiregistration.k8s.io \\\"v1.\\\" is forbidden: User \\\"alice\\\" cannot get resource \\\"apiservices\\\" in API group \\\"apiregistration.k8s.io\\\" at the cluster scope\",\"reason\":\"Forbidden\",\"details\":{\"name\":\"v1.\",\"group\":\"apiregistration.k8s.io\",\"kind\":\"apiservices\"},\"code\":403}\n",
+            ),
+        ];
+        for (token, line, body) in cases {
+            let head = match token {
+                Some(t) => format!("{line}\r\nAuthorization: Bearer {t}"),
+                None => line.to_string(),
+            };
+            let r = s.request(None, head.as_bytes(), b"").await;
+            assert_eq!((r.status, r.text()), (403, body), "{line}");
+            assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
+            assert_eq!(r.header("content-type"), Some("application/json"));
+        }
+        // Alice reads everything else.
+        let r = s
+            .request(
+                None,
+                b"GET /apis/apiregistration.k8s.io/v1 HTTP/1.1\r\nAuthorization: Bearer tok",
+                b"",
+            )
+            .await;
+        assert_eq!(r.status, 200);
     }
 }

@@ -28,10 +28,16 @@
 //!                              what every pod answers through pods/NAME/proxy (each omitted
 //!                              parameter takes its default: 200, `ok`,
 //!                              `text/plain; charset=utf-8`; an empty content_type sends none)
+//! POST /aggregated-answer?status=CODE&body=TEXT&content_type=TYPE&header=NAME:VALUE
+//!                              what the extension servers behind --aggregated-api answer to
+//!                              every request the aggregator passes them (defaults: 200,
+//!                              metrics-server's APIResourceList for the group-version's path
+//!                              and an empty List below it, application/json; header= repeats)
 //! GET  /state                  forced checks, latency, in-flight requests, open watches, and
 //!                              what the replica received since the start: requests (all but
 //!                              health), writes, LISTs, WATCHes, reviews, evictions, proxied
-//!                              requests, requests refused for an expired certificate
+//!                              requests, aggregated requests, requests refused for an
+//!                              expired certificate
 //! ```
 
 use crate::query::params as query_params;
@@ -147,6 +153,7 @@ fn handle(sim: &Sim, req: Request<Incoming>) -> Response<Full<Bytes>> {
         },
         (&Method::POST, "/admission") => admission(sim, &params),
         (&Method::POST, "/pod-answer") => pod_answer(sim, &params),
+        (&Method::POST, "/aggregated-answer") => aggregated_answer(sim, &params),
         (&Method::GET, "/state") => (
             StatusCode::OK,
             json!({
@@ -159,6 +166,7 @@ fn handle(sim: &Sim, req: Request<Incoming>) -> Response<Full<Bytes>> {
                 "writes_received": sim.requests.writes.load(Ordering::Relaxed),
                 "evictions_received": sim.requests.evictions.load(Ordering::Relaxed),
                 "proxied_received": sim.requests.proxied.load(Ordering::Relaxed),
+                "aggregated_received": sim.requests.aggregated.load(Ordering::Relaxed),
                 "expired_certificates_refused": sim.requests.expired_certificates.load(Ordering::Relaxed),
                 "admission_denied": sim.admission.denied(),
                 "lists_received": sim.requests.lists.load(Ordering::Relaxed),
@@ -265,4 +273,107 @@ fn pod_answer(sim: &Sim, params: &[(String, String)]) -> (StatusCode, serde_json
     sim.pod_answer.set(answer);
     tracing::info!(%shown, "fault: pods answer");
     (StatusCode::OK, shown)
+}
+
+/// `POST /aggregated-answer?status=CODE&body=TEXT&content_type=TYPE&header=NAME:VALUE...`:
+/// what the extension servers behind `--aggregated-api` answer. An omitted parameter takes its
+/// default (200; for the group-version's own path metrics-server's `APIResourceList`, else
+/// an empty `List`; `application/json`; no further header); an empty `content_type` sends none;
+/// `header=` repeats, in order. `Content-Length` is the body's.
+fn aggregated_answer(sim: &Sim, params: &[(String, String)]) -> (StatusCode, serde_json::Value) {
+    let get = |k: &str| crate::query::first(params, k);
+    let bad = |why: &str| (StatusCode::BAD_REQUEST, json!({"error": why}));
+    let mut answer = crate::aggregator::Answer::default();
+    if let Some(code) = get("status") {
+        match code
+            .parse::<u16>()
+            .ok()
+            .and_then(|c| StatusCode::from_u16(c).ok())
+        {
+            Some(status) if status.as_u16() >= 200 => answer.status = status,
+            _ => return bad("status= must be a status code from 200 to 999"),
+        }
+    }
+    if let Some(body) = get("body") {
+        answer.body = Some(Bytes::from(body.to_string()));
+    }
+    match get("content_type") {
+        None => {}
+        Some("") => answer.content_type = None,
+        Some(t) => match http::HeaderValue::from_str(t) {
+            Ok(v) => answer.content_type = Some(v),
+            Err(_) => return bad("content_type= must be a valid header value"),
+        },
+    }
+    for (k, v) in params {
+        if k != "header" {
+            continue;
+        }
+        let parsed = v.split_once(':').and_then(|(name, value)| {
+            let name = http::HeaderName::from_bytes(name.trim().as_bytes()).ok()?;
+            let value = http::HeaderValue::from_str(value.trim()).ok()?;
+            Some((name, value))
+        });
+        match parsed {
+            Some((name, _)) if name == http::header::CONTENT_LENGTH => {
+                return bad("header=Content-Length: the body's length is sent")
+            }
+            Some(pair) => answer.headers.push(pair),
+            None => return bad("header= must be NAME:VALUE"),
+        }
+    }
+    let shown = json!({
+        "status": answer.status.as_u16(),
+        "body": answer.body.as_ref().map(|b| String::from_utf8_lossy(b).into_owned()),
+        "content_type": answer.content_type.as_ref().and_then(|v| v.to_str().ok()),
+        "headers": answer.headers.iter().map(|(k, v)| format!("{k}: {}", String::from_utf8_lossy(v.as_bytes()))).collect::<Vec<_>>(),
+    });
+    sim.extension.set(answer);
+    tracing::info!(%shown, "fault: extension servers answer");
+    (StatusCode::OK, shown)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(query: &str) -> Vec<(String, String)> {
+        query_params(Some(query))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn aggregated_answer_sets_what_the_extension_servers_say() {
+        let s = crate::testserver::TestServer::start().await;
+        let (status, shown) = aggregated_answer(
+            &s.sim,
+            &params("status=429&body=slow%20down&content_type=&header=Retry-After:%207&header=X-Kubernetes-PF-FlowSchema-UID:ext"),
+        );
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            shown,
+            json!({"status": 429, "body": "slow down", "content_type": null,
+                   "headers": ["retry-after: 7", "x-kubernetes-pf-flowschema-uid: ext"]})
+        );
+        let answer = s.sim.extension.get();
+        assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(answer.body.as_deref(), Some(&b"slow down"[..]));
+        assert_eq!(answer.content_type, None);
+        assert_eq!(answer.headers.len(), 2);
+        // Nothing but defaults: the per-path default body, JSON.
+        let (_, shown) = aggregated_answer(&s.sim, &params(""));
+        assert_eq!(
+            shown,
+            json!({"status": 200, "body": null, "content_type": "application/json", "headers": []})
+        );
+        for bad in [
+            "status=99",
+            "header=nocolon",
+            "header=Content-Length:3",
+            "content_type=%0a",
+        ] {
+            let (status, _) = aggregated_answer(&s.sim, &params(bad));
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+        }
+        assert_eq!(s.sim.extension.get(), crate::aggregator::Answer::default());
+    }
 }

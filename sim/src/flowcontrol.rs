@@ -41,8 +41,8 @@ const WATCHERS_PER_SEAT: usize = 10;
 const MAX_WATCHER_SEATS: usize = 10;
 
 /// The UID of the flow schema or priority level `name` (the same on every replica), as the
-/// `X-Kubernetes-PF-*` headers carry it.
-#[cfg(test)]
+/// `X-Kubernetes-PF-*` headers carry it; also the UID of other objects every replica shows
+/// alike (APIServices).
 pub fn uid_of(name: &str) -> String {
     bootstrap::uid(name)
 }
@@ -79,11 +79,25 @@ pub struct Admitted {
 }
 
 impl Admitted {
-    /// Adds the two headers every classified response carries.
-    pub fn headers(&self, reply: Reply) -> Reply {
+    /// Adds the two headers every classified response carries, ahead of the handler's: the
+    /// filter sets them before the handler runs, so a proxied answer's own (an extension
+    /// server's) are second values.
+    pub fn headers(&self, mut reply: Reply) -> Reply {
+        let value = |v: &str| http::HeaderValue::from_str(v).expect("a UID is a header value");
+        reply.headers.splice(
+            0..0,
+            [
+                (
+                    http::HeaderName::from_static(FLOW_SCHEMA_UID),
+                    value(&bootstrap::uid(self.schema.name)),
+                ),
+                (
+                    http::HeaderName::from_static(PRIORITY_LEVEL_UID),
+                    value(&self.level_uid),
+                ),
+            ],
+        );
         reply
-            .header(FLOW_SCHEMA_UID, &bootstrap::uid(self.schema.name))
-            .header(PRIORITY_LEVEL_UID, &self.level_uid)
     }
 }
 

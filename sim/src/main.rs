@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 mod admission;
+mod aggregator;
 mod api;
 mod auth;
 mod bearer;
@@ -25,6 +26,7 @@ mod protobuf;
 mod proxy;
 mod query;
 mod reconciler;
+mod requestinfo;
 mod resources;
 mod respond;
 mod selectors;
@@ -197,6 +199,13 @@ pub struct ServeArgs {
     /// kube-apiserver's flag (`resource.k8s.io/v1beta1=true`).
     #[arg(long, value_delimiter = ',')]
     runtime_config: Vec<String>,
+    /// Simulator: group-versions an extension server serves through the aggregator
+    /// (`metrics.k8s.io/v1beta1`; repeatable or comma-separated): each gets an APIService
+    /// naming a service, appears in `/apis`, and every request under it is answered with what
+    /// the fault port's `/aggregated-answer` sets, as kube-aggregator's proxy passes an
+    /// extension server's answer on.
+    #[arg(long, value_delimiter = ',')]
+    aggregated_api: Vec<String>,
     /// Simulator: the replica's name in logs and /debug.
     #[arg(long)]
     replica_name: Option<String>,
@@ -246,6 +255,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.emulated_version.as_deref(),
         &args.runtime_config,
     )
+    .and_then(|apis| apis.with_aggregated(&args.aggregated_api))
     .map_err(|e| anyhow::anyhow!(e))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -307,6 +317,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             ),
             pod_answer: Default::default(),
             admission: Default::default(),
+            extension: Default::default(),
         });
         if let Some(port) = args.fault_port {
             let fault = tokio::net::TcpListener::bind(("127.0.0.1", port))

@@ -198,7 +198,7 @@ pub fn table(resource: &Resource, items: &[Value], revision: Option<i64>) -> Val
 }
 
 /// kubectl's short age: `5s`, `3m`, `2h`, `4d`.
-fn age(created: &Value) -> String {
+pub(crate) fn age(created: &Value) -> String {
     let Some(t) = created
         .as_str()
         .and_then(|s| humantime::parse_rfc3339(s).ok())

@@ -82,7 +82,8 @@ pub fn not_found_text() -> Reply {
     http_error(StatusCode::NOT_FOUND, "404 page not found")
 }
 
-/// A `metav1.Status` failure, as the apiserver encodes errors.
+/// A `metav1.Status` failure, as the apiserver encodes errors; an empty `reason` is left out
+/// (`StatusReasonUnknown`, `omitempty`).
 pub fn status(code: u16, reason: &str, message: &str, details: Option<Value>) -> Reply {
     let mut s = json!({
         "kind": "Status",
@@ -90,9 +91,11 @@ pub fn status(code: u16, reason: &str, message: &str, details: Option<Value>) ->
         "metadata": {},
         "status": "Failure",
         "message": message,
-        "reason": reason,
         "code": code,
     });
+    if !reason.is_empty() {
+        s["reason"] = json!(reason);
+    }
     if let Some(d) = details {
         s["details"] = omit_empty(d);
     }

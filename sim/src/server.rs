@@ -155,8 +155,18 @@ async fn serve_connection(
                     .cloned()
                     .or_else(|| http::HeaderValue::from_str(&new_uuid()).ok());
                 let mut resp = api::handle(sim, peer.as_ref(), req).await;
+                // Set before the handler runs: a proxied answer's own `Audit-Id` (an
+                // extension server's) is a second value after it.
                 if let Some(id) = audit_id {
+                    let theirs: Vec<http::HeaderValue> = match resp.headers_mut().entry("audit-id")
+                    {
+                        http::header::Entry::Occupied(e) => e.remove_entry_mult().1.collect(),
+                        http::header::Entry::Vacant(_) => Vec::new(),
+                    };
                     resp.headers_mut().insert("audit-id", id);
+                    for v in theirs {
+                        resp.headers_mut().append("audit-id", v);
+                    }
                 }
                 // Go's HTTP/2 server turns `Connection: close` into GOAWAY (the apiserver sets
                 // it for anonymous and unauthenticated HTTP/2 requests).

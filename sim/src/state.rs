@@ -63,12 +63,15 @@ pub struct Sim {
     pub pod_answer: crate::proxy::PodAnswer,
     /// Validating admission webhooks that deny writes (the fault port's `/admission`).
     pub admission: crate::admission::Webhooks,
+    /// What the extension servers behind `--aggregated-api` answer (the fault port's
+    /// `/aggregated-answer`).
+    pub extension: crate::aggregator::ExtensionServer,
 }
 
 /// LIST and WATCH requests a replica received (answered or not): what a failover costs it;
 /// every API request and every write it received, so a test can tell a request reached the
 /// replicas exactly once; the TokenReviews, SubjectAccessReviews, evictions and proxied
-/// requests it answered; the requests it refused for an expired client certificate; the body
+/// requests it answered, the requests passed to an extension server; the requests it refused for an expired client certificate; the body
 /// bytes it sent.
 #[derive(Debug, Default)]
 pub struct ReadCounts {
@@ -80,6 +83,8 @@ pub struct ReadCounts {
     pub evictions: AtomicU64,
     /// `pods/NAME/proxy` requests that reached the proxy handler.
     pub proxied: AtomicU64,
+    /// Requests under an `--aggregated-api` group-version that reached the aggregator's proxy.
+    pub aggregated: AtomicU64,
     /// Requests refused (401) because a client certificate was outside its validity.
     pub expired_certificates: AtomicU64,
     /// LIST requests.

@@ -97,6 +97,12 @@ impl TestServer {
     /// A replica with a client CA, a front-proxy CA (CN `front-proxy-client` allowed) and the
     /// static [`TOKENS`].
     pub async fn start() -> TestServer {
+        TestServer::start_with(|_| {}).await
+    }
+
+    /// As [`TestServer::start`], with the replica's state changed by `configure` first (its
+    /// group-versions, its authorization).
+    pub async fn start_with(configure: impl FnOnce(&mut Sim)) -> TestServer {
         let dir = std::env::temp_dir().join(format!(
             "kubegate-sim-test-{}-{}",
             std::process::id(),
@@ -137,7 +143,9 @@ impl TestServer {
             token_reviewers: Vec::new(),
             forbidden: Vec::new(),
         };
-        let sim = Arc::new(new_sim(authenticator));
+        let mut sim = new_sim(authenticator);
+        configure(&mut sim);
+        let sim = Arc::new(sim);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("a loopback port");
@@ -308,6 +316,7 @@ fn new_sim(authenticator: Authenticator) -> Sim {
         flowcontrol: crate::flowcontrol::FlowControl::new(600, Duration::from_secs(15)),
         pod_answer: Default::default(),
         admission: Default::default(),
+        extension: Default::default(),
     }
 }
 

@@ -17,7 +17,18 @@ pub struct Apis {
     emulated: (u32, u32),
     /// The resources served, of [`ALL`].
     served: Vec<&'static Resource>,
+    /// Group-versions an extension server serves through the aggregator (`--aggregated-api`).
+    aggregated: Vec<(String, String)>,
 }
+
+/// Group-versions a replica serves whatever its version: the review APIs it answers
+/// (`tokenreviews`, `selfsubjectreviews`, `subjectaccessreviews`) and the aggregator's own
+/// `apiservices`.
+pub const ALWAYS_SERVED: [(&str, &str); 3] = [
+    ("apiregistration.k8s.io", "v1"),
+    ("authentication.k8s.io", "v1"),
+    ("authorization.k8s.io", "v1"),
+];
 
 impl Apis {
     /// From `--binary-version` (`1.35.0`), `--emulated-version` (`1.34`, default the binary's)
@@ -82,7 +93,74 @@ impl Apis {
             binary,
             emulated,
             served,
+            aggregated: Vec::new(),
         })
+    }
+
+    /// With `--aggregated-api` entries (`GROUP/VERSION`): group-versions an extension server
+    /// serves, registered with an APIService that names its service. A group-version the
+    /// replica serves itself, or the core group, is refused.
+    pub fn with_aggregated(mut self, entries: &[String]) -> Result<Apis, String> {
+        for entry in entries {
+            let bad = || format!("--aggregated-api {entry:?}: want GROUP/VERSION");
+            let (group, version) = entry.split_once('/').ok_or_else(bad)?;
+            let name_ok = |s: &str| {
+                !s.is_empty()
+                    && s.bytes().all(|b| {
+                        b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-'
+                    })
+            };
+            if !name_ok(group) || !name_ok(version) || version.contains('.') {
+                return Err(bad());
+            }
+            if self.serves_locally(group, version) {
+                return Err(format!(
+                    "--aggregated-api {entry:?}: the replica serves {entry} itself"
+                ));
+            }
+            if !self.is_aggregated(group, version) {
+                self.aggregated
+                    .push((group.to_string(), version.to_string()));
+            }
+        }
+        Ok(self)
+    }
+
+    /// Whether `group`/`version` is served by the replica itself: a resource of it, or one of
+    /// [`ALWAYS_SERVED`].
+    pub fn serves_locally(&self, group: &str, version: &str) -> bool {
+        ALWAYS_SERVED.contains(&(group, version))
+            || self
+                .served
+                .iter()
+                .any(|r| r.group == group && r.version == version)
+    }
+
+    /// Whether `group`/`version` is an extension server's (`--aggregated-api`).
+    pub fn is_aggregated(&self, group: &str, version: &str) -> bool {
+        self.aggregated
+            .iter()
+            .any(|(g, v)| g == group && v == version)
+    }
+
+    /// The extension servers' group-versions.
+    pub fn aggregated(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        self.aggregated
+            .iter()
+            .map(|(g, v)| (g.as_str(), v.as_str()))
+    }
+
+    /// The group-versions the replica serves itself, core `v1` included (`""`, `v1`).
+    pub fn local_group_versions(&self) -> Vec<(&'static str, &'static str)> {
+        let mut out: Vec<(&'static str, &'static str)> = self
+            .served
+            .iter()
+            .map(|r| (r.group, r.version))
+            .chain(ALWAYS_SERVED)
+            .collect();
+        out.sort();
+        out.dedup();
+        out
     }
 
     /// Whether `resource` is served.
@@ -179,6 +257,39 @@ mod tests {
                 "v1"
             ]
         );
+    }
+
+    #[test]
+    fn aggregated_group_versions_are_the_extension_servers() {
+        let apis = Apis::default()
+            .with_aggregated(&[
+                "metrics.k8s.io/v1beta1".into(),
+                "metrics.k8s.io/v1beta1".into(),
+            ])
+            .unwrap();
+        assert!(apis.is_aggregated("metrics.k8s.io", "v1beta1"));
+        assert!(!apis.serves_locally("metrics.k8s.io", "v1beta1"));
+        assert_eq!(apis.aggregated().count(), 1);
+        assert!(apis.serves_locally("authentication.k8s.io", "v1"));
+        assert!(apis.serves_locally("", "v1"));
+        for refused in [
+            "policy/v1",
+            "apiregistration.k8s.io/v1",
+            "v1",
+            "/v1",
+            "a/",
+            "A/v1",
+            "a/v1.2",
+        ] {
+            assert!(
+                Apis::default().with_aggregated(&[refused.into()]).is_err(),
+                "{refused}"
+            );
+        }
+        // Another version of a served group is an extension server's to serve.
+        assert!(Apis::default()
+            .with_aggregated(&["resource.k8s.io/v1alpha3".into()])
+            .is_ok());
     }
 
     #[test]

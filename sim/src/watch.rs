@@ -168,13 +168,13 @@ pub fn too_large(e: &StoreError) -> Value {
     })
 }
 
+/// The store failed the watch's start: the etcd client's error as the apiserver passes it on
+/// ([`crate::api::storage_failed`]).
 fn unavailable(e: StoreError) -> Reply {
-    respond::status(
-        500,
-        "InternalError",
-        &format!("Internal error occurred: {e}"),
-        None,
-    )
+    match e {
+        StoreError::Unavailable(why) => crate::api::storage_failed(&why),
+        e => crate::api::storage_failed(&e.to_string()),
+    }
 }
 
 /// One event in `encoding`.
