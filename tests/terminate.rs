@@ -495,7 +495,9 @@ async fn reads_a_replicas_initializing_cache_refused_go_to_another() {
 /// A custom resource's watch cache initializes after the built-in ones', and `/readyz` does
 /// not wait for it (KEP-4568): a replica just started is ready, serves built-in resources, and
 /// answers LISTs and watches of custom resources 429 "storage is (re)initializing". Those go to
-/// another replica.
+/// another replica — once kubegate has read what the replicas serve and which group-versions
+/// the cluster's APIServices hand to extension servers: until then a custom resource's answer
+/// is not taken for the apiserver's own (`signals::Origin`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_resources_read_from_a_replica_still_initializing_them_go_to_another() {
     let mut bed = cluster(2, &["--custom-resource-cache-init", "0s"], |_| {});
@@ -526,6 +528,11 @@ async fn custom_resources_read_from_a_replica_still_initializing_them_go_to_anot
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // Learned with the cluster's APIServices (`versions::read`), published within a second.
+    wait_for("replica-2's custom resources on /metrics", T, || {
+        (kg.metric(r#"kubegate_backend_serves{backend="replica-2",group_version="kubegate.example.com/v1"}"#) == 1.0)
+            .then_some(())
+    });
     for i in 0..4 {
         for path in [
             widgets.to_string(),

@@ -394,6 +394,25 @@ mod tests {
     }
 
     #[test]
+    fn timeouts_that_would_cut_every_client_at_once_are_refused_at_their_line() {
+        refused_at(
+            &format!("{MINIMAL}terminate:\n  client_ping_timeout: 0s\n"),
+            "kubegate.yaml:9:24",
+            "terminate.client_ping_timeout must be greater than 0",
+        );
+        refused_at(
+            &format!("{MINIMAL}terminate:\n  slow_watch_timeout: 0s\n"),
+            "kubegate.yaml:9:23",
+            "terminate.slow_watch_timeout must be greater than 0",
+        );
+        let off = load(&format!(
+            "{MINIMAL}terminate:\n  client_ping_interval: 0s\n"
+        ))
+        .unwrap();
+        assert!(off.terminate.client_ping_interval.is_zero(), "PINGs off");
+    }
+
+    #[test]
     fn bad_policy_name_is_an_error() {
         refused_at(
             &format!("{MINIMAL}balance: random\n"),

@@ -142,6 +142,18 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
         );
     }
     positive(&mut bad, "terminate.handshake_timeout", t.handshake_timeout);
+    // `0s` would cut every client at its first PING, or every watch at its first full stream
+    // (`client_ping_interval: 0s` is how the PINGs are turned off).
+    positive(
+        &mut bad,
+        "terminate.client_ping_timeout",
+        t.client_ping_timeout,
+    );
+    positive(
+        &mut bad,
+        "terminate.slow_watch_timeout",
+        t.slow_watch_timeout,
+    );
     positive(
         &mut bad,
         "terminate.version_skew.refresh",

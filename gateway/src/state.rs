@@ -12,8 +12,8 @@ mod running;
 mod settings;
 
 pub use backends::{
-    ApiSet, Backend, Gauges, H2Conn, Killer, Kind, Planes, Pool, PriorityLevels, Registered,
-    Relays, Retired, Served, ServedApis, Stream, Upstream,
+    ApiSet, Backend, Gauges, GroupVersions, H2Conn, Killer, Kind, Planes, Pool, PriorityLevels,
+    Registered, Relays, Retired, Served, ServedApis, Stream, Upstream,
 };
 pub use cluster::{Cluster, ClusterHolds, Clusters, Route, HELD_RETRIES_PER_SECOND};
 pub use gateway::Gateway;

@@ -13,8 +13,9 @@
 
 use crate::classify::{LongRunning, RequestInfo};
 
-/// The API groups kube-apiserver serves itself (1.33 to 1.36), whatever APIServices say: no
-/// extension server can answer for them.
+/// The API groups kube-apiserver serves itself (1.33 to 1.36): what counts as its own while the
+/// replicas' APIServices are not known (an APIService with a service can still hand one of
+/// their group-versions to an extension server, which only a cluster admin can create).
 pub const BUILT_IN_GROUPS: &[&str] = &[
     "",
     "admissionregistration.k8s.io",
@@ -44,15 +45,22 @@ pub const BUILT_IN_GROUPS: &[&str] = &[
 /// Who writes the answer to a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Answerer<'a> {
-    /// The apiserver's own handlers: a built-in group's resources, and every path that is not
-    /// a group-version's (`/version`, `/healthz`, `/apis`, `/apis/GROUP`, `/openapi/...`).
+    /// The apiserver's own handlers: every path that is not a group-version's (`/version`,
+    /// `/healthz`, `/api`, `/apis`, `/apis/GROUP`, `/openapi/...`).
     Apiserver,
     /// A pod or kubelet, through the apiserver: `proxy`, `log`, `exec`, `attach`,
     /// `portforward`, the `/proxy/` path verb.
     Workload,
-    /// The handlers of group `.0`, version `.1` (not a built-in group): the apiserver's own for
-    /// a custom resource, an extension server's for an aggregated API.
-    GroupVersion(&'a str, &'a str),
+    /// The handlers of a group-version: the apiserver's own for a built-in group's and a custom
+    /// resource's, an extension server's for one an APIService with a service names.
+    GroupVersion {
+        /// The group (`""` for the core group).
+        group: &'a str,
+        /// The version.
+        version: &'a str,
+        /// One of [`BUILT_IN_GROUPS`].
+        built_in: bool,
+    },
 }
 
 /// Who writes the answer to a request read as `info`, at decoded `path`.
@@ -74,10 +82,10 @@ pub fn answerer<'a>(info: &RequestInfo<'a>, path: &'a str) -> Answerer<'a> {
             _ => return Answerer::Apiserver,
         },
     };
-    if BUILT_IN_GROUPS.contains(&group) {
-        Answerer::Apiserver
-    } else {
-        Answerer::GroupVersion(group, version)
+    Answerer::GroupVersion {
+        group,
+        version,
+        built_in: BUILT_IN_GROUPS.contains(&group),
     }
 }
 
@@ -96,19 +104,27 @@ mod tests {
 
     #[test]
     fn the_answerer_is_read_from_the_target() {
-        let apiserver = "Apiserver";
+        for t in [
+            "/version",
+            "/apis",
+            "/api",
+            "/apis/metrics.k8s.io",
+            "/readyz",
+        ] {
+            assert_eq!(of(Method::GET, t), "Apiserver", "{t}");
+        }
+        let core = r#"GroupVersion { group: "", version: "v1", built_in: true }"#;
         for t in [
             "/api/v1/namespaces/a/pods",
             "/api/v1/namespaces/a/pods/p/eviction",
             "/api/v1/namespaces/a/pods/p/status",
-            "/apis/apps/v1/deployments",
-            "/version",
-            "/apis",
-            "/apis/metrics.k8s.io",
-            "/readyz",
         ] {
-            assert_eq!(of(Method::GET, t), apiserver, "{t}");
+            assert_eq!(of(Method::GET, t), core, "{t}");
         }
+        assert_eq!(
+            of(Method::GET, "/apis/apps/v1/deployments"),
+            r#"GroupVersion { group: "apps", version: "v1", built_in: true }"#
+        );
         for t in [
             "/api/v1/namespaces/a/pods/p/proxy/x",
             "/api/v1/namespaces/a/pods/p:8080/proxy",
@@ -120,17 +136,16 @@ mod tests {
         ] {
             assert_eq!(of(Method::POST, t), "Workload", "{t}");
         }
+        let metrics =
+            r#"GroupVersion { group: "metrics.k8s.io", version: "v1beta1", built_in: false }"#;
         assert_eq!(
             of(Method::GET, "/apis/metrics.k8s.io/v1beta1/pods"),
-            r#"GroupVersion("metrics.k8s.io", "v1beta1")"#
+            metrics
         );
-        assert_eq!(
-            of(Method::GET, "/apis/metrics.k8s.io/v1beta1"),
-            r#"GroupVersion("metrics.k8s.io", "v1beta1")"#
-        );
+        assert_eq!(of(Method::GET, "/apis/metrics.k8s.io/v1beta1"), metrics);
         assert_eq!(
             of(Method::GET, "/apis/kubegate.example.com/v1/widgets"),
-            r#"GroupVersion("kubegate.example.com", "v1")"#
+            r#"GroupVersion { group: "kubegate.example.com", version: "v1", built_in: false }"#
         );
     }
 }

@@ -14,9 +14,17 @@
 //!   `base64url.bearer.authorization.k8s.io.` carries the token, unpadded base64url of UTF-8
 //!   bytes, and at least one other protocol must be offered with it.
 //!
+//! What is read is what reaches the apiserver: a header an HTTP/1.1 client's `Connection` names
+//! is removed before the request goes upstream (hop by hop), so it carries no credential; and
+//! an upgrade is a WebSocket one by the `Upgrade` value kubegate forwards (the apiserver's
+//! `wsstream.IsWebSocketRequest` lowercases it as Go's `strings.ToLower` does).
+//!
 //! A token the apiserver reads but kubegate cannot pass on as the apiserver read it (bytes that
 //! are not UTF-8 cannot travel in a TokenReview's JSON unchanged) is [`Bearer::Unreadable`]:
-//! kubegate answers such a request 401 itself rather than name its sender wrongly.
+//! kubegate answers such a request 401 itself rather than name its sender wrongly. So is a
+//! WebSocket upgrade carrying both an `Authorization` token and a token subprotocol: the
+//! apiserver's union of authenticators takes whichever of the two authenticates, which only
+//! reviewing both would tell.
 
 use http::header::{HeaderMap, AUTHORIZATION, CONNECTION, SEC_WEBSOCKET_PROTOCOL, UPGRADE};
 use std::borrow::Cow;
@@ -36,16 +44,31 @@ pub enum Bearer<'a> {
     Unreadable,
 }
 
-/// The bearer token of a request with `headers`: `Authorization` first, then, for a WebSocket
-/// upgrade (`websocket`), its token subprotocol — the apiserver's order.
+/// The bearer token of a request with `headers` as it reaches the apiserver: `Authorization`,
+/// or, for a WebSocket upgrade (`websocket`), its token subprotocol.
 pub fn bearer(headers: &HeaderMap, websocket: bool) -> Bearer<'_> {
-    let from_header = headers
-        .get(AUTHORIZATION)
-        .map_or(Bearer::Absent, |v| authorization(v.as_bytes()));
-    if from_header != Bearer::Absent || !websocket {
+    let from_header = match headers.get(AUTHORIZATION) {
+        Some(v) if !hop_by_hop(headers, "authorization") => authorization(v.as_bytes()),
+        _ => Bearer::Absent,
+    };
+    if !websocket || hop_by_hop(headers, "sec-websocket-protocol") {
         return from_header;
     }
-    websocket_protocol(headers)
+    match (from_header, websocket_protocol(headers)) {
+        (from_header, Bearer::Absent) => from_header,
+        (Bearer::Absent, from_protocol) => from_protocol,
+        _ => Bearer::Unreadable,
+    }
+}
+
+/// Whether an HTTP/1.1 `Connection` header names `name` (lower case): the header goes no
+/// further than kubegate.
+fn hop_by_hop(headers: &HeaderMap, name: &str) -> bool {
+    headers.get_all(CONNECTION).iter().any(|v| {
+        v.as_bytes()
+            .split(|b| *b == b',')
+            .any(|n| trim_space(n).eq_ignore_ascii_case(name.as_bytes()))
+    })
 }
 
 /// The token of an `Authorization` value, as `bearertoken.go` reads it.
@@ -74,38 +97,14 @@ pub fn authorization(value: &[u8]) -> Bearer<'_> {
     }
 }
 
-/// Whether a request with `headers` is a WebSocket upgrade as the apiserver's
-/// `wsstream.IsWebSocketRequest` reads it: `Connection` (first value, lowercased) matching
-/// `(^|.*,\s*)upgrade($|\s*,)` and `Upgrade` (first value) `websocket` in any case.
-pub fn is_websocket(headers: &HeaderMap) -> bool {
-    let first = |name| headers.get(name).map(|v| v.as_bytes().to_ascii_lowercase());
-    let (Some(connection), Some(upgrade)) = (first(CONNECTION), first(UPGRADE)) else {
-        return false;
-    };
-    upgrade == b"websocket" && connection_upgrades(&connection)
-}
-
-/// `(^|.*,\s*)upgrade($|\s*,)` over a lowercased `Connection` value (Go's `\s`: space, tab,
-/// newline, form feed, carriage return).
-fn connection_upgrades(value: &[u8]) -> bool {
-    let is_s = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | b'\x0c' | b'\r');
-    let word = b"upgrade";
-    (0..value.len()).any(|at| {
-        if !value[at..].starts_with(word) {
-            return false;
-        }
-        // Before: the start, or a comma and then only \s.
-        let before = &value[..at];
-        let prefix_ok = before.is_empty() || {
-            let spaces = before.iter().rev().take_while(|b| is_s(**b)).count();
-            before[..before.len() - spaces].last() == Some(&b',')
-        };
-        // After: the end, or only \s and then a comma.
-        let after = &value[at + word.len()..];
-        let spaces = after.iter().take_while(|b| is_s(**b)).count();
-        let suffix_ok = after.is_empty() || after.get(spaces) == Some(&b',');
-        prefix_ok && suffix_ok
-    })
+/// Whether an upgrade kubegate forwards with `headers` is a WebSocket one to the apiserver:
+/// `wsstream.IsWebSocketRequest` reads `Connection` (kubegate sends `Upgrade`) and the first
+/// `Upgrade` value, lowercased as Go's `strings.ToLower` does (Unicode's lower case: the Kelvin
+/// sign is a `k`; an invalid byte U+FFFD), equal to `websocket`.
+pub fn upgrades_to_websocket(headers: &HeaderMap) -> bool {
+    headers
+        .get(UPGRADE)
+        .is_some_and(|v| String::from_utf8_lossy(v.as_bytes()).to_lowercase() == "websocket")
 }
 
 /// The token of a WebSocket upgrade's `Sec-WebSocket-Protocol`, as `protocol.go` reads it.
@@ -296,7 +295,7 @@ mod tests {
     }
 
     #[test]
-    fn a_websocket_token_counts_only_for_a_websocket_upgrade_without_an_authorization() {
+    fn a_websocket_token_counts_only_for_a_websocket_upgrade() {
         // "token" in unpadded base64url.
         let proto = "base64url.bearer.authorization.k8s.io.dG9rZW4, v5.channel.k8s.io";
         let ws = headers(&[
@@ -304,13 +303,20 @@ mod tests {
             ("upgrade", "WebSocket"),
             ("sec-websocket-protocol", proto),
         ]);
-        assert!(is_websocket(&ws));
+        assert!(upgrades_to_websocket(&ws));
         let t = |s: &'static str| Bearer::Token(Cow::Borrowed(s));
         assert_eq!(bearer(&ws, true), t("token"));
         assert_eq!(bearer(&ws, false), Bearer::Absent);
+        // Both: which one the apiserver takes is not knowable here.
         let mut with_auth = ws.clone();
         with_auth.insert(AUTHORIZATION, HeaderValue::from_static("Bearer other"));
-        assert_eq!(bearer(&with_auth, true), t("other"));
+        assert_eq!(bearer(&with_auth, true), Bearer::Unreadable);
+        assert_eq!(bearer(&with_auth, false), t("other"));
+        // A header the client's Connection names never reaches the apiserver.
+        let mut dropped = with_auth.clone();
+        dropped.append(CONNECTION, HeaderValue::from_static("Authorization"));
+        assert_eq!(bearer(&dropped, true), t("token"));
+        assert_eq!(bearer(&dropped, false), Bearer::Absent);
         // Alone, the token protocol is refused ("missing additional subprotocol").
         let alone = headers(&[(
             "sec-websocket-protocol",
@@ -335,15 +341,17 @@ mod tests {
     }
 
     #[test]
-    fn a_websocket_request_is_told_as_wsstream_tells_it() {
-        let ws = |c: &str, u: &str| is_websocket(&headers(&[("connection", c), ("upgrade", u)]));
-        assert!(ws("Upgrade", "websocket"));
-        assert!(ws("keep-alive,  upgrade", "WEBSOCKET"));
-        assert!(ws("upgrade , keep-alive", "websocket"));
-        assert!(!ws("upgraded", "websocket"));
-        assert!(!ws("keep-alive upgrade", "websocket"));
-        assert!(!ws("upgrade", "SPDY/3.1"));
-        assert!(!is_websocket(&headers(&[("upgrade", "websocket")])));
+    fn a_websocket_upgrade_is_told_as_wsstream_tells_it() {
+        let ws = |u: &str| upgrades_to_websocket(&headers(&[("upgrade", u)]));
+        assert!(ws("websocket"));
+        assert!(ws("WebSocket"));
+        assert!(
+            ws("websoc\u{212a}et"),
+            "the Kelvin sign lowercases to k, as in Go"
+        );
+        assert!(!ws("SPDY/3.1"));
+        assert!(!ws("websocket, h2c"));
+        assert!(!upgrades_to_websocket(&HeaderMap::new()));
     }
 
     #[test]

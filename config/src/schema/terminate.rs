@@ -254,8 +254,11 @@ pub struct TokenReviewConfig {
     /// included); then its sender is unreviewed.
     #[serde(with = "crate::duration")]
     pub timeout: Duration,
-    /// Reviews in flight at once for a cluster (one client connection: at most 2, and 10 new
-    /// a second); a new token beyond waits, within `timeout`, for its connection's share.
+    /// Reviews in flight at once for a cluster, shared by the clients' sources (an IPv4
+    /// address or an IPv6 /64) in turn, a quarter kept for renewals of names kubegate knows;
+    /// one source starts at most 20 reviews of new tokens a second (a burst of 40) and has
+    /// at most 16 of each kind waiting. A request waits, within `timeout`, for its turn;
+    /// one that gets none is unreviewed.
     pub max_in_flight: u32,
 }
 

@@ -115,15 +115,12 @@ pub async fn watch_certificates(gw: Arc<Gateway>, watched: Watched) {
                 continue;
             };
             let cluster = terminate.cluster().clone();
-            let old = terminate.upstreams();
             let result = tokio::task::spawn_blocking(move || Upstreams::load(&upstream, cluster))
                 .await
                 .unwrap_or_else(|e| Err(e.to_string()))
                 .map(|u| {
-                    let presented_before = old.tls.with_identity.is_some();
-                    terminate.replace(u);
-                    if presented_before {
-                        retire_presented(terminate, old.tls.identity_expires);
+                    if let Some(replaced) = terminate.replace(u) {
+                        retire_presented(terminate, replaced.expires);
                     }
                 });
             record(

@@ -9,7 +9,7 @@ mod priority_levels;
 mod relays;
 mod upstream;
 
-pub use apis::{ApiSet, Served, ServedApis};
+pub use apis::{ApiSet, GroupVersions, Served, ServedApis};
 pub use priority_levels::PriorityLevels;
 pub use relays::{Registered, Relays};
 pub use upstream::{Gauges, H2Conn, Killer, Kind, Retired, Stream, Upstream};

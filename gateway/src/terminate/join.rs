@@ -175,7 +175,10 @@ pub struct Limits {
 }
 
 /// The part of `join_reads.max_held_bytes` the answers of reads one client connection leads
-/// may hold together: an eighth.
+/// may hold together: an eighth. An answer stays charged to its lead's connection until the
+/// last of its followers has been sent it, so followers that read slowly keep that share
+/// taken; what it costs the lead's connection is sharing only — its next read over the share
+/// goes upstream and to its client as any read (`JoinMiss::OverHeld`), never refused.
 pub const CONNECTION_SHARE: u64 = 8;
 
 /// Where an answer's bytes are counted: every cluster's joined answers together, the
@@ -262,7 +265,7 @@ impl Joins {
             let authorized_lately = flight
                 .sent_at
                 .is_none_or(|at| by.arrived.saturating_duration_since(at) <= by.within);
-            if !(same_sender && authorized_lately) && !by.reviewed {
+            if !(by.reviewed || same_sender && authorized_lately) {
                 return Entered::Unreviewed;
             }
             flight.followers.fetch_add(1, Ordering::AcqRel);

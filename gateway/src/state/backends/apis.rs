@@ -9,6 +9,9 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// API group-versions, `(group, version)` (`""` for core).
+pub type GroupVersions = Vec<(Box<str>, Box<str>)>;
+
 /// A replica's version and served group-versions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiSet {
@@ -19,23 +22,14 @@ pub struct ApiSet {
     /// (major, minor, patch).
     pub rank: [u32; 5],
     /// Served group-versions, `(group, version)` (`""` for core), sorted.
-    pub group_versions: Vec<(Box<str>, Box<str>)>,
+    pub group_versions: GroupVersions,
     /// A hash of `group_versions`: two replicas serve the same set when these are equal.
     pub fingerprint: u64,
-    /// The group-versions an `APIService` with a `service` hands to an extension server,
-    /// sorted; `None` when the replica's APIServices could not be read (kubegate's identity
-    /// may not list them): then no group-version beyond the built-in groups is taken to be
-    /// the apiserver's own.
-    pub aggregated: Option<Vec<(Box<str>, Box<str>)>>,
 }
 
 impl ApiSet {
     /// The set of a replica at `version` (ranked `rank`) serving `group_versions`.
-    pub fn new(
-        version: String,
-        rank: [u32; 5],
-        mut group_versions: Vec<(Box<str>, Box<str>)>,
-    ) -> ApiSet {
+    pub fn new(version: String, rank: [u32; 5], mut group_versions: GroupVersions) -> ApiSet {
         group_versions.sort();
         group_versions.dedup();
         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -45,27 +39,7 @@ impl ApiSet {
             rank,
             group_versions,
             fingerprint: h.finish(),
-            aggregated: None,
         }
-    }
-
-    /// The same set, with the group-versions its APIServices hand to extension servers.
-    pub fn aggregating(mut self, mut group_versions: Vec<(Box<str>, Box<str>)>) -> ApiSet {
-        group_versions.sort();
-        group_versions.dedup();
-        self.aggregated = Some(group_versions);
-        self
-    }
-
-    /// Whether the replica answers for `group`/`version` itself (a custom resource's,
-    /// say), rather than an extension server it passes requests on to: only when its
-    /// APIServices were read and name no service for it.
-    pub fn serves_itself(&self, group: &str, version: &str) -> bool {
-        self.aggregated.as_ref().is_some_and(|aggregated| {
-            aggregated
-                .binary_search_by(|(g, v)| (g.as_ref(), v.as_ref()).cmp(&(group, version)))
-                .is_err()
-        })
     }
 
     /// Whether `group`/`version` is served (no allocation: a binary search of borrowed pairs).
@@ -193,13 +167,6 @@ mod tests {
         ] {
             assert!(a.claims_document(yes), "{yes}");
         }
-        assert!(
-            !a.serves_itself("widgets.example.com", "v1"),
-            "APIServices not read"
-        );
-        let a = a.aggregating(vec![("metrics.k8s.io".into(), "v1beta1".into())]);
-        assert!(a.serves_itself("widgets.example.com", "v1"));
-        assert!(!a.serves_itself("metrics.k8s.io", "v1beta1"));
         for no in [
             "/apis/batch",
             "/openapi/v3/apis/apps/v2",

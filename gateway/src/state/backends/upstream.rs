@@ -79,6 +79,8 @@ pub struct H2Conn {
     idle_since: AtomicU64,
     /// The connection refused a new stream (it received GOAWAY): it takes no more.
     refusing: AtomicBool,
+    /// What identity it presents (a front-proxy certificate's fingerprint; 0: none).
+    presents: u64,
     killer: Arc<Killer>,
 }
 
@@ -90,8 +92,15 @@ impl H2Conn {
             streams: AtomicU32::new(0),
             idle_since: AtomicU64::new(clock()),
             refusing: AtomicBool::new(false),
+            presents: 0,
             killer: Arc::new(killer),
         }
+    }
+
+    /// The connection presents the identity of fingerprint `presents` (0: none).
+    pub fn presenting(mut self, presents: u64) -> H2Conn {
+        self.presents = presents;
+        self
     }
 
     /// Whether new streams may use the connection.
@@ -326,8 +335,11 @@ impl Upstream {
             });
     }
 
-    /// Reserves a stream on an open connection of `kind` with fewer than `max` streams.
-    pub fn stream(&self, kind: Kind, max: u32) -> Option<Stream> {
+    /// Reserves a stream on an open connection of `kind` with fewer than `max` streams that
+    /// presents `presents` (a front-proxy certificate's fingerprint; 0: none). One that
+    /// presents another (dialed as its certificate was being replaced) takes no new stream and
+    /// closes once idle; those open at the replacement are retired ([`Upstream::retire`]).
+    pub fn stream(&self, kind: Kind, max: u32, presents: u64) -> Option<Stream> {
         let mut conns = self.conns();
         let list = &mut conns.open[kind as usize];
         let before = list.len();
@@ -337,14 +349,17 @@ impl Upstream {
             conns.all_ended[kind as usize] = true;
         }
         let list = &mut conns.open[kind as usize];
-        let found = list.iter().find_map(|c| {
-            c.streams
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                    (n < max).then_some(n + 1)
-                })
-                .ok()
-                .map(|_| Stream { conn: c.clone() })
-        });
+        let found = list
+            .iter()
+            .filter(|c| c.presents == presents)
+            .find_map(|c| {
+                c.streams
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                        (n < max).then_some(n + 1)
+                    })
+                    .ok()
+                    .map(|_| Stream { conn: c.clone() })
+            });
         drop(conns);
         if removed > 0 {
             self.gauges.load().connections.sub(removed as i64);
@@ -558,7 +573,7 @@ mod tests {
         assert_eq!(upstream.connections(), 1);
         assert_eq!(upstream.retire_idle(Duration::ZERO), 0);
         assert_eq!(upstream.gauges.load().connections.get(), 1);
-        assert!(upstream.stream(Kind::WithIdentity, 100).is_some());
+        assert!(upstream.stream(Kind::WithIdentity, 100, 0).is_some());
         // The retired one ended: its last handle went, so h2 closed it.
         tokio::time::timeout(Duration::from_secs(30), second_task)
             .await
@@ -576,11 +591,11 @@ mod tests {
         let retired = upstream.retire(Kind::WithIdentity);
         assert_eq!(retired.len(), 1);
         assert!(
-            upstream.stream(Kind::WithIdentity, 100).is_none(),
+            upstream.stream(Kind::WithIdentity, 100, 0).is_none(),
             "no new stream"
         );
         assert!(
-            upstream.stream(Kind::Anonymous, 100).is_some(),
+            upstream.stream(Kind::Anonymous, 100, 0).is_some(),
             "other kinds stay"
         );
         // A stream still runs on it until the deadline closes it.

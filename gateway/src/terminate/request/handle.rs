@@ -26,7 +26,7 @@ use crate::terminate::sender::access_review::ANONYMOUS;
 use crate::terminate::sender::attributes::Attributes;
 use crate::terminate::sender::token_review;
 use crate::terminate::sender::tokens::{Naming, Reviewing, TokenHash};
-use crate::terminate::upstream::dispatch::Within;
+use crate::terminate::upstream::dispatch::{Unauthenticated, Within};
 use crate::terminate::upstream::flow::{self, FlowKey};
 use crate::terminate::upstream::mode::{TerminateMode, Upstreams};
 use crate::terminate::upstream::signals::Origin;
@@ -186,7 +186,7 @@ async fn serve(
         Some(_) => Bearer::Absent,
         None => credentials::bearer(
             req.headers(),
-            upgrading && credentials::is_websocket(req.headers()),
+            upgrading && credentials::upgrades_to_websocket(req.headers()),
         ),
     };
     let token = match &bearer {
@@ -196,7 +196,7 @@ async fn serve(
     };
     // A bearer token's client is named by a TokenReview (remembered), a certificate's by
     // the certificate.
-    let reviewed = token.filter(|_| upstreams.tls.with_identity.is_some());
+    let reviewed = token.filter(|_| upstreams.tls.vouches());
     let (token_key, token_user) = match reviewed {
         Some(token) => {
             let key = TokenHash::of(token);
@@ -304,6 +304,9 @@ async fn serve(
         Ok(slot) => slot,
         Err((rule, refusal)) => return limited(&gw, rule, refusal),
     };
+    // An extension server may answer by who asks (a list filtered per user): its answers
+    // never cross senders.
+    let own_answers = origin.answered_by_apiserver(&upstreams.extensions);
     let mut outgoing = Shaper::new(&upstreams, metrics)
         .request(client, parts, body)
         .in_flow(flow)
@@ -339,12 +342,9 @@ async fn serve(
         None => (false, false, false),
     };
     let ids = &upstreams.identity;
-    let across_joins = joining.across_senders.then_some(ids);
-    let across_feeds = config
-        .terminate
-        .shared_watches
-        .across_senders
-        .then_some(ids);
+    let across_joins = (joining.across_senders && own_answers).then_some(ids);
+    let across_feeds =
+        (config.terminate.shared_watches.across_senders && own_answers).then_some(ids);
     let mut watch = None;
     let mut feedable = None;
     let mut synced = None;
@@ -458,15 +458,18 @@ fn anonymous() -> Arc<UserInfo> {
     })
 }
 
-/// An apiserver's 401 for a token kubegate had named: the token was revoked or has expired,
-/// so its name is forgotten at once rather than kept for the rest of its TTL.
+/// An apiserver's own 401 for a token kubegate had named (its authentication filter's, matched
+/// exactly: `dispatch::Unauthenticated`; never a pod's, a webhook's or an extension server's):
+/// the token was revoked or has expired, so its name is forgotten at once rather than kept for
+/// the rest of its TTL, and its requests leave every join and shared watch.
 fn forget_if_refused(
     mode: &TerminateMode,
     token: Option<TokenHash>,
     config: &Config,
     resp: &Response<ResponseBody>,
 ) {
-    if let Some(key) = token.filter(|_| resp.status() == StatusCode::UNAUTHORIZED) {
+    let refused = resp.extensions().get::<Unauthenticated>().is_some();
+    if let Some(key) = token.filter(|_| refused) {
         mode.tokens().forget(&key, &config.terminate.token_review);
     }
 }

@@ -187,7 +187,7 @@ impl<'a> Shaper<'a> {
     pub fn new(upstreams: &'a Upstreams, metrics: &'a TerminateMetrics) -> Shaper<'a> {
         Shaper {
             identity: &upstreams.identity,
-            vouches: upstreams.tls.with_identity.is_some(),
+            vouches: upstreams.tls.vouches(),
             server_name: &upstreams.tls.server_name,
             metrics,
         }
@@ -414,7 +414,7 @@ impl Outgoing {
         path: &'static str,
         body: Bytes,
     ) -> Option<Outgoing> {
-        upstreams.tls.with_identity.as_ref()?;
+        upstreams.tls.presented()?;
         let mut headers = HeaderMap::new();
         let json = HeaderValue::from_static("application/json");
         headers.insert(header::ACCEPT, json.clone());

@@ -191,6 +191,10 @@ pub(super) async fn send_fed(
 ) -> Result<Response<ResponseBody>, Unfed> {
     // A long-running request holds its rule's slot only until its response starts.
     drop(slot);
+    if fed.sharer.refused() {
+        // Its token was refused since it arrived: the apiserver answers it.
+        return Err((gw, upstreams, outgoing, within));
+    }
     let metrics = gw.metrics().joins.clone();
     let mut by = SentBy {
         sender: fed.sender.as_ref(),

@@ -142,7 +142,7 @@ async fn connect(
     tried: &mut Vec<SocketAddr>,
 ) -> Result<(Arc<Backend>, SendRequest<Empty<bytes::Bytes>>), Unplaced<()>> {
     let tls = match kind {
-        Kind::WithIdentity => upstreams.tls.with_identity_h1.clone(),
+        Kind::WithIdentity => upstreams.tls.presented().map(|p| p.h1.clone()),
         Kind::BearerToken | Kind::Anonymous => Some(upstreams.tls.without_identity_h1.clone()),
     };
     // A reload dropped the front-proxy certificate since the request was shaped.

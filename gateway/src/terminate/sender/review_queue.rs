@@ -1,32 +1,42 @@
-//! A cluster's TokenReview slots, shared fairly by the clients' sources (their IP addresses,
-//! however many connections each opens): at most `max_in_flight` reviews under way; a request
-//! that finds them busy waits in its source's queue, and each slot freed goes to the next
-//! source in turn, its oldest waiter, handed over under the lock, so that no request that
-//! arrives later takes it first. A flood from one address (forty connections of never-seen
-//! tokens) then delays another address's new token by at most one review per busy source.
+//! A cluster's TokenReview slots, shared fairly by the clients' sources (an IPv4 address, or
+//! an IPv6 /64 — what one host can hold —, however many connections each opens): at most
+//! `max_in_flight` reviews under way; a request that finds them busy waits in its source's
+//! queue, and each slot freed goes to the next source in turn, its oldest waiter, handed over
+//! under the lock, so that no request that arrives later takes it first. A flood from one
+//! address (forty connections of never-seen tokens) then delays another address's new token
+//! by at most one review per busy source.
 //!
 //! A quarter of the slots (at least one, when there are two or more) is kept for renewals —
 //! tokens kubegate named before whose names are due for review — and renewals are served
-//! before any new token: a client kubegate already knows keeps its name whatever strangers
-//! send. Each source also starts at most [`PER_SOURCE_RATE`] reviews a second (a burst of
-//! [`PER_SOURCE_BURST`]) and has at most [`PER_SOURCE_WAITING`] waiting; beyond, a request is
-//! not reviewed (its caller decides what that means). Sources are forgotten once idle and
-//! refilled, and at most [`MAX_SOURCES`] are kept, so the table is bounded.
+//! before any new token, in turn by source too: a client kubegate already knows keeps its
+//! name whatever strangers send, and one source's many names do not hold up another's. Each
+//! source also starts at most [`PER_SOURCE_RATE`] reviews of new tokens a second (a burst of
+//! [`PER_SOURCE_BURST`]) and has at most [`PER_SOURCE_WAITING`] of each kind waiting; beyond,
+//! a request is not reviewed (its caller decides what that means). Sources are forgotten once
+//! idle and refilled; beyond [`MAX_SOURCES`] at once, new ones share one more (a flood of
+//! addresses takes a share, not the table).
+//!
+//! Waiters that left (their deadline passed) are skipped when their turn comes, and pruned
+//! from a source's queue when it is full, so that no request costs a walk of every queue.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-/// Reviews one source may start per second, once its burst is spent.
+/// Reviews of new tokens one source may start per second, once its burst is spent.
 pub const PER_SOURCE_RATE: f64 = 20.0;
-/// Reviews one source may start at once before its rate applies.
+/// Reviews of new tokens one source may start at once before its rate applies.
 pub const PER_SOURCE_BURST: f64 = 40.0;
-/// Requests of one source that may wait for a slot at once.
+/// Requests of one source that may wait for a slot at once, of each kind.
 pub const PER_SOURCE_WAITING: usize = 16;
-/// Sources remembered (their rate's state), at most.
+/// Sources remembered (their rate's state and queues), at most; beyond, one more is shared by
+/// every new source.
 pub const MAX_SOURCES: usize = 4096;
+
+/// The source every address beyond [`MAX_SOURCES`] shares.
+const OVERFLOW: IpAddr = IpAddr::V6(Ipv6Addr::UNSPECIFIED);
 
 /// One cluster's review slots and who waits for them.
 #[derive(Default)]
@@ -39,26 +49,36 @@ struct State {
     in_flight: u32,
     /// `max_in_flight` as the last request asked (a reload may change it).
     max_in_flight: u32,
-    /// Renewals waiting, oldest first: served before any new token.
-    renewals: VecDeque<oneshot::Sender<Slot>>,
+    /// Sources with renewals waiting, in turn: served before any new token.
+    renewal_turns: VecDeque<IpAddr>,
     /// Sources with new tokens waiting, in turn.
-    turns: VecDeque<IpAddr>,
+    new_turns: VecDeque<IpAddr>,
     sources: HashMap<IpAddr, Source>,
+    /// When idle sources were last looked for (at most once a second: the walk is of every
+    /// source).
+    swept: Option<Instant>,
 }
 
 struct Source {
-    waiting: VecDeque<oneshot::Sender<Slot>>,
-    /// Reviews it may start now, and when that was counted.
+    /// Its waiters of each kind ([`Waiting`] as index), and whether it is in that kind's turns.
+    queues: [Queue; 2],
+    /// Reviews of new tokens it may start now, and when that was counted.
     bucket: (f64, Instant),
+}
+
+#[derive(Default)]
+struct Queue {
+    waiting: VecDeque<oneshot::Sender<Slot>>,
+    in_turns: bool,
 }
 
 /// What kind of review a request waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Waiting {
     /// A token kubegate named before, due for review again.
-    Renewal,
+    Renewal = 0,
     /// A token kubegate has not named.
-    New,
+    New = 1,
 }
 
 /// A review slot: given back (to the next waiter) when dropped.
@@ -74,52 +94,45 @@ impl Drop for Slot {
     }
 }
 
+/// The source `addr` counts toward: an IPv4 address (an IPv4-mapped IPv6 one as IPv4), or the
+/// /64 of an IPv6 one — one host is given a /64 and picks any address in it.
+pub fn source_of(addr: IpAddr) -> IpAddr {
+    match addr {
+        IpAddr::V4(_) => addr,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+        },
+    }
+}
+
 impl ReviewQueue {
-    /// A slot for a review of `waiting`'s kind for `source`, within `max_in_flight` and by
-    /// `deadline`; `None` when none could be had (the source is over its rate or queue, or the
-    /// deadline passed).
+    /// A slot for a review of `waiting`'s kind for a request from `addr`, within
+    /// `max_in_flight` and by `deadline`; `None` when none could be had (its source is over
+    /// its rate or queue, or the deadline passed).
     pub async fn acquire(
         self: &Arc<Self>,
-        source: IpAddr,
+        addr: IpAddr,
         waiting: Waiting,
         max_in_flight: u32,
         deadline: tokio::time::Instant,
     ) -> Option<Slot> {
         let rx = {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            state.max_in_flight = max_in_flight;
+            let source = state.source(source_of(addr), Instant::now());
             if waiting == Waiting::New {
                 state.take_from_bucket(source, Instant::now())?;
             }
-            state.forget_gone();
-            // Nobody this request would pass is waiting: a renewal passes new tokens.
-            let ahead = match waiting {
-                Waiting::Renewal => !state.renewals.is_empty(),
-                Waiting::New => !state.renewals.is_empty() || !state.turns.is_empty(),
-            };
-            if !ahead && state.in_flight < limit(waiting, max_in_flight) {
+            // Slots free for those already waiting go to them first: after that, a free slot
+            // of this kind means nobody this request would pass waits.
+            self.hand_over(&mut state);
+            if state.in_flight < limit(waiting, max_in_flight) {
                 state.in_flight += 1;
                 return Some(self.slot());
             }
             let (tx, rx) = oneshot::channel();
-            match waiting {
-                Waiting::Renewal => state.renewals.push_back(tx),
-                Waiting::New => {
-                    let s = state.sources.get_mut(&source)?;
-                    if s.waiting.len() >= PER_SOURCE_WAITING {
-                        return None;
-                    }
-                    if s.waiting.is_empty() {
-                        state.turns.push_back(source);
-                    }
-                    state
-                        .sources
-                        .get_mut(&source)
-                        .expect("just found")
-                        .waiting
-                        .push_back(tx);
-                }
-            }
-            state.max_in_flight = max_in_flight;
+            state.enqueue(source, waiting, tx)?;
             rx
         };
         // A slot handed over after the deadline lies in the dropped receiver and is given
@@ -133,28 +146,32 @@ impl ReviewQueue {
         }
     }
 
-    /// A slot was given back: handed to the next waiter (renewals first, then the next source
-    /// in turn), or freed.
+    /// A slot was given back: handed to the next waiter, or freed.
     fn release(self: &Arc<Self>) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.in_flight -= 1;
+        self.hand_over(&mut state);
+    }
+
+    /// Hands free slots to waiters: renewals first, then new tokens while fewer than their
+    /// limit are under way, each kind by source in turn. Waiters that left are skipped.
+    fn hand_over(self: &Arc<Self>, state: &mut State) {
         let max = state.max_in_flight;
         loop {
-            let next = if let Some(tx) = state.renewals.pop_front() {
-                tx
+            let next = if state.in_flight >= limit(Waiting::Renewal, max) {
+                None
+            } else if let Some(tx) = state.next_in_turn(Waiting::Renewal) {
+                Some(tx)
             } else if state.in_flight < limit(Waiting::New, max) {
-                match state.next_in_turn() {
-                    Some(tx) => tx,
-                    None => return,
-                }
+                state.next_in_turn(Waiting::New)
             } else {
+                None
+            };
+            let Some(next) = next else {
                 return;
             };
             state.in_flight += 1;
-            let slot = Slot {
-                queue: Some(self.clone()),
-            };
-            if let Err(mut unwanted) = next.send(slot) {
+            if let Err(mut unwanted) = next.send(self.slot()) {
                 // Its waiter is gone (its deadline passed): the next one.
                 unwanted.queue = None;
                 state.in_flight -= 1;
@@ -180,18 +197,32 @@ fn limit(waiting: Waiting, max: u32) -> u32 {
 }
 
 impl State {
+    /// The source a request from `source` counts toward: itself, or — the table full of
+    /// sources that are not idle — the one every newcomer shares.
+    fn source(&mut self, source: IpAddr, now: Instant) -> IpAddr {
+        if self.sources.contains_key(&source) || self.sources.len() < MAX_SOURCES {
+            return source;
+        }
+        if self
+            .swept
+            .is_none_or(|at| now.saturating_duration_since(at) >= Duration::from_secs(1))
+        {
+            self.swept = Some(now);
+            self.forget_idle_sources(now);
+        }
+        if self.sources.len() < MAX_SOURCES {
+            source
+        } else {
+            OVERFLOW
+        }
+    }
+
     /// Takes one review from `source`'s rate; `None` when it has none left now.
     fn take_from_bucket(&mut self, source: IpAddr, now: Instant) -> Option<()> {
-        if !self.sources.contains_key(&source) && self.sources.len() >= MAX_SOURCES {
-            self.forget_idle_sources(now);
-            if self.sources.len() >= MAX_SOURCES {
-                return None;
-            }
-        }
-        let s = self.sources.entry(source).or_insert(Source {
-            waiting: VecDeque::new(),
-            bucket: (PER_SOURCE_BURST, now),
-        });
+        let s = self
+            .sources
+            .entry(source)
+            .or_insert_with(|| Source::new(now));
         let (tokens, at) = s.bucket;
         let tokens = (tokens + now.saturating_duration_since(at).as_secs_f64() * PER_SOURCE_RATE)
             .min(PER_SOURCE_BURST);
@@ -203,43 +234,81 @@ impl State {
         Some(())
     }
 
-    /// Forgets waiters that went away (their deadline passed), and sources left with none.
-    fn forget_gone(&mut self) {
-        self.renewals.retain(|tx| !tx.is_closed());
-        let sources = &mut self.sources;
-        self.turns.retain(|source| {
-            let Some(s) = sources.get_mut(source) else {
-                return false;
-            };
-            s.waiting.retain(|tx| !tx.is_closed());
-            !s.waiting.is_empty()
-        });
+    /// Puts `tx` in `source`'s queue of `waiting`'s kind (and the source in that kind's
+    /// turns); `None` when the queue is full of waiters still there.
+    fn enqueue(
+        &mut self,
+        source: IpAddr,
+        waiting: Waiting,
+        tx: oneshot::Sender<Slot>,
+    ) -> Option<()> {
+        let s = self
+            .sources
+            .entry(source)
+            .or_insert_with(|| Source::new(Instant::now()));
+        let q = &mut s.queues[waiting as usize];
+        if q.waiting.len() >= PER_SOURCE_WAITING {
+            q.waiting.retain(|tx| !tx.is_closed());
+            if q.waiting.len() >= PER_SOURCE_WAITING {
+                return None;
+            }
+        }
+        q.waiting.push_back(tx);
+        if !q.in_turns {
+            q.in_turns = true;
+            match waiting {
+                Waiting::Renewal => self.renewal_turns.push_back(source),
+                Waiting::New => self.new_turns.push_back(source),
+            }
+        }
+        Some(())
     }
 
     /// Forgets sources with nobody waiting whose rate has refilled.
     fn forget_idle_sources(&mut self, now: Instant) {
         let refill = Duration::from_secs_f64(PER_SOURCE_BURST / PER_SOURCE_RATE);
         self.sources.retain(|_, s| {
-            !s.waiting.is_empty() || now.saturating_duration_since(s.bucket.1) < refill
+            for q in &mut s.queues {
+                q.waiting.retain(|tx| !tx.is_closed());
+            }
+            s.queues.iter().any(|q| !q.waiting.is_empty())
+                || now.saturating_duration_since(s.bucket.1) < refill
         });
     }
 
-    /// The oldest waiter of the next source in turn (that source goes to the back of the
-    /// turns while it has more).
-    fn next_in_turn(&mut self) -> Option<oneshot::Sender<Slot>> {
-        while let Some(source) = self.turns.pop_front() {
+    /// The oldest waiter of `waiting`'s kind of the next source in turn (that source goes to
+    /// the back of the turns while it has more).
+    fn next_in_turn(&mut self, waiting: Waiting) -> Option<oneshot::Sender<Slot>> {
+        let turns = match waiting {
+            Waiting::Renewal => &mut self.renewal_turns,
+            Waiting::New => &mut self.new_turns,
+        };
+        while let Some(source) = turns.pop_front() {
             let Some(s) = self.sources.get_mut(&source) else {
                 continue;
             };
-            let Some(tx) = s.waiting.pop_front() else {
+            let q = &mut s.queues[waiting as usize];
+            let Some(tx) = q.waiting.pop_front() else {
+                q.in_turns = false;
                 continue;
             };
-            if !s.waiting.is_empty() {
-                self.turns.push_back(source);
+            if q.waiting.is_empty() {
+                q.in_turns = false;
+            } else {
+                turns.push_back(source);
             }
             return Some(tx);
         }
         None
+    }
+}
+
+impl Source {
+    fn new(now: Instant) -> Source {
+        Source {
+            queues: Default::default(),
+            bucket: (PER_SOURCE_BURST, now),
+        }
     }
 }
 
@@ -287,7 +356,7 @@ mod tests {
                 .unwrap()
                 .sources
                 .get(&ip(source))
-                .map_or(0, |s| s.waiting.len())
+                .map_or(0, |s| s.queues[Waiting::New as usize].waiting.len())
         };
         let mut tasks = Vec::new();
         for _ in 0..5 {
@@ -341,7 +410,7 @@ mod tests {
         let new = wait(Waiting::New, "new");
         tokio::task::yield_now().await;
         let renewing = wait(Waiting::Renewal, "renewal");
-        while q.state.lock().unwrap().renewals.is_empty() {
+        while q.state.lock().unwrap().renewal_turns.is_empty() {
             tokio::task::yield_now().await;
         }
         drop(news.pop());
@@ -388,5 +457,106 @@ mod tests {
         drop(held);
         assert_eq!(q.in_flight(), 0, "handed to nobody: free");
         assert!(q.acquire(ip(3), Waiting::New, 1, soon()).await.is_some());
+    }
+
+    #[test]
+    fn a_host_is_one_source_whatever_address_of_its_own_it_picks() {
+        let v6 = |s: &str| source_of(s.parse().unwrap());
+        assert_eq!(v6("2001:db8:1:2::1"), v6("2001:db8:1:2:ffff:1:2:3"));
+        assert_ne!(v6("2001:db8:1:2::1"), v6("2001:db8:1:3::1"));
+        assert_eq!(
+            v6("2001:db8:1:2::1"),
+            "2001:db8:1:2::".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(
+            v6("::ffff:127.0.0.9"),
+            ip(9),
+            "IPv4-mapped: the IPv4 address"
+        );
+        assert_ne!(source_of(ip(1)), source_of(ip(2)));
+    }
+
+    /// Waiters whose deadline passed hold up nobody: a slot freed after they left is there for
+    /// the next request at once.
+    #[tokio::test]
+    async fn waiters_that_left_are_skipped_not_served() {
+        let q = Arc::new(ReviewQueue::default());
+        let held = q.acquire(ip(1), Waiting::New, 1, soon()).await.unwrap();
+        let shortly = || tokio::time::Instant::now() + Duration::from_millis(10);
+        for n in 2..6 {
+            assert!(q.acquire(ip(n), Waiting::New, 1, shortly()).await.is_none());
+        }
+        drop(held);
+        assert_eq!(q.in_flight(), 0);
+        let past = tokio::time::Instant::now();
+        assert!(
+            q.acquire(ip(9), Waiting::New, 1, past).await.is_some(),
+            "the slot is free: no wait"
+        );
+    }
+
+    /// One source's many renewals do not hold up another's: renewals too go by source in turn.
+    #[tokio::test]
+    async fn renewals_take_turns_by_source() {
+        let q = Arc::new(ReviewQueue::default());
+        let held = q.acquire(ip(1), Waiting::Renewal, 1, soon()).await.unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let wait = |source: u8| {
+            let (q, order) = (q.clone(), order.clone());
+            tokio::spawn(async move {
+                let slot = q.acquire(ip(source), Waiting::Renewal, 1, soon()).await;
+                assert!(slot.is_some());
+                order.lock().unwrap().push(source);
+            })
+        };
+        let waiting = |source: u8| {
+            q.state
+                .lock()
+                .unwrap()
+                .sources
+                .get(&ip(source))
+                .map_or(0, |s| s.queues[Waiting::Renewal as usize].waiting.len())
+        };
+        let mut tasks: Vec<_> = (0..4).map(|_| wait(1)).collect();
+        while waiting(1) < 4 {
+            tokio::task::yield_now().await;
+        }
+        tasks.push(wait(2));
+        while waiting(2) < 1 {
+            tokio::task::yield_now().await;
+        }
+        drop(held);
+        for t in tasks {
+            tokio::time::timeout(Duration::from_secs(10), t)
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        let order = order.lock().unwrap().clone();
+        assert_eq!(order[1], 2, "{order:?}");
+    }
+
+    /// Beyond the table's bound, new sources share one: counted, queued and rated together,
+    /// never refused for want of room.
+    #[tokio::test]
+    async fn sources_beyond_the_bound_share_one() {
+        let q = Arc::new(ReviewQueue::default());
+        let mut held = Vec::new();
+        for i in 0..MAX_SOURCES as u32 {
+            let addr = IpAddr::from((0x0a00_0000u32 + i).to_be_bytes());
+            held.extend(q.acquire(addr, Waiting::New, 100_000, soon()).await);
+        }
+        assert_eq!(held.len(), MAX_SOURCES);
+        let past = tokio::time::Instant::now();
+        let mut overflow = 0;
+        for i in 0..(PER_SOURCE_BURST as u32 + 10) {
+            let addr = IpAddr::from((0x0b00_0000u32 + i).to_be_bytes());
+            overflow += usize::from(q.acquire(addr, Waiting::New, 100_000, past).await.is_some());
+        }
+        assert_eq!(
+            overflow, PER_SOURCE_BURST as usize,
+            "one burst for all of them"
+        );
+        assert_eq!(q.state.lock().unwrap().sources.len(), MAX_SOURCES + 1);
     }
 }

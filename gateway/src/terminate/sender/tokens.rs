@@ -14,9 +14,11 @@
 //!   tables, each bounded by `max_entries` and least-recently-used within itself: unknown
 //!   tokens only ever push out other unknown tokens.
 //! - **Starve another client.** The cluster's `max_in_flight` review slots are shared by
-//!   source address, in turn, first come first served within each (`review_queue`): forty
-//!   connections of never-seen tokens from one address delay another address's new token by at
-//!   most one review, and a quarter of the slots is kept for renewals of names kubegate knows.
+//!   source (an IPv4 address, an IPv6 /64), in turn, first come first served within each
+//!   (`review_queue`): forty connections of never-seen tokens from one address delay another
+//!   address's new token by at most one review, and a quarter of the slots is kept for
+//!   renewals of names kubegate knows. Requests carrying the same token wait for one review,
+//!   registered before it waits for a slot.
 //! - **Take a known client's name.** A name stays usable for rules and the access log for
 //!   [`STALE_FOR`] past its TTL while its renewal is under way ([`Naming::Renewing`]): a
 //!   client kubegate named never turns unnamed because strangers keep the reviews busy. Only a
@@ -35,7 +37,7 @@ use crate::state::Gateway;
 use crate::telemetry::TokenReviewResult;
 use crate::terminate::sender::failure::ReviewFailure;
 use crate::terminate::sender::remembered::Remembered;
-use crate::terminate::sender::review_queue::{ReviewQueue, Slot, Waiting};
+use crate::terminate::sender::review_queue::{ReviewQueue, Waiting};
 use kubegate_config::TokenReviewConfig;
 use kubegate_wire::identity::UserInfo;
 use std::collections::HashMap;
@@ -143,20 +145,22 @@ struct Tables {
 }
 
 impl Tables {
-    /// The apiserver refused `key` at `now`: its name goes, and the refusal is remembered, if
-    /// it had one; says whether.
+    /// The apiserver refused `key` at `now`: its name goes, and the refusal is remembered if it
+    /// had one or a review of it is under way (whose name would come from before the refusal);
+    /// says whether it had a name. Tokens never named are not remembered: a flood of bogus
+    /// tokens, each answered 401, would push real refusals out.
     fn refuse(&mut self, key: &TokenHash, now: Instant, config: &TokenReviewConfig) -> bool {
-        if !self.named.remove(key) {
-            return false;
+        let named = self.named.remove(key);
+        if named || self.pending.contains_key(key) {
+            self.clock += 1;
+            let clock = self.clock;
+            // Kept as long as a name is kept: a request named by it, or a fed watch, may be
+            // about still.
+            let max = config.max_entries as usize;
+            self.refused
+                .insert(*key, now, now, clock, max, config.ttl + STALE_FOR);
         }
-        self.clock += 1;
-        let clock = self.clock;
-        // Kept as long as a name is kept: a request named by it, or a fed watch, may be about
-        // still.
-        let max = config.max_entries as usize;
-        self.refused
-            .insert(*key, now, now, clock, max, config.ttl + STALE_FOR);
-        true
+        named
     }
 
     /// What is known of `key`: a remembered answer (marked as used), a review under way, a
@@ -222,33 +226,21 @@ impl TokenReviews {
         let (waiting, renewing) = match self.known(&key, config) {
             Known::Answer(naming) => return naming,
             Known::Waiting(rx, renewing) => (rx, renewing),
-            known @ (Known::Due(_) | Known::Unknown) => {
-                let renewing = match known {
-                    Known::Due(user) => Some(user),
-                    _ => None,
-                };
-                let kind = match renewing {
-                    Some(_) => Waiting::Renewal,
-                    None => Waiting::New,
-                };
-                let slot = self
-                    .queue
-                    .acquire(source, kind, config.max_in_flight, deadline)
-                    .await;
-                let Some(slot) = slot else {
-                    gw.metrics()
-                        .terminate
-                        .token_reviewed(TokenReviewResult::Skipped);
-                    return still_named(Naming::Unreviewed, renewing);
-                };
-                match self.begin(gw, key, config, slot, review(token.to_string())) {
-                    Ok(rx) => (rx, renewing),
-                    Err(Known::Answer(naming)) => return naming,
-                    Err(Known::Waiting(rx, _)) => (rx, renewing),
-                    Err(Known::Due(_) | Known::Unknown) => {
-                        return still_named(Naming::Unreviewed, renewing)
-                    }
-                }
+            Known::Due(user) => {
+                let rx = self.begin(
+                    gw,
+                    key,
+                    config,
+                    (source, Waiting::Renewal, deadline),
+                    || review(token.to_string()),
+                );
+                (rx, Some(user))
+            }
+            Known::Unknown => {
+                let rx = self.begin(gw, key, config, (source, Waiting::New, deadline), || {
+                    review(token.to_string())
+                });
+                (rx, None)
             }
         };
         still_named(outcome(waiting, deadline).await, renewing)
@@ -260,75 +252,105 @@ impl TokenReviews {
         t.known(key, config)
     }
 
-    /// Starts `reviewing` for `key` in a task of its own (the review outlives a request that
-    /// stops waiting), holding `slot` until it answers; what is known instead when another
-    /// request started (or finished) one meanwhile.
+    /// The review of `key` under way: the one another request started, or one started now —
+    /// registered before it waits for a slot, so that requests carrying the same token wait
+    /// for that one review rather than each for a slot of its own. It runs in a task of its
+    /// own (it outlives a request that stops waiting): a slot of `source`'s for a review of
+    /// `kind` by `deadline`, then `reviewing()`; no slot in time answers `Unreviewed`.
     fn begin(
         self: &Arc<Self>,
         gw: &Gateway,
         key: TokenHash,
         config: &TokenReviewConfig,
-        slot: Slot,
-        reviewing: Reviewing,
-    ) -> Result<watch::Receiver<Option<Naming>>, Known> {
+        (source, kind, deadline): (IpAddr, Waiting, tokio::time::Instant),
+        reviewing: impl FnOnce() -> Reviewing,
+    ) -> watch::Receiver<Option<Naming>> {
         let (tx, rx) = {
             let mut t = self.tables.lock().unwrap_or_else(|e| e.into_inner());
             match t.known(&key, config) {
                 Known::Unknown | Known::Due(_) => {}
-                known => return Err(known),
+                Known::Waiting(rx, _) => return rx,
+                // Answered meanwhile: a receiver that holds the answer.
+                Known::Answer(naming) => return watch::channel(Some(naming)).1,
             }
             let (tx, rx) = watch::channel(None);
             t.pending.insert(key, rx.clone());
             (tx, rx)
         };
+        let reviewing = reviewing();
         let tokens = self.clone();
         let metrics = gw.metrics_shared();
         let config = *config;
         tokio::spawn(async move {
-            let result = reviewing.await;
-            let naming = match result {
-                Ok(Some(user)) => {
-                    metrics.terminate.token_reviewed(TokenReviewResult::Named);
-                    Naming::Named(Arc::new(user))
-                }
-                Ok(None) => {
-                    metrics
-                        .terminate
-                        .token_reviewed(TokenReviewResult::Rejected);
-                    Naming::Unnamed
-                }
-                Err(ReviewFailure::Refused(why)) => {
-                    metrics.terminate.token_reviewed(TokenReviewResult::Failed);
-                    tokens.warn(&why);
-                    Naming::Unnamed
-                }
-                Err(ReviewFailure::Transient(why)) => {
-                    metrics.terminate.token_reviewed(TokenReviewResult::Failed);
-                    tracing::debug!(error = %why, "TokenReview failed for now");
+            let started = Instant::now();
+            let slot = tokens
+                .queue
+                .acquire(source, kind, config.max_in_flight, deadline)
+                .await;
+            let naming = match slot {
+                None => {
+                    metrics.terminate.token_reviewed(TokenReviewResult::Skipped);
                     Naming::Unreviewed
                 }
+                Some(slot) => {
+                    let naming = match reviewing.await {
+                        Ok(Some(user)) => {
+                            metrics.terminate.token_reviewed(TokenReviewResult::Named);
+                            Naming::Named(Arc::new(user))
+                        }
+                        Ok(None) => {
+                            metrics
+                                .terminate
+                                .token_reviewed(TokenReviewResult::Rejected);
+                            Naming::Unnamed
+                        }
+                        Err(ReviewFailure::Refused(why)) => {
+                            metrics.terminate.token_reviewed(TokenReviewResult::Failed);
+                            tokens.warn(&why);
+                            Naming::Unnamed
+                        }
+                        Err(ReviewFailure::Transient(why)) => {
+                            metrics.terminate.token_reviewed(TokenReviewResult::Failed);
+                            tracing::debug!(error = %why, "TokenReview failed for now");
+                            Naming::Unreviewed
+                        }
+                    };
+                    drop(slot);
+                    naming
+                }
             };
-            let entries = tokens.remember(key, &naming, &config);
+            let entries = tokens.remember(key, &naming, started, &config);
             metrics
                 .terminate
                 .token_review_cache_entries
                 .set(entries as i64);
-            drop(slot);
             let _ = tx.send(Some(naming));
         });
-        Ok(rx)
+        rx
     }
 
-    /// Records what the review of `key` found (nothing for `Unreviewed`: asked again next
-    /// time); returns how many tokens are remembered.
-    fn remember(&self, key: TokenHash, naming: &Naming, config: &TokenReviewConfig) -> usize {
+    /// Records what the review of `key` begun at `started` found (nothing for `Unreviewed`:
+    /// asked again next time; nor a name when the apiserver refused the token since the review
+    /// began: its 401 is the newer word); returns how many tokens are remembered.
+    fn remember(
+        &self,
+        key: TokenHash,
+        naming: &Naming,
+        started: Instant,
+        config: &TokenReviewConfig,
+    ) -> usize {
         let now = Instant::now();
         let max = config.max_entries as usize;
         let mut t = self.tables.lock().unwrap_or_else(|e| e.into_inner());
         t.pending.remove(&key);
         t.clock += 1;
         let clock = t.clock;
+        let refused_since_started = t
+            .refused
+            .get(&key, config.ttl + STALE_FOR, now, clock)
+            .is_some_and(|at| at >= started);
         match naming {
+            Naming::Named(_) if refused_since_started => {}
             Naming::Named(user) => {
                 t.unnamed.remove(&key);
                 // Kept past its TTL too, as the name of a client whose renewal is under way.
@@ -389,6 +411,10 @@ impl TokenReviews {
     ) -> impl Future<Output = ()> + Send + 'static {
         let (tokens, mut refusals) = (self.clone(), self.refusals.subscribe());
         async move {
+            // Refused between `since` and now: no change is coming to say so.
+            if tokens.refused_since(&key, since, &config) {
+                return;
+            }
             while refusals.changed().await.is_ok() {
                 if tokens.refused_since(&key, since, &config) {
                     return;
@@ -464,9 +490,14 @@ mod tests {
             uid: None,
             extra: Default::default(),
         });
-        reviews.remember(key(0), &Naming::Named(user.clone()), &config);
+        reviews.remember(
+            key(0),
+            &Naming::Named(user.clone()),
+            Instant::now(),
+            &config,
+        );
         for i in 1..=10_000 {
-            reviews.remember(key(i), &Naming::Unnamed, &config);
+            reviews.remember(key(i), &Naming::Unnamed, Instant::now(), &config);
         }
         match reviews.known(&key(0), &config) {
             Known::Answer(Naming::Named(u)) => assert_eq!(u, user),
@@ -502,7 +533,12 @@ mod tests {
             uid: None,
             extra: Default::default(),
         });
-        reviews.remember(key(0), &Naming::Named(user.clone()), &config);
+        reviews.remember(
+            key(0),
+            &Naming::Named(user.clone()),
+            Instant::now(),
+            &config,
+        );
         // Due for renewal: not fresh, but still the client's name if no renewal answers.
         match reviews.known(&key(0), &config) {
             Known::Due(u) => assert_eq!(u, user),
@@ -519,7 +555,7 @@ mod tests {
         // The renewal refused: the name goes, and the refusal is as a 401's.
         let before = Instant::now();
         let refusals = reviews.refusals.subscribe();
-        reviews.remember(key(0), &Naming::Unnamed, &config);
+        reviews.remember(key(0), &Naming::Unnamed, Instant::now(), &config);
         assert!(matches!(
             reviews.known(&key(0), &config),
             Known::Answer(Naming::Unnamed)

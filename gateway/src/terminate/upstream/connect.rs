@@ -36,24 +36,28 @@ pub async fn stream_to(
 ) -> Result<Stream, AttemptFailure> {
     let upstream = &backend.planes().terminate;
     let max = gw.config().load().upstream.max_streams_per_connection;
-    if let Some(s) = upstream.stream(kind, max) {
+    // What a connection of this kind presents now: one presenting a replaced front-proxy
+    // certificate takes no new stream.
+    let (tls, presents) = match kind {
+        Kind::WithIdentity => match upstreams.tls.presented() {
+            Some(p) => (p.h2.clone(), p.fingerprint),
+            // A request shaped with identity finds no front-proxy certificate only when a
+            // reload dropped it meanwhile: nothing was sent, and no backend is to blame.
+            None => {
+                tracing::debug!(backend = %backend.info().name, "no front-proxy certificate any more for a request that carries identity");
+                return Err(AttemptFailure::Unsent);
+            }
+        },
+        Kind::BearerToken | Kind::Anonymous => (upstreams.tls.without_identity.clone(), 0),
+    };
+    if let Some(s) = upstream.stream(kind, max, presents) {
         return Ok(s);
     }
     let _turn = upstream.dial_turn(kind).await;
     // Another request may have opened one while this one waited.
-    if let Some(s) = upstream.stream(kind, max) {
+    if let Some(s) = upstream.stream(kind, max, presents) {
         return Ok(s);
     }
-    let tls = match kind {
-        Kind::WithIdentity => upstreams.tls.with_identity.clone(),
-        Kind::BearerToken | Kind::Anonymous => Some(upstreams.tls.without_identity.clone()),
-    };
-    // A request shaped with identity finds no front-proxy certificate only when a reload
-    // dropped it meanwhile: nothing was sent, and no backend is to blame.
-    let Some(tls) = tls else {
-        tracing::debug!(backend = %backend.info().name, "no front-proxy certificate any more for a request that carries identity");
-        return Err(AttemptFailure::Unsent);
-    };
     let timeout = gw.config().load().connect.timeout;
     // Boxed: the TLS and HTTP/2 handshakes' future is ~6.5 KB, and every request's future
     // would otherwise be that large (and moved whole) for a path few requests take.
@@ -66,6 +70,7 @@ pub async fn stream_to(
     .await
     {
         Ok(conn) => {
+            let conn = conn.presenting(presents);
             let (stream, replaces_ended) = upstream.add(kind, conn);
             // Every connection kubegate's own identity had to the replica ended on its side:
             // it may have restarted, as another version, faster than a probe could see it

@@ -55,6 +55,11 @@ pub enum Answer {
     Whole(Response<ResponseBody>),
 }
 
+/// Marks an answer that is the apiserver's own 401 for the request's credentials
+/// (`signals::Said::Unauthenticated`): `handle` forgets a token's name on it, and nothing else.
+#[derive(Debug, Clone, Copy)]
+pub struct Unauthenticated;
+
 /// An attempt that failed, and the replica's own answer when it gave one that another
 /// replica may better (what the client gets if none does).
 struct Failed {
@@ -400,7 +405,9 @@ async fn attempt(
     let code = resp.status();
     // Only the apiserver's own answers say anything of the replica or of the request's level:
     // a workload's or an extension server's bytes are theirs (`signals::Origin`).
-    let own = outgoing.origin().answered_by_apiserver(backend);
+    let own = outgoing
+        .origin()
+        .answered_by_apiserver(&upstreams.extensions);
     let level = own
         .then(|| upstreams.flows.learn(outgoing.flow(), resp.headers()))
         .flatten()
@@ -423,6 +430,7 @@ async fn attempt(
         // Read whole to tell which of the apiserver's own answers it is, if any.
         let (parts, body) = resp.into_parts();
         let body = read_small(body).await.map_err(|_| AttemptFailure::Reset)?;
+        let mut unauthenticated = false;
         let failure = match signals::said(code, &parts.headers, &body) {
             Some(Said::ShuttingDown) => {
                 // It comes back as whatever it is restarted as.
@@ -450,6 +458,12 @@ async fn attempt(
                 }
                 Some(AttemptFailure::Throttled)
             }
+            Some(Said::Unauthenticated) => {
+                // The client's token (if it has one) was refused: its name is forgotten, and
+                // its shared answers end (`handle`).
+                unauthenticated = true;
+                None
+            }
             Some(Said::CacheBehind) if reads => Some(AttemptFailure::CacheBehind),
             Some(Said::StorageFailed) if reads => Some(AttemptFailure::StorageFailed),
             _ if failing => Some(AttemptFailure::StorageFailed),
@@ -460,12 +474,15 @@ async fn attempt(
             // rather than until the next probe finds its etcd failing.
             backend.failed_passively(PASSIVE_EJECTION);
         }
-        let answer = Response::from_parts(parts, ResponseBody::full(body));
+        let mut answer = Response::from_parts(parts, ResponseBody::full(body));
         if let Some(failure) = failure {
             return Err(Failed {
                 failure,
                 answer: Some(answer),
             });
+        }
+        if unauthenticated {
+            answer.extensions_mut().insert(Unauthenticated);
         }
         Answer::Whole(answer)
     } else {

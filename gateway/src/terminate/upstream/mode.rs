@@ -11,7 +11,8 @@ use crate::terminate::request::rules::Rules;
 use crate::terminate::sender::access::AccessReviews;
 use crate::terminate::sender::tokens::TokenReviews;
 use crate::terminate::upstream::flow::Flows;
-use crate::terminate::upstream::tls::UpstreamTls;
+use crate::terminate::upstream::signals::ExtensionApis;
+use crate::terminate::upstream::tls::{Presented, UpstreamTls};
 use arc_swap::ArcSwap;
 use kubegate_config::{DispatchRule, UpstreamConfig};
 use kubegate_wire::identity::IdentityHeaders;
@@ -46,6 +47,8 @@ pub struct Upstreams {
     pub(crate) identity: IdentityHeaders,
     /// What the replicas' flow control said (kept across replacements).
     pub(crate) flows: Arc<Flows>,
+    /// Which group-versions extension servers answer for (kept across replacements).
+    pub(crate) extensions: Arc<ExtensionApis>,
 }
 
 impl Upstreams {
@@ -87,6 +90,7 @@ impl UpstreamFiles {
             tls: self.tls,
             identity: self.identity,
             flows: Arc::default(),
+            extensions: Arc::default(),
         }
     }
 }
@@ -169,10 +173,20 @@ impl TerminateMode {
     }
 
     /// New upstream connections use `upstreams`; open ones keep what they were made with.
-    /// What the replicas' flow control said is kept: the replicas are the same.
-    pub fn replace(&self, mut upstreams: Upstreams) {
-        upstreams.flows = self.upstream.load().flows.clone();
+    /// What the replicas' flow control said is kept: the replicas are the same. The identity
+    /// presented is one cell for every generation (a request holding older settings still
+    /// dials with the certificate of now); returns the one it replaced, if another, whose
+    /// connections the caller retires.
+    pub fn replace(&self, mut upstreams: Upstreams) -> Option<Arc<Presented>> {
+        let old = self.upstream.load();
+        upstreams.flows = old.flows.clone();
+        upstreams.extensions = old.extensions.clone();
+        let now = upstreams.tls.presented();
+        let before = old.tls.identity.swap(now.clone());
+        upstreams.tls.identity = old.tls.identity.clone();
         self.upstream.store(Arc::new(upstreams));
+        let now = now.map(|p| p.fingerprint);
+        before.filter(|b| Some(b.fingerprint) != now)
     }
 
     /// What new requests use.

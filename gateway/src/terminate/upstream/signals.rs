@@ -7,7 +7,8 @@
 //! a handler's 429 after processing (a PodDisruptionBudget blocking an eviction, an admission
 //! webhook's denial), a 503 of a tenant's pod — reaches the client once, as it came.
 
-use crate::state::{Backend, Served};
+use crate::state::GroupVersions;
+use arc_swap::ArcSwapOption;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER, X_CONTENT_TYPE_OPTIONS};
 use http::{HeaderMap, StatusCode};
 use kubegate_wire::answerer::Answerer;
@@ -48,6 +49,11 @@ pub enum Said {
     /// `Status` `NotFound` "the server could not find the requested resource" with empty
     /// details — an object that does not exist is named in its details).
     NoHandler,
+    /// The request's credentials did not authenticate: the authentication filter's
+    /// `Unauthorized` (`endpoints/filters/authentication.go`: 401, a `Status`
+    /// `errors.NewUnauthorized("Unauthorized")`). A webhook's 401 says "admission webhook ...
+    /// denied the request"; a pod's or an extension server's is not the apiserver's own.
+    Unauthenticated,
 }
 
 /// Go's `http.Error` content type.
@@ -59,14 +65,21 @@ const MAX_SIGNAL: u64 = 16 * 1024;
 /// that a request carries it to every attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Origin {
-    /// The apiserver's own handlers.
+    /// The apiserver's own handlers (a path that is no group-version's).
     #[default]
     Apiserver,
     /// A pod or kubelet behind the apiserver.
     Workload,
-    /// A group-version that is not built in: the apiserver's own for a custom resource, an
-    /// extension server's for an aggregated API (the replica's `APIService`s tell which).
-    GroupVersion(Box<str>, Box<str>),
+    /// A group-version's handlers: the apiserver's own, or an extension server's when an
+    /// APIService with a service names it (the cluster's [`ExtensionApis`] tell).
+    GroupVersion {
+        /// The group.
+        group: Box<str>,
+        /// The version.
+        version: Box<str>,
+        /// A built-in group: the apiserver's own while the APIServices are not known.
+        built_in: bool,
+    },
 }
 
 impl From<Answerer<'_>> for Origin {
@@ -74,31 +87,92 @@ impl From<Answerer<'_>> for Origin {
         match a {
             Answerer::Apiserver => Origin::Apiserver,
             Answerer::Workload => Origin::Workload,
-            Answerer::GroupVersion(g, v) => Origin::GroupVersion(g.into(), v.into()),
+            Answerer::GroupVersion {
+                group,
+                version,
+                built_in,
+            } => Origin::GroupVersion {
+                group: group.into(),
+                version: version.into(),
+                built_in,
+            },
         }
     }
 }
 
 impl Origin {
-    /// Whether `backend`'s answer to a request of this origin is the apiserver's own: a
-    /// group-version not built in only when what the replica's APIServices say was learned
-    /// and names no extension server for it.
-    pub fn answered_by_apiserver(&self, backend: &Backend) -> bool {
+    /// Whether an answer to a request of this origin is the apiserver's own, as far as the
+    /// cluster's `extensions` tell: a group-version no APIService hands to an extension server
+    /// (while they are not known, a built-in group's).
+    pub fn answered_by_apiserver(&self, extensions: &ExtensionApis) -> bool {
         match self {
             Origin::Apiserver => true,
             Origin::Workload => false,
-            Origin::GroupVersion(g, v) => match &**backend.planes().apis.get() {
-                Served::Learned(set, _) => set.serves_itself(g, v),
-                Served::Unknown | Served::Unreadable(..) => false,
-            },
+            Origin::GroupVersion {
+                group,
+                version,
+                built_in,
+            } => extensions
+                .hands_off(group, version)
+                .map_or(*built_in, |handed| !handed),
         }
+    }
+}
+
+/// Which group-versions a cluster's APIServices hand to extension servers (`spec.service`
+/// set): read with each replica's discovery (`versions`), alike on every replica (APIService
+/// objects live in the cluster's store), kept across replicas' restarts and reloads. Unknown
+/// until a replica's list was read (kubegate's identity may not list them).
+#[derive(Default)]
+pub struct ExtensionApis {
+    /// Sorted group-versions, once known.
+    handed_off: ArcSwapOption<GroupVersions>,
+    /// Told when they first become known.
+    learned: tokio::sync::Notify,
+}
+
+impl ExtensionApis {
+    /// The replicas' APIServices hand `group_versions` to extension servers.
+    pub fn learn(&self, mut group_versions: GroupVersions) {
+        group_versions.sort();
+        group_versions.dedup();
+        if self.handed_off.load().as_deref() != Some(&group_versions) {
+            self.handed_off
+                .store(Some(std::sync::Arc::new(group_versions)));
+            self.learned.notify_waiters();
+        }
+    }
+
+    /// Completes once a list was read.
+    pub async fn known(&self) {
+        loop {
+            let told = self.learned.notified();
+            tokio::pin!(told);
+            // Registered before the check: a list learned in between is not missed.
+            told.as_mut().enable();
+            if self.handed_off.load().is_some() {
+                return;
+            }
+            told.await;
+        }
+    }
+
+    /// Whether an APIService hands `group`/`version` to an extension server; `None` while no
+    /// list was read.
+    pub fn hands_off(&self, group: &str, version: &str) -> Option<bool> {
+        let known = self.handed_off.load();
+        let list = known.as_deref()?;
+        Some(
+            list.binary_search_by(|(g, v)| (g.as_ref(), v.as_ref()).cmp(&(group, version)))
+                .is_ok(),
+        )
     }
 }
 
 /// Whether an answer with `code` and `headers` may be one kubegate acts on, and so is worth
 /// reading whole (small, of a media type the apiserver writes these in, its length known).
 pub fn worth_reading(code: StatusCode, headers: &HeaderMap) -> bool {
-    let acted_on = matches!(code.as_u16(), 404 | 429 | 500 | 503 | 504);
+    let acted_on = matches!(code.as_u16(), 401 | 404 | 429 | 500 | 503 | 504);
     let small = headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -165,6 +239,7 @@ pub fn said_in_status(s: &Status) -> Option<Said> {
         {
             Some(Said::StorageFailed)
         }
+        (401, "Unauthorized") if s.message == "Unauthorized" => Some(Said::Unauthenticated),
         (404, "NotFound")
             if s.message == "the server could not find the requested resource"
                 && s.details.as_ref().is_none_or(|d| d.is_empty()) =>
@@ -239,6 +314,8 @@ mod tests {
             (404, text_headers(&[]), b"404 page not found\n", Some(Said::NoHandler)),
             (404, json_headers(), br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","details":{},"code":404}
 "#, Some(Said::NoHandler)),
+            (401, json_headers(), br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}
+"#, Some(Said::Unauthenticated)),
         ];
         for (n, headers, body, want) in table {
             assert_eq!(
@@ -280,6 +357,9 @@ mod tests {
             // An object that does not exist.
             (404, json_headers(), br#"{"kind":"Status","status":"Failure","message":"pods \"p\" not found","reason":"NotFound","details":{"name":"p","kind":"pods"},"code":404}"#),
             (404, json_headers(), br#"{"kind":"Status","status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","details":{"name":"p","kind":"pods"},"code":404}"#),
+            // A webhook denying with 401.
+            (401, json_headers(), br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"admission webhook \"x.example.com\" denied the request: Unauthorized","reason":"Unauthorized","code":401}"#),
+            (401, text_headers(&[]), b"Unauthorized\n"),
             // A Status whose code is not the response's.
             (429, json_headers(), br#"{"kind":"Status","status":"Failure","message":"storage is (re)initializing","reason":"TooManyRequests","code":503}"#),
         ];
@@ -328,6 +408,32 @@ mod tests {
         out.extend(field(1, &type_meta));
         out.extend(field(2, &raw));
         out
+    }
+
+    #[test]
+    fn an_answer_is_the_apiservers_own_unless_an_apiservice_hands_its_group_version_off() {
+        let gv = |group: &str, version: &str, built_in| Origin::GroupVersion {
+            group: group.into(),
+            version: version.into(),
+            built_in,
+        };
+        let ext = ExtensionApis::default();
+        // Not known yet: the built-in groups only.
+        assert!(gv("apps", "v1", true).answered_by_apiserver(&ext));
+        assert!(!gv("widgets.example.com", "v1", false).answered_by_apiserver(&ext));
+        assert!(Origin::Apiserver.answered_by_apiserver(&ext));
+        assert!(!Origin::Workload.answered_by_apiserver(&ext));
+        ext.learn(vec![
+            ("metrics.k8s.io".into(), "v1beta1".into()),
+            ("batch".into(), "v2".into()),
+        ]);
+        assert!(gv("widgets.example.com", "v1", false).answered_by_apiserver(&ext));
+        assert!(!gv("metrics.k8s.io", "v1beta1", false).answered_by_apiserver(&ext));
+        assert!(gv("batch", "v1", true).answered_by_apiserver(&ext));
+        assert!(
+            !gv("batch", "v2", true).answered_by_apiserver(&ext),
+            "a built-in group's version an APIService hands off"
+        );
     }
 
     #[test]

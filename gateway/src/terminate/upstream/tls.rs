@@ -10,6 +10,7 @@
 //! access (`union.NewFailOnError`): an anonymous `/readyz` sent with the front-proxy
 //! certificate would get 401 instead of an answer.
 
+use arc_swap::ArcSwapOption;
 use kubegate_config::UpstreamConfig;
 use kubegate_net::tls::{certified_key, load_roots, not_after, TlsPolicy};
 use rustls::client::ClientConfig;
@@ -23,19 +24,44 @@ pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
 /// How kubegate dials the apiservers: one client config per kind of upstream connection.
 pub struct UpstreamTls {
-    /// Presents the front-proxy certificate: requests carrying `X-Remote-*`.
-    pub with_identity: Option<Arc<ClientConfig>>,
+    /// What connections for requests carrying `X-Remote-*` present: the front-proxy
+    /// certificate. One cell for every generation of a cluster's upstream settings
+    /// (`TerminateMode::replace` keeps it), so that a connection is always dialed with the
+    /// certificate of now, whatever settings the request that dials it took.
+    pub identity: Arc<ArcSwapOption<Presented>>,
     /// Presents nothing: bearer tokens and anonymous requests.
     pub without_identity: Arc<ClientConfig>,
-    /// For upgraded (HTTP/1.1) connections, the same two.
-    pub with_identity_h1: Option<Arc<ClientConfig>>,
-    /// See above.
+    /// For upgraded (HTTP/1.1) connections.
     pub without_identity_h1: Arc<ClientConfig>,
     /// SNI sent and name verified.
     pub server_name: ServerName<'static>,
-    /// When the front-proxy certificate expires: connections that present it must be gone
-    /// by then once another replaces it (the apiserver verifies it at every request).
-    pub identity_expires: Option<SystemTime>,
+}
+
+/// The front-proxy certificate, as connections present it.
+pub struct Presented {
+    /// For HTTP/2 connections.
+    pub h2: Arc<ClientConfig>,
+    /// For upgraded (HTTP/1.1) connections.
+    pub h1: Arc<ClientConfig>,
+    /// A hash of the certificate: connections record it, and one that presents another than
+    /// the current takes no new request.
+    pub fingerprint: u64,
+    /// When it expires: connections that present it must be gone by then once another
+    /// replaces it (the apiserver verifies it at every request).
+    pub expires: Option<SystemTime>,
+}
+
+impl UpstreamTls {
+    /// Whether requests can carry an identity kubegate vouches for (a front-proxy certificate
+    /// is configured).
+    pub fn vouches(&self) -> bool {
+        self.identity.load().is_some()
+    }
+
+    /// What identity connections present now.
+    pub fn presented(&self) -> Option<Arc<Presented>> {
+        self.identity.load_full()
+    }
 }
 
 impl UpstreamTls {
@@ -75,21 +101,24 @@ impl UpstreamTls {
             Some(fp) => Some(certified_key(&fp.cert_file, &fp.key_file)?),
             None => None,
         };
-        let identity_expires = identity
-            .as_ref()
-            .and_then(|k| k.cert.first())
-            .and_then(|leaf| not_after(leaf));
+        let presented = match &identity {
+            Some(key) => {
+                let leaf = key.cert.first().map(|c| c.as_ref()).unwrap_or_default();
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                std::hash::Hash::hash(leaf, &mut h);
+                Some(Arc::new(Presented {
+                    h2: build(Some(key), b"h2")?,
+                    h1: build(Some(key), b"http/1.1")?,
+                    // Never 0: the mark of a connection that presents nothing.
+                    fingerprint: std::hash::Hasher::finish(&h) | 1,
+                    expires: not_after(leaf),
+                }))
+            }
+            None => None,
+        };
         Ok(UpstreamTls {
-            identity_expires,
-            with_identity: identity
-                .as_ref()
-                .map(|k| build(Some(k), b"h2"))
-                .transpose()?,
+            identity: Arc::new(ArcSwapOption::new(presented)),
             without_identity: build(None, b"h2")?,
-            with_identity_h1: identity
-                .as_ref()
-                .map(|k| build(Some(k), b"http/1.1"))
-                .transpose()?,
             without_identity_h1: build(None, b"http/1.1")?,
             server_name,
         })

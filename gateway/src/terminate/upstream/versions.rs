@@ -8,7 +8,7 @@
 //! the moment it leaves `ready`, since it may come back as another version. What is learned
 //! is published as metrics here, in one place, at each look.
 
-use crate::state::{ApiSet, Backend, Gateway, Kind, Served};
+use crate::state::{ApiSet, Backend, Gateway, GroupVersions, Kind, Served};
 use crate::terminate::request::shape::Outgoing;
 use crate::terminate::upstream::connect::stream_to;
 use crate::terminate::upstream::h2client;
@@ -75,36 +75,59 @@ pub async fn learn(gw: Arc<Gateway>, mode: Arc<TerminateMode>) {
 }
 
 /// Reads `backend`'s version and group-versions, and records them (or why they could not be
-/// read).
+/// read); and, side by side, which group-versions its APIServices hand to extension servers.
+/// What it serves is recorded once those are known — from any replica's list — or its own
+/// list has ended, so that its first answers are read for what they are; listing APIServices
+/// reads storage (an etcd outage holds it up to the read's timeout) while discovery is served
+/// from memory, so a list that is slow holds nothing up once another replica's told.
 async fn read(gw: &Gateway, mode: &TerminateMode, backend: &Arc<Backend>) {
     let name = backend.info().name.clone();
-    let learned = tokio::time::timeout(READ_TIMEOUT * 3, read_apis(gw, mode, backend))
-        .await
-        .unwrap_or_else(|_| Err("timed out".to_string()));
-    // The replica may have left `ready` meanwhile: what it served then is not news.
+    // One set of upstream settings for every read: a reload may change them meanwhile.
+    let upstreams = mode.upstreams();
+    let (listed, list_ended) = tokio::sync::oneshot::channel::<()>();
+    let listing = async {
+        match get(gw, &upstreams, backend, APISERVICES)
+            .await
+            .and_then(|list| aggregated(&list))
+        {
+            // The cluster's, alike on every replica.
+            Ok(gvs) => upstreams.extensions.learn(gvs),
+            // Without the right to list them (or during an etcd outage), what was known
+            // stays; never known, no group-version beyond the built-in groups counts as the
+            // replicas' own.
+            Err(why) => {
+                tracing::debug!(backend = %name, error = %why, "the replica's APIServices cannot be listed")
+            }
+        }
+        let _ = listed.send(());
+    };
+    let discovery = async {
+        let learned = tokio::time::timeout(READ_TIMEOUT * 3, read_apis(gw, &upstreams, backend))
+            .await
+            .unwrap_or_else(|_| Err("timed out".to_string()));
+        tokio::select! {
+            () = upstreams.extensions.known() => {}
+            _ = list_ended => {}
+        }
+        settle(gw, backend, learned);
+    };
+    tokio::join!(listing, discovery);
+}
+
+/// Records what reading `backend`'s discovery found, unless it left `ready` meanwhile (what
+/// it served then is not news).
+fn settle(gw: &Gateway, backend: &Backend, learned: Result<ApiSet, String>) {
     if backend.state() != BackendState::Ready {
         return;
     }
     match learned {
-        Ok(set) => {
-            let set = Arc::new(set);
-            let before = backend
-                .planes()
-                .apis
-                .set(Served::Learned(set.clone(), Instant::now()));
-            let changed = match &*before {
-                Served::Learned(old, _) => **old != *set,
-                _ => true,
-            };
-            if changed {
-                tracing::info!(backend = %name, version = %set.version, group_versions = set.group_versions.len(), "learned the replica's version and API group-versions");
-            }
-        }
+        Ok(set) => record(backend, set),
         Err(why) => {
+            let name = &backend.info().name;
             gw.metrics()
                 .terminate
                 .backend_discovery_failures
-                .with_label_values(&[&name])
+                .with_label_values(&[name])
                 .inc();
             let before = backend
                 .planes()
@@ -117,34 +140,34 @@ async fn read(gw: &Gateway, mode: &TerminateMode, backend: &Arc<Backend>) {
     }
 }
 
+/// Records `set` as what `backend` serves now, logging a change of what it serves.
+fn record(backend: &Backend, set: ApiSet) {
+    let set = Arc::new(set);
+    let before = backend
+        .planes()
+        .apis
+        .set(Served::Learned(set.clone(), Instant::now()));
+    let changed = match &*before {
+        Served::Learned(old, _) => {
+            old.version != set.version || old.group_versions != set.group_versions
+        }
+        _ => true,
+    };
+    if changed {
+        tracing::info!(backend = %backend.info().name, version = %set.version, group_versions = set.group_versions.len(), "learned the replica's version and API group-versions");
+    }
+}
+
 /// `/version`, `/api` and `/apis` of `backend`, as an [`ApiSet`].
 async fn read_apis(
     gw: &Gateway,
-    mode: &TerminateMode,
+    upstreams: &Upstreams,
     backend: &Arc<Backend>,
 ) -> Result<ApiSet, String> {
-    // One set of upstream settings for all three reads: a reload may change them meanwhile.
-    let upstreams = mode.upstreams();
-    let version = get(gw, &upstreams, backend, "/version").await?;
-    let core = get(gw, &upstreams, backend, "/api").await?;
-    let groups = get(gw, &upstreams, backend, "/apis").await?;
-    let set = parse(&version, &core, &groups)?;
-    // Which group-versions an extension server answers for (kube-aggregator proxies them):
-    // their answers say nothing of the replica (`signals`). Without the right to list
-    // APIServices, none beyond the built-in groups counts as the replica's own.
-    Ok(match get(gw, &upstreams, backend, APISERVICES).await {
-        Ok(list) => match aggregated(&list) {
-            Ok(gvs) => set.aggregating(gvs),
-            Err(why) => {
-                tracing::debug!(backend = %backend.info().name, error = %why, "the replica's APIServices cannot be read");
-                set
-            }
-        },
-        Err(why) => {
-            tracing::debug!(backend = %backend.info().name, error = %why, "the replica's APIServices cannot be listed");
-            set
-        }
-    })
+    let version = get(gw, upstreams, backend, "/version").await?;
+    let core = get(gw, upstreams, backend, "/api").await?;
+    let groups = get(gw, upstreams, backend, "/apis").await?;
+    parse(&version, &core, &groups)
 }
 
 /// Where a replica lists its APIServices.
@@ -152,7 +175,7 @@ const APISERVICES: &str = "/apis/apiregistration.k8s.io/v1/apiservices";
 
 /// The group-versions of an `APIServiceList` whose `spec.service` is set (an extension server
 /// answers for them; the others are the apiserver's own, a custom resource's among them).
-fn aggregated(list: &[u8]) -> Result<Vec<(Box<str>, Box<str>)>, String> {
+fn aggregated(list: &[u8]) -> Result<GroupVersions, String> {
     let list: Value = serde_json::from_slice(list).map_err(|e| format!("{APISERVICES}: {e}"))?;
     let items = list["items"]
         .as_array()
@@ -199,7 +222,7 @@ fn parse(version: &[u8], core: &[u8], groups: &[u8]) -> Result<ApiSet, String> {
     } else {
         format!("{git} (emulating {}.{})", emulated.0, emulated.1)
     };
-    let mut gvs: Vec<(Box<str>, Box<str>)> = Vec::new();
+    let mut gvs: GroupVersions = Vec::new();
     for v in core["versions"].as_array().into_iter().flatten() {
         if let Some(v) = v.as_str() {
             gvs.push(("".into(), v.into()));
@@ -330,9 +353,10 @@ mod tests {
             {"metadata":{"name":"v1.apps"},"spec":{"group":"apps","version":"v1","service":null}},
             {"metadata":{"name":"v1.kubegate.example.com"},"spec":{"group":"kubegate.example.com","version":"v1"}},
             {"metadata":{"name":"v1beta1.metrics.k8s.io"},"spec":{"group":"metrics.k8s.io","version":"v1beta1","service":{"namespace":"kube-system","name":"metrics-server"}}}]}"#;
-        let set = set.aggregating(aggregated(list).unwrap());
-        assert!(set.serves_itself("kubegate.example.com", "v1"));
-        assert!(!set.serves_itself("metrics.k8s.io", "v1beta1"));
+        assert_eq!(
+            aggregated(list).unwrap(),
+            [("metrics.k8s.io".into(), "v1beta1".into())]
+        );
         assert!(aggregated(b"{}").is_err());
         assert!(parse(version, b"{}", b"{}").is_err());
     }

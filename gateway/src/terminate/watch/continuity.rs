@@ -46,7 +46,7 @@ use crate::terminate::upstream::dispatch::{self, dispatch, Answer};
 use crate::terminate::upstream::h2client::ResponseStream;
 use crate::terminate::upstream::in_flight::InFlight;
 use crate::terminate::upstream::mode::Upstreams;
-use crate::terminate::upstream::signals::{self, Origin, Said};
+use crate::terminate::upstream::signals::{self, ExtensionApis, Origin, Said};
 use bytes::Bytes;
 use http::Response;
 use http_body_util::BodyExt;
@@ -126,10 +126,10 @@ impl Upstream {
         body: ResponseStream,
         backend: Arc<Backend>,
         held: (InFlight, Stream),
-        (framing, origin): (Framing, &Origin),
+        (framing, origin, extensions): (Framing, &Origin, &ExtensionApis),
     ) -> Upstream {
         Upstream {
-            own: origin.answered_by_apiserver(&backend),
+            own: origin.answered_by_apiserver(extensions),
             body,
             backend,
             held,
@@ -188,7 +188,11 @@ pub fn follow(
         body,
         backend,
         held,
-        (followed.framing, followed.outgoing.origin()),
+        (
+            followed.framing,
+            followed.outgoing.origin(),
+            &followed.upstreams.extensions,
+        ),
     );
     tokio::spawn(async move {
         let ended = run(&followed, upstream, tx).await;
@@ -610,7 +614,11 @@ async fn freshen(
         resp.into_body(),
         leaving.clone(),
         (in_flight, stream),
-        (*framing, followed.outgoing.origin()),
+        (
+            *framing,
+            followed.outgoing.origin(),
+            &followed.upstreams.extensions,
+        ),
     );
     let before = heard.last;
     match pump(
@@ -710,7 +718,7 @@ async fn reopen(
                     resp.into_body(),
                     backend,
                     (in_flight, stream),
-                    (framing, again.origin()),
+                    (framing, again.origin(), &upstreams.extensions),
                 ));
             }
             Ok((_, Answer::Streaming { resp, .. })) => {
