@@ -8,20 +8,22 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpStream;
 
 /// Client TLS settings: the cluster CA and a client certificate — or no certificate and a
-/// bearer token every request carries — and the server name the handshake sends.
+/// bearer token every request carries — and the server name the handshake sends; and the
+/// loopback address connections are made from, when a client stands for a host of its own.
 #[derive(Clone)]
 pub struct ClientTls {
     h2: Arc<rustls::ClientConfig>,
     h1: Arc<rustls::ClientConfig>,
     bearer: Option<http::HeaderValue>,
     server_name: ServerName<'static>,
+    source: Option<IpAddr>,
 }
 
 impl ClientTls {
@@ -70,7 +72,15 @@ impl ClientTls {
                 .map(|t| http::HeaderValue::from_str(&format!("Bearer {t}")))
                 .transpose()?,
             server_name: ServerName::try_from("kubernetes")?,
+            source: None,
         })
+    }
+
+    /// The same settings, connections made from `source` (a loopback address: a client that
+    /// stands for a host of its own, as each of a cluster's nodes is).
+    pub fn dialing_from(mut self, source: IpAddr) -> ClientTls {
+        self.source = Some(source);
+        self
     }
 
     /// The same settings, every request carrying bearer `token` instead.
@@ -179,7 +189,20 @@ impl Client {
         h2: bool,
     ) -> Result<Client, ErrorClass> {
         let config = if h2 { tls.h2.clone() } else { tls.h1.clone() };
-        let tcp = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr))
+        let dial = async {
+            match tls.source {
+                Some(source) => {
+                    let socket = match source {
+                        IpAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+                        IpAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+                    };
+                    socket.bind(SocketAddr::new(source, 0))?;
+                    socket.connect(addr).await
+                }
+                None => TcpStream::connect(addr).await,
+            }
+        };
+        let tcp = tokio::time::timeout(Duration::from_secs(5), dial)
             .await
             .map_err(|_| ErrorClass::Timeout)?
             .map_err(|e| classify_io(&e))?;

@@ -166,11 +166,14 @@ async fn one(plan: &Plan, gateway: &str, dir: &Path) -> anyhow::Result<Row> {
     // account.
     let tokens = plan.tokens.min(crate::control_plane::HERD_TOKENS);
     let token_tls = ClientTls::with_token(&cp.pki(), &crate::control_plane::herd_token(0))?;
+    // Each from an address of its own, as each kube-proxy runs on a node of its own: what
+    // kubegate shares per client source (its token reviews) is shared as in a cluster.
     let tls_of = |i: usize| -> anyhow::Result<ClientTls> {
-        match tokens {
-            0 => Ok(tls.clone()),
-            n => token_tls.bearing(&crate::control_plane::herd_token(i % n)),
-        }
+        let tls = match tokens {
+            0 => tls.clone(),
+            n => token_tls.bearing(&crate::control_plane::herd_token(i % n))?,
+        };
+        Ok(tls.dialing_from(node_address(i)))
     };
     let replicas = cp.addresses();
     let addr_of = |i: usize| match &gw {
@@ -646,4 +649,10 @@ pub fn markdown(rows: &[Row]) -> String {
         ));
     }
     out
+}
+
+/// The loopback address informer `i` connects from: 127.1.x.y, one per informer.
+fn node_address(i: usize) -> std::net::IpAddr {
+    let (x, y) = ((i / 250) % 256, i % 250 + 1);
+    std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 1, x as u8, y as u8))
 }

@@ -41,7 +41,27 @@ pub fn find() -> Option<PathBuf> {
     kubegate_testbed::bins::which("kubectl")
 }
 
+/// The status of the last answer kubectl logged (`-v=6`: client-go's `round_trippers` line
+/// `METHOD URL CODE TEXT in N milliseconds`), if it was an error: what the server said, exactly,
+/// whatever words kubectl then printed (an apiserver's storage error is a 500 whose Status has
+/// no reason, printed as the bare message).
+fn last_error_status(stderr: &str) -> Option<u16> {
+    let line = stderr
+        .lines()
+        .rev()
+        .find(|l| l.contains("round_trippers.go:") && l.trim_end().ends_with("milliseconds"))?;
+    let (_, logged) = line.split_once("] ")?;
+    let code: u16 = logged.split_whitespace().nth(2)?.parse().ok()?;
+    (code >= 400).then_some(code)
+}
+
 fn classify(stderr: &str) -> ErrorClass {
+    match last_error_status(stderr) {
+        Some(429) => return ErrorClass::Http429,
+        Some(500..=599) => return ErrorClass::Http5xx,
+        Some(_) => return ErrorClass::Other,
+        None => {}
+    }
     let s = stderr.to_lowercase();
     // An answer from the server: its reason says what it was, whatever its message quotes (an
     // apiserver without etcd answers 500 with "connect: connection refused" in the message).
@@ -102,6 +122,8 @@ async fn once(kubectl: &Path, kubeconfig: &Path, args: &[String]) -> Option<Erro
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(["--request-timeout", "30s"])
+        // Each answer's status logged: what the run failed on is read from it (`classify`).
+        .arg("-v=6")
         .args(args)
         .stdin(Stdio::null())
         .kill_on_drop(true)
@@ -249,5 +271,33 @@ mod tests {
             classify("Error from server (NotFound): configmaps \"x\" not found"),
             ErrorClass::Other
         );
+    }
+
+    /// An apiserver's storage error is a 500 whose Status has no reason: kubectl prints its
+    /// bare message, and only the logged status tells it from kubectl's own connection errors.
+    #[test]
+    fn the_logged_status_decides_over_what_kubectl_printed() {
+        let answered = |code: &str, printed: &str| {
+            format!("I1205 08:11:10.911690   27771 round_trippers.go:560] POST https://127.0.0.1:6443/api/v1/namespaces/default/configmaps?fieldManager=kubectl-create 201 Created in 3 milliseconds\nI1205 08:11:10.911690   27771 round_trippers.go:560] POST https://127.0.0.1:6443/api/v1/namespaces/default/configmaps?fieldManager=kubectl-create {code} in 1001 milliseconds\n{printed}")
+        };
+        let refused = "error: failed to create configmap: dial tcp 127.0.0.1:2379: connect: connection refused";
+        assert_eq!(
+            classify(&answered("500 Internal Server Error", refused)),
+            ErrorClass::Http5xx
+        );
+        assert_eq!(
+            classify(&answered(
+                "500 Internal Server Error",
+                "Error from server: etcdserver: request timed out"
+            )),
+            ErrorClass::Http5xx
+        );
+        assert_eq!(
+            classify(&answered("429 Too Many Requests", "x")),
+            ErrorClass::Http429
+        );
+        assert_eq!(classify(&answered("409 Conflict", "x")), ErrorClass::Other);
+        // No answer logged: kubectl's own words.
+        assert_eq!(classify(refused), ErrorClass::Refused);
     }
 }

@@ -43,13 +43,13 @@ use crate::respond::{self, Reply};
 use crate::state::Sim;
 use crate::versions::Apis;
 use bytes::Bytes;
-use http::{HeaderName, HeaderValue, Method, Request, StatusCode};
+use http::{Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 use std::cmp::Ordering as CmpOrdering;
 use std::sync::atomic::Ordering;
-use std::sync::{OnceLock, RwLock};
+use std::sync::OnceLock;
 
 /// The aggregator's own group.
 pub const GROUP: &str = "apiregistration.k8s.io";
@@ -383,51 +383,6 @@ fn table(objects: &[Value], resource_version: Option<usize>) -> Value {
     })
 }
 
-/// What the stand-in extension server answers (the fault port's `/aggregated-answer`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answer {
-    /// Status code.
-    pub status: StatusCode,
-    /// Body; `None`: the default for the path ([`default_body`]).
-    pub body: Option<Bytes>,
-    /// `Content-Type`; none when `None`.
-    pub content_type: Option<HeaderValue>,
-    /// Further headers, in order (an `X-Kubernetes-PF-*` of the extension server's own, ...).
-    pub headers: Vec<(HeaderName, HeaderValue)>,
-}
-
-impl Default for Answer {
-    fn default() -> Answer {
-        Answer {
-            status: StatusCode::OK,
-            body: None,
-            content_type: Some(HeaderValue::from_static("application/json")),
-            headers: Vec::new(),
-        }
-    }
-}
-
-/// The stand-in's answer, shared by every extension group-version of the replica.
-#[derive(Debug, Default)]
-pub struct ExtensionServer {
-    answer: RwLock<Answer>,
-}
-
-impl ExtensionServer {
-    /// It answers `answer` from now on.
-    pub fn set(&self, answer: Answer) {
-        *self.answer.write().unwrap_or_else(|e| e.into_inner()) = answer;
-    }
-
-    /// What it answers now.
-    pub fn get(&self) -> Answer {
-        self.answer
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-}
-
 /// What the stand-in says without a body set, as metrics-server would with no metrics yet:
 /// for its group-version's own path its `APIResourceList` (`nodes`, `pods`: a list with
 /// resources, as client-go's discovery cache wants one), for a collection of those an empty
@@ -518,6 +473,8 @@ pub async fn proxy(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::extension::Answer;
+    use http::{HeaderName, HeaderValue};
 
     fn names(apis: &Apis) -> Vec<String> {
         api_services(apis).iter().map(ApiService::name).collect()

@@ -15,6 +15,7 @@ use crate::resources::{self, Target};
 use crate::respond::{self, Body, Reply};
 use crate::state::{Inflight, Sim};
 use crate::store::StoreError;
+use crate::store_errors::{storage_failed, store_error};
 use crate::versions::Apis;
 use crate::{aggregator, discovery, requestinfo, watch};
 use bytes::Bytes;
@@ -720,16 +721,6 @@ async fn storage_down(sim: &Sim, counted: bool) -> Option<Reply> {
     Some(storage_failed("etcdserver: request timed out"))
 }
 
-/// A storage failure as the apiserver writes it: the etcd client's error reaches the handler as
-/// it is (`etcd3/store.go`: `Get`, `GetList`, `Create`, ... return it unwrapped;
-/// `storage/errors/storage.go`: `InterpretGetError`, `InterpretListError`, ... pass through
-/// what is no storage error), and `responsewriters.ErrorToAPIStatus` turns an error that is no
-/// `APIStatus` into code 500, no reason (`StatusReasonUnknown`, omitted), and the error's text
-/// as the message.
-pub(crate) fn storage_failed(why: &str) -> Reply {
-    respond::status(500, "", why, None)
-}
-
 /// What the handler chain answers for a request no handler took (`pkg/server/handler.go`,
 /// `director.ServeHTTP`). A path under a go-restful web service's root — `/api` (legacy
 /// discovery's, covering everything below it) or `/apis/GROUP/VERSION` of a built-in
@@ -794,46 +785,6 @@ fn unknown_subresource(target: &Target<'_>) -> Reply {
         )
     } else {
         aggregator::go_restful_not_found()
-    }
-}
-
-/// A store error as the apiserver answers it for `name` of `target`'s resource.
-pub(crate) fn store_error(target: &Target<'_>, name: &str, e: StoreError) -> Reply {
-    let r = target.resource;
-    let what = if r.group.is_empty() {
-        r.plural.to_string()
-    } else {
-        format!("{}.{}", r.plural, r.group)
-    };
-    match e {
-        StoreError::NotFound => respond::not_found(r.group, r.plural, name),
-        StoreError::AlreadyExists => respond::status(
-            409,
-            "AlreadyExists",
-            &format!("{what} \"{name}\" already exists"),
-            Some(json!({"name": name, "group": r.group, "kind": r.plural})),
-        ),
-        StoreError::Conflict(_) => respond::status(
-            409,
-            "Conflict",
-            &format!("Operation cannot be fulfilled on {what} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"),
-            Some(json!({"name": name, "group": r.group, "kind": r.plural})),
-        ),
-        StoreError::Compacted { requested, compacted } => respond::status(
-            410,
-            "Expired",
-            &format!("too old resource version: {requested} ({compacted})"),
-            None,
-        ),
-        // `ErrorNegotiated`: the Status, and `Retry-After` from its `retryAfterSeconds` (1).
-        e @ StoreError::TooLarge { .. } => {
-            let status = crate::watch::too_large(&e);
-            Reply::json(StatusCode::GATEWAY_TIMEOUT, &status).header("retry-after", "1")
-        }
-        StoreError::Unavailable(why) => {
-            tracing::warn!(error = %why, "storage unavailable");
-            storage_failed(&why)
-        }
     }
 }
 

@@ -26,13 +26,13 @@
 //!
 //! `dryRun` (query or `deleteOptions`) checks everything and changes nothing.
 
-use crate::api::store_error;
 use crate::budget::{self, Budget};
 use crate::objects;
 use crate::resources::{Target, PODDISRUPTIONBUDGETS, PODS};
 use crate::respond::{self, Reply};
 use crate::state::Sim;
 use crate::store::{StoreError, Stored};
+use crate::store_errors::store_error;
 use http::StatusCode;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;

@@ -243,7 +243,7 @@ const DEFAULT_WEBHOOK: &str = "deny.kubegate-sim.example.com";
 fn pod_answer(sim: &Sim, params: &[(String, String)]) -> (StatusCode, serde_json::Value) {
     let get = |k: &str| crate::query::first(params, k);
     let bad = |why: &str| (StatusCode::BAD_REQUEST, json!({"error": why}));
-    let mut answer = crate::proxy::Answer::default();
+    let mut answer = crate::pod_answer::Answer::default();
     if let Some(code) = get("status") {
         match code
             .parse::<u16>()
@@ -283,7 +283,7 @@ fn pod_answer(sim: &Sim, params: &[(String, String)]) -> (StatusCode, serde_json
 fn aggregated_answer(sim: &Sim, params: &[(String, String)]) -> (StatusCode, serde_json::Value) {
     let get = |k: &str| crate::query::first(params, k);
     let bad = |why: &str| (StatusCode::BAD_REQUEST, json!({"error": why}));
-    let mut answer = crate::aggregator::Answer::default();
+    let mut answer = crate::extension::Answer::default();
     if let Some(code) = get("status") {
         match code
             .parse::<u16>()
@@ -374,6 +374,6 @@ mod tests {
             let (status, _) = aggregated_answer(&s.sim, &params(bad));
             assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
         }
-        assert_eq!(s.sim.extension.get(), crate::aggregator::Answer::default());
+        assert_eq!(s.sim.extension.get(), crate::extension::Answer::default());
     }
 }

@@ -22,11 +22,11 @@
 //! so these answers carry no `X-Kubernetes-PF-*` headers. The handler chain's own headers
 //! are set before the proxy writes the pod's (`Cache-Control`, `Audit-Id`).
 
-use crate::api::store_error;
 use crate::objects;
 use crate::resources::{Target, PODS};
 use crate::respond::{self, Reply};
 use crate::state::Sim;
+use crate::store_errors::store_error;
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, StatusCode};
 use http_body_util::BodyExt;
@@ -34,49 +34,6 @@ use hyper::body::Incoming;
 use serde_json::Value;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
-use std::sync::RwLock;
-
-/// What the stand-in pod answers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answer {
-    /// Status code.
-    pub status: StatusCode,
-    /// Body.
-    pub body: Bytes,
-    /// `Content-Type`; none when `None`.
-    pub content_type: Option<HeaderValue>,
-}
-
-impl Default for Answer {
-    fn default() -> Answer {
-        Answer {
-            status: StatusCode::OK,
-            body: Bytes::from_static(b"ok"),
-            content_type: Some(HeaderValue::from_static("text/plain; charset=utf-8")),
-        }
-    }
-}
-
-/// What every pod of the replica answers through `pods/proxy`, set through the fault port.
-#[derive(Debug, Default)]
-pub struct PodAnswer {
-    answer: RwLock<Answer>,
-}
-
-impl PodAnswer {
-    /// Every pod answers `answer` from now on.
-    pub fn set(&self, answer: Answer) {
-        *self.answer.write().unwrap_or_else(|e| e.into_inner()) = answer;
-    }
-
-    /// What a pod answers now.
-    pub fn get(&self) -> Answer {
-        self.answer
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-}
 
 /// Serves `pods/ID/proxy...` for `target`; `path` is the request's decoded path, `query` its
 /// raw query.
@@ -186,6 +143,7 @@ fn global_unicast(ip: IpAddr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pod_answer::Answer;
 
     #[test]
     fn names_split_as_go_splits_them() {

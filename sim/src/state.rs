@@ -60,12 +60,12 @@ pub struct Sim {
     /// Priority and fairness: its levels' seats and queues.
     pub flowcontrol: crate::flowcontrol::FlowControl,
     /// What every pod answers through `pods/proxy` (the fault port's `/pod-answer`).
-    pub pod_answer: crate::proxy::PodAnswer,
+    pub pod_answer: crate::pod_answer::PodAnswer,
     /// Validating admission webhooks that deny writes (the fault port's `/admission`).
     pub admission: crate::admission::Webhooks,
     /// What the extension servers behind `--aggregated-api` answer (the fault port's
     /// `/aggregated-answer`).
-    pub extension: crate::aggregator::ExtensionServer,
+    pub extension: crate::extension::ExtensionServer,
 }
 
 /// LIST and WATCH requests a replica received (answered or not): what a failover costs it;

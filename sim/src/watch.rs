@@ -133,7 +133,11 @@ pub async fn serve(
         }
         // The cacher's `newErrWatcher`: the error as the stream's only event.
         Err(e @ StoreError::TooLarge { .. }) => {
-            let _ = tx.try_send(encode(encoding, "ERROR", &too_large(&e)));
+            let _ = tx.try_send(encode(
+                encoding,
+                "ERROR",
+                &crate::store_errors::too_large(&e),
+            ));
         }
         Err(e) => return unavailable(e),
     }
@@ -153,27 +157,12 @@ pub async fn serve(
     reply
 }
 
-/// apimachinery's `NewTooLargeResourceVersionError`: a Timeout (504) with the
-/// `ResourceVersionTooLarge` cause and a second to wait.
-pub fn too_large(e: &StoreError) -> Value {
-    json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": e.to_string(),
-        "reason": "Timeout",
-        "details": {
-            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
-            "retryAfterSeconds": 1,
-        },
-        "code": 504,
-    })
-}
-
 /// The store failed the watch's start: the etcd client's error as the apiserver passes it on
-/// ([`crate::api::storage_failed`]).
+/// ([`crate::store_errors::storage_failed`]).
 fn unavailable(e: StoreError) -> Reply {
     match e {
-        StoreError::Unavailable(why) => crate::api::storage_failed(&why),
-        e => crate::api::storage_failed(&e.to_string()),
+        StoreError::Unavailable(why) => crate::store_errors::storage_failed(&why),
+        e => crate::store_errors::storage_failed(&e.to_string()),
     }
 }
 

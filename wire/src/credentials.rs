@@ -15,7 +15,8 @@
 //!   bytes, and at least one other protocol must be offered with it.
 //!
 //! What is read is what reaches the apiserver: a header an HTTP/1.1 client's `Connection` names
-//! is removed before the request goes upstream (hop by hop), so it carries no credential; and
+//! is removed before the request goes upstream (hop by hop, read by `hop` for both), so it
+//! carries no credential; and
 //! an upgrade is a WebSocket one by the `Upgrade` value kubegate forwards (the apiserver's
 //! `wsstream.IsWebSocketRequest` lowercases it as Go's `strings.ToLower` does).
 //!
@@ -26,7 +27,7 @@
 //! apiserver's union of authenticators takes whichever of the two authenticates, which only
 //! reviewing both would tell.
 
-use http::header::{HeaderMap, AUTHORIZATION, CONNECTION, SEC_WEBSOCKET_PROTOCOL, UPGRADE};
+use http::header::{HeaderMap, AUTHORIZATION, SEC_WEBSOCKET_PROTOCOL, UPGRADE};
 use std::borrow::Cow;
 
 /// The WebSocket subprotocol prefix that carries a bearer token.
@@ -48,10 +49,10 @@ pub enum Bearer<'a> {
 /// or, for a WebSocket upgrade (`websocket`), its token subprotocol.
 pub fn bearer(headers: &HeaderMap, websocket: bool) -> Bearer<'_> {
     let from_header = match headers.get(AUTHORIZATION) {
-        Some(v) if !hop_by_hop(headers, "authorization") => authorization(v.as_bytes()),
+        Some(v) if !crate::hop::names(headers, "authorization") => authorization(v.as_bytes()),
         _ => Bearer::Absent,
     };
-    if !websocket || hop_by_hop(headers, "sec-websocket-protocol") {
+    if !websocket || crate::hop::names(headers, "sec-websocket-protocol") {
         return from_header;
     }
     match (from_header, websocket_protocol(headers)) {
@@ -59,16 +60,6 @@ pub fn bearer(headers: &HeaderMap, websocket: bool) -> Bearer<'_> {
         (Bearer::Absent, from_protocol) => from_protocol,
         _ => Bearer::Unreadable,
     }
-}
-
-/// Whether an HTTP/1.1 `Connection` header names `name` (lower case): the header goes no
-/// further than kubegate.
-fn hop_by_hop(headers: &HeaderMap, name: &str) -> bool {
-    headers.get_all(CONNECTION).iter().any(|v| {
-        v.as_bytes()
-            .split(|b| *b == b',')
-            .any(|n| trim_space(n).eq_ignore_ascii_case(name.as_bytes()))
-    })
 }
 
 /// The token of an `Authorization` value, as `bearertoken.go` reads it.
@@ -238,6 +229,7 @@ fn space_at_end(s: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::header::CONNECTION;
     use http::HeaderValue;
 
     fn auth(v: &[u8]) -> Bearer<'_> {

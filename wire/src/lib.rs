@@ -15,6 +15,7 @@
 //! | `status` | a `metav1.Status` answer or watch ERROR event, JSON or protobuf, read whole: how kubegate tells the apiserver's own answers |
 //! | `proto` | the protobuf wire format, read without a schema |
 //! | `credentials` | a request's bearer token, read as the apiserver's token authenticators read it |
+//! | `hop` | the headers an HTTP/1.1 request's `Connection` names, which go no further than kubegate |
 //!
 //! Everything here reads untrusted bytes from clients or apiservers, so it is fuzzed
 //! (`fuzz/`) and property-tested (`tests` modules): it must never panic, and its memory is
@@ -26,6 +27,7 @@ pub mod classify;
 pub mod credentials;
 pub mod framing;
 pub mod go_duration;
+pub mod hop;
 pub mod identity;
 pub mod position;
 mod proto;

@@ -4,12 +4,12 @@
 //! time, read off the async runtime); a changed pair is loaded and used for new connections.
 //! Clients' open connections keep the serving certificate they saw; upstream connections that
 //! present a replaced front-proxy certificate take no new request and are gone before it
-//! expires ([`retire_presented`]), since the apiserver verifies a client certificate at every
-//! request; probes open a connection each, so the next one presents the new certificate. A
+//! expires (`terminate::upstream::rotation`), since the apiserver verifies a client
+//! certificate at every request; probes open a connection each, so the next one presents the new certificate. A
 //! pair that does not load (a rotation half done, a key that does not match) keeps the current
 //! one in use, is logged and counted, and is tried again at the next change.
 
-use crate::state::{pool_settings, probe_settings, Gateway, Kind, Retired};
+use crate::state::{pool_settings, probe_settings, Gateway};
 use crate::telemetry::ReloadResult;
 use crate::terminate::{TerminateMode, Upstreams};
 use kubegate_config::UpstreamConfig;
@@ -118,11 +118,7 @@ pub async fn watch_certificates(gw: Arc<Gateway>, watched: Watched) {
             let result = tokio::task::spawn_blocking(move || Upstreams::load(&upstream, cluster))
                 .await
                 .unwrap_or_else(|e| Err(e.to_string()))
-                .map(|u| {
-                    if let Some(replaced) = terminate.replace(u) {
-                        retire_presented(terminate, replaced.expires);
-                    }
-                });
+                .map(|u| terminate.replace(u));
             record(
                 &gw,
                 files
@@ -174,58 +170,6 @@ async fn follow_probe_certificates(gw: &Gateway, seen: &mut HashMap<String, Vec<
     seen.retain(|name, _| configured.contains(name));
 }
 
-/// Longest that connections presenting a replaced front-proxy certificate stay open: their
-/// ordinary requests end within the apiserver's `--request-timeout` (1 min); watches move.
-const MAX_RETIRED: Duration = Duration::from_secs(600);
-/// How long before the replaced certificate expires its connections are closed at the latest.
-const EXPIRY_MARGIN: Duration = Duration::from_secs(30);
-/// How long they stay when its expiry is not known.
-const RETIRED_UNKNOWN_EXPIRY: Duration = Duration::from_secs(60);
-
-/// After `terminate`'s front-proxy certificate was replaced: every upstream connection that
-/// presents the old one (which expires at `expires`) takes no new stream and closes, with
-/// GOAWAY, once its streams are done; those still open by [`close_within`] are closed (the
-/// watches on them continue on connections that present the new one). The apiserver verifies
-/// a client certificate at every request, so a busy connection — one carrying watches is
-/// never idle — would otherwise answer 401 to everything from the old one's expiry.
-fn retire_presented(terminate: &TerminateMode, expires: Option<SystemTime>) {
-    let retired: Vec<Retired> = terminate
-        .pool()
-        .backends()
-        .iter()
-        .map(|b| b.planes().terminate.retire(Kind::WithIdentity))
-        .filter(|r| !r.is_empty())
-        .collect();
-    let n: usize = retired.iter().map(Retired::len).sum();
-    if n == 0 {
-        return;
-    }
-    let within = close_within(expires, SystemTime::now());
-    let cluster = terminate.cluster().name().to_string();
-    tracing::info!(cluster = %cluster, connections = n, close_within_s = within.as_secs(), "front-proxy certificate replaced: upstream connections that present the old one take no new request, and those still open are closed before it expires");
-    tokio::spawn(async move {
-        tokio::time::sleep(within).await;
-        let closed: usize = retired.iter().map(Retired::close).sum();
-        if closed > 0 {
-            tracing::info!(cluster = %cluster, connections = closed, "closed upstream connections that still presented the replaced front-proxy certificate");
-        }
-    });
-}
-
-/// How long connections that present a certificate expiring at `expires` may stay open after
-/// it was replaced at `now`: until [`EXPIRY_MARGIN`] before its expiry, at most
-/// [`MAX_RETIRED`].
-fn close_within(expires: Option<SystemTime>, now: SystemTime) -> Duration {
-    match expires {
-        Some(at) => at
-            .duration_since(now)
-            .unwrap_or_default()
-            .saturating_sub(EXPIRY_MARGIN)
-            .min(MAX_RETIRED),
-        None => RETIRED_UNKNOWN_EXPIRY,
-    }
-}
-
 /// The `upstream` of the cluster `terminate` serves, as configured now.
 fn upstream_of(gw: &Gateway, terminate: &TerminateMode) -> Option<UpstreamConfig> {
     gw.config()
@@ -264,25 +208,5 @@ fn record(gw: &Gateway, file: &Path, result: Result<(), String>) {
         Err(e) => {
             tracing::error!(file = %file.display(), error = %e, "certificate reload failed; the current one stays")
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn connections_presenting_a_replaced_certificate_close_before_it_expires() {
-        let now = SystemTime::now();
-        let at = |s: u64| Some(now + Duration::from_secs(s));
-        assert_eq!(close_within(at(90), now), Duration::from_secs(60));
-        assert_eq!(close_within(at(20), now), Duration::ZERO);
-        assert_eq!(
-            close_within(Some(now - Duration::from_secs(5)), now),
-            Duration::ZERO,
-            "already expired: at once"
-        );
-        assert_eq!(close_within(at(30 * 86_400), now), MAX_RETIRED);
-        assert_eq!(close_within(None, now), RETIRED_UNKNOWN_EXPIRY);
     }
 }

@@ -14,6 +14,7 @@
 //! | `skew` | version skew: a request for a group-version kept off replicas that do not serve it, discovery on the newest version's |
 //! | `versions` | each replica's version and served group-versions, read from its `/version`, `/api`, `/apis` (a task the control runtime starts) |
 //! | `tls` | how kubegate dials the apiservers: their CA and name, and its front-proxy certificate |
+//! | `rotation` | upstream connections that present a replaced front-proxy certificate: no new stream, closed before it expires |
 
 pub(super) mod connect;
 pub(super) mod dispatch;
@@ -22,6 +23,7 @@ pub(super) mod h2client;
 pub(super) mod in_flight;
 pub(super) mod mode;
 pub(super) mod retry;
+pub(super) mod rotation;
 pub(super) mod signals;
 pub(super) mod skew;
 pub(super) mod tls;

@@ -455,16 +455,17 @@ impl Upstream {
         self.drains.send_modify(|n| *n += 1);
     }
 
-    /// Connections of `kind` take no new stream (what they present was replaced): each
-    /// closes, with GOAWAY, once its streams are done. The caller ends those still open by a
-    /// deadline.
-    pub fn retire(&self, kind: Kind) -> Retired {
+    /// Connections of `kind` that present another identity than `current` (a front-proxy
+    /// certificate's fingerprint; 0: none) take no new stream — what they present was
+    /// replaced: each closes, with GOAWAY, once its streams are done. The caller ends those
+    /// still open by a deadline.
+    pub fn retire(&self, kind: Kind, current: u64) -> Retired {
         let mut conns = self.conns();
         let conns = &mut *conns;
-        let killers: Vec<Arc<Killer>> = conns.open[kind as usize]
-            .drain(..)
-            .map(|c| c.killer.clone())
-            .collect();
+        let list = &mut conns.open[kind as usize];
+        let (stale, kept): (Vec<_>, Vec<_>) = list.drain(..).partition(|c| c.presents != current);
+        *list = kept;
+        let killers: Vec<Arc<Killer>> = stale.iter().map(|c| c.killer.clone()).collect();
         conns.retired.extend(killers.iter().cloned());
         conns.retired.retain(|k| !k.ended());
         self.gauges.load().connections.sub(killers.len() as i64);
@@ -588,7 +589,7 @@ mod tests {
         let (anonymous, _) = connection().await;
         let watch = upstream.add(Kind::WithIdentity, old).0;
         drop(upstream.add(Kind::Anonymous, anonymous));
-        let retired = upstream.retire(Kind::WithIdentity);
+        let retired = upstream.retire(Kind::WithIdentity, 7);
         assert_eq!(retired.len(), 1);
         assert!(
             upstream.stream(Kind::WithIdentity, 100, 0).is_none(),

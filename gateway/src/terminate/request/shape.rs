@@ -336,12 +336,9 @@ pub fn remove_hop_by_hop(version: Version, headers: &mut HeaderMap) {
         headers.remove(header::TE);
         return;
     }
-    let listed: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().to_ascii_lowercase().as_bytes()).ok())
+    // Read as the credentials are (`hop`): what is removed here is what they read as absent.
+    let listed: Vec<HeaderName> = kubegate_wire::hop::connection_options(headers)
+        .filter_map(|n| HeaderName::from_bytes(&n.to_ascii_lowercase()).ok())
         .collect();
     for name in listed {
         headers.remove(name);
@@ -600,6 +597,25 @@ mod tests {
         let mut left: Vec<_> = from_h2.keys().map(|k| k.as_str()).collect();
         left.sort_unstable();
         assert_eq!(left, ["accept", "x-trace"]);
+    }
+
+    /// What `Connection` names is removed exactly when the credentials read it as absent
+    /// (`hop`): a value with a byte beyond ASCII among its names still removes the others, so
+    /// a token kubegate did not read never reaches the apiserver.
+    #[test]
+    fn a_header_named_beside_bytes_beyond_ascii_is_removed_as_the_credentials_read_it() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_bytes(b"authorization, \xff").unwrap(),
+        );
+        h.insert(header::AUTHORIZATION, "Bearer t".parse().unwrap());
+        assert_eq!(
+            kubegate_wire::credentials::bearer(&h, false),
+            kubegate_wire::credentials::Bearer::Absent
+        );
+        remove_hop_by_hop(Version::HTTP_11, &mut h);
+        assert!(h.get(header::AUTHORIZATION).is_none());
     }
 
     /// Found by the `request_shaping` fuzz target: a client's `Connection` header named

@@ -36,13 +36,7 @@ use std::time::Duration;
 pub fn requested(req: &Request<Incoming>) -> bool {
     req.version() == Version::HTTP_11
         && req.headers().contains_key(header::UPGRADE)
-        && req
-            .headers()
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+        && kubegate_wire::hop::names(req.headers(), "upgrade")
 }
 
 /// Proxies an upgrade request to a backend `within` its rule; `served` learns who sent it and

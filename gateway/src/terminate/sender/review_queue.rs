@@ -13,8 +13,9 @@
 //! source also starts at most [`PER_SOURCE_RATE`] reviews of new tokens a second (a burst of
 //! [`PER_SOURCE_BURST`]) and has at most [`PER_SOURCE_WAITING`] of each kind waiting; beyond,
 //! a request is not reviewed (its caller decides what that means). Sources are forgotten once
-//! idle and refilled; beyond [`MAX_SOURCES`] at once, new ones share one more (a flood of
-//! addresses takes a share, not the table).
+//! idle and refilled; beyond [`MAX_SOURCES`] at once, new tokens of new sources share one more
+//! (a flood of addresses takes a share, not the table), while renewals — only ever of names
+//! kubegate gave — keep their own.
 //!
 //! Waiters that left (their deadline passed) are skipped when their turn comes, and pruned
 //! from a source's queue when it is full, so that no request costs a walk of every queue.
@@ -120,7 +121,12 @@ impl ReviewQueue {
         let rx = {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             state.max_in_flight = max_in_flight;
-            let source = state.source(source_of(addr), Instant::now());
+            // A renewal counts toward its own source, the table full or not: renewals come
+            // only from tokens kubegate named, and a known client keeps its turn.
+            let source = match waiting {
+                Waiting::Renewal => source_of(addr),
+                Waiting::New => state.source(source_of(addr), Instant::now()),
+            };
             if waiting == Waiting::New {
                 state.take_from_bucket(source, Instant::now())?;
             }
@@ -264,14 +270,13 @@ impl State {
         Some(())
     }
 
-    /// Forgets sources with nobody waiting whose rate has refilled.
+    /// Forgets sources with nobody waiting whose rate has refilled. One still in a kind's
+    /// turns stays until its turn comes (its waiters all left): then a source is in the turns
+    /// at most once, and the turns are bounded by the table.
     fn forget_idle_sources(&mut self, now: Instant) {
         let refill = Duration::from_secs_f64(PER_SOURCE_BURST / PER_SOURCE_RATE);
         self.sources.retain(|_, s| {
-            for q in &mut s.queues {
-                q.waiting.retain(|tx| !tx.is_closed());
-            }
-            s.queues.iter().any(|q| !q.waiting.is_empty())
+            s.queues.iter().any(|q| q.in_turns)
                 || now.saturating_duration_since(s.bucket.1) < refill
         });
     }

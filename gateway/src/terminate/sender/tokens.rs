@@ -48,6 +48,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
+/// Longest a review holds its slot: beyond an authenticator's own limits (a token webhook's
+/// default is 10 s), so that a replica that stopped answering gives the slot back.
+const REVIEW_LIMIT: Duration = Duration::from_secs(15);
+
 /// A warning about failed reviews is logged at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
@@ -138,20 +142,23 @@ struct Tables {
     /// Named tokens the apiserver then answered 401 for, and when: no shared answer reaches
     /// a request of theirs that arrived before.
     refused: Remembered<TokenHash, Instant>,
-    /// One review per token under way; at most `max_in_flight` (each holds a slot).
+    /// One review per token under way (waiting for its slot, or sent).
     pending: HashMap<TokenHash, watch::Receiver<Option<Naming>>>,
+    /// Tokens with no name the apiserver refused while their review was under way, and when:
+    /// its answer does not name them. Apart from `refused`, and forgotten with the review, so
+    /// that a flood of bogus tokens pushes no real refusal out.
+    refused_under_review: HashMap<TokenHash, Instant>,
     /// Counts lookups: the recency each entry keeps.
     clock: u64,
 }
 
 impl Tables {
     /// The apiserver refused `key` at `now`: its name goes, and the refusal is remembered if it
-    /// had one or a review of it is under way (whose name would come from before the refusal);
-    /// says whether it had a name. Tokens never named are not remembered: a flood of bogus
-    /// tokens, each answered 401, would push real refusals out.
+    /// had one, or until its review answers if one is under way (a name it brings comes from
+    /// before the refusal); says whether it had a name.
     fn refuse(&mut self, key: &TokenHash, now: Instant, config: &TokenReviewConfig) -> bool {
         let named = self.named.remove(key);
-        if named || self.pending.contains_key(key) {
+        if named {
             self.clock += 1;
             let clock = self.clock;
             // Kept as long as a name is kept: a request named by it, or a fed watch, may be
@@ -159,6 +166,8 @@ impl Tables {
             let max = config.max_entries as usize;
             self.refused
                 .insert(*key, now, now, clock, max, config.ttl + STALE_FOR);
+        } else if self.pending.contains_key(key) {
+            self.refused_under_review.insert(*key, now);
         }
         named
     }
@@ -293,7 +302,12 @@ impl TokenReviews {
                     Naming::Unreviewed
                 }
                 Some(slot) => {
-                    let naming = match reviewing.await {
+                    let answered = tokio::time::timeout(REVIEW_LIMIT, reviewing)
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(ReviewFailure::Transient("no answer in time".to_string()))
+                        });
+                    let naming = match answered {
                         Ok(Some(user)) => {
                             metrics.terminate.token_reviewed(TokenReviewResult::Named);
                             Naming::Named(Arc::new(user))
@@ -343,12 +357,13 @@ impl TokenReviews {
         let max = config.max_entries as usize;
         let mut t = self.tables.lock().unwrap_or_else(|e| e.into_inner());
         t.pending.remove(&key);
+        let refused_under_review = t.refused_under_review.remove(&key);
         t.clock += 1;
         let clock = t.clock;
-        let refused_since_started = t
-            .refused
-            .get(&key, config.ttl + STALE_FOR, now, clock)
-            .is_some_and(|at| at >= started);
+        let refused_since_started = refused_under_review.is_some_and(|at| at >= started)
+            || t.refused
+                .get(&key, config.ttl + STALE_FOR, now, clock)
+                .is_some_and(|at| at >= started);
         match naming {
             Naming::Named(_) if refused_since_started => {}
             Naming::Named(user) => {

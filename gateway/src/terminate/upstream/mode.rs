@@ -11,8 +11,9 @@ use crate::terminate::request::rules::Rules;
 use crate::terminate::sender::access::AccessReviews;
 use crate::terminate::sender::tokens::TokenReviews;
 use crate::terminate::upstream::flow::Flows;
+use crate::terminate::upstream::rotation;
 use crate::terminate::upstream::signals::ExtensionApis;
-use crate::terminate::upstream::tls::{Presented, UpstreamTls};
+use crate::terminate::upstream::tls::UpstreamTls;
 use arc_swap::ArcSwap;
 use kubegate_config::{DispatchRule, UpstreamConfig};
 use kubegate_wire::identity::IdentityHeaders;
@@ -172,12 +173,12 @@ impl TerminateMode {
         self.rules.load_full()
     }
 
-    /// New upstream connections use `upstreams`; open ones keep what they were made with.
-    /// What the replicas' flow control said is kept: the replicas are the same. The identity
-    /// presented is one cell for every generation (a request holding older settings still
-    /// dials with the certificate of now); returns the one it replaced, if another, whose
-    /// connections the caller retires.
-    pub fn replace(&self, mut upstreams: Upstreams) -> Option<Arc<Presented>> {
+    /// New upstream connections use `upstreams`; open ones keep what they were made with —
+    /// except what they present: the identity is one cell for every generation (a request
+    /// holding older settings still dials with the certificate of now), and connections that
+    /// present a replaced one are retired (`rotation`). What the replicas' flow control said,
+    /// and which APIs extension servers answer for, are kept: the replicas are the same.
+    pub fn replace(&self, mut upstreams: Upstreams) {
         let old = self.upstream.load();
         upstreams.flows = old.flows.clone();
         upstreams.extensions = old.extensions.clone();
@@ -185,8 +186,16 @@ impl TerminateMode {
         let before = old.tls.identity.swap(now.clone());
         upstreams.tls.identity = old.tls.identity.clone();
         self.upstream.store(Arc::new(upstreams));
-        let now = now.map(|p| p.fingerprint);
-        before.filter(|b| Some(b.fingerprint) != now)
+        if let Some(before) = before {
+            if now.as_ref().map(|p| p.fingerprint) != Some(before.fingerprint) {
+                rotation::retire_presented(
+                    self.cluster.pool(),
+                    self.cluster.name(),
+                    &before,
+                    now.as_deref(),
+                );
+            }
+        }
     }
 
     /// What new requests use.
