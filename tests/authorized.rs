@@ -154,11 +154,7 @@ async fn a_revoked_tokens_new_watch_gets_401_while_its_twin_is_still_fed() {
     });
     let mut admin = as_user(&bed, "admin").await;
     let r = admin.get(LISTS).await.unwrap();
-    let rv = serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()["metadata"]
-        ["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let rv = r.resource_version();
     let watch = format!("{LISTS}?watch=1&resourceVersion={rv}");
     // tok-b's watch opens the feed; tok-a's is fed from it.
     let mut b = Conn::open_anonymous(bed.kg.listen, &bed.pki, true)
@@ -227,11 +223,7 @@ async fn a_watch_joining_a_feed_authorized_longer_ago_than_the_review_ttl_is_rev
     });
     let mut alice = as_user(&bed, "alice").await;
     let r = alice.get(LISTS).await.unwrap();
-    let rv = serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()["metadata"]
-        ["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let rv = r.resource_version();
     let watch = format!("{LISTS}?watch=1&resourceVersion={rv}");
     let reviews = || -> u64 { bed.sims.iter().map(Sim::access_reviews_received).sum() };
     let before = reviews();

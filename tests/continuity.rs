@@ -84,11 +84,7 @@ async fn list_version(conn: &mut Conn) -> String {
         .get("/api/v1/namespaces/default/configmaps")
         .await
         .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
-    v["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .to_string()
+    r.resource_version()
 }
 
 /// Watches in flight per backend, from kubegate's metrics.

@@ -95,11 +95,7 @@ async fn a_rotated_front_proxy_certificate_never_expires_on_a_live_connection() 
     let mut watcher = Conn::open_as_user(kg.listen, pki, "watcher", "dev-user", &["dev"]).await;
     let r = writer.get(LISTS).await.unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
-    let rv = serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()["metadata"]
-        ["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let rv = r.resource_version();
     let mut watch = watcher
         .stream(&format!("{LISTS}?watch=1&resourceVersion={rv}"))
         .await

@@ -447,12 +447,7 @@ async fn identical_watches_are_fed_from_one_upstream_watch_across_a_restart() {
         .start();
     let mut admin = connections_as(&bed, "admin", 1).await.pop().unwrap();
     create(&mut admin, "cm-0", "a").await;
-    let list: serde_json::Value =
-        serde_json::from_slice(&admin.get(LISTS).await.unwrap().body).unwrap();
-    let rv = list["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let rv = admin.get(LISTS).await.unwrap().resource_version();
     let watches = |bed: &Started| -> u64 { bed.sims.iter().map(Sim::watches_received).sum() };
     let before = watches(&bed);
 

@@ -36,24 +36,23 @@ fn acted_on(kg: &Kubegate) -> (f64, f64) {
     )
 }
 
+/// POSTs `body` to `path` and asserts it was created.
+async fn created(admin: &mut Conn, path: &str, body: &str) {
+    let r = admin.request("POST", path, Some(body)).await.unwrap();
+    assert_eq!(r.status, 201, "{}", r.text());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_eviction_a_disruption_budget_blocks_reaches_the_replicas_once() {
     let (bed, mut admin) = two_replicas().await;
-    let r = admin
-        .request("POST", "/api/v1/namespaces/default/pods", Some(POD))
-        .await
-        .unwrap();
-    assert_eq!(r.status, 201, "{}", r.text());
+    created(&mut admin, "/api/v1/namespaces/default/pods", POD).await;
     let budget = r#"{"apiVersion":"policy/v1","kind":"PodDisruptionBudget","metadata":{"name":"web"},"spec":{"maxUnavailable":0,"selector":{"matchLabels":{"app":"web"}}}}"#;
-    let r = admin
-        .request(
-            "POST",
-            "/apis/policy/v1/namespaces/default/poddisruptionbudgets",
-            Some(budget),
-        )
-        .await
-        .unwrap();
-    assert_eq!(r.status, 201, "{}", r.text());
+    created(
+        &mut admin,
+        "/apis/policy/v1/namespaces/default/poddisruptionbudgets",
+        budget,
+    )
+    .await;
     let before = (received(&bed, "evictions_received"), acted_on(&bed.kg));
     let eviction = r#"{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"web-0","namespace":"default"}}"#;
     for _ in 0..3 {
@@ -107,11 +106,7 @@ async fn a_webhooks_429_after_processing_reaches_the_replicas_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_proxied_pods_503_shutting_down_reaches_the_replicas_once() {
     let (bed, mut admin) = two_replicas().await;
-    let r = admin
-        .request("POST", "/api/v1/namespaces/default/pods", Some(POD))
-        .await
-        .unwrap();
-    assert_eq!(r.status, 201, "{}", r.text());
+    created(&mut admin, "/api/v1/namespaces/default/pods", POD).await;
     for s in &bed.sims {
         s.fault("/pod-answer?status=503&body=web-0%20is%20shutting%20down");
     }

@@ -355,32 +355,25 @@ fn table(objects: &[Value], resource_version: Option<usize>) -> Value {
                 (Some(s), _) => s.to_string(),
                 (None, _) => "Unknown".to_string(),
             };
-            json!({
-                "cells": [o["metadata"]["name"], service, status, crate::objects::age(&o["metadata"]["creationTimestamp"])],
-                "object": {
-                    "kind": "PartialObjectMetadata",
-                    "apiVersion": "meta.k8s.io/v1",
-                    "metadata": o["metadata"],
-                },
-            })
+            let age = crate::objects::age(&o["metadata"]["creationTimestamp"]);
+            crate::objects::table_row(
+                o,
+                vec![
+                    o["metadata"]["name"].clone(),
+                    json!(service),
+                    json!(status),
+                    json!(age),
+                ],
+            )
         })
         .collect();
-    let mut meta = json!({});
-    if let Some(rv) = resource_version {
-        meta["resourceVersion"] = json!(rv.to_string());
-    }
-    json!({
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": meta,
-        "columnDefinitions": [
-            {"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names", "priority": 0},
-            {"name": "Service", "type": "string", "format": "", "description": "The reference to the service that hosts this API endpoint.", "priority": 0},
-            {"name": "Available", "type": "string", "format": "", "description": "Whether this service is available.", "priority": 0},
-            {"name": "Age", "type": "string", "format": "", "description": "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata", "priority": 0},
-        ],
-        "rows": rows,
-    })
+    let columns = vec![
+        json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names", "priority": 0}),
+        json!({"name": "Service", "type": "string", "format": "", "description": "The reference to the service that hosts this API endpoint.", "priority": 0}),
+        json!({"name": "Available", "type": "string", "format": "", "description": "Whether this service is available.", "priority": 0}),
+        json!({"name": "Age", "type": "string", "format": "", "description": "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata", "priority": 0}),
+    ];
+    crate::objects::table_of(columns, rows, resource_version.map(|rv| rv.to_string()))
 }
 
 /// What the stand-in says without a body set, as metrics-server would with no metrics yet:
@@ -640,7 +633,7 @@ mod tests {
     }
 
     use crate::flowcontrol::{uid_of, FLOW_SCHEMA_UID, PRIORITY_LEVEL_UID};
-    use crate::testserver::{headers, TestServer};
+    use crate::testserver::{admitted_json, TestServer};
 
     fn with_metrics(sim: &mut crate::state::Sim) {
         sim.apis = Apis::default()
@@ -668,19 +661,7 @@ mod tests {
         let (t, uid) = (created_at(), uid_of("apiservice/v1.coordination.k8s.io"));
         let body = format!("{{\"apiVersion\":\"apiregistration.k8s.io/v1\",\"kind\":\"APIService\",\"metadata\":{{\"creationTimestamp\":\"{t}\",\"labels\":{{\"kube-aggregator.kubernetes.io/automanaged\":\"onstart\"}},\"name\":\"v1.coordination.k8s.io\",\"resourceVersion\":\"4\",\"uid\":\"{uid}\"}},\"spec\":{{\"group\":\"coordination.k8s.io\",\"groupPriorityMinimum\":16500,\"version\":\"v1\",\"versionPriority\":15}},\"status\":{{\"conditions\":[{{\"lastTransitionTime\":\"{t}\",\"message\":\"Local APIServices are always available\",\"reason\":\"Local\",\"status\":\"True\",\"type\":\"Available\"}}]}}}}\n");
         assert_eq!((r.status, r.text()), (200, body.as_str()));
-        let exempt = uid_of("exempt");
-        assert_eq!(
-            r.stable_headers(),
-            headers(&[
-                ("cache-control", "no-cache, private"),
-                ("content-length", &body.len().to_string()),
-                ("content-type", "application/json"),
-                (FLOW_SCHEMA_UID, &exempt),
-                (PRIORITY_LEVEL_UID, &exempt),
-                ("x-kubegate-sim-replica", "test"),
-                ("x-kubegate-sim-user", "admin"),
-            ])
-        );
+        assert_eq!(r.stable_headers(), admitted_json(body.len()));
         // The list, in name order, the extension server's with its service.
         let r = s.json(&admin, "GET", base, "").await;
         assert_eq!(r.status, 200);
@@ -761,19 +742,7 @@ mod tests {
             .await;
         let body = "{\"apiVersion\":\"metrics.k8s.io/v1beta1\",\"items\":[],\"kind\":\"NodeMetricsList\",\"metadata\":{}}\n";
         assert_eq!((r.status, r.text()), (200, body));
-        let exempt = uid_of("exempt");
-        assert_eq!(
-            r.stable_headers(),
-            headers(&[
-                ("cache-control", "no-cache, private"),
-                ("content-length", &body.len().to_string()),
-                ("content-type", "application/json"),
-                (FLOW_SCHEMA_UID, &exempt),
-                (PRIORITY_LEVEL_UID, &exempt),
-                ("x-kubegate-sim-replica", "test"),
-                ("x-kubegate-sim-user", "admin"),
-            ])
-        );
+        assert_eq!(r.stable_headers(), admitted_json(body.len()));
         // What the fault port sets: the extension server's own PF headers, Cache-Control and
         // Audit-Id are second values; hop-by-hop ones are dropped.
         s.sim.extension.set(Answer {

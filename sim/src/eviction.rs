@@ -296,8 +296,7 @@ fn more_than_one_budget() -> Reply {
 
 #[cfg(test)]
 mod tests {
-    use crate::flowcontrol::{uid_of, FLOW_SCHEMA_UID, PRIORITY_LEVEL_UID};
-    use crate::testserver::{headers, TestServer};
+    use crate::testserver::{admitted_json, TestServer};
     use std::path::PathBuf;
     use std::sync::atomic::Ordering;
 
@@ -322,18 +321,6 @@ mod tests {
     }
 
     /// The headers every admitted answer of the admin (`exempt`) has.
-    fn admitted(content_length: usize) -> Vec<(String, String)> {
-        headers(&[
-            ("cache-control", "no-cache, private"),
-            ("content-length", &content_length.to_string()),
-            ("content-type", "application/json"),
-            (FLOW_SCHEMA_UID, &uid_of("exempt")),
-            (PRIORITY_LEVEL_UID, &uid_of("exempt")),
-            ("x-kubegate-sim-replica", "test"),
-            ("x-kubegate-sim-user", "admin"),
-        ])
-    }
-
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_budget_that_allows_no_disruption_answers_429_with_its_cause_and_no_retry_after() {
         let s = TestServer::start().await;
@@ -352,7 +339,7 @@ mod tests {
         let body = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"Cannot evict pod as it would violate the pod's disruption budget.\",\"reason\":\"TooManyRequests\",\"details\":{\"causes\":[{\"reason\":\"DisruptionBudget\",\"message\":\"The disruption budget web needs 2 healthy pods and has 2 currently\"}]},\"code\":429}\n";
         assert_eq!((r.status, r.text()), (429, body));
         // PF headers (admitted before the handler), no Retry-After (retryAfterSeconds 0).
-        assert_eq!(r.stable_headers(), admitted(body.len()));
+        assert_eq!(r.stable_headers(), admitted_json(body.len()));
         let still = s
             .json(&admin, "GET", "/api/v1/namespaces/default/pods/web-0", "")
             .await;
@@ -382,7 +369,7 @@ mod tests {
         let r = evict(&s, &admin, "web-0").await;
         let body = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Success\",\"code\":201}\n";
         assert_eq!((r.status, r.text()), (201, body));
-        assert_eq!(r.stable_headers(), admitted(body.len()));
+        assert_eq!(r.stable_headers(), admitted_json(body.len()));
         let gone = s
             .json(&admin, "GET", "/api/v1/namespaces/default/pods/web-0", "")
             .await;

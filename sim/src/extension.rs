@@ -4,7 +4,6 @@
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
-use std::sync::RwLock;
 
 /// What the stand-in extension server answers (the fault port's `/aggregated-answer`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,22 +30,4 @@ impl Default for Answer {
 }
 
 /// The stand-in's answer, shared by every extension group-version of the replica.
-#[derive(Debug, Default)]
-pub struct ExtensionServer {
-    answer: RwLock<Answer>,
-}
-
-impl ExtensionServer {
-    /// It answers `answer` from now on.
-    pub fn set(&self, answer: Answer) {
-        *self.answer.write().unwrap_or_else(|e| e.into_inner()) = answer;
-    }
-
-    /// What it answers now.
-    pub fn get(&self) -> Answer {
-        self.answer
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-}
+pub type ExtensionServer = crate::setting::Setting<Answer>;

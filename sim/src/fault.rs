@@ -239,31 +239,70 @@ fn admission(sim: &Sim, params: &[(String, String)]) -> (StatusCode, serde_json:
 /// The webhook named in denials unless `webhook=` names another.
 const DEFAULT_WEBHOOK: &str = "deny.kubegate-sim.example.com";
 
+/// What `/pod-answer` and `/aggregated-answer` are given alike, each `None` when omitted:
+/// `status=` (200 to 999), `body=`, `content_type=` (empty: none sent).
+struct Given<'a> {
+    status: Option<StatusCode>,
+    body: Option<&'a str>,
+    content_type: Option<Option<http::HeaderValue>>,
+}
+
+impl<'a> Given<'a> {
+    fn read(params: &'a [(String, String)]) -> Result<Given<'a>, &'static str> {
+        let get = |k: &str| crate::query::first(params, k);
+        let status = match get("status") {
+            None => None,
+            Some(code) => match code
+                .parse::<u16>()
+                .ok()
+                .and_then(|c| StatusCode::from_u16(c).ok())
+            {
+                Some(status) if status.as_u16() >= 200 => Some(status),
+                _ => return Err("status= must be a status code from 200 to 999"),
+            },
+        };
+        let content_type = match get("content_type") {
+            None => None,
+            Some("") => Some(None),
+            Some(t) => match http::HeaderValue::from_str(t) {
+                Ok(v) => Some(Some(v)),
+                Err(_) => return Err("content_type= must be a valid header value"),
+            },
+        };
+        Ok(Given {
+            status,
+            body: get("body"),
+            content_type,
+        })
+    }
+
+    /// Sets what was given of `status` and `content_type`; the body given, if any.
+    fn apply(
+        self,
+        status: &mut StatusCode,
+        content_type: &mut Option<http::HeaderValue>,
+    ) -> Option<&'a str> {
+        if let Some(s) = self.status {
+            *status = s;
+        }
+        if let Some(t) = self.content_type {
+            *content_type = t;
+        }
+        self.body
+    }
+}
+
 /// `POST /pod-answer?status=CODE&body=TEXT&content_type=TYPE`.
 fn pod_answer(sim: &Sim, params: &[(String, String)]) -> (StatusCode, serde_json::Value) {
-    let get = |k: &str| crate::query::first(params, k);
     let bad = |why: &str| (StatusCode::BAD_REQUEST, json!({"error": why}));
     let mut answer = crate::pod_answer::Answer::default();
-    if let Some(code) = get("status") {
-        match code
-            .parse::<u16>()
-            .ok()
-            .and_then(|c| StatusCode::from_u16(c).ok())
-        {
-            Some(status) if status.as_u16() >= 200 => answer.status = status,
-            _ => return bad("status= must be a status code from 200 to 999"),
+    match Given::read(params) {
+        Ok(given) => {
+            if let Some(body) = given.apply(&mut answer.status, &mut answer.content_type) {
+                answer.body = Bytes::from(body.to_string());
+            }
         }
-    }
-    if let Some(body) = get("body") {
-        answer.body = Bytes::from(body.to_string());
-    }
-    match get("content_type") {
-        None => {}
-        Some("") => answer.content_type = None,
-        Some(t) => match http::HeaderValue::from_str(t) {
-            Ok(v) => answer.content_type = Some(v),
-            Err(_) => return bad("content_type= must be a valid header value"),
-        },
+        Err(why) => return bad(why),
     }
     let shown = json!({
         "status": answer.status.as_u16(),
@@ -281,29 +320,15 @@ fn pod_answer(sim: &Sim, params: &[(String, String)]) -> (StatusCode, serde_json
 /// an empty `List`; `application/json`; no further header); an empty `content_type` sends none;
 /// `header=` repeats, in order. `Content-Length` is the body's.
 fn aggregated_answer(sim: &Sim, params: &[(String, String)]) -> (StatusCode, serde_json::Value) {
-    let get = |k: &str| crate::query::first(params, k);
     let bad = |why: &str| (StatusCode::BAD_REQUEST, json!({"error": why}));
     let mut answer = crate::extension::Answer::default();
-    if let Some(code) = get("status") {
-        match code
-            .parse::<u16>()
-            .ok()
-            .and_then(|c| StatusCode::from_u16(c).ok())
-        {
-            Some(status) if status.as_u16() >= 200 => answer.status = status,
-            _ => return bad("status= must be a status code from 200 to 999"),
+    match Given::read(params) {
+        Ok(given) => {
+            if let Some(body) = given.apply(&mut answer.status, &mut answer.content_type) {
+                answer.body = Some(Bytes::from(body.to_string()));
+            }
         }
-    }
-    if let Some(body) = get("body") {
-        answer.body = Some(Bytes::from(body.to_string()));
-    }
-    match get("content_type") {
-        None => {}
-        Some("") => answer.content_type = None,
-        Some(t) => match http::HeaderValue::from_str(t) {
-            Ok(v) => answer.content_type = Some(v),
-            Err(_) => return bad("content_type= must be a valid header value"),
-        },
+        Err(why) => return bad(why),
     }
     for (k, v) in params {
         if k != "header" {

@@ -33,6 +33,7 @@ mod resources;
 mod respond;
 mod selectors;
 mod server;
+mod setting;
 mod spdy;
 mod state;
 mod store;

@@ -170,29 +170,48 @@ pub fn table(resource: &Resource, items: &[Value], revision: Option<i64>) -> Val
                 "Pod" => json!(o["status"]["phase"].as_str().unwrap_or("Pending")),
                 _ => json!(o["spec"]["holderIdentity"].as_str().unwrap_or("")),
             };
-            json!({
-                "cells": [o["metadata"]["name"], cell, age(&o["metadata"]["creationTimestamp"])],
-                "object": {
-                    "kind": "PartialObjectMetadata",
-                    "apiVersion": "meta.k8s.io/v1",
-                    "metadata": o["metadata"],
-                },
-            })
+            table_row(
+                o,
+                vec![
+                    o["metadata"]["name"].clone(),
+                    cell,
+                    json!(age(&o["metadata"]["creationTimestamp"])),
+                ],
+            )
         })
         .collect();
+    let columns = vec![
+        json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0}),
+        second,
+        json!({"name": "Age", "type": "string", "format": "", "description": "CreationTimestamp", "priority": 0}),
+    ];
+    table_of(columns, rows, revision.map(|rv| rv.to_string()))
+}
+
+/// A `Table` row of `object`: its `cells`, and the object as `PartialObjectMetadata` (the
+/// `includeObject=Metadata` default).
+pub fn table_row(object: &Value, cells: Vec<Value>) -> Value {
+    json!({
+        "cells": cells,
+        "object": {
+            "kind": "PartialObjectMetadata",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": object["metadata"],
+        },
+    })
+}
+
+/// A `meta.k8s.io/v1` `Table` of `columns` and `rows`, at `resource_version` if any.
+pub fn table_of(columns: Vec<Value>, rows: Vec<Value>, resource_version: Option<String>) -> Value {
     let mut meta = json!({});
-    if let Some(rv) = revision {
-        meta["resourceVersion"] = json!(rv.to_string());
+    if let Some(rv) = resource_version {
+        meta["resourceVersion"] = json!(rv);
     }
     json!({
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": meta,
-        "columnDefinitions": [
-            {"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0},
-            second,
-            {"name": "Age", "type": "string", "format": "", "description": "CreationTimestamp", "priority": 0},
-        ],
+        "columnDefinitions": columns,
         "rows": rows,
     })
 }

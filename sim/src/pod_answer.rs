@@ -3,7 +3,6 @@
 
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
-use std::sync::RwLock;
 
 /// What the stand-in pod answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,22 +26,4 @@ impl Default for Answer {
 }
 
 /// What every pod of the replica answers through `pods/proxy`, set through the fault port.
-#[derive(Debug, Default)]
-pub struct PodAnswer {
-    answer: RwLock<Answer>,
-}
-
-impl PodAnswer {
-    /// Every pod answers `answer` from now on.
-    pub fn set(&self, answer: Answer) {
-        *self.answer.write().unwrap_or_else(|e| e.into_inner()) = answer;
-    }
-
-    /// What a pod answers now.
-    pub fn get(&self) -> Answer {
-        self.answer
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-}
+pub type PodAnswer = crate::setting::Setting<Answer>;

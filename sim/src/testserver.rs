@@ -91,6 +91,21 @@ pub fn headers(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     h
 }
 
+/// The headers of a JSON answer of `content_length` bytes to the test's admin, whose request
+/// priority and fairness admitted (`exempt`), for comparison with [`Raw::stable_headers`].
+pub fn admitted_json(content_length: usize) -> Vec<(String, String)> {
+    use crate::flowcontrol::{uid_of, FLOW_SCHEMA_UID, PRIORITY_LEVEL_UID};
+    headers(&[
+        ("cache-control", "no-cache, private"),
+        ("content-length", &content_length.to_string()),
+        ("content-type", "application/json"),
+        (FLOW_SCHEMA_UID, &uid_of("exempt")),
+        (PRIORITY_LEVEL_UID, &uid_of("exempt")),
+        ("x-kubegate-sim-replica", "test"),
+        ("x-kubegate-sim-user", "admin"),
+    ])
+}
+
 static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
 
 impl TestServer {

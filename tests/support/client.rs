@@ -42,6 +42,16 @@ impl Response {
             .unwrap_or("<none>")
             .to_string()
     }
+
+    /// The `metadata.resourceVersion` of a JSON answer (a list's: where a watch starts).
+    pub fn resource_version(&self) -> String {
+        let v: serde_json::Value = serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()));
+        v["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no metadata.resourceVersion: {}", self.text()))
+            .to_string()
+    }
 }
 
 fn alpn(h2: bool) -> &'static [&'static [u8]] {

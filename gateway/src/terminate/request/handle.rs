@@ -315,9 +315,6 @@ async fn serve(
         outgoing = outgoing.holding(held);
     }
     served.sent_as(&gw, client, outgoing.kind(), outgoing.user_agent());
-    // Who the apiserver will take the request to be, when kubegate knows it whole: the
-    // certificate's user it vouches for, or the user a review named the token's. Only such a
-    // request may share another sender's, after a review of that user.
     // Who the apiserver will take the request to be, when kubegate knows it valid now: the
     // certificate's user it vouches for, the user a review named the token's within its TTL,
     // or no one. Only such a request shares another's upstream request (`shared::Sharer`).

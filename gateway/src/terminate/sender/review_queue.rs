@@ -337,22 +337,19 @@ mod tests {
         assert_eq!(limit(Waiting::New, 1), 1);
     }
 
-    /// A flood from one address queues behind the slots; another address's first request is
-    /// served after at most one of the flood's, not after all that arrived before it.
-    #[tokio::test]
-    async fn a_newcomer_from_another_source_is_served_before_the_floods_next() {
+    /// With every slot of `kind` within `max` taken, `flood` requests of `kind` from source 1
+    /// wait, then one from source 2; the slot is freed: the sources in the order served (each
+    /// reviewed at once, its slot going back as it is recorded).
+    async fn served_in_turn(kind: Waiting, max: u32, flood: usize) -> Vec<u8> {
         let q = Arc::new(ReviewQueue::default());
-        // Two slots: one for new tokens, one kept for renewals.
-        let max = 2;
-        let first = q.acquire(ip(1), Waiting::New, max, soon()).await.unwrap();
+        let held = q.acquire(ip(1), kind, max, soon()).await.unwrap();
         let served = Arc::new(Mutex::new(Vec::new()));
-        let waiter = |source: u8, name: &'static str| {
+        let wait = |source: u8| {
             let (q, served) = (q.clone(), served.clone());
             tokio::spawn(async move {
-                let slot = q.acquire(ip(source), Waiting::New, max, soon()).await;
-                assert!(slot.is_some(), "{name} is served");
-                // Reviewed at once: the slot goes back as it is recorded.
-                served.lock().unwrap().push(name);
+                let slot = q.acquire(ip(source), kind, max, soon()).await;
+                assert!(slot.is_some(), "source {source} is served");
+                served.lock().unwrap().push(source);
             })
         };
         let waiting = |source: u8| {
@@ -361,73 +358,44 @@ mod tests {
                 .unwrap()
                 .sources
                 .get(&ip(source))
-                .map_or(0, |s| s.queues[Waiting::New as usize].waiting.len())
+                .map_or(0, |s| s.queues[kind as usize].waiting.len())
         };
-        let mut tasks = Vec::new();
-        for _ in 0..5 {
-            tasks.push(waiter(1, "flood"));
-        }
-        while waiting(1) < 5 {
+        let mut tasks: Vec<_> = (0..flood).map(|_| wait(1)).collect();
+        while waiting(1) < flood {
             tokio::task::yield_now().await;
         }
-        tasks.push(waiter(2, "newcomer"));
+        tasks.push(wait(2));
         while waiting(2) < 1 {
             tokio::task::yield_now().await;
         }
-        drop(first);
+        drop(held);
         for t in tasks {
             tokio::time::timeout(Duration::from_secs(10), t)
                 .await
                 .unwrap()
                 .unwrap();
         }
-        let order = served.lock().unwrap().clone();
-        assert_eq!(order.len(), 6);
-        assert_eq!(order[1], "newcomer", "{order:?}");
         assert_eq!(q.in_flight(), 0);
+        let order = served.lock().unwrap().clone();
+        order
     }
 
+    /// A flood from one address queues behind the slots; another address's first request is
+    /// served after at most one of the flood's, not after all that arrived before it.
     #[tokio::test]
-    async fn renewals_take_the_kept_slots_and_go_first() {
-        let q = Arc::new(ReviewQueue::default());
-        let max = 4;
-        let mut news = Vec::new();
-        for i in 0..3 {
-            news.extend(q.acquire(ip(i + 1), Waiting::New, max, soon()).await);
-        }
-        assert_eq!(news.len(), 3);
-        // New tokens may not take the fourth slot; a renewal does, at once.
-        let shortly = tokio::time::Instant::now() + Duration::from_millis(50);
-        assert!(q.acquire(ip(9), Waiting::New, max, shortly).await.is_none());
-        let renewal = q.acquire(ip(9), Waiting::Renewal, max, soon()).await;
-        assert!(renewal.is_some());
-        assert_eq!(q.in_flight(), 4);
-        // A renewal waiting is served before a new token waiting.
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let wait = |w: Waiting, name: &'static str| {
-            let (q, order) = (q.clone(), order.clone());
-            tokio::spawn(async move {
-                let slot = q.acquire(ip(7), w, max, soon()).await;
-                order.lock().unwrap().push(name);
-                slot
-            })
-        };
-        let new = wait(Waiting::New, "new");
-        tokio::task::yield_now().await;
-        let renewing = wait(Waiting::Renewal, "renewal");
-        while q.state.lock().unwrap().renewal_turns.is_empty() {
-            tokio::task::yield_now().await;
-        }
-        drop(news.pop());
-        let renewed = renewing.await.unwrap();
-        assert!(renewed.is_some());
-        // New tokens fill at most three slots: with the two renewals holding theirs, a
-        // new token waits until fewer than three are taken.
-        drop(news.pop());
-        assert!(!new.is_finished());
-        drop(renewal);
-        assert!(new.await.unwrap().is_some());
-        assert_eq!(*order.lock().unwrap(), ["renewal", "new"]);
+    async fn a_newcomer_from_another_source_is_served_before_the_floods_next() {
+        // Two slots: one for new tokens, one kept for renewals.
+        let order = served_in_turn(Waiting::New, 2, 5).await;
+        assert_eq!(order.len(), 6);
+        assert_eq!(order[1], 2, "{order:?}");
+    }
+
+    /// One source's many renewals do not hold up another's: renewals too go by source in turn.
+    #[tokio::test]
+    async fn renewals_take_turns_by_source() {
+        let order = served_in_turn(Waiting::Renewal, 1, 4).await;
+        assert_eq!(order.len(), 5);
+        assert_eq!(order[1], 2, "{order:?}");
     }
 
     #[tokio::test]
@@ -498,47 +466,6 @@ mod tests {
             q.acquire(ip(9), Waiting::New, 1, past).await.is_some(),
             "the slot is free: no wait"
         );
-    }
-
-    /// One source's many renewals do not hold up another's: renewals too go by source in turn.
-    #[tokio::test]
-    async fn renewals_take_turns_by_source() {
-        let q = Arc::new(ReviewQueue::default());
-        let held = q.acquire(ip(1), Waiting::Renewal, 1, soon()).await.unwrap();
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let wait = |source: u8| {
-            let (q, order) = (q.clone(), order.clone());
-            tokio::spawn(async move {
-                let slot = q.acquire(ip(source), Waiting::Renewal, 1, soon()).await;
-                assert!(slot.is_some());
-                order.lock().unwrap().push(source);
-            })
-        };
-        let waiting = |source: u8| {
-            q.state
-                .lock()
-                .unwrap()
-                .sources
-                .get(&ip(source))
-                .map_or(0, |s| s.queues[Waiting::Renewal as usize].waiting.len())
-        };
-        let mut tasks: Vec<_> = (0..4).map(|_| wait(1)).collect();
-        while waiting(1) < 4 {
-            tokio::task::yield_now().await;
-        }
-        tasks.push(wait(2));
-        while waiting(2) < 1 {
-            tokio::task::yield_now().await;
-        }
-        drop(held);
-        for t in tasks {
-            tokio::time::timeout(Duration::from_secs(10), t)
-                .await
-                .unwrap()
-                .unwrap();
-        }
-        let order = order.lock().unwrap().clone();
-        assert_eq!(order[1], 2, "{order:?}");
     }
 
     /// Beyond the table's bound, new sources share one: counted, queued and rated together,

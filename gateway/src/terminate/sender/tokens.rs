@@ -486,6 +486,15 @@ mod tests {
         assert_eq!(TokenHash::of("abc").0[..4], [0xba, 0x78, 0x16, 0xbf]);
     }
 
+    fn alice() -> Arc<UserInfo> {
+        Arc::new(UserInfo {
+            user: "alice".into(),
+            groups: vec![],
+            uid: None,
+            extra: Default::default(),
+        })
+    }
+
     fn key(i: u32) -> TokenHash {
         let mut k = [0u8; 32];
         k[..4].copy_from_slice(&i.to_be_bytes());
@@ -499,12 +508,7 @@ mod tests {
             ..TokenReviewConfig::default()
         };
         let reviews = TokenReviews::default();
-        let user = Arc::new(UserInfo {
-            user: "alice".into(),
-            groups: vec![],
-            uid: None,
-            extra: Default::default(),
-        });
+        let user = alice();
         reviews.remember(
             key(0),
             &Naming::Named(user.clone()),
@@ -542,12 +546,7 @@ mod tests {
             ..TokenReviewConfig::default()
         };
         let reviews = TokenReviews::default();
-        let user = Arc::new(UserInfo {
-            user: "alice".into(),
-            groups: vec![],
-            uid: None,
-            extra: Default::default(),
-        });
+        let user = alice();
         reviews.remember(
             key(0),
             &Naming::Named(user.clone()),

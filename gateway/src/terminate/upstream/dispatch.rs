@@ -14,6 +14,7 @@
 //! gets the rejection asking it to wait least. Each of these answers is matched exactly, and
 //! only where it can be the apiserver's own (`signals`): any other answer — a handler's 429
 //! after processing, a proxied pod's 503 — reaches the client once, as it came.
+
 use crate::net::hold::{HeldBy, StorageOutage};
 use crate::net::{place, Attempt, Unplaced, PASSIVE_EJECTION};
 use crate::state::{Backend, Gateway, Pool, Stream};
