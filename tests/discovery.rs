@@ -5,6 +5,9 @@
 //! 1. `kubegate_follows_the_kubernetes_endpoint_slices`: the seed leads to all three; a fourth
 //!    replica is found and used; one shut down is drained and removed; kubegate restarted with
 //!    its seed gone still serves from its state file.
+//! 2. `a_reload_adds_and_removes_a_cluster_that_discovers_its_replicas`: a cluster with
+//!    `discovery` added by a reload finds its replicas beside a running cluster; removed by the
+//!    next, it is forgotten with what it found.
 
 use kubegate_e2e::*;
 use std::net::SocketAddr;
@@ -120,4 +123,81 @@ async fn kubegate_follows_the_kubernetes_endpoint_slices() {
         .await
         .unwrap();
     assert_eq!(r.status, 200);
+}
+
+/// Cluster `name` answering `server_names`, seeded with `sims` probed with `pki`'s CA.
+fn cluster(
+    name: &str,
+    server_names: &[&str],
+    pki: &Pki,
+    sims: &[&Sim],
+    base: &kubegate_config::HealthConfig,
+) -> kubegate_config::ClusterSpec {
+    let mut health = base.clone();
+    health.tls.ca_file = Some(pki.ca_file());
+    kubegate_config::ClusterSpec {
+        name: name.into(),
+        server_names: server_names.iter().map(|s| s.to_string()).collect(),
+        backends: sims
+            .iter()
+            .map(|s| kubegate_config::BackendSpec::named(&s.name, s.addr))
+            .collect(),
+        discovery: None,
+        health: Some(health),
+        upstream: None,
+        dispatch: Vec::new(),
+        tls: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_adds_and_removes_a_cluster_that_discovers_its_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let etcd = etcd(dir.path());
+    let port = free_port();
+    let sims: Vec<Sim> = (1..=2).map(|n| replica(&pki, &etcd, n, port)).collect();
+    let addr = |n: u8| SocketAddr::from(([127, 0, 0, n], port));
+    let other = Sim::start(&pki, "other", SimOptions::default());
+    let mut cfg = KubegateConfig::new(&[]);
+    cfg.clusters = vec![cluster("a", &["a.example"], &pki, &[&other], &cfg.health)];
+    let kg = Kubegate::start(&pki, &cfg);
+    kg.wait_state("other", "ready", T);
+
+    // Added by a reload, seeded with replica-1: it finds replica-2.
+    let mut b = cluster("b", &["b.example"], &pki, &[&sims[0]], &cfg.health);
+    b.discovery = Some(kubegate_config::DiscoveryConfig {
+        kubeconfig: pki.kubeconfig(&format!("https://{}", sims[0].addr)),
+        state_file: None,
+        debounce: secs(1),
+    });
+    cfg.clusters.push(b);
+    kg.rewrite(&cfg);
+    wait_for("b's replicas found and ready", T, || {
+        ready(&kg, &[addr(1), addr(2), other.addr]).then_some(())
+    });
+    assert_eq!(
+        kg.metric(r#"kubegate_config_reloads_total{result="success"}"#),
+        1.0
+    );
+    let found: Vec<_> = kg
+        .backends()
+        .into_iter()
+        .filter(|b| b["address"] == addr(2).to_string())
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["source"], "discovered", "{found:?}");
+    assert_eq!(found[0]["cluster"], "b", "{found:?}");
+
+    // Removed by the next: what it found goes with it; cluster a is untouched.
+    cfg.clusters.truncate(1);
+    kg.rewrite(&cfg);
+    wait_for("b forgotten", T, || ready(&kg, &[other.addr]).then_some(()));
+    assert_eq!(
+        kg.metric(r#"kubegate_config_reloads_total{result="success"}"#),
+        2.0
+    );
+    wait_for("b's series gone", T, || {
+        (!kg.admin_body("/metrics").contains(r#"cluster="b""#)).then_some(())
+    });
 }

@@ -553,7 +553,7 @@ clusters:
                 "NeedsRestart(\"listeners\")"
             ]
         );
-        // A cluster that discovers its replicas is neither added nor removed by a reload.
+        // A cluster that discovers its replicas is added and removed by a reload as any other.
         let discovering = TWO.replace(
             "  - name: b\n",
             "  - name: b\n    discovery: { kubeconfig: ca.crt }\n",
@@ -562,7 +562,16 @@ clusters:
         let cut = without_b.find("  - name: b\n").unwrap();
         let changes = crate::diff(&load(&discovering), &load(&without_b[..cut]));
         assert!(
-            changes.contains(&crate::diff::Change::NeedsRestart("clusters[].discovery")),
+            changes.contains(&crate::diff::Change::ClusterRemoved("b".into())),
+            "{changes:?}"
+        );
+        assert!(
+            !changes.contains(&crate::diff::Change::NeedsRestart("clusters[].discovery")),
+            "{changes:?}"
+        );
+        let changes = crate::diff(&load(&without_b[..cut]), &load(&discovering));
+        assert!(
+            changes.iter().any(|c| matches!(c, crate::diff::Change::ClusterAdded(c) if c.name == "b" && c.discovery.is_some())),
             "{changes:?}"
         );
         // From the one-cluster form to clusters: every route changes, a restart.

@@ -47,10 +47,19 @@ pub enum Change {
         changes: Vec<Change>,
     },
     /// A setting that only takes effect at start (listeners, admin, threads, upgrade,
-    /// whether the file names clusters, a cluster's discovery or tls). Names the key. A
+    /// whether the file names clusters, a kept cluster's discovery or tls). Names the key. A
     /// reload that holds one is refused, so the running process never claims a state it is
     /// not in.
     NeedsRestart(&'static str),
+}
+
+/// What start-up applies: every cluster of `new` added to nothing, in `new`'s order (start-up
+/// and a reload put a configuration in force by one path).
+pub fn from_nothing(new: &Config) -> Vec<Change> {
+    new.clusters()
+        .iter()
+        .map(|c| Change::ClusterAdded(Box::new(c.clone())))
+        .collect()
 }
 
 /// Lists what `new` changes relative to `old`: its clusters first, in `new`'s order.
@@ -168,9 +177,9 @@ fn backend_changes(old: &[BackendSpec], new: &[BackendSpec], changes: &mut Vec<C
     }
 }
 
-/// The clusters of `new` against those of `old`, by name: added, removed, changed. A
-/// cluster's discovery (a task following its EndpointSlices) and serving certificate are
-/// set up at start, so a cluster with discovery is neither added nor removed by a reload.
+/// The clusters of `new` against those of `old`, by name: added, removed, changed. A cluster
+/// is added and removed with its discovery (a task following its EndpointSlices) and serving
+/// certificate; a kept cluster's are not changed while running.
 /// `named`: the files have `clusters:` (without, the key an operator wrote is the top level's).
 fn cluster_changes(
     old: &[ClusterConfig],
@@ -184,9 +193,6 @@ fn cluster_changes(
     };
     for c in new {
         let Some(o) = old.iter().find(|o| o.name == c.name) else {
-            if c.discovery.is_some() {
-                changes.push(discovery(c));
-            }
             changes.push(Change::ClusterAdded(Box::new(c.clone())));
             continue;
         };
@@ -218,9 +224,6 @@ fn cluster_changes(
     }
     for o in old {
         if !new.iter().any(|c| c.name == o.name) {
-            if o.discovery.is_some() {
-                changes.push(discovery(o));
-            }
             changes.push(Change::ClusterRemoved(o.name.clone()));
         }
     }

@@ -29,7 +29,7 @@ mod validate;
 
 pub use cidr::Cidr;
 pub use cluster::ServerNamePattern;
-pub use diff::{diff, Change};
+pub use diff::{diff, from_nothing, Change};
 pub use dispatch::{DispatchRule, Fallback, RuleLimit, RuleMatch, NON_RESOURCE_VERBS, VERBS};
 pub use error::{ConfigError, Problem};
 pub use load::{load_file, load_file_with, load_str, load_str_with, warnings, Check};

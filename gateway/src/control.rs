@@ -9,6 +9,7 @@
 //! | `admin` | `/livez`, `/readyz`, `/metrics`, `/debug/backends`, `/debug/config`, drain calls |
 //! | `status` | `kubegate status`: the admin endpoint's backends as a table |
 //! | `drain` | `kubegate drain` and `undrain`: a replica's work moved ahead of its restart |
+//! | `generation` | the one path a configuration comes in force by, at start-up and at each reload: the next generation from the one in force |
 //! | `reload` | SIGHUP and file-change reloads: all or nothing |
 //! | `certs` | serving and front-proxy certificates that follow their files |
 //! | `terminated` | the tasks that follow each cluster terminate mode serves, ended with it |
@@ -24,6 +25,7 @@ mod discovery;
 pub mod drain;
 mod expiry;
 mod files;
+mod generation;
 pub mod notify;
 mod reload;
 mod service;
@@ -32,6 +34,6 @@ mod terminated;
 pub mod upgrade;
 
 pub use admin::AdminTls;
-pub use discovery::{load_credentials, Credentials};
 pub use files::{check_files_and_tls, log_warnings};
-pub use service::{Control, ControlParts, Discovery, UpgradeState};
+pub use generation::Plan;
+pub use service::{Control, ControlParts, UpgradeState};

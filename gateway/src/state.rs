@@ -19,5 +19,5 @@ pub use cluster::{Cluster, ClusterHolds, Clusters, Route, HELD_RETRIES_PER_SECON
 pub use gateway::Gateway;
 pub use lifecycle::{Lifecycle, Phase};
 pub use listeners::{ClientListener, ClientSlot};
-pub use running::RunningConfig;
+pub use running::{Generation, RunningConfig};
 pub use settings::{pool_settings, probe_settings};

@@ -4,11 +4,11 @@
 //! socket, certificates, discovery credentials.
 
 use crate::app::descriptors;
-use crate::control::{self, upgrade, AdminTls, ControlParts, UpgradeState};
+use crate::control::{self, upgrade, AdminTls, ControlParts, Plan, UpgradeState};
 use crate::net::{self, Serve};
 use crate::passthrough::Passthrough;
 use crate::state::{ClientListener, Gateway};
-use crate::terminate::{ClusterFiles, TerminateListener, TerminatePlane};
+use crate::terminate::{TerminateListener, TerminatePlane};
 use kubegate_config::{load_file_with, Config, ListenerMode};
 use std::net::TcpListener;
 use std::path::Path;
@@ -45,14 +45,6 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
         (Some(u), None) => Some(upgrade::bind(&u.socket)?),
         _ => None,
     };
-    for cluster in config.clusters() {
-        if cluster.health.tls.insecure_skip_verify {
-            tracing::warn!(
-                cluster = cluster.name,
-                "health.tls.insecure_skip_verify is set: backend certificates are not verified"
-            );
-        }
-    }
     // A process taking over accepts once it has a backend; until then its predecessor does.
     let accepting = inherited.is_none();
     let counts = config
@@ -60,28 +52,18 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
         .iter()
         .map(|l| ClientListener::leak(l.address, l.mode))
         .collect();
+    // Every cluster, read as a reload reads an added one: a file that cannot be used fails
+    // the start here; the control runtime puts the generation in force as it starts.
+    let first = Plan::first(config.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
     let gateway = Gateway::new(
         config.clone(),
         config_path.to_path_buf(),
         accepting,
         descriptors.client_capacity(),
         counts,
-    )?;
-    // Terminate mode's state for each cluster a terminate listener serves.
+    );
     let terminate = Arc::new(TerminatePlane::new());
-    let clusters = gateway.clusters();
-    for spec in config.clusters() {
-        let Some(cluster) = clusters.named(&spec.name) else {
-            continue;
-        };
-        if !config.terminated(&spec.name) {
-            continue;
-        }
-        let files = ClusterFiles::load(&spec.name, spec.tls.as_ref(), &spec.upstream)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        terminate.serve(cluster, files, &spec.dispatch, gateway.metrics());
-    }
-    let (listeners, serving) = bind_listeners(&config, inherited.as_mut())?;
+    let (listeners, serving) = bind_listeners(&config, &terminate, inherited.as_mut())?;
     let admin = match inherited
         .as_mut()
         .and_then(|i| i.take(config.admin.address))
@@ -114,23 +96,6 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
         commit = crate::telemetry::build::COMMIT,
         "kubegate starting"
     );
-    let mut discovery = Vec::new();
-    let clusters = gateway.clusters();
-    for spec in config.clusters() {
-        let (Some(settings), Some(cluster)) = (spec.discovery.clone(), clusters.named(&spec.name))
-        else {
-            continue;
-        };
-        let credentials =
-            control::load_credentials(&settings.kubeconfig, spec.health.tls.ca_file.as_deref())
-                .map_err(|e| anyhow::anyhow!("discovery.kubeconfig: {e}"))?;
-        discovery.push(control::Discovery {
-            cluster: cluster.clone(),
-            settings,
-            credentials,
-            server_name: spec.health.tls.server_name.clone(),
-        });
-    }
     let upgrade = config.upgrade.as_ref().map(|u| UpgradeState {
         path: u.socket.clone(),
         socket: upgrade_socket,
@@ -147,7 +112,7 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
             terminate,
             serving,
             upgrade,
-            discovery,
+            first,
         },
         threads,
     })
@@ -158,6 +123,7 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
 #[allow(clippy::type_complexity)]
 fn bind_listeners(
     config: &Config,
+    terminate: &Arc<TerminatePlane>,
     mut inherited: Option<&mut upgrade::Inherited>,
 ) -> anyhow::Result<(
     Vec<(TcpListener, Arc<dyn Serve>)>,
@@ -170,7 +136,7 @@ fn bind_listeners(
         let plane: Arc<dyn Serve> = match l.mode {
             ListenerMode::Passthrough => Arc::new(Passthrough::new(l.clone())),
             ListenerMode::Terminate => {
-                let listener = TerminateListener::new(l).map_err(at)?;
+                let listener = TerminateListener::new(l, terminate.clone()).map_err(at)?;
                 serving.extend(listener.serving().cloned());
                 Arc::new(Arc::new(listener))
             }

@@ -210,7 +210,7 @@ async fn route(
             .expect("valid response"),
         "/debug/backends" => json(&views::backends_view(gw)),
         // File paths only: no key, token or certificate content is ever in the configuration.
-        "/debug/config" => json(&**gw.config().load()),
+        "/debug/config" => json(&*gw.config().load()),
         _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
     }
 }

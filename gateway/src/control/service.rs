@@ -4,12 +4,11 @@
 
 use crate::control::admin::{self, AdminTls};
 use crate::control::certs::{watch_certificates, Watched};
-use crate::control::discovery::{self, Credentials};
-use crate::control::{expiry, notify, reload, terminated, upgrade};
-use crate::state::{Cluster, Gateway, Phase};
-use crate::terminate::{TerminatePlane, TerminatedCluster};
+use crate::control::generation::{self, Plan};
+use crate::control::{expiry, notify, reload, upgrade};
+use crate::state::{Gateway, Phase};
+use crate::terminate::TerminatePlane;
 use async_trait::async_trait;
-use kubegate_config::DiscoveryConfig;
 use pingora_core::server::ShutdownWatch;
 use pingora_core::services::background::BackgroundService;
 use std::sync::{Arc, Mutex};
@@ -29,21 +28,8 @@ pub struct ControlParts {
     pub serving: Vec<Arc<kubegate_net::tls::ServingCert>>,
     /// With `upgrade.socket` configured: what this process hands over, and what it took over.
     pub upgrade: Option<UpgradeState>,
-    /// Each cluster with `discovery` configured: what it follows with.
-    pub discovery: Vec<Discovery>,
-}
-
-/// One cluster's discovery, its credentials read at start.
-pub struct Discovery {
-    /// The cluster whose replicas it finds.
-    pub cluster: Arc<Cluster>,
-    /// Its settings.
-    pub settings: DiscoveryConfig,
-    /// Its kubeconfig's credentials.
-    pub credentials: Credentials,
-    /// The name its replicas' certificates are verified for when the kubeconfig names none
-    /// (the cluster's `health.tls.server_name`).
-    pub server_name: String,
+    /// The first generation: every cluster of the configuration, added to nothing.
+    pub first: Plan,
 }
 
 /// Starts the control tasks when pingora starts its services.
@@ -85,21 +71,9 @@ impl BackgroundService for Control {
             .take()
             .expect("control starts once");
         let admin = tokio::net::TcpListener::from_std(parts.admin).expect("admin listener");
-        gw.start_backends();
-        for found in parts.discovery {
-            tokio::spawn(discovery::run(
-                gw.clone(),
-                found.cluster,
-                found.settings,
-                found.credentials,
-                found.server_name,
-            ));
-        }
-        for cluster in gw.clusters().all() {
-            if let Some(served) = cluster.terminated::<TerminatedCluster>() {
-                terminated::follow(&gw, &served);
-            }
-        }
+        // Start-up is the reload from nothing: pools, discovery, terminate state and
+        // control tasks, made by the one path that makes every generation.
+        generation::apply(&gw, &parts.terminate, parts.first);
         reload::record_initial_load(&gw);
         tokio::spawn(admin::serve(admin, parts.admin_tls.clone(), gw.clone()));
         tokio::spawn(reload::watch(gw.clone(), parts.terminate.clone()));

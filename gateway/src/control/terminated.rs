@@ -1,16 +1,16 @@
 //! The control tasks that follow a cluster terminate mode serves: its replicas' versions, the
 //! share of its long-running requests, its serving (if it has its own) and front-proxy
 //! certificate files. Started with the cluster (at start or by the reload that adds it) and
-//! ended with it.
+//! ended with it (`Cluster::end_tasks`).
 
 use crate::control::certs::{watch_certificates, Watched};
-use crate::state::Gateway;
+use crate::state::{Cluster, Gateway};
 use crate::terminate::TerminatedCluster;
 use std::sync::Arc;
 
-/// Starts `cluster`'s control tasks, to end when it is removed.
-pub fn follow(gw: &Arc<Gateway>, cluster: &TerminatedCluster) {
-    let mode = cluster.mode();
+/// Starts the control tasks of `cluster`, served as `served`, to end when it is removed.
+pub fn follow(gw: &Arc<Gateway>, cluster: &Cluster, served: &TerminatedCluster) {
+    let mode = served.mode();
     let versions = tokio::spawn(crate::terminate::learn_versions(gw.clone(), mode.clone()));
     let share = tokio::spawn(crate::terminate::keep_share(
         gw.clone(),
@@ -19,7 +19,7 @@ pub fn follow(gw: &Arc<Gateway>, cluster: &TerminatedCluster) {
     let certificates = tokio::spawn(watch_certificates(
         gw.clone(),
         Watched {
-            serving: cluster
+            serving: served
                 .handshake()
                 .map(|h| h.serving.clone())
                 .into_iter()

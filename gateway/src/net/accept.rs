@@ -140,7 +140,9 @@ async fn accept_loop(
         _ = accepting.wait_for(|a| *a) => {}
         _ = phase.wait_for(|p| *p >= Phase::Draining) => return,
     }
-    if *phase.borrow() >= Phase::Draining {
+    // Clients wait in the backlog until start-up has put the first generation (the clusters)
+    // in force.
+    if phase.wait_for(|p| *p >= Phase::Serving).await.is_err() || *phase.borrow() >= Phase::Draining {
         return;
     }
     let mut last_warning: Option<Instant> = None;

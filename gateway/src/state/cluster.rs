@@ -1,16 +1,17 @@
 //! One control plane behind kubegate (its name, its backends — the pool's probes, states and
-//! routing table — and what terminate mode keeps for it), and the table of every cluster with
+//! routing table — and the control tasks that follow it), and the table of every cluster with
 //! the TLS server names that reach each: the one registry both planes route by. A file without
-//! `clusters:` has one cluster, reached by every name. A reload swaps the table whole:
-//! clusters added (with their terminate state), removed and renamed come in force together,
-//! and a renamed cluster is the same `Cluster`.
+//! `clusters:` has one cluster, reached by every name. A reload swaps the table whole (with
+//! the configuration, `running`): clusters added, removed and renamed come in force together,
+//! and a kept cluster is the same `Cluster`. What terminate mode keeps per cluster is its own
+//! (`terminate::TerminatePlane`).
 
 use crate::state::backends::{Backend, Pool};
 use kubegate_config::{ListenerSpec, ServerNamePattern};
-use std::any::Any;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::task::AbortHandle;
 
 /// Retries of reads held through a storage outage one cluster sends, per second, at most.
 pub const HELD_RETRIES_PER_SECOND: f64 = 10.0;
@@ -81,16 +82,17 @@ impl ClusterHolds {
     }
 }
 
-/// One cluster's share of the gateway.
+/// One cluster's share of the gateway, matched by name across generations: a kept cluster
+/// is the same `Cluster`, its pool, holds and control tasks with it.
 pub struct Cluster {
     name: String,
     pool: Arc<Pool>,
     /// What it holds while it cannot serve.
     holds: ClusterHolds,
-    /// What terminate mode keeps for this cluster when a terminate listener serves it: put in
-    /// before the cluster is in force, taken out when a reload removes it (it holds the
-    /// cluster too). Opaque here: this layer does not know the planes' types.
-    terminated: RwLock<Option<Arc<dyn Any + Send + Sync>>>,
+    /// The control tasks that follow it (its discovery; where terminate mode serves it, its
+    /// replicas' versions, its share of long-running requests, its certificate files): ended
+    /// when a reload removes it.
+    tasks: Mutex<Vec<AbortHandle>>,
 }
 
 impl Cluster {
@@ -100,27 +102,25 @@ impl Cluster {
             name,
             pool,
             holds: ClusterHolds::default(),
-            terminated: RwLock::default(),
+            tasks: Mutex::default(),
         }
     }
 
-    /// Terminate mode serves this cluster with `state`.
-    pub fn terminate_with(&self, state: Arc<dyn Any + Send + Sync>) {
-        *self.terminated.write().unwrap_or_else(|e| e.into_inner()) = Some(state);
-    }
-
-    /// What terminate mode keeps for this cluster, if it serves it.
-    pub fn terminated<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
-        let state = self.terminated.read().unwrap_or_else(|e| e.into_inner());
-        state.clone()?.downcast().ok()
-    }
-
-    /// Terminate mode no longer serves this cluster (a reload removed it).
-    pub fn forget_terminated(&self) {
-        self.terminated
-            .write()
+    /// Ends `task` when the cluster is removed.
+    pub fn keep_task(&self, task: AbortHandle) {
+        self.tasks
+            .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .take();
+            .push(task);
+    }
+
+    /// A reload removed the cluster: its control tasks end (its discovery adds no backend to
+    /// the retired pool).
+    pub fn end_tasks(&self) {
+        let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        for task in tasks {
+            task.abort();
+        }
     }
 
     /// Its name.
@@ -210,7 +210,11 @@ impl Clusters {
     /// shorter); without a name, the listener's `default_cluster`.
     pub fn route(&self, listener: &ListenerSpec, server_name: Option<&str>) -> Route {
         if !self.named {
-            return Route::To(self.list[0].clone());
+            // None before start-up put its cluster in force.
+            return match self.list.first() {
+                Some(one) => Route::To(one.clone()),
+                None => Route::UnknownServerName,
+            };
         }
         let serves = |c: &&Arc<Cluster>| {
             listener

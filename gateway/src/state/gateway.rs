@@ -8,11 +8,10 @@ use crate::state::cluster::{Cluster, Clusters};
 use crate::state::lifecycle::{Lifecycle, Phase};
 use crate::state::listeners::ClientListener;
 use crate::state::running::RunningConfig;
-use crate::state::settings::{pool_settings, probe_settings};
+use crate::state::settings::pool_settings;
 use crate::telemetry::busiest::Busiest;
 use crate::telemetry::transitions::Transitions;
 use crate::telemetry::{MetricEvents, Metrics};
-use arc_swap::ArcSwap;
 use kubegate_config::Config;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,9 +20,8 @@ use std::sync::Arc;
 pub struct Gateway {
     /// Itself, for what its pools tell it (their readiness).
     this: std::sync::Weak<Gateway>,
+    /// The configuration in force and its clusters, replaced together.
     config: RunningConfig,
-    /// Replaced whole by a reload that adds, changes or removes a cluster.
-    clusters: ArcSwap<Clusters>,
     lifecycle: Arc<Lifecycle>,
     metrics: Arc<Metrics>,
     /// Who sent the most requests lately (terminate mode), for the status page.
@@ -44,36 +42,25 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// A gateway for `config` (read from `path`) with no backends started yet (see
-    /// [`Gateway::start_backends`]); `accepting` unless it takes over from a running
-    /// predecessor; room for `client_capacity` client connections in its descriptors; clients
-    /// on `listeners`. Fails when a cluster's probe files cannot be read.
+    /// A gateway for `config` (read from `path`) with no cluster yet: start-up puts them in
+    /// force as a reload does (`control::generation`); `accepting` unless it takes over from a
+    /// running predecessor; room for `client_capacity` client connections in its descriptors;
+    /// clients on `listeners`.
     pub fn new(
         config: Config,
         path: PathBuf,
         accepting: bool,
         client_capacity: usize,
         listeners: Vec<&'static ClientListener>,
-    ) -> anyhow::Result<Arc<Gateway>> {
+    ) -> Arc<Gateway> {
         let metrics = Arc::new(Metrics::new());
         metrics.gateway.publish_build();
         let lifecycle = Arc::new(Lifecycle::new(metrics.clone(), accepting));
         let transitions = Arc::new(Transitions::default());
-        let mut probes = Vec::with_capacity(config.clusters().len());
-        for cluster in config.clusters() {
-            probes.push(
-                probe_settings(&cluster.health)
-                    .map_err(|e| anyhow::anyhow!("cluster {}: health: {e}", cluster.name))?,
-            );
-        }
-        let named = config.names_clusters();
-        let drain = config.drain.clone();
-        // Pools tell the gateway's readiness through a weak handle to it: clusters are made
-        // once it exists.
+        // Pools tell the gateway's readiness through a weak handle to it.
         let gw = Arc::new_cyclic(|this| Gateway {
             this: this.clone(),
             config: RunningConfig::new(config, path),
-            clusters: ArcSwap::from_pointee(Clusters::new(Vec::new(), named)),
             lifecycle,
             metrics,
             busiest: Busiest::default(),
@@ -84,19 +71,8 @@ impl Gateway {
             warned_limit: std::sync::atomic::AtomicUsize::new(0),
             held: std::sync::atomic::AtomicUsize::new(0),
         });
-        let config = gw.config.load_full();
-        let clusters = config
-            .clusters()
-            .iter()
-            .zip(probes)
-            .map(|(spec, probes)| {
-                let cluster = gw.new_cluster(spec, &drain, probes);
-                (cluster, spec.server_names.clone())
-            })
-            .collect();
-        gw.replace_clusters(Clusters::new(clusters, named));
         gw.publish_client_limit();
-        Ok(gw)
+        gw
     }
 
     /// Client connections admitted at once: `limits.max_client_connections`, held to what the
@@ -143,12 +119,7 @@ impl Gateway {
 
     /// Every cluster, as configured now (a reload may replace them).
     pub fn clusters(&self) -> Arc<Clusters> {
-        self.clusters.load_full()
-    }
-
-    /// Puts `clusters` in force: new clients are routed among them.
-    pub fn replace_clusters(&self, clusters: Clusters) {
-        self.clusters.store(Arc::new(clusters));
+        self.config.clusters()
     }
 
     /// A cluster for `spec`, its pool probing with `probes` (no backend added yet), its
@@ -226,28 +197,6 @@ impl Gateway {
         &self.lifecycle
     }
 
-    /// Creates the configured backends and starts their checkers. Must run inside the runtime
-    /// that is to carry the health checks.
-    pub fn start_backends(&self) {
-        let config = self.config.load_full();
-        let mut configured = 0;
-        let clusters = self.clusters();
-        for spec in config.clusters() {
-            let Some(cluster) = clusters.named(&spec.name) else {
-                continue;
-            };
-            for b in &spec.backends {
-                cluster.pool().add(b);
-            }
-            configured += spec.backends.len();
-            cluster.pool().rebuild_routing();
-        }
-        self.metrics
-            .control
-            .backends_configured
-            .set(configured as i64);
-    }
-
     /// Moves the lifecycle forward and republishes readiness.
     pub fn advance(&self, phase: Phase) {
         if self.lifecycle.advance(phase) {
@@ -259,6 +208,6 @@ impl Gateway {
     /// cluster's control plane down is no reason to take every other cluster's entry point
     /// out of its load balancer).
     pub fn ready(&self) -> Result<(), &'static str> {
-        self.lifecycle.readiness(self.clusters.load().ready())
+        self.lifecycle.readiness(self.config.clusters().ready())
     }
 }

@@ -1,20 +1,21 @@
 //! What terminate mode keeps for each cluster it serves (those a terminate listener serves; the
 //! one cluster of a file without `clusters:` among them): its terminate state (upstream, rules,
 //! tokens) and, with `clusters:`, the handshake its clients get (its serving certificate, its
-//! client CA, its TLS versions and suites). Kept with the cluster itself
-//! (`Cluster::terminated`), so the table both planes route by finds it: a new client finds what
-//! is configured now, a connection keeps the state it was accepted with (a removed cluster's
-//! open connections end with its retired pool's drain).
+//! client CA, its TLS versions and suites). The plane's table of them is put in force with
+//! the gateway's generation, whose clusters it routes by: a new client finds what is
+//! configured now, a connection keeps the state it was accepted with (a removed cluster's open
+//! connections end with its retired pool's drain).
 
-use crate::state::Cluster;
-use crate::telemetry::Metrics;
+use crate::state::{Cluster, Clusters, Route};
+use crate::telemetry::{Metrics, Refusal};
 use crate::terminate::request::rules::Rules;
 use crate::terminate::upstream::mode::{HeldInTotal, TerminateMode, UpstreamFiles};
 use crate::terminate::upstream::tls::ALPN;
-use kubegate_config::{DispatchRule, ServingTls};
+use arc_swap::ArcSwap;
+use kubegate_config::{DispatchRule, ListenerSpec, ServingTls};
 use kubegate_net::tls::ServingCert;
-use std::sync::{Arc, Mutex};
-use tokio::task::AbortHandle;
+use std::collections::HashMap;
+use std::sync::Arc;
 
 /// What terminate mode shares across the clusters it serves, and how a cluster comes to be
 /// served.
@@ -22,6 +23,16 @@ pub struct TerminatePlane {
     /// Request bodies, joined answers and shared watches' windows held for every cluster
     /// together.
     held: HeldInTotal,
+    /// The clusters served now.
+    served: ArcSwap<Served>,
+}
+
+/// The clusters terminate mode serves in one generation: the gateway's clusters of that
+/// generation, which clients are routed among, and the terminate state of each one a terminate
+/// listener serves, by name.
+pub struct Served {
+    clusters: Arc<Clusters>,
+    terminated: HashMap<String, Arc<TerminatedCluster>>,
 }
 
 /// One cluster's terminate state, and its handshake.
@@ -29,9 +40,6 @@ pub struct TerminatedCluster {
     /// Its own TLS (`clusters[].tls`); without, its clients complete their listener's.
     handshake: Option<Handshake>,
     mode: Arc<TerminateMode>,
-    /// The control tasks that follow this cluster (its versions, its share, its certificate
-    /// files): ended when it is removed.
-    tasks: Mutex<Vec<AbortHandle>>,
 }
 
 /// A TLS server side: the config a handshake completes with, and its serving certificate,
@@ -83,13 +91,17 @@ impl TerminatePlane {
     pub fn new() -> TerminatePlane {
         TerminatePlane {
             held: HeldInTotal::default(),
+            served: ArcSwap::from_pointee(Served {
+                clusters: Arc::new(Clusters::new(Vec::new(), false)),
+                terminated: HashMap::new(),
+            }),
         }
     }
 
-    /// Serves `cluster` with what `files` loaded and its `dispatch` rules, compiled under its
-    /// name, their series (and the cluster's) made in `metrics` (before the cluster is put in
-    /// force); its terminate state, for its control tasks.
-    pub fn serve(
+    /// Terminate state for `cluster` with what `files` loaded and its `dispatch` rules,
+    /// compiled under its name, their series (and the cluster's) made in `metrics`; served
+    /// once [`Self::put`] puts it in force.
+    pub fn make(
         &self,
         cluster: &Arc<Cluster>,
         files: ClusterFiles,
@@ -100,13 +112,48 @@ impl TerminatePlane {
         metrics.terminate.cluster_served(cluster.name());
         metrics.joins.cluster_served(cluster.name());
         let mode = TerminateMode::with(files.upstream.of(cluster.clone()), rules, &self.held);
-        let entry = Arc::new(TerminatedCluster {
+        Arc::new(TerminatedCluster {
             handshake: files.handshake,
             mode: Arc::new(mode),
-            tasks: Mutex::default(),
-        });
-        cluster.terminate_with(entry.clone());
-        entry
+        })
+    }
+
+    /// Puts in force `clusters` (the gateway's, of the generation just put in force) and the
+    /// terminate state of each served, by name.
+    pub fn put(&self, clusters: Arc<Clusters>, terminated: HashMap<String, Arc<TerminatedCluster>>) {
+        self.served.store(Arc::new(Served {
+            clusters,
+            terminated,
+        }));
+    }
+
+    /// The terminate state of every cluster served now, by name.
+    pub fn terminated(&self) -> HashMap<String, Arc<TerminatedCluster>> {
+        self.served.load().terminated.clone()
+    }
+
+    /// The terminate state of cluster `name`, if terminate mode serves it now.
+    pub fn cluster(&self, name: &str) -> Option<Arc<TerminatedCluster>> {
+        self.served.load().terminated.get(name).cloned()
+    }
+
+    /// The cluster a client of `listener` that sent server `name` reaches, and its terminate
+    /// state: from one generation.
+    pub fn route(
+        &self,
+        listener: &ListenerSpec,
+        name: Option<&str>,
+    ) -> Result<Arc<TerminatedCluster>, Refusal> {
+        let served = self.served.load();
+        match served.clusters.route(listener, name) {
+            Route::To(cluster) => served
+                .terminated
+                .get(cluster.name())
+                .cloned()
+                .ok_or(Refusal::UnknownServerName),
+            Route::NoServerName => Err(Refusal::NoServerName),
+            Route::UnknownServerName => Err(Refusal::UnknownServerName),
+        }
     }
 }
 
@@ -125,22 +172,5 @@ impl TerminatedCluster {
     /// Its terminate state.
     pub fn mode(&self) -> &Arc<TerminateMode> {
         &self.mode
-    }
-
-    /// Ends `task` with this cluster.
-    pub fn keep_task(&self, task: AbortHandle) {
-        self.tasks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(task);
-    }
-}
-
-impl Drop for TerminatedCluster {
-    fn drop(&mut self) {
-        let tasks = self.tasks.get_mut().unwrap_or_else(|e| e.into_inner());
-        for task in tasks.drain(..) {
-            task.abort();
-        }
     }
 }

@@ -14,11 +14,11 @@
 
 use crate::net::Serve;
 use crate::state::ClientSlot;
-use crate::state::{Gateway, Phase, Route};
+use crate::state::{Gateway, Phase};
 use crate::telemetry::{ClientLimit, ClientProtocol, HandshakeFailure, Refusal};
 use crate::terminate::request::handle::handle;
 use crate::terminate::request::shape::{CertificateRefusal, Client};
-use crate::terminate::server::clusters::{Handshake, TerminatedCluster};
+use crate::terminate::server::clusters::{Handshake, TerminatePlane};
 use crate::terminate::server::resets::ResetWatch;
 use crate::terminate::upstream::mode::TerminateMode;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -34,8 +34,9 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::LazyConfigAcceptor;
 
 /// One terminate-mode listener: its own TLS, if it has any. The clusters it serves, and what
-/// terminate mode keeps for each, are the gateway's (`Gateway::clusters`).
+/// terminate mode keeps for each, are the plane's.
 pub struct TerminateListener {
+    plane: Arc<TerminatePlane>,
     /// `listeners[].tls` (a file without `clusters:`): every client's handshake completes
     /// with it. Without, each completes with its cluster's.
     own: Option<Handshake>,
@@ -45,10 +46,14 @@ pub struct TerminateListener {
 }
 
 impl TerminateListener {
-    /// `listener`, serving the clusters it names (or every one); loads its own serving
-    /// certificate and client CA now, if it has them.
-    pub fn new(listener: &ListenerSpec) -> Result<TerminateListener, String> {
+    /// `listener`, serving the clusters it names (or every one) of `plane`; loads its own
+    /// serving certificate and client CA now, if it has them.
+    pub fn new(
+        listener: &ListenerSpec,
+        plane: Arc<TerminatePlane>,
+    ) -> Result<TerminateListener, String> {
         Ok(TerminateListener {
+            plane,
             own: listener.tls.as_ref().map(Handshake::load).transpose()?,
             listener: Arc::new(listener.clone()),
         })
@@ -274,13 +279,7 @@ async fn accept(
         .client_hello()
         .server_name()
         .map(str::to_ascii_lowercase);
-    let chosen = match gw.clusters().route(&listener.listener, name.as_deref()) {
-        Route::To(cluster) => cluster
-            .terminated::<TerminatedCluster>()
-            .ok_or(Refusal::UnknownServerName),
-        Route::NoServerName => Err(Refusal::NoServerName),
-        Route::UnknownServerName => Err(Refusal::UnknownServerName),
-    };
+    let chosen = listener.plane.route(&listener.listener, name.as_deref());
     let chosen = chosen.and_then(|c| {
         let handshake = listener.own.as_ref().or(c.handshake());
         // `kubegate check` made sure a cluster without a listener's TLS has its own.
