@@ -7,6 +7,9 @@
 //!    through its root).
 //! 2. `planes_import_downward_only`: `app` → `control` → {`passthrough`, `terminate`} → `net` →
 //!    `state` → `telemetry`; the two data planes never import each other.
+//! 3. `terminate_stages_import_downward_only`: inside terminate mode, a stage imports only the
+//!    stages below it: `server` → `request` → `cluster` → `watch` → `sender` → `join` →
+//!    `upstream` → `exchange` → `rules`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -24,6 +27,11 @@ const FLOORS: &[&[&str]] = &[
 /// Every crate whose files are held to the one-way rule, by folder.
 const CRATES: &[&str] = &[
     "config", "net", "health", "pool", "wire", "gateway", "testbed", "sim", "loadtest",
+];
+
+/// Terminate mode's stages, top first: a stage imports its own and those below.
+const STAGES: &[&str] = &[
+    "server", "request", "cluster", "watch", "sender", "join", "upstream", "exchange", "rules",
 ];
 
 /// The gateway's sources, where the floors are.
@@ -197,6 +205,18 @@ fn no_file_imports_itself_back() {
         }
     }
     assert!(graph(&src()).len() > 40);
+    // The end-to-end tests' own library too.
+    let support = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("support");
+    let graph = graph(&support);
+    assert!(graph.len() > 5, "tests/support: read {} files", graph.len());
+    if let Some(cycle) = cycle(&graph) {
+        panic!(
+            "tests/support: files import each other in a circle: {}",
+            cycle.join(" → ")
+        );
+    }
 }
 
 /// A circle of files in `graph`, if there is one.
@@ -259,4 +279,41 @@ fn planes_import_downward_only() {
     for name in FLOORS.iter().flat_map(|f| f.iter()) {
         assert!(src().join(name).is_dir(), "{name}/");
     }
+}
+
+/// The terminate stage of `module` (`terminate::request::handle` → 1), if it is in one.
+fn stage(module: &str) -> Option<usize> {
+    let mut parts = module.split("::");
+    if parts.next()? != "terminate" {
+        return None;
+    }
+    let name = parts.next()?;
+    Some(STAGES.iter().position(|s| *s == name).unwrap_or_else(|| {
+        panic!("terminate::{name} is in no stage: add it to STAGES in tests/layout.rs")
+    }))
+}
+
+#[test]
+fn terminate_stages_import_downward_only() {
+    let graph = graph(&src());
+    let mut wrong = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (from, edges) in &graph {
+        let Some(f) = stage(from) else { continue };
+        seen.insert(f);
+        for to in edges {
+            if let Some(t) = stage(to) {
+                if t < f {
+                    wrong.push(format!("{from} → {to}"));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports running up terminate mode's stages:\n{}",
+        wrong.join("\n")
+    );
+    // The rule has teeth: every stage holds code.
+    assert_eq!(seen.len(), STAGES.len(), "stages with files: {seen:?}");
 }

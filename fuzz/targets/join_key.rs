@@ -11,7 +11,7 @@
 use http::{HeaderMap, HeaderName};
 use kubegate::state::Kind;
 use kubegate::terminate::join::key::{joinable, watch_list, UNANSWERED_HEADERS};
-use kubegate::terminate::request::shape::Outgoing;
+use kubegate::terminate::Outgoing;
 use kubegate_wire::identity::IdentityHeaders;
 use std::collections::BTreeMap;
 

@@ -58,9 +58,11 @@ impl ClusterPlan {
             plan.probes = Some(probes);
         }
         if let (true, Some(settings)) = (added, &spec.discovery) {
-            let credentials =
-                discovery::load_credentials(&settings.kubeconfig, spec.health.tls.ca_file.as_deref())
-                    .map_err(|e| format!("cluster {name}: discovery.kubeconfig: {e}"))?;
+            let credentials = discovery::load_credentials(
+                &settings.kubeconfig,
+                spec.health.tls.ca_file.as_deref(),
+            )
+            .map_err(|e| format!("cluster {name}: discovery.kubeconfig: {e}"))?;
             plan.discovery = Some((settings.clone(), credentials));
         }
         if !config.terminated(name) {

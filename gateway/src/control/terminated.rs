@@ -11,7 +11,10 @@ use std::sync::Arc;
 /// Starts the control tasks of `cluster`, served as `served`, to end when it is removed.
 pub fn follow(gw: &Arc<Gateway>, cluster: &Cluster, served: &TerminatedCluster) {
     let mode = served.mode();
-    let versions = tokio::spawn(crate::terminate::learn_versions(gw.clone(), mode.clone()));
+    let versions = tokio::spawn(crate::terminate::learn_versions(
+        gw.clone(),
+        mode.live_upstreams().clone(),
+    ));
     let share = tokio::spawn(crate::terminate::keep_share(
         gw.clone(),
         mode.cluster().pool().clone(),

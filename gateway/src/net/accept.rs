@@ -142,7 +142,8 @@ async fn accept_loop(
     }
     // Clients wait in the backlog until start-up has put the first generation (the clusters)
     // in force.
-    if phase.wait_for(|p| *p >= Phase::Serving).await.is_err() || *phase.borrow() >= Phase::Draining {
+    if phase.wait_for(|p| *p >= Phase::Serving).await.is_err() || *phase.borrow() >= Phase::Draining
+    {
         return;
     }
     let mut last_warning: Option<Instant> = None;

@@ -417,36 +417,31 @@ mod tests {
         assert_eq!(authority_host(":6443"), None);
     }
 
-    #[test]
-    fn terminate_state_goes_with_its_cluster_and_a_removal_lets_it_go() {
-        struct Served(Arc<std::sync::atomic::AtomicBool>);
-        impl Drop for Served {
-            fn drop(&mut self) {
-                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
-            }
-        }
-        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    #[tokio::test]
+    async fn control_tasks_go_with_their_cluster_and_end_when_it_is_removed() {
         let (a, _) = cluster("a", &["a.example"]);
-        assert!(a.terminated::<Served>().is_none(), "not served yet");
-        a.terminate_with(Arc::new(Served(dropped.clone())));
-        // Renamed: a new table, the same cluster, its state with it.
+        let task = tokio::spawn(std::future::pending::<()>());
+        a.keep_task(task.abort_handle());
+        // Renamed: a new table, the same cluster, its tasks with it.
         let renamed = Clusters::new(vec![(a.clone(), vec!["b.example".into()])], true);
         let l = ListenerSpec::passthrough("127.0.0.1:6443".parse().unwrap());
         let Route::To(found) = renamed.route(&l, Some("b.example")) else {
             panic!("the new name routes to a");
         };
-        assert!(found.terminated::<Served>().is_some());
-        assert!(
-            found.terminated::<String>().is_none(),
-            "another type is not it"
-        );
-        drop(found);
-        a.forget_terminated();
-        assert!(a.terminated::<Served>().is_none());
-        assert!(
-            dropped.load(std::sync::atomic::Ordering::SeqCst),
-            "nothing else held it"
-        );
+        assert!(Arc::ptr_eq(&found, &a));
+        assert!(!task.is_finished());
+        found.end_tasks();
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(30), task)
+            .await
+            .expect("the task ends");
+        assert!(ended.unwrap_err().is_cancelled());
+    }
+
+    #[test]
+    fn a_file_without_clusters_routes_nowhere_before_its_cluster_is_in_force() {
+        let clusters = Clusters::new(Vec::new(), false);
+        let l = ListenerSpec::passthrough("127.0.0.1:6443".parse().unwrap());
+        assert!(matches!(clusters.route(&l, None), Route::UnknownServerName));
     }
 
     #[test]

@@ -44,8 +44,9 @@ pub mod key;
 
 use crate::state::Backend;
 use crate::telemetry::{JoinMetrics, JoinMiss};
-use crate::terminate::request::body::{ResponseBody, WatchBody};
-use crate::terminate::request::status::unavailable;
+use crate::terminate::exchange::body::{ResponseBody, WatchBody};
+use crate::terminate::exchange::charge::{Charged, SharedBytes};
+use crate::terminate::exchange::status::unavailable;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Response, StatusCode, Version};
 use http_body::Body as _;
@@ -151,12 +152,11 @@ pub struct SharedAnswer {
     status: StatusCode,
     version: Version,
     headers: HeaderMap,
-    body: Bytes,
+    /// Its bytes, counted until the last client has been sent them.
+    body: Arc<SharedBytes>,
     /// For a watch-list's initial events (`sync`): the position they end at, from which each
     /// follower watches on by itself.
     resumes_from: Option<u64>,
-    /// Where its bytes are counted.
-    charged: Charged,
 }
 
 /// The bounds on answers held.
@@ -180,57 +180,6 @@ pub struct Limits {
 /// taken; what it costs the lead's connection is sharing only — its next read over the share
 /// goes upstream and to its client as any read (`JoinMiss::OverHeld`), never refused.
 pub const CONNECTION_SHARE: u64 = 8;
-
-/// Where an answer's bytes are counted: every cluster's joined answers together, the
-/// connection of the read that leads it, and the gauge.
-#[derive(Clone)]
-struct Charged {
-    held: Arc<AtomicU64>,
-    connection: Option<Arc<AtomicU64>>,
-    gauge: prometheus::IntGauge,
-}
-
-impl Charged {
-    fn new(held: &Arc<AtomicU64>, limits: &Limits, gauge: &prometheus::IntGauge) -> Charged {
-        Charged {
-            held: held.clone(),
-            connection: limits.connection.clone(),
-            gauge: gauge.clone(),
-        }
-    }
-
-    /// Counts `n` bytes more if they fit in `limits` (every answer's, and the connection's
-    /// share); says whether they did.
-    fn take(&self, n: u64, limits: &Limits) -> bool {
-        let fits = |count: &AtomicU64, max: u64| {
-            count
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
-                    (h + n <= max).then_some(h + n)
-                })
-                .is_ok()
-        };
-        if !fits(&self.held, limits.max_held_bytes) {
-            return false;
-        }
-        if let Some(c) = &self.connection {
-            if !fits(c, limits.max_held_bytes / CONNECTION_SHARE) {
-                self.held.fetch_sub(n, Ordering::AcqRel);
-                return false;
-            }
-        }
-        self.gauge.add(n as i64);
-        true
-    }
-
-    /// Gives back `n` bytes counted.
-    fn give_back(&self, n: u64) {
-        self.held.fetch_sub(n, Ordering::AcqRel);
-        if let Some(c) = &self.connection {
-            c.fetch_sub(n, Ordering::AcqRel);
-        }
-        self.gauge.sub(n as i64);
-    }
-}
 
 impl Joins {
     /// No read in flight; answers held counted in `held`.
@@ -388,7 +337,11 @@ impl Lead {
             return (resp, false);
         }
         let (parts, body) = resp.into_parts();
-        let charged = Charged::new(&self.joins.held, limits, &metrics.held_bytes);
+        let charged = Charged::new(
+            &self.joins.held,
+            limits.connection.clone(),
+            &metrics.held_bytes,
+        );
         let read = read_counted(body, limits, &charged).await;
         let answer = match read {
             Read::Whole(body) => Arc::new(SharedAnswer {
@@ -396,9 +349,8 @@ impl Lead {
                 status: parts.status,
                 version: parts.version,
                 headers: parts.headers,
-                body,
+                body: Arc::new(SharedBytes::new(body, charged)),
                 resumes_from: None,
-                charged,
             }),
             Read::TooMuch { why, read, rest } => {
                 metrics.missed(why);
@@ -431,7 +383,7 @@ impl Drop for Lead {
 impl SharedAnswer {
     /// A client's response: the head and bytes of the answer.
     pub fn response(self: &Arc<Self>) -> Response<ResponseBody> {
-        let mut resp = Response::new(ResponseBody::shared(self.body.clone(), self.clone()));
+        let mut resp = Response::new(ResponseBody::shared(self.body.clone()));
         *resp.status_mut() = self.status;
         *resp.version_mut() = self.version;
         *resp.headers_mut() = self.headers.clone();
@@ -450,7 +402,7 @@ impl SharedAnswer {
 
     /// Its body.
     pub fn body(&self) -> &Bytes {
-        &self.body
+        self.body.bytes()
     }
 
     /// For a watch-list's initial events: the position they end at.
@@ -466,7 +418,7 @@ impl SharedAnswer {
         rest: ResponseBody,
         across: bool,
     ) -> Response<ResponseBody> {
-        let body = ResponseBody::shared_then(self.body.clone(), rest, self.clone());
+        let body = ResponseBody::shared_then(self.body.clone(), rest);
         let mut resp = Response::new(body);
         *resp.status_mut() = self.status;
         *resp.version_mut() = self.version;
@@ -480,12 +432,6 @@ impl SharedAnswer {
     /// The replica that answered.
     pub fn replica(&self) -> Option<&Arc<Backend>> {
         self.replica.as_ref()
-    }
-}
-
-impl Drop for SharedAnswer {
-    fn drop(&mut self) {
-        self.charged.give_back(self.body.len() as u64);
     }
 }
 
@@ -539,7 +485,12 @@ async fn read_counted(mut body: ResponseBody, limits: &Limits, charged: &Charged
         };
         let n = data.len() as u64;
         let too_large = buf.len() as u64 + n > limits.max_answer_bytes;
-        let counted = !too_large && charged.take(n, limits);
+        let counted = !too_large
+            && charged.take(
+                n,
+                limits.max_held_bytes,
+                limits.max_held_bytes / CONNECTION_SHARE,
+            );
         if !counted {
             give_back(buf.len());
             buf.extend_from_slice(&data);
@@ -597,7 +548,11 @@ impl Lead {
             head: (parts.status, parts.version, parts.headers.clone()),
             replica,
             framing,
-            charged: Charged::new(&self.joins.held, limits, &metrics.held_bytes),
+            charged: Charged::new(
+                &self.joins.held,
+                limits.connection.clone(),
+                &metrics.held_bytes,
+            ),
             limits: Limits {
                 max_answer_bytes: limits.max_answer_bytes,
                 max_held_bytes: limits.max_held_bytes,
@@ -677,7 +632,12 @@ impl Copying {
     ) -> Option<Lead> {
         let n = bytes.len() as u64;
         let too_large = copied.len() as u64 + n > self.limits.max_answer_bytes;
-        let counted = !too_large && self.charged.take(n, &self.limits);
+        let counted = !too_large
+            && self.charged.take(
+                n,
+                self.limits.max_held_bytes,
+                self.limits.max_held_bytes / CONNECTION_SHARE,
+            );
         let mut end = None;
         decoder.push(bytes);
         let mut unreadable = false;
@@ -727,9 +687,11 @@ impl Copying {
             status,
             version,
             headers,
-            body: std::mem::take(copied).freeze(),
+            body: Arc::new(SharedBytes::new(
+                std::mem::take(copied).freeze(),
+                self.charged.clone(),
+            )),
             resumes_from: Some(from),
-            charged: self.charged.clone(),
         });
         self.metrics.led(&self.cluster);
         let _ = lead.answer.send(Some(answer));

@@ -3,14 +3,13 @@
 //!
 //! | module | job |
 //! |---|---|
-//! | `mode` | a cluster's upstream settings (TLS, identity headers), rules and reviewed tokens, replaced by reloads |
+//! | `upstreams` | a cluster's upstream settings (TLS, identity headers), replaced whole by reloads and certificate changes |
+//! | `outgoing` | a request as it goes to the backends, held whole for retries; kubegate's own requests |
 //! | `dispatch` | placing a request on a backend within its rule's backends and sending it; what comes back; retries where provably unprocessed |
 //! | `flow` | what each replica's priority and fairness says: a request's level learned from answers, replicas rejecting a level left out until their `Retry-After`, the retry budget |
 //! | `signals` | the apiserver's own answers kubegate acts on (a rejection, a shutdown, a watch cache initializing or behind, a storage failure, no handler), matched exactly, and who may have written an answer |
 //! | `retry` | the pure rule of when a request may go to another backend |
 //! | `connect` | streams on a backend's HTTP/2 connections, new connections (TCP, TLS, HTTP/2), TLS for upgrades |
-//! | `h2client` | the HTTP/2 client toward backends, on `h2` directly: a request's own task sends it and waits for its response |
-//! | `in_flight` | a request's registration with its backend (the load signal, what a drain waits for) |
 //! | `skew` | version skew: a request for a group-version kept off replicas that do not serve it, discovery on the newest version's |
 //! | `versions` | each replica's version and served group-versions, read from its `/version`, `/api`, `/apis` (a task the control runtime starts) |
 //! | `tls` | how kubegate dials the apiservers: their CA and name, and its front-proxy certificate |
@@ -19,12 +18,11 @@
 pub(super) mod connect;
 pub(super) mod dispatch;
 pub(super) mod flow;
-pub(super) mod h2client;
-pub(super) mod in_flight;
-pub(super) mod mode;
+pub(super) mod outgoing;
 pub(super) mod retry;
 pub(super) mod rotation;
 pub(super) mod signals;
 pub(super) mod skew;
 pub(super) mod tls;
+pub(super) mod upstreams;
 pub(super) mod versions;

@@ -25,8 +25,8 @@
 //! and one whose last client left while [`MAX_LINGERING`] others linger ends at once.
 
 use crate::telemetry::JoinMetrics;
+use crate::terminate::exchange::body::{ResponseBody, WatchBody};
 use crate::terminate::join::key::{keep_crossing, JoinKey, SenderKey};
-use crate::terminate::request::body::{ResponseBody, WatchBody};
 use bytes::Bytes;
 use http::{HeaderMap, Response, StatusCode};
 use kubegate_wire::framing::{Decoder, Framing, Kind};

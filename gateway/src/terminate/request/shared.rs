@@ -7,20 +7,21 @@
 //! SubjectAccessReview (`sender::access`); without that answer it goes upstream on its own.
 
 use crate::state::Gateway;
+use crate::terminate::cluster::TerminateMode;
+use crate::terminate::exchange::body::ResponseBody;
 use crate::terminate::join::feeds::{self, FeedLimits, Revoked, SentBy};
 use crate::terminate::join::key::{Feedable, JoinKey, Joinable, SenderKey};
 use crate::terminate::join::{Entered as Joining, Entering, Lead, Limits, SharedAnswer};
-use crate::terminate::request::body::ResponseBody;
 use crate::terminate::request::forward::send;
-use crate::terminate::request::rules::Slot;
 use crate::terminate::request::served::{Served, Sharing};
-use crate::terminate::request::shape::Outgoing;
+use crate::terminate::rules::Slot;
 use crate::terminate::sender::access::{Access, AccessKey};
 use crate::terminate::sender::access_review;
 use crate::terminate::sender::attributes::Attributes;
 use crate::terminate::sender::tokens::TokenHash;
 use crate::terminate::upstream::dispatch::Within;
-use crate::terminate::upstream::mode::{TerminateMode, Upstreams};
+use crate::terminate::upstream::outgoing::Outgoing;
+use crate::terminate::upstream::upstreams::Upstreams;
 use crate::terminate::watch::continuity as watch;
 use http::{header, Response, StatusCode};
 use kubegate_config::{AccessReviewConfig, TerminateConfig, TokenReviewConfig};

@@ -6,7 +6,7 @@ use crate::state::Gateway;
 use crate::terminate::sender::attributes::Attributes;
 use crate::terminate::sender::failure::ReviewFailure;
 use crate::terminate::sender::review::post;
-use crate::terminate::upstream::mode::Upstreams;
+use crate::terminate::upstream::upstreams::Upstreams;
 use kubegate_wire::identity::UserInfo;
 use serde_json::{json, Value};
 use std::sync::Arc;

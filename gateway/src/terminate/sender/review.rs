@@ -4,11 +4,11 @@
 
 use crate::net::Unplaced;
 use crate::state::Gateway;
-use crate::terminate::request::body::read_whole;
-use crate::terminate::request::shape::Outgoing;
+use crate::terminate::exchange::body::read_whole;
 use crate::terminate::sender::failure::ReviewFailure;
 use crate::terminate::upstream::dispatch::{dispatch, Answer};
-use crate::terminate::upstream::mode::Upstreams;
+use crate::terminate::upstream::outgoing::Outgoing;
+use crate::terminate::upstream::upstreams::Upstreams;
 use bytes::Bytes;
 use http::{Method, StatusCode};
 use kubegate_wire::classify::{RequestClass, Verb};

@@ -8,9 +8,10 @@
 
 use crate::state::{Cluster, Clusters, Route};
 use crate::telemetry::{Metrics, Refusal};
-use crate::terminate::request::rules::Rules;
-use crate::terminate::upstream::mode::{HeldInTotal, TerminateMode, UpstreamFiles};
+use crate::terminate::cluster::{HeldInTotal, TerminateMode};
+use crate::terminate::rules::Rules;
 use crate::terminate::upstream::tls::ALPN;
+use crate::terminate::upstream::upstreams::UpstreamFiles;
 use arc_swap::ArcSwap;
 use kubegate_config::{DispatchRule, ListenerSpec, ServingTls};
 use kubegate_net::tls::ServingCert;
@@ -120,7 +121,11 @@ impl TerminatePlane {
 
     /// Puts in force `clusters` (the gateway's, of the generation just put in force) and the
     /// terminate state of each served, by name.
-    pub fn put(&self, clusters: Arc<Clusters>, terminated: HashMap<String, Arc<TerminatedCluster>>) {
+    pub fn put(
+        &self,
+        clusters: Arc<Clusters>,
+        terminated: HashMap<String, Arc<TerminatedCluster>>,
+    ) {
         self.served.store(Arc::new(Served {
             clusters,
             terminated,

@@ -5,8 +5,8 @@
 use crate::net::connect_failed;
 use crate::state::{Backend, Gateway, H2Conn, Killer, Kind, Stream};
 use crate::telemetry::AttemptFailure;
-use crate::terminate::upstream::h2client;
-use crate::terminate::upstream::mode::Upstreams;
+use crate::terminate::exchange::h2client;
+use crate::terminate::upstream::upstreams::Upstreams;
 use kubegate_net::dial;
 use rustls::pki_types::ServerName;
 use std::io;

@@ -7,20 +7,6 @@
 use crate::telemetry::AttemptFailure;
 use kubegate_wire::classify::{LongRunning, RequestClass, Verb};
 
-/// Reads what an error on an upstream HTTP/2 stream says about the request.
-pub fn failure_of(error: &h2::Error) -> AttemptFailure {
-    if error.is_remote() && error.reason() == Some(h2::Reason::REFUSED_STREAM) {
-        return AttemptFailure::RefusedStream;
-    }
-    // Only a graceful GOAWAY fails exactly the streams above its last-stream-id; one with an
-    // error code fails every stream of the connection (h2's `recv_go_away` vs the connection
-    // error).
-    if error.is_go_away() && error.is_remote() && error.reason() == Some(h2::Reason::NO_ERROR) {
-        return AttemptFailure::GoAway;
-    }
-    AttemptFailure::Reset
-}
-
 /// Whether a request of `class` that failed with `failure` may be sent to another backend.
 pub fn may_retry(failure: AttemptFailure, class: &RequestClass) -> bool {
     match failure {

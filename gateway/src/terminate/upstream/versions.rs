@@ -9,10 +9,10 @@
 //! is published as metrics here, in one place, at each look.
 
 use crate::state::{ApiSet, Backend, Gateway, GroupVersions, Kind, Served};
-use crate::terminate::request::shape::Outgoing;
+use crate::terminate::exchange::h2client;
 use crate::terminate::upstream::connect::stream_to;
-use crate::terminate::upstream::h2client;
-use crate::terminate::upstream::mode::{TerminateMode, Upstreams};
+use crate::terminate::upstream::outgoing::Outgoing;
+use crate::terminate::upstream::upstreams::{LiveUpstreams, Upstreams};
 use bytes::Bytes;
 use http::{Method, StatusCode};
 use http_body_util::{BodyExt, Limited};
@@ -32,7 +32,7 @@ const READ_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_DOCUMENT: usize = 4 << 20;
 
 /// Follows the replicas until the process ends.
-pub async fn learn(gw: Arc<Gateway>, mode: Arc<TerminateMode>) {
+pub async fn learn(gw: Arc<Gateway>, upstreams: Arc<LiveUpstreams>) {
     let reading: Arc<Mutex<HashSet<SocketAddr>>> = Arc::default();
     let mut published = Published::default();
     let mut tick = tokio::time::interval(TICK);
@@ -40,7 +40,7 @@ pub async fn learn(gw: Arc<Gateway>, mode: Arc<TerminateMode>) {
     loop {
         tick.tick().await;
         let refresh = gw.config().load().terminate.version_skew.refresh;
-        let backends = mode.pool().backends();
+        let backends = upstreams.load().pool().backends();
         for b in &backends {
             let served = b.planes().apis.get();
             if b.state() != BackendState::Ready {
@@ -61,9 +61,10 @@ pub async fn learn(gw: Arc<Gateway>, mode: Arc<TerminateMode>) {
             {
                 continue;
             }
-            let (gw, mode, b, reading) = (gw.clone(), mode.clone(), b.clone(), reading.clone());
+            let (gw, upstreams, b, reading) =
+                (gw.clone(), upstreams.clone(), b.clone(), reading.clone());
             tokio::spawn(async move {
-                read(&gw, &mode, &b).await;
+                read(&gw, &upstreams, &b).await;
                 reading
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -80,10 +81,10 @@ pub async fn learn(gw: Arc<Gateway>, mode: Arc<TerminateMode>) {
 /// list has ended, so that its first answers are read for what they are; listing APIServices
 /// reads storage (an etcd outage holds it up to the read's timeout) while discovery is served
 /// from memory, so a list that is slow holds nothing up once another replica's told.
-async fn read(gw: &Gateway, mode: &TerminateMode, backend: &Arc<Backend>) {
+async fn read(gw: &Gateway, live: &LiveUpstreams, backend: &Arc<Backend>) {
     let name = backend.info().name.clone();
     // One set of upstream settings for every read: a reload may change them meanwhile.
-    let upstreams = mode.upstreams();
+    let upstreams = live.load();
     let (listed, list_ended) = tokio::sync::oneshot::channel::<()>();
     let listing = async {
         match get(gw, &upstreams, backend, APISERVICES)

@@ -40,13 +40,13 @@
 use crate::net::Unplaced;
 use crate::state::{Backend, Gateway, Pool, Stream};
 use crate::telemetry::{Freshened, WatchBreak, WatchEnd};
-use crate::terminate::request::body::{ResponseBody, WatchBody};
-use crate::terminate::request::shape::Outgoing;
+use crate::terminate::exchange::body::{ResponseBody, WatchBody};
+use crate::terminate::exchange::h2client::ResponseStream;
+use crate::terminate::exchange::in_flight::InFlight;
 use crate::terminate::upstream::dispatch::{self, dispatch, Answer};
-use crate::terminate::upstream::h2client::ResponseStream;
-use crate::terminate::upstream::in_flight::InFlight;
-use crate::terminate::upstream::mode::Upstreams;
+use crate::terminate::upstream::outgoing::Outgoing;
 use crate::terminate::upstream::signals::{self, ExtensionApis, Origin, Said};
+use crate::terminate::upstream::upstreams::Upstreams;
 use bytes::Bytes;
 use http::Response;
 use http_body_util::BodyExt;

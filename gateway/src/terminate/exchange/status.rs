@@ -1,7 +1,7 @@
 //! Responses kubegate answers itself, as a `meta/v1 Status` JSON body like the apiserver's
 //! errors, so clients (client-go, kubectl) read them as they would an apiserver's.
 
-use crate::terminate::request::body::ResponseBody;
+use crate::terminate::exchange::body::ResponseBody;
 use http::{header, Response, StatusCode};
 
 /// A `Status` response. `retry_after` (seconds) tells client-go to try again, which it does

@@ -5,13 +5,13 @@
 
 use crate::state::{Gateway, Stream};
 use crate::telemetry::access_log::{self, Entry};
-use crate::terminate::request::rules::Slot;
-use crate::terminate::upstream::h2client::ResponseStream;
-use crate::terminate::upstream::in_flight::InFlight;
+use crate::terminate::exchange::charge::SharedBytes;
+use crate::terminate::exchange::h2client::ResponseStream;
+use crate::terminate::exchange::in_flight::InFlight;
+use crate::terminate::rules::Slot;
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Limited};
-use std::any::Any;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -53,7 +53,7 @@ pub enum Guard {
     Slot(Slot),
     /// Bytes several responses share (a joined read's answer, `join`): their charge against a
     /// bound, given back with the last of them.
-    Shared(Arc<dyn Any + Send + Sync>),
+    Shared(Arc<SharedBytes>),
 }
 
 impl ResponseBody {
@@ -106,20 +106,16 @@ impl Drop for LoggedBody {
 }
 
 impl ResponseBody {
-    /// `bytes`, shared with other responses; `held` lives until they have been sent.
-    pub fn shared(bytes: Bytes, held: Arc<dyn Any + Send + Sync>) -> ResponseBody {
-        let inner = ResponseBody::full(bytes);
-        ResponseBody::Held(Box::new((inner, Some(Guard::Shared(held)))))
+    /// `shared`'s bytes, which other responses send too: counted until the last has let go.
+    pub fn shared(shared: Arc<SharedBytes>) -> ResponseBody {
+        let inner = ResponseBody::full(shared.bytes().clone());
+        ResponseBody::Held(Box::new((inner, Some(Guard::Shared(shared)))))
     }
 
-    /// `bytes`, shared with other responses, then `rest`; `held` lives until this ends.
-    pub fn shared_then(
-        bytes: Bytes,
-        rest: ResponseBody,
-        held: Arc<dyn Any + Send + Sync>,
-    ) -> ResponseBody {
-        let inner = ResponseBody::prefixed(bytes, rest);
-        ResponseBody::Held(Box::new((inner, Some(Guard::Shared(held)))))
+    /// `shared`'s bytes, then `rest`; counted until this ends.
+    pub fn shared_then(shared: Arc<SharedBytes>, rest: ResponseBody) -> ResponseBody {
+        let inner = ResponseBody::prefixed(shared.bytes().clone(), rest);
+        ResponseBody::Held(Box::new((inner, Some(Guard::Shared(shared)))))
     }
 
     /// `read`, then `rest`.

@@ -8,7 +8,6 @@
 //! kubegate's to choose: bench/README.md, "Terminate mode".)
 
 use crate::telemetry::AttemptFailure;
-use crate::terminate::upstream::retry::failure_of;
 use bytes::Bytes;
 use h2::client::SendRequest;
 use h2::RecvStream;
@@ -152,6 +151,20 @@ impl Body for ResponseStream {
     fn is_end_stream(&self) -> bool {
         self.recv.is_end_stream()
     }
+}
+
+/// Reads what an error on an upstream HTTP/2 stream says about the request.
+pub fn failure_of(error: &h2::Error) -> AttemptFailure {
+    if error.is_remote() && error.reason() == Some(h2::Reason::REFUSED_STREAM) {
+        return AttemptFailure::RefusedStream;
+    }
+    // Only a graceful GOAWAY fails exactly the streams above its last-stream-id; one with an
+    // error code fails every stream of the connection (h2's `recv_go_away` vs the connection
+    // error).
+    if error.is_go_away() && error.is_remote() && error.reason() == Some(h2::Reason::NO_ERROR) {
+        return AttemptFailure::GoAway;
+    }
+    AttemptFailure::Reset
 }
 
 #[cfg(test)]
