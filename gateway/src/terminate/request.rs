@@ -4,7 +4,8 @@
 //!
 //! | module | job |
 //! |---|---|
-//! | `handle` | one request: its sender named, its target read as the apiserver reads it, its dispatch rule, upgrade, or body read whole, shaped, dispatched, a watch followed |
+//! | `handle` | one request through its named phases (addressed, identify, classify, read body, admit, shape, authorize, route, send, respond, log), each a function of its context |
+//! | `refused` | the answers kubegate gives itself when a phase refuses a request |
 //! | `forward` | a shaped request sent within its rule and its client answered; a watch followed |
 //! | `shape` | shaping a request for the backends: identity headers, hop-by-hop headers, the URI, the held body |
 //! | `served` | what serving leaves for the operator: the sender counted for the status page, the replica that answered, the access log's line |
@@ -13,6 +14,7 @@
 
 pub(super) mod forward;
 pub(super) mod handle;
+pub(super) mod refused;
 pub(super) mod served;
 pub mod shape;
 pub(super) mod shared;

@@ -12,6 +12,7 @@ use crate::terminate::rules::Slot;
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Limited};
+use kubegate_config::AccessLogConfig;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -71,21 +72,25 @@ pub struct LoggedBody {
     entry: Option<Entry>,
     started: Instant,
     gw: Arc<Gateway>,
+    /// The access log's settings of the request's generation.
+    log: AccessLogConfig,
 }
 
 impl LoggedBody {
-    /// `inner`, recorded as `entry` (its time counted from `started`) when it ends.
+    /// `inner`, recorded as `entry` (its time counted from `started`) by `log` when it ends.
     pub fn wrap(
         inner: ResponseBody,
         entry: Entry,
         started: Instant,
         gw: Arc<Gateway>,
+        log: AccessLogConfig,
     ) -> ResponseBody {
         ResponseBody::Logged(Box::new(LoggedBody {
             inner,
             entry: Some(entry),
             started,
             gw,
+            log,
         }))
     }
 
@@ -94,8 +99,7 @@ impl LoggedBody {
             return;
         };
         entry.duration = self.started.elapsed();
-        let config = self.gw.config().load().terminate.access_log;
-        access_log::record(&config, self.gw.metrics(), entry);
+        access_log::record(&self.log, self.gw.metrics(), entry);
     }
 }
 

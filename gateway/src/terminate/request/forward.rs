@@ -21,18 +21,51 @@ use kubegate_wire::framing::Framing;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Sends `outgoing` and answers the client.
-#[allow(clippy::too_many_arguments)]
+/// A request ready to go upstream, with what every route sends it with: its cluster's
+/// upstream settings of its generation, what it is, the backends its rule allows, and its
+/// place under its rule.
+pub(super) struct Sending {
+    pub(super) gw: Arc<Gateway>,
+    pub(super) upstreams: Arc<Upstreams>,
+    pub(super) outgoing: Outgoing,
+    pub(super) class: RequestClass,
+    pub(super) within: Within,
+    /// Its place under its `dispatch` rule: let go as a long-running request's response
+    /// starts, any other's once its body has been sent.
+    pub(super) slot: Option<Slot>,
+}
+
+impl Sending {
+    /// The same request, its query `query` (a watch asked from another position).
+    pub(super) fn with_query(self, query: &str) -> Sending {
+        Sending {
+            outgoing: self.outgoing.with_query(query),
+            ..self
+        }
+    }
+
+    /// The same request, its rule's slot let go (a long-running request's response has
+    /// started).
+    pub(super) fn unslotted(self) -> Sending {
+        Sending { slot: None, ..self }
+    }
+}
+
+/// Sends the request (a watch followed across backends when `watch` says how) and answers the
+/// client; `served` learns which replica answered.
 pub(super) async fn send(
-    gw: Arc<Gateway>,
-    upstreams: Arc<Upstreams>,
-    outgoing: Outgoing,
-    class: RequestClass,
+    sending: Sending,
     served: &mut Served,
-    mut within: Within,
-    slot: Option<Slot>,
     watch: Option<watch::Watch>,
 ) -> Response<ResponseBody> {
+    let Sending {
+        gw,
+        upstreams,
+        outgoing,
+        class,
+        mut within,
+        slot,
+    } = sending;
     let metrics = &gw.metrics().terminate;
     // A rule's fallback places it again (once); its waits count together, from now.
     let holding_since = Instant::now();

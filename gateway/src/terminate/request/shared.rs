@@ -12,20 +12,16 @@ use crate::terminate::exchange::body::ResponseBody;
 use crate::terminate::join::feeds::{self, FeedLimits, Revoked, SentBy};
 use crate::terminate::join::key::{Feedable, JoinKey, Joinable, SenderKey};
 use crate::terminate::join::{Entered as Joining, Entering, Lead, Limits, SharedAnswer};
-use crate::terminate::request::forward::send;
+use crate::terminate::request::forward::{send, Sending};
 use crate::terminate::request::served::{Served, Sharing};
-use crate::terminate::rules::Slot;
 use crate::terminate::sender::access::{Access, AccessKey};
 use crate::terminate::sender::access_review;
 use crate::terminate::sender::attributes::Attributes;
 use crate::terminate::sender::tokens::TokenHash;
-use crate::terminate::upstream::dispatch::Within;
-use crate::terminate::upstream::outgoing::Outgoing;
 use crate::terminate::upstream::upstreams::Upstreams;
 use crate::terminate::watch::continuity as watch;
 use http::{header, Response, StatusCode};
 use kubegate_config::{AccessReviewConfig, TerminateConfig, TokenReviewConfig};
-use kubegate_wire::classify::RequestClass;
 use kubegate_wire::framing::Framing;
 use kubegate_wire::identity::UserInfo;
 use kubegate_wire::position::{resumed_query, Asked};
@@ -173,29 +169,21 @@ impl<'a> Fed<'a> {
     }
 }
 
-/// What a watch that no feed serves needs to be sent on its own.
-pub(super) type Unfed = (Arc<Gateway>, Arc<Upstreams>, Outgoing, Within);
-
 /// Feeds a watch from a shared one, opening the feed when there is none (`join::feeds`): its
 /// client's response, or what it needs to be sent on its own when no feed can serve its
 /// position.
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn send_fed(
-    gw: Arc<Gateway>,
-    upstreams: Arc<Upstreams>,
-    outgoing: Outgoing,
-    class: RequestClass,
+    sending: Sending,
     served: &mut Served,
-    within: Within,
-    slot: Option<Slot>,
     fed: Fed<'_>,
-) -> Result<Response<ResponseBody>, Unfed> {
+) -> Result<Response<ResponseBody>, Sending> {
     // A long-running request holds its rule's slot only until its response starts.
-    drop(slot);
+    let sending = sending.unslotted();
     if fed.sharer.refused() {
         // Its token was refused since it arrived: the apiserver answers it.
-        return Err((gw, upstreams, outgoing, within));
+        return Err(sending);
     }
+    let gw = sending.gw.clone();
     let metrics = gw.metrics().joins.clone();
     let mut by = SentBy {
         sender: fed.sender.as_ref(),
@@ -213,13 +201,13 @@ pub(super) async fn send_fed(
                 served.shared(Sharing::Fed, None);
                 return Ok(*resp);
             }
-            feeds::Entered::Fed(None) => return Err((gw, upstreams, outgoing, within)),
+            feeds::Entered::Fed(None) => return Err(sending),
             feeds::Entered::Opens(opener) => break opener,
             feeds::Entered::Unreviewed => {
-                if by.reviewed || !fed.sharer.allowed(&gw, &upstreams).await {
+                if by.reviewed || !fed.sharer.allowed(&gw, &sending.upstreams).await {
                     // Not allowed, or not known in time: a watch of its own, which the
                     // apiserver authorizes.
-                    return Err((gw, upstreams, outgoing, within));
+                    return Err(sending);
                 }
                 by.reviewed = true;
             }
@@ -229,7 +217,7 @@ pub(super) async fn send_fed(
     // the apiserver lets a watch run; kubegate follows it across replicas.
     let from = fed.client.from.to_string();
     let lasts = watch::lifetime(&Asked::from_query(None), fed.lifetime);
-    let query = resumed_query(outgoing.client_query(), Some(&from), lasts);
+    let query = resumed_query(sending.outgoing.client_query(), Some(&from), lasts);
     let mut asked = Asked::from_query(Some(&query));
     asked.bookmarks = true;
     let feed_watch = watch::Watch {
@@ -238,18 +226,7 @@ pub(super) async fn send_fed(
         // Its reader is the feed, which never stops reading.
         slow_client: fed.slow_client,
     };
-    let upstream = outgoing.with_query(&query);
-    let resp = send(
-        gw,
-        upstreams,
-        upstream,
-        class,
-        served,
-        within,
-        None,
-        Some(feed_watch),
-    )
-    .await;
+    let resp = send(sending.with_query(&query), served, Some(feed_watch)).await;
     let framing = resp
         .headers()
         .get(header::CONTENT_TYPE)
@@ -273,32 +250,17 @@ pub(super) async fn send_fed(
 /// joins one on its way (`Lead::publish_sync`): a follower gets the lead's initial events, then
 /// watches on by itself from where they ended — fed from a shared watch when `fed` says how
 /// (`shared_watches`), else upstream on its own.
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn send_synced(
-    gw: Arc<Gateway>,
-    upstreams: Arc<Upstreams>,
-    outgoing: Outgoing,
-    class: RequestClass,
+    sending: Sending,
     served: &mut Served,
-    within: Within,
-    slot: Option<Slot>,
-    (joined, watch, continued): (Joined<'_>, watch::Watch, Option<Fed<'_>>),
+    joined: Joined<'_>,
+    watch: watch::Watch,
+    continued: Option<Fed<'_>>,
 ) -> Response<ResponseBody> {
-    let mut lead = match take_turn(&gw, &upstreams, &joined).await {
+    let gw = sending.gw.clone();
+    let mut lead = match take_turn(&gw, &sending.upstreams, &joined).await {
         Turn::Leads(lead) => lead,
-        Turn::Alone => {
-            return send(
-                gw,
-                upstreams,
-                outgoing,
-                class,
-                served,
-                within,
-                slot,
-                Some(watch),
-            )
-            .await
-        }
+        Turn::Alone => return send(sending, served, Some(watch)).await,
         Turn::Answered(answer, same_sender) => {
             served.shared(Sharing::Joined, answer.replica());
             let Some(from) = answer.resumes_from() else {
@@ -310,9 +272,7 @@ pub(super) async fn send_synced(
                 };
             };
             // A long-running request holds its rule's slot only until its response starts.
-            drop(slot);
-            let on = (from, watch, continued);
-            let rest = watch_on(gw, upstreams, outgoing, class, served, within, on);
+            let rest = watch_on(sending.unslotted(), served, from, watch, continued);
             let rest = Box::pin(rest).await;
             if rest.status() != StatusCode::OK {
                 return rest;
@@ -324,17 +284,7 @@ pub(super) async fn send_synced(
         }
     };
     lead.turn().await;
-    let resp = send(
-        gw.clone(),
-        upstreams,
-        outgoing,
-        class,
-        served,
-        within,
-        slot,
-        Some(watch),
-    )
-    .await;
+    let resp = send(sending, served, Some(watch)).await;
     let framing = resp
         .headers()
         .get(header::CONTENT_TYPE)
@@ -356,30 +306,27 @@ pub(super) async fn send_synced(
 /// client asked for, until its client's watch ends — fed from a shared watch (`continued`)
 /// when one can serve it, else its own.
 async fn watch_on(
-    gw: Arc<Gateway>,
-    upstreams: Arc<Upstreams>,
-    outgoing: Outgoing,
-    class: RequestClass,
+    sending: Sending,
     served: &mut Served,
-    within: Within,
-    (from, watch, continued): (u64, watch::Watch, Option<Fed<'_>>),
+    from: u64,
+    watch: watch::Watch,
+    continued: Option<Fed<'_>>,
 ) -> Response<ResponseBody> {
-    let (gw, upstreams, outgoing, within) = match continued {
+    let sending = match continued {
         Some(mut fed) => {
             fed.client.from = from;
-            let sending = send_fed(gw, upstreams, outgoing, class, served, within, None, fed);
-            match Box::pin(sending).await {
+            match Box::pin(send_fed(sending, served, fed)).await {
                 Ok(resp) => return resp,
                 Err(unfed) => unfed,
             }
         }
-        None => (gw, upstreams, outgoing, within),
+        None => sending,
     };
     let from = from.to_string();
     let left = watch
         .ends
         .map(|ends| ends.saturating_duration_since(Instant::now()));
-    let query = resumed_query(outgoing.client_query(), Some(&from), left);
+    let query = resumed_query(sending.outgoing.client_query(), Some(&from), left);
     let mut asked = watch.asked;
     asked.from = Some(from);
     asked.initial_events = false;
@@ -388,17 +335,7 @@ async fn watch_on(
         ends: watch.ends,
         slow_client: watch.slow_client,
     };
-    send(
-        gw,
-        upstreams,
-        outgoing.with_query(&query),
-        class,
-        served,
-        within,
-        None,
-        Some(on),
-    )
-    .await
+    send(sending.with_query(&query), served, Some(on)).await
 }
 
 /// Times a read whose twin's answer was not shared is entered again (it may lead the next
@@ -406,22 +343,15 @@ async fn watch_on(
 const JOIN_ATTEMPTS: usize = 3;
 
 /// Sends a read that identical reads may join, or joins one already on its way (`join`).
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn send_joined(
-    gw: Arc<Gateway>,
-    upstreams: Arc<Upstreams>,
-    outgoing: Outgoing,
-    class: RequestClass,
+    sending: Sending,
     served: &mut Served,
-    within: Within,
-    slot: Option<Slot>,
     joined: Joined<'_>,
 ) -> Response<ResponseBody> {
-    let mut lead = match take_turn(&gw, &upstreams, &joined).await {
+    let gw = sending.gw.clone();
+    let mut lead = match take_turn(&gw, &sending.upstreams, &joined).await {
         Turn::Leads(lead) => lead,
-        Turn::Alone => {
-            return send(gw, upstreams, outgoing, class, served, within, slot, None).await
-        }
+        Turn::Alone => return send(sending, served, None).await,
         Turn::Answered(answer, same_sender) => {
             served.shared(Sharing::Joined, answer.replica());
             // It holds its rule's slot until its answer has been sent, as if sent.
@@ -430,24 +360,14 @@ pub(super) async fn send_joined(
             } else {
                 answer.response_across()
             };
-            return match slot {
+            return match sending.slot {
                 Some(slot) => resp.map(|body| ResponseBody::held(body, slot)),
                 None => resp,
             };
         }
     };
     lead.turn().await;
-    let resp = send(
-        gw.clone(),
-        upstreams,
-        outgoing,
-        class,
-        served,
-        within,
-        slot,
-        None,
-    )
-    .await;
+    let resp = send(sending, served, None).await;
     let answered = (resp, served.replica.clone());
     let metrics = &gw.metrics().joins;
     let cluster = joined.mode.cluster().name();

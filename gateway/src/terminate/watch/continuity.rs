@@ -211,11 +211,9 @@ async fn run(followed: &Followed, mut upstream: Upstream, tx: mpsc::Sender<Bytes
         gw,
         upstreams,
         outgoing,
-        class,
         watch,
-        framing,
+        ..
     } = followed;
-    let (class, framing) = (*class, *framing);
     let asked = &watch.asked;
     let mut progress = Progress::new(asked);
     // When the position last moved: what a replica that came back since may not reach.
@@ -346,7 +344,7 @@ async fn run(followed: &Followed, mut upstream: Upstream, tx: mpsc::Sender<Bytes
             refused_at: &refused_at,
             position_at: heard.last,
         };
-        upstream = match reopen(gw, upstreams, again, class, avoid, framing, &tx, patience).await {
+        upstream = match reopen(followed, again, avoid, &tx, patience).await {
             Ok(u) => u,
             Err(WatchEnd::NoBackend | WatchEnd::Expired) if refused.is_some() => {
                 // No replica left that has not refused this position: the client gets the
@@ -674,17 +672,21 @@ impl Avoid<'_> {
 /// it may be the only one left) and never of those in `avoid.refused_at`, with growing
 /// pauses, until one answers with a watch stream or `patience` runs out. `Expired`: every
 /// ready replica's cache said it cannot serve the position.
-#[allow(clippy::too_many_arguments)]
 async fn reopen(
-    gw: &Gateway,
-    upstreams: &Upstreams,
+    followed: &Followed,
     again: impl Fn() -> Outgoing,
-    class: RequestClass,
     avoid: Avoid<'_>,
-    framing: Framing,
     tx: &mpsc::Sender<Bytes>,
     patience: Duration,
 ) -> Result<Upstream, WatchEnd> {
+    let Followed {
+        gw,
+        upstreams,
+        class,
+        framing,
+        ..
+    } = followed;
+    let (class, framing) = (*class, *framing);
     let deadline = Instant::now() + patience;
     for attempt in 0u32.. {
         if attempt > 0 {
