@@ -2,7 +2,7 @@
 //!
 //! 1. `cargo_lock_links_the_vendored_h2_only`: each lock file has one `h2`, the vendored
 //!    version, from no registry (a path dependency has no `source`). The build itself fails
-//!    without the patch (`h2::KUBEGATE_PATCH` in `gateway/src/terminate/upstream/h2client.rs`); this
+//!    without the patch (`h2::KUBEGATE_PATCH` in `gateway/src/terminate/exchange/h2client.rs`); this
 //!    names the cause in words.
 //! 2. `the_patch_file_covers_every_marked_change`: `vendor/h2.patch` (what
 //!    `scripts/update-h2` applies to a new release) touches every file with a `kubegate:`
