@@ -34,6 +34,14 @@ impl Framing {
             _ => None,
         }
     }
+
+    /// From the `Content-Type` of a watch response with `headers`.
+    pub fn of_headers(headers: &http::HeaderMap) -> Option<Framing> {
+        headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(Framing::of)
+    }
 }
 
 /// A watch event's type.

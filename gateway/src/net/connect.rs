@@ -10,7 +10,7 @@
 //! balancer for [`PASSIVE_EJECTION`] with a probe asked for now.
 
 use crate::net::hold::HeldBy;
-use crate::state::{Backend, Cluster, Gateway};
+use crate::state::{Backend, Cluster, Gateway, Generation};
 use crate::telemetry::ConnectError;
 use kubegate_config::BalancePolicy;
 use kubegate_pool::{pick, Candidates};
@@ -78,6 +78,7 @@ pub enum Unplaced<F> {
 /// Places `work` on a backend of `cluster` not in `tried` (each backend tried is added to it).
 pub async fn place<A: Attempt>(
     gw: &Gateway,
+    generation: &Generation,
     cluster: &Cluster,
     work: &mut A,
     tried: &mut Vec<SocketAddr>,
@@ -88,11 +89,9 @@ pub async fn place<A: Attempt>(
         cluster,
         connection: work.connection_holds(),
     };
-    super::hold::until_ready(gw, held_by, work.waits_at_most()).await;
-    let (policy, attempts, no_ready) = {
-        let c = gw.config().load();
-        (c.balance, c.connect.attempts, c.no_ready_backend)
-    };
+    super::hold::until_ready(gw, generation, held_by, work.waits_at_most()).await;
+    let c = &generation.config;
+    let (policy, attempts, no_ready) = (c.balance, c.connect.attempts, c.no_ready_backend);
     let load = work.load(policy);
     let mut last = None;
     for _ in 0..attempts {

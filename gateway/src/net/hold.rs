@@ -26,7 +26,7 @@
 //! reads do not ask a failing apiserver a thousand times a second each; the moment one of the
 //! cluster's reads is answered from storage again, every held read is asked again at once.
 
-use crate::state::{Cluster, Gateway};
+use crate::state::{Cluster, Gateway, Generation};
 use crate::telemetry::HoldOutcome;
 use kubegate_config::NoReadyBackendPolicy;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -52,13 +52,18 @@ const MAX_STORAGE_PAUSE: Duration = Duration::from_secs(1);
 /// `client_waits`, what the work's client said it waits), for the first that becomes ready.
 /// Returns at once when one is ready, when holding is off, or when
 /// `terminate.max_held_when_none_ready` are waiting already.
-pub async fn until_ready(gw: &Gateway, held_by: HeldBy<'_>, client_waits: Option<Duration>) {
+pub async fn until_ready(
+    gw: &Gateway,
+    generation: &Generation,
+    held_by: HeldBy<'_>,
+    client_waits: Option<Duration>,
+) {
     let pool = held_by.cluster.pool();
     if !pool.routing().ready.is_empty() {
         return;
     }
     let (up_to, max_held, no_ready) = {
-        let c = gw.config().load();
+        let c = &generation.config;
         let t = &c.terminate;
         (
             t.hold_when_none_ready,
@@ -72,7 +77,7 @@ pub async fn until_ready(gw: &Gateway, held_by: HeldBy<'_>, client_waits: Option
         return;
     }
     let metrics = &gw.metrics().net;
-    let Some(_place) = Place::take(gw, max_held, held_by) else {
+    let Some(_place) = Place::take(gw, generation, max_held, held_by) else {
         metrics.hold_ended(HoldOutcome::OverLimit);
         return;
     };
@@ -99,6 +104,8 @@ pub async fn until_ready(gw: &Gateway, held_by: HeldBy<'_>, client_waits: Option
 /// of that). Counted in `kubegate_holds_total` once, when it ends.
 pub struct StorageOutage<'a> {
     gw: &'a Gateway,
+    /// The read's generation: the settings it is held under.
+    generation: &'a Generation,
     held_by: HeldBy<'a>,
     until: Instant,
     pause: Duration,
@@ -113,14 +120,16 @@ impl<'a> StorageOutage<'a> {
     /// up.
     pub fn begin(
         gw: &'a Gateway,
+        generation: &'a Generation,
         held_by: HeldBy<'a>,
         arrived: Instant,
         client_waits: Option<Duration>,
     ) -> Option<StorageOutage<'a>> {
-        let up_to = gw.config().load().terminate.hold_reads_when_storage_fails;
+        let up_to = generation.config.terminate.hold_reads_when_storage_fails;
         let until = arrived + client_waits.map_or(up_to, |c| up_to.min(c));
         (until > Instant::now()).then(|| StorageOutage {
             gw,
+            generation,
             held_by,
             until,
             pause: FIRST_STORAGE_PAUSE,
@@ -144,8 +153,8 @@ impl<'a> StorageOutage<'a> {
             self.ended = Some(HoldOutcome::TimedOut);
             return false;
         }
-        let max_held = self.gw.config().load().terminate.max_held_when_none_ready;
-        let Some(_place) = Place::take(self.gw, max_held, self.held_by) else {
+        let max_held = self.generation.config.terminate.max_held_when_none_ready;
+        let Some(_place) = Place::take(self.gw, self.generation, max_held, self.held_by) else {
             self.ended = Some(HoldOutcome::OverLimit);
             return false;
         };
@@ -212,8 +221,14 @@ fn shares(max_held: usize, clusters: usize) -> (usize, usize) {
 }
 
 impl<'a> Place<'a> {
-    fn take(gw: &'a Gateway, max_held: usize, held_by: HeldBy<'a>) -> Option<Place<'a>> {
-        let (per_connection, per_cluster) = shares(max_held, gw.clusters().all().len());
+    fn take(
+        gw: &'a Gateway,
+        generation: &Generation,
+        max_held: usize,
+        held_by: HeldBy<'a>,
+    ) -> Option<Place<'a>> {
+        let clusters = generation.clusters.all().len();
+        let (per_connection, per_cluster) = shares(max_held, clusters);
         let cluster = &held_by.cluster.holds().held;
         let counts: [(Option<&AtomicUsize>, usize); 3] = [
             (Some(gw.held()), max_held),

@@ -7,7 +7,7 @@ use crate::net::{connect_failed, place, Attempt, Serve, Unplaced, UNRECOGNIZED_N
 use crate::passthrough::copy::Relay;
 use crate::passthrough::guard::ConnectionGuard;
 use crate::passthrough::hello::{self, HelloError};
-use crate::state::{Backend, ClientSlot, Cluster, Gateway, Route};
+use crate::state::{Backend, ClientSlot, Cluster, Clusters, Gateway, Generation, Route};
 use crate::telemetry::Refusal;
 use kubegate_config::{BalancePolicy, ListenerSpec};
 use kubegate_net::{dial, out_of_resources};
@@ -46,17 +46,23 @@ impl Serve for Passthrough {
 /// Connects `client` to a backend of its cluster, then hands both sockets to a relay task of
 /// their own and ends: an open connection costs only its relay.
 async fn open(gw: Arc<Gateway>, listener: Arc<ListenerSpec>, client: TcpStream, slot: ClientSlot) {
-    let (cluster, hello) = if gw.clusters().by_server_name() {
+    // One generation for the whole connection: its cluster and its connect timeout.
+    let generation = gw.config().generation();
+    let clusters = &generation.clusters;
+    let (cluster, hello) = if clusters.by_server_name() {
         // Boxed: this task is sized for its largest await while it connects, and a one-cluster
         // file's connections never read a ClientHello.
-        match Box::pin(choose(&gw, &listener, &client)).await {
+        match Box::pin(choose(&gw, clusters, &listener, &client)).await {
             Some(chosen) => chosen,
             None => return,
         }
     } else {
-        (gw.clusters().all()[0].clone(), Vec::new())
+        match clusters.route(&listener, None) {
+            Route::To(one) => (one, Vec::new()),
+            _ => return,
+        }
     };
-    let Some((backend, mut upstream)) = connect(&gw, &cluster).await else {
+    let Some((backend, mut upstream)) = connect(&gw, &generation, &cluster).await else {
         return;
     };
     let _ = upstream.set_nodelay(true);
@@ -130,11 +136,12 @@ impl Connects<'_> {
 /// `None` when it is turned away (an unrecognized name is told so with a TLS alert) or closed.
 async fn choose(
     gw: &Gateway,
+    clusters: &Clusters,
     listener: &ListenerSpec,
     client: &TcpStream,
 ) -> Option<(Arc<Cluster>, Vec<u8>)> {
     let refusal = match hello::read(client).await {
-        Ok(hello) => match gw.clusters().route(listener, hello.server_name.as_deref()) {
+        Ok(hello) => match clusters.route(listener, hello.server_name.as_deref()) {
             Route::To(cluster) => return Some((cluster, hello.bytes)),
             Route::NoServerName => {
                 tracing::debug!(listener = %listener.address, "a ClientHello without a server name, and no default_cluster: closing");
@@ -158,15 +165,19 @@ async fn choose(
     None
 }
 
-/// Chooses and connects a backend of `cluster`, retrying on others; `None` when the client
-/// must be closed.
-async fn connect(gw: &Gateway, cluster: &Cluster) -> Option<(Arc<Backend>, TcpStream)> {
+/// Chooses and connects a backend of `cluster` under `generation`, retrying on others; `None`
+/// when the client must be closed.
+async fn connect(
+    gw: &Gateway,
+    generation: &Generation,
+    cluster: &Cluster,
+) -> Option<(Arc<Backend>, TcpStream)> {
     let mut connects = Connects {
         gw,
-        timeout: gw.config().load().connect.timeout,
+        timeout: generation.config.connect.timeout,
         retried: false,
     };
-    let refusal = match place(gw, cluster, &mut connects, &mut Vec::new()).await {
+    let refusal = match place(gw, generation, cluster, &mut connects, &mut Vec::new()).await {
         Ok(placed) => return Some(placed),
         Err(Unplaced::NoBackend) => {
             tracing::debug!("no ready backend: closing client connection");

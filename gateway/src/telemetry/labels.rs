@@ -228,7 +228,9 @@ label! {
 
 label! {
     /// How an attempt on one backend failed before response headers reached the client
-    /// (terminate mode; `terminate/upstream/retry.rs` decides what may be tried again).
+    /// (terminate mode): the names of the retry vocabulary, whose meaning — which failures
+    /// the apiserver provably did not process, what may be tried again — is
+    /// `terminate/upstream/retry.rs`'s.
     pub enum AttemptFailure {
         /// TCP, TLS or the HTTP/2 handshake failed: nothing was sent.
         Connect => "connect_failed",
@@ -263,13 +265,6 @@ label! {
         /// The stream or connection broke after the request was sent: it may have been
         /// processed.
         Reset => "reset",
-    }
-}
-
-impl AttemptFailure {
-    /// The apiserver provably did not process the request.
-    pub fn unprocessed(self) -> bool {
-        !matches!(self, AttemptFailure::Reset | AttemptFailure::StorageFailed)
     }
 }
 
@@ -392,13 +387,8 @@ mod tests {
             assert_eq!(f as usize, i);
         }
         assert_eq!(AttemptFailure::ALL.len(), 11);
-        assert!(AttemptFailure::CacheBehind.unprocessed());
-        assert!(AttemptFailure::Throttled.unprocessed());
         assert_eq!(WatchEnd::NoPosition.as_str(), "not_resumable_no_position");
         assert_eq!(ClientProtocol::Http1.as_str(), "http/1.1");
-        assert!(AttemptFailure::GoAway.unprocessed());
-        assert!(AttemptFailure::NotServed.unprocessed());
-        assert!(!AttemptFailure::Reset.unprocessed());
     }
 }
 

@@ -4,7 +4,7 @@
 //! kubegate answers itself when no backend would.
 
 use crate::net::Unplaced;
-use crate::state::Gateway;
+use crate::state::{Gateway, Generation};
 use crate::telemetry::{AttemptFailure, RequestFailure};
 use crate::terminate::exchange::body::{Relayed, ResponseBody};
 use crate::terminate::exchange::status::{broken, status, unavailable};
@@ -15,7 +15,7 @@ use crate::terminate::upstream::outgoing::Outgoing;
 use crate::terminate::upstream::retry::may_retry;
 use crate::terminate::upstream::upstreams::Upstreams;
 use crate::terminate::watch::continuity as watch;
-use http::{header, Response, StatusCode};
+use http::{Response, StatusCode};
 use kubegate_wire::classify::RequestClass;
 use kubegate_wire::framing::Framing;
 use std::sync::Arc;
@@ -26,6 +26,8 @@ use std::time::Instant;
 /// place under its rule.
 pub(super) struct Sending {
     pub(super) gw: Arc<Gateway>,
+    /// The request's generation: the settings it is sent under.
+    pub(super) generation: Arc<Generation>,
     pub(super) upstreams: Arc<Upstreams>,
     pub(super) outgoing: Outgoing,
     pub(super) class: RequestClass,
@@ -60,6 +62,7 @@ pub(super) async fn send(
 ) -> Response<ResponseBody> {
     let Sending {
         gw,
+        generation,
         upstreams,
         outgoing,
         class,
@@ -71,7 +74,8 @@ pub(super) async fn send(
     let holding_since = Instant::now();
     let answer = loop {
         let tried = &mut within.tried;
-        let answer = dispatch(&gw, &upstreams, &outgoing, class, tried, holding_since).await;
+        let at = (&*gw, &*generation);
+        let answer = dispatch(at, &upstreams, &outgoing, class, tried, holding_since).await;
         if !matches!(answer, Err(Unplaced::NoBackend)) {
             break answer;
         }
@@ -99,15 +103,12 @@ pub(super) async fn send(
             in_flight,
             stream,
         }) => {
-            let framing = resp
-                .headers()
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .and_then(Framing::of);
+            let framing = Framing::of_headers(resp.headers());
             match (framing, watch) {
                 (Some(framing), Some(watch)) if resp.status() == StatusCode::OK => {
                     let followed = watch::Followed {
                         gw: gw.clone(),
+                        generation: generation.clone(),
                         upstreams: upstreams.clone(),
                         outgoing,
                         class,

@@ -360,8 +360,9 @@ async fn upgrade_admitted(
         Err(resp) => return *resp,
     };
     let within = Within::rule(cx.upstreams.pool(), classified.rule);
-    let (gw, upstreams, client, class) = (&cx.gw, &cx.upstreams, cx.client, classified.class);
-    let resp = upgrade::proxy(gw, upstreams, client, req, class, served, within).await;
+    let at = (&*cx.gw, &*cx.generation);
+    let (upstreams, client, class) = (&cx.upstreams, cx.client, classified.class);
+    let resp = upgrade::proxy(at, upstreams, client, req, class, served, within).await;
     drop(slot);
     resp
 }
@@ -393,6 +394,7 @@ async fn forward(
     let route = route(cx, &outgoing, classified.may, watch, sharer);
     let sending = Sending {
         gw: cx.gw.clone(),
+        generation: cx.generation.clone(),
         upstreams: cx.upstreams.clone(),
         outgoing,
         class: classified.class,

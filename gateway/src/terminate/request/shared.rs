@@ -20,7 +20,7 @@ use crate::terminate::sender::attributes::Attributes;
 use crate::terminate::sender::tokens::TokenHash;
 use crate::terminate::upstream::upstreams::Upstreams;
 use crate::terminate::watch::continuity as watch;
-use http::{header, Response, StatusCode};
+use http::{Response, StatusCode};
 use kubegate_config::{AccessReviewConfig, TerminateConfig, TokenReviewConfig};
 use kubegate_wire::framing::Framing;
 use kubegate_wire::identity::UserInfo;
@@ -227,11 +227,7 @@ pub(super) async fn send_fed(
         slow_client: fed.slow_client,
     };
     let resp = send(sending.with_query(&query), served, Some(feed_watch)).await;
-    let framing = resp
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(Framing::of);
+    let framing = Framing::of_headers(resp.headers());
     let opened = resp.status() == StatusCode::OK;
     let resp = opener.open(
         resp,
@@ -285,11 +281,7 @@ pub(super) async fn send_synced(
     };
     lead.turn().await;
     let resp = send(sending, served, Some(watch)).await;
-    let framing = resp
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(Framing::of);
+    let framing = Framing::of_headers(resp.headers());
     let answered = (resp, served.replica.clone());
     let metrics = &gw.metrics().joins;
     let cluster = joined.mode.cluster().name();

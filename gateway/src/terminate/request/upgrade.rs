@@ -9,7 +9,7 @@
 //! apiserver may have started a process.
 
 use crate::net::{connect_failed, place, Attempt, Unplaced};
-use crate::state::{Backend, Gateway, Kind};
+use crate::state::{Backend, Gateway, Generation, Kind};
 use crate::telemetry::RequestFailure;
 use crate::terminate::exchange::body::{read_small, ResponseBody};
 use crate::terminate::exchange::in_flight::InFlight;
@@ -40,10 +40,10 @@ pub fn requested(req: &Request<Incoming>) -> bool {
         && kubegate_wire::hop::names(req.headers(), "upgrade")
 }
 
-/// Proxies an upgrade request to a backend `within` its rule; `served` learns who sent it and
-/// which replica answered.
+/// Proxies an upgrade request to a backend `within` its rule, under the request's generation;
+/// `served` learns who sent it and which replica answered.
 pub async fn proxy(
-    gw: &Gateway,
+    (gw, generation): (&Gateway, &Generation),
     upstreams: &Upstreams,
     client: &Client,
     mut req: Request<Incoming>,
@@ -58,10 +58,12 @@ pub async fn proxy(
     let uri = parts.uri.clone();
     let kind = Shaper::new(upstreams, metrics).upgrade(client, &mut parts);
     served.sent_as(gw, client, kind, user_agent(&parts.headers));
-    let mut placed = connect(gw, upstreams, &uri, kind, &mut within.tried).await;
+    let mut placed = connect((gw, generation), upstreams, &uri, kind, &mut within.tried).await;
     if let Err(Unplaced::NoBackend) = placed {
         match within.fall_back() {
-            Ok(true) => placed = connect(gw, upstreams, &uri, kind, &mut within.tried).await,
+            Ok(true) => {
+                placed = connect((gw, generation), upstreams, &uri, kind, &mut within.tried).await
+            }
             Ok(false) => {}
             Err(refused) => return refused.answer(gw),
         }
@@ -130,7 +132,7 @@ pub async fn proxy(
 /// An HTTP/1.1 connection to a backend not in `tried` (nor kept off by version skew, for
 /// `uri`), retrying failed connects on others.
 async fn connect(
-    gw: &Gateway,
+    (gw, generation): (&Gateway, &Generation),
     upstreams: &Upstreams,
     uri: &Uri,
     kind: Kind,
@@ -148,11 +150,12 @@ async fn connect(
         gw,
         upstreams,
         tls,
-        timeout: gw.config().load().connect.timeout,
+        timeout: generation.config.connect.timeout,
     };
     let before = tried.len();
-    let steered = skew::steer(gw, &upstreams.cluster, uri, tried);
-    let placed = place(gw, &upstreams.cluster, &mut connects, tried).await;
+    let routing = generation.config.terminate.version_skew.routing;
+    let steered = skew::steer((gw, routing), &upstreams.cluster, uri, tried);
+    let placed = place(gw, generation, &upstreams.cluster, &mut connects, tried).await;
     tried.drain(before..before + steered);
     placed
 }

@@ -35,8 +35,10 @@ pub async fn post(
         verb: Verb::Create,
         long_running: None,
     };
+    // kubegate's own request, under the generation in force as it is sent.
+    let generation = gw.config().generation();
     let answer = dispatch(
-        gw,
+        (gw, &generation),
         upstreams,
         &outgoing,
         class,

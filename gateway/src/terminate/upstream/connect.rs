@@ -7,6 +7,7 @@ use crate::state::{Backend, Gateway, H2Conn, Killer, Kind, Stream};
 use crate::telemetry::AttemptFailure;
 use crate::terminate::exchange::h2client;
 use crate::terminate::upstream::upstreams::Upstreams;
+use kubegate_config::Config;
 use kubegate_net::dial;
 use rustls::pki_types::ServerName;
 use std::io;
@@ -29,13 +30,13 @@ const UPSTREAM_CONNECTION_WINDOW: u32 = (1 << 31) - 1;
 
 /// A stream to `backend` on a connection of `kind`, opening a connection if every one is full.
 pub async fn stream_to(
-    gw: &Gateway,
+    (gw, config): (&Gateway, &Config),
     upstreams: &Upstreams,
     backend: &Arc<Backend>,
     kind: Kind,
 ) -> Result<Stream, AttemptFailure> {
     let upstream = &backend.planes().terminate;
-    let max = gw.config().load().upstream.max_streams_per_connection;
+    let max = config.upstream.max_streams_per_connection;
     // What a connection of this kind presents now: one presenting a replaced front-proxy
     // certificate takes no new stream.
     let (tls, presents) = match kind {
@@ -58,7 +59,7 @@ pub async fn stream_to(
     if let Some(s) = upstream.stream(kind, max, presents) {
         return Ok(s);
     }
-    let timeout = gw.config().load().connect.timeout;
+    let timeout = config.connect.timeout;
     // Boxed: the TLS and HTTP/2 handshakes' future is ~6.5 KB, and every request's future
     // would otherwise be that large (and moved whole) for a path few requests take.
     match Box::pin(dial_h2(

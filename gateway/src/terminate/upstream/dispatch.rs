@@ -17,7 +17,7 @@
 
 use crate::net::hold::{HeldBy, StorageOutage};
 use crate::net::{place, Attempt, Unplaced, PASSIVE_EJECTION};
-use crate::state::{Backend, Gateway, Pool, Stream};
+use crate::state::{Backend, Gateway, Generation, Pool, Stream};
 use crate::telemetry::{AttemptFailure, RequestFailure};
 use crate::terminate::exchange::body::{read_small, ResponseBody};
 use crate::terminate::exchange::h2client::{self, ResponseStream};
@@ -83,7 +83,7 @@ impl From<AttemptFailure> for Failed {
 /// over every dispatch of one request: for a ready replica, `terminate.hold_when_none_ready`
 /// in all; through a storage outage, `terminate.hold_reads_when_storage_fails`.
 pub async fn dispatch(
-    gw: &Gateway,
+    (gw, generation): (&Gateway, &Generation),
     upstreams: &Upstreams,
     outgoing: &Outgoing,
     class: RequestClass,
@@ -92,11 +92,12 @@ pub async fn dispatch(
 ) -> Result<(Arc<Backend>, Answer), Unplaced<AttemptFailure>> {
     let mut forward = Forward {
         gw,
+        generation,
         upstreams,
         outgoing,
         class,
         kept: None,
-        hold_ends: holding_since + gw.config().load().terminate.hold_when_none_ready,
+        hold_ends: holding_since + generation.config.terminate.hold_when_none_ready,
         level: None,
         crowded: Vec::new(),
     };
@@ -114,7 +115,8 @@ pub async fn dispatch(
                     cluster: &upstreams.cluster,
                     connection: outgoing.connection_holds(),
                 };
-                outage = StorageOutage::begin(gw, held_by, holding_since, forward.client_waits());
+                let waits = forward.client_waits();
+                outage = StorageOutage::begin(gw, generation, held_by, holding_since, waits);
             }
             if let Some(held) = outage.as_mut() {
                 if held.pause().await {
@@ -144,12 +146,14 @@ async fn place_once(
     forward: &mut Forward<'_>,
     tried: &mut Vec<SocketAddr>,
 ) -> Result<(Arc<Backend>, Answer), Unplaced<AttemptFailure>> {
-    let (gw, upstreams, outgoing) = (forward.gw, forward.upstreams, forward.outgoing);
+    let (gw, generation) = (forward.gw, forward.generation);
+    let (upstreams, outgoing) = (forward.upstreams, forward.outgoing);
     // Replicas that do not serve what the request wants are placed as tried, and forgotten
     // again once it is placed: they were never tried.
     let before = tried.len();
     let pool = upstreams.pool();
-    let mut steered = skew::steer(gw, &upstreams.cluster, outgoing.uri(), tried);
+    let routing = generation.config.terminate.version_skew.routing;
+    let mut steered = skew::steer((gw, routing), &upstreams.cluster, outgoing.uri(), tried);
     // So are replicas whose flow control is rejecting the request's priority level, while
     // another is not; the first attempt also passes over those holding more of the level's
     // requests than another (queueing them).
@@ -165,7 +169,7 @@ async fn place_once(
         tried.extend_from_slice(&steering.rejecting);
         forward.crowded = steering.crowded;
     }
-    let placed = place(gw, &upstreams.cluster, forward, tried).await;
+    let placed = place(gw, generation, &upstreams.cluster, forward, tried).await;
     tried.drain(before..before + steered);
     placed
 }
@@ -242,6 +246,8 @@ impl Within {
 /// One request's attempts, as the placing loop runs them.
 struct Forward<'a> {
     gw: &'a Gateway,
+    /// The request's generation: the settings it is sent under.
+    generation: &'a Generation,
     upstreams: &'a Upstreams,
     outgoing: &'a Outgoing,
     class: RequestClass,
@@ -274,7 +280,8 @@ impl Attempt for Forward<'_> {
 
     async fn attempt(&mut self, backend: &Arc<Backend>) -> Result<Answer, AttemptFailure> {
         let request = (self.class, self.level.as_ref());
-        let failed = match attempt(self.gw, self.upstreams, backend, self.outgoing, request).await {
+        let at = (self.gw, self.generation);
+        let failed = match attempt(at, self.upstreams, backend, self.outgoing, request).await {
             Ok(answer) => return Ok(answer),
             Err(failed) => failed,
         };
@@ -349,26 +356,27 @@ pub fn load_for(policy: BalancePolicy) -> fn(&Backend) -> u64 {
 /// One attempt on `backend` alone, whatever its state (a watch freshened on the replica it
 /// leaves): its answer, or `None` when it gave none worth reading.
 pub async fn attempt_on(
-    gw: &Gateway,
+    at: (&Gateway, &Generation),
     upstreams: &Upstreams,
     backend: &Arc<Backend>,
     outgoing: &Outgoing,
     class: RequestClass,
 ) -> Option<Answer> {
-    attempt(gw, upstreams, backend, outgoing, (class, None))
+    attempt(at, upstreams, backend, outgoing, (class, None))
         .await
         .ok()
 }
 
 /// One attempt on `backend`.
 async fn attempt(
-    gw: &Gateway,
+    (gw, generation): (&Gateway, &Generation),
     upstreams: &Upstreams,
     backend: &Arc<Backend>,
     outgoing: &Outgoing,
     (class, level): (RequestClass, Option<&Arc<str>>),
 ) -> Result<Answer, Failed> {
-    let mut stream = stream_to(gw, upstreams, backend, outgoing.kind()).await?;
+    let config = &generation.config;
+    let mut stream = stream_to((gw, config), upstreams, backend, outgoing.kind()).await?;
     let in_flight = InFlight::begin(backend, class.long_running.is_some(), level);
     let mut sent = Instant::now();
     let mut refused = false;
@@ -389,7 +397,7 @@ async fn attempt(
         if !connection_refused || backend.shutting_down() || std::mem::replace(&mut refused, true) {
             return Err(failure.into());
         }
-        stream = stream_to(gw, upstreams, backend, outgoing.kind()).await?;
+        stream = stream_to((gw, config), upstreams, backend, outgoing.kind()).await?;
         sent = Instant::now();
     };
     let upstream = &backend.planes().terminate;
@@ -439,7 +447,7 @@ async fn attempt(
                 return Err(AttemptFailure::ShuttingDown.into());
             }
             Some(Said::NoHandler)
-                if skew::not_served(gw, upstreams.pool(), backend, outgoing.uri()) =>
+                if skew::not_served(config, upstreams.pool(), backend, outgoing.uri()) =>
             {
                 return Err(AttemptFailure::NotServed.into());
             }

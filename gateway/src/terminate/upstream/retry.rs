@@ -7,11 +7,20 @@
 use crate::telemetry::AttemptFailure;
 use kubegate_wire::classify::{LongRunning, RequestClass, Verb};
 
+/// Whether the apiserver provably did not process a request whose attempt failed with
+/// `failure`: every failure but a break after sending and a replica's own storage failure.
+pub fn unprocessed(failure: AttemptFailure) -> bool {
+    !matches!(
+        failure,
+        AttemptFailure::Reset | AttemptFailure::StorageFailed
+    )
+}
+
 /// Whether a request of `class` that failed with `failure` may be sent to another backend.
 pub fn may_retry(failure: AttemptFailure, class: &RequestClass) -> bool {
     match failure {
         AttemptFailure::StorageFailed => reads_storage(class),
-        f if f.unprocessed() => true,
+        f if unprocessed(f) => true,
         // A new watch is a read like a GET: until its response headers, its client has seen
         // nothing, and the replica changed nothing (a 30-minute soak answered 502 to two new
         // watches whose replica was SIGKILLed, where another replica could serve them).
@@ -79,7 +88,12 @@ mod tests {
             }
         }
         // The replica answered: a write it failed may still have reached etcd.
-        assert!(!AttemptFailure::StorageFailed.unprocessed());
-        assert!(AttemptFailure::Initializing.unprocessed());
+        assert!(!unprocessed(AttemptFailure::StorageFailed));
+        assert!(unprocessed(AttemptFailure::Initializing));
+        assert!(unprocessed(AttemptFailure::CacheBehind));
+        assert!(unprocessed(AttemptFailure::Throttled));
+        assert!(unprocessed(AttemptFailure::GoAway));
+        assert!(unprocessed(AttemptFailure::NotServed));
+        assert!(!unprocessed(AttemptFailure::Reset));
     }
 }

@@ -34,6 +34,7 @@
 
 use crate::state::{Backend, Cluster, Gateway, Pool, Served};
 use http::Uri;
+use kubegate_config::Config;
 use kubegate_config::NoReadyBackendPolicy;
 use kubegate_pool::Candidates;
 use kubegate_wire::classify::group_version;
@@ -90,8 +91,8 @@ fn is_discovery(path: &str) -> bool {
 /// was restarted as another version, or its APIs changed, unseen), or a ready replica is
 /// being read again right now (this one or another: what was known of it may be stale). `false` for a claim younger than [`MIN_CLAIM_AGE`] and with
 /// routing by skew off.
-pub fn not_served(gw: &Gateway, pool: &Pool, backend: &Backend, uri: &Uri) -> bool {
-    if !gw.config().load().terminate.version_skew.routing {
+pub fn not_served(config: &Config, pool: &Pool, backend: &Backend, uri: &Uri) -> bool {
+    if !config.terminate.version_skew.routing {
         return false;
     }
     // Read as the apiserver read it (a path that does not decode never reached a replica).
@@ -147,8 +148,14 @@ pub fn skewed(ready: &[Arc<Backend>]) -> bool {
 
 /// Appends to `tried` the ready replicas of `cluster` (not in it yet) that should not take a
 /// request for `uri`; returns how many. The caller removes them once the request is placed.
-pub fn steer(gw: &Gateway, cluster: &Cluster, uri: &Uri, tried: &mut Vec<SocketAddr>) -> usize {
-    if !gw.config().load().terminate.version_skew.routing {
+/// Nothing without `routing` (`terminate.version_skew.routing`).
+pub fn steer(
+    (gw, routing): (&Gateway, bool),
+    cluster: &Cluster,
+    uri: &Uri,
+    tried: &mut Vec<SocketAddr>,
+) -> usize {
+    if !routing {
         return 0;
     }
     let table = cluster.pool().routing();

@@ -260,7 +260,9 @@ async fn get(
         "no front-proxy certificate (upstream.front_proxy): discovery is read as an authenticated user",
     )?;
     let exchange = async {
-        let stream = stream_to(gw, upstreams, backend, Kind::WithIdentity)
+        // The task's own request, under the generation in force as it is sent.
+        let config = gw.config().load_full();
+        let stream = stream_to((gw, &config), upstreams, backend, Kind::WithIdentity)
             .await
             .map_err(|f| format!("{path}: {}", f.as_str()))?;
         let resp = h2client::send(stream.sender(), outgoing.head(), outgoing.body())

@@ -38,7 +38,7 @@
 //! watches end and rotate across replicas as they would on the apiserver.
 
 use crate::net::Unplaced;
-use crate::state::{Backend, Gateway, Pool, Stream};
+use crate::state::{Backend, Gateway, Generation, Pool, Stream};
 use crate::telemetry::{Freshened, WatchBreak, WatchEnd};
 use crate::terminate::exchange::body::{ResponseBody, WatchBody};
 use crate::terminate::exchange::h2client::ResponseStream;
@@ -160,6 +160,8 @@ impl Upstream {
 pub struct Followed {
     /// The gateway.
     pub gw: Arc<Gateway>,
+    /// The watch's generation: the settings it is resumed under.
+    pub generation: Arc<Generation>,
     /// The watch's cluster.
     pub upstreams: Arc<Upstreams>,
     /// The request as it goes upstream.
@@ -517,10 +519,7 @@ async fn pump(
 
 /// How a replica's answer frames its events (a resumed watch must keep the client's).
 fn framing_of<B>(resp: &Response<B>) -> Option<Framing> {
-    resp.headers()
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(Framing::of)
+    Framing::of_headers(resp.headers())
 }
 
 /// When a watch's position last moved (an event or a bookmark), and how long before that it
@@ -595,7 +594,7 @@ async fn freshen(
         in_flight,
         stream,
     }) = dispatch::attempt_on(
-        &followed.gw,
+        (&followed.gw, &followed.generation),
         &followed.upstreams,
         leaving,
         &again,
@@ -681,6 +680,7 @@ async fn reopen(
 ) -> Result<Upstream, WatchEnd> {
     let Followed {
         gw,
+        generation,
         upstreams,
         class,
         framing,
@@ -703,7 +703,8 @@ async fn reopen(
         // Prefer another replica up since before the position; after two misses, any whose
         // cache may reach the position.
         let mut tried = avoid.at(upstreams.pool(), attempt);
-        match dispatch(gw, upstreams, &again, class, &mut tried, Instant::now()).await {
+        let at = (&**gw, &**generation);
+        match dispatch(at, upstreams, &again, class, &mut tried, Instant::now()).await {
             Ok((
                 _,
                 Answer::Streaming {
