@@ -133,7 +133,11 @@ async fn with_tls_and_authentication_only_the_probes_are_public() {
     let config_path = dir.path().join("kubegate.yaml");
     let listen: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let admin: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    std::fs::write(&config_path, cfg.render(listen, admin, &pki.ca_file())).unwrap();
+    kubegate_testbed::kubegate::write_text(
+        &cfg.render(listen, admin, &pki.ca_file()),
+        &config_path,
+    )
+    .unwrap();
     let mut cmd = std::process::Command::new(bin("kubegate"));
     cmd.arg("run").arg("--config").arg(&config_path);
     let _kg = Proc::spawn("kubegate", cmd, dir.path().join("kubegate.log"));

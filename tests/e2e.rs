@@ -1,17 +1,29 @@
 //! Every test of the workspace's root package, as one test binary: each file of `tests/` is a
 //! module here (one link and one copy of every generic instantiation, where 24 binaries each
-//! had their own). A test is named by its file: `cargo test --test e2e hostile::` runs
-//! `tests/hostile.rs`, `cargo test --test e2e hostile::rapid_reset` one test of it.
+//! had their own). A test is named by its file: `cargo test --test e2e http2_abuse::` runs
+//! `tests/http2_abuse.rs`, `cargo test --test e2e http2_abuse::rapid_reset` one test of it.
 //!
 //! The load tests (`loadtest::`) each drive a whole control plane and assert what its clients
 //! saw: `scripts/test` runs them four at a time, beside the rest (`tests/loadtest.rs`).
 
+#[path = "access_log.rs"]
+mod access_log;
 #[path = "admin.rs"]
 mod admin;
 #[path = "apf.rs"]
 mod apf;
 #[path = "authorized.rs"]
 mod authorized;
+#[path = "backend_states.rs"]
+mod backend_states;
+#[path = "bad_clients.rs"]
+mod bad_clients;
+#[path = "balancing.rs"]
+mod balancing;
+#[path = "bounded_memory.rs"]
+mod bounded_memory;
+#[path = "client_sockets.rs"]
+mod client_sockets;
 #[path = "clients.rs"]
 mod clients;
 #[path = "clusters.rs"]
@@ -32,16 +44,18 @@ mod dispatch;
 mod fairness;
 #[path = "fuzz_corpora.rs"]
 mod fuzz_corpora;
-#[path = "gateway.rs"]
-mod gateway;
 #[path = "hold.rs"]
 mod hold;
-#[path = "hostile.rs"]
-mod hostile;
+#[path = "http2_abuse.rs"]
+mod http2_abuse;
+#[path = "identity.rs"]
+mod identity;
 #[path = "join.rs"]
 mod join;
 #[path = "layout.rs"]
 mod layout;
+#[path = "lifecycle.rs"]
+mod lifecycle;
 #[path = "loadtest.rs"]
 mod loadtest;
 #[path = "observability.rs"]
@@ -50,6 +64,14 @@ mod observability;
 mod operator;
 #[path = "reading.rs"]
 mod reading;
+#[path = "reload.rs"]
+mod reload;
+#[path = "replica_failures.rs"]
+mod replica_failures;
+#[path = "request_bodies.rs"]
+mod request_bodies;
+#[path = "serving.rs"]
+mod serving;
 #[path = "signals.rs"]
 mod signals;
 #[path = "sim.rs"]
@@ -58,8 +80,6 @@ mod sim;
 mod skew;
 #[path = "status_page.rs"]
 mod status_page;
-#[path = "terminate.rs"]
-mod terminate;
 #[path = "tls.rs"]
 mod tls;
 #[path = "upgrade.rs"]

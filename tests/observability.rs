@@ -10,7 +10,10 @@
 //!    `$instance`, stat panels per instance.
 //! 8. `the_prometheus_rule_carries_the_shipped_alerts`: deploy/monitoring/prometheusrule.yaml
 //!    holds exactly dashboards/alerts.yaml's groups.
+//! 9. `metrics_pass_promtool`: kubegate's own `/metrics`, with a replica not ready and open
+//!    connections, passes `promtool check metrics`.
 
+use kubegate_e2e::replicas::open;
 use kubegate_e2e::*;
 use serde::Deserialize as _;
 use serde_json::Value;
@@ -188,7 +191,11 @@ fn prometheus_scrapes_with_the_shipped_configuration_and_evaluates_every_rule() 
         std::net::SocketAddr::from(([127, 0, 0, 1], free_port())),
     );
     let config_path = dir.path().join("kubegate.yaml");
-    std::fs::write(&config_path, cfg.render(listen, admin, &pki.ca_file())).unwrap();
+    kubegate_testbed::kubegate::write_text(
+        &cfg.render(listen, admin, &pki.ca_file()),
+        &config_path,
+    )
+    .unwrap();
     let mut cmd = Command::new(bin("kubegate"));
     cmd.arg("run").arg("--config").arg(&config_path);
     let _kg = Proc::spawn("kubegate", cmd, dir.path().join("kubegate.log"));
@@ -610,4 +617,45 @@ fn the_prometheus_rule_carries_the_shipped_alerts() {
             );
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_pass_promtool() {
+    let bed = Cluster::new().replicas(2).start();
+    let (kg, pki, sims, dir) = (&bed.kg, &bed.pki, &bed.sims, &bed.dir);
+    sims[1].force_check("etcd", true);
+    kg.wait_state("replica-2", "not_ready", Duration::from_secs(30));
+    let _conns = open(kg, pki, 2).await;
+    let metrics = kg.admin_body("/metrics");
+    for family in [
+        "kubegate_build_info",
+        "kubegate_lifecycle_phase",
+        "kubegate_backend_state",
+        "kubegate_backend_probes_total",
+        "kubegate_backend_probe_duration_seconds",
+        "kubegate_backend_readyz_check_failing",
+        "kubegate_backend_state_transitions_total",
+        "kubegate_backend_connections",
+        "kubegate_backend_connections_total",
+        "kubegate_backend_bytes_total",
+        "kubegate_config_reloads_total",
+    ] {
+        assert!(
+            metrics.contains(&format!("# TYPE {family} ")),
+            "{family} missing"
+        );
+    }
+    assert_eq!(
+        kg.metric("kubegate_backend_state{backend=\"replica-2\",state=\"not_ready\"}"),
+        1.0
+    );
+    assert_eq!(
+        kg.metric("kubegate_backend_state{backend=\"replica-2\",state=\"ready\"}"),
+        0.0
+    );
+    assert_eq!(
+        kg.metric("kubegate_backend_readyz_check_failing{backend=\"replica-2\",check=\"etcd\"}"),
+        1.0
+    );
+    promtool_check_metrics(dir.path(), &metrics);
 }

@@ -70,9 +70,18 @@ pub fn terminate(config: &mut Config, files: &TerminateFiles) {
         .map(|(cert, key)| FrontProxy::new(cert.clone(), key.clone()));
 }
 
-/// Writes `config` to `path`.
+/// Writes `config` to `path`, as [`write_text`] does: the one writer of kubegate's
+/// configuration for tests, load tests and the simulator's clusters.
 pub fn write(config: &Config, path: &Path) -> anyhow::Result<()> {
-    std::fs::write(path, config.to_yaml()).with_context(|| format!("write {}", path.display()))
+    write_text(&config.to_yaml(), path)
+}
+
+/// Writes `text` (a configuration, or a broken one) to `path` whole and renamed into place:
+/// a kubegate watching the file never reads half of it.
+pub fn write_text(text: &str, path: &Path) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).with_context(|| format!("write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("rename to {}", path.display()))
 }
 
 #[cfg(test)]

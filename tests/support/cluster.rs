@@ -182,3 +182,27 @@ impl Started {
         self.fp.as_ref().expect("started terminating")
     }
 }
+
+/// `n` replicas (each started with `args`, accepting the token `tok-ops`), kubegate
+/// terminating in front, configured by `configure`.
+pub fn terminating(
+    n: usize,
+    args: &[&str],
+    configure: impl FnOnce(&mut KubegateConfig) + 'static,
+) -> Started {
+    Cluster::new()
+        .replicas(n)
+        .terminate()
+        .tokens(&[("tok-ops", "ops-bot", "ops")])
+        .sim_args(args)
+        .configure(configure)
+        .start()
+}
+
+/// Ready after one probe, then probed every two minutes: what kubegate learns of a replica
+/// during a test comes from its answers, not its probes.
+pub fn probes_rarely(cfg: &mut KubegateConfig) {
+    cfg.health.interval = crate::kubegate::secs(120);
+    cfg.health.fast_interval = crate::kubegate::secs(120);
+    cfg.health.rise = 1;
+}

@@ -165,7 +165,7 @@ impl Kubegate {
         let listen = free_addr();
         let admin = free_addr();
         let config_path = pki.dir().join(format!("kubegate-{}.yaml", listen.port()));
-        std::fs::write(&config_path, config.render(listen, admin, &pki.ca_file())).unwrap();
+        kubegate::write_text(&config.render(listen, admin, &pki.ca_file()), &config_path).unwrap();
         let mut cmd = match wrapper.split_first() {
             Some((program, args)) => {
                 let mut c = Command::new(program);
@@ -200,7 +200,7 @@ impl Kubegate {
     /// Rewrites the config file (the file watcher reloads it).
     pub fn rewrite(&self, config: &KubegateConfig) {
         let text = config.render(self.listen, self.admin, &self.ca);
-        std::fs::write(&self.config_path, text).unwrap();
+        kubegate::write_text(&text, &self.config_path).unwrap();
     }
 
     /// Raw admin response, or `None` if the endpoint does not answer.

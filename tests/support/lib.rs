@@ -5,6 +5,7 @@
 //! Every process started here is killed by its PID when its handle drops, on success and on
 //! failure alike. Waits are conditions with deadlines, never fixed sleeps.
 
+pub mod attack;
 mod browser;
 mod client;
 mod cluster;
@@ -12,6 +13,7 @@ mod container;
 pub mod h2raw;
 mod kubegate;
 mod proc;
+pub mod replicas;
 mod sim;
 mod testssl;
 mod watch;
@@ -21,7 +23,7 @@ pub use client::{
     client_config_as, tls12_client_config, tls_client_config, tls_connect, tls_connect_from,
     tls_connect_to, Conn, Lines, Response,
 };
-pub use cluster::{Cluster, Started};
+pub use cluster::{probes_rarely, terminating, Cluster, Started};
 pub use container::{hard_nofile, pod_probe, wait_pod_probes, Container, ContainerSpec};
 pub use kubegate::{
     assert_check_refuses, assert_problems, bin, check_config, dispatch_rules, kubectl_bin, ms,

@@ -131,12 +131,9 @@ impl Kubegate {
         self.proc.pid().context("kubegate has ended")
     }
 
-    /// Replaces the configuration file whole (a rename: the file watcher never reads half of
-    /// it) and sends SIGHUP.
+    /// Replaces the configuration file whole and sends SIGHUP.
     pub(super) fn reload(&self, config: &Config) -> anyhow::Result<()> {
-        let next = self.config.with_extension("yaml.next");
-        kubegate_testbed::kubegate::write(config, &next)?;
-        std::fs::rename(&next, &self.config)?;
+        kubegate_testbed::kubegate::write(config, &self.config)?;
         self.proc.signal(libc::SIGHUP)?;
         Ok(())
     }

@@ -41,13 +41,9 @@ impl Layout {
         c
     }
 
-    /// Writes the config file (kubegate reloads it when it changes), whole and renamed so
-    /// kubegate never reads half a file.
+    /// Writes the config file (kubegate reloads it when it changes).
     pub(super) fn write_config(&self, text: &str) -> anyhow::Result<()> {
-        let tmp = self.config.with_extension("tmp");
-        std::fs::write(&tmp, text)?;
-        std::fs::rename(&tmp, &self.config)?;
-        Ok(())
+        config::write_text(text, &self.config)
     }
 }
 

@@ -1,20 +1,18 @@
-//! End-to-end tests of terminate mode (L7): real `kubegate` and `kubegate-sim` processes, the
-//! simulator trusting kubegate's front-proxy certificate (requestheader authentication).
-//! Which replica answered is read from the simulator's `X-Kubegate-Sim-Replica` header.
+//! Terminate mode's requests across replicas that fail, shut down, crash or are not ready yet:
+//! what the apiserver provably did not process goes to another replica, what it may have
+//! processed is reported, never replayed. Which replica answered is read from the simulator's
+//! `X-Kubegate-Sim-Replica` header.
 //!
-//! 1. `identity_comes_from_the_certificate_never_from_headers`: HTTP/1.1 and HTTP/2, with a
-//!    client certificate, a bearer token, and nothing, each sending forged `X-Remote-*`.
-//! 2. `one_http2_connection_spreads_its_requests_over_the_ready_replicas`, and none goes to a
+//! 1. `one_http2_connection_spreads_its_requests_over_the_ready_replicas`, and none goes to a
 //!    replica that is not ready.
+//! 2. `one_replica_answers_every_request_after_the_goaway_each_anonymous_one_brings`.
 //! 3. `a_replica_shutting_down_finishes_its_requests_and_gets_no_new_ones`.
-//! 4. `a_crashed_replicas_reads_are_retried_and_its_writes_reported_never_replayed`.
+//! 4. `a_crashed_replicas_reads_and_new_watches_are_retried_and_its_writes_reported_never_replayed`.
 //! 5. `a_shutting_down_replicas_429_is_retried_on_another`.
-//! 6. `no_ready_replica_is_a_503_status_the_client_retries`.
-//! 7. `kubegate_drains_its_clients_with_goaway_on_sigterm`.
-//! 8. `check_names_unusable_certificates_with_their_position`.
-//! 9. `a_new_serving_certificate_is_used_for_new_connections`.
-//! 10. `one_replica_answers_every_request_after_the_goaway_each_anonymous_one_brings`.
-//! 11. `the_access_log_says_who_asked_what_of_which_replica`.
+//! 6. `reads_a_replicas_initializing_cache_refused_go_to_another`, and
+//!    `custom_resources_read_from_a_replica_still_initializing_them_go_to_another`.
+//! 7. `reads_a_replicas_failing_storage_refused_go_to_another_and_writes_do_not`.
+//! 8. `no_ready_replica_is_a_503_status_the_client_retries`.
 
 use kubegate_e2e::*;
 use std::collections::HashMap;
@@ -22,150 +20,9 @@ use std::time::Duration;
 
 const T: Duration = Duration::from_secs(30);
 
-/// `n` replicas (each started with `args`, accepting the token `tok-ops`), kubegate
-/// terminating in front, configured by `configure`.
-fn cluster(
-    n: usize,
-    args: &[&str],
-    configure: impl FnOnce(&mut KubegateConfig) + 'static,
-) -> Started {
-    Cluster::new()
-        .replicas(n)
-        .terminate()
-        .tokens(&[("tok-ops", "ops-bot", "ops")])
-        .sim_args(args)
-        .configure(configure)
-        .start()
-}
-
-/// Ready after one probe, then probed every two minutes: what kubegate learns of a replica
-/// during the test comes from its answers, not its probes.
-fn probes_rarely(cfg: &mut KubegateConfig) {
-    cfg.health.interval = secs(120);
-    cfg.health.fast_interval = secs(120);
-    cfg.health.rise = 1;
-}
-
-const FORGED: &[(&str, &str)] = &[
-    ("X-Remote-User", "system:admin"),
-    ("x-remote-group", "system:masters"),
-    ("X-Remote-Extra-Scopes", "everything"),
-];
-
-/// `kubectl auth whoami`'s request, as (user, groups), with forged identity headers.
-async fn whoami(conn: &mut Conn) -> Result<(String, Vec<String>), Response> {
-    let r = conn.self_subject_review(FORGED).await.expect("an answer");
-    if r.status != 201 {
-        return Err(r);
-    }
-    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
-    let info = &v["status"]["userInfo"];
-    assert!(
-        info["extra"].as_object().is_none_or(|e| e.is_empty()),
-        "forged extra reached the apiserver: {v}"
-    );
-    Ok((
-        info["username"].as_str().unwrap().to_string(),
-        info["groups"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|g| g.as_str().unwrap().to_string())
-            .collect(),
-    ))
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn identity_comes_from_the_certificate_never_from_headers() {
-    let bed = cluster(2, &[], |_| {});
-    let (kg, pki) = (&bed.kg, &bed.pki);
-    let (dev_crt, dev_key) = pki.client_in("dev", "dev-user", &["dev", "ops"]);
-    for h2 in [false, true] {
-        // A verified client certificate: CN and each O, whatever the headers say.
-        let mut conn = Conn::open_as(kg.listen, pki, h2, &dev_crt, &dev_key)
-            .await
-            .unwrap();
-        let (user, groups) = whoami(&mut conn).await.unwrap();
-        assert_eq!(user, "dev-user", "h2={h2}");
-        assert_eq!(groups, ["dev", "ops", "system:authenticated"], "h2={h2}");
-
-        // A bearer token: the token's user, the forged headers gone.
-        let mut conn = Conn::open_anonymous(kg.listen, pki, h2).await.unwrap();
-        let mut headers = FORGED.to_vec();
-        headers.push(("Authorization", "Bearer tok-ops"));
-        let r = conn.self_subject_review(&headers).await.unwrap();
-        assert_eq!(r.status, 201, "{}", r.text());
-        assert!(r.text().contains(r#""username":"ops-bot""#), "{}", r.text());
-
-        // Nothing: anonymous, which may not ask who it is (403 naming system:anonymous).
-        let mut conn = Conn::open_anonymous(kg.listen, pki, h2).await.unwrap();
-        let r = whoami(&mut conn).await.unwrap_err();
-        assert_eq!(r.status, 403, "{}", r.text());
-        assert!(r.text().contains("system:anonymous"), "{}", r.text());
-        // ...and may read /readyz (anonymous stays anonymous upstream, not 401).
-        assert_eq!(conn.get("/readyz").await.unwrap().status, 200);
-    }
-    assert!(kg.metric("kubegate_identity_headers_stripped_total") >= 18.0);
-
-    // A verified certificate that names no user: 401, never an anonymous request.
-    let mut conn = Conn::open_as_user(kg.listen, pki, "nameless", "", &["dev"]).await;
-    let r = conn
-        .get("/api/v1/namespaces/default/configmaps")
-        .await
-        .unwrap();
-    assert_eq!(r.status, 401, "{}", r.text());
-    assert!(r.text().contains("no common name"), "{}", r.text());
-    assert!(kg.metric(r#"kubegate_requests_failed_total{reason="unauthenticated"}"#) >= 1.0);
-
-    // X-Forwarded-For: a client's own list is replaced by the address kubegate saw.
-    let mut conn = kg.connect(pki, true).await.unwrap();
-    let r = conn
-        .send("GET", "/version", &[("X-Forwarded-For", "6.6.6.6")], None)
-        .await
-        .unwrap();
-    assert_eq!(r.header("x-kubegate-sim-forwarded-for"), Some("127.0.0.1"));
-    for identity in ["client_certificate", "bearer_token", "anonymous"] {
-        let series = format!("kubegate_requests_by_identity_total{{identity=\"{identity}\"}}");
-        assert!(kg.metric(&series) >= 2.0, "{series}");
-    }
-}
-
-/// Replicas reading two group headers, kubegate configured with both: a client cannot add a
-/// group through the second (the class of kcp's GHSA-c8w2-fgvx-vhv4); a proxy in
-/// `terminate.trusted_proxies` keeps its `X-Forwarded-For`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_configured_identity_header_is_stripped_and_trusted_proxies_keep_their_forwarded_for()
-{
-    let bed = cluster(
-        1,
-        &["--requestheader-group-headers", "X-Other-Group"],
-        |cfg| {
-            let fp = cfg.upstream.front_proxy.as_mut().unwrap();
-            fp.group_headers = vec!["X-Remote-Group".into(), "X-Other-Group".into()];
-            cfg.terminate.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
-        },
-    );
-    let (kg, pki) = (&bed.kg, &bed.pki);
-    let mut conn = Conn::open_as_user(kg.listen, pki, "dev", "dev-user", &["dev"]).await;
-    let r = conn
-        .self_subject_review(&[
-            ("X-Other-Group", "system:masters"),
-            ("X-Forwarded-For", "203.0.113.9"),
-        ])
-        .await
-        .unwrap();
-    assert_eq!(r.status, 201, "{}", r.text());
-    assert!(!r.text().contains("system:masters"), "{}", r.text());
-    assert!(r.text().contains(r#""dev""#), "{}", r.text());
-    assert_eq!(
-        r.header("x-kubegate-sim-forwarded-for"),
-        Some("203.0.113.9, 127.0.0.1")
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_http2_connection_spreads_its_requests_over_the_ready_replicas() {
-    let bed = cluster(3, &[], |_| {});
+    let bed = terminating(3, &[], |_| {});
     let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
     let mut conn = kg.connect(pki, true).await.unwrap();
     let mut per: HashMap<String, usize> = HashMap::new();
@@ -203,7 +60,7 @@ async fn one_http2_connection_spreads_its_requests_over_the_ready_replicas() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_replica_answers_every_request_after_the_goaway_each_anonymous_one_brings() {
     // Token reviews off: their connection (kubegate's own identity) is not the subject here.
-    let bed = cluster(1, &[], |c| c.terminate.token_review.enabled = false);
+    let bed = terminating(1, &[], |c| c.terminate.token_review.enabled = false);
     let (kg, pki) = (&bed.kg, &bed.pki);
     let mut conn = Conn::open_anonymous(kg.listen, pki, true).await.unwrap();
     for i in 0..30 {
@@ -243,7 +100,7 @@ async fn one_replica_answers_every_request_after_the_goaway_each_anonymous_one_b
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_shutting_down_finishes_its_requests_and_gets_no_new_ones() {
-    let bed = cluster(3, &["--shutdown-delay-duration", "20s"], |cfg| {
+    let bed = terminating(3, &["--shutdown-delay-duration", "20s"], |cfg| {
         cfg.drain.timeout = secs(60)
     });
     let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
@@ -417,7 +274,7 @@ async fn a_crashed_replicas_reads_and_new_watches_are_retried_and_its_writes_rep
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutting_down_replicas_429_is_retried_on_another() {
     // kubegate must not notice the shutdown through its probes: the 429s are what it sees.
-    let bed = cluster(3, &["--shutdown-send-retry-after"], probes_rarely);
+    let bed = terminating(3, &["--shutdown-send-retry-after"], probes_rarely);
     let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
     // A slow request straight to replica-1 keeps it answering 429 while it drains.
     sims[0].set_latency_ms(20_000);
@@ -450,7 +307,7 @@ async fn a_shutting_down_replicas_429_is_retried_on_another() {
 /// client gets the apiserver's own 429 and its Retry-After.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_a_replicas_initializing_cache_refused_go_to_another() {
-    let bed = cluster(2, &[], |_| {});
+    let bed = terminating(2, &[], |_| {});
     let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
     let mut conn = kg.connect(pki, true).await.unwrap();
     sims[1].set_cache("initializing");
@@ -500,7 +357,7 @@ async fn reads_a_replicas_initializing_cache_refused_go_to_another() {
 /// is not taken for the apiserver's own (`signals::Origin`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_resources_read_from_a_replica_still_initializing_them_go_to_another() {
-    let mut bed = cluster(2, &["--custom-resource-cache-init", "0s"], |_| {});
+    let mut bed = terminating(2, &["--custom-resource-cache-init", "0s"], |_| {});
     // replica-2 comes back with its custom resources' caches an hour from initialized.
     bed.sims[1].restart_with(vec!["--custom-resource-cache-init".into(), "1h".into()]);
     let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
@@ -555,7 +412,7 @@ async fn custom_resources_read_from_a_replica_still_initializing_them_go_to_anot
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_a_replicas_failing_storage_refused_go_to_another_and_writes_do_not() {
     // kubegate must not notice the failure through its probes: the answers are what it sees.
-    let bed = cluster(2, &[], probes_rarely);
+    let bed = terminating(2, &[], probes_rarely);
     let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
     let mut conn = kg.connect(pki, true).await.unwrap();
     let r = conn
@@ -640,7 +497,7 @@ async fn reads_a_replicas_failing_storage_refused_go_to_another_and_writes_do_no
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_ready_replica_is_a_503_status_the_client_retries() {
-    let bed = cluster(1, &[], |cfg| {
+    let bed = terminating(1, &[], |cfg| {
         cfg.no_ready_backend = kubegate_config::NoReadyBackendPolicy::Refuse
     });
     let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
@@ -662,240 +519,4 @@ async fn no_ready_replica_is_a_503_status_the_client_retries() {
         kg.metric(r#"kubegate_requests_failed_total{reason="no_ready_backend"}"#),
         1.0
     );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubegate_drains_its_clients_with_goaway_on_sigterm() {
-    let mut bed = cluster(2, &[], |cfg| {
-        cfg.shutdown.delay = secs(2);
-        cfg.shutdown.grace = secs(20);
-    });
-    let (kg, pki, sims) = (&mut bed.kg, &bed.pki, &bed.sims);
-    let mut idle = kg.connect(pki, true).await.unwrap();
-    assert_eq!(idle.get("/version").await.unwrap().status, 200);
-    let mut busy = kg.connect(pki, true).await.unwrap();
-    // Answered after 8 s, while the GOAWAY comes at 2 s; the client waits well beyond the 8 s,
-    // so a loaded machine's delays do not end the request first.
-    busy.set_request_timeout(T);
-    for s in sims.iter() {
-        s.set_latency_ms(8_000);
-    }
-    let slow = tokio::spawn(async move {
-        let r = busy.get("/api/v1/namespaces/default/configmaps").await;
-        (r, busy)
-    });
-    wait_for("a request in flight", T, || {
-        let total: f64 = ["replica-1", "replica-2"]
-            .iter()
-            .map(|b| {
-                kg.metric(&format!(
-                    "kubegate_backend_requests_in_flight{{backend=\"{b}\"}}"
-                ))
-            })
-            .sum();
-        (total == 1.0).then_some(())
-    });
-    kg.proc.signal(libc::SIGTERM);
-    // After the delay the idle HTTP/2 client gets GOAWAY and its connection ends, while the
-    // other request is still in flight (not merely when the process exits)...
-    wait_for("the idle client's connection to end", T, || {
-        idle.is_closed().then_some(())
-    });
-    assert!(
-        !slow.is_finished(),
-        "the idle connection ended only with the process"
-    );
-    // ...while the request in flight completes.
-    let (r, busy) = slow.await.unwrap();
-    assert_eq!(r.expect("the in-flight request completes").status, 200);
-    wait_for("the busy client's connection to end", T, || {
-        busy.is_closed().then_some(())
-    });
-    let status = kg.proc.wait_exit(T);
-    assert!(status.success(), "{status:?}");
-}
-
-#[test]
-fn check_names_unusable_certificates_with_their_position() {
-    // The listener's key is another certificate's; the front-proxy key is a certificate.
-    let text = |pki: &Pki| {
-        let fp = pki.front_proxy();
-        let (crt, _) = pki.serving("kubegate");
-        let (_, other_key) = pki.serving("other");
-        let backends = "  - address: 127.0.0.1:7001\n";
-        terminate_yaml(pki, (&crt, &other_key), (&fp.cert, &fp.cert), backends, "")
-    };
-    assert_check_refuses(
-        text,
-        &[
-            ("6:17", "does not belong to"),
-            ("10:15", "no usable private key"),
-        ],
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_serving_certificate_is_used_for_new_connections() {
-    let bed = cluster(1, &[], |_| {});
-    let (kg, pki) = (&bed.kg, &bed.pki);
-    let tls = bed.config.listeners[0].tls.clone().unwrap();
-    let (crt, key) = (tls.cert_file, tls.key_file);
-    let mut before = kg.connect(pki, true).await.unwrap();
-    let first = before.peer().to_vec();
-    // Rotate: a new pair written in place (key first, as a careless rotation would: a
-    // mismatched pair for a moment is refused and the running certificate stays).
-    let (new_crt, new_key) = pki.serving("kubegate-rotated");
-    std::fs::copy(&new_key, &key).unwrap();
-    std::fs::copy(&new_crt, &crt).unwrap();
-    let rotated = std::fs::read(&new_crt).unwrap();
-    let rotated_der = rustls_pki_types::pem::PemObject::from_pem_slice(&rotated)
-        .map(|c: rustls_pki_types::CertificateDer<'static>| c.to_vec())
-        .unwrap();
-    wait_for("a connection with the rotated certificate", T, || {
-        let rt = tokio::runtime::Handle::current();
-        let conn = tokio::task::block_in_place(|| rt.block_on(kg.connect(pki, true))).ok()?;
-        (conn.peer() == rotated_der.as_slice()).then_some(())
-    });
-    assert_ne!(first, rotated_der);
-    // The connection made before keeps working.
-    assert_eq!(before.get("/version").await.unwrap().status, 200);
-    assert!(kg.metric(r#"kubegate_certificate_reloads_total{result="success"}"#) >= 1.0);
-    let failing = format!(
-        "kubegate_certificate_reload_failing{{file=\"{}\"}}",
-        crt.display()
-    );
-    assert_eq!(
-        kg.metric(&failing),
-        0.0,
-        "the last load of the file succeeded"
-    );
-
-    // A key that does not match: refused, and the file's series says so until fixed.
-    let (_, other_key) = pki.serving("kubegate-other");
-    std::fs::copy(&other_key, &key).unwrap();
-    wait_for("the failing load reported for the file", T, || {
-        (kg.metric(&failing) == 1.0).then_some(())
-    });
-    std::fs::copy(&new_key, &key).unwrap();
-    wait_for("the fixed pair loaded", T, || {
-        (kg.metric(&failing) == 0.0).then_some(())
-    });
-}
-
-/// The access log: one line per request naming the certificate's user, what was asked (verb,
-/// resource, namespace, name), the replica that answered, the status and the bytes sent;
-/// switched to text by a reload; held to `max_per_second`, the excess counted, never queued.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_access_log_says_who_asked_what_of_which_replica() {
-    use kubegate_config::AccessLogFormat;
-    let bed = cluster(2, &[], |cfg| {
-        cfg.terminate.access_log.format = AccessLogFormat::Json;
-    });
-    let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
-    let mut conn = Conn::open_as_user(kg.listen, pki, "dev", "dev-user", &["dev", "ops"]).await;
-    let agent = [("User-Agent", "access-test/1")];
-    let list = conn
-        .send("GET", "/api/v1/namespaces/default/configmaps", &agent, None)
-        .await
-        .unwrap();
-    assert_eq!(list.status, 200);
-    let missing = conn
-        .send(
-            "GET",
-            "/apis/apps/v1/namespaces/kube-system/deployments/nothing-here",
-            &agent,
-            None,
-        )
-        .await
-        .unwrap();
-    assert_eq!(missing.status, 404);
-    let mut anonymous = Conn::open_anonymous(kg.listen, pki, false).await.unwrap();
-    let r = anonymous
-        .get_with_token(
-            "/api/v1/namespaces/default/configmaps",
-            "tok-ops",
-            "access-test/1",
-        )
-        .await
-        .unwrap();
-    assert_eq!(r.status, 200);
-
-    let lines = wait_for("three access log lines", T, || {
-        let lines = kg.access_lines("access-test/1");
-        (lines.len() >= 3).then_some(lines)
-    });
-    let names: Vec<&str> = sims.iter().map(|s| s.name.as_str()).collect();
-    let list_line = &lines[0];
-    assert_eq!(list_line["user"], "dev-user", "{list_line}");
-    assert_eq!(list_line["groups"], serde_json::json!(["dev", "ops"]));
-    assert_eq!(list_line["identity"], "client_certificate");
-    assert_eq!(list_line["verb"], "list");
-    assert_eq!(list_line["api_group"], "");
-    assert_eq!(list_line["resource"], "configmaps");
-    assert_eq!(list_line["namespace"], "default");
-    assert_eq!(list_line["status"], 200);
-    assert_eq!(list_line["protocol"], "h2");
-    assert_eq!(list_line["bytes"].as_u64(), Some(list.body.len() as u64));
-    assert_eq!(list_line["replica"], list.replica().as_str());
-    assert!(names.contains(&list_line["replica"].as_str().unwrap()));
-    assert!(list_line["client"]
-        .as_str()
-        .unwrap()
-        .starts_with("127.0.0.1:"));
-    let missing_line = &lines[1];
-    assert_eq!(missing_line["verb"], "get");
-    assert_eq!(missing_line["api_group"], "apps");
-    assert_eq!(missing_line["resource"], "deployments");
-    assert_eq!(missing_line["name"], "nothing-here");
-    assert_eq!(missing_line["status"], 404);
-    let token_line = &lines[2];
-    assert_eq!(token_line["identity"], "bearer_token");
-    assert_eq!(token_line["protocol"], "http/1.1");
-    // Named by a TokenReview: the user and groups the apiserver gave the token.
-    assert_eq!(token_line["user"], "ops-bot", "{token_line}");
-    assert_eq!(
-        token_line["groups"],
-        serde_json::json!(["ops", "system:authenticated"])
-    );
-    assert!(
-        !kg.log().contains("tok-ops"),
-        "a credential reached the log"
-    );
-
-    // A reload switches to text, one line a second: a burst is mostly dropped and counted.
-    let mut config = bed.config.clone();
-    config.terminate.access_log.format = AccessLogFormat::Text;
-    config.terminate.access_log.max_per_second = 1;
-    kg.rewrite(&config);
-    let deadline = std::time::Instant::now() + T;
-    loop {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no text line after the reload"
-        );
-        let r = conn
-            .send("GET", "/version", &[("User-Agent", "access-test/2")], None)
-            .await
-            .unwrap();
-        assert_eq!(r.status, 200);
-        let text = kg.log();
-        if text
-            .lines()
-            .any(|l| l.contains("user_agent=access-test/2") && l.contains(" verb=get "))
-        {
-            break;
-        }
-        tokio::time::sleep(ms(50)).await;
-    }
-    let deadline = std::time::Instant::now() + T;
-    while kg.metric("kubegate_access_log_dropped_total") == 0.0 {
-        assert!(std::time::Instant::now() < deadline, "no line dropped");
-        for _ in 0..20 {
-            let r = conn
-                .send("GET", "/version", &[("User-Agent", "access-test/3")], None)
-                .await
-                .unwrap();
-            assert_eq!(r.status, 200);
-        }
-    }
 }
