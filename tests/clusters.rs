@@ -318,13 +318,8 @@ async fn a_default_cluster_takes_clients_without_a_name_and_one_cluster_down_spa
     b1.kill();
     kg.wait_state("b1", "down", T);
     // Cluster b has no replica: its client's connection is closed.
-    refused(
-        kg.listen,
-        tls_client_config(&pki_b, &[b"http/1.1"]),
-        "b.example",
-        "",
-    )
-    .await;
+    let client = tls_client_config(&pki_b, &[b"http/1.1"]);
+    refused(kg.listen, client, "b.example", "").await;
     assert_eq!(refusals(&kg, "no_ready_backend"), 1.0);
     let mut c = open(kg.listen, as_a, "a.example", false).await;
     assert_eq!(answered(&mut c, &[&a1]).await, ("a1".to_string(), 200));
@@ -435,13 +430,8 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
         .await
         .unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
-    refused(
-        kg.listen,
-        tls12_client_config(&pki_b, &[b"h2"]),
-        "b.example",
-        "ProtocolVersion",
-    )
-    .await;
+    let client = tls12_client_config(&pki_b, &[b"h2"]);
+    refused(kg.listen, client, "b.example", "ProtocolVersion").await;
 
     // Cluster a's admin certificate at b's name: b's CA does not verify it.
     match admin_of_another_cluster(kg.listen, &pki_b, &pki_a, "b.example").await {
@@ -455,13 +445,8 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
     );
 
     // A name no cluster answers: the alert, counted.
-    refused(
-        kg.listen,
-        tls_client_config(&pki_b, &[b"h2"]),
-        "c.example",
-        "UnrecognisedName",
-    )
-    .await;
+    let client = tls_client_config(&pki_b, &[b"h2"]);
+    refused(kg.listen, client, "c.example", "UnrecognisedName").await;
     assert_eq!(refusals(&kg, "unknown_server_name"), 1.0);
 }
 
@@ -641,13 +626,8 @@ async fn a_reload_adds_changes_and_removes_clusters_without_touching_the_others(
     )
     .await;
     assert_eq!(answered(&mut c, &[&c1]).await, ("c1".to_string(), 200));
-    refused(
-        kg.listen,
-        tls_client_config(pki_b, &[b"h2"]),
-        "b.example",
-        "UnrecognisedName",
-    )
-    .await;
+    let client = tls_client_config(pki_b, &[b"h2"]);
+    refused(kg.listen, client, "b.example", "UnrecognisedName").await;
     // a's new replica takes new connections too.
     let mut reached = std::collections::BTreeSet::new();
     for _ in 0..4 {
@@ -786,13 +766,8 @@ async fn a_reload_adds_changes_and_removes_clusters_in_terminate_mode() {
         Ok(Some(r)) => panic!("a's admin was answered at c: {} {}", r.status, r.text()),
     }
     // b's name is no longer answered.
-    refused(
-        kg.listen,
-        tls_client_config(pki_b, &[b"h2"]),
-        "b.example",
-        "UnrecognisedName",
-    )
-    .await;
+    let client = tls_client_config(pki_b, &[b"h2"]);
+    refused(kg.listen, client, "b.example", "UnrecognisedName").await;
     // Each cluster's `reads` counted its own requests; b's series went with b.
     assert_eq!(
         kg.metric(r#"kubegate_dispatch_requests_total{cluster="a",rule="reads"}"#),

@@ -188,6 +188,7 @@ async fn a_reload_adds_and_removes_a_cluster_that_discovers_its_replicas() {
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0]["source"], "discovered", "{found:?}");
     assert_eq!(found[0]["cluster"], "b", "{found:?}");
+    assert_eq!(kg.metric("kubegate_discovered_backends"), 1.0);
 
     // Removed by the next: what it found goes with it; cluster a is untouched.
     cfg.clusters.truncate(1);
@@ -200,4 +201,6 @@ async fn a_reload_adds_and_removes_a_cluster_that_discovers_its_replicas() {
     wait_for("b's series gone", T, || {
         (!kg.admin_body("/metrics").contains(r#"cluster="b""#)).then_some(())
     });
+    // What b's discovery found is no longer counted.
+    assert_eq!(kg.metric("kubegate_discovered_backends"), 0.0);
 }

@@ -9,7 +9,7 @@
 //! |---|---|
 //! | `server` | a client connection: its handshake (the cluster its server name chooses, from the plane's table of clusters served), its HTTP server, what one connection may hold |
 //! | `request` | one request through its phases: read as the apiserver reads it, its sender named and its access decided, its rule, its body, shaped for the backends, routed (joined, fed or forwarded), answered, logged; upgrades |
-//! | `cluster` | terminate mode's state for one cluster, kept across reloads: reviewed tokens, access decisions, joins, feeds, its upstream settings and rules in force |
+//! | `cluster` | what terminate mode keeps per cluster: its long-lived state (reviewed tokens, access decisions, joins, feeds, its upstream settings' owner), and the plane's table of the clusters served in one generation (handshake, upstream settings, rules) |
 //! | `watch` | a watch continued across replicas; the share of long-running requests kept even |
 //! | `sender` | who sent it: a bearer token's TokenReview, an access decision's SubjectAccessReview |
 //! | `join` | identical reads of one sender answered from one upstream request; watches fed from one upstream watch |
@@ -33,8 +33,9 @@ mod server;
 mod upstream;
 mod watch;
 
-pub use cluster::TerminateMode;
-pub use server::clusters::{ClusterFiles, TerminatePlane, TerminatedCluster};
+pub use cluster::mode::TerminateMode;
+pub use cluster::plane::{ClusterFiles, TerminatePlane, TerminatedCluster};
+pub use rules::Rules;
 pub use server::listener::TerminateListener;
 pub use upstream::outgoing::Outgoing;
 pub use upstream::upstreams::{UpstreamFiles, Upstreams};

@@ -158,8 +158,16 @@ impl<P: DataPlanes> Pool<P> {
         self.add_from(spec, BackendSource::Static);
     }
 
-    /// Adds a backend that came from `source`.
+    /// Adds a backend that came from `source`; none to a retired pool (its cluster left the
+    /// configuration while discovery still found replicas).
     pub fn add_from(&self, spec: &BackendSpec, source: BackendSource) {
+        // Under the members' lock, as `retire` sets `retiring`: a backend is either added
+        // before the pool retires, and retired with it, or not at all.
+        let mut members = self.members();
+        if self.retiring.load(std::sync::atomic::Ordering::Relaxed) {
+            tracing::debug!(address = %spec.address, "a retired pool takes no backend");
+            return;
+        }
         let info = BackendInfo {
             name: spec.display_name(),
             probe_address: spec.probe_address(),
@@ -177,7 +185,7 @@ impl<P: DataPlanes> Pool<P> {
         self.start_checker(&backend);
         tracing::info!(backend = %info.name, address = %spec.address, "backend added");
         // A backend re-added while its old self still drains: the old one keeps draining.
-        self.members().push(backend);
+        members.push(backend);
     }
 
     /// A kept backend got another name or probe address: its state, tracker and work stay.
@@ -219,8 +227,11 @@ impl<P: DataPlanes> Pool<P> {
     /// each drains until the drain deadline without waiting for another backend to be
     /// ready, since none will be, and is forgotten once its work has ended.
     pub fn retire(&self) {
-        self.retiring
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        {
+            let _members = self.members();
+            self.retiring
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         for b in self.backends() {
             let mut health = b.health();
             health.checker = None;

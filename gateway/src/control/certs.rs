@@ -11,7 +11,7 @@
 
 use crate::state::{pool_settings, probe_settings, Gateway};
 use crate::telemetry::ReloadResult;
-use crate::terminate::{TerminateMode, Upstreams};
+use crate::terminate::{TerminateMode, TerminatePlane, Upstreams};
 use kubegate_config::UpstreamConfig;
 use kubegate_net::tls::ServingCert;
 use std::collections::HashMap;
@@ -32,6 +32,8 @@ pub struct Watched {
     /// Terminate mode's state of each cluster, whose front-proxy certificate
     /// (`upstream.front_proxy`) is followed.
     pub terminate: Vec<Arc<TerminateMode>>,
+    /// The plane that serves them, which puts a renewed certificate in force.
+    pub plane: Option<Arc<TerminatePlane>>,
     /// Follow the probes' client certificate of every cluster configured, as clusters come
     /// and go (one watcher does).
     pub probes: bool,
@@ -55,6 +57,7 @@ pub async fn watch_certificates(gw: Arc<Gateway>, watched: Watched) {
     let Watched {
         serving,
         terminate,
+        plane,
         probes,
     } = watched;
     if serving.is_empty() && terminate.is_empty() && !probes {
@@ -118,7 +121,10 @@ pub async fn watch_certificates(gw: Arc<Gateway>, watched: Watched) {
             let result = tokio::task::spawn_blocking(move || Upstreams::load(&upstream, cluster))
                 .await
                 .unwrap_or_else(|e| Err(e.to_string()))
-                .map(|u| terminate.replace(u));
+                .map(|u| match &plane {
+                    Some(plane) => plane.renew_upstreams(terminate, u),
+                    None => terminate.replace(u),
+                });
             record(
                 &gw,
                 files

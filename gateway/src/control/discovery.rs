@@ -60,13 +60,15 @@ pub async fn run(
             apply(&gw, &cluster, &mut applied, &remembered);
         }
     }
-    tokio::spawn(apply_changes(
+    let applying = tokio::spawn(apply_changes(
         gw.clone(),
         cluster.clone(),
         settings.clone(),
         latest,
         applied,
     ));
+    // Ended with this task (a reload removed the cluster), in whatever it was doing.
+    let _applying = AbortOnDrop(applying.abort_handle());
     let name = creds.server_name.clone().unwrap_or(server_name);
     let Ok(name) = ServerName::try_from(name.clone()) else {
         tracing::error!(name, "discovery: not a valid TLS server name");
@@ -266,7 +268,12 @@ fn apply(
     }
     pool.rebuild_routing();
     *applied = found.clone();
-    // Over every cluster that discovers its replicas.
+    publish_discovered(gw);
+}
+
+/// Publishes how many backends discovery found, over every cluster that discovers its
+/// replicas (after a change, and after a reload removed a cluster).
+pub fn publish_discovered(gw: &Gateway) {
     let discovered = gw
         .clusters()
         .all()
@@ -307,4 +314,13 @@ async fn write_state(path: &Path, found: &BTreeSet<SocketAddr>) -> std::io::Resu
     let tmp = path.with_extension("tmp");
     tokio::fs::write(&tmp, text).await?;
     tokio::fs::rename(&tmp, path).await
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

@@ -13,7 +13,7 @@ use crate::control::discovery::{self, Credentials};
 use crate::control::files::{check_files_and_tls, log_warnings};
 use crate::control::terminated;
 use crate::state::{pool_settings, probe_settings, Cluster, Clusters, Gateway, Generation, Pool};
-use crate::terminate::{ClusterFiles, TerminatePlane, TerminatedCluster, UpstreamFiles};
+use crate::terminate::{ClusterFiles, Rules, TerminatePlane, TerminatedCluster, UpstreamFiles};
 use kubegate_config::{diff, load_str_with, Change, ClusterConfig, Config, DiscoveryConfig};
 use kubegate_health::ProbeSettings;
 use std::collections::HashMap;
@@ -142,7 +142,7 @@ impl Plan {
 /// Puts the generation `plan` makes in force: the gateway's configuration and clusters, and
 /// terminate mode's state for those a terminate listener serves; then starts the control tasks
 /// of the clusters added. Runs on the control runtime (pools start their probes on it).
-pub fn apply(gw: &Arc<Gateway>, terminate: &TerminatePlane, plan: Plan) -> Vec<Change> {
+pub fn apply(gw: &Arc<Gateway>, terminate: &Arc<TerminatePlane>, plan: Plan) -> Vec<Change> {
     let Plan {
         config,
         changes,
@@ -167,7 +167,12 @@ pub fn apply(gw: &Arc<Gateway>, terminate: &TerminatePlane, plan: Plan) -> Vec<C
         .iter()
         .map(|c| (c.name().to_string(), c.clone()))
         .collect();
-    let mut served = terminate.terminated();
+    let mut served: HashMap<String, (Arc<TerminatedCluster>, Arc<Rules>)> = terminate
+        .served()
+        .clusters()
+        .iter()
+        .map(|(name, c)| (name.clone(), (c.terminated.clone(), c.rules.clone())))
+        .collect();
     // Started once the generation is in force: they read it.
     let mut started = Vec::new();
     let metrics = &gw.metrics().terminate;
@@ -183,9 +188,9 @@ pub fn apply(gw: &Arc<Gateway>, terminate: &TerminatePlane, plan: Plan) -> Vec<C
                     cluster.pool().add(b);
                 }
                 let terminated = plan.added.map(|files| {
-                    let t = terminate.make(&cluster, files, &spec.dispatch, gw.metrics());
-                    served.insert(spec.name.clone(), t.clone());
-                    t
+                    let made = terminate.make(&cluster, files, &spec.dispatch, gw.metrics());
+                    served.insert(spec.name.clone(), made.clone());
+                    made.0
                 });
                 tracing::info!(
                     cluster = spec.name,
@@ -214,16 +219,16 @@ pub fn apply(gw: &Arc<Gateway>, terminate: &TerminatePlane, plan: Plan) -> Vec<C
                     continue;
                 };
                 apply_backends(cluster.pool(), changes);
-                let Some(mode) = served.get(name).map(|t| t.mode()) else {
+                let Some((terminated, rules)) = served.get_mut(name) else {
                     continue;
                 };
                 if let Some(files) = plans.get_mut(name).and_then(|p| p.upstream.take()) {
-                    mode.replace(files.of(cluster.clone()));
+                    terminated.mode().replace(files.of(cluster.clone()));
                 }
                 if changes.contains(&Change::Setting("dispatch")) {
                     let spec = specs.iter().find(|s| s.name == *name);
                     let dispatch = spec.map_or(&[][..], |s| &s.dispatch[..]);
-                    mode.replace_rules(dispatch, metrics);
+                    *rules = terminate.compile_rules(name, dispatch, gw.metrics());
                 }
             }
             // What clusters are made of changes within `ClusterChanged`; settings read per
@@ -252,11 +257,12 @@ pub fn apply(gw: &Arc<Gateway>, terminate: &TerminatePlane, plan: Plan) -> Vec<C
         list.push((cluster, spec.server_names.clone()));
     }
     let clusters = Arc::new(Clusters::new(list, config.names_clusters()));
-    gw.config().put(Generation {
+    let generation = Arc::new(Generation {
         config: config.clone(),
         clusters: clusters.clone(),
     });
-    terminate.put(clusters.clone(), served);
+    gw.config().put(generation.clone());
+    terminate.put(generation, served);
     gw.metrics()
         .control
         .backends_configured
@@ -266,8 +272,10 @@ pub fn apply(gw: &Arc<Gateway>, terminate: &TerminatePlane, plan: Plan) -> Vec<C
         cluster.pool().rebuild_routing();
     }
     for added in started {
-        added.start(gw);
+        added.start(gw, terminate);
     }
+    // What the removed clusters' discovery found is no longer counted.
+    discovery::publish_discovered(gw);
     changes
 }
 
@@ -284,7 +292,7 @@ struct Added {
 impl Added {
     /// Starts its discovery and, where terminate mode serves it, what follows its terminate
     /// state; each ends when a reload removes the cluster.
-    fn start(self, gw: &Arc<Gateway>) {
+    fn start(self, gw: &Arc<Gateway>, terminate: &Arc<TerminatePlane>) {
         if let Some((settings, credentials)) = self.discovery {
             let task = tokio::spawn(discovery::run(
                 gw.clone(),
@@ -296,7 +304,7 @@ impl Added {
             self.cluster.keep_task(task.abort_handle());
         }
         if let Some(served) = &self.terminated {
-            terminated::follow(gw, &self.cluster, served);
+            terminated::follow(gw, terminate, &self.cluster, served);
         }
     }
 }

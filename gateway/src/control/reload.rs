@@ -29,7 +29,7 @@ const CHECK_EVERY: Duration = Duration::from_secs(1);
 /// Loads `text` and applies it if it can be applied whole.
 async fn try_reload(
     gw: &Arc<Gateway>,
-    terminate: &TerminatePlane,
+    terminate: &Arc<TerminatePlane>,
     text: Vec<u8>,
 ) -> Result<Vec<Change>, String> {
     let path: PathBuf = gw.config().path().to_path_buf();

@@ -86,6 +86,7 @@ impl BackgroundService for Control {
             Watched {
                 serving,
                 terminate: Vec::new(),
+                plane: None,
                 probes: true,
             },
         ));

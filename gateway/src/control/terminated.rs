@@ -5,11 +5,17 @@
 
 use crate::control::certs::{watch_certificates, Watched};
 use crate::state::{Cluster, Gateway};
-use crate::terminate::TerminatedCluster;
+use crate::terminate::{TerminatePlane, TerminatedCluster};
 use std::sync::Arc;
 
-/// Starts the control tasks of `cluster`, served as `served`, to end when it is removed.
-pub fn follow(gw: &Arc<Gateway>, cluster: &Cluster, served: &TerminatedCluster) {
+/// Starts the control tasks of `cluster`, served by `plane` as `served`, to end when it is
+/// removed.
+pub fn follow(
+    gw: &Arc<Gateway>,
+    plane: &Arc<TerminatePlane>,
+    cluster: &Cluster,
+    served: &TerminatedCluster,
+) {
     let mode = served.mode();
     let versions = tokio::spawn(crate::terminate::learn_versions(
         gw.clone(),
@@ -28,6 +34,7 @@ pub fn follow(gw: &Arc<Gateway>, cluster: &Cluster, served: &TerminatedCluster) 
                 .into_iter()
                 .collect(),
             terminate: vec![mode.clone()],
+            plane: Some(plane.clone()),
             probes: false,
         },
     ));

@@ -142,8 +142,11 @@ async fn accept_loop(
     }
     // Clients wait in the backlog until start-up has put the first generation (the clusters)
     // in force.
-    if phase.wait_for(|p| *p >= Phase::Serving).await.is_err() || *phase.borrow() >= Phase::Draining
-    {
+    tokio::select! {
+        _ = reloads.wait_for(|generations| *generations >= 1) => {}
+        _ = phase.wait_for(|p| *p >= Phase::Draining) => return,
+    }
+    if *phase.borrow() >= Phase::Draining {
         return;
     }
     let mut last_warning: Option<Instant> = None;

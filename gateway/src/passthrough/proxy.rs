@@ -7,7 +7,7 @@ use crate::net::{connect_failed, place, Attempt, Serve, Unplaced, UNRECOGNIZED_N
 use crate::passthrough::copy::Relay;
 use crate::passthrough::guard::ConnectionGuard;
 use crate::passthrough::hello::{self, HelloError};
-use crate::state::{Backend, ClientSlot, Cluster, Clusters, Gateway, Generation, Route};
+use crate::state::{Backend, ClientSlot, Cluster, Gateway, Generation, Route};
 use crate::telemetry::Refusal;
 use kubegate_config::{BalancePolicy, ListenerSpec};
 use kubegate_net::{dial, out_of_resources};
@@ -46,19 +46,20 @@ impl Serve for Passthrough {
 /// Connects `client` to a backend of its cluster, then hands both sockets to a relay task of
 /// their own and ends: an open connection costs only its relay.
 async fn open(gw: Arc<Gateway>, listener: Arc<ListenerSpec>, client: TcpStream, slot: ClientSlot) {
-    // One generation for the whole connection: its cluster and its connect timeout.
-    let generation = gw.config().generation();
-    let clusters = &generation.clusters;
-    let (cluster, hello) = if clusters.by_server_name() {
+    // One generation for the whole connection, taken once its ClientHello is in: its cluster,
+    // its holds and connects. (Whether clusters are named never changes while running.)
+    let named = gw.clusters().by_server_name();
+    let (generation, cluster, hello) = if named {
         // Boxed: this task is sized for its largest await while it connects, and a one-cluster
         // file's connections never read a ClientHello.
-        match Box::pin(choose(&gw, clusters, &listener, &client)).await {
+        match Box::pin(choose(&gw, &listener, &client)).await {
             Some(chosen) => chosen,
             None => return,
         }
     } else {
-        match clusters.route(&listener, None) {
-            Route::To(one) => (one, Vec::new()),
+        let generation = gw.config().generation();
+        match generation.clusters.route(&listener, None) {
+            Route::To(one) => (generation, one, Vec::new()),
             _ => return,
         }
     };
@@ -136,22 +137,27 @@ impl Connects<'_> {
 /// `None` when it is turned away (an unrecognized name is told so with a TLS alert) or closed.
 async fn choose(
     gw: &Gateway,
-    clusters: &Clusters,
     listener: &ListenerSpec,
     client: &TcpStream,
-) -> Option<(Arc<Cluster>, Vec<u8>)> {
+) -> Option<(Arc<Generation>, Arc<Cluster>, Vec<u8>)> {
     let refusal = match hello::read(client).await {
-        Ok(hello) => match clusters.route(listener, hello.server_name.as_deref()) {
-            Route::To(cluster) => return Some((cluster, hello.bytes)),
-            Route::NoServerName => {
-                tracing::debug!(listener = %listener.address, "a ClientHello without a server name, and no default_cluster: closing");
-                Refusal::NoServerName
+        Ok(hello) => {
+            let generation = gw.config().generation();
+            match generation
+                .clusters
+                .route(listener, hello.server_name.as_deref())
+            {
+                Route::To(cluster) => return Some((generation, cluster, hello.bytes)),
+                Route::NoServerName => {
+                    tracing::debug!(listener = %listener.address, "a ClientHello without a server name, and no default_cluster: closing");
+                    Refusal::NoServerName
+                }
+                Route::UnknownServerName => {
+                    tracing::debug!(listener = %listener.address, server_name = hello.server_name.as_deref().unwrap_or(""), "no cluster answers the server name: closing");
+                    Refusal::UnknownServerName
+                }
             }
-            Route::UnknownServerName => {
-                tracing::debug!(listener = %listener.address, server_name = hello.server_name.as_deref().unwrap_or(""), "no cluster answers the server name: closing");
-                Refusal::UnknownServerName
-            }
-        },
+        }
         Err(HelloError::ClosedEarly) => return None,
         Err(HelloError::Unreadable(why)) => {
             tracing::debug!(listener = %listener.address, why, "unreadable ClientHello: closing");

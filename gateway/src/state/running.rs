@@ -20,6 +20,17 @@ pub struct Generation {
     pub clusters: Arc<Clusters>,
 }
 
+impl Generation {
+    /// Nothing yet: no configuration, no cluster (what is served before start-up put its
+    /// first generation in force).
+    pub fn empty() -> Generation {
+        Generation {
+            config: Arc::new(Config::new(Vec::new(), Vec::new())),
+            clusters: Arc::new(Clusters::new(Vec::new(), false)),
+        }
+    }
+}
+
 /// The generation in force and the file it came from.
 pub struct RunningConfig {
     current: ArcSwap<Generation>,
@@ -81,8 +92,8 @@ impl RunningConfig {
     }
 
     /// Puts `generation` in force and tells the followers.
-    pub fn put(&self, generation: Generation) {
-        self.current.store(Arc::new(generation));
+    pub fn put(&self, generation: Arc<Generation>) {
+        self.current.store(generation);
         self.applied.send_modify(|n| *n += 1);
     }
 

@@ -5,9 +5,7 @@
 //! | module | job |
 //! |---|---|
 //! | `listener` | TLS handshake (with a deadline), the client's certificate identity, the HTTP/1.1 or HTTP/2 server, GOAWAY / `Connection: close` when kubegate drains |
-//! | `clusters` | what terminate mode keeps for each cluster it serves (its terminate state, and its handshake where it has its own), kept with the cluster in the table both planes route by |
 //! | `resets` | the rapid reset rule: a connection whose streams are mostly reset at once is closed |
 
-pub(super) mod clusters;
 pub(super) mod listener;
 pub(super) mod resets;

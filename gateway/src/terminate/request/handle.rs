@@ -22,7 +22,8 @@
 //!     ends (`served`).
 
 use crate::state::{Gateway, Generation, Kind};
-use crate::terminate::cluster::TerminateMode;
+use crate::terminate::cluster::mode::TerminateMode;
+use crate::terminate::cluster::plane::{ServedCluster, TerminatePlane};
 use crate::terminate::exchange::bodies::{self, Bounds, Held};
 use crate::terminate::exchange::body::{LoggedBody, ResponseBody};
 use crate::terminate::join::key::{self, Joinable};
@@ -60,27 +61,40 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Serves one request that arrived on a connection of `listener`, and logs it if the access
-/// log is on (phase 12).
+/// One client connection, as every request on it reads it: the plane it was accepted by, its
+/// cluster as served then, its listener and its client.
+pub struct Connection {
+    /// The clusters served now.
+    pub plane: Arc<TerminatePlane>,
+    /// Its cluster as served when it connected: what its requests go on with once a reload
+    /// removed the cluster (the connection ends with the retired pool's drain).
+    pub accepted: ServedCluster,
+    /// Its listener: routing by authority reads its clusters.
+    pub listener: Arc<ListenerSpec>,
+    /// Its client.
+    pub client: Client,
+}
+
+/// Serves one request that arrived on `connection`, and logs it if the access log is on
+/// (phase 12).
 pub async fn handle(
     gw: Arc<Gateway>,
-    mode: Arc<TerminateMode>,
-    listener: Arc<ListenerSpec>,
-    client: Arc<Client>,
+    connection: Arc<Connection>,
     req: Request<Incoming>,
 ) -> Response<ResponseBody> {
-    let cx = Context::take(gw, mode, &client);
-    let log = cx.generation.config.terminate.access_log;
+    let cx = Context::take(gw, &connection);
+    let log = cx.config().terminate.access_log;
+    let listener = &connection.listener;
     if log.format == AccessLogFormat::Off {
-        if let Some(resp) = addressed(&cx, &listener, &req) {
+        if let Some(resp) = addressed(&cx, listener, &req) {
             return resp;
         }
         return serve(&cx, req, &mut Served::default()).await;
     }
     let started = Instant::now();
-    let mut entry = served::entry(&client, &req);
+    let mut entry = served::entry(cx.client, &req);
     let mut served = Served::default();
-    let resp = match addressed(&cx, &listener, &req) {
+    let resp = match addressed(&cx, listener, &req) {
         Some(resp) => resp,
         // Boxed: requests served without a log line do not pay for the larger future.
         None => Box::pin(serve(&cx, req, &mut served)).await,
@@ -94,13 +108,14 @@ pub async fn handle(
 /// passes on when it lets a request through stays small.
 type Refused = Box<Response<ResponseBody>>;
 
-/// What every phase of one request reads, taken once as it arrives: every decision about it
-/// is made under one generation (its configuration and clusters), one set of its cluster's
-/// upstream settings and one set of rules, however a reload falls while it is served.
+/// What every phase of one request reads, taken once as it arrives, in one load of the
+/// plane's table: every decision about it is made under one generation (its configuration
+/// and clusters) and its cluster's upstream settings and rules of that generation, however a
+/// reload falls while it is served.
 struct Context<'a> {
     gw: Arc<Gateway>,
-    /// Its cluster's terminate state.
-    mode: Arc<TerminateMode>,
+    /// Its cluster's long-lived terminate state.
+    mode: &'a Arc<TerminateMode>,
     generation: Arc<Generation>,
     upstreams: Arc<Upstreams>,
     rules: Arc<Rules>,
@@ -110,14 +125,20 @@ struct Context<'a> {
 }
 
 impl<'a> Context<'a> {
-    fn take(gw: Arc<Gateway>, mode: Arc<TerminateMode>, client: &'a Client) -> Context<'a> {
+    fn take(gw: Arc<Gateway>, connection: &'a Connection) -> Context<'a> {
+        let served = connection.plane.served();
+        let mode = connection.accepted.terminated.mode();
+        // A cluster a reload removed: what the connection was accepted with.
+        let cluster = served
+            .cluster(mode.cluster().name())
+            .unwrap_or(&connection.accepted);
         Context {
-            generation: gw.config().generation(),
-            upstreams: mode.upstreams(),
-            rules: mode.rules(),
+            generation: served.generation().clone(),
+            upstreams: cluster.upstreams.clone(),
+            rules: cluster.rules.clone(),
             gw,
             mode,
-            client,
+            client: &connection.client,
             arrived: Instant::now(),
         }
     }
@@ -491,7 +512,7 @@ fn authorize<'a>(
     }?;
     let config = &cx.config().terminate;
     Some(Sharer {
-        mode: &cx.mode,
+        mode: cx.mode,
         user,
         attributes: Arc::new(attributes),
         config: &config.access_review,
@@ -560,7 +581,7 @@ fn route<'a>(
             })
             .flatten();
         return match joinable {
-            Some(read) => Route::Join(Joined::new(&cx.mode, read, sharer, limits)),
+            Some(read) => Route::Join(Joined::new(cx.mode, read, sharer, limits)),
             None => Route::Forward(None),
         };
     };
@@ -575,13 +596,13 @@ fn route<'a>(
             .feed
             .then(|| feedable(Some(&resumed_query(q, Some("1"), None))))
             .flatten()
-            .map(|f| Fed::new(&cx.mode, f, sharer.clone(), &watch, terminate));
-        let joined = Joined::new(&cx.mode, read, sharer, limits);
+            .map(|f| Fed::new(cx.mode, f, sharer.clone(), &watch, terminate));
+        let joined = Joined::new(cx.mode, read, sharer, limits);
         return Route::Sync(joined, watch, continued);
     }
     match may.feed.then(|| feedable(q)).flatten() {
         Some(f) => {
-            let fed = Fed::new(&cx.mode, f, sharer, &watch, terminate);
+            let fed = Fed::new(cx.mode, f, sharer, &watch, terminate);
             Route::Feed(fed, watch)
         }
         None => Route::Forward(Some(watch)),

@@ -7,7 +7,7 @@
 //! SubjectAccessReview (`sender::access`); without that answer it goes upstream on its own.
 
 use crate::state::Gateway;
-use crate::terminate::cluster::TerminateMode;
+use crate::terminate::cluster::mode::TerminateMode;
 use crate::terminate::exchange::body::ResponseBody;
 use crate::terminate::join::feeds::{self, FeedLimits, Revoked, SentBy};
 use crate::terminate::join::key::{Feedable, JoinKey, Joinable, SenderKey};

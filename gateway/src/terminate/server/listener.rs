@@ -16,10 +16,9 @@ use crate::net::Serve;
 use crate::state::ClientSlot;
 use crate::state::{Gateway, Phase};
 use crate::telemetry::{ClientLimit, ClientProtocol, HandshakeFailure, Refusal};
-use crate::terminate::cluster::TerminateMode;
-use crate::terminate::request::handle::handle;
+use crate::terminate::cluster::plane::{Handshake, ServedCluster, TerminatePlane};
+use crate::terminate::request::handle::{handle, Connection};
 use crate::terminate::request::shape::{CertificateRefusal, Client};
-use crate::terminate::server::clusters::{Handshake, TerminatePlane};
 use crate::terminate::server::resets::ResetWatch;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -90,7 +89,7 @@ async fn serve(
         identity,
         refused_certificate,
         certificate_expires,
-        mode,
+        served,
     }) = handshake(&gw, &listener, tcp, addr, &limits).await
     else {
         return;
@@ -98,13 +97,17 @@ async fn serve(
     // The connection borrows its builder.
     let builder = builder(&limits, h2);
     let (conn, resets) = {
-        let client = Arc::new(
-            Client::new(addr, identity)
-                .speaking_h2(h2)
-                .trusting(addr, &limits.trusted_proxies)
-                .refusing(refused_certificate)
-                .certificate_expiring(certificate_expires),
-        );
+        let client = Client::new(addr, identity)
+            .speaking_h2(h2)
+            .trusting(addr, &limits.trusted_proxies)
+            .refusing(refused_certificate)
+            .certificate_expiring(certificate_expires);
+        let connection = Arc::new(Connection {
+            plane: listener.plane.clone(),
+            accepted: served,
+            listener: listener.listener.clone(),
+            client,
+        });
         let resets = ResetWatch::new(if h2 {
             limits.rapid_reset_min_streams
         } else {
@@ -113,16 +116,12 @@ async fn serve(
         let service = {
             let gw = gw.clone();
             let resets = resets.clone();
-            let spec = listener.listener.clone();
             hyper::service::service_fn(move |req| {
-                let gw = gw.clone();
-                let client = client.clone();
-                let spec = spec.clone();
                 let stream = resets.opened();
                 // Boxed once: hyper moves a pointer into the stream's task instead of copying
                 // the request's future, and an open stream such as a watch does not keep an
                 // inline slot for it.
-                let response = Box::pin(handle(gw, mode.clone(), spec, client, req));
+                let response = Box::pin(handle(gw.clone(), connection.clone(), req));
                 async move {
                     let response = response.await;
                     stream.finish();
@@ -207,8 +206,8 @@ struct Accepted {
     refused_certificate: Option<CertificateRefusal>,
     /// When the verified client certificate expires.
     certificate_expires: Option<std::time::SystemTime>,
-    /// Terminate mode's state for the client's cluster.
-    mode: Arc<TerminateMode>,
+    /// The client's cluster, as it was served when it connected.
+    served: ServedCluster,
 }
 
 /// The TLS handshake within `terminate.handshake_timeout`; failures are counted and logged.
@@ -224,7 +223,7 @@ async fn handshake(
         tokio::time::timeout(limits.handshake_timeout, accept(gw, listener, tcp, addr)).await;
     match accepted {
         Ok(Ok(None)) => None,
-        Ok(Ok(Some((tls, mode)))) => {
+        Ok(Ok(Some((tls, served)))) => {
             let session = tls.get_ref().1;
             let leaf = session.peer_certificates().and_then(|chain| chain.first());
             let read = leaf.map(|leaf| UserInfo::from_der(leaf));
@@ -247,7 +246,7 @@ async fn handshake(
                 refused_certificate,
                 certificate_expires,
                 identity,
-                mode,
+                served,
             })
         }
         Ok(Err(e)) => {
@@ -273,7 +272,7 @@ async fn accept(
     listener: &TerminateListener,
     tcp: TcpStream,
     addr: SocketAddr,
-) -> std::io::Result<Option<(TlsStream<TcpStream>, Arc<TerminateMode>)>> {
+) -> std::io::Result<Option<(TlsStream<TcpStream>, ServedCluster)>> {
     let mut start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp).await?;
     let name = start
         .client_hello()
@@ -281,13 +280,13 @@ async fn accept(
         .map(str::to_ascii_lowercase);
     let chosen = listener.plane.route(&listener.listener, name.as_deref());
     let chosen = chosen.and_then(|c| {
-        let handshake = listener.own.as_ref().or(c.handshake());
+        let handshake = listener.own.as_ref().or(c.terminated.handshake());
         // `kubegate check` made sure a cluster without a listener's TLS has its own.
         let config = handshake.ok_or(Refusal::UnknownServerName)?.config.clone();
-        Ok((config, c.mode().clone()))
+        Ok((config, c))
     });
     match chosen {
-        Ok((config, mode)) => Ok(Some((start.into_stream(config).await?, mode))),
+        Ok((config, served)) => Ok(Some((start.into_stream(config).await?, served))),
         Err(refusal) => {
             tracing::debug!(client = %addr, server_name = name.as_deref().unwrap_or(""), reason = refusal.as_str(), "no cluster of the listener answers the client's server name");
             gw.metrics().net.refuse(refusal);
