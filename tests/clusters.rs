@@ -5,8 +5,8 @@
 //! name at all without a `default_cluster`, are turned away with a TLS alert and counted.
 
 use kubegate_config::{
-    ClusterSpec, DispatchRule, Fallback, FrontProxy, HealthConfig, ListenerMode, RuleMatch,
-    ServingTls, TlsVersion, UpstreamConfig,
+    ClusterSpec, DispatchRule, Fallback, FrontProxy, ListenerMode, RuleMatch, ServingTls,
+    TlsVersion, UpstreamConfig,
 };
 use kubegate_e2e::*;
 use std::net::SocketAddr;
@@ -15,6 +15,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 const T: Duration = Duration::from_secs(30);
+
+/// A PKI for each of `names`, each in a folder of its name under `dir`.
+fn pkis<const N: usize>(dir: &std::path::Path, names: [&str; N]) -> [Pki; N] {
+    names.map(|name| Pki::new(&dir.join(name)))
+}
 
 /// A replica of a cluster whose CA is `pki`, serving `names`.
 fn replica(pki: &Pki, name: &str, names: &[&str]) -> Sim {
@@ -27,31 +32,6 @@ fn replica(pki: &Pki, name: &str, names: &[&str]) -> Sim {
             ..Default::default()
         },
     )
-}
-
-/// Cluster `name` answering `server_names`, its replicas `sims` probed with `pki`'s CA.
-fn cluster(
-    name: &str,
-    server_names: &[&str],
-    pki: &Pki,
-    sims: &[&Sim],
-    base: &HealthConfig,
-) -> ClusterSpec {
-    let mut health = base.clone();
-    health.tls.ca_file = Some(pki.ca_file());
-    ClusterSpec {
-        name: name.into(),
-        server_names: server_names.iter().map(|s| s.to_string()).collect(),
-        backends: sims
-            .iter()
-            .map(|s| kubegate_config::BackendSpec::named(&s.name, s.addr))
-            .collect(),
-        discovery: None,
-        health: Some(health),
-        upstream: None,
-        dispatch: Vec::new(),
-        tls: None,
-    }
 }
 
 /// `c` served in terminate mode: its own certificate (`kubegate-<cluster>`, from `pki`) for
@@ -190,14 +170,14 @@ async fn each_client_reaches_only_the_cluster_its_server_name_names() {
     let b1 = replica(&pki_b, "b1", &["b.example", "kubernetes"]);
     let mut cfg = KubegateConfig::new(&[]);
     cfg.clusters = vec![
-        cluster(
+        cluster_spec(
             "a",
             &["a.example", "*.a.example"],
             &pki_a,
             &[&a1, &a2],
             &cfg.health,
         ),
-        cluster("b", &["b.example"], &pki_b, &[&b1], &cfg.health),
+        cluster_spec("b", &["b.example"], &pki_b, &[&b1], &cfg.health),
     ];
     let kg = Kubegate::start(&pki, &cfg);
     for name in ["a1", "a2", "b1"] {
@@ -304,8 +284,8 @@ async fn a_default_cluster_takes_clients_without_a_name_and_one_cluster_down_spa
     let mut b1 = replica(&pki_b, "b1", &["b.example", "kubernetes"]);
     let mut cfg = KubegateConfig::new(&[]);
     cfg.clusters = vec![
-        cluster("a", &["a.example"], &pki_a, &[&a1], &cfg.health),
-        cluster("b", &["b.example"], &pki_b, &[&b1], &cfg.health),
+        cluster_spec("a", &["a.example"], &pki_a, &[&a1], &cfg.health),
+        cluster_spec("b", &["b.example"], &pki_b, &[&b1], &cfg.health),
     ];
     cfg.listeners[0].default_cluster = Some("a".into());
     let kg = Kubegate::start(&pki, &cfg);
@@ -364,13 +344,13 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
     let terminating = |c, pki, fp, name| terminating(c, pki, fp, name, &cfg.upstream);
     cfg.clusters = vec![
         terminating(
-            cluster("a", &["a.example"], &pki_a, &[&a1, &a2], &cfg.health),
+            cluster_spec("a", &["a.example"], &pki_a, &[&a1, &a2], &cfg.health),
             &pki_a,
             &fp_a,
             "a.example",
         ),
         terminating(
-            cluster("b", &["b.example"], &pki_b, &[&b1], &cfg.health),
+            cluster_spec("b", &["b.example"], &pki_b, &[&b1], &cfg.health),
             &pki_b,
             &fp_b,
             "b.example",
@@ -385,13 +365,8 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
     // One HTTP/2 connection per cluster: each sees its cluster's certificate, and its
     // requests are spread over its own replicas only, as its admin.
     let mut seen = std::collections::BTreeSet::new();
-    let mut c = open(
-        kg.listen,
-        tls_client_config(&pki_a, &[b"h2"]),
-        "a.example",
-        true,
-    )
-    .await;
+    let client = tls_client_config(&pki_a, &[b"h2"]);
+    let mut c = open(kg.listen, client, "a.example", true).await;
     assert_eq!(c.peer(), kubegate_cert(&pki_a, "a"));
     for _ in 0..6 {
         let r = c
@@ -402,13 +377,8 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
         seen.insert(r.replica());
     }
     assert_eq!(seen, ["a1", "a2"].map(String::from).into());
-    let mut c = open(
-        kg.listen,
-        tls_client_config(&pki_b, &[b"h2"]),
-        "b.example",
-        true,
-    )
-    .await;
+    let client = tls_client_config(&pki_b, &[b"h2"]);
+    let mut c = open(kg.listen, client, "b.example", true).await;
     assert_eq!(c.peer(), kubegate_cert(&pki_b, "b"));
     read_served_by(&mut c, "b1").await;
 
@@ -418,13 +388,8 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
     misdirected_requests_get_421_and_recover(&kg, &pki_a, &pki_b).await;
 
     // A client offering TLS 1.2 alone: taken at a's name, refused at b's.
-    let mut c = open(
-        kg.listen,
-        tls12_client_config(&pki_a, &[b"h2"]),
-        "a.example",
-        true,
-    )
-    .await;
+    let client = tls12_client_config(&pki_a, &[b"h2"]);
+    let mut c = open(kg.listen, client, "a.example", true).await;
     let r = c
         .get("/api/v1/namespaces/default/configmaps")
         .await
@@ -525,8 +490,8 @@ async fn a_restart_in_one_cluster_costs_the_other_nothing() {
     let mut cfg = KubegateConfig::new(&[]);
     let a_refs: Vec<&Sim> = a_sims.iter().collect();
     cfg.clusters = vec![
-        cluster("a", &["a.example"], &pki_a, &a_refs, &cfg.health),
-        cluster("b", &["b.example"], &pki_b, &[&b1, &b2], &cfg.health),
+        cluster_spec("a", &["a.example"], &pki_a, &a_refs, &cfg.health),
+        cluster_spec("b", &["b.example"], &pki_b, &[&b1, &b2], &cfg.health),
     ];
     let kg = Kubegate::start(&pki, &cfg);
     for name in ["a1", "a2", "b1", "b2"] {
@@ -581,19 +546,16 @@ async fn a_restart_in_one_cluster_costs_the_other_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_adds_changes_and_removes_clusters_without_touching_the_others() {
     let dir = tempfile::tempdir().unwrap();
-    let pkis: Vec<Pki> = ["gateway", "a", "b", "c"]
-        .iter()
-        .map(|d| Pki::new(&dir.path().join(d)))
-        .collect();
-    let (pki, pki_a, pki_b, pki_c) = (&pkis[0], &pkis[1], &pkis[2], &pkis[3]);
+    let pkis = pkis(dir.path(), ["gateway", "a", "b", "c"]);
+    let [pki, pki_a, pki_b, pki_c] = &pkis;
     let a1 = replica(pki_a, "a1", &["a.example", "kubernetes"]);
     let a2 = replica(pki_a, "a2", &["a.example", "kubernetes"]);
     let b1 = replica(pki_b, "b1", &["b.example", "kubernetes"]);
     let c1 = replica(pki_c, "c1", &["c.example", "kubernetes"]);
     let mut cfg = KubegateConfig::new(&[]);
     cfg.clusters = vec![
-        cluster("a", &["a.example"], pki_a, &[&a1], &cfg.health),
-        cluster("b", &["b.example"], pki_b, &[&b1], &cfg.health),
+        cluster_spec("a", &["a.example"], pki_a, &[&a1], &cfg.health),
+        cluster_spec("b", &["b.example"], pki_b, &[&b1], &cfg.health),
     ];
     let kg = Kubegate::start(pki, &cfg);
     kg.wait_state("a1", "ready", T);
@@ -604,8 +566,8 @@ async fn a_reload_adds_changes_and_removes_clusters_without_touching_the_others(
 
     let base = cfg.health.clone();
     cfg.clusters = vec![
-        cluster("a", &["a.example"], pki_a, &[&a1, &a2], &base),
-        cluster("c", &["c.example"], pki_c, &[&c1], &base),
+        cluster_spec("a", &["a.example"], pki_a, &[&a1, &a2], &base),
+        cluster_spec("c", &["c.example"], pki_c, &[&c1], &base),
     ];
     kg.rewrite(&cfg);
     kg.wait_state("c1", "ready", T);
@@ -618,13 +580,8 @@ async fn a_reload_adds_changes_and_removes_clusters_without_touching_the_others(
 
     // The connection opened before the reload is served by the same replica still.
     assert_eq!(answered(&mut kept, &[&a1]).await, ("a1".to_string(), 200));
-    let mut c = open(
-        kg.listen,
-        tls_client_config(pki_c, &[b"h2"]),
-        "c.example",
-        true,
-    )
-    .await;
+    let client = tls_client_config(pki_c, &[b"h2"]);
+    let mut c = open(kg.listen, client, "c.example", true).await;
     assert_eq!(answered(&mut c, &[&c1]).await, ("c1".to_string(), 200));
     let client = tls_client_config(pki_b, &[b"h2"]);
     refused(kg.listen, client, "b.example", "UnrecognisedName").await;
@@ -649,11 +606,8 @@ async fn a_reload_adds_changes_and_removes_clusters_without_touching_the_others(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_adds_changes_and_removes_clusters_in_terminate_mode() {
     let dir = tempfile::tempdir().unwrap();
-    let pkis: Vec<Pki> = ["gateway", "a", "b", "c"]
-        .iter()
-        .map(|d| Pki::new(&dir.path().join(d)))
-        .collect();
-    let (pki, pki_a, pki_b, pki_c) = (&pkis[0], &pkis[1], &pkis[2], &pkis[3]);
+    let pkis = pkis(dir.path(), ["gateway", "a", "b", "c"]);
+    let [pki, pki_a, pki_b, pki_c] = &pkis;
     let (fp_a, fp_b, fp_c) = (
         pki_a.front_proxy(),
         pki_b.front_proxy(),
@@ -667,7 +621,7 @@ async fn a_reload_adds_changes_and_removes_clusters_in_terminate_mode() {
     cfg.listeners[0].mode = ListenerMode::Terminate;
     let (health, upstream) = (cfg.health.clone(), cfg.upstream.clone());
     let a = |sims: &[&Sim]| {
-        let c = cluster("a", &["a.example"], pki_a, sims, &health);
+        let c = cluster_spec("a", &["a.example"], pki_a, sims, &health);
         terminating(c, pki_a, &fp_a, "a.example", &upstream)
     };
     // A rule of each cluster named `reads`: each cluster's counts apart.
@@ -683,7 +637,7 @@ async fn a_reload_adds_changes_and_removes_clusters_in_terminate_mode() {
         limit: None,
     };
     let mut b = terminating(
-        cluster("b", &["b.example"], pki_b, &[&b1], &health),
+        cluster_spec("b", &["b.example"], pki_b, &[&b1], &health),
         pki_b,
         &fp_b,
         "b.example",
@@ -702,13 +656,8 @@ async fn a_reload_adds_changes_and_removes_clusters_in_terminate_mode() {
     for series in b_series {
         assert!(metrics.contains(series), "{series} missing:\n{metrics}");
     }
-    let mut kept = open(
-        kg.listen,
-        tls_client_config(pki_a, &[b"h2"]),
-        "a.example",
-        true,
-    )
-    .await;
+    let client = tls_client_config(pki_a, &[b"h2"]);
+    let mut kept = open(kg.listen, client, "a.example", true).await;
     read_served_by(&mut kept, "a1").await;
     // A name a does not answer yet is misdirected on a's connection.
     kept.naming("api.a.example");
@@ -720,7 +669,7 @@ async fn a_reload_adds_changes_and_removes_clusters_in_terminate_mode() {
     // ... and one it answers after the reload: the connection's cluster is the one in force.
     a.server_names.push("api.a.example".into());
     let mut c = terminating(
-        cluster("c", &["c.example"], pki_c, &[&c1], &health),
+        cluster_spec("c", &["c.example"], pki_c, &[&c1], &health),
         pki_c,
         &fp_c,
         "c.example",
@@ -751,13 +700,8 @@ async fn a_reload_adds_changes_and_removes_clusters_in_terminate_mode() {
     assert_eq!(kept.get("/version").await.unwrap().status, 421);
     kept.naming("a.example");
     // c: its own certificate, its replica, its CA (a's admin is refused at its name).
-    let mut to_c = open(
-        kg.listen,
-        tls_client_config(pki_c, &[b"h2"]),
-        "c.example",
-        true,
-    )
-    .await;
+    let client = tls_client_config(pki_c, &[b"h2"]);
+    let mut to_c = open(kg.listen, client, "c.example", true).await;
     assert_eq!(to_c.peer(), kubegate_cert(pki_c, "c"));
     read_served_by(&mut to_c, "c1").await;
     match admin_of_another_cluster(kg.listen, pki_c, pki_a, "c.example").await {

@@ -125,31 +125,6 @@ async fn kubegate_follows_the_kubernetes_endpoint_slices() {
     assert_eq!(r.status, 200);
 }
 
-/// Cluster `name` answering `server_names`, seeded with `sims` probed with `pki`'s CA.
-fn cluster(
-    name: &str,
-    server_names: &[&str],
-    pki: &Pki,
-    sims: &[&Sim],
-    base: &kubegate_config::HealthConfig,
-) -> kubegate_config::ClusterSpec {
-    let mut health = base.clone();
-    health.tls.ca_file = Some(pki.ca_file());
-    kubegate_config::ClusterSpec {
-        name: name.into(),
-        server_names: server_names.iter().map(|s| s.to_string()).collect(),
-        backends: sims
-            .iter()
-            .map(|s| kubegate_config::BackendSpec::named(&s.name, s.addr))
-            .collect(),
-        discovery: None,
-        health: Some(health),
-        upstream: None,
-        dispatch: Vec::new(),
-        tls: None,
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_adds_and_removes_a_cluster_that_discovers_its_replicas() {
     let dir = tempfile::tempdir().unwrap();
@@ -160,12 +135,18 @@ async fn a_reload_adds_and_removes_a_cluster_that_discovers_its_replicas() {
     let addr = |n: u8| SocketAddr::from(([127, 0, 0, n], port));
     let other = Sim::start(&pki, "other", SimOptions::default());
     let mut cfg = KubegateConfig::new(&[]);
-    cfg.clusters = vec![cluster("a", &["a.example"], &pki, &[&other], &cfg.health)];
+    cfg.clusters = vec![cluster_spec(
+        "a",
+        &["a.example"],
+        &pki,
+        &[&other],
+        &cfg.health,
+    )];
     let kg = Kubegate::start(&pki, &cfg);
     kg.wait_state("other", "ready", T);
 
     // Added by a reload, seeded with replica-1: it finds replica-2.
-    let mut b = cluster("b", &["b.example"], &pki, &[&sims[0]], &cfg.health);
+    let mut b = cluster_spec("b", &["b.example"], &pki, &[&sims[0]], &cfg.health);
     b.discovery = Some(kubegate_config::DiscoveryConfig {
         kubeconfig: pki.kubeconfig(&format!("https://{}", sims[0].addr)),
         state_file: None,

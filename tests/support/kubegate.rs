@@ -350,3 +350,29 @@ pub fn assert_check_refuses(text: impl FnOnce(&Pki) -> String, expected: &[(&str
 pub fn dispatch_rules(yaml: &str) -> Vec<kubegate_config::DispatchRule> {
     serde_yaml_ng::from_str(yaml).unwrap()
 }
+
+/// Cluster `name` answering `server_names`, its replicas `sims` probed with `pki`'s CA and
+/// otherwise the health settings `base`.
+pub fn cluster_spec(
+    name: &str,
+    server_names: &[&str],
+    pki: &Pki,
+    sims: &[&Sim],
+    base: &kubegate_config::HealthConfig,
+) -> kubegate_config::ClusterSpec {
+    let mut health = base.clone();
+    health.tls.ca_file = Some(pki.ca_file());
+    kubegate_config::ClusterSpec {
+        name: name.into(),
+        server_names: server_names.iter().map(|s| s.to_string()).collect(),
+        backends: sims
+            .iter()
+            .map(|s| BackendSpec::named(&s.name, s.addr))
+            .collect(),
+        discovery: None,
+        health: Some(health),
+        upstream: None,
+        dispatch: Vec::new(),
+        tls: None,
+    }
+}

@@ -26,8 +26,9 @@ pub use client::{
 pub use cluster::{probes_rarely, terminating, Cluster, Started};
 pub use container::{hard_nofile, pod_probe, wait_pod_probes, Container, ContainerSpec};
 pub use kubegate::{
-    assert_check_refuses, assert_problems, bin, check_config, dispatch_rules, kubectl_bin, ms,
-    secs, terminate_files, terminate_yaml, wait_for, wait_refused_after, Kubegate, KubegateConfig,
+    assert_check_refuses, assert_problems, bin, check_config, cluster_spec, dispatch_rules,
+    kubectl_bin, ms, secs, terminate_files, terminate_yaml, wait_for, wait_refused_after, Kubegate,
+    KubegateConfig,
 };
 pub use kubegate_testbed::kubegate::TerminateFiles;
 pub use kubegate_testbed::{free_port, plain_http, Etcd, FrontProxyPki, Pki};

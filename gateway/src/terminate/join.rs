@@ -1094,6 +1094,16 @@ mod watch_list_tests {
         (lead, follow, tx, resp)
     }
 
+    /// Bounds no test's answer reaches.
+    fn roomy() -> Limits {
+        Limits {
+            max_answer_bytes: 1 << 20,
+            max_held_bytes: 1 << 20,
+            connection: None,
+            slow_client: Duration::from_secs(60),
+        }
+    }
+
     async fn next(resp: &mut Response<ResponseBody>) -> Bytes {
         tokio::time::timeout(Duration::from_secs(10), resp.body_mut().frame())
             .await
@@ -1108,12 +1118,7 @@ mod watch_list_tests {
     async fn followers_get_the_initial_events_and_where_they_end_and_the_lead_streams_on() {
         let (joins, m, held) = super::tests::joins();
         let (lead, follow, up, resp) = started(&joins, &m);
-        let limits = Limits {
-            max_answer_bytes: 1 << 20,
-            max_held_bytes: 1 << 20,
-            connection: None,
-            slow_client: Duration::from_secs(60),
-        };
+        let limits = roomy();
         let (mut resp, shared) = lead
             .publish_sync((resp, None), Some(Framing::JsonLines), &limits, &m, "c")
             .await;
@@ -1180,12 +1185,7 @@ mod watch_list_tests {
     async fn a_watch_that_ends_before_its_initial_events_do_shares_nothing() {
         let (joins, m, held) = super::tests::joins();
         let (lead, follow, up, resp) = started(&joins, &m);
-        let limits = Limits {
-            max_answer_bytes: 1 << 20,
-            max_held_bytes: 1 << 20,
-            connection: None,
-            slow_client: Duration::from_secs(60),
-        };
+        let limits = roomy();
         let (_resp, _) = lead
             .publish_sync((resp, None), Some(Framing::JsonLines), &limits, &m, "c")
             .await;

@@ -15,15 +15,15 @@ use kubegate_wire::classify::Unreadable;
 /// on (or has expired since): 401, as the apiserver's x509 authenticator answers it at every
 /// request, never an anonymous request.
 pub(super) fn certificate(gw: &Gateway, refusal: CertificateRefusal) -> Response<ResponseBody> {
+    unauthorized(gw, refusal.message())
+}
+
+/// 401 with `message`, counted as unauthenticated.
+fn unauthorized(gw: &Gateway, message: &str) -> Response<ResponseBody> {
     gw.metrics()
         .terminate
         .request_failed(RequestFailure::Unauthenticated);
-    status(
-        StatusCode::UNAUTHORIZED,
-        "Unauthorized",
-        refusal.message(),
-        None,
-    )
+    status(StatusCode::UNAUTHORIZED, "Unauthorized", message, None)
 }
 
 /// 421 Misdirected Request for a request of HTTP `version` on a connection to `cluster` whose
@@ -79,15 +79,7 @@ pub(super) fn unreviewed(gw: &Gateway) -> Response<ResponseBody> {
 /// (bytes that are not UTF-8, a WebSocket token protocol the apiserver refuses): 401, as the
 /// apiserver answers a token it cannot authenticate, rather than a name kubegate guessed.
 pub(super) fn unreadable_token(gw: &Gateway) -> Response<ResponseBody> {
-    gw.metrics()
-        .terminate
-        .request_failed(RequestFailure::Unauthenticated);
-    status(
-        StatusCode::UNAUTHORIZED,
-        "Unauthorized",
-        "Unauthorized: the bearer token cannot be read as text",
-        None,
-    )
+    unauthorized(gw, "Unauthorized: the bearer token cannot be read as text")
 }
 
 /// The answer to a request whose target the apiserver would refuse before any handler: 400

@@ -70,14 +70,7 @@ fn allowed(answer: &Value) -> Result<bool, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::{Method, Uri};
-    use kubegate_wire::classify::ReadTarget;
-
-    fn attributes(target: &str) -> Attributes {
-        let uri: Uri = format!("https://kube.example{target}").parse().unwrap();
-        let read = ReadTarget::of(&uri).unwrap();
-        Attributes::of(&read.info(&Method::GET), read.path(), &read.query())
-    }
+    use crate::terminate::sender::attributes::of_get as attributes;
 
     #[test]
     fn a_review_names_the_user_and_everything_an_authorizer_reads() {

@@ -64,54 +64,62 @@ impl Attributes {
         }
     }
 
+    /// A resource request's fields, by their names in a SubjectAccessReview, in the order
+    /// they are keyed by; `None` for a non-resource request.
+    fn resource_fields(&self) -> Option<[(&'static str, &str); 9]> {
+        let Attributes::Resource {
+            verb,
+            group,
+            version,
+            resource,
+            subresource,
+            namespace,
+            name,
+            label_selector,
+            field_selector,
+        } = self
+        else {
+            return None;
+        };
+        Some([
+            ("verb", verb),
+            ("group", group),
+            ("version", version),
+            ("resource", resource),
+            ("subresource", subresource),
+            ("namespace", namespace),
+            ("name", name),
+            ("labelSelector", label_selector),
+            ("fieldSelector", field_selector),
+        ])
+    }
+
     /// The attributes as a SubjectAccessReview's spec holds them: the field's name and its
-    /// JSON (empty fields left out, as the apiserver encodes them).
+    /// JSON (empty fields left out, as the apiserver encodes them; a selector as its raw
+    /// text).
     pub fn review_json(&self) -> (&'static str, Value) {
         let mut m = Map::new();
         let mut put = |k: &str, v: &str| {
-            if !v.is_empty() {
-                m.insert(k.to_string(), json!(v));
+            if v.is_empty() {
+                return;
             }
+            let value = match k {
+                "labelSelector" | "fieldSelector" => json!({ "rawSelector": v }),
+                _ => json!(v),
+            };
+            m.insert(k.to_string(), value);
         };
-        match self {
-            Attributes::Resource {
-                verb,
-                group,
-                version,
-                resource,
-                subresource,
-                namespace,
-                name,
-                label_selector,
-                field_selector,
-            } => {
-                put("verb", verb);
-                put("group", group);
-                put("version", version);
-                put("resource", resource);
-                put("subresource", subresource);
-                put("namespace", namespace);
-                put("name", name);
-                if !label_selector.is_empty() {
-                    m.insert(
-                        "labelSelector".into(),
-                        json!({ "rawSelector": label_selector }),
-                    );
-                }
-                if !field_selector.is_empty() {
-                    m.insert(
-                        "fieldSelector".into(),
-                        json!({ "rawSelector": field_selector }),
-                    );
-                }
-                ("resourceAttributes", Value::Object(m))
+        if let Some(fields) = self.resource_fields() {
+            for (k, v) in fields {
+                put(k, v);
             }
-            Attributes::NonResource { path, verb } => {
-                put("path", path);
-                put("verb", verb);
-                ("nonResourceAttributes", Value::Object(m))
-            }
+            return ("resourceAttributes", Value::Object(m));
         }
+        if let Attributes::NonResource { path, verb } = self {
+            put("path", path);
+            put("verb", verb);
+        }
+        ("nonResourceAttributes", Value::Object(m))
     }
 
     /// Every field, length-prefixed: the bytes the remembered answer is keyed by.
@@ -120,52 +128,34 @@ impl Attributes {
             out.extend_from_slice(&(s.len() as u32).to_be_bytes());
             out.extend_from_slice(s.as_bytes());
         };
-        match self {
-            Attributes::Resource {
-                verb,
-                group,
-                version,
-                resource,
-                subresource,
-                namespace,
-                name,
-                label_selector,
-                field_selector,
-            } => {
-                part("resource");
-                for f in [
-                    verb,
-                    group,
-                    version,
-                    resource,
-                    subresource,
-                    namespace,
-                    name,
-                    label_selector,
-                    field_selector,
-                ] {
-                    part(f);
-                }
+        if let Some(fields) = self.resource_fields() {
+            part("resource");
+            for (_, v) in fields {
+                part(v);
             }
-            Attributes::NonResource { path, verb } => {
-                part("non-resource");
-                part(path);
-                part(verb);
-            }
+        } else if let Attributes::NonResource { path, verb } = self {
+            part("non-resource");
+            part(path);
+            part(verb);
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub fn of_get(target: &str) -> Attributes {
     use http::{Method, Uri};
     use kubegate_wire::classify::ReadTarget;
+    let uri: Uri = format!("https://kube.example{target}").parse().unwrap();
+    let read = ReadTarget::of(&uri).unwrap();
+    Attributes::of(&read.info(&Method::GET), read.path(), &read.query())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
 
     fn attributes(target: &str) -> Attributes {
-        let uri: Uri = format!("https://kube.example{target}").parse().unwrap();
-        let read = ReadTarget::of(&uri).unwrap();
-        Attributes::of(&read.info(&Method::GET), read.path(), &read.query())
+        of_get(target)
     }
 
     #[test]

@@ -495,6 +495,14 @@ mod tests {
         })
     }
 
+    /// Reviews that named token 0 alice, under `config`.
+    fn alice_named(config: &TokenReviewConfig) -> (TokenReviews, Arc<UserInfo>) {
+        let reviews = TokenReviews::default();
+        let user = alice();
+        reviews.remember(key(0), &Naming::Named(user.clone()), Instant::now(), config);
+        (reviews, user)
+    }
+
     fn key(i: u32) -> TokenHash {
         let mut k = [0u8; 32];
         k[..4].copy_from_slice(&i.to_be_bytes());
@@ -507,14 +515,7 @@ mod tests {
             max_entries: 100,
             ..TokenReviewConfig::default()
         };
-        let reviews = TokenReviews::default();
-        let user = alice();
-        reviews.remember(
-            key(0),
-            &Naming::Named(user.clone()),
-            Instant::now(),
-            &config,
-        );
+        let (reviews, user) = alice_named(&config);
         for i in 1..=10_000 {
             reviews.remember(key(i), &Naming::Unnamed, Instant::now(), &config);
         }
@@ -545,14 +546,7 @@ mod tests {
             ttl: Duration::ZERO,
             ..TokenReviewConfig::default()
         };
-        let reviews = TokenReviews::default();
-        let user = alice();
-        reviews.remember(
-            key(0),
-            &Naming::Named(user.clone()),
-            Instant::now(),
-            &config,
-        );
+        let (reviews, user) = alice_named(&config);
         // Due for renewal: not fresh, but still the client's name if no renewal answers.
         match reviews.known(&key(0), &config) {
             Known::Due(u) => assert_eq!(u, user),
