@@ -233,6 +233,14 @@ impl Served {
         self.clusters.get(name)
     }
 
+    /// The cluster whose long-lived state is `mode`, if it is served (a walk by pointer: a
+    /// request's lookup, among a few clusters, hashes nothing).
+    pub fn cluster_of(&self, mode: &Arc<TerminateMode>) -> Option<&ServedCluster> {
+        self.clusters
+            .values()
+            .find(|c| Arc::ptr_eq(&c.terminated.mode, mode))
+    }
+
     /// Every cluster served, by name.
     pub fn clusters(&self) -> &HashMap<String, ServedCluster> {
         &self.clusters

@@ -58,6 +58,8 @@ use kubegate_wire::credentials::{self, Bearer};
 use kubegate_wire::identity::UserInfo;
 use kubegate_wire::position::{resumed_query, Asked};
 use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -129,9 +131,7 @@ impl<'a> Context<'a> {
         let served = connection.plane.served();
         let mode = connection.accepted.terminated.mode();
         // A cluster a reload removed: what the connection was accepted with.
-        let cluster = served
-            .cluster(mode.cluster().name())
-            .unwrap_or(&connection.accepted);
+        let cluster = served.cluster_of(mode).unwrap_or(&connection.accepted);
         Context {
             generation: served.generation().clone(),
             upstreams: cluster.upstreams.clone(),
@@ -169,23 +169,65 @@ async fn serve(
     };
     let info = read.info(req.method());
     let upgrading = info.class.upgradable() && upgrade::requested(&req);
-    let sender = match identify(cx, &req, upgrading).await {
+    // Boxed, as every rarely taken path that awaits a large future: a future is as large as
+    // its largest await, and each request's is allocated and moved whole (the phases below
+    // are plain functions for that reason; only what waits is a future).
+    let identified = match identify(cx, &req, upgrading) {
+        Identified::Known(sender) => sender,
+        Identified::Reviewing(token, key) => Box::pin(name(cx, token, key)).await,
+    };
+    let sender = match identified {
         Ok(sender) => sender,
         Err(resp) => return *resp,
     };
     served.named(sender.named.clone());
-    let classified = classify(cx, &req, &read, &info, &sender);
+    let mut classified = classify(cx, &req, &read, &info, &sender);
     let Sender {
         token_key, fresh, ..
     } = sender;
-    let resp = if upgrading {
+    if upgrading {
         // An upgrade holds its rule's slot only until it is established, as any long-running
-        // request. Boxed, as every rarely taken path that awaits a large future: a future is
-        // as large as its largest await, and each request's is allocated and moved whole.
-        Box::pin(upgrade_admitted(cx, req, classified, served)).await
-    } else {
-        let vouched = Vouched { token_key, fresh };
-        forward(cx, req, classified, vouched, served).await
+        // request.
+        let resp = Box::pin(upgrade_admitted(cx, req, classified, served)).await;
+        respond(cx, token_key, &resp);
+        return resp;
+    }
+    // Anything else with an `Upgrade` header is an ordinary request, as the apiserver serves
+    // it: the header goes with the other hop-by-hop ones.
+    let (parts, body) = req.into_parts();
+    let read = match body.is_end_stream() {
+        // Most requests (GET, watch, DELETE without options) carry none.
+        true => Ok((Bytes::new(), None)),
+        false => Box::pin(read_body(cx, &parts, body)).await,
+    };
+    let (body, held) = match read {
+        Ok(read) => read,
+        Err(resp) => return *resp,
+    };
+    // The rule's slot is taken once the body is in: a client that has not sent its body
+    // holds none.
+    let slot = match admit(cx, classified.rule.as_ref()) {
+        Ok(slot) => slot,
+        Err(resp) => return *resp,
+    };
+    let (outgoing, watch) = shape(cx, parts, body, held, &mut classified);
+    served.sent_as(&cx.gw, cx.client, outgoing.kind(), outgoing.user_agent());
+    let vouched = Vouched { token_key, fresh };
+    let sharer = authorize(cx, &outgoing, classified.attributes, vouched);
+    let route = route(cx, &outgoing, classified.may, watch, sharer);
+    let sending = Sending {
+        gw: cx.gw.clone(),
+        generation: cx.generation.clone(),
+        upstreams: cx.upstreams.clone(),
+        outgoing,
+        class: classified.class,
+        within: Within::rule(cx.upstreams.pool(), classified.rule),
+        slot,
+    };
+    // Phase 10: the one send of its route.
+    let resp = match route {
+        Route::Forward(watch) => forward::send(sending, served, watch).await,
+        shared => share(shared, sending, served).await,
     };
     respond(cx, token_key, &resp);
     resp
@@ -237,14 +279,17 @@ struct Sender<'r> {
     fresh: Option<Arc<UserInfo>>,
 }
 
+/// Where phase 2 leaves a request: who sent it, as far as kubegate knows it now, or a token
+/// to name by a review first.
+enum Identified<'r> {
+    Known(Result<Sender<'r>, Refused>),
+    Reviewing(Cow<'r, str>, TokenHash),
+}
+
 /// Phase 2: the bearer token, as the apiserver's authenticators read it (a WebSocket
-/// upgrade's may ride in its subprotocols), named by a TokenReview (remembered); a
-/// certificate's identity goes upstream before any token.
-async fn identify<'r>(
-    cx: &Context<'_>,
-    req: &'r Request<Incoming>,
-    upgrading: bool,
-) -> Result<Sender<'r>, Refused> {
+/// upgrade's may ride in its subprotocols), named as a TokenReview named it (remembered), or
+/// to be reviewed; a certificate's identity goes upstream before any token.
+fn identify<'r>(cx: &Context<'_>, req: &'r Request<Incoming>, upgrading: bool) -> Identified<'r> {
     let bearer = match &cx.client.identity {
         Some(_) => Bearer::Absent,
         None => credentials::bearer(
@@ -253,20 +298,31 @@ async fn identify<'r>(
         ),
     };
     let token = match bearer {
-        Bearer::Token(token) => Some(token),
-        Bearer::Absent => None,
-        Bearer::Unreadable => return Err(Box::new(refused::unreadable_token(&cx.gw))),
+        Bearer::Token(token) => token,
+        Bearer::Absent => return Identified::Known(Ok(Sender::anonymous(None))),
+        Bearer::Unreadable => {
+            let refused = refused::unreadable_token(&cx.gw);
+            return Identified::Known(Err(Box::new(refused)));
+        }
     };
-    let reviewed = token.as_deref().filter(|_| cx.upstreams.tls.vouches());
-    let Some(reviewed) = reviewed else {
-        return Ok(Sender {
-            token,
-            token_key: None,
-            named: None,
-            fresh: None,
-        });
-    };
-    let key = TokenHash::of(reviewed);
+    if !cx.upstreams.tls.vouches() {
+        return Identified::Known(Ok(Sender::anonymous(Some(token))));
+    }
+    let key = TokenHash::of(&token);
+    let config = &cx.config().terminate.token_review;
+    match cx.mode.tokens().named_now(&key, config) {
+        Some(naming) => Identified::Known(named(cx, token, key, naming)),
+        None => Identified::Reviewing(token, key),
+    }
+}
+
+/// A token kubegate does not know a name for now: named by a TokenReview (one at most waited
+/// for, `token_review.timeout`).
+async fn name<'r>(
+    cx: &Context<'_>,
+    token: Cow<'r, str>,
+    key: TokenHash,
+) -> Result<Sender<'r>, Refused> {
     let (g, u) = (cx.gw.clone(), cx.upstreams.clone());
     let review = move |token| -> Reviewing { Box::pin(token_review::review(g, u, token)) };
     let naming = cx
@@ -275,22 +331,45 @@ async fn identify<'r>(
         .name(
             &cx.gw,
             key,
-            reviewed,
+            &token,
             &cx.config().terminate.token_review,
             cx.client.source(),
             review,
         )
         .await;
+    named(cx, token, key, naming)
+}
+
+/// The sender of `token` as `naming` says; a token not named while a rule names senders is
+/// answered 429: a rule may limit this sender, and it is not let through as if none did.
+fn named<'r>(
+    cx: &Context<'_>,
+    token: Cow<'r, str>,
+    key: TokenHash,
+    naming: Naming,
+) -> Result<Sender<'r>, Refused> {
     if naming == Naming::Unreviewed && cx.rules.names_senders() {
-        // A rule may limit this sender: it is not let through as if none did.
         return Err(Box::new(refused::unreviewed(&cx.gw)));
     }
     Ok(Sender {
         named: naming.user().cloned(),
         fresh: naming.fresh().cloned(),
-        token,
+        token: Some(token),
         token_key: Some(key),
     })
+}
+
+impl<'r> Sender<'r> {
+    /// A sender kubegate names no user of: a certificate's client, or `token`'s, which
+    /// kubegate does not review (no front-proxy identity to review it as).
+    fn anonymous(token: Option<Cow<'r, str>>) -> Sender<'r> {
+        Sender {
+            token,
+            token_key: None,
+            named: None,
+            fresh: None,
+        }
+    }
 }
 
 /// What kubegate vouches for of a token's sender, once its request is read (phase 2's, owned).
@@ -388,61 +467,20 @@ async fn upgrade_admitted(
     resp
 }
 
-/// Phases 5–10 of anything but an upgrade (an `Upgrade` header the apiserver would not act on
-/// goes with the other hop-by-hop ones): its body read, admitted, shaped, authorized, routed
-/// and sent.
-async fn forward(
-    cx: &Context<'_>,
-    req: Request<Incoming>,
-    mut classified: Classified,
-    vouched: Vouched,
-    served: &mut Served,
-) -> Response<ResponseBody> {
-    let (parts, body) = req.into_parts();
-    let (body, held) = match read_body(cx, &parts, body).await {
-        Ok(read) => read,
-        Err(resp) => return *resp,
-    };
-    // The rule's slot is taken once the body is in: a client that has not sent its body
-    // holds none.
-    let slot = match admit(cx, classified.rule.as_ref()) {
-        Ok(slot) => slot,
-        Err(resp) => return *resp,
-    };
-    let (outgoing, watch) = shape(cx, parts, body, held, &mut classified);
-    served.sent_as(&cx.gw, cx.client, outgoing.kind(), outgoing.user_agent());
-    let sharer = authorize(cx, &outgoing, classified.attributes, vouched);
-    let route = route(cx, &outgoing, classified.may, watch, sharer);
-    let sending = Sending {
-        gw: cx.gw.clone(),
-        generation: cx.generation.clone(),
-        upstreams: cx.upstreams.clone(),
-        outgoing,
-        class: classified.class,
-        within: Within::rule(cx.upstreams.pool(), classified.rule),
-        slot,
-    };
-    send(route, sending, served).await
-}
-
-/// Phase 5: the body read whole within its bounds (none for most requests: GET, watch,
-/// DELETE without options).
+/// Phase 5: a body read whole within its bounds (`serve` pays for this future only when
+/// there is one).
 async fn read_body(
     cx: &Context<'_>,
     parts: &Parts,
     body: Incoming,
 ) -> Result<(Bytes, Option<Held>), Refused> {
-    if body.is_end_stream() {
-        return Ok((Bytes::new(), None));
-    }
     let bounds = Bounds {
         config: &cx.config().terminate,
         connection: &cx.client.body_bytes,
         total: cx.mode.body_bytes(),
         gauge: &cx.gw.metrics().terminate.request_body_bytes_held,
     };
-    // Boxed: only requests with a body pay for its future.
-    match Box::pin(bodies::read(&parts.headers, body, bounds)).await {
+    match bodies::read(&parts.headers, body, bounds).await {
         Ok((body, held)) => Ok((body, Some(held))),
         Err(refusal) => Err(Box::new(refused::body(&cx.gw, refusal))),
     }
@@ -609,22 +647,27 @@ fn route<'a>(
     }
 }
 
-/// Phase 10: the one send of its route.
-async fn send(route: Route<'_>, sending: Sending, served: &mut Served) -> Response<ResponseBody> {
+/// Phase 10 for a route that shares another request's upstream answer (a forwarded one is
+/// sent by `forward::send`): boxed, so that a request that shares nothing pays nothing for
+/// these futures.
+fn share<'a>(
+    route: Route<'a>,
+    sending: Sending,
+    served: &'a mut Served,
+) -> Pin<Box<dyn Future<Output = Response<ResponseBody>> + Send + 'a>> {
     match route {
-        Route::Join(joined) => Box::pin(shared::send_joined(sending, served, joined)).await,
-        Route::Sync(joined, watch, continued) => {
-            Box::pin(shared::send_synced(
-                sending, served, joined, watch, continued,
-            ))
-            .await
-        }
-        Route::Feed(fed, watch) => match Box::pin(shared::send_fed(sending, served, fed)).await {
-            Ok(resp) => resp,
-            // No feed can serve its position: a watch of its own.
-            Err(unfed) => Box::pin(forward::send(unfed, served, Some(watch))).await,
-        },
-        Route::Forward(watch) => forward::send(sending, served, watch).await,
+        Route::Join(joined) => Box::pin(shared::send_joined(sending, served, joined)),
+        Route::Sync(joined, watch, continued) => Box::pin(shared::send_synced(
+            sending, served, joined, watch, continued,
+        )),
+        Route::Feed(fed, watch) => Box::pin(async move {
+            match shared::send_fed(sending, served, fed).await {
+                Ok(resp) => resp,
+                // No feed can serve its position: a watch of its own.
+                Err(unfed) => forward::send(unfed, served, Some(watch)).await,
+            }
+        }),
+        Route::Forward(watch) => Box::pin(forward::send(sending, served, watch)),
     }
 }
 

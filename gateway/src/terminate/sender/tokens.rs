@@ -255,6 +255,18 @@ impl TokenReviews {
         still_named(outcome(waiting, deadline).await, renewing)
     }
 
+    /// What the tables answer for `key` now, without a review (reviews off: unnamed);
+    /// `None` when only a review can tell (`name`).
+    pub fn named_now(&self, key: &TokenHash, config: &TokenReviewConfig) -> Option<Naming> {
+        if !config.enabled {
+            return Some(Naming::Unnamed);
+        }
+        match self.known(key, config) {
+            Known::Answer(naming) => Some(naming),
+            Known::Waiting(..) | Known::Due(_) | Known::Unknown => None,
+        }
+    }
+
     /// What the tables say of `key` now.
     fn known(&self, key: &TokenHash, config: &TokenReviewConfig) -> Known {
         let mut t = self.tables.lock().unwrap_or_else(|e| e.into_inner());
