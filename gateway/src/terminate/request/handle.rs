@@ -4,8 +4,8 @@
 //! `refused`. Every route passes every phase before it:
 //!
 //! 1. `addressed` — its authority is a name of its connection's cluster (else 421);
-//! 2. `identify` — its client's certificate valid now, its bearer token named by a review
-//!    (`sender::tokens`);
+//! 2. `identify` — its client's certificate valid now, its bearer token named as a review
+//!    named it (`sender::tokens`), or by a review now (`name`);
 //! 3. `classify` — its target read as the apiserver reads it, its `dispatch` rule, its flow,
 //!    who writes its answer, what it may share and what an authorizer would read of it;
 //! 4. an upgrade the apiserver would perform goes its own way (`upgrade`), once admitted;
@@ -16,7 +16,8 @@
 //!    share another's upstream answer (`shared::Sharer` asks the apiserver's authorization);
 //! 9. `route` — one decision: joined to an identical read, a watch-list joined, a watch fed
 //!    from a shared one, or forwarded (`forward`, a watch followed across backends);
-//! 10. `send` — the one send of its route;
+//! 10. send — the one send of its route: `forward::send`, or `share` for a shared one (boxed:
+//!     a request that shares nothing pays nothing for those futures);
 //! 11. `respond` — an apiserver's own 401 forgets the token's name;
 //! 12. `log` — with the access log on, the response body carries the request's line until it
 //!     ends (`served`).
