@@ -22,10 +22,7 @@ fn sharing(more: impl FnOnce(&mut KubegateConfig) + 'static) -> Started {
         .replicas(2)
         .etcd()
         .terminate()
-        .tokens(&[
-            ("tok-a", "token-user-a", "dev"),
-            ("tok-b", "token-user-b", "dev"),
-        ])
+        .tokens(DEV_TOKENS)
         .configure(|cfg| {
             cfg.terminate.token_review.ttl = Duration::from_secs(1);
             cfg.terminate.access_review.timeout = Duration::from_secs(5);

@@ -30,10 +30,7 @@ fn joining_with(latency_ms: u64, more: impl FnOnce(&mut KubegateConfig) + 'stati
         .replicas(2)
         .etcd()
         .terminate()
-        .tokens(&[
-            ("tok-a", "token-user-a", "dev"),
-            ("tok-b", "token-user-b", "dev"),
-        ])
+        .tokens(DEV_TOKENS)
         .configure(|cfg| {
             cfg.terminate.join_reads.enabled = true;
             cfg.terminate.access_log.format = kubegate_config::AccessLogFormat::Json;
@@ -538,10 +535,7 @@ async fn reads_of_different_senders_join_once_a_review_allows_each() {
         .replicas(2)
         .etcd()
         .terminate()
-        .tokens(&[
-            ("tok-a", "token-user-a", "dev"),
-            ("tok-b", "token-user-b", "dev"),
-        ])
+        .tokens(DEV_TOKENS)
         // The replicas' RBAC binds mallory no role on configmaps.
         .sim_args(&["--authorization-forbid", "mallory:configmaps"])
         .configure(|cfg| {

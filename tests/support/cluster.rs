@@ -183,6 +183,12 @@ impl Started {
     }
 }
 
+/// Two bearer tokens the replicas accept, of two users of group `dev` (`tok-a`, `tok-b`).
+pub const DEV_TOKENS: &[(&str, &str, &str)] = &[
+    ("tok-a", "token-user-a", "dev"),
+    ("tok-b", "token-user-b", "dev"),
+];
+
 /// `n` replicas (each started with `args`, accepting the token `tok-ops`), kubegate
 /// terminating in front, configured by `configure`.
 pub fn terminating(

@@ -23,7 +23,7 @@ pub use client::{
     client_config_as, tls12_client_config, tls_client_config, tls_connect, tls_connect_from,
     tls_connect_to, Conn, Lines, Response,
 };
-pub use cluster::{probes_rarely, terminating, Cluster, Started};
+pub use cluster::{probes_rarely, terminating, Cluster, Started, DEV_TOKENS};
 pub use container::{hard_nofile, pod_probe, wait_pod_probes, Container, ContainerSpec};
 pub use kubegate::{
     assert_check_refuses, assert_problems, bin, check_config, cluster_spec, dispatch_rules,
