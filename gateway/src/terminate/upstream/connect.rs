@@ -28,6 +28,30 @@ const UPSTREAM_STREAM_WINDOW: u32 = 256 << 10;
 /// window: one stalled LIST stopped every response on the connection.)
 const UPSTREAM_CONNECTION_WINDOW: u32 = (1 << 31) - 1;
 
+/// A stream to `backend` on an open connection of `kind`, if one has room: `Ok(None)` when a
+/// connection must be opened ([`stream_to`]). No future: what most requests take.
+pub fn open_stream(
+    config: &Config,
+    upstreams: &Upstreams,
+    backend: &Backend,
+    kind: Kind,
+) -> Result<Option<Stream>, AttemptFailure> {
+    let max = config.upstream.max_streams_per_connection;
+    let presents = match kind {
+        Kind::WithIdentity => match upstreams.tls.presented() {
+            Some(p) => p.fingerprint,
+            // A request shaped with identity finds no front-proxy certificate only when a
+            // reload dropped it meanwhile: nothing was sent, and no backend is to blame.
+            None => {
+                tracing::debug!(backend = %backend.info().name, "no front-proxy certificate any more for a request that carries identity");
+                return Err(AttemptFailure::Unsent);
+            }
+        },
+        Kind::BearerToken | Kind::Anonymous => 0,
+    };
+    Ok(backend.planes().terminate.stream(kind, max, presents))
+}
+
 /// A stream to `backend` on a connection of `kind`, opening a connection if every one is full.
 pub async fn stream_to(
     (gw, config): (&Gateway, &Config),

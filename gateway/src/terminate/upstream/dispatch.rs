@@ -24,7 +24,7 @@ use crate::terminate::exchange::h2client::{self, ResponseStream};
 use crate::terminate::exchange::in_flight::InFlight;
 use crate::terminate::exchange::status::unavailable;
 use crate::terminate::rules::Rule;
-use crate::terminate::upstream::connect::stream_to;
+use crate::terminate::upstream::connect::{open_stream, stream_to};
 use crate::terminate::upstream::flow;
 use crate::terminate::upstream::outgoing::Outgoing;
 use crate::terminate::upstream::retry::{may_retry, reads_storage};
@@ -119,7 +119,7 @@ pub async fn dispatch(
                 outage = StorageOutage::begin(gw, generation, held_by, holding_since, waits);
             }
             if let Some(held) = outage.as_mut() {
-                if held.pause().await {
+                if Box::pin(held.pause()).await {
                     tried.truncate(first);
                     forward.kept = None;
                     continue;
@@ -376,7 +376,13 @@ async fn attempt(
     (class, level): (RequestClass, Option<&Arc<str>>),
 ) -> Result<Answer, Failed> {
     let config = &generation.config;
-    let mut stream = stream_to((gw, config), upstreams, backend, outgoing.kind()).await?;
+    let kind = outgoing.kind();
+    // Boxed, as every rarely taken await: a request's future is as large as its largest one,
+    // and moved whole.
+    let mut stream = match open_stream(config, upstreams, backend, kind)? {
+        Some(stream) => stream,
+        None => Box::pin(stream_to((gw, config), upstreams, backend, kind)).await?,
+    };
     let in_flight = InFlight::begin(backend, class.long_running.is_some(), level);
     let mut sent = Instant::now();
     let mut refused = false;
@@ -397,7 +403,7 @@ async fn attempt(
         if !connection_refused || backend.shutting_down() || std::mem::replace(&mut refused, true) {
             return Err(failure.into());
         }
-        stream = stream_to((gw, config), upstreams, backend, outgoing.kind()).await?;
+        stream = Box::pin(stream_to((gw, config), upstreams, backend, kind)).await?;
         sent = Instant::now();
     };
     let upstream = &backend.planes().terminate;
@@ -438,7 +444,9 @@ async fn attempt(
     let answer = if own && (signals::worth_reading(code, resp.headers()) || failing) {
         // Read whole to tell which of the apiserver's own answers it is, if any.
         let (parts, body) = resp.into_parts();
-        let body = read_small(body).await.map_err(|_| AttemptFailure::Reset)?;
+        let body = Box::pin(read_small(body))
+            .await
+            .map_err(|_| AttemptFailure::Reset)?;
         let mut unauthenticated = false;
         let failure = match signals::said(code, &parts.headers, &body) {
             Some(Said::ShuttingDown) => {
