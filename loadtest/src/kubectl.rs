@@ -93,6 +93,12 @@ fn classify(stderr: &str) -> ErrorClass {
     {
         return ErrorClass::Http5xx;
     }
+    // The apiserver's own storage error, passed on as a Status without a reason
+    // (`ErrorToAPIStatus`): the etcd client's words, which may quote its own dial to etcd
+    // ("connection refused"); kubectl's own connection errors name the server it dialed.
+    if s.contains("rpc error: code = ") || s.contains("etcdserver: ") {
+        return ErrorClass::Http5xx;
+    }
     if s.contains("connection refused") {
         ErrorClass::Refused
     } else if s.contains("timeout") || s.contains("deadline") {
@@ -297,6 +303,11 @@ mod tests {
             ErrorClass::Http429
         );
         assert_eq!(classify(&answered("409 Conflict", "x")), ErrorClass::Other);
+        // No status logged, the apiserver's storage error printed bare: its words say it.
+        assert_eq!(
+            classify("Error from server: rpc error: code = Unavailable desc = connection error: desc = \"transport: Error while dialing: dial tcp 127.0.0.1:2379: connect: connection refused\""),
+            ErrorClass::Http5xx
+        );
         // No answer logged: kubectl's own words.
         assert_eq!(classify(refused), ErrorClass::Refused);
     }

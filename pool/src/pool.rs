@@ -161,9 +161,6 @@ impl<P: DataPlanes> Pool<P> {
     /// Adds a backend that came from `source`; none to a retired pool (its cluster left the
     /// configuration while discovery still found replicas).
     pub fn add_from(&self, spec: &BackendSpec, source: BackendSource) {
-        // Under the members' lock, as `retire` sets `retiring`: a backend is either added
-        // before the pool retires, and retired with it, or not at all.
-        let mut members = self.members();
         if self.retiring.load(std::sync::atomic::Ordering::Relaxed) {
             tracing::debug!(address = %spec.address, "a retired pool takes no backend");
             return;
@@ -182,10 +179,24 @@ impl<P: DataPlanes> Pool<P> {
             self.idle.clone(),
         ));
         self.events.backend_added(&info.name, BackendState::Unknown);
+        // Its checker starts before any lock of the pool is taken: a first probe may lock
+        // the backend's health and then the members (a change of state).
         self.start_checker(&backend);
-        tracing::info!(backend = %info.name, address = %spec.address, "backend added");
-        // A backend re-added while its old self still drains: the old one keeps draining.
-        members.push(backend);
+        {
+            // Under the members' lock, as `retire` sets `retiring`: a backend is either added
+            // before the pool retires, and retired with it, or not at all.
+            let mut members = self.members();
+            if !self.retiring.load(std::sync::atomic::Ordering::Relaxed) {
+                tracing::info!(backend = %info.name, address = %spec.address, "backend added");
+                // A backend re-added while its old self still drains: the old one keeps
+                // draining.
+                members.push(backend);
+                return;
+            }
+        }
+        // The pool retired meanwhile: no probe goes on, nothing of it is kept.
+        backend.health().checker = None;
+        self.events.forgotten(&info.name);
     }
 
     /// A kept backend got another name or probe address: its state, tracker and work stay.

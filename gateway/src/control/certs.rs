@@ -89,8 +89,16 @@ pub async fn watch_certificates(gw: Arc<Gateway>, watched: Watched) {
     }
     let mut tick = tokio::time::interval(CHECK_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    // A reload puts upstream settings it read from the files before it applied them, and may
+    // fall between a renewal's read and its store: after each, the front-proxy certificate
+    // is read again, so that the newest files and the configuration in force win.
+    let mut generations = gw.config().subscribe();
     loop {
         tick.tick().await;
+        let reloaded = generations.has_changed().unwrap_or(false);
+        if reloaded {
+            generations.borrow_and_update();
+        }
         if probes {
             follow_probe_certificates(&gw, &mut probes_seen).await;
         }
@@ -110,7 +118,8 @@ pub async fn watch_certificates(gw: Arc<Gateway>, watched: Watched) {
         for (i, terminate) in terminate.iter().enumerate() {
             let files = front_proxy_files(&gw, terminate);
             let now = stamp(&paths(&files)).await;
-            if now == upstream_seen[i] {
+            let changed = now != upstream_seen[i];
+            if !changed && !reloaded {
                 continue;
             }
             upstream_seen[i] = now;
@@ -125,14 +134,18 @@ pub async fn watch_certificates(gw: Arc<Gateway>, watched: Watched) {
                     Some(plane) => plane.renew_upstreams(terminate, u),
                     None => terminate.replace(u),
                 });
-            record(
-                &gw,
-                files
-                    .first()
-                    .map(PathBuf::as_path)
-                    .unwrap_or(Path::new("-")),
-                result,
-            );
+            let file = files
+                .first()
+                .map(PathBuf::as_path)
+                .unwrap_or(Path::new("-"));
+            match (changed, result) {
+                (true, result) => record(&gw, file, result),
+                // Read again after a reload, the files as they were: nothing to tell.
+                (false, Ok(())) => {}
+                (false, Err(e)) => {
+                    tracing::debug!(file = %file.display(), error = %e, "front-proxy certificate not read again after a reload")
+                }
+            }
         }
     }
 }

@@ -261,8 +261,10 @@ pub fn apply(gw: &Arc<Gateway>, terminate: &Arc<TerminatePlane>, plan: Plan) -> 
         config: config.clone(),
         clusters: clusters.clone(),
     });
-    gw.config().put(generation.clone());
-    terminate.put(generation, served);
+    // Terminate mode's table first: the gateway's generation is what the accept loops wait
+    // for at start-up, and a client they accept finds its cluster in the table.
+    terminate.put(generation.clone(), served);
+    gw.config().put(generation);
     gw.metrics()
         .control
         .backends_configured

@@ -91,7 +91,13 @@ pub async fn place<A: Attempt>(
     };
     if pool.routing().ready.is_empty() {
         // Boxed: only work that finds none ready pays for the wait's future.
-        Box::pin(super::hold::until_ready(gw, generation, held_by, work.waits_at_most())).await;
+        Box::pin(super::hold::until_ready(
+            gw,
+            generation,
+            held_by,
+            work.waits_at_most(),
+        ))
+        .await;
     }
     let c = &generation.config;
     let (policy, attempts, no_ready) = (c.balance, c.connect.attempts, c.no_ready_backend);

@@ -5,8 +5,8 @@
 //! settings and rules each has in force, is put in force with the gateway's generation, whose
 //! clusters it routes by: a new client finds what is configured now, and each request reads
 //! its generation, upstream settings and rules in one load; a connection whose cluster a
-//! reload removed goes on with what it was accepted with (it ends with its retired pool's
-//! drain).
+//! reload removed goes on with what it was accepted with, toward its retired pool (whose
+//! backends drain: its requests then find none).
 
 use crate::state::{Cluster, Generation, Route};
 use crate::telemetry::{Metrics, Refusal};
@@ -169,7 +169,12 @@ impl TerminatePlane {
         mode.replace(upstreams);
         let now = self.served.load();
         let name = mode.cluster().name();
-        let Some(entry) = now.clusters.get(name) else {
+        // The cluster still served, not another of its name (removed, then added again).
+        let Some(entry) = now
+            .clusters
+            .get(name)
+            .filter(|c| std::ptr::eq(Arc::as_ptr(&c.terminated.mode), mode))
+        else {
             return;
         };
         let mut clusters = now.clusters.clone();
