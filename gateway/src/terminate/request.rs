@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `handle` | one request through its named phases (addressed, identify, classify, read body, admit, shape, authorize, route, send, respond, log), each a function of its context |
 //! | `refused` | the answers kubegate gives itself when a phase refuses a request |
-//! | `forward` | a shaped request sent within its rule and its client answered; a watch followed |
+//! | `forward` | the one send of a request (`Sending`: what every route sends with), within its rule, its client answered; a watch followed |
 //! | `shape` | shaping a request for the backends: identity headers, hop-by-hop headers, the URI, the held body |
 //! | `served` | what serving leaves for the operator: the sender counted for the status page, the replica that answered, the access log's line |
 //! | `shared` | a request answered from an identical request's upstream answer: a joined read, a fed watch (`join`) |
