@@ -48,10 +48,11 @@ const FIRST_STORAGE_PAUSE: Duration = Duration::from_millis(200);
 /// may be answered after etcd is back.
 const MAX_STORAGE_PAUSE: Duration = Duration::from_secs(1);
 
-/// Waits while no backend of `pool` is ready, up to `terminate.hold_when_none_ready` (and to
+/// Waits, when no backend of `pool` is ready (`net::place` looks first, so that work that finds
+/// one pays nothing for this future), up to `terminate.hold_when_none_ready` (and to
 /// `client_waits`, what the work's client said it waits), for the first that becomes ready.
-/// Returns at once when one is ready, when holding is off, or when
-/// `terminate.max_held_when_none_ready` are waiting already.
+/// Returns at once when holding is off, or when `terminate.max_held_when_none_ready` are
+/// waiting already.
 pub async fn until_ready(
     gw: &Gateway,
     generation: &Generation,
@@ -59,9 +60,6 @@ pub async fn until_ready(
     client_waits: Option<Duration>,
 ) {
     let pool = held_by.cluster.pool();
-    if !pool.routing().ready.is_empty() {
-        return;
-    }
     let (up_to, max_held, no_ready) = {
         let c = &generation.config;
         let t = &c.terminate;

@@ -233,11 +233,6 @@ impl Served {
         &self.generation
     }
 
-    /// Cluster `name`, if it is served.
-    pub fn cluster(&self, name: &str) -> Option<&ServedCluster> {
-        self.clusters.get(name)
-    }
-
     /// The cluster whose long-lived state is `mode`, if it is served (a walk by pointer: a
     /// request's lookup, among a few clusters, hashes nothing).
     pub fn cluster_of(&self, mode: &Arc<TerminateMode>) -> Option<&ServedCluster> {

@@ -27,7 +27,7 @@ use crate::terminate::cluster::mode::TerminateMode;
 use crate::terminate::cluster::plane::{ServedCluster, TerminatePlane};
 use crate::terminate::exchange::bodies::{self, Bounds, Held};
 use crate::terminate::exchange::body::{LoggedBody, ResponseBody};
-use crate::terminate::join::key::{self, Joinable};
+use crate::terminate::join::key;
 use crate::terminate::join::Limits;
 use crate::terminate::request::forward::{self, Sending};
 use crate::terminate::request::refused;
@@ -213,8 +213,7 @@ async fn serve(
     };
     let (outgoing, watch) = shape(cx, parts, body, held, &mut classified);
     served.sent_as(&cx.gw, cx.client, outgoing.kind(), outgoing.user_agent());
-    let vouched = Vouched { token_key, fresh };
-    let sharer = authorize(cx, &outgoing, classified.attributes, vouched);
+    let sharer = authorize(cx, &outgoing, classified.attributes, token_key, fresh);
     let route = route(cx, &outgoing, classified.may, watch, sharer);
     let sending = Sending {
         gw: cx.gw.clone(),
@@ -373,14 +372,6 @@ impl<'r> Sender<'r> {
     }
 }
 
-/// What kubegate vouches for of a token's sender, once its request is read (phase 2's, owned).
-struct Vouched {
-    /// The token's hash, where kubegate reviews it.
-    token_key: Option<TokenHash>,
-    /// The token's user named within the review TTL.
-    fresh: Option<Arc<UserInfo>>,
-}
-
 /// What a request is, as kubegate acts on it (phase 3).
 struct Classified {
     class: RequestClass,
@@ -534,19 +525,20 @@ fn shape(
 }
 
 /// Phase 8: who the apiserver will take the request to be, when kubegate knows it valid now —
-/// the certificate's user it vouches for, the user a review named the token's within its TTL,
-/// or no one — with what it asks: the one way to share another request's upstream answer
+/// the certificate's user it vouches for, the user a review named the token's within its TTL
+/// (`fresh`; `token_key` its hash), or no one — with what it asks: the one way to share another request's upstream answer
 /// (`shared::Sharer` decides its access at the share). `None`: it shares nothing.
 fn authorize<'a>(
     cx: &'a Context<'_>,
     outgoing: &Outgoing,
     attributes: Option<Attributes>,
-    vouched: Vouched,
+    token_key: Option<TokenHash>,
+    fresh: Option<Arc<UserInfo>>,
 ) -> Option<Sharer<'a>> {
     let attributes = attributes?;
     let user = match outgoing.kind() {
         Kind::WithIdentity => cx.client.identity.clone(),
-        Kind::BearerToken => vouched.fresh,
+        Kind::BearerToken => fresh,
         Kind::Anonymous => Some(anonymous()),
     }?;
     let config = &cx.config().terminate;
@@ -555,7 +547,7 @@ fn authorize<'a>(
         user,
         attributes: Arc::new(attributes),
         config: &config.access_review,
-        token: vouched.token_key.map(|key| (key, &config.token_review)),
+        token: token_key.map(|key| (key, &config.token_review)),
         arrived: cx.arrived,
     })
 }
@@ -599,14 +591,15 @@ fn route<'a>(
         key::feedable(o.kind(), o.method(), o.uri(), q, o.headers(), across_feeds)
     };
     let joining = &terminate.join_reads;
-    let limits = Limits {
+    // A joined read's bounds: made only for a route that joins.
+    let limits = || Limits {
         max_answer_bytes: joining.max_answer_bytes,
         max_held_bytes: joining.max_held_bytes,
         connection: Some(cx.client.shared_bytes.clone()),
         slow_client: terminate.slow_watch_timeout,
     };
     let Some(watch) = watch else {
-        let joinable: Option<Joinable> = may
+        let joinable = may
             .join
             .then(|| {
                 key::joinable(
@@ -620,7 +613,7 @@ fn route<'a>(
             })
             .flatten();
         return match joinable {
-            Some(read) => Route::Join(Joined::new(cx.mode, read, sharer, limits)),
+            Some(read) => Route::Join(Joined::new(cx.mode, read, sharer, limits())),
             None => Route::Forward(None),
         };
     };
@@ -636,7 +629,7 @@ fn route<'a>(
             .then(|| feedable(Some(&resumed_query(q, Some("1"), None))))
             .flatten()
             .map(|f| Fed::new(cx.mode, f, sharer.clone(), &watch, terminate));
-        let joined = Joined::new(cx.mode, read, sharer, limits);
+        let joined = Joined::new(cx.mode, read, sharer, limits());
         return Route::Sync(joined, watch, continued);
     }
     match may.feed.then(|| feedable(q)).flatten() {
