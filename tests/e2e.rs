@@ -80,6 +80,8 @@ mod sim;
 mod skew;
 #[path = "status_page.rs"]
 mod status_page;
+#[path = "test_commands.rs"]
+mod test_commands;
 #[path = "tls.rs"]
 mod tls;
 #[path = "upgrade.rs"]
