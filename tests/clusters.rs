@@ -70,13 +70,6 @@ async fn refused(listen: SocketAddr, config: rustls::ClientConfig, name: &str, a
     assert!(e.to_string().contains(alert), "{name}: {e}");
 }
 
-/// Connections kubegate refused for `reason` (`kubegate_connections_refused_total`).
-fn refusals(kg: &Kubegate, reason: &str) -> f64 {
-    kg.metric(&format!(
-        "kubegate_connections_refused_total{{reason=\"{reason}\"}}"
-    ))
-}
-
 /// The certificate kubegate serves cluster `c` with ([`terminating`]'s), as DER.
 fn kubegate_cert(pki: &Pki, c: &str) -> Vec<u8> {
     let pem = std::fs::read(pki.dir().join(format!("kubegate-{c}.crt"))).unwrap();
@@ -225,9 +218,9 @@ async fn each_client_reaches_only_the_cluster_its_server_name_names() {
     // A name no cluster answers, and no name at all (an IP address sends none) without a
     // default_cluster: a TLS alert, counted; the replicas never see them.
     refused(kg.listen, as_b.clone(), "c.example", "UnrecognisedName").await;
-    assert_eq!(refusals(&kg, "unknown_server_name"), 1.0);
+    assert_eq!(kg.refused("unknown_server_name"), 1.0);
     refused(kg.listen, as_b.clone(), "127.0.0.1", "UnrecognisedName").await;
-    assert_eq!(refusals(&kg, "no_server_name"), 1.0);
+    assert_eq!(kg.refused("no_server_name"), 1.0);
 
     // The status endpoint names each backend's cluster.
     let view: Vec<serde_json::Value> =
@@ -300,7 +293,7 @@ async fn a_default_cluster_takes_clients_without_a_name_and_one_cluster_down_spa
     // Cluster b has no replica: its client's connection is closed.
     let client = tls_client_config(&pki_b, &[b"http/1.1"]);
     refused(kg.listen, client, "b.example", "").await;
-    assert_eq!(refusals(&kg, "no_ready_backend"), 1.0);
+    assert_eq!(kg.refused("no_ready_backend"), 1.0);
     let mut c = open(kg.listen, as_a, "a.example", false).await;
     assert_eq!(answered(&mut c, &[&a1]).await, ("a1".to_string(), 200));
     assert_eq!(kg.metric("kubegate_ready"), 1.0, "cluster a still serves");
@@ -412,7 +405,7 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
     // A name no cluster answers: the alert, counted.
     let client = tls_client_config(&pki_b, &[b"h2"]);
     refused(kg.listen, client, "c.example", "UnrecognisedName").await;
-    assert_eq!(refusals(&kg, "unknown_server_name"), 1.0);
+    assert_eq!(kg.refused("unknown_server_name"), 1.0);
 }
 
 /// On a connection made to a's name, a request whose authority is b's name (or a name no

@@ -62,6 +62,8 @@ mod loadtest;
 mod observability;
 #[path = "operator.rs"]
 mod operator;
+#[path = "proxy_protocol.rs"]
+mod proxy_protocol;
 #[path = "reading.rs"]
 mod reading;
 #[path = "reload.rs"]

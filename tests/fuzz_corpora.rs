@@ -21,6 +21,8 @@ mod config_load;
 mod identity_headers;
 #[path = "../fuzz/targets/join_key.rs"]
 mod join_key;
+#[path = "../fuzz/targets/proxy_header.rs"]
+mod proxy_header;
 #[path = "../fuzz/targets/readyz_verbose.rs"]
 mod readyz_verbose;
 #[path = "../fuzz/targets/request_classify.rs"]
@@ -36,12 +38,13 @@ mod watch_position;
 type Property = fn(&[u8]);
 
 /// Each target and its property.
-const TARGETS: [(&str, Property); 10] = [
+const TARGETS: [(&str, Property); 11] = [
     ("bearer_token", bearer_token::run),
     ("client_certificate", client_certificate::run),
     ("config_load", config_load::run),
     ("identity_headers", identity_headers::run),
     ("join_key", join_key::run),
+    ("proxy_header", proxy_header::run),
     ("readyz_verbose", readyz_verbose::run),
     ("request_classify", request_classify::run),
     ("request_shaping", request_shaping::run),

@@ -37,8 +37,9 @@ pub use schema::{
     AccessLogConfig, AccessLogFormat, AccessReviewConfig, AdminConfig, BackendSpec, BalancePolicy,
     ClusterConfig, ClusterSpec, Config, ConnectConfig, DiscoveryConfig, DrainConfig, FlapDamping,
     FrontProxy, HealthConfig, HealthTls, JoinReadsConfig, KeepaliveConfig, LimitsConfig,
-    ListenerMode, ListenerSpec, NoReadyBackendPolicy, ServingTls, ShutdownConfig, TerminateConfig,
-    TokenReviewConfig, UpgradeConfig, UpstreamConfig, UpstreamTls, VersionSkewConfig, IMPLICIT,
+    ListenerMode, ListenerSpec, NoReadyBackendPolicy, ProxyProtocol, ServingTls, ShutdownConfig,
+    TerminateConfig, TokenReviewConfig, UpgradeConfig, UpstreamConfig, UpstreamTls,
+    VersionSkewConfig, IMPLICIT,
 };
 pub use since::{keys_newer_than, parse_version, version_text, Version, ADDED};
 pub use tls::TlsVersion;

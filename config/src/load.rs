@@ -313,6 +313,37 @@ mod tests {
     }
 
     #[test]
+    fn a_listeners_proxy_protocol_loads_with_its_defaults_and_names_a_balancer() {
+        let with = |block: &str| {
+            MINIMAL.replace(
+                "  - address: 127.0.0.1:6443\n",
+                &format!("  - address: 127.0.0.1:6443\n    proxy_protocol: {block}\n"),
+            )
+        };
+        let c = load(&with("{trusted: [10.0.0.0/8, 192.0.2.7]}")).unwrap();
+        let p = c.listeners[0].proxy_protocol.as_ref().unwrap();
+        assert!(p.required);
+        assert_eq!(p.timeout, std::time::Duration::from_secs(5));
+        assert!(p.trusts("10.1.2.3".parse().unwrap()) && p.trusts("192.0.2.7".parse().unwrap()));
+        assert!(!p.trusts("192.0.2.8".parse().unwrap()));
+        refused_at(
+            &with("{trusted: []}"),
+            "kubegate.yaml:3:31",
+            "names no balancer",
+        );
+        refused_at(
+            &with("{trusted: [10.0.0.0/33]}"),
+            "kubegate.yaml:3:31",
+            "the prefix length is 0 to 32",
+        );
+        refused_at(
+            &with("{trusted: [10.0.0.0/8], timeout: 0s}"),
+            "kubegate.yaml:3:54",
+            "must be more than 0s",
+        );
+    }
+
+    #[test]
     fn terminate_without_tls_is_refused_at_its_mode() {
         refused_at(
             &MINIMAL.replace(

@@ -147,6 +147,7 @@ pub(crate) mod tests_support {
                 tls: Some(tls.clone()),
                 clusters: Some(vec!["a".into()]),
                 default_cluster: Some("a".into()),
+                proxy_protocol: Some(ProxyProtocol::from(vec!["10.0.0.0/8".parse().unwrap()])),
             }],
             vec![BackendSpec {
                 name: Some("a".into()),

@@ -63,6 +63,21 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
             }
             (_, None) => {}
         }
+        if let Some(p) = &l.proxy_protocol {
+            if p.trusted.is_empty() {
+                bad(
+                    format!("listeners[{i}].proxy_protocol.trusted"),
+                    "names no balancer: list the addresses or ranges that send PROXY headers"
+                        .into(),
+                );
+            }
+            if p.timeout.is_zero() {
+                bad(
+                    format!("listeners[{i}].proxy_protocol.timeout"),
+                    "must be more than 0s: a header needs time to arrive".into(),
+                );
+            }
+        }
     }
     let terminating = config
         .listeners

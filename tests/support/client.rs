@@ -242,7 +242,7 @@ impl Conn {
     ) -> io::Result<Conn> {
         let config = anonymous_client_config(pki, alpn(true));
         let name = ServerName::try_from("kubernetes").unwrap();
-        Conn::open_tls(
+        Conn::over(
             tls_connect_from(Some(from), addr, config, name).await?,
             true,
         )
@@ -258,7 +258,7 @@ impl Conn {
         h2: bool,
     ) -> io::Result<Conn> {
         let server_name = ServerName::try_from(name.to_string()).map_err(io::Error::other)?;
-        let mut conn = Conn::open_tls(tls_connect_to(addr, config, server_name).await?, h2).await?;
+        let mut conn = Conn::over(tls_connect_to(addr, config, server_name).await?, h2).await?;
         conn.authority = match name.parse::<std::net::IpAddr>() {
             Ok(std::net::IpAddr::V6(ip)) => format!("[{ip}]:{}", addr.port()),
             Ok(ip) => format!("{ip}:{}", addr.port()),
@@ -278,10 +278,11 @@ impl Conn {
         config: rustls::ClientConfig,
         h2: bool,
     ) -> io::Result<Conn> {
-        Conn::open_tls(tls_connect(addr, config).await?, h2).await
+        Conn::over(tls_connect(addr, config).await?, h2).await
     }
 
-    async fn open_tls(
+    /// HTTP/2 (`h2`) or HTTP/1.1 over a TLS connection the caller made.
+    pub async fn over(
         tls: tokio_rustls::client::TlsStream<TcpStream>,
         h2: bool,
     ) -> io::Result<Conn> {

@@ -246,6 +246,13 @@ impl Kubegate {
             .unwrap_or(0.0)
     }
 
+    /// Connections kubegate refused for `reason` (`kubegate_connections_refused_total`).
+    pub fn refused(&self, reason: &str) -> f64 {
+        self.metric(&format!(
+            "kubegate_connections_refused_total{{reason=\"{reason}\"}}"
+        ))
+    }
+
     /// The sum of every sample of metric `name` (all its label sets), 0 if absent.
     pub fn metric_sum(&self, name: &str) -> f64 {
         self.admin_body("/metrics")

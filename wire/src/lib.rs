@@ -15,6 +15,7 @@
 //! | `status` | a `metav1.Status` answer or watch ERROR event, JSON or protobuf, read whole: how kubegate tells the apiserver's own answers |
 //! | `proto` | the protobuf wire format, read without a schema |
 //! | `credentials` | a request's bearer token, read as the apiserver's token authenticators read it |
+//! | `proxy_header` | the PROXY protocol header (v1, v2) an outer balancer writes to name the client |
 //! | `hop` | the headers an HTTP/1.1 request's `Connection` names, which go no further than kubegate |
 //!
 //! Everything here reads untrusted bytes from clients or apiservers, so it is fuzzed
@@ -31,5 +32,6 @@ pub mod hop;
 pub mod identity;
 pub mod position;
 mod proto;
+pub mod proxy_header;
 pub mod status;
 pub mod target;

@@ -35,6 +35,11 @@ pub struct ListenerSpec {
     /// only); absent: such a client is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_cluster: Option<String>,
+    /// PROXY protocol headers from the balancers in front (AWS NLB, GCP, HAProxy's
+    /// `send-proxy-v2`): the client each names is the client everywhere kubegate uses one.
+    /// Absent: no header is read, and a connection's client is its peer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_protocol: Option<ProxyProtocol>,
 }
 
 impl ListenerSpec {
@@ -46,7 +51,51 @@ impl ListenerSpec {
             tls: None,
             clusters: None,
             default_cluster: None,
+            proxy_protocol: None,
         }
+    }
+}
+
+/// A listener's PROXY protocol (v1 or v2): who may name the client, and what is asked of them.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyProtocol {
+    /// The balancers: addresses or ranges (`10.0.0.0/8`, `fd00::/8`) whose connections start
+    /// with a header. A connection from anywhere else that starts with one is refused (a
+    /// client must not name itself someone else).
+    pub trusted: Vec<crate::cidr::Cidr>,
+    /// Whether a trusted balancer's connection must start with a header (default): a balancer
+    /// that forgot it would otherwise make every client look like the balancer. `false` serves
+    /// such a connection as its peer's (a balancer's health check without a header, or
+    /// clients that reach kubegate from those ranges directly).
+    #[serde(default = "required_by_default")]
+    pub required: bool,
+    /// How long a header may take to arrive whole; a slower connection is closed.
+    #[serde(default = "header_timeout", with = "crate::duration")]
+    pub timeout: Duration,
+}
+
+fn required_by_default() -> bool {
+    true
+}
+
+fn header_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+impl ProxyProtocol {
+    /// Headers from `trusted`, required of them, within 5 s.
+    pub fn from(trusted: Vec<crate::cidr::Cidr>) -> ProxyProtocol {
+        ProxyProtocol {
+            trusted,
+            required: true,
+            timeout: header_timeout(),
+        }
+    }
+
+    /// Whether a connection from `peer` may name its client.
+    pub fn trusts(&self, peer: std::net::IpAddr) -> bool {
+        self.trusted.iter().any(|range| range.contains(peer))
     }
 }
 

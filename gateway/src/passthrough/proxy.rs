@@ -3,7 +3,7 @@
 //! TCP connect, retried on another backend), then hand both sockets to a relay task of their
 //! own.
 
-use crate::net::{connect_failed, place, Attempt, Serve, Unplaced, UNRECOGNIZED_NAME};
+use crate::net::{client_of, connect_failed, place, Attempt, Serve, Unplaced, UNRECOGNIZED_NAME};
 use crate::passthrough::copy::Relay;
 use crate::passthrough::guard::ConnectionGuard;
 use crate::passthrough::hello::{self, HelloError};
@@ -12,6 +12,7 @@ use crate::telemetry::Refusal;
 use kubegate_config::{BalancePolicy, ListenerSpec};
 use kubegate_net::{dial, out_of_resources};
 use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
@@ -45,14 +46,22 @@ impl Serve for Passthrough {
 
 /// Connects `client` to a backend of its cluster, then hands both sockets to a relay task of
 /// their own and ends: an open connection costs only its relay.
-async fn open(gw: Arc<Gateway>, listener: Arc<ListenerSpec>, client: TcpStream, slot: ClientSlot) {
+async fn open(
+    gw: Arc<Gateway>,
+    listener: Arc<ListenerSpec>,
+    mut client: TcpStream,
+    slot: ClientSlot,
+) {
+    let Some(address) = client_of(&gw, &mut client, listener.proxy_protocol.as_ref()).await else {
+        return;
+    };
     // One generation for the whole connection, taken once its ClientHello is in: its cluster,
     // its holds and connects. (Whether clusters are named never changes while running.)
     let named = gw.clusters().by_server_name();
     let (generation, cluster, hello) = if named {
         // Boxed: this task is sized for its largest await while it connects, and a one-cluster
         // file's connections never read a ClientHello.
-        match Box::pin(choose(&gw, &listener, &client)).await {
+        match Box::pin(choose(&gw, &listener, &client, address)).await {
             Some(chosen) => chosen,
             None => return,
         }
@@ -63,7 +72,7 @@ async fn open(gw: Arc<Gateway>, listener: Arc<ListenerSpec>, client: TcpStream, 
             _ => return,
         }
     };
-    let Some((backend, mut upstream)) = connect(&gw, &generation, &cluster).await else {
+    let Some((backend, mut upstream)) = connect(&gw, &generation, &cluster, address).await else {
         return;
     };
     let _ = upstream.set_nodelay(true);
@@ -139,6 +148,7 @@ async fn choose(
     gw: &Gateway,
     listener: &ListenerSpec,
     client: &TcpStream,
+    address: SocketAddr,
 ) -> Option<(Arc<Generation>, Arc<Cluster>, Vec<u8>)> {
     let refusal = match hello::read(client).await {
         Ok(hello) => {
@@ -149,18 +159,18 @@ async fn choose(
             {
                 Route::To(cluster) => return Some((generation, cluster, hello.bytes)),
                 Route::NoServerName => {
-                    tracing::debug!(listener = %listener.address, "a ClientHello without a server name, and no default_cluster: closing");
+                    tracing::debug!(listener = %listener.address, client = %address, "a ClientHello without a server name, and no default_cluster: closing");
                     Refusal::NoServerName
                 }
                 Route::UnknownServerName => {
-                    tracing::debug!(listener = %listener.address, server_name = hello.server_name.as_deref().unwrap_or(""), "no cluster answers the server name: closing");
+                    tracing::debug!(listener = %listener.address, client = %address, server_name = hello.server_name.as_deref().unwrap_or(""), "no cluster answers the server name: closing");
                     Refusal::UnknownServerName
                 }
             }
         }
         Err(HelloError::ClosedEarly) => return None,
         Err(HelloError::Unreadable(why)) => {
-            tracing::debug!(listener = %listener.address, why, "unreadable ClientHello: closing");
+            tracing::debug!(listener = %listener.address, client = %address, why, "unreadable ClientHello: closing");
             gw.metrics().net.refuse(Refusal::ClientHello);
             return None;
         }
@@ -177,6 +187,7 @@ async fn connect(
     gw: &Gateway,
     generation: &Generation,
     cluster: &Cluster,
+    client: SocketAddr,
 ) -> Option<(Arc<Backend>, TcpStream)> {
     let mut connects = Connects {
         gw,
@@ -186,7 +197,7 @@ async fn connect(
     let refusal = match place(gw, generation, cluster, &mut connects, &mut Vec::new()).await {
         Ok(placed) => return Some(placed),
         Err(Unplaced::NoBackend) => {
-            tracing::debug!("no ready backend: closing client connection");
+            tracing::debug!(client = %client, "no ready backend: closing client connection");
             Refusal::NoReadyBackend
         }
         Err(Unplaced::Failed(ConnectFailure::OutOfResources)) => Refusal::OutOfResources,

@@ -91,6 +91,15 @@ label! {
         /// With clusters: no ClientHello could be read (not TLS, larger than 16 KiB, or not
         /// whole within 10 s).
         ClientHello => "client_hello",
+        /// A PROXY protocol header from a peer outside the listener's
+        /// `proxy_protocol.trusted`.
+        ProxyHeaderUntrusted => "proxy_header_untrusted",
+        /// No PROXY protocol header from a trusted balancer, which must send one
+        /// (`proxy_protocol.required`).
+        ProxyHeaderMissing => "proxy_header_missing",
+        /// A PROXY protocol header that is malformed, longer than 4 KiB, or not whole within
+        /// `proxy_protocol.timeout`.
+        ProxyHeader => "proxy_header",
     }
 }
 

@@ -12,7 +12,7 @@
 //! kubegate's memory); PING and SETTINGS are answered one at a time (h2 stops reading while an
 //! answer is pending, so a flood is held by TCP); and the rapid reset rule (`resets`).
 
-use crate::net::Serve;
+use crate::net::{client_of, Serve};
 use crate::state::ClientSlot;
 use crate::state::{Gateway, Phase};
 use crate::telemetry::{ClientLimit, ClientProtocol, HandshakeFailure, Refusal};
@@ -75,10 +75,13 @@ impl Serve for Arc<TerminateListener> {
 async fn serve(
     gw: Arc<Gateway>,
     listener: Arc<TerminateListener>,
-    tcp: TcpStream,
+    mut tcp: TcpStream,
     _slot: ClientSlot,
 ) {
-    let Ok(addr) = tcp.peer_addr() else { return };
+    let proxy_protocol = listener.listener.proxy_protocol.as_ref();
+    let Some(addr) = client_of(&gw, &mut tcp, proxy_protocol).await else {
+        return;
+    };
     let limits = gw.config().load().terminate.clone();
     let metrics = gw.metrics();
     // The TLS stream is only moved here, never borrowed, so that once the connection took it
