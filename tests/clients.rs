@@ -16,6 +16,11 @@
 //!    `kubectl get --watch` and the Python client's watch through terminate mode keep running
 //!    through a rolling restart and a SIGKILL, each change seen once.
 //!
+//! 6. `kubectls_command_and_session_route_and_are_named_in_the_log_and_on_the_status_page`:
+//!    a `dispatch` rule takes `kubectl get` (its `Kubectl-Command`) to one replica; the access
+//!    log names each request's command and run (`Kubectl-Session`), the status page the
+//!    busiest commands.
+//!
 //! kubectl comes from `scripts/install-deps` (.tools/bin/kubectl); the Python client from
 //! Debian's python3-kubernetes. A missing client fails the test, it never skips.
 
@@ -530,4 +535,49 @@ fn kubectl_watch_and_the_python_client_see_every_change_across_restarts_and_a_cr
 
 fn sims_names() -> [&'static str; 3] {
     ["replica-1", "replica-2", "replica-3"]
+}
+
+#[test]
+fn kubectls_command_and_session_route_and_are_named_in_the_log_and_on_the_status_page() {
+    let bed = Cluster::new()
+        .replicas(2)
+        .terminate()
+        .configure(|c| c.terminate.access_log.format = kubegate_config::AccessLogFormat::Json)
+        .dispatch(
+            "- name: gets\n  match: {kubectl_commands: [kubectl get]}\n  backends: [replica-2]\n",
+        )
+        .start();
+    let (kg, pki) = (&bed.kg, &bed.pki);
+    let kc = pki.kubeconfig(&format!("https://{}", kg.listen));
+    kubectl(&kc, &["create", "configmap", "headers", "-n", "default"]);
+    for _ in 0..3 {
+        kubectl(&kc, &["get", "configmaps", "-n", "default"]);
+    }
+    let lines = wait_for("the four commands' lines", Duration::from_secs(30), || {
+        let lines: Vec<serde_json::Value> = kg
+            .log()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v.get("kubectl_command").is_some())
+            .collect();
+        let gets = lines.iter().filter(|l| l["verb"] == "list").count();
+        (gets >= 3 && lines.iter().any(|l| l["verb"] == "create")).then_some(lines)
+    });
+    let create = lines.iter().find(|l| l["verb"] == "create").unwrap();
+    assert_eq!(
+        create["kubectl_command"], "kubectl create configmap",
+        "{create}"
+    );
+    let lists: Vec<_> = lines.iter().filter(|l| l["verb"] == "list").collect();
+    let mut sessions = std::collections::HashSet::new();
+    for l in &lists {
+        assert_eq!(l["kubectl_command"], "kubectl get", "{l}");
+        assert_eq!(l["replica"], "replica-2", "the rule took it: {l}");
+        sessions.insert(l["kubectl_session"].as_str().unwrap().to_string());
+    }
+    assert_eq!(sessions.len(), 3, "one session a run: {sessions:?}");
+    assert!(!sessions.contains(create["kubectl_session"].as_str().unwrap()));
+    let page = kg.admin_body("/");
+    assert!(page.contains("Busiest kubectl commands"), "{page}");
+    assert!(page.contains("kubectl get"), "{page}");
 }

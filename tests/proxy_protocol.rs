@@ -126,15 +126,14 @@ async fn a_header_is_refused_from_others_required_of_a_balancer_and_read_exactly
     let bed = Cluster::new()
         .replicas(1)
         .configure(|c| {
-            let mut p = ProxyProtocol::from(vec![BALANCER.parse().unwrap()]);
-            p.timeout = Duration::from_secs(1);
+            let p = ProxyProtocol::from(vec![BALANCER.parse().unwrap()]);
             c.listeners[0].proxy_protocol = Some(p);
         })
         .start();
     let (kg, pki) = (&bed.kg, &bed.pki);
     let header = |from: &str| {
         let client = SocketAddr::new(ip(from), 40000);
-        proxy_header::v2(client, kg.listen, &[])
+        proxy_header::v2(client, kg.listen, &[]).unwrap()
     };
 
     // A header from a peer that is not a balancer: refused.
@@ -156,7 +155,7 @@ async fn a_header_is_refused_from_others_required_of_a_balancer_and_read_exactly
     });
 
     // A malformed header (version 3), and one that stops halfway: refused, the second once
-    // `timeout` passed.
+    // `timeout` (5 s) passed.
     let mut bad = header("192.0.2.7");
     bad[12] = 0x31;
     let mut tcp = connect_from(BALANCER, kg.listen).await;
@@ -181,9 +180,18 @@ async fn a_header_is_refused_from_others_required_of_a_balancer_and_read_exactly
         let mut conn = Conn::over(tls, false).await.unwrap();
         assert_eq!(conn.get("/version").await.unwrap().status, 200);
     }
-    // A peer that is not a balancer, without a header: served.
+    // A peer that is not a balancer, without a header: served; with a scanner's bytes that
+    // begin like a header but are none, passed on (no header refusal counted).
     let mut conn = Conn::open_anonymous_from(ip(CLIENT), kg.listen, pki)
         .await
         .unwrap();
     assert_eq!(conn.get("/version").await.unwrap().status, 200);
+    let mut scanner = connect_from(CLIENT, kg.listen).await;
+    scanner.write_all(b"\r\n\r\n").await.unwrap();
+    scanner.shutdown().await.unwrap();
+    // The replica behind answers with a TLS alert and closes.
+    let mut answer = Vec::new();
+    let ended = tokio::time::timeout(T, scanner.read_to_end(&mut answer)).await;
+    assert!(ended.is_ok(), "the connection ended");
+    assert_eq!(kg.refused("proxy_header_untrusted"), 1.0);
 }

@@ -55,6 +55,16 @@ impl FromStr for Cidr {
                 .filter(|p| *p <= max)
                 .ok_or_else(|| format!("{s:?}: the prefix length is 0 to {max}"))?,
         };
+        // An IPv4-mapped range (`::ffff:10.0.0.0/104`) is the IPv4 range it maps: addresses
+        // are compared in their IPv4 form.
+        if let IpAddr::V6(v6) = network {
+            if let (Some(v4), true) = (v6.to_ipv4_mapped(), prefix >= 96) {
+                return Ok(Cidr {
+                    network: IpAddr::V4(v4),
+                    prefix: prefix - 96,
+                });
+            }
+        }
         Ok(Cidr { network, prefix })
     }
 }
@@ -101,5 +111,9 @@ mod tests {
         assert!("10.0.0.0/33".parse::<Cidr>().is_err());
         assert!("nowhere".parse::<Cidr>().is_err());
         assert_eq!(one.to_string(), "192.0.2.7/32");
+        let mapped: Cidr = "::ffff:10.0.0.0/104".parse().unwrap();
+        assert_eq!(mapped.to_string(), "10.0.0.0/8");
+        assert!(mapped.contains("10.9.9.9".parse().unwrap()));
+        assert!(mapped.contains("::ffff:10.9.9.9".parse().unwrap()));
     }
 }

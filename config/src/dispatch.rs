@@ -73,11 +73,22 @@ pub struct RuleMatch {
     /// prefix. A rule that names them takes only non-resource requests.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub non_resource_urls: Vec<String>,
+    /// kubectl's commands, as its `Kubectl-Command` header names them (`kubectl delete`,
+    /// `kubectl create secret generic`). A rule that names them takes only requests that carry
+    /// the header. The client writes it: a rule that must hold against a hostile client names
+    /// who sends as well.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kubectl_commands: Vec<String>,
+    /// kubectl invocations, as its `Kubectl-Session` header names them (one UUID per run of
+    /// kubectl, on each of its requests). A rule that names them takes only requests that carry
+    /// the header.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kubectl_sessions: Vec<String>,
 }
 
 impl RuleMatch {
     /// Every list, with its key.
-    pub fn lists(&self) -> [(&'static str, &Vec<String>); 8] {
+    pub fn lists(&self) -> [(&'static str, &Vec<String>); 10] {
         [
             ("verbs", &self.verbs),
             ("api_groups", &self.api_groups),
@@ -87,6 +98,8 @@ impl RuleMatch {
             ("groups", &self.groups),
             ("service_accounts", &self.service_accounts),
             ("non_resource_urls", &self.non_resource_urls),
+            ("kubectl_commands", &self.kubectl_commands),
+            ("kubectl_sessions", &self.kubectl_sessions),
         ]
     }
 }

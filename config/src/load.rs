@@ -341,6 +341,11 @@ mod tests {
             "kubegate.yaml:3:54",
             "must be more than 0s",
         );
+        refused_at(
+            &with("{trusted: [10.0.0.0/8], timeout: 1m}"),
+            "kubegate.yaml:3:54",
+            "at most 30s",
+        );
     }
 
     #[test]

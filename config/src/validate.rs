@@ -8,6 +8,10 @@ use crate::schema::{Config, ListenerMode};
 use std::collections::HashSet;
 use std::path::Path;
 
+/// The longest `proxy_protocol.timeout`: a balancer writes its header with the connection's
+/// first bytes, and every connection waiting for one holds an admission slot.
+const MAX_PROXY_HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// One finding: the path of the value (`backends[1].address`) and what is wrong with it.
 pub type Finding = (String, String);
 
@@ -71,10 +75,13 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
                         .into(),
                 );
             }
-            if p.timeout.is_zero() {
+            if p.timeout.is_zero() || p.timeout > MAX_PROXY_HEADER_TIMEOUT {
                 bad(
                     format!("listeners[{i}].proxy_protocol.timeout"),
-                    "must be more than 0s: a header needs time to arrive".into(),
+                    format!(
+                        "must be more than 0s (a header needs time to arrive) and at most {}s (a silent connection holds its place until then)",
+                        MAX_PROXY_HEADER_TIMEOUT.as_secs()
+                    ),
                 );
             }
         }

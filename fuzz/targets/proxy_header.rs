@@ -66,7 +66,7 @@ pub fn run(data: &[u8]) {
         let mut tlv = vec![0xe0];
         tlv.extend((value.len() as u16).to_be_bytes());
         tlv.extend(value);
-        let written = v2(source, destination, &tlv);
+        let written = v2(source, destination, &tlv).expect("a TLV of at most 1 KiB fits");
         let h = as_a_caller(&written).expect("a written v2 header reads back");
         assert_eq!(h.length, written.len());
         let named = h.addresses.expect("names the client");

@@ -40,6 +40,12 @@ pub fn may_start(first: u8) -> bool {
     first == b'P' || first == V2_SIGNATURE[0]
 }
 
+/// Whether `bytes` begin with a whole PROXY signature (`PROXY ` or version 2's twelve bytes):
+/// what tells a header from a connection's other first bytes without waiting for more.
+pub fn is_signature(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"PROXY ") || bytes.starts_with(&V2_SIGNATURE)
+}
+
 /// The client and the address it reached, as the header names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Addresses {
@@ -255,10 +261,11 @@ fn tlvs_fit(mut tlvs: &[u8]) -> Result<(), Malformed> {
     Ok(())
 }
 
-/// A version 2 `PROXY` header naming `source` → `destination` (both of one family), with
-/// `tlvs` (whole TLVs) after the addresses: what a balancer writes. For tests and the fuzzer's
-/// round trip; kubegate itself never sends one.
-pub fn v2(source: SocketAddr, destination: SocketAddr, tlvs: &[u8]) -> Vec<u8> {
+/// A version 2 `PROXY` header naming `source` → `destination` (an IPv4 pair, or else both as
+/// IPv6), with `tlvs` (whole TLVs) after the addresses: what a balancer writes; `None` when
+/// the TLVs do not fit its 16-bit length. For tests and the fuzzer's round trip; kubegate
+/// itself never sends one.
+pub fn v2(source: SocketAddr, destination: SocketAddr, tlvs: &[u8]) -> Option<Vec<u8>> {
     let mut addresses = Vec::new();
     let family = match (source.ip(), destination.ip()) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
@@ -278,13 +285,13 @@ pub fn v2(source: SocketAddr, destination: SocketAddr, tlvs: &[u8]) -> Vec<u8> {
     };
     addresses.extend(source.port().to_be_bytes());
     addresses.extend(destination.port().to_be_bytes());
-    let length = u16::try_from(addresses.len() + tlvs.len()).unwrap_or(u16::MAX);
+    let length = u16::try_from(addresses.len() + tlvs.len()).ok()?;
     let mut out = V2_SIGNATURE.to_vec();
     out.extend([0x21, family]);
     out.extend(length.to_be_bytes());
     out.extend(addresses);
     out.extend(tlvs);
-    out
+    Some(out)
 }
 
 /// A version 1 line naming `source` → `destination` (both of one family).
@@ -371,13 +378,13 @@ mod tests {
     fn a_v2_header_names_the_client_whatever_tlvs_follow() {
         // An AWS NLB's VPC endpoint TLV (0xEA) and a NOOP.
         let tlvs = [&[0xea, 0, 5, 1][..], b"vpce", &[0x04, 0, 0]].concat();
-        let mut bytes = v2(addr("192.0.2.7:56324"), addr("198.51.100.1:6443"), &tlvs);
+        let mut bytes = v2(addr("192.0.2.7:56324"), addr("198.51.100.1:6443"), &tlvs).unwrap();
         let length = bytes.len();
         bytes.extend(b"\x16\x03\x01");
         let h = read_whole(&bytes).unwrap();
         assert_eq!(h.length, length);
         assert_eq!(h.addresses.unwrap().source, addr("192.0.2.7:56324"));
-        let six = v2(addr("[2001:db8::7]:9"), addr("[2001:db8::1]:6443"), &[]);
+        let six = v2(addr("[2001:db8::7]:9"), addr("[2001:db8::1]:6443"), &[]).unwrap();
         assert_eq!(
             read_whole(&six).unwrap().addresses.unwrap().destination,
             addr("[2001:db8::1]:6443")
@@ -386,7 +393,7 @@ mod tests {
 
     #[test]
     fn a_v2_local_or_unspec_header_names_nobody() {
-        let mut local = v2(addr("192.0.2.7:1"), addr("198.51.100.1:2"), &[]);
+        let mut local = v2(addr("192.0.2.7:1"), addr("198.51.100.1:2"), &[]).unwrap();
         local[12] = 0x20;
         assert_eq!(read_whole(&local).unwrap().addresses, None);
         let mut unspec = V2_SIGNATURE.to_vec();
@@ -402,7 +409,7 @@ mod tests {
 
     #[test]
     fn a_bad_v2_header_is_refused_before_its_body_is_read() {
-        let good = v2(addr("192.0.2.7:1"), addr("198.51.100.1:2"), &[]);
+        let good = v2(addr("192.0.2.7:1"), addr("198.51.100.1:2"), &[]).unwrap();
         let with = |at: usize, byte: u8| {
             let mut b = good.clone();
             b[at] = byte;
@@ -423,7 +430,8 @@ mod tests {
             addr("192.0.2.7:1"),
             addr("198.51.100.1:2"),
             &[0xe0, 0, 9, 1],
-        );
+        )
+        .unwrap();
         assert_eq!(read(&overrun), Err(Malformed::BadLength));
     }
 
@@ -431,6 +439,8 @@ mod tests {
     fn only_the_bytes_a_header_may_start_with_are_taken_for_one() {
         assert!(may_start(b'P') && may_start(b'\r'));
         assert!(!may_start(0x16));
+        assert!(is_signature(b"PROXY TCP4") && is_signature(&V2_SIGNATURE));
+        assert!(!is_signature(b"\r\n\r\n") && !is_signature(b"POST /") && !is_signature(b"PROXY"));
         assert_eq!(read(b"\x16\x03\x01"), Err(Malformed::NotAHeader));
     }
 }

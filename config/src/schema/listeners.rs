@@ -60,17 +60,19 @@ impl ListenerSpec {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProxyProtocol {
-    /// The balancers: addresses or ranges (`10.0.0.0/8`, `fd00::/8`) whose connections start
-    /// with a header. A connection from anywhere else that starts with one is refused (a
-    /// client must not name itself someone else).
+    /// The balancers, and only they: addresses or ranges (`10.0.0.0/24`, `fd00::/64`) whose
+    /// connections start with a header. Whoever connects from them names any client it likes
+    /// (its `X-Forwarded-For` then judged by `terminate.trusted_proxies` as that client's). A
+    /// connection from anywhere else is its own, and refused if it starts with a header.
     pub trusted: Vec<crate::cidr::Cidr>,
     /// Whether a trusted balancer's connection must start with a header (default): a balancer
-    /// that forgot it would otherwise make every client look like the balancer. `false` serves
-    /// such a connection as its peer's (a balancer's health check without a header, or
-    /// clients that reach kubegate from those ranges directly).
+    /// that stopped sending them would otherwise make every client look like the balancer.
+    /// `false` serves such a connection as the balancer's own (its health checks, when they
+    /// send no header).
     #[serde(default = "required_by_default")]
     pub required: bool,
-    /// How long a header may take to arrive whole; a slower connection is closed.
+    /// How long a header may take to arrive whole (at most 30 s); a slower connection is
+    /// closed.
     #[serde(default = "header_timeout", with = "crate::duration")]
     pub timeout: Duration,
 }

@@ -1,7 +1,7 @@
 //! Who a connection's client is: its peer, or — on a listener with `proxy_protocol`, from one of
 //! the balancers it trusts — the client the balancer's PROXY header names. That address is the
-//! client everywhere kubegate uses one (terminate mode's `X-Forwarded-For`, access log and
-//! per-address shares of token reviews; passthrough's logs).
+//! client everywhere kubegate uses one (terminate mode's `X-Forwarded-For`, access log, busiest
+//! identities and per-address shares of token reviews; passthrough's logs).
 //!
 //! Exactly the header is taken off the socket (v2 says its length; v1 is read to its `\r\n`),
 //! so the data plane reads the client's own first byte: passthrough's ClientHello, terminate
@@ -11,8 +11,9 @@
 //! Refused, and closed: a header from a peer outside `trusted` (a client must not name itself
 //! someone else); a trusted peer's connection without one when `required`; a malformed, too
 //! long or too slow header. A connection from a peer outside `trusted` without a header is
-//! served as its own: the listener can take balanced and direct clients at once. Which is which
-//! is told by the first byte alone (a TLS connection starts with 0x16), peeked, not read.
+//! served as its own: the listener can take balanced and direct clients at once. Nothing is
+//! read to tell which: a balancer's first byte (a TLS connection starts with 0x16), another
+//! peer's first bytes, are peeked.
 
 use crate::state::Gateway;
 use crate::telemetry::Refusal;
@@ -34,7 +35,17 @@ pub async fn client_of(
     let Some(policy) = policy else {
         return Some(peer);
     };
-    let why = match tokio::time::timeout(policy.timeout, arrive(stream, peer, policy)).await {
+    let deadline = policy.timeout;
+    let arrived = if policy.trusts(peer.ip()) {
+        tokio::time::timeout(deadline, from_balancer(stream, peer, policy)).await
+    } else {
+        match tokio::time::timeout(deadline, from_elsewhere(stream, peer)).await {
+            // Silent so far: the data plane's own deadline (handshake, ClientHello) decides.
+            Err(_) => return Some(peer),
+            answer => answer,
+        }
+    };
+    let why = match arrived {
         Ok(Ok(client)) => return Some(client),
         Ok(Err(Refused::Closed)) => return None,
         Ok(Err(Refused::Untrusted)) => {
@@ -76,8 +87,9 @@ impl From<io::Error> for Refused {
     }
 }
 
-/// Reads the header, if `peer` sends one, and says who the client is.
-async fn arrive(
+/// A trusted balancer's connection: its header read off, and the client it names (the
+/// balancer itself for a `LOCAL` header, or none where that is allowed).
+async fn from_balancer(
     stream: &mut TcpStream,
     peer: SocketAddr,
     policy: &ProxyProtocol,
@@ -86,14 +98,15 @@ async fn arrive(
     if stream.peek(&mut first).await? == 0 {
         return Err(Refused::Closed);
     }
-    let sends_one = proxy_header::may_start(first[0]);
-    match (policy.trusts(peer.ip()), sends_one) {
-        (false, true) => return Err(Refused::Untrusted),
-        (false, false) => return Ok(peer),
-        (true, false) if policy.required => return Err(Refused::Missing),
-        (true, false) => return Ok(peer),
-        (true, true) => {}
+    if !proxy_header::may_start(first[0]) {
+        return if policy.required {
+            Err(Refused::Missing)
+        } else {
+            Ok(peer)
+        };
     }
+    // A v1 line is read a byte at a time (at most 107): reading further could take the
+    // client's first bytes, and a peek cannot wait for more than it already has.
     let mut header = Vec::new();
     loop {
         match proxy_header::read(&header) {
@@ -106,4 +119,20 @@ async fn arrive(
             Err(m) => return Err(Refused::Malformed(m)),
         }
     }
+}
+
+/// A connection from a peer outside `trusted`: its own, unless its first bytes (what one peek
+/// finds) are a whole PROXY signature. Nothing is read: its bytes go to the data plane, which
+/// refuses what is not TLS as it always does (a scanner's `\r\n\r\n` or a plain `POST` is
+/// no header, and not counted as one).
+async fn from_elsewhere(stream: &mut TcpStream, peer: SocketAddr) -> Result<SocketAddr, Refused> {
+    let mut first = [0u8; proxy_header::V2_SIGNATURE.len()];
+    let n = stream.peek(&mut first).await?;
+    if n == 0 {
+        return Err(Refused::Closed);
+    }
+    if proxy_header::is_signature(&first[..n]) {
+        return Err(Refused::Untrusted);
+    }
+    Ok(peer)
 }

@@ -41,6 +41,8 @@ pub const QUEUE_BYTES: usize = 4 << 20;
 pub const FLUSH_EVERY: Duration = Duration::from_millis(20);
 /// What an entry costs the queue beyond its path and user agent.
 const ENTRY_BYTES: usize = std::mem::size_of::<Entry>();
+/// What a header value costs beside its bytes.
+const ENTRY_VALUE: usize = std::mem::size_of::<HeaderValue>();
 
 /// One request, as the log line tells it.
 #[derive(Debug, Clone)]
@@ -70,6 +72,8 @@ pub struct Entry {
     pub duration: Duration,
     /// The client's `User-Agent`.
     pub user_agent: Option<HeaderValue>,
+    /// kubectl's command and invocation (`Kubectl-Command`, `Kubectl-Session`), when sent.
+    pub kubectl: Option<Box<[HeaderValue; 2]>>,
     /// `h2` or `http/1.1`.
     pub protocol: &'static str,
     /// `led` or `joined` when its answer was shared with identical reads.
@@ -106,6 +110,10 @@ impl Entry {
             + method
             + self.uri.path_and_query().map_or(0, |pq| pq.as_str().len())
             + self.user_agent.as_ref().map_or(0, |u| u.len())
+            + self
+                .kubectl
+                .as_ref()
+                .map_or(0, |k| 2 * ENTRY_VALUE + k[0].len() + k[1].len())
             + self.audit_id.as_ref().map_or(0, |a| a.len())
             + sender
     }
@@ -272,10 +280,13 @@ fn time(t: SystemTime) -> humantime::Rfc3339Timestamp {
 }
 
 fn user_agent(e: &Entry) -> std::borrow::Cow<'_, str> {
-    e.user_agent
-        .as_ref()
-        .map(|u| String::from_utf8_lossy(crate::telemetry::busiest::bounded_bytes(u.as_bytes())))
-        .unwrap_or_default()
+    e.user_agent.as_ref().map(client_text).unwrap_or_default()
+}
+
+/// A header value from the client as a log line shows it: at most 256 bytes, any byte that is
+/// not UTF-8 replaced.
+fn client_text(value: &HeaderValue) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(crate::telemetry::busiest::bounded_bytes(value.as_bytes()))
 }
 
 /// The audit ID of a shared answer's upstream request, or `-`.
@@ -338,6 +349,10 @@ pub fn json(e: &Entry, out: &mut String) {
             (e.duration.as_secs_f64() * 1e6).round() / 1e3
         );
         field(out, "user_agent", &user_agent(e));
+        if let Some([command, session]) = e.kubectl.as_deref() {
+            field(out, "kubectl_command", &client_text(command));
+            field(out, "kubectl_session", &client_text(session));
+        }
         field(out, "protocol", e.protocol);
         if let Some(shared) = e.shared {
             field(out, "shared", shared);
@@ -453,6 +468,10 @@ pub fn text(e: &Entry, out: &mut String) {
             &format!("{:.3}", e.duration.as_secs_f64() * 1e3),
         );
         pair("user_agent", &user_agent(e));
+        if let Some([command, session]) = e.kubectl.as_deref() {
+            pair("kubectl_command", &client_text(command));
+            pair("kubectl_session", &client_text(session));
+        }
         pair("protocol", e.protocol);
         if let Some(shared) = e.shared {
             pair("shared", shared);
@@ -501,6 +520,10 @@ mod tests {
             bytes: 1234,
             duration: Duration::from_micros(3250),
             user_agent: Some(HeaderValue::from_static("kubectl/v1.35.2 (linux/amd64)")),
+            kubectl: Some(Box::new([
+                HeaderValue::from_static("kubectl get"),
+                HeaderValue::from_static("67b540bf-d219-4868-abd8-b08c77fefeca"),
+            ])),
             protocol: "h2",
             shared: None,
             audit_id: None,
@@ -528,7 +551,16 @@ mod tests {
         assert_eq!(j["time"], "2025-12-01T00:00:00.000Z");
         assert_eq!(j["api_group"], "");
         assert!(j.get("name").is_none(), "empty fields are left out");
+        assert_eq!(j["kubectl_command"], "kubectl get");
+        assert_eq!(j["kubectl_session"], "67b540bf-d219-4868-abd8-b08c77fefeca");
         let t = line(text, &entry());
+        assert!(t.contains(r#" kubectl_command="kubectl get" "#), "{t}");
+        let without = Entry {
+            kubectl: None,
+            ..entry()
+        };
+        let j: serde_json::Value = serde_json::from_str(&line(json, &without)).unwrap();
+        assert!(j.get("kubectl_command").is_none(), "{j}");
         assert!(t.ends_with('\n'));
         assert!(t.contains(" user=alice groups=dev,ops verb=list "), "{t}");
         assert!(

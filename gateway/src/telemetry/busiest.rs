@@ -1,6 +1,6 @@
 //! Who sends the most requests, over the last minute: per identity (a certificate's user, or
-//! the address of a client with a token or no credentials) and per user agent, for the status
-//! page. An operator paged for a busy apiserver asks this first; Prometheus labels cannot
+//! the address of a client with a token or no credentials), per user agent and per kubectl
+//! command (its `Kubectl-Command`), for the status page. An operator paged for a busy apiserver asks this first; Prometheus labels cannot
 //! carry it (one series per user is unbounded).
 //!
 //! Memory is bounded: a minute is six ten-second slots, each with at most [`NAMES`] names per
@@ -62,6 +62,7 @@ struct Slot {
     /// By identity kind (`Identity as usize`), then name.
     identities: [Table; 3],
     user_agents: Table,
+    kubectl_commands: Table,
 }
 
 #[derive(Default)]
@@ -81,10 +82,21 @@ impl Table {
     }
 }
 
+/// The busiest lists of the last minute, busiest first.
+#[derive(Debug, Default)]
+pub struct Top {
+    /// By identity.
+    pub identities: Vec<Sender>,
+    /// By user agent.
+    pub user_agents: Vec<Sender>,
+    /// By kubectl command (requests without a `Kubectl-Command` are not counted).
+    pub kubectl_commands: Vec<Sender>,
+}
+
 /// One row of a busiest list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sender {
-    /// The user, address or user agent.
+    /// The user, address, user agent or kubectl command.
     pub name: String,
     /// For identities: how it authenticated.
     pub identity: Option<Identity>,
@@ -107,12 +119,25 @@ impl Busiest {
     }
 
     /// Counts one request from `name` (a certificate's user, or the client's address),
-    /// authenticated as `identity`, with `user_agent`.
-    pub fn record(&self, identity: Identity, name: &str, user_agent: &str) {
-        self.record_at(Instant::now(), identity, name, user_agent)
+    /// authenticated as `identity`, with `user_agent` and, from kubectl, `kubectl_command`.
+    pub fn record(
+        &self,
+        identity: Identity,
+        name: &str,
+        user_agent: &str,
+        kubectl_command: Option<&str>,
+    ) {
+        self.record_at(Instant::now(), identity, name, user_agent, kubectl_command)
     }
 
-    fn record_at(&self, now: Instant, identity: Identity, name: &str, user_agent: &str) {
+    fn record_at(
+        &self,
+        now: Instant,
+        identity: Identity,
+        name: &str,
+        user_agent: &str,
+        kubectl_command: Option<&str>,
+    ) {
         let period = self.period(now);
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         let slot = &mut slots[(period % SLOTS as u64) as usize];
@@ -124,17 +149,21 @@ impl Busiest {
         }
         slot.identities[identity as usize].count(name);
         slot.user_agents.count(user_agent);
+        if let Some(command) = kubectl_command {
+            slot.kubectl_commands.count(command);
+        }
     }
 
-    /// The `n` busiest identities and user agents of the last minute, busiest first.
-    pub fn top(&self, n: usize) -> (Vec<Sender>, Vec<Sender>) {
+    /// The `n` busiest of each list over the last minute.
+    pub fn top(&self, n: usize) -> Top {
         self.top_at(Instant::now(), n)
     }
 
-    fn top_at(&self, now: Instant, n: usize) -> (Vec<Sender>, Vec<Sender>) {
+    fn top_at(&self, now: Instant, n: usize) -> Top {
         let current = self.period(now);
         let mut identities: HashMap<(usize, &str), u64> = HashMap::new();
         let mut agents: HashMap<&str, u64> = HashMap::new();
+        let mut commands: HashMap<&str, u64> = HashMap::new();
         let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         for slot in slots
             .iter()
@@ -148,6 +177,9 @@ impl Busiest {
             for (name, count) in &slot.user_agents.0 {
                 *agents.entry(name).or_default() += count;
             }
+            for (name, count) in &slot.kubectl_commands.0 {
+                *commands.entry(name).or_default() += count;
+            }
         }
         let identities = identities
             .into_iter()
@@ -157,15 +189,22 @@ impl Busiest {
                 requests,
             })
             .collect();
-        let agents = agents
-            .into_iter()
-            .map(|(name, requests)| Sender {
-                name: name.to_string(),
-                identity: None,
-                requests,
-            })
-            .collect();
-        (busiest(identities, n), busiest(agents, n))
+        let named = |counts: HashMap<&str, u64>| {
+            let senders = counts
+                .into_iter()
+                .map(|(name, requests)| Sender {
+                    name: name.to_string(),
+                    identity: None,
+                    requests,
+                })
+                .collect();
+            busiest(senders, n)
+        };
+        Top {
+            identities: busiest(identities, n),
+            user_agents: named(agents),
+            kubectl_commands: named(commands),
+        }
     }
 }
 
@@ -184,11 +223,35 @@ mod tests {
         let b = Busiest::default();
         let now = b.epoch + Duration::from_secs(1);
         for _ in 0..3 {
-            b.record_at(now, Identity::ClientCertificate, "alice", "kubectl/v1.35");
+            let get = Some("kubectl get");
+            b.record_at(
+                now,
+                Identity::ClientCertificate,
+                "alice",
+                "kubectl/v1.35",
+                get,
+            );
         }
-        b.record_at(now, Identity::BearerToken, "10.0.0.5", "controller/v1");
-        b.record_at(now, Identity::Anonymous, "10.0.0.5", "kubectl/v1.35");
-        let (ids, agents) = b.top_at(now + Duration::from_secs(50), 10);
+        b.record_at(
+            now,
+            Identity::BearerToken,
+            "10.0.0.5",
+            "controller/v1",
+            None,
+        );
+        let delete = Some("kubectl delete");
+        b.record_at(
+            now,
+            Identity::Anonymous,
+            "10.0.0.5",
+            "kubectl/v1.35",
+            delete,
+        );
+        let Top {
+            identities: ids,
+            user_agents: agents,
+            kubectl_commands: commands,
+        } = b.top_at(now + Duration::from_secs(50), 10);
         assert_eq!(ids[0].name, "alice");
         assert_eq!(ids[0].requests, 3);
         assert_eq!(ids[0].identity, Some(Identity::ClientCertificate));
@@ -199,10 +262,17 @@ mod tests {
         );
         assert_eq!(agents[0].name, "kubectl/v1.35");
         assert_eq!(agents[0].requests, 4);
-        let (ids, agents) = b.top_at(now + Duration::from_secs(61), 10);
+        assert_eq!(commands.len(), 2, "{commands:?}");
+        assert_eq!(
+            (commands[0].name.as_str(), commands[0].requests),
+            ("kubectl get", 3)
+        );
+        let later = b.top_at(now + Duration::from_secs(61), 10);
         assert!(
-            ids.is_empty() && agents.is_empty(),
-            "a minute later: {ids:?}"
+            later.identities.is_empty()
+                && later.user_agents.is_empty()
+                && later.kubectl_commands.is_empty(),
+            "a minute later: {later:?}"
         );
     }
 
@@ -212,9 +282,15 @@ mod tests {
         let now = b.epoch + Duration::from_secs(1);
         let base = "é".repeat(40_000);
         for i in 0..3 {
-            b.record_at(now, Identity::Anonymous, "10.0.0.1", &format!("{base}{i}"));
+            b.record_at(
+                now,
+                Identity::Anonymous,
+                "10.0.0.1",
+                &format!("{base}{i}"),
+                None,
+            );
         }
-        let (_, agents) = b.top_at(now, 10);
+        let agents = b.top_at(now, 10).user_agents;
         assert_eq!(agents.len(), 1, "cut to the same {NAME_BYTES} bytes");
         assert_eq!(agents[0].requests, 3);
         assert!(agents[0].name.len() <= NAME_BYTES);
@@ -227,9 +303,9 @@ mod tests {
         let now = b.epoch + Duration::from_secs(1);
         for i in 0..NAMES + 5 {
             let name = format!("10.0.{}.{}", i / 256, i % 256);
-            b.record_at(now, Identity::Anonymous, &name, "a");
+            b.record_at(now, Identity::Anonymous, &name, "a", None);
         }
-        let (ids, _) = b.top_at(now, 1);
+        let ids = b.top_at(now, 1).identities;
         assert_eq!(ids[0].name, OTHERS);
         assert_eq!(ids[0].requests, 5);
     }

@@ -9,6 +9,8 @@
 //! (anonymous, a token not reviewed) never matches a rule that names users, groups or service
 //! accounts, whatever their `-` exclusions say. Verbs are RBAC's: a resource request's
 //! (`get`, `list`, `watch`, ..., `proxy`), a non-resource request's method in lower case.
+//! kubectl's command and session are its headers' (`Kubectl-Command`, `Kubectl-Session`), as
+//! the client wrote them.
 
 use crate::telemetry::TerminateMetrics;
 use kubegate_config::{DispatchRule, Fallback};
@@ -25,6 +27,8 @@ pub struct Rules {
     rules: Vec<Arc<Rule>>,
     /// Some rule names users, groups or service accounts.
     names_senders: bool,
+    /// Some rule names kubectl's commands or sessions.
+    reads_kubectl: bool,
 }
 
 /// One compiled rule.
@@ -57,6 +61,28 @@ pub struct Facts<'a> {
     pub path: &'a str,
     /// Who sent it, when kubegate can name the sender.
     pub sender: Option<&'a UserInfo>,
+    /// Its `Kubectl-Command` and `Kubectl-Session`, when it carries them (as text).
+    pub kubectl: Kubectl<'a>,
+}
+
+/// What kubectl says of a request it sends (KEP-859): the command, and the invocation.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Kubectl<'a> {
+    /// `Kubectl-Command`: `kubectl get`, `kubectl create secret generic`.
+    pub command: Option<&'a str>,
+    /// `Kubectl-Session`: one UUID per run of kubectl.
+    pub session: Option<&'a str>,
+}
+
+impl<'a> Kubectl<'a> {
+    /// The headers of `headers` (the first of each, if it is text).
+    pub fn of(headers: &'a http::HeaderMap) -> Kubectl<'a> {
+        let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        Kubectl {
+            command: text("kubectl-command"),
+            session: text("kubectl-session"),
+        }
+    }
 }
 
 /// Why a request was not let through.
@@ -124,9 +150,13 @@ impl Rules {
             })
             .collect();
         let names_senders = rules.iter().any(|r| r.matcher.names_sender);
+        let reads_kubectl = rules
+            .iter()
+            .any(|r| r.matcher.kubectl_commands.given || r.matcher.kubectl_sessions.given);
         Rules {
             rules,
             names_senders,
+            reads_kubectl,
         }
     }
 
@@ -134,6 +164,12 @@ impl Rules {
     /// request may be one it would take.
     pub fn names_senders(&self) -> bool {
         self.names_senders
+    }
+
+    /// Whether some rule names kubectl's commands or sessions: only then are a request's
+    /// kubectl headers read.
+    pub fn reads_kubectl(&self) -> bool {
+        self.reads_kubectl
     }
 
     /// The rules' names, in order.
@@ -272,6 +308,8 @@ struct Matcher {
     groups: Values,
     service_accounts: Values,
     non_resource_urls: Values,
+    kubectl_commands: Values,
+    kubectl_sessions: Values,
     /// Takes only resource requests (it names groups, resources or namespaces).
     resource_only: bool,
     /// Names who sends: a request from nobody kubegate can name does not match.
@@ -290,6 +328,8 @@ impl Matcher {
             groups: Values::new(&m.groups),
             service_accounts: Values::new(&m.service_accounts),
             non_resource_urls: Values::new(&m.non_resource_urls),
+            kubectl_commands: Values::new(&m.kubectl_commands),
+            kubectl_sessions: Values::new(&m.kubectl_sessions),
             resource_only: !(m.api_groups.is_empty()
                 && m.resources.is_empty()
                 && m.namespaces.is_empty()),
@@ -308,6 +348,9 @@ impl Matcher {
             // As RBAC: `service_accounts` (even `*`, even only exclusions) takes service
             // accounts only.
             || (self.service_accounts.given && who.service_account.is_none())
+            // Only kubectl's requests say what kubectl runs.
+            || !given_and(&self.kubectl_commands, f.kubectl.command)
+            || !given_and(&self.kubectl_sessions, f.kubectl.session)
         {
             return false;
         }
@@ -342,6 +385,15 @@ impl Matcher {
                         .is_some_and(|(rns, rname)| rns == ns && (rname == "*" || rname == name)),
                     None => false,
                 })
+    }
+}
+
+/// Whether `value` matches `list`, a list not given matching anything and a value not
+/// carried nothing of a list that is.
+fn given_and(list: &Values, value: Option<&str>) -> bool {
+    match value {
+        Some(v) => list.matches(v),
+        None => !list.given,
     }
 }
 
@@ -432,6 +484,17 @@ mod tests {
 
     /// The name of the rule `method path` from `user` (groups after `/`) falls under.
     fn rule_of(rules: &Rules, method: &str, path: &str, user: Option<&str>) -> Option<String> {
+        rule_of_kubectl(rules, method, path, user, Kubectl::default())
+    }
+
+    /// The same, for a request that carries `kubectl`'s headers.
+    fn rule_of_kubectl(
+        rules: &Rules,
+        method: &str,
+        path: &str,
+        user: Option<&str>,
+        kubectl: Kubectl<'_>,
+    ) -> Option<String> {
         let uri: Uri = path.parse().unwrap();
         let method: Method = method.parse().unwrap();
         let identity = user.map(|u| {
@@ -448,8 +511,62 @@ mod tests {
             info: read.info(&method),
             path: read.path(),
             sender: identity.as_ref(),
+            kubectl,
         };
         rules.rule_for(&facts).map(|r| r.name.clone())
+    }
+
+    #[test]
+    fn kubectls_command_and_session_match_only_requests_that_carry_them() {
+        let rules = rules(
+            r#"
+- name: deletes
+  match: {kubectl_commands: ["kubectl delete"], users: [dev]}
+  limit: {rate: 1}
+- name: not-gets
+  match: {kubectl_commands: ["*", "-kubectl get"]}
+  backends: [a]
+- name: one-run
+  match: {kubectl_sessions: [67b540bf-d219-4868-abd8-b08c77fefeca]}
+  backends: [b]
+"#,
+        );
+        let said = |command, session| Kubectl {
+            command: Some(command),
+            session,
+        };
+        let pods = "/api/v1/namespaces/a/pods/x";
+        let of = |user, kubectl| rule_of_kubectl(&rules, "DELETE", pods, user, kubectl);
+        assert_eq!(
+            of(Some("dev"), said("kubectl delete", None)).as_deref(),
+            Some("deletes")
+        );
+        // Another user's delete, and any other command but get: the second rule.
+        assert_eq!(
+            of(Some("ops"), said("kubectl delete", None)).as_deref(),
+            Some("not-gets")
+        );
+        assert_eq!(
+            of(None, said("kubectl apply", None)).as_deref(),
+            Some("not-gets")
+        );
+        let uuid = "67b540bf-d219-4868-abd8-b08c77fefeca";
+        let session = Some(uuid);
+        assert_eq!(
+            of(None, said("kubectl get", session)).as_deref(),
+            Some("one-run")
+        );
+        assert_eq!(of(None, said("kubectl get", None)), None);
+        // A request without the headers (client-go, curl) is none of kubectl's.
+        assert_eq!(of(Some("dev"), Kubectl::default()), None);
+        let mut headers = http::HeaderMap::new();
+        headers.insert("kubectl-command", "kubectl delete".parse().unwrap());
+        headers.insert("kubectl-session", uuid.parse().unwrap());
+        let read = Kubectl::of(&headers);
+        assert_eq!(
+            (read.command, read.session),
+            (Some("kubectl delete"), session)
+        );
     }
 
     const RULES: &str = r#"

@@ -87,18 +87,24 @@ pub fn render(gw: &Gateway) -> Response<Full<Bytes>> {
         .iter()
         .any(|l| l.mode == ListenerMode::Terminate)
     {
-        let (identities, agents) = gw.busiest().top(BUSIEST);
+        let top = gw.busiest().top(BUSIEST);
         busiest(
             &mut page,
             "Busiest identities, last minute",
             "Identity",
-            &identities,
+            &top.identities,
         );
         busiest(
             &mut page,
             "Busiest user agents, last minute",
             "User agent",
-            &agents,
+            &top.user_agents,
+        );
+        busiest(
+            &mut page,
+            "Busiest kubectl commands, last minute",
+            "kubectl command",
+            &top.kubectl_commands,
         );
     }
     let _ = write!(

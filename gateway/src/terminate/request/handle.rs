@@ -35,7 +35,7 @@ use crate::terminate::request::served::{self, Served};
 use crate::terminate::request::shape::{Client, Shaper};
 use crate::terminate::request::shared::{self, Fed, Joined, Sharer};
 use crate::terminate::request::upgrade;
-use crate::terminate::rules::{Facts, Rule, Rules, Slot};
+use crate::terminate::rules::{Facts, Kubectl, Rule, Rules, Slot};
 use crate::terminate::sender::access_review::ANONYMOUS;
 use crate::terminate::sender::attributes::Attributes;
 use crate::terminate::sender::token_review;
@@ -212,7 +212,7 @@ async fn serve(
         Err(resp) => return *resp,
     };
     let (outgoing, watch) = shape(cx, parts, body, held, &mut classified);
-    served.sent_as(&cx.gw, cx.client, outgoing.kind(), outgoing.user_agent());
+    served.sent_as(&cx.gw, cx.client, outgoing.kind(), outgoing.headers());
     let sharer = authorize(cx, &outgoing, classified.attributes, token_key, fresh);
     let route = route(cx, &outgoing, classified.may, watch, sharer);
     let sending = Sending {
@@ -422,6 +422,11 @@ fn classify(
             info: *info,
             path: read.path(),
             sender: user,
+            kubectl: if cx.rules.reads_kubectl() {
+                Kubectl::of(req.headers())
+            } else {
+                Kubectl::default()
+            },
         })
         .cloned();
     let as_whom = match (user, sender.token.as_deref()) {

@@ -6,8 +6,9 @@ use crate::state::{Backend, Gateway, Kind};
 use crate::telemetry::access_log::Entry;
 use crate::telemetry::Identity;
 use crate::terminate::request::shape::Client;
+use crate::terminate::upstream::outgoing::user_agent;
 use http::header::HeaderValue;
-use http::{Request, Response, Uri};
+use http::{HeaderMap, Request, Response, Uri};
 use kubegate_wire::identity::UserInfo;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -58,7 +59,7 @@ impl Served {
 
     /// The request was shaped to go as `kind`: counted for its sender (a certificate's or a
     /// reviewed token's user, else the client's address).
-    pub fn sent_as(&mut self, gw: &Gateway, client: &Client, kind: Kind, user_agent: &str) {
+    pub fn sent_as(&mut self, gw: &Gateway, client: &Client, kind: Kind, headers: &HeaderMap) {
         let identity = identity(kind);
         self.identity = Some(identity);
         let name = match (&client.identity, &self.token_user, identity) {
@@ -66,7 +67,9 @@ impl Served {
             (_, Some(user), Identity::BearerToken) => user.user.as_str(),
             _ => client.ip(),
         };
-        gw.busiest().record(identity, name, user_agent);
+        let kubectl_command = headers.get("kubectl-command").and_then(|v| v.to_str().ok());
+        gw.busiest()
+            .record(identity, name, user_agent(headers), kubectl_command);
     }
 
     /// `replica` answered, after `tried` replicas (itself included).
@@ -115,7 +118,7 @@ fn identity(kind: Kind) -> Identity {
 }
 
 /// The access log's line for `req` from `client`, before it is served: cheap parts only (the
-/// writer thread reads and formats them). The target and user agent are copied, whatever the
+/// writer thread reads and formats them). The target, user agent and kubectl's headers are copied, whatever the
 /// protocol: an HTTP/1.1 request's point into the connection's read buffer and an HTTP/2
 /// request's into its decoded header block, which a queued entry must not keep alive (the
 /// queue's bound counts what an entry holds).
@@ -126,7 +129,17 @@ pub fn entry<B>(client: &Client, req: &Request<B>) -> Entry {
         .path_and_query()
         .and_then(|pq| Uri::try_from(pq.as_str()).ok())
         .unwrap_or_default();
-    let user_agent = ua.and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok());
+    let copy = |v: &HeaderValue| HeaderValue::from_bytes(v.as_bytes()).ok();
+    let user_agent = ua.and_then(copy);
+    // kubectl sends both; one alone is another client's, and shows as `-` for the other.
+    let header = |name| req.headers().get(name).and_then(copy);
+    let kubectl = match (header("kubectl-command"), header("kubectl-session")) {
+        (None, None) => None,
+        (command, session) => Some(Box::new([
+            command.unwrap_or(HeaderValue::from_static("-")),
+            session.unwrap_or(HeaderValue::from_static("-")),
+        ])),
+    };
     Entry {
         started: SystemTime::now(),
         client: client.addr,
@@ -140,6 +153,7 @@ pub fn entry<B>(client: &Client, req: &Request<B>) -> Entry {
         bytes: 0,
         duration: std::time::Duration::ZERO,
         user_agent,
+        kubectl,
         protocol: if client.h2 { "h2" } else { "http/1.1" },
         shared: None,
         audit_id: None,

@@ -18,7 +18,6 @@ use crate::terminate::request::served::Served;
 use crate::terminate::request::shape::{Client, Shaper};
 use crate::terminate::upstream::connect::tls_connect;
 use crate::terminate::upstream::dispatch::{load_for, Within};
-use crate::terminate::upstream::outgoing::user_agent;
 use crate::terminate::upstream::skew;
 use crate::terminate::upstream::upstreams::Upstreams;
 use http::header;
@@ -57,7 +56,7 @@ pub async fn proxy(
     let metrics = &gw.metrics().terminate;
     let uri = parts.uri.clone();
     let kind = Shaper::new(upstreams, metrics).upgrade(client, &mut parts);
-    served.sent_as(gw, client, kind, user_agent(&parts.headers));
+    served.sent_as(gw, client, kind, &parts.headers);
     let mut placed = connect((gw, generation), upstreams, &uri, kind, &mut within.tried).await;
     if let Err(Unplaced::NoBackend) = placed {
         match within.fall_back() {

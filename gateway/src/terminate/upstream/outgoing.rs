@@ -215,11 +215,6 @@ impl Outgoing {
         self.kind
     }
 
-    /// The client's `User-Agent`, or `""`.
-    pub fn user_agent(&self) -> &str {
-        user_agent(&self.headers)
-    }
-
     /// The query the client sent.
     pub fn client_query(&self) -> Option<&str> {
         self.client_query.as_deref()
