@@ -50,6 +50,8 @@ mod hold;
 mod http2_abuse;
 #[path = "identity.rs"]
 mod identity;
+#[path = "ipv6.rs"]
+mod ipv6;
 #[path = "join.rs"]
 mod join;
 #[path = "layout.rs"]

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 /// Names every serving certificate of a test [`Pki`] is valid for, unless a test asks
 /// otherwise.
-pub const SERVING_NAMES: &[&str] = &["kubernetes", "localhost", "127.0.0.1"];
+pub const SERVING_NAMES: &[&str] = &["kubernetes", "localhost", "127.0.0.1", "::1"];
 
 /// The front-proxy CA and kubegate's certificate from it.
 pub struct FrontProxyPki {

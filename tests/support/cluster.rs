@@ -10,7 +10,7 @@
 
 use crate::kubegate::{Kubegate, KubegateConfig};
 use crate::sim::{Sim, SimOptions};
-use kubegate_testbed::{Etcd, FrontProxyPki, Pki};
+use kubegate_testbed::{free_port, Etcd, FrontProxyPki, Pki};
 use std::time::Duration;
 
 /// How long kubegate may take to find a replica ready.
@@ -28,6 +28,7 @@ pub struct Cluster {
     tokens: Vec<(String, String, String)>,
     configure: Vec<Configure>,
     wrapper: Vec<String>,
+    ipv6: bool,
 }
 
 /// A started set-up. Dropped in field order: kubegate, then the replicas, etcd, the folder.
@@ -59,7 +60,15 @@ impl Cluster {
             tokens: Vec::new(),
             configure: Vec::new(),
             wrapper: Vec::new(),
+            ipv6: false,
         }
+    }
+
+    /// Everything over IPv6 loopback: the replicas and kubegate's listener on `::1` (its
+    /// admin endpoint stays on 127.0.0.1).
+    pub fn over_ipv6(mut self) -> Cluster {
+        self.ipv6 = true;
+        self
     }
 
     /// `n` replicas.
@@ -140,6 +149,9 @@ impl Cluster {
                         args: args.clone(),
                         front_proxy_ca: fp.as_ref().map(|fp| fp.ca.clone()),
                         etcd: etcd.as_ref().map(Etcd::url),
+                        address: self.ipv6.then(|| {
+                            std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, free_port()))
+                        }),
                         ..Default::default()
                     },
                 )
@@ -150,6 +162,9 @@ impl Cluster {
             Some(fp) => KubegateConfig::terminating(&pki, fp, &refs),
             None => KubegateConfig::new(&refs),
         };
+        if self.ipv6 {
+            config.listeners[0].address = "[::1]:6443".parse().unwrap();
+        }
         for f in self.configure {
             f(&mut config);
         }

@@ -6,7 +6,7 @@ use crate::proc::Proc;
 use crate::sim::Sim;
 use kubegate_config::{BackendSpec, BalancePolicy, Config};
 use kubegate_testbed::kubegate::{self, TerminateFiles};
-use kubegate_testbed::{free_addr, plain_http, FrontProxyPki, Pki};
+use kubegate_testbed::{free_addr, free_port, plain_http, FrontProxyPki, Pki};
 use std::net::{SocketAddr, TcpStream};
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
@@ -162,7 +162,8 @@ impl Kubegate {
         env: &[(&str, &Path)],
         wrapper: &[&str],
     ) -> Kubegate {
-        let listen = free_addr();
+        // On the configured listener's address (`::1` for a test over IPv6), at a free port.
+        let listen = std::net::SocketAddr::new(config.listeners[0].address.ip(), free_port());
         let admin = free_addr();
         let config_path = pki.dir().join(format!("kubegate-{}.yaml", listen.port()));
         kubegate::write_text(&config.render(listen, admin, &pki.ca_file()), &config_path).unwrap();
