@@ -64,6 +64,8 @@ mod loadtest;
 mod observability;
 #[path = "operator.rs"]
 mod operator;
+#[path = "pages.rs"]
+mod pages;
 #[path = "proxy_protocol.rs"]
 mod proxy_protocol;
 #[path = "reading.rs"]

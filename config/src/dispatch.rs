@@ -284,8 +284,8 @@ pub fn validate(rules: &[DispatchRule], names: Option<&[String]>) -> Vec<(String
     findings
 }
 
-/// Rules that can never take a request, each a path and why: `kubegate check` warns of them
-/// (the file is still valid; a rule that matches nothing is a mistake, not a danger).
+/// Rules that can never take a request, or that any client can make take it ahead of a limit,
+/// each a path and why: `kubegate check` warns of them (the file is still valid).
 pub fn warnings(rules: &[DispatchRule]) -> Vec<(String, String)> {
     let mut found = Vec::new();
     let included = |list: &[String]| -> Vec<String> {
@@ -354,6 +354,22 @@ pub fn warnings(rules: &[DispatchRule]) -> Vec<(String, String)> {
                 found.push((
                     format!("dispatch[{i}].match.groups[{j}]"),
                     "every sender kubegate can name is in system:authenticated: this rule never matches".into(),
+                ));
+            }
+        }
+        // The client writes kubectl's headers: a rule keyed on them alone, ahead of a limit,
+        // lets any client step past that limit by sending them.
+        let by_kubectl = !m.kubectl_commands.is_empty() || !m.kubectl_sessions.is_empty();
+        let names_senders =
+            !m.users.is_empty() || !m.groups.is_empty() || !m.service_accounts.is_empty();
+        if by_kubectl && !names_senders {
+            if let Some(k) = rules[i + 1..].iter().position(|r| r.limit.is_some()) {
+                found.push((
+                    at("match"),
+                    format!(
+                        "any client can send kubectl's headers and be taken by this rule before rule {}'s limit: name who sends (users, groups, service_accounts) as well",
+                        i + k + 2
+                    ),
                 ));
             }
         }
@@ -448,6 +464,21 @@ mod tests {
             ["dispatch[0].limit.burst"]
         );
         assert!(at("match: {verbs: [get]}\nlimit: {rate: 0.001, burst: 1}").is_empty());
+    }
+
+    #[test]
+    fn a_rule_any_client_can_opt_into_ahead_of_a_limit_is_warned_of() {
+        let warned = |yaml: &str| -> Vec<String> {
+            let rules: Vec<DispatchRule> = serde_yaml_ng::from_str(yaml).unwrap();
+            warnings(&rules).into_iter().map(|(p, _)| p).collect()
+        };
+        let limit = "- {match: {users: [ci]}, limit: {rate: 1}}";
+        let gets = "- {match: {kubectl_commands: [kubectl get]}, backends: [a]}";
+        assert_eq!(warned(&format!("{gets}\n{limit}")), ["dispatch[0].match"]);
+        // Behind the limit, or naming who sends: nothing to step past.
+        assert!(warned(&format!("{limit}\n{gets}")).is_empty());
+        let named = "- {match: {kubectl_commands: [kubectl get], users: [dev]}, backends: [a]}";
+        assert!(warned(&format!("{named}\n{limit}")).is_empty());
     }
 
     #[test]

@@ -16,8 +16,8 @@ pub mod transitions;
 pub use events::{MetricEvents, Readiness};
 pub use labels::{
     code_class, AcceptError, AccessReviewResult, AdminRefusal, AttemptFailure, ClientLimit,
-    ClientProtocol, ConnectError, Freshened, HandshakeFailure, HoldOutcome, Identity, JoinMiss,
-    Refusal, ReloadResult, RequestFailure, TokenReviewResult, WatchBreak, WatchEnd,
+    ClientProtocol, ConnectError, ContinuePage, Freshened, HandshakeFailure, HoldOutcome, Identity,
+    JoinMiss, Refusal, ReloadResult, RequestFailure, TokenReviewResult, WatchBreak, WatchEnd,
 };
 pub use metrics::{
     set_one_hot, BackendMetrics, ControlMetrics, GatewayMetrics, JoinMetrics, Metrics, NetMetrics,

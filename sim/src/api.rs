@@ -14,7 +14,7 @@ use crate::objects;
 use crate::resources::{self, Target};
 use crate::respond::{self, Body, Reply};
 use crate::state::{Inflight, Sim};
-use crate::store::StoreError;
+use crate::store::{ReadFrom, StoreError};
 use crate::store_errors::{storage_failed, store_error};
 use crate::versions::Apis;
 use crate::{aggregator, discovery, requestinfo, watch};
@@ -448,16 +448,29 @@ async fn handlers(
             Err(why) => return respond::status(400, "BadRequest", &why, None),
         };
     }
-    resource(
-        sim,
-        &target,
-        &method,
-        &body,
-        table,
-        dry_run,
-        param("labelSelector"),
-    )
-    .await
+    let listing = Listing {
+        label_selector: param("labelSelector"),
+        limit: param("limit")
+            .and_then(|l| l.parse::<i64>().ok())
+            .filter(|l| *l > 0)
+            .and_then(|l| usize::try_from(l).ok()),
+        continue_token: param("continue").filter(|c| !c.is_empty()),
+        resource_version: param("resourceVersion"),
+    };
+    resource(sim, &target, &method, &body, table, dry_run, listing).await
+}
+
+/// What a LIST asks for: which objects, and in what pages.
+#[derive(Clone, Copy)]
+struct Listing<'a> {
+    /// `labelSelector`.
+    label_selector: Option<&'a str>,
+    /// `limit`: objects a page at most.
+    limit: Option<usize>,
+    /// `continue`: the page to go on from.
+    continue_token: Option<&'a str>,
+    /// `resourceVersion`, as given.
+    resource_version: Option<&'a str>,
 }
 
 /// A `UserInfo` as the apiserver encodes it (`uid` omitted when empty).
@@ -788,6 +801,92 @@ fn unknown_subresource(target: &Target<'_>) -> Reply {
     }
 }
 
+/// A LIST, whole or a page of it: a first page read now, a continue page at its first page's
+/// revision (from the watch cache's memory while the revision is within its window, else from
+/// etcd), counted by where it was read.
+async fn list(
+    sim: &Sim,
+    target: &Target<'_>,
+    prefix: &str,
+    table: bool,
+    listing: Listing<'_>,
+) -> Reply {
+    let (label_selector, paging) = (listing.label_selector, listing);
+    let r = target.resource;
+    let (kvs, revision, start) = match paging.continue_token {
+        None => match sim.store.list(prefix).await {
+            Ok((kvs, now)) => (kvs, now, String::new()),
+            Err(e) => return store_error(target, "", e),
+        },
+        Some(token) => {
+            if paging
+                .resource_version
+                .is_some_and(|v| !v.is_empty() && v != "0")
+            {
+                return crate::paging::with_resource_version();
+            }
+            let (start, at) = match crate::paging::decode(token, prefix) {
+                Ok(decoded) => decoded,
+                Err(why) => return crate::paging::invalid_token(&why),
+            };
+            // A negative revision asks for the rest as it is now.
+            let read = if at < 0 {
+                sim.store
+                    .list(prefix)
+                    .await
+                    .map(|(kvs, now)| (kvs, now, None))
+            } else {
+                sim.store
+                    .list_at(prefix, at)
+                    .await
+                    .map(|(kvs, from)| (kvs, at, Some(from)))
+            };
+            match read {
+                Ok((kvs, revision, from)) => {
+                    let counter = match from {
+                        Some(ReadFrom::Cache) => &sim.requests.continue_pages_from_cache,
+                        _ => &sim.requests.continue_pages_from_storage,
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    (kvs, revision, start)
+                }
+                Err(StoreError::Compacted { .. }) => {
+                    sim.requests
+                        .continue_pages_expired
+                        .fetch_add(1, Ordering::Relaxed);
+                    return crate::paging::expired(&start, prefix);
+                }
+                Err(e) => return store_error(target, "", e),
+            }
+        }
+    };
+    let keys = kvs
+        .into_iter()
+        .map(|kv| {
+            let object = objects::from_store(&kv, r);
+            let kept = crate::selectors::matches_labels(&object, label_selector);
+            (kv.key, kept.then_some(object))
+        })
+        .collect();
+    let page = crate::paging::cut(keys, &start, paging.limit.unwrap_or(usize::MAX));
+    let mut answer = if table {
+        objects::table(r, &page.items, Some(revision))
+    } else {
+        objects::list(r, page.items, revision)
+    };
+    if let Some(token) = page
+        .next
+        .and_then(|next| crate::paging::encode(&next, prefix, revision))
+    {
+        answer["metadata"]["continue"] = json!(token);
+        // Unknown once a selector filters what follows.
+        if label_selector.is_none_or(str::is_empty) {
+            answer["metadata"]["remainingItemCount"] = json!(page.remaining);
+        }
+    }
+    Reply::json(StatusCode::OK, &answer)
+}
+
 async fn resource(
     sim: &Sim,
     target: &Target<'_>,
@@ -795,26 +894,12 @@ async fn resource(
     body: &[u8],
     table: bool,
     dry_run: bool,
-    label_selector: Option<&str>,
+    listing: Listing<'_>,
 ) -> Reply {
     let r = target.resource;
     let store = &sim.store;
     match (method, target.namespace, target.name) {
-        (&Method::GET, ns, None) => match store.list(&r.prefix(ns)).await {
-            Ok((kvs, revision)) => {
-                let items: Vec<Value> = kvs
-                    .iter()
-                    .map(|kv| objects::from_store(kv, r))
-                    .filter(|o| crate::selectors::matches_labels(o, label_selector))
-                    .collect();
-                if table {
-                    Reply::json(StatusCode::OK, &objects::table(r, &items, Some(revision)))
-                } else {
-                    Reply::json(StatusCode::OK, &objects::list(r, items, revision))
-                }
-            }
-            Err(e) => store_error(target, "", e),
-        },
+        (&Method::GET, ns, None) => list(sim, target, &r.prefix(ns), table, listing).await,
         (&Method::GET, Some(ns), Some(name)) => {
             match store.get(&format!("{}{name}", r.prefix(Some(ns)))).await {
                 Ok(kv) => {

@@ -21,6 +21,7 @@ mod gojson;
 mod health;
 mod objects;
 mod openapi;
+mod paging;
 mod patch;
 mod pod_answer;
 mod pods;

@@ -89,6 +89,13 @@ pub struct ReadCounts {
     pub expired_certificates: AtomicU64,
     /// LIST requests.
     pub lists: AtomicU64,
+    /// LIST continue pages read at their first page's revision from the watch cache's memory.
+    pub continue_pages_from_cache: AtomicU64,
+    /// LIST continue pages read from storage (etcd): the revision was older than the watch
+    /// cache's window, no cache, or the newest revision asked for (`rv` -1).
+    pub continue_pages_from_storage: AtomicU64,
+    /// LIST continue pages answered 410 `Expired` (their revision compacted).
+    pub continue_pages_expired: AtomicU64,
     /// WATCH requests.
     pub watches: AtomicU64,
     /// WATCH requests with `sendInitialEvents` (watch-lists: an initial sync each), counted in

@@ -7,9 +7,10 @@
 mod cache;
 mod contract;
 mod etcd;
+mod history;
 mod memory;
 
 pub use cache::WatchCache;
-pub use contract::{EventStream, Store, StoreError, StoreEvent, Stored};
+pub use contract::{EventStream, ReadFrom, Store, StoreError, StoreEvent, Stored};
 pub use etcd::EtcdStore;
 pub use memory::MemoryStore;

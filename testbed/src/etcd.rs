@@ -76,6 +76,13 @@ impl Etcd {
         p.wait_exit(limit).is_some()
     }
 
+    /// Compacts its history up to `revision` (etcd's `Compact` through its JSON gateway):
+    /// older revisions can no longer be read. The raw HTTP answer.
+    pub fn compact(&self, revision: i64) -> String {
+        let body = format!(r#"{{"revision":"{revision}","physical":true}}"#);
+        crate::ports::plain_post_json(self.client, "/v3/kv/compaction", &body)
+    }
+
     /// Starts it again on its data and ports.
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.stop(Duration::from_secs(10));

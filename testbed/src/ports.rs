@@ -58,9 +58,25 @@ pub fn plain_http(addr: impl ToSocketAddrs, method: &str, path: &str) -> String 
     let Ok(mut s) = TcpStream::connect(addr) else {
         return String::new();
     };
+    exchange(&mut s, &format!("{method} {path}"), "", "")
+}
+
+/// One `POST path` with a JSON `body` (etcd's JSON gateway), as [`plain_http`].
+pub fn plain_post_json(addr: impl ToSocketAddrs, path: &str, body: &str) -> String {
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let json = "Content-Type: application/json\r\n";
+    exchange(&mut s, &format!("POST {path}"), json, body)
+}
+
+/// Writes `request_line` with `headers` and `body`, and reads the answer until the server
+/// closes.
+fn exchange(s: &mut TcpStream, request_line: &str, headers: &str, body: &str) -> String {
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "{request_line} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
     );
     if s.write_all(request.as_bytes()).is_err() {
         return String::new();

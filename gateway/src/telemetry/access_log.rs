@@ -555,6 +555,10 @@ mod tests {
         assert_eq!(j["kubectl_session"], "67b540bf-d219-4868-abd8-b08c77fefeca");
         let t = line(text, &entry());
         assert!(t.contains(r#" kubectl_command="kubectl get" "#), "{t}");
+        assert!(
+            t.contains(r#" kubectl_session=67b540bf-d219-4868-abd8-b08c77fefeca "#),
+            "{t}"
+        );
         let without = Entry {
             kubectl: None,
             ..entry()

@@ -104,6 +104,21 @@ label! {
 }
 
 label! {
+    /// Where a LIST's continue page was answered, against the replica that answered its first
+    /// page on the same client connection.
+    pub enum ContinuePage {
+        /// The first page's replica: its watch cache holds the page's revision.
+        FirstPageReplica => "first_page_replica",
+        /// Another replica: the first page's was not ready, had been not ready since, queued
+        /// the request's priority level, or failed the page.
+        AnotherReplica => "another_replica",
+        /// Its first page is not known on the connection (another connection's, or forgotten
+        /// among more than 8 LISTs).
+        Unknown => "unknown",
+    }
+}
+
+label! {
     /// How a wait for a ready backend (`terminate.hold_when_none_ready`) ended.
     pub enum HoldOutcome {
         /// A backend became ready (under `no_ready_backend: alive`, answered its probe

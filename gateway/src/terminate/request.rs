@@ -5,6 +5,7 @@
 //! | module | job |
 //! |---|---|
 //! | `handle` | one request through its named phases (addressed, identify, classify, read body, admit, shape, authorize, route, send, respond, log), each a function of its context |
+//! | `pages` | where a paginated LIST's continue pages go: back to the replica that served its first page (per client connection) |
 //! | `refused` | the answers kubegate gives itself when a phase refuses a request |
 //! | `forward` | the one send of a request (`Sending`: what every route sends with), within its rule, its client answered; a watch followed |
 //! | `shape` | shaping a request for the backends: identity headers, hop-by-hop headers, the URI, the held body |
@@ -14,6 +15,7 @@
 
 pub(super) mod forward;
 pub(super) mod handle;
+pub(super) mod pages;
 pub(super) mod refused;
 pub(super) mod served;
 pub mod shape;

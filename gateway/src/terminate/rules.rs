@@ -75,14 +75,32 @@ pub struct Kubectl<'a> {
 }
 
 impl<'a> Kubectl<'a> {
-    /// The headers of `headers` (the first of each, if it is text).
+    /// The headers of `headers` (the first of each, if it is visible ASCII, as the status page
+    /// counts it too).
     pub fn of(headers: &'a http::HeaderMap) -> Kubectl<'a> {
-        let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        let text = |name| kubectl_header(headers, name).and_then(|v| v.to_str().ok());
         Kubectl {
-            command: text("kubectl-command"),
-            session: text("kubectl-session"),
+            command: text(KUBECTL_COMMAND),
+            session: text(KUBECTL_SESSION),
         }
     }
+}
+
+/// kubectl's command header.
+pub const KUBECTL_COMMAND: &str = "kubectl-command";
+/// kubectl's session header.
+pub const KUBECTL_SESSION: &str = "kubectl-session";
+
+/// The first `name` header of a request, unless its HTTP/1.1 `Connection` names it (then it
+/// goes no further than kubegate, and is not the request's): one reading for the rules, the
+/// access log and the status page.
+pub fn kubectl_header<'a>(
+    headers: &'a http::HeaderMap,
+    name: &str,
+) -> Option<&'a http::HeaderValue> {
+    headers
+        .get(name)
+        .filter(|_| !kubegate_wire::hop::names(headers, name))
 }
 
 /// Why a request was not let through.
@@ -567,6 +585,10 @@ mod tests {
             (read.command, read.session),
             (Some("kubectl delete"), session)
         );
+        // An HTTP/1.1 request whose `Connection` names the header does not carry it on.
+        headers.insert("connection", "Kubectl-Command".parse().unwrap());
+        let read = Kubectl::of(&headers);
+        assert_eq!((read.command, read.session), (None, session));
     }
 
     const RULES: &str = r#"

@@ -17,9 +17,9 @@
 //! (`ResourceVersionTooLarge`, the cacher's `waitUntilFreshAndBlock`), while a watch from an
 //! older position is served what it has.
 
-use super::contract::{EventStream, Store, StoreError, StoreEvent, StoreResult, Stored};
+use super::contract::{EventStream, ReadFrom, Store, StoreError, StoreEvent, StoreResult, Stored};
+use super::history::History;
 use async_trait::async_trait;
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::broadcast;
@@ -42,18 +42,12 @@ pub struct WatchCache {
 
 struct Cacher {
     /// `None` until the store answered once.
-    window: Mutex<Option<Window>>,
+    window: Mutex<Option<History>>,
     live: broadcast::Sender<StoreEvent>,
     /// Told to lag: the store's changes are not taken until this is false again.
     lagging: tokio::sync::watch::Sender<bool>,
     /// The newest revision the cache has seen.
     seen: tokio::sync::watch::Sender<i64>,
-}
-
-/// The changes the cache can still replay: every change after `since`.
-struct Window {
-    since: i64,
-    history: VecDeque<StoreEvent>,
 }
 
 impl WatchCache {
@@ -71,28 +65,21 @@ impl WatchCache {
 }
 
 impl Cacher {
-    fn window(&self) -> std::sync::MutexGuard<'_, Option<Window>> {
+    fn window(&self) -> std::sync::MutexGuard<'_, Option<History>> {
         self.window.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The window starts over at `since`: what came before is not continuous with what comes.
-    fn restart(&self, since: i64) {
-        *self.window() = Some(Window {
-            since,
-            history: VecDeque::new(),
-        });
+    /// The window starts over at `since` with the keys then: what came before is not
+    /// continuous with what comes.
+    fn restart(&self, since: i64, keys: Vec<Stored>) {
+        *self.window() = Some(History::new(since, keys, HISTORY));
         self.seen.send_replace(since);
     }
 
     fn push(&self, event: StoreEvent) {
         let mut w = self.window();
         let Some(w) = w.as_mut() else { return };
-        if w.history.len() == HISTORY {
-            if let Some(old) = w.history.pop_front() {
-                w.since = old.revision();
-            }
-        }
-        w.history.push_back(event.clone());
+        w.push(event.clone());
         self.seen.send_replace(event.revision());
         // Sent under the window's lock, so a watcher that subscribes under it misses nothing
         // and sees nothing twice.
@@ -104,8 +91,8 @@ impl Cacher {
 /// life.
 async fn fill(store: Arc<dyn Store>, cacher: Arc<Cacher>) {
     let mut last = loop {
-        if let Ok(now) = store.revision().await {
-            cacher.restart(now);
+        if let Ok((keys, now)) = store.list(ROOT).await {
+            cacher.restart(now, keys);
             break now;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -130,8 +117,8 @@ async fn fill(store: Arc<dyn Store>, cacher: Arc<Cacher>) {
         };
         // The cache fell too far behind the store: start over from now.
         if compacted {
-            if let Ok(now) = store.revision().await {
-                cacher.restart(now);
+            if let Ok((keys, now)) = store.list(ROOT).await {
+                cacher.restart(now, keys);
                 last = now;
             }
         }
@@ -147,6 +134,31 @@ impl Store for WatchCache {
 
     async fn list(&self, prefix: &str) -> StoreResult<(Vec<Stored>, i64)> {
         self.store.list(prefix).await
+    }
+
+    /// From memory while `revision` is within the cache's window, once the cache has seen
+    /// it (waiting up to 3 s, as `waitUntilFreshAndBlock`); from the store when it is older
+    /// than the window (the replica started, or its cache started over, after it).
+    async fn list_at(&self, prefix: &str, revision: i64) -> StoreResult<(Vec<Stored>, ReadFrom)> {
+        let mut seen = self.cacher.seen.subscribe();
+        let fresh = tokio::time::timeout(FRESH_WAIT, seen.wait_for(|&s| s >= revision))
+            .await
+            .is_ok_and(|seen| seen.is_ok());
+        if !fresh {
+            return Err(StoreError::TooLarge {
+                requested: revision,
+                current: *self.cacher.seen.borrow(),
+            });
+        }
+        let cached = self
+            .cacher
+            .window()
+            .as_ref()
+            .and_then(|w| w.at(prefix, revision));
+        match cached {
+            Some(keys) => Ok((keys, ReadFrom::Cache)),
+            None => self.store.list_at(prefix, revision).await,
+        }
     }
 
     async fn create(&self, key: &str, value: Vec<u8>) -> StoreResult<i64> {
@@ -180,15 +192,15 @@ impl Store for WatchCache {
                     "the watch cache has not started".into(),
                 ));
             };
-            if after < w.since {
+            if after < w.since() {
                 return Err(StoreError::Compacted {
                     requested: after,
-                    compacted: w.since,
+                    compacted: w.since(),
                 });
             }
             // From the newest back: a resuming watch usually missed little.
             let mut replay: Vec<StoreEvent> = w
-                .history
+                .changes()
                 .iter()
                 .rev()
                 .take_while(|e| e.revision() > after)
@@ -196,7 +208,7 @@ impl Store for WatchCache {
                 .cloned()
                 .collect();
             replay.reverse();
-            let newest = w.history.back().map_or(w.since, StoreEvent::revision);
+            let newest = w.newest();
             (replay, self.cacher.live.subscribe(), newest)
         };
         Ok(super::contract::stream_from(

@@ -81,6 +81,15 @@ pub enum StoreError {
     },
 }
 
+/// Where a read of a past revision was served from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadFrom {
+    /// The watch cache's memory (its snapshots).
+    Cache,
+    /// The store itself (etcd's history).
+    Store,
+}
+
 /// What a store operation gives, or why it failed.
 pub type StoreResult<T> = Result<T, StoreError>;
 
@@ -124,6 +133,9 @@ pub trait Store: Send + Sync + 'static {
     async fn get(&self, key: &str) -> StoreResult<Stored>;
     /// Every key under `prefix`, and the store revision they were read at.
     async fn list(&self, prefix: &str) -> StoreResult<(Vec<Stored>, i64)>;
+    /// Every key under `prefix` as it was at `revision` (a LIST's continue page), and where it
+    /// was read; `Compacted` once the store no longer has that revision.
+    async fn list_at(&self, prefix: &str, revision: i64) -> StoreResult<(Vec<Stored>, ReadFrom)>;
     /// Creates `key`; fails if it exists.
     async fn create(&self, key: &str, value: Vec<u8>) -> StoreResult<i64>;
     /// Replaces `key`, if `expected` is given only while its mod_revision is that.

@@ -4,7 +4,7 @@
 //! one HTTP POST a reader can follow with curl, and on loopback its cost does not matter for a
 //! simulator. Watches are the gateway's newline-delimited JSON stream.
 
-use super::contract::{EventStream, Store, StoreError, StoreEvent, StoreResult, Stored};
+use super::contract::{EventStream, ReadFrom, Store, StoreError, StoreEvent, StoreResult, Stored};
 use async_trait::async_trait;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
@@ -82,6 +82,10 @@ impl EtcdStore {
     }
 }
 
+/// How etcd's gRPC gateway words a read of a compacted revision (`rpctypes.ErrCompacted`).
+const COMPACTED: &str =
+    "code = OutOfRange desc = etcdserver: mvcc: required revision has been compacted";
+
 fn b64(s: &[u8]) -> String {
     B64.encode(s)
 }
@@ -149,6 +153,32 @@ impl Store for EtcdStore {
             .map(|kvs| kvs.iter().map(kv).collect())
             .unwrap_or_default();
         Ok((items, header_revision(&r)))
+    }
+
+    async fn list_at(&self, prefix: &str, revision: i64) -> StoreResult<(Vec<Stored>, ReadFrom)> {
+        let range = json!({
+            "key": b64(prefix.as_bytes()),
+            "range_end": prefix_end(prefix),
+            "revision": revision.to_string(),
+        });
+        match self.post("/v3/kv/range", &range).await {
+            Ok(r) => {
+                let items = r["kvs"]
+                    .as_array()
+                    .map(|kvs| kvs.iter().map(kv).collect())
+                    .unwrap_or_default();
+                Ok((items, ReadFrom::Store))
+            }
+            // etcd's `ErrCompacted` (mvcc: required revision has been compacted), as its gRPC
+            // gateway words it: code OutOfRange.
+            Err(StoreError::Unavailable(why)) if why.ends_with(COMPACTED) => {
+                Err(StoreError::Compacted {
+                    requested: revision,
+                    compacted: revision + 1,
+                })
+            }
+            Err(e) => Err(e),
+        }
     }
 
     async fn create(&self, key: &str, value: Vec<u8>) -> StoreResult<i64> {

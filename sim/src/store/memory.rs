@@ -1,9 +1,10 @@
 //! An in-process store for a single replica (no etcd). Keeps the last changes for watches and
 //! compacts older ones, as etcd does.
 
-use super::contract::{EventStream, Store, StoreError, StoreEvent, StoreResult, Stored};
+use super::contract::{EventStream, ReadFrom, Store, StoreError, StoreEvent, StoreResult, Stored};
+use super::history::History;
 use async_trait::async_trait;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use tokio::sync::broadcast;
 
@@ -19,8 +20,8 @@ pub struct MemoryStore {
 struct Inner {
     revision: i64,
     data: BTreeMap<String, Stored>,
-    history: VecDeque<StoreEvent>,
-    compacted: i64,
+    /// The last changes; its `since` is the compacted revision.
+    history: History,
 }
 
 impl Default for MemoryStore {
@@ -29,8 +30,7 @@ impl Default for MemoryStore {
             inner: Mutex::new(Inner {
                 revision: 1,
                 data: BTreeMap::new(),
-                history: VecDeque::new(),
-                compacted: 1,
+                history: History::new(1, [], HISTORY),
             }),
             live: broadcast::channel(4096).0,
         }
@@ -57,12 +57,7 @@ impl MemoryStore {
     }
 
     fn record(&self, inner: &mut Inner, event: StoreEvent) {
-        inner.history.push_back(event.clone());
-        if inner.history.len() > HISTORY {
-            if let Some(old) = inner.history.pop_front() {
-                inner.compacted = old.revision();
-            }
-        }
+        inner.history.push(event.clone());
         let _ = self.live.send(event);
     }
 }
@@ -86,6 +81,23 @@ impl Store for MemoryStore {
             .map(|(_, v)| v.clone())
             .collect();
         Ok((items, inner.revision))
+    }
+
+    async fn list_at(&self, prefix: &str, revision: i64) -> StoreResult<(Vec<Stored>, ReadFrom)> {
+        let inner = self.lock();
+        if revision > inner.revision {
+            return Err(StoreError::TooLarge {
+                requested: revision,
+                current: inner.revision,
+            });
+        }
+        match inner.history.at(prefix, revision) {
+            Some(keys) => Ok((keys, ReadFrom::Store)),
+            None => Err(StoreError::Compacted {
+                requested: revision,
+                compacted: inner.history.since(),
+            }),
+        }
     }
 
     async fn create(&self, key: &str, value: Vec<u8>) -> StoreResult<i64> {
@@ -127,14 +139,15 @@ impl Store for MemoryStore {
     async fn watch(&self, prefix: &str, after: i64) -> StoreResult<EventStream> {
         let (backlog, live) = {
             let inner = self.lock();
-            if after < inner.compacted {
+            if after < inner.history.since() {
                 return Err(StoreError::Compacted {
                     requested: after,
-                    compacted: inner.compacted,
+                    compacted: inner.history.since(),
                 });
             }
             let backlog: Vec<StoreEvent> = inner
                 .history
+                .changes()
                 .iter()
                 .filter(|e| e.revision() > after && e.key().starts_with(prefix))
                 .cloned()

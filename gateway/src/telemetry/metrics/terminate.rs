@@ -2,8 +2,8 @@
 //! connections and requests in flight per backend, followed watches.
 
 use crate::telemetry::labels::{
-    code_class, AttemptFailure, ClientProtocol, Freshened, HandshakeFailure, Identity,
-    RequestFailure, TokenReviewResult, WatchBreak, WatchEnd,
+    code_class, AttemptFailure, ClientProtocol, ContinuePage, Freshened, HandshakeFailure,
+    Identity, RequestFailure, TokenReviewResult, WatchBreak, WatchEnd,
 };
 use crate::telemetry::metrics::register::{
     count, counter, counter_vec, forget_in, gauge, gauge_vec, histogram_vec, zero_series, Forget,
@@ -50,6 +50,9 @@ pub struct TerminateMetrics {
     tls_handshake_failures: IntCounterVec,
     /// `kubegate_watches_open`: terminate-mode watches kubegate follows across backends.
     pub watches_open: IntGauge,
+    /// `kubegate_continue_pages_total{to}`: LIST continue pages answered, by the replica that
+    /// answered against the one that answered the first page.
+    continue_pages: IntCounterVec,
     /// `kubegate_watch_resumes_total{cause}`: watches continued on another backend, by what
     /// stopped the one before.
     watch_resumes: IntCounterVec,
@@ -121,6 +124,7 @@ impl TerminateMetrics {
             client_connections: gauge_vec(r, "kubegate_client_connections", "Open terminate-mode client connections, by protocol (h2, http/1.1).", &["protocol"]),
             tls_handshake_failures: counter_vec(r, "kubegate_tls_handshake_failures_total", "Terminate-mode client TLS handshakes that failed (error) or did not finish in time (timeout).", &["reason"]),
             watches_open: gauge(r, "kubegate_watches_open", "Terminate-mode watches kubegate follows across backends."),
+            continue_pages: counter_vec(r, "kubegate_continue_pages_total", "LIST continue pages answered, by where against the replica that answered the first page on the same client connection (first_page_replica, another_replica, unknown).", &["to"]),
             watch_resumes: counter_vec(r, "kubegate_watch_resumes_total", "Watches continued on another backend from their last position, by what stopped the upstream stream (ended, failed, drained, expired, moved, cache_behind).", &["cause"]),
             watch_positions_freshened: counter_vec(r, "kubegate_watch_positions_freshened_total", "Watch positions brought up to date on the replica the watch left, before it moved to a replica that came back after its position: by its next event (next_event) or a bookmark asked of that replica (bookmark).", &["by"]),
             access_log_dropped: counter(r, "kubegate_access_log_dropped_total", "Access log lines not written: over terminate.access_log.max_per_second, or the writer's queue was full."),
@@ -145,6 +149,7 @@ impl TerminateMetrics {
         zero_series::<HandshakeFailure, _>(&m.tls_handshake_failures);
         zero_series::<ClientProtocol, _>(&m.client_connections);
         zero_series::<WatchBreak, _>(&m.watch_resumes);
+        zero_series::<ContinuePage, _>(&m.continue_pages);
         zero_series::<WatchEnd, _>(&m.watches_ended);
         zero_series::<Freshened, _>(&m.watch_positions_freshened);
         m
@@ -210,6 +215,11 @@ impl TerminateMetrics {
     /// for the first time), at 0.
     pub fn apf_level_seen(&self, backend: &str, level: &str) {
         self.apf_rejections.with_label_values(&[backend, level]);
+    }
+
+    /// Counts a LIST continue page answered `to` a replica.
+    pub fn continue_page(&self, to: ContinuePage) {
+        count(&self.continue_pages, to);
     }
 
     /// Counts a request of `level` placed away from replicas rejecting it.

@@ -23,6 +23,7 @@
 //!     ends (`served`).
 
 use crate::state::{Gateway, Generation, Kind};
+use crate::telemetry::ContinuePage;
 use crate::terminate::cluster::mode::TerminateMode;
 use crate::terminate::cluster::plane::{ServedCluster, TerminatePlane};
 use crate::terminate::exchange::bodies::{self, Bounds, Held};
@@ -30,6 +31,7 @@ use crate::terminate::exchange::body::{LoggedBody, ResponseBody};
 use crate::terminate::join::key;
 use crate::terminate::join::Limits;
 use crate::terminate::request::forward::{self, Sending};
+use crate::terminate::request::pages::{PageHolders, Paging};
 use crate::terminate::request::refused;
 use crate::terminate::request::served::{self, Served};
 use crate::terminate::request::shape::{Client, Shaper};
@@ -76,6 +78,8 @@ pub struct Connection {
     pub listener: Arc<ListenerSpec>,
     /// Its client.
     pub client: Client,
+    /// The replicas that served the first pages of its paginated LISTs.
+    pub pages: PageHolders,
 }
 
 /// Serves one request that arrived on `connection`, and logs it if the access log is on
@@ -123,6 +127,8 @@ struct Context<'a> {
     upstreams: Arc<Upstreams>,
     rules: Arc<Rules>,
     client: &'a Client,
+    /// Its connection's first-page replicas.
+    pages: &'a PageHolders,
     /// When it arrived.
     arrived: Instant,
 }
@@ -140,6 +146,7 @@ impl<'a> Context<'a> {
             gw,
             mode,
             client: &connection.client,
+            pages: &connection.pages,
             arrived: Instant::now(),
         }
     }
@@ -169,6 +176,7 @@ async fn serve(
         Err(e) => return refused::unreadable(&cx.gw, &e),
     };
     let info = read.info(req.method());
+    let paging = Paging::of(&info, read.path(), &read.query());
     let upgrading = info.class.upgradable() && upgrade::requested(&req);
     // Boxed, as every rarely taken path that awaits a large future: a future is as large as
     // its largest await, and each request's is allocated and moved whole (the phases below
@@ -211,7 +219,14 @@ async fn serve(
         Ok(slot) => slot,
         Err(resp) => return *resp,
     };
-    let (outgoing, watch) = shape(cx, parts, body, held, &mut classified);
+    let (mut outgoing, watch) = shape(cx, parts, body, held, &mut classified);
+    let holder = match paging {
+        Paging::Continue(list) => cx.pages.holder(list, cx.upstreams.pool()),
+        _ => None,
+    };
+    if let Some(holder) = holder {
+        outgoing.prefer(holder);
+    }
     served.sent_as(&cx.gw, cx.client, outgoing.kind(), outgoing.headers());
     let sharer = authorize(cx, &outgoing, classified.attributes, token_key, fresh);
     let route = route(cx, &outgoing, classified.may, watch, sharer);
@@ -229,8 +244,36 @@ async fn serve(
         Route::Forward(watch) => forward::send(sending, served, watch).await,
         shared => share(shared, sending, served).await,
     };
+    paged(cx, paging, holder, served, &resp);
     respond(cx, token_key, &resp);
     resp
+}
+
+/// Phase 10 for a page of a LIST: a first page's replica remembered for its continue pages,
+/// and where a continue page went counted.
+fn paged(
+    cx: &Context<'_>,
+    paging: Paging,
+    holder: Option<std::net::SocketAddr>,
+    served: &Served,
+    resp: &Response<ResponseBody>,
+) {
+    let replica = served
+        .replica
+        .as_ref()
+        .filter(|_| resp.status().is_success());
+    match (paging, replica) {
+        (Paging::First(list), Some(replica)) => cx.pages.served_first(list, replica),
+        (Paging::Continue(_), Some(replica)) => {
+            let to = match holder {
+                Some(h) if h == replica.address => ContinuePage::FirstPageReplica,
+                Some(_) => ContinuePage::AnotherReplica,
+                None => ContinuePage::Unknown,
+            };
+            cx.gw.metrics().terminate.continue_page(to);
+        }
+        _ => {}
+    }
 }
 
 /// Phase 1: 421 Misdirected Request (RFC 9110 §15.5.20) for a request whose authority is not

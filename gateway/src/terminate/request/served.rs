@@ -4,8 +4,10 @@
 
 use crate::state::{Backend, Gateway, Kind};
 use crate::telemetry::access_log::Entry;
+use crate::telemetry::busiest::bounded_bytes;
 use crate::telemetry::Identity;
 use crate::terminate::request::shape::Client;
+use crate::terminate::rules::{kubectl_header, Kubectl, KUBECTL_COMMAND, KUBECTL_SESSION};
 use crate::terminate::upstream::outgoing::user_agent;
 use http::header::HeaderValue;
 use http::{HeaderMap, Request, Response, Uri};
@@ -67,7 +69,7 @@ impl Served {
             (_, Some(user), Identity::BearerToken) => user.user.as_str(),
             _ => client.ip(),
         };
-        let kubectl_command = headers.get("kubectl-command").and_then(|v| v.to_str().ok());
+        let kubectl_command = Kubectl::of(headers).command;
         gw.busiest()
             .record(identity, name, user_agent(headers), kubectl_command);
     }
@@ -131,9 +133,13 @@ pub fn entry<B>(client: &Client, req: &Request<B>) -> Entry {
         .unwrap_or_default();
     let copy = |v: &HeaderValue| HeaderValue::from_bytes(v.as_bytes()).ok();
     let user_agent = ua.and_then(copy);
-    // kubectl sends both; one alone is another client's, and shows as `-` for the other.
-    let header = |name| req.headers().get(name).and_then(copy);
-    let kubectl = match (header("kubectl-command"), header("kubectl-session")) {
+    // kubectl sends both; one alone is another client's, and shows as `-` for the other. Only
+    // what the line shows is copied.
+    let header = |name| {
+        kubectl_header(req.headers(), name)
+            .and_then(|v| HeaderValue::from_bytes(bounded_bytes(v.as_bytes())).ok())
+    };
+    let kubectl = match (header(KUBECTL_COMMAND), header(KUBECTL_SESSION)) {
         (None, None) => None,
         (command, session) => Some(Box::new([
             command.unwrap_or(HeaderValue::from_static("-")),

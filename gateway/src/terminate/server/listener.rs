@@ -110,6 +110,7 @@ async fn serve(
             accepted: served,
             listener: listener.listener.clone(),
             client,
+            pages: Default::default(),
         });
         let resets = ResetWatch::new(if h2 {
             limits.rapid_reset_min_streams

@@ -169,6 +169,18 @@ async fn place_once(
         tried.extend_from_slice(&steering.rejecting);
         forward.crowded = steering.crowded;
     }
+    // A continue page's first attempt goes to the replica that served its first page (its
+    // watch cache holds the page's revision), unless that replica is out or queues its level.
+    if let Some(holder) = outgoing.preferred() {
+        if !tried.contains(&holder) && !forward.crowded.contains(&holder) {
+            forward.crowded = pool
+                .backends()
+                .iter()
+                .map(|b| b.address)
+                .filter(|a| *a != holder)
+                .collect();
+        }
+    }
     let placed = place(gw, generation, &upstreams.cluster, forward, tried).await;
     tried.drain(before..before + steered);
     placed
@@ -257,7 +269,8 @@ struct Forward<'a> {
     hold_ends: Instant,
     /// Its priority level, as far as kubegate learned it.
     level: Option<Arc<str>>,
-    /// Replicas holding more of its level's requests than another: not its first choice.
+    /// Replicas its first attempt passes over: those holding more of its level's requests
+    /// than another, or (a continue page) every one but its first page's replica.
     crowded: Vec<SocketAddr>,
 }
 

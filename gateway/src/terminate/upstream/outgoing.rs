@@ -14,6 +14,7 @@ use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Method, Request, Uri, Version};
 use kubegate_wire::identity::UserInfo;
 use rustls::pki_types::ServerName;
+use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
@@ -88,6 +89,9 @@ pub struct Outgoing {
     origin: Origin,
     /// Its client connection's count of held requests (`net::hold`); none for kubegate's own.
     connection_holds: Option<Arc<AtomicUsize>>,
+    /// The replica its first attempt goes to while it can (a continue page's first-page
+    /// replica: `request::pages`).
+    preferred: Option<SocketAddr>,
 }
 
 impl Outgoing {
@@ -113,6 +117,7 @@ impl Outgoing {
             flow: FlowKey::default(),
             origin: Origin::Apiserver,
             connection_holds: Some(holds),
+            preferred: None,
         }
     }
 
@@ -154,6 +159,7 @@ impl Outgoing {
             flow: FlowKey::default(),
             origin: Origin::Apiserver,
             connection_holds: None,
+            preferred: None,
         })
     }
 
@@ -183,6 +189,16 @@ impl Outgoing {
     /// Who writes its answer.
     pub fn origin(&self) -> &Origin {
         &self.origin
+    }
+
+    /// Its first attempt goes to `replica` while it can.
+    pub fn prefer(&mut self, replica: SocketAddr) {
+        self.preferred = Some(replica);
+    }
+
+    /// The replica its first attempt goes to while it can.
+    pub fn preferred(&self) -> Option<SocketAddr> {
+        self.preferred
     }
 
     /// Its client connection's count of held requests, whose share it takes.
@@ -241,6 +257,7 @@ impl Outgoing {
             flow: self.flow,
             origin: self.origin.clone(),
             connection_holds: self.connection_holds.clone(),
+            preferred: self.preferred,
         }
     }
 
