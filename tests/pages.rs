@@ -6,15 +6,15 @@
 //!    objects in pages of 30 while a replica restarts after the first page: sent round robin
 //!    (what a per-request balancer does) the restarted replica reads its pages from etcd; through
 //!    kubegate every page goes to the first page's replica and comes from its cache.
+//!    A watch cache answers `resourceVersion=0` whole.
 //! 2. `a_compacted_continue_page_is_410_expired_with_a_token_that_goes_on`: as etcd3's store
-//!    answers it (`handleCompactedErrorForPaging`).
+//!    answers it (`handleCompactedErrorForPaging`); a first page at a compacted exact revision
+//!    is 410 without one, and a token that is none 400.
 
 use kubegate_e2e::*;
 use serde_json::Value;
 use std::collections::HashSet;
-use std::time::Duration;
 
-const T: Duration = Duration::from_secs(30);
 const LIST: &str = "/api/v1/namespaces/pages/configmaps";
 
 /// `n` configmaps in namespace `pages`, written straight to `sim`.
@@ -76,26 +76,27 @@ fn continue_pages(sims: &[Sim]) -> Vec<(u64, u64)> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn continue_pages_read_nothing_from_etcd_through_kubegate_and_a_third_round_robin() {
-    let mut bed = Cluster::new()
+/// Three replicas on one etcd, with watch caches, kubegate in front, 300 objects.
+async fn paged_cluster() -> Started {
+    let bed = Cluster::new()
         .replicas(3)
         .etcd()
         .terminate()
         .sim_args(&["--watch-cache"])
         .start();
     seed(&bed.sims[0], &bed.pki, 300).await;
+    bed
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continue_pages_read_nothing_from_etcd_through_kubegate_and_a_third_round_robin() {
     // Round robin, straight to the replicas: the first page from replica-1, then replica-3
     // restarts after a change, and the continue pages go 2, 3, 1, 2, 3, ...
-    let (first, _) = page(
-        &mut bed.sims[0].connect(&bed.pki, true).await.unwrap(),
-        "limit=30",
-    )
-    .await;
+    let mut bed = paged_cluster().await;
+    let mut conn = bed.sims[0].connect(&bed.pki, true).await.unwrap();
+    let (first, _) = page(&mut conn, "limit=30").await;
     write_elsewhere(&bed.sims[0], &bed.pki, "moved-1").await;
     bed.sims[2].restart();
-    bed.kg.wait_state("replica-3", "ready", T);
     let before = continue_pages(&bed.sims);
     let mut seen: Vec<String> = names(&first);
     let mut token = next(&first);
@@ -119,16 +120,16 @@ async fn continue_pages_read_nothing_from_etcd_through_kubegate_and_a_third_roun
         [0, 0, 3],
         "the restarted replica reads its three pages from etcd: {after:?}"
     );
+    drop(bed);
 
     // Through kubegate on one connection: the first page's replica serves every page, from
-    // its cache, across another restart of a replica that is not it.
-    let (kg, pki) = (&bed.kg, &bed.pki);
-    let mut conn = Conn::open(kg.listen, pki, true).await.unwrap();
+    // its cache, across the restart of another replica.
+    let mut bed = paged_cluster().await;
+    let mut conn = Conn::open(bed.kg.listen, &bed.pki, true).await.unwrap();
     let (first, holder) = page(&mut conn, "limit=30").await;
-    write_elsewhere(&bed.sims[0], pki, "moved-2").await;
+    write_elsewhere(&bed.sims[0], &bed.pki, "moved-2").await;
     let other = bed.sims.iter().position(|s| s.name != holder).unwrap();
     bed.sims[other].restart();
-    kg.wait_state(&bed.sims[other].name, "ready", T);
     let before = continue_pages(&bed.sims);
     let mut seen = names(&first);
     let mut token = next(&first);
@@ -161,9 +162,14 @@ async fn continue_pages_read_nothing_from_etcd_through_kubegate_and_a_third_roun
     }
     assert_eq!(after[holder_at].0 - before[holder_at].0, 9, "{after:?}");
     assert_eq!(
-        kg.metric(r#"kubegate_continue_pages_total{to="first_page_replica"}"#),
+        bed.kg
+            .metric(r#"kubegate_continue_pages_total{to="first_page_replica"}"#),
         9.0
     );
+    // A watch cache answers `resourceVersion=0` whole, whatever the limit (client-go's
+    // reflector lists so first).
+    let (whole, _) = page(&mut conn, "limit=30&resourceVersion=0").await;
+    assert_eq!((names(&whole).len(), next(&whole)), (300, None));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -207,6 +213,15 @@ async fn a_compacted_continue_page_is_410_expired_with_a_token_that_goes_on() {
     let (rest, _) = page(&mut conn, &format!("limit=10&continue={token}")).await;
     assert_eq!(names(&rest).first().map(String::as_str), Some("cm-0010"));
     assert_eq!(sim.counted("continue_pages_expired"), 1);
+    // A first page at a compacted exact revision: 410, no token.
+    let r = conn
+        .get(&format!("{LIST}?limit=10&resourceVersion={}", now - 2))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 410, "{}", r.text());
+    assert!(r
+        .text()
+        .contains("The resourceVersion for the provided list is too old."));
     // A token that is none: 400.
     let bad = conn
         .get(&format!("{LIST}?limit=10&continue=bm9uZQ"))

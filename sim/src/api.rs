@@ -456,6 +456,8 @@ async fn handlers(
             .and_then(|l| usize::try_from(l).ok()),
         continue_token: param("continue").filter(|c| !c.is_empty()),
         resource_version: param("resourceVersion"),
+        resource_version_match: param("resourceVersionMatch"),
+        field_selector: param("fieldSelector"),
     };
     resource(sim, &target, &method, &body, table, dry_run, listing).await
 }
@@ -471,6 +473,30 @@ struct Listing<'a> {
     continue_token: Option<&'a str>,
     /// `resourceVersion`, as given.
     resource_version: Option<&'a str>,
+    /// `resourceVersionMatch`, as given.
+    resource_version_match: Option<&'a str>,
+    /// `fieldSelector` (not applied by the simulator: it only leaves `remainingItemCount`
+    /// out, as any selector does).
+    field_selector: Option<&'a str>,
+}
+
+impl Listing<'_> {
+    /// The revision a first page is read at exactly: `resourceVersionMatch=Exact`, or (the
+    /// legacy rule, `delegator.ShouldDelegateList`) a `limit` with a `resourceVersion` other
+    /// than `""` and `"0"` and no match given.
+    fn exact_revision(&self) -> Option<i64> {
+        let revision = self
+            .resource_version
+            .filter(|v| !v.is_empty() && *v != "0")?
+            .parse()
+            .ok()?;
+        let exact = match self.resource_version_match {
+            Some("Exact") => true,
+            None | Some("") => self.limit.is_some(),
+            Some(_) => false,
+        };
+        exact.then_some(revision)
+    }
 }
 
 /// A `UserInfo` as the apiserver encodes it (`uid` omitted when empty).
@@ -801,9 +827,9 @@ fn unknown_subresource(target: &Target<'_>) -> Reply {
     }
 }
 
-/// A LIST, whole or a page of it: a first page read now, a continue page at its first page's
-/// revision (from the watch cache's memory while the revision is within its window, else from
-/// etcd), counted by where it was read.
+/// A LIST, whole or a page of it: a first page read now (or at the exact revision it names), a
+/// continue page at its first page's revision (from the watch cache's memory while the
+/// revision is within its window, else from etcd), counted by where it was read.
 async fn list(
     sim: &Sim,
     target: &Target<'_>,
@@ -811,24 +837,37 @@ async fn list(
     table: bool,
     listing: Listing<'_>,
 ) -> Reply {
-    let (label_selector, paging) = (listing.label_selector, listing);
     let r = target.resource;
-    let (kvs, revision, start) = match paging.continue_token {
-        None => match sim.store.list(prefix).await {
-            Ok((kvs, now)) => (kvs, now, String::new()),
-            Err(e) => return store_error(target, "", e),
-        },
+    let (kvs, revision, start) = match listing.continue_token {
+        None => {
+            let exact = listing.exact_revision();
+            let read = match exact {
+                Some(at) => sim
+                    .store
+                    .list_at(prefix, at)
+                    .await
+                    .map(|(kvs, _)| (kvs, at)),
+                None => sim.store.list(prefix).await,
+            };
+            match read {
+                Ok((kvs, revision)) => (kvs, revision, String::new()),
+                Err(StoreError::Compacted { .. }) if exact.is_some() => {
+                    return crate::paging::list_too_old();
+                }
+                Err(e) => return store_error(target, "", e),
+            }
+        }
         Some(token) => {
-            if paging
+            let (start, at) = match crate::paging::decode(token, prefix) {
+                Ok(decoded) => decoded,
+                Err(why) => return crate::paging::invalid_token(&why),
+            };
+            if listing
                 .resource_version
                 .is_some_and(|v| !v.is_empty() && v != "0")
             {
                 return crate::paging::with_resource_version();
             }
-            let (start, at) = match crate::paging::decode(token, prefix) {
-                Ok(decoded) => decoded,
-                Err(why) => return crate::paging::invalid_token(&why),
-            };
             // A negative revision asks for the rest as it is now.
             let read = if at < 0 {
                 sim.store
@@ -864,11 +903,17 @@ async fn list(
         .into_iter()
         .map(|kv| {
             let object = objects::from_store(&kv, r);
-            let kept = crate::selectors::matches_labels(&object, label_selector);
+            let kept = crate::selectors::matches_labels(&object, listing.label_selector);
             (kv.key, kept.then_some(object))
         })
         .collect();
-    let page = crate::paging::cut(keys, &start, paging.limit.unwrap_or(usize::MAX));
+    // The watch cache answers `resourceVersion=0` whole: the cacher's `computeListLimit`
+    // drops the limit of a LIST it serves from memory at any revision.
+    let limit = match (listing.resource_version, listing.continue_token) {
+        (Some("0"), None) if sim.store.is_cache() => None,
+        _ => listing.limit,
+    };
+    let page = crate::paging::cut(keys, &start, limit.unwrap_or(usize::MAX));
     let mut answer = if table {
         objects::table(r, &page.items, Some(revision))
     } else {
@@ -880,7 +925,8 @@ async fn list(
     {
         answer["metadata"]["continue"] = json!(token);
         // Unknown once a selector filters what follows.
-        if label_selector.is_none_or(str::is_empty) {
+        let unfiltered = |selector: Option<&str>| selector.is_none_or(str::is_empty);
+        if unfiltered(listing.label_selector) && unfiltered(listing.field_selector) {
             answer["metadata"]["remainingItemCount"] = json!(page.remaining);
         }
     }

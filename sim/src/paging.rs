@@ -132,6 +132,16 @@ pub fn with_resource_version() -> Reply {
     )
 }
 
+/// A first page's exact revision is compacted: etcd3's `expired`, no token.
+pub fn list_too_old() -> Reply {
+    respond::status(
+        410,
+        "Expired",
+        "The resourceVersion for the provided list is too old.",
+        None,
+    )
+}
+
 /// The continue page's revision is compacted: 410 `Expired`, with a token to go on from the
 /// same key at the newest revision (`rv` -1), and words saying what that costs.
 pub fn expired(next_key: &str, prefix: &str) -> Reply {

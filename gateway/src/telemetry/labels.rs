@@ -109,11 +109,11 @@ label! {
     pub enum ContinuePage {
         /// The first page's replica: its watch cache holds the page's revision.
         FirstPageReplica => "first_page_replica",
-        /// Another replica: the first page's was not ready, had been not ready since, queued
-        /// the request's priority level, or failed the page.
+        /// Another replica: the first page's has left, was not ready since, is ejected,
+        /// queued the request's priority level, or failed the page.
         AnotherReplica => "another_replica",
         /// Its first page is not known on the connection (another connection's, or forgotten
-        /// among more than 8 LISTs).
+        /// among more than 32 LISTs).
         Unknown => "unknown",
     }
 }

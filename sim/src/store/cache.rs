@@ -228,4 +228,8 @@ impl Store for WatchCache {
         self.cacher.lagging.send_replace(lagging);
         true
     }
+
+    fn is_cache(&self) -> bool {
+        true
+    }
 }

@@ -152,6 +152,11 @@ pub trait Store: Send + Sync + 'static {
     fn set_lagging(&self, _lagging: bool) -> bool {
         false
     }
+    /// Whether reads are served from a watch cache (which answers a LIST at any revision,
+    /// `resourceVersion=0`, whole).
+    fn is_cache(&self) -> bool {
+        false
+    }
 }
 
 impl StoreEvent {

@@ -31,7 +31,7 @@ use crate::terminate::exchange::body::{LoggedBody, ResponseBody};
 use crate::terminate::join::key;
 use crate::terminate::join::Limits;
 use crate::terminate::request::forward::{self, Sending};
-use crate::terminate::request::pages::{PageHolders, Paging};
+use crate::terminate::request::pages::{Holder, PageHolders, Paging};
 use crate::terminate::request::refused;
 use crate::terminate::request::served::{self, Served};
 use crate::terminate::request::shape::{Client, Shaper};
@@ -222,10 +222,10 @@ async fn serve(
     let (mut outgoing, watch) = shape(cx, parts, body, held, &mut classified);
     let holder = match paging {
         Paging::Continue(list) => cx.pages.holder(list, cx.upstreams.pool()),
-        _ => None,
+        _ => Holder::Unknown,
     };
-    if let Some(holder) = holder {
-        outgoing.prefer(holder);
+    if let Holder::At(replica) = holder {
+        outgoing.prefer(replica);
     }
     served.sent_as(&cx.gw, cx.client, outgoing.kind(), outgoing.headers());
     let sharer = authorize(cx, &outgoing, classified.attributes, token_key, fresh);
@@ -250,11 +250,11 @@ async fn serve(
 }
 
 /// Phase 10 for a page of a LIST: a first page's replica remembered for its continue pages,
-/// and where a continue page went counted.
+/// and where a continue page went counted (answered pages only).
 fn paged(
     cx: &Context<'_>,
     paging: Paging,
-    holder: Option<std::net::SocketAddr>,
+    holder: Holder,
     served: &Served,
     resp: &Response<ResponseBody>,
 ) {
@@ -266,9 +266,9 @@ fn paged(
         (Paging::First(list), Some(replica)) => cx.pages.served_first(list, replica),
         (Paging::Continue(_), Some(replica)) => {
             let to = match holder {
-                Some(h) if h == replica.address => ContinuePage::FirstPageReplica,
-                Some(_) => ContinuePage::AnotherReplica,
-                None => ContinuePage::Unknown,
+                Holder::At(h) if h == replica.address => ContinuePage::FirstPageReplica,
+                Holder::At(_) | Holder::Gone => ContinuePage::AnotherReplica,
+                Holder::Unknown => ContinuePage::Unknown,
             };
             cx.gw.metrics().terminate.continue_page(to);
         }

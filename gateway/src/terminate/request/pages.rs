@@ -26,8 +26,9 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::net::SocketAddr;
 use std::sync::Mutex;
 
-/// LISTs remembered per connection.
-pub const HELD: usize = 8;
+/// LISTs remembered per connection: client-go sends a whole process's requests (every
+/// informer's LIST) over one connection. About 40 bytes each.
+pub const HELD: usize = 32;
 
 /// What a request is to a paginated LIST, named by a hash of the LIST.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,20 +102,41 @@ impl PageHolders {
         });
     }
 
-    /// The replica that served `list`'s first page, if it is in `pool` and has stayed ready
-    /// since.
-    pub fn holder(&self, list: u64, pool: &Pool) -> Option<SocketAddr> {
-        let (replica, since) = {
+    /// Where `list`'s first page was served, as far as it still holds the page's revision:
+    /// in `pool`, ready all along since, not ejected.
+    pub fn holder(&self, list: u64, pool: &Pool) -> Holder {
+        let known = {
             let held = self.held();
-            let h = held.iter().find(|h| h.list == list)?;
-            (h.replica, h.ready_since_ms)
+            held.iter()
+                .find(|h| h.list == list)
+                .map(|h| (h.replica, h.ready_since_ms))
         };
-        pool.backends()
-            .iter()
-            .find(|b| b.address == replica)
-            .filter(|b| b.state() == BackendState::Ready && b.since_unix_ms() == since)
-            .map(|b| b.address)
+        let Some((replica, since)) = known else {
+            return Holder::Unknown;
+        };
+        let holds = pool.backends().iter().any(|b| {
+            b.address == replica
+                && b.state() == BackendState::Ready
+                && b.since_unix_ms() == since
+                && !b.ejected()
+        });
+        if holds {
+            Holder::At(replica)
+        } else {
+            Holder::Gone
+        }
     }
+}
+
+/// Where a continue page's first page was served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder {
+    /// Not on this connection (or forgotten).
+    Unknown,
+    /// On a replica that left, was not ready since, or is ejected: another must serve it.
+    Gone,
+    /// On this replica, which still holds it.
+    At(SocketAddr),
 }
 
 #[cfg(test)]
