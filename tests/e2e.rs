@@ -64,6 +64,8 @@ mod loadtest;
 mod observability;
 #[path = "operator.rs"]
 mod operator;
+#[path = "other_ports.rs"]
+mod other_ports;
 #[path = "pages.rs"]
 mod pages;
 #[path = "proxy_protocol.rs"]

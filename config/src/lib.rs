@@ -37,8 +37,8 @@ pub use schema::{
     AccessLogConfig, AccessLogFormat, AccessReviewConfig, AdminConfig, BackendSpec, BalancePolicy,
     ClusterConfig, ClusterSpec, Config, ConnectConfig, DiscoveryConfig, DrainConfig, FlapDamping,
     FrontProxy, HealthConfig, HealthTls, JoinReadsConfig, KeepaliveConfig, LimitsConfig,
-    ListenerMode, ListenerSpec, NoReadyBackendPolicy, ProxyProtocol, ServingTls, ShutdownConfig,
-    TerminateConfig, TokenReviewConfig, UpgradeConfig, UpstreamConfig, UpstreamTls,
+    ListenerMode, ListenerSpec, NoReadyBackendPolicy, PortProbe, ProxyProtocol, ServingTls,
+    ShutdownConfig, TerminateConfig, TokenReviewConfig, UpgradeConfig, UpstreamConfig, UpstreamTls,
     VersionSkewConfig, IMPLICIT,
 };
 pub use since::{keys_newer_than, parse_version, version_text, Version, ADDED};

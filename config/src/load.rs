@@ -349,6 +349,34 @@ mod tests {
     }
 
     #[test]
+    fn another_port_of_the_replicas_is_for_passthrough_and_probed_only_with_it() {
+        let with = |keys: &str| {
+            MINIMAL.replace(
+                "  - address: 127.0.0.1:6443\n",
+                &format!("  - address: 127.0.0.1:6443\n  - address: 127.0.0.1:8132\n    {keys}\n"),
+            )
+        };
+        let c = load(&with("backend_port: 8132\n    backend_probe: tcp")).unwrap();
+        assert_eq!(c.listeners[1].backend_port, Some(8132));
+        assert_eq!(c.listeners[1].backend_probe, Some(crate::PortProbe::Tcp));
+        refused_at(
+            &with("backend_probe: tcp"),
+            "kubegate.yaml:4:20",
+            "probes a listener's backend_port",
+        );
+        refused_at(
+            &with("backend_port: 0"),
+            "kubegate.yaml:4:19",
+            "port 0 is no port",
+        );
+        refused_at(
+            &with("backend_port: 8132\n    mode: terminate\n    tls: {cert_file: ca.crt, key_file: ca.crt}"),
+            "kubegate.yaml:4:19",
+            "passthrough listener only",
+        );
+    }
+
+    #[test]
     fn terminate_without_tls_is_refused_at_its_mode() {
         refused_at(
             &MINIMAL.replace(

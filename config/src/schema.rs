@@ -148,6 +148,8 @@ pub(crate) mod tests_support {
                 clusters: Some(vec!["a".into()]),
                 default_cluster: Some("a".into()),
                 proxy_protocol: Some(ProxyProtocol::from(vec!["10.0.0.0/8".parse().unwrap()])),
+                backend_port: None,
+                backend_probe: None,
             }],
             vec![BackendSpec {
                 name: Some("a".into()),

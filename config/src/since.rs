@@ -70,6 +70,8 @@ pub const ADDED: &[(&str, Version)] = &[
     ("listeners[].clusters", (0, 3, 0)),
     ("listeners[].default_cluster", (0, 3, 0)),
     ("listeners[].proxy_protocol", (0, 3, 0)),
+    ("listeners[].backend_port", (0, 3, 0)),
+    ("listeners[].backend_probe", (0, 3, 0)),
     ("dispatch[].match.kubectl_commands", (0, 3, 0)),
     ("dispatch[].match.kubectl_sessions", (0, 3, 0)),
     ("terminate.hold_when_none_ready", (0, 3, 0)),

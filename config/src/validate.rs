@@ -67,6 +67,25 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
             }
             (_, None) => {}
         }
+        if l.backend_port.is_some() && l.mode != ListenerMode::Passthrough {
+            bad(
+                format!("listeners[{i}].backend_port"),
+                "another port of the replicas is forwarded by a passthrough listener only (terminate mode speaks the apiserver's HTTP)".into(),
+            );
+        }
+        if l.backend_port == Some(0) {
+            bad(
+                format!("listeners[{i}].backend_port"),
+                "port 0 is no port: name the replicas' port (konnectivity-server's is 8132)".into(),
+            );
+        }
+        if l.backend_probe.is_some() && l.backend_port.is_none() {
+            bad(
+                format!("listeners[{i}].backend_probe"),
+                "probes a listener's backend_port: without one the replica's own readiness decides"
+                    .into(),
+            );
+        }
         if let Some(p) = &l.proxy_protocol {
             if p.trusted.is_empty() {
                 bad(

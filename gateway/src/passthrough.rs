@@ -9,11 +9,13 @@
 //! | `proxy` | the plane's entry: choose the cluster, place the connection, register it, spawn its relay |
 //! | `hello` | the server name of a ClientHello, read without answering it |
 //! | `guard` | a relay's registration with its backend, released when the relay ends |
+//! | `port_probe` | the readiness of the replicas' other port a listener forwards to (`backend_port`, `backend_probe: tcp`) |
 //! | `copy` | `Relay`: the hand-written future that copies both ways |
 
 mod copy;
 mod guard;
 mod hello;
+mod port_probe;
 mod proxy;
 
 pub use proxy::Passthrough;

@@ -40,6 +40,24 @@ pub struct ListenerSpec {
     /// Absent: no header is read, and a connection's client is its peer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_protocol: Option<ProxyProtocol>,
+    /// Another port of the same replicas this listener forwards to (passthrough only): a
+    /// control plane's other service on the apiservers' hosts (konnectivity-server 8132, RKE2's
+    /// supervisor 9345), balanced, drained and discovered with the cluster. Absent: the
+    /// apiserver's own port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_port: Option<u16>,
+    /// How `backend_port`'s readiness is known: absent, it follows the replica's (`/readyz`);
+    /// `tcp`, the port must also accept a connection, probed every `health.interval`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_probe: Option<PortProbe>,
+}
+
+/// How a listener's `backend_port` is probed, beside the replica's own readiness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PortProbe {
+    /// A TCP connect within `health.timeout`.
+    Tcp,
 }
 
 impl ListenerSpec {
@@ -52,6 +70,8 @@ impl ListenerSpec {
             clusters: None,
             default_cluster: None,
             proxy_protocol: None,
+            backend_port: None,
+            backend_probe: None,
         }
     }
 }

@@ -50,7 +50,7 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
     let counts = config
         .listeners
         .iter()
-        .map(|l| ClientListener::leak(l.address, l.mode))
+        .map(|l| ClientListener::leak_forwarding(l.address, l.mode, l.backend_port))
         .collect();
     // Every cluster, read as a reload reads an added one: a file that cannot be used fails
     // the start here; the control runtime puts the generation in force as it starts.

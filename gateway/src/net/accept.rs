@@ -80,6 +80,10 @@ pub trait Serve: Send + Sync + 'static {
     /// Takes over an accepted, admitted connection (on a task of its own); `slot` frees when
     /// the connection ends.
     fn serve(&self, gw: &Arc<Gateway>, client: TcpStream, slot: ClientSlot);
+
+    /// Starts what the plane runs beside its connections for the process's life (a probe of
+    /// the replicas' other port), as the listeners start.
+    fn start(&self, _gw: &Arc<Gateway>) {}
 }
 
 /// The listeners, as a pingora background service.
@@ -111,6 +115,7 @@ impl BackgroundService for Acceptor {
         let mut loops = tokio::task::JoinSet::new();
         let counts = self.gateway.listeners().to_vec();
         for ((listener, plane), count) in listeners.into_iter().zip(counts) {
+            plane.start(&self.gateway);
             match TcpListener::from_std(listener) {
                 Ok(l) => {
                     loops.spawn(accept_loop(l, plane, count, self.gateway.clone()));

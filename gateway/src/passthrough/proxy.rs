@@ -7,8 +7,9 @@ use crate::net::{client_of, connect_failed, place, Attempt, Serve, Unplaced, UNR
 use crate::passthrough::copy::Relay;
 use crate::passthrough::guard::ConnectionGuard;
 use crate::passthrough::hello::{self, HelloError};
+use crate::passthrough::port_probe::{self, on_port, PortReadiness};
 use crate::state::{Backend, ClientSlot, Cluster, Gateway, Generation, Route};
-use crate::telemetry::Refusal;
+use crate::telemetry::{ConnectError, Refusal};
 use kubegate_config::{BalancePolicy, ListenerSpec};
 use kubegate_net::{dial, out_of_resources};
 use std::io;
@@ -22,12 +23,16 @@ use tokio::net::TcpStream;
 pub struct Passthrough {
     /// The listener as configured: the clusters it serves and its default one.
     listener: Arc<ListenerSpec>,
+    /// Its `backend_port`'s own readiness, when it is probed (`backend_probe: tcp`).
+    port_readiness: Option<Arc<PortReadiness>>,
 }
 
 impl Passthrough {
     /// The plane of `listener`.
     pub fn new(listener: ListenerSpec) -> Passthrough {
+        let probed = listener.backend_port.is_some() && listener.backend_probe.is_some();
         Passthrough {
+            port_readiness: probed.then(Default::default),
             listener: Arc::new(listener),
         }
     }
@@ -35,23 +40,34 @@ impl Passthrough {
 
 impl Serve for Passthrough {
     fn serve(&self, gw: &Arc<Gateway>, client: TcpStream, slot: ClientSlot) {
-        drop(tokio::spawn(open(
-            gw.clone(),
-            self.listener.clone(),
-            client,
-            slot,
-        )));
+        let to = Forwarding {
+            listener: self.listener.clone(),
+            port_readiness: self.port_readiness.clone(),
+        };
+        drop(tokio::spawn(open(gw.clone(), to, client, slot)));
     }
+
+    fn start(&self, gw: &Arc<Gateway>) {
+        if let (Some(port), Some(readiness)) = (self.listener.backend_port, &self.port_readiness) {
+            drop(tokio::spawn(port_probe::probe(
+                gw.clone(),
+                port,
+                readiness.clone(),
+            )));
+        }
+    }
+}
+
+/// Where a connection of a listener goes: its listener's clusters, and the replicas' port.
+struct Forwarding {
+    listener: Arc<ListenerSpec>,
+    port_readiness: Option<Arc<PortReadiness>>,
 }
 
 /// Connects `client` to a backend of its cluster, then hands both sockets to a relay task of
 /// their own and ends: an open connection costs only its relay.
-async fn open(
-    gw: Arc<Gateway>,
-    listener: Arc<ListenerSpec>,
-    mut client: TcpStream,
-    slot: ClientSlot,
-) {
+async fn open(gw: Arc<Gateway>, to: Forwarding, mut client: TcpStream, slot: ClientSlot) {
+    let listener = &to.listener;
     let Some(address) = client_of(&gw, &mut client, listener.proxy_protocol.as_ref()).await else {
         return;
     };
@@ -61,18 +77,19 @@ async fn open(
     let (generation, cluster, hello) = if named {
         // Boxed: this task is sized for its largest await while it connects, and a one-cluster
         // file's connections never read a ClientHello.
-        match Box::pin(choose(&gw, &listener, &client, address)).await {
+        match Box::pin(choose(&gw, listener, &client, address)).await {
             Some(chosen) => chosen,
             None => return,
         }
     } else {
         let generation = gw.config().generation();
-        match generation.clusters.route(&listener, None) {
+        match generation.clusters.route(listener, None) {
             Route::To(one) => (generation, one, Vec::new()),
             _ => return,
         }
     };
-    let Some((backend, mut upstream)) = connect(&gw, &generation, &cluster, address).await else {
+    let Some((backend, mut upstream)) = connect(&gw, &generation, &cluster, &to, address).await
+    else {
         return;
     };
     let _ = upstream.set_nodelay(true);
@@ -102,6 +119,9 @@ struct Connects<'a> {
     gw: &'a Gateway,
     timeout: Duration,
     retried: bool,
+    /// The replicas' other port (`backend_port`), if not the apiserver's, and its readiness.
+    port: Option<u16>,
+    port_readiness: Option<&'a PortReadiness>,
 }
 
 impl Attempt for Connects<'_> {
@@ -114,7 +134,7 @@ impl Attempt for Connects<'_> {
     }
 
     async fn attempt(&mut self, backend: &Arc<Backend>) -> Result<TcpStream, ConnectFailure> {
-        dial(backend.address, self.timeout)
+        dial(on_port(backend.address, self.port), self.timeout)
             .await
             .map_err(|e| self.failed(backend, &e))
     }
@@ -137,7 +157,19 @@ impl Connects<'_> {
             tracing::warn!(error = %e, "cannot open a backend socket: closing client connection");
             return ConnectFailure::OutOfResources;
         }
-        connect_failed(self.gw, backend, e, "passthrough");
+        if self.port.is_none() {
+            connect_failed(self.gw, backend, e, "passthrough");
+        } else {
+            // Another service of the replica's host: the apiserver is not ejected for it;
+            // with a probe, the port is passed over until it passes again.
+            let reason = ConnectError::of(e);
+            let name = backend.info().name.clone();
+            self.gw.metrics().net.connect_error(&name, reason);
+            tracing::warn!(backend = %name, port = ?self.port, reason = reason.as_str(), error = %e, "connect to a replica's other port failed");
+            if let Some(readiness) = self.port_readiness {
+                readiness.failed(backend.address);
+            }
+        }
         ConnectFailure::Backend
     }
 }
@@ -187,14 +219,22 @@ async fn connect(
     gw: &Gateway,
     generation: &Generation,
     cluster: &Cluster,
+    to: &Forwarding,
     client: SocketAddr,
 ) -> Option<(Arc<Backend>, TcpStream)> {
+    let port_readiness = to.port_readiness.as_deref();
     let mut connects = Connects {
         gw,
         timeout: generation.config.connect.timeout,
         retried: false,
+        port: to.listener.backend_port,
+        port_readiness,
     };
-    let refusal = match place(gw, generation, cluster, &mut connects, &mut Vec::new()).await {
+    // Replicas whose other port failed its probe are placed as already tried.
+    let mut passed_over = port_readiness
+        .map(PortReadiness::not_ready)
+        .unwrap_or_default();
+    let refusal = match place(gw, generation, cluster, &mut connects, &mut passed_over).await {
         Ok(placed) => return Some(placed),
         Err(Unplaced::NoBackend) => {
             tracing::debug!(client = %client, "no ready backend: closing client connection");

@@ -20,6 +20,8 @@ pub struct ClientListener {
     pub address: SocketAddr,
     /// Its data plane.
     pub mode: ListenerMode,
+    /// The replicas' other port it forwards to (`backend_port`), if not the apiserver's.
+    pub backend_port: Option<u16>,
     open: AtomicUsize,
 }
 
@@ -27,9 +29,19 @@ impl ClientListener {
     /// A listener on `address` for `mode`, for the life of the process: every client slot
     /// points at it (a pointer, where an `Arc` would add a reference count per connection).
     pub fn leak(address: SocketAddr, mode: ListenerMode) -> &'static ClientListener {
+        ClientListener::leak_forwarding(address, mode, None)
+    }
+
+    /// The same, forwarding to the replicas' `backend_port`.
+    pub fn leak_forwarding(
+        address: SocketAddr,
+        mode: ListenerMode,
+        backend_port: Option<u16>,
+    ) -> &'static ClientListener {
         Box::leak(Box::new(ClientListener {
             address,
             mode,
+            backend_port,
             open: AtomicUsize::new(0),
         }))
     }

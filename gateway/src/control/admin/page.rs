@@ -142,9 +142,13 @@ fn listeners(page: &mut String, gw: &Gateway) {
         "<h2>Listeners</h2><table><tr><th>Address<th>Mode<th>Clients</tr>"
     );
     for l in gw.listeners() {
+        let to = l
+            .backend_port
+            .map(|p| format!(" → replicas' port {p}"))
+            .unwrap_or_default();
         let _ = write!(
             page,
-            "<tr><td>{}<td>{}<td class=n>{}</tr>",
+            "<tr><td>{}<td>{}{to}<td class=n>{}</tr>",
             l.address,
             l.mode.as_str(),
             l.open()
