@@ -104,9 +104,15 @@ fn short_runs(dir: &Path, scenarios: &str, gateways: &str) -> Value {
 /// `dir/work` and its report in `dir/report.json`; asserts it succeeded and returns its table
 /// and the parsed report.
 fn subcommand(dir: &Path, args: &[&str]) -> (String, Value) {
+    subcommand_with(dir, args, &[])
+}
+
+/// [`subcommand`], with `env` set for the tool.
+fn subcommand_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (String, Value) {
     // Relative paths, as `scripts/demo` passes them: the configuration files the tool writes
     // must still point at the right certificates.
     let out = Command::new(bin("kubegate-loadtest"))
+        .envs(env.iter().copied())
         .args(args)
         .current_dir(dir)
         .args(["--dir", "work", "--json", "report.json"])
@@ -351,6 +357,37 @@ fn a_blackout_through_kubegate_with_and_without_a_hold_breaks_no_watch() {
         all_explained(&r);
         assert!(r["served_again_ms"].is_number(), "{r}");
     }
+}
+
+/// The demo's scenario over IPv6: with `KUBEGATE_LOOPBACK=::1` the test bed puts etcd, the
+/// replicas, kubegate and its clients on `::1`; a rolling restart through both planes, their
+/// clients served and kubectl running alongside.
+#[test]
+fn a_rolling_restart_over_ipv6_loopback_through_both_planes() {
+    let _slot = Slot::take();
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "run",
+        "--scenario",
+        "rolling-restart",
+        "--gateways",
+        "kubegate,kubegate-l7",
+        "--short",
+    ];
+    let (table, report) = subcommand_with(dir.path(), &args, &[("KUBEGATE_LOOPBACK", "::1")]);
+    assert!(table.contains("| scenario | gateway |"), "{table}");
+    for gateway in ["kubegate", "kubegate-l7"] {
+        let r = run(&report, "rolling-restart", gateway);
+        assert_eq!(r["status"], "ok", "{r}");
+        assert!(total(&r["requests"]) > 100, "too little traffic: {r}");
+        assert!(r["kubectl_runs"].as_u64().unwrap() > 0, "{r}");
+    }
+    answered_with_a_status(&run(&report, "rolling-restart", "kubegate-l7"));
+    let config = dir
+        .path()
+        .join("work/rolling-restart/kubegate-l7/gateway/kubegate.yaml");
+    let config = std::fs::read_to_string(config).unwrap();
+    assert!(config.contains("address: '[::1]:"), "{config}");
 }
 
 /// One replica's `workload-low` saturated for 20 s by traffic no gateway sees (`apf-hot`,

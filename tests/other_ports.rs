@@ -6,7 +6,8 @@
 //!    service on a second port; its listener spreads connections over both hosts, passes over
 //!    a replica whose `/readyz` fails (the replica's readiness decides), and, with
 //!    `backend_probe: tcp`, over one whose service is down while its apiserver stays ready —
-//!    which is not ejected for it.
+//!    which is not ejected, nor its connects counted, for it. With every service down, the
+//!    replicas are still tried (the connects fail), never refused as not ready.
 
 use kubegate_config::{ListenerSpec, PortProbe};
 use kubegate_e2e::*;
@@ -89,11 +90,10 @@ async fn another_port_follows_the_replicas_and_its_own_probe() {
         })
         .collect();
     let at = |i: usize| SocketAddr::new(hosts[i].parse().unwrap(), service_port);
-    let _one = service(at(0), "service-1").await;
+    let one = service(at(0), "service-1").await;
     let two = service(at(1), "service-2").await;
     let refs: Vec<&Sim> = sims.iter().collect();
     let mut config = KubegateConfig::new(&refs);
-    config.health.interval = Duration::from_millis(300);
     let other = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let mut konnectivity = ListenerSpec::passthrough(other);
     konnectivity.backend_port = Some(service_port);
@@ -116,10 +116,10 @@ async fn another_port_follows_the_replicas_and_its_own_probe() {
     // replica-1's /readyz fails: its host's service gets no new connection either.
     sims[0].force_check("etcd", true);
     kg.wait_state("replica-1", "not_ready", T);
-    assert_eq!(
-        spread(other, 6).await,
-        HashSet::from(["service-2".to_string()])
-    );
+    wait_for("only service-2 reached", T, || {
+        let seen = futures_block(spread(other, 6));
+        (seen == HashSet::from(["service-2".to_string()])).then_some(())
+    });
     sims[0].force_check("etcd", false);
     kg.wait_state("replica-1", "ready", T);
 
@@ -131,16 +131,20 @@ async fn another_port_follows_the_replicas_and_its_own_probe() {
         let seen = futures_block(spread(other, 6));
         (seen == HashSet::from(["service-1".to_string()])).then_some(())
     });
-    // No connect is tried on the dead port any more: the probe passes it over.
-    let failed = kg.metric_sum("kubegate_backend_connect_errors_total");
+    // No connect is tried on the dead port any more: the probe passes it over; and its
+    // failures are the port's, not the apiserver's.
+    let failed = kg.metric_sum("kubegate_backend_port_connect_errors_total");
+    assert!(failed >= 1.0);
     assert_eq!(
         spread(other, 6).await,
         HashSet::from(["service-1".to_string()])
     );
     assert_eq!(
-        kg.metric_sum("kubegate_backend_connect_errors_total"),
+        kg.metric_sum("kubegate_backend_port_connect_errors_total"),
         failed
     );
+    assert_eq!(kg.metric_sum("kubegate_backend_connect_errors_total"), 0.0);
+    assert_eq!(kg.metric("kubegate_connect_retries_total"), 0.0);
     let replica_2 = kg
         .backends()
         .into_iter()
@@ -151,6 +155,16 @@ async fn another_port_follows_the_replicas_and_its_own_probe() {
         (Some("ready"), Some(false))
     );
     assert_eq!(api.get("/version").await.unwrap().status, 200);
+
+    // Both services down: still tried (last), so the connection fails on the connects, not
+    // for want of a ready replica.
+    one.abort();
+    let _ = one.await;
+    assert_eq!(reached(other).await, None);
+    wait_for("a connect failure counted", T, || {
+        (kg.refused("connect_failed") >= 1.0).then_some(())
+    });
+    assert_eq!(kg.refused("no_ready_backend"), 0.0);
 }
 
 /// Runs `f` to completion from a synchronous wait (a test's `wait_for` polls).

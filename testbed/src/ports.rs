@@ -3,7 +3,7 @@
 
 use crate::wait::wait_until;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 /// Ports handed out lie below Linux's ephemeral range (32768–60999 by default): a port the
@@ -28,19 +28,28 @@ pub fn free_port() -> u16 {
     for _ in 0..span {
         let offset = NEXT.fetch_add(1, Ordering::AcqRel) % span;
         let port = PORTS.start + offset as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if TcpListener::bind((loopback(), port)).is_ok() {
             return port;
         }
     }
-    TcpListener::bind("127.0.0.1:0")
+    TcpListener::bind((loopback(), 0))
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free loopback port")
 }
 
-/// `127.0.0.1` with a port that was free a moment ago.
+/// The loopback address the test bed listens on: `127.0.0.1`, or `::1` when
+/// `KUBEGATE_LOOPBACK=::1` (the demo and load tests over IPv6).
+pub fn loopback() -> IpAddr {
+    match std::env::var("KUBEGATE_LOOPBACK").as_deref() {
+        Ok("::1") => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        _ => IpAddr::V4(Ipv4Addr::LOCALHOST),
+    }
+}
+
+/// The test bed's loopback address with a port that was free a moment ago.
 pub fn free_addr() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], free_port()))
+    SocketAddr::new(loopback(), free_port())
 }
 
 /// Waits until something accepts TCP on `addr`.

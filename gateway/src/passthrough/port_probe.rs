@@ -1,71 +1,113 @@
 //! The readiness of the replicas' other port a passthrough listener forwards to
-//! (`backend_port` with `backend_probe: tcp`): beside the replica's own readiness (its
-//! `/readyz`, which decides for the cluster), the port must accept a TCP connection. A
-//! konnectivity-server or a supervisor can be down while its host's apiserver is ready; its
-//! listener then passes that replica over, and the apiserver's own traffic is not touched.
+//! (`backend_port`): beside the replica's own readiness (its `/readyz`, which decides for the
+//! cluster), a port that refused a connect is tried last — for [`PASSED_OVER`], or with
+//! `backend_probe: tcp` until a probe passes again. A konnectivity-server or a supervisor can
+//! be down while its host's apiserver is ready; its listener then goes to the others first,
+//! and the apiserver's own traffic is not touched.
 //!
-//! Every replica of every cluster is probed each `health.interval`, all at once, each connect
-//! bounded by `health.timeout`. A replica not probed yet is taken as ready: its `/readyz` has
+//! With `backend_probe: tcp`, every replica of the listener's clusters is probed each
+//! `health.interval`, all at once, each connect bounded by `health.timeout` (a connect then a
+//! close: the service may log it). A replica not probed yet is taken as ready: its `/readyz` has
 //! just passed, and the first round runs as the listener starts.
 
 use crate::state::Gateway;
-use kubegate_net::dial;
-use std::collections::HashSet;
+use kubegate_config::ListenerSpec;
+use kubegate_net::{dial, out_of_resources};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-/// The replicas (by their apiserver address) whose other port failed its last probe.
+/// How long a port that refused a connect is tried last, without a probe to say when it is
+/// back.
+pub const PASSED_OVER: Duration = Duration::from_secs(10);
+
+/// The replicas (by their apiserver address) whose other port failed: until when (`None`:
+/// until a probe passes).
 #[derive(Default)]
 pub struct PortReadiness {
-    failing: Mutex<HashSet<SocketAddr>>,
+    failing: Mutex<HashMap<SocketAddr, Option<Instant>>>,
 }
 
 impl PortReadiness {
-    fn failing(&self) -> std::sync::MutexGuard<'_, HashSet<SocketAddr>> {
+    fn failing(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, Option<Instant>>> {
         self.failing.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The replicas whose port failed its last probe: placed as already tried.
+    /// The replicas whose port failed lately: tried last.
     pub fn not_ready(&self) -> Vec<SocketAddr> {
-        self.failing().iter().copied().collect()
-    }
-
-    /// `replica`'s port failed a connect: passed over until a probe passes again.
-    pub fn failed(&self, replica: SocketAddr) {
-        self.failing().insert(replica);
-    }
-
-    fn probed(&self, replica: SocketAddr, passed: bool) {
+        let now = Instant::now();
         let mut failing = self.failing();
-        if passed {
-            failing.remove(&replica);
-        } else {
-            failing.insert(replica);
+        failing.retain(|_, until| until.is_none_or(|t| t > now));
+        failing.keys().copied().collect()
+    }
+
+    /// `replica`'s port refused a connect: tried last until a probe passes (`probed`) or,
+    /// without one, for [`PASSED_OVER`].
+    pub fn failed(&self, replica: SocketAddr, probed: bool) {
+        let until = (!probed).then(|| Instant::now() + PASSED_OVER);
+        self.failing().insert(replica, until);
+    }
+
+    /// A probe round's outcome: `failed` ports, the others of `replicas` passed; replicas gone
+    /// are forgotten.
+    fn probed(&self, replicas: &[SocketAddr], failed: &[SocketAddr]) {
+        let mut failing = self.failing();
+        failing.retain(|a, _| replicas.contains(a) && failed.contains(a));
+        for a in failed {
+            failing.insert(*a, None);
         }
     }
 }
 
-/// `replica`'s other `port`, on its host.
+/// `replica`'s other `port`, on its host (its IPv6 scope kept).
 pub fn on_port(replica: SocketAddr, port: Option<u16>) -> SocketAddr {
-    SocketAddr::new(replica.ip(), port.unwrap_or(replica.port()))
+    let mut to = replica;
+    if let Some(port) = port {
+        to.set_port(port);
+    }
+    to
 }
 
-/// Probes `port` on every replica for the process's life.
-pub async fn probe(gw: Arc<Gateway>, port: u16, readiness: Arc<PortReadiness>) {
+/// Probes `port` on the replicas of `listener`'s clusters for the process's life.
+pub async fn probe(
+    gw: Arc<Gateway>,
+    listener: Arc<ListenerSpec>,
+    port: u16,
+    readiness: Arc<PortReadiness>,
+) {
     loop {
         let health = gw.config().load().health.clone();
-        let replicas: Vec<SocketAddr> =
-            gw.clusters().backends().iter().map(|b| b.address).collect();
+        let clusters = gw.clusters();
+        let replicas: Vec<SocketAddr> = clusters
+            .all()
+            .iter()
+            .filter(|c| {
+                listener
+                    .clusters
+                    .as_ref()
+                    .is_none_or(|names| names.iter().any(|n| n == c.name()))
+            })
+            .flat_map(|c| c.pool().backends())
+            .map(|b| b.address)
+            .collect();
         let mut probes = tokio::task::JoinSet::new();
-        for replica in replicas {
-            let readiness = readiness.clone();
+        for replica in replicas.clone() {
             let timeout = health.timeout;
             probes.spawn(async move {
-                let passed = dial(on_port(replica, Some(port)), timeout).await.is_ok();
-                readiness.probed(replica, passed);
+                match dial(on_port(replica, Some(port)), timeout).await {
+                    Ok(_) => None,
+                    // kubegate's own shortage says nothing of the port.
+                    Err(e) if out_of_resources(&e) => None,
+                    Err(_) => Some(replica),
+                }
             });
         }
-        while probes.join_next().await.is_some() {}
+        let mut failed = Vec::new();
+        while let Some(outcome) = probes.join_next().await {
+            failed.extend(outcome.ok().flatten());
+        }
+        readiness.probed(&replicas, &failed);
         tokio::time::sleep(health.interval).await;
     }
 }

@@ -23,16 +23,15 @@ use tokio::net::TcpStream;
 pub struct Passthrough {
     /// The listener as configured: the clusters it serves and its default one.
     listener: Arc<ListenerSpec>,
-    /// Its `backend_port`'s own readiness, when it is probed (`backend_probe: tcp`).
+    /// Its `backend_port`'s readiness: the replicas whose port failed lately.
     port_readiness: Option<Arc<PortReadiness>>,
 }
 
 impl Passthrough {
     /// The plane of `listener`.
     pub fn new(listener: ListenerSpec) -> Passthrough {
-        let probed = listener.backend_port.is_some() && listener.backend_probe.is_some();
         Passthrough {
-            port_readiness: probed.then(Default::default),
+            port_readiness: listener.backend_port.map(|_| Default::default()),
             listener: Arc::new(listener),
         }
     }
@@ -48,12 +47,13 @@ impl Serve for Passthrough {
     }
 
     fn start(&self, gw: &Arc<Gateway>) {
-        if let (Some(port), Some(readiness)) = (self.listener.backend_port, &self.port_readiness) {
-            drop(tokio::spawn(port_probe::probe(
-                gw.clone(),
-                port,
-                readiness.clone(),
-            )));
+        let probed = self.listener.backend_probe.is_some();
+        if let (Some(port), Some(readiness), true) =
+            (self.listener.backend_port, &self.port_readiness, probed)
+        {
+            let listener = self.listener.clone();
+            let probe = port_probe::probe(gw.clone(), listener, port, readiness.clone());
+            drop(tokio::spawn(probe));
         }
     }
 }
@@ -122,6 +122,10 @@ struct Connects<'a> {
     /// The replicas' other port (`backend_port`), if not the apiserver's, and its readiness.
     port: Option<u16>,
     port_readiness: Option<&'a PortReadiness>,
+    /// Whether the port is probed (`backend_probe`).
+    probed: bool,
+    /// Replicas whose port failed lately: the first attempt passes them over.
+    avoid: Vec<SocketAddr>,
 }
 
 impl Attempt for Connects<'_> {
@@ -139,13 +143,18 @@ impl Attempt for Connects<'_> {
             .map_err(|e| self.failed(backend, &e))
     }
 
+    fn avoid_first(&self) -> &[SocketAddr] {
+        &self.avoid
+    }
+
     fn may_try_another(&self, failure: ConnectFailure) -> bool {
         failure == ConnectFailure::Backend
     }
 
     fn retrying(&mut self, _: ConnectFailure) {
-        // Counts connections that needed another backend, not each further attempt.
-        if !std::mem::replace(&mut self.retried, true) {
+        // Counts connections that needed another backend, not each further attempt; another
+        // port's failures are its own (`kubegate_backend_port_connect_errors_total`).
+        if !std::mem::replace(&mut self.retried, true) && self.port.is_none() {
             self.gw.metrics().net.connect_retries.inc();
         }
     }
@@ -157,17 +166,21 @@ impl Connects<'_> {
             tracing::warn!(error = %e, "cannot open a backend socket: closing client connection");
             return ConnectFailure::OutOfResources;
         }
-        if self.port.is_none() {
-            connect_failed(self.gw, backend, e, "passthrough");
-        } else {
-            // Another service of the replica's host: the apiserver is not ejected for it;
-            // with a probe, the port is passed over until it passes again.
-            let reason = ConnectError::of(e);
-            let name = backend.info().name.clone();
-            self.gw.metrics().net.connect_error(&name, reason);
-            tracing::warn!(backend = %name, port = ?self.port, reason = reason.as_str(), error = %e, "connect to a replica's other port failed");
-            if let Some(readiness) = self.port_readiness {
-                readiness.failed(backend.address);
+        match self.port {
+            None => connect_failed(self.gw, backend, e, "passthrough"),
+            Some(port) => {
+                // Another service of the replica's host: its failure is its own, the apiserver
+                // neither ejected nor counted for it; the port is tried last for a while.
+                let reason = ConnectError::of(e);
+                let name = backend.info().name.clone();
+                self.gw
+                    .metrics()
+                    .net
+                    .port_connect_error(&name, port, reason);
+                tracing::warn!(backend = %name, port, reason = reason.as_str(), error = %e, "connect to a replica's other port failed");
+                if let Some(readiness) = self.port_readiness {
+                    readiness.failed(backend.address, self.probed);
+                }
             }
         }
         ConnectFailure::Backend
@@ -229,12 +242,14 @@ async fn connect(
         retried: false,
         port: to.listener.backend_port,
         port_readiness,
+        probed: to.listener.backend_probe.is_some(),
+        // Replicas whose other port failed lately are tried last, not skipped: a port back
+        // before its probe says so still serves.
+        avoid: port_readiness
+            .map(PortReadiness::not_ready)
+            .unwrap_or_default(),
     };
-    // Replicas whose other port failed its probe are placed as already tried.
-    let mut passed_over = port_readiness
-        .map(PortReadiness::not_ready)
-        .unwrap_or_default();
-    let refusal = match place(gw, generation, cluster, &mut connects, &mut passed_over).await {
+    let refusal = match place(gw, generation, cluster, &mut connects, &mut Vec::new()).await {
         Ok(placed) => return Some(placed),
         Err(Unplaced::NoBackend) => {
             tracing::debug!(client = %client, "no ready backend: closing client connection");

@@ -23,6 +23,9 @@ pub struct NetMetrics {
     client_limit_closes: IntCounterVec,
     /// `kubegate_backend_connect_errors_total{backend,reason}`.
     connect_errors: IntCounterVec,
+    /// `kubegate_backend_port_connect_errors_total{backend,port,reason}`: failed connects to a
+    /// replica's other port (`listeners[].backend_port`), apart from the apiserver's.
+    port_connect_errors: IntCounterVec,
     /// `kubegate_connect_retries_total`: client connections that needed another backend.
     pub connect_retries: IntCounter,
     /// `kubegate_connections_fallback_total`: connections sent to an alive, not-ready backend.
@@ -45,6 +48,7 @@ impl NetMetrics {
             listener_clients: gauge_vec(r, "kubegate_listener_client_connections", "Client connections open on each listener, by its address and mode; together they count against kubegate_client_connection_limit.", &["listener", "mode"]),
             client_limit_closes: counter_vec(r, "kubegate_client_limit_closes_total", "Client connections kubegate closed to protect itself and its other clients, by limit (connections: limits.max_client_connections were open; rapid_reset: most HTTP/2 streams reset by the client at once).", &["reason"]),
             connect_errors: counter_vec(r, "kubegate_backend_connect_errors_total", "Failed connects to a backend by reason (refused, timeout, error).", &["backend", "reason"]),
+            port_connect_errors: counter_vec(r, "kubegate_backend_port_connect_errors_total", "Failed connects to another port of a replica (a passthrough listener's backend_port: konnectivity, a supervisor) by port and reason (refused, timeout, error); the replica's apiserver is not blamed.", &["backend", "port", "reason"]),
             connect_retries: counter(r, "kubegate_connect_retries_total", "Client connections whose first backend connect failed and were retried on another backend."),
             fallback: counter(r, "kubegate_connections_fallback_total", "Client connections sent to an alive but not-ready backend because no backend was ready (no_ready_backend: alive)."),
             refused: counter_vec(r, "kubegate_connections_refused_total", "Client connections closed without a backend, by reason (no_ready_backend, connect_failed, out_of_resources).", &["reason"]),
@@ -88,6 +92,13 @@ impl NetMetrics {
     /// Counts a client turned away.
     pub fn refuse(&self, reason: Refusal) {
         count(&self.refused, reason);
+    }
+
+    /// Counts a failed connect to `backend`'s other `port`.
+    pub fn port_connect_error(&self, backend: &str, port: u16, reason: ConnectError) {
+        self.port_connect_errors
+            .with_label_values(&[backend, &port.to_string(), reason.as_str()])
+            .inc();
     }
 
     /// Counts a failed connect to `backend`.
