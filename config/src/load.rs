@@ -132,6 +132,11 @@ mod tests {
         );
     }
 
+    /// [`MINIMAL`] with `listeners` (YAML list items) for its one listener.
+    fn with_listeners(listeners: &str) -> String {
+        MINIMAL.replace("  - address: 127.0.0.1:6443\n", listeners)
+    }
+
     const MINIMAL: &str = "listeners:\n  - address: 127.0.0.1:6443\nbackends:\n  - address: 127.0.0.1:7001\nhealth:\n  tls:\n    ca_file: ca.crt\n";
 
     #[test]
@@ -315,10 +320,9 @@ mod tests {
     #[test]
     fn a_listeners_proxy_protocol_loads_with_its_defaults_and_names_a_balancer() {
         let with = |block: &str| {
-            MINIMAL.replace(
-                "  - address: 127.0.0.1:6443\n",
-                &format!("  - address: 127.0.0.1:6443\n    proxy_protocol: {block}\n"),
-            )
+            with_listeners(&format!(
+                "  - address: 127.0.0.1:6443\n    proxy_protocol: {block}\n"
+            ))
         };
         let c = load(&with("{trusted: [10.0.0.0/8, 192.0.2.7]}")).unwrap();
         let p = c.listeners[0].proxy_protocol.as_ref().unwrap();
@@ -351,10 +355,9 @@ mod tests {
     #[test]
     fn another_port_of_the_replicas_is_for_passthrough_and_probed_only_with_it() {
         let with = |keys: &str| {
-            MINIMAL.replace(
-                "  - address: 127.0.0.1:6443\n",
-                &format!("  - address: 127.0.0.1:6443\n  - address: 127.0.0.1:8132\n    {keys}\n"),
-            )
+            with_listeners(&format!(
+                "  - address: 127.0.0.1:6443\n  - address: 127.0.0.1:8132\n    {keys}\n"
+            ))
         };
         let c = load(&with("backend_port: 8132\n    backend_probe: tcp")).unwrap();
         assert_eq!(c.listeners[1].backend_port, Some(8132));

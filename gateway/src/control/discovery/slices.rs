@@ -108,6 +108,22 @@ mod tests {
     }
 
     #[test]
+    fn a_dual_stack_services_slices_of_both_families_are_read() {
+        // The EndpointSlice controller writes one slice per address family.
+        let https = json!([{"name": "https", "port": 6443}]);
+        let list = json!({"items": [
+            slice("kubernetes-v4", json!([{"addresses": ["10.0.0.1"]}]), https.clone()),
+            slice("kubernetes-v6", json!([{"addresses": ["fd00::1"]}]), https),
+        ]});
+        let got: Vec<String> = Slices::from_list(&list)
+            .all()
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+        assert_eq!(got, ["10.0.0.1:6443", "[fd00::1]:6443"]);
+    }
+
+    #[test]
     fn watch_events_keep_the_union_of_the_slices() {
         let one = |ip: &str| json!([{"addresses": [ip]}]);
         let https = json!([{"name": "https", "port": 6443}]);
