@@ -48,6 +48,8 @@ mod fuzz_corpora;
 mod hold;
 #[path = "http2_abuse.rs"]
 mod http2_abuse;
+#[path = "http2_rfc.rs"]
+mod http2_rfc;
 #[path = "identity.rs"]
 mod identity;
 #[path = "ipv6.rs"]

@@ -227,13 +227,27 @@ fn decode_frame(decoder: &mut FrameDecoder, mut bytes: BytesMut) -> Result<Optio
         });
     }
 
+    // kubegate: RFC 9113 §4.2: "An endpoint MUST send an error code of FRAME_SIZE_ERROR if a
+    // frame ... is too small to contain mandatory frame data"; a frame whose length its type
+    // fixes (§6.4 RST_STREAM, §6.5 SETTINGS, §6.7 PING, §6.9 WINDOW_UPDATE) and that has
+    // another is one. Any other malformed frame stays PROTOCOL_ERROR.
+    fn size_or_protocol(e: &frame::Error) -> Reason {
+        match e {
+            frame::Error::BadFrameSize
+            | frame::Error::InvalidPayloadLength
+            | frame::Error::InvalidPayloadAckSettings => Reason::FRAME_SIZE_ERROR,
+            _ => Reason::PROTOCOL_ERROR,
+        }
+    }
+
     let frame = match kind {
         Kind::Settings => {
             let res = frame::Settings::load(head, &bytes[frame::HEADER_LEN..]);
 
             res.map_err(|e| {
                 proto_err!(conn: "failed to load SETTINGS frame; err={:?}", e);
-                Error::library_go_away(Reason::PROTOCOL_ERROR)
+                // kubegate: a frame of the wrong length is FRAME_SIZE_ERROR (RFC 9113 §4.2).
+                Error::library_go_away(size_or_protocol(&e))
             })?
             .into()
         }
@@ -242,7 +256,8 @@ fn decode_frame(decoder: &mut FrameDecoder, mut bytes: BytesMut) -> Result<Optio
 
             res.map_err(|e| {
                 proto_err!(conn: "failed to load PING frame; err={:?}", e);
-                Error::library_go_away(Reason::PROTOCOL_ERROR)
+                // kubegate: a frame of the wrong length is FRAME_SIZE_ERROR (RFC 9113 §4.2).
+                Error::library_go_away(size_or_protocol(&e))
             })?
             .into()
         }
@@ -251,7 +266,8 @@ fn decode_frame(decoder: &mut FrameDecoder, mut bytes: BytesMut) -> Result<Optio
 
             res.map_err(|e| {
                 proto_err!(conn: "failed to load WINDOW_UPDATE frame; err={:?}", e);
-                Error::library_go_away(Reason::PROTOCOL_ERROR)
+                // kubegate: a frame of the wrong length is FRAME_SIZE_ERROR (RFC 9113 §4.2).
+                Error::library_go_away(size_or_protocol(&e))
             })?
             .into()
         }
@@ -271,7 +287,8 @@ fn decode_frame(decoder: &mut FrameDecoder, mut bytes: BytesMut) -> Result<Optio
             let res = frame::Reset::load(head, &bytes[frame::HEADER_LEN..]);
             res.map_err(|e| {
                 proto_err!(conn: "failed to load RESET frame; err={:?}", e);
-                Error::library_go_away(Reason::PROTOCOL_ERROR)
+                // kubegate: a frame of the wrong length is FRAME_SIZE_ERROR (RFC 9113 §4.2).
+                Error::library_go_away(size_or_protocol(&e))
             })?
             .into()
         }
