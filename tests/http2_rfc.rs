@@ -6,6 +6,11 @@
 //!    SETTINGS frame whose length its type fixes, with another, closes the connection with
 //!    GOAWAY `FRAME_SIZE_ERROR` (§4.2, §6.4, §6.5, §6.7, §6.9), where h2 sent
 //!    `PROTOCOL_ERROR`.
+//! 2. `frames_a_server_must_refuse_close_the_connection_with_the_rfcs_code`: a client's
+//!    PUSH_PROMISE (§8.4), DATA or HEADERS on stream 0 (§6.1, §6.2), a frame on an idle
+//!    stream (§5.1), CONTINUATION without HEADERS (§6.10), a zero WINDOW_UPDATE on the
+//!    connection (§6.9), and SETTINGS out of range (§6.5.2): ENABLE_PUSH 2,
+//!    INITIAL_WINDOW_SIZE over 2^31-1 (`FLOW_CONTROL_ERROR`), MAX_FRAME_SIZE under 16,384.
 
 use kubegate_e2e::attack::attacked;
 use kubegate_e2e::h2raw::{flag, kind, Ending, RawH2};
@@ -14,7 +19,12 @@ use std::time::Duration;
 const T: Duration = Duration::from_secs(30);
 
 /// RFC 9113 §7.
+const PROTOCOL_ERROR: u32 = 0x1;
+const FLOW_CONTROL_ERROR: u32 = 0x3;
 const FRAME_SIZE_ERROR: u32 = 0x6;
+
+/// PUSH_PROMISE (RFC 9113 §6.6).
+const PUSH_PROMISE: u8 = 0x5;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frames_of_the_wrong_length_are_frame_size_errors() {
@@ -54,4 +64,101 @@ async fn frames_of_the_wrong_length_are_frame_size_errors() {
             "{case}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_a_server_must_refuse_close_the_connection_with_the_rfcs_code() {
+    let s = attacked();
+    let setting = |id: u16, value: u32| {
+        let mut p = id.to_be_bytes().to_vec();
+        p.extend(value.to_be_bytes());
+        p
+    };
+    let headers = kubegate_e2e::h2raw::request_block("/version", &[]);
+    let mut promise = 3u32.to_be_bytes().to_vec();
+    promise.extend(&headers);
+    let cases: Vec<(&str, u8, u8, u32, Vec<u8>, u32)> = vec![
+        (
+            "a client's PUSH_PROMISE",
+            PUSH_PROMISE,
+            flag::END_HEADERS,
+            1,
+            promise,
+            PROTOCOL_ERROR,
+        ),
+        (
+            "DATA on stream 0",
+            kind::DATA,
+            0,
+            0,
+            b"x".to_vec(),
+            PROTOCOL_ERROR,
+        ),
+        (
+            "HEADERS on stream 0",
+            kind::HEADERS,
+            flag::END_HEADERS,
+            0,
+            headers.clone(),
+            PROTOCOL_ERROR,
+        ),
+        (
+            "DATA on an idle stream",
+            kind::DATA,
+            0,
+            1,
+            b"x".to_vec(),
+            PROTOCOL_ERROR,
+        ),
+        (
+            "CONTINUATION without HEADERS",
+            kind::CONTINUATION,
+            flag::END_HEADERS,
+            1,
+            headers,
+            PROTOCOL_ERROR,
+        ),
+        (
+            "a zero WINDOW_UPDATE on the connection",
+            kind::WINDOW_UPDATE,
+            0,
+            0,
+            vec![0; 4],
+            PROTOCOL_ERROR,
+        ),
+        (
+            "ENABLE_PUSH 2",
+            kind::SETTINGS,
+            0,
+            0,
+            setting(0x2, 2),
+            PROTOCOL_ERROR,
+        ),
+        (
+            "INITIAL_WINDOW_SIZE 2^31",
+            kind::SETTINGS,
+            0,
+            0,
+            setting(0x4, 1 << 31),
+            FLOW_CONTROL_ERROR,
+        ),
+        (
+            "MAX_FRAME_SIZE 16383",
+            kind::SETTINGS,
+            0,
+            0,
+            setting(0x5, 16_383),
+            PROTOCOL_ERROR,
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (case, frame, flags, stream, payload, code) in cases {
+        let mut raw = RawH2::connect(s.kg.listen, &s.pki).await.unwrap();
+        raw.frame(frame, flags, stream, &payload).await.unwrap();
+        let ending = raw.ending(T).await;
+        if ending != Ending::GoAway(code) {
+            wrong.push(format!("{case}: {ending:?}, not GoAway({code})"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }

@@ -230,12 +230,14 @@ fn decode_frame(decoder: &mut FrameDecoder, mut bytes: BytesMut) -> Result<Optio
     // kubegate: RFC 9113 §4.2: "An endpoint MUST send an error code of FRAME_SIZE_ERROR if a
     // frame ... is too small to contain mandatory frame data"; a frame whose length its type
     // fixes (§6.4 RST_STREAM, §6.5 SETTINGS, §6.7 PING, §6.9 WINDOW_UPDATE) and that has
-    // another is one. Any other malformed frame stays PROTOCOL_ERROR.
+    // another is one. §6.5.2: an initial window size above 2^31-1 is FLOW_CONTROL_ERROR. Any
+    // other malformed frame stays PROTOCOL_ERROR.
     fn size_or_protocol(e: &frame::Error) -> Reason {
         match e {
             frame::Error::BadFrameSize
             | frame::Error::InvalidPayloadLength
             | frame::Error::InvalidPayloadAckSettings => Reason::FRAME_SIZE_ERROR,
+            frame::Error::InitialWindowSizeTooLarge => Reason::FLOW_CONTROL_ERROR,
             _ => Reason::PROTOCOL_ERROR,
         }
     }

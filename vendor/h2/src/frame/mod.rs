@@ -141,6 +141,10 @@ pub enum Error {
     /// An invalid setting value was provided
     InvalidSettingValue,
 
+    // kubegate: its own error, for its own code (RFC 9113 §6.5.2: FLOW_CONTROL_ERROR).
+    /// SETTINGS_INITIAL_WINDOW_SIZE above 2^31-1
+    InitialWindowSizeTooLarge,
+
     /// An invalid window update value
     InvalidWindowUpdateValue,
 
