@@ -26,6 +26,9 @@ const FRAME_SIZE_ERROR: u32 = 0x6;
 /// PUSH_PROMISE (RFC 9113 §6.6).
 const PUSH_PROMISE: u8 = 0x5;
 
+/// One case: what it is, the frame (type, flags, stream, payload), the error code due.
+type Case = (&'static str, u8, u8, u32, Vec<u8>, u32);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frames_of_the_wrong_length_are_frame_size_errors() {
     let s = attacked();
@@ -77,7 +80,7 @@ async fn frames_a_server_must_refuse_close_the_connection_with_the_rfcs_code() {
     let headers = kubegate_e2e::h2raw::request_block("/version", &[]);
     let mut promise = 3u32.to_be_bytes().to_vec();
     promise.extend(&headers);
-    let cases: Vec<(&str, u8, u8, u32, Vec<u8>, u32)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "a client's PUSH_PROMISE",
             PUSH_PROMISE,
