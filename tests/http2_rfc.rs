@@ -11,6 +11,11 @@
 //!    stream (§5.1), CONTINUATION without HEADERS (§6.10), a zero WINDOW_UPDATE on the
 //!    connection (§6.9), and SETTINGS out of range (§6.5.2): ENABLE_PUSH 2,
 //!    INITIAL_WINDOW_SIZE over 2^31-1 (`FLOW_CONTROL_ERROR`), MAX_FRAME_SIZE under 16,384.
+//! 3. `streams_a_client_misuses_are_reset_with_the_rfcs_code`: DATA on a stream the client
+//!    half-closed, or after it reset it, is `STREAM_CLOSED` (§5.1); a request without a
+//!    mandatory pseudo-header, and a CONNECT without `:authority`, are malformed
+//!    (`PROTOCOL_ERROR`, §8.1.1, §8.5). Each a stream error or the connection's, as the RFC
+//!    lets an endpoint choose.
 
 use kubegate_e2e::attack::attacked;
 use kubegate_e2e::h2raw::{flag, kind, Ending, RawH2};
@@ -21,6 +26,7 @@ const T: Duration = Duration::from_secs(30);
 /// RFC 9113 §7.
 const PROTOCOL_ERROR: u32 = 0x1;
 const FLOW_CONTROL_ERROR: u32 = 0x3;
+const STREAM_CLOSED: u32 = 0x5;
 const FRAME_SIZE_ERROR: u32 = 0x6;
 
 /// PUSH_PROMISE (RFC 9113 §6.6).
@@ -161,6 +167,69 @@ async fn frames_a_server_must_refuse_close_the_connection_with_the_rfcs_code() {
         let ending = raw.ending(T).await;
         if ending != Ending::GoAway(code) {
             wrong.push(format!("{case}: {ending:?}, not GoAway({code})"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// The code of the RST_STREAM for `stream` or of a GOAWAY, whichever comes first.
+async fn refusal(raw: &mut RawH2, stream: u32) -> Option<u32> {
+    loop {
+        match raw.read(T).await.ok()?? {
+            f if f.kind == kind::GOAWAY => return f.error_code(),
+            f if f.kind == kind::RST_STREAM && f.stream == stream => return f.error_code(),
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_a_client_misuses_are_reset_with_the_rfcs_code() {
+    use kubegate_e2e::h2raw::{indexed, literal};
+    let s = attacked();
+    let mut wrong = Vec::new();
+
+    // DATA on a stream the client ended (half-closed remote).
+    let mut raw = RawH2::connect(s.kg.listen, &s.pki).await.unwrap();
+    raw.get(1, "/version").await.unwrap();
+    raw.frame(kind::DATA, 0, 1, b"late").await.unwrap();
+    let code = refusal(&mut raw, 1).await;
+    if code != Some(STREAM_CLOSED) {
+        wrong.push(format!("DATA after END_STREAM: {code:?}"));
+    }
+
+    // DATA after the client reset the stream.
+    let mut raw = RawH2::connect(s.kg.listen, &s.pki).await.unwrap();
+    let block = kubegate_e2e::h2raw::request_block("/version", &[]);
+    raw.frame(kind::HEADERS, flag::END_HEADERS, 1, &block)
+        .await
+        .unwrap();
+    raw.frame(kind::RST_STREAM, 0, 1, &8u32.to_be_bytes())
+        .await
+        .unwrap();
+    raw.frame(kind::DATA, 0, 1, b"late").await.unwrap();
+    let code = refusal(&mut raw, 1).await;
+    if code != Some(STREAM_CLOSED) {
+        wrong.push(format!("DATA after RST_STREAM: {code:?}"));
+    }
+
+    // A request without :path, and a CONNECT without :authority.
+    let mut no_path = Vec::new();
+    indexed(2, &mut no_path); // :method GET
+    indexed(7, &mut no_path); // :scheme https
+    literal(":authority", b"kubernetes", &mut no_path);
+    let mut connect = Vec::new();
+    literal(":method", b"CONNECT", &mut connect);
+    for (case, block) in [
+        ("no :path", no_path),
+        ("CONNECT without :authority", connect),
+    ] {
+        let mut raw = RawH2::connect(s.kg.listen, &s.pki).await.unwrap();
+        let flags = flag::END_HEADERS | flag::END_STREAM;
+        raw.frame(kind::HEADERS, flags, 1, &block).await.unwrap();
+        let code = refusal(&mut raw, 1).await;
+        if code != Some(PROTOCOL_ERROR) {
+            wrong.push(format!("{case}: {code:?}"));
         }
     }
     assert!(wrong.is_empty(), "{wrong:#?}");

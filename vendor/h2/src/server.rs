@@ -1711,6 +1711,12 @@ impl proto::Peer for Peer {
             })?);
         }
 
+        // kubegate: RFC 9113 §8.5: a CONNECT names where to connect in its :authority; one
+        // without is malformed (PROTOCOL_ERROR), not a request for no one.
+        if is_connect && !has_protocol && parts.authority.is_none() {
+            malformed!("malformed headers: CONNECT without :authority");
+        }
+
         // A :scheme is required, except CONNECT.
         if let Some(scheme) = pseudo.scheme {
             if is_connect && !has_protocol {

@@ -660,6 +660,16 @@ impl Recv {
 
         let is_ignoring_frame = stream.state.is_local_error();
 
+        // kubegate: RFC 9113 §5.1: a frame other than WINDOW_UPDATE, PRIORITY or RST_STREAM on
+        // a stream half-closed (remote), or closed after its END_STREAM, is a stream error of
+        // type STREAM_CLOSED. The frame still counts against the connection's window: consumed
+        // here, released by `Streams::recv_data` with the reset.
+        if !is_ignoring_frame && stream.state.is_recv_end_stream() {
+            proto_err!(stream: "DATA after END_STREAM; stream={:?}", stream.id);
+            self.consume_connection_window(sz)?;
+            return Err(Error::library_reset(stream.id, Reason::STREAM_CLOSED));
+        }
+
         if !is_ignoring_frame && !stream.state.is_recv_streaming() {
             // TODO: There are cases where this can be a stream error of
             // STREAM_CLOSED instead...
