@@ -12,7 +12,7 @@
 //!    connection (§6.9), and SETTINGS out of range (§6.5.2): ENABLE_PUSH 2,
 //!    INITIAL_WINDOW_SIZE over 2^31-1 (`FLOW_CONTROL_ERROR`), MAX_FRAME_SIZE under 16,384.
 //! 3. `streams_a_client_misuses_are_reset_with_the_rfcs_code`: DATA on a stream the client
-//!    half-closed, or after it reset it, is `STREAM_CLOSED` (§5.1); a request without a
+//!    half-closed, or after it reset it, is `STREAM_CLOSED` (§6.1, §5.1); a request without a
 //!    mandatory pseudo-header, and a CONNECT without `:authority`, are malformed
 //!    (`PROTOCOL_ERROR`, §8.1.1, §8.5). Each a stream error or the connection's, as the RFC
 //!    lets an endpoint choose.

@@ -660,10 +660,15 @@ impl Recv {
 
         let is_ignoring_frame = stream.state.is_local_error();
 
-        // kubegate: RFC 9113 §5.1: a frame other than WINDOW_UPDATE, PRIORITY or RST_STREAM on
-        // a stream half-closed (remote), or closed after its END_STREAM, is a stream error of
-        // type STREAM_CLOSED. The frame still counts against the connection's window: consumed
-        // here, released by `Streams::recv_data` with the reset.
+        // kubegate: RFC 9113 §6.1, §5.1: DATA on a stream half-closed (remote) is a stream error
+        // of type STREAM_CLOSED (the frame still counts against the connection's window:
+        // consumed here, released by `Streams::recv_data` with the reset); on a stream closed
+        // by the peer (its END_STREAM answered, or its reset) a connection error of that type,
+        // as §5.1 allows: a reset there would put nothing on the wire.
+        if !is_ignoring_frame && stream.state.is_closed() {
+            proto_err!(conn: "DATA on a closed stream; stream={:?}", stream.id);
+            return Err(Error::library_go_away(Reason::STREAM_CLOSED));
+        }
         if !is_ignoring_frame && stream.state.is_recv_end_stream() {
             proto_err!(stream: "DATA after END_STREAM; stream={:?}", stream.id);
             self.consume_connection_window(sz)?;
