@@ -49,14 +49,12 @@ impl PortReadiness {
         self.failing().insert(replica, until);
     }
 
-    /// A probe round's outcome: `failed` ports, the others of `replicas` passed; replicas gone
-    /// are forgotten.
-    fn probed(&self, replicas: &[SocketAddr], failed: &[SocketAddr]) {
+    /// A probe round's outcome: the `failed` ports are the failing ones, until the next round
+    /// (the others passed, and replicas gone are forgotten).
+    fn probed(&self, failed: &[SocketAddr]) {
         let mut failing = self.failing();
-        failing.retain(|a, _| replicas.contains(a) && failed.contains(a));
-        for a in failed {
-            failing.insert(*a, None);
-        }
+        failing.clear();
+        failing.extend(failed.iter().map(|a| (*a, None)));
     }
 }
 
@@ -92,7 +90,7 @@ pub async fn probe(
             .map(|b| b.address)
             .collect();
         let mut probes = tokio::task::JoinSet::new();
-        for replica in replicas.clone() {
+        for replica in replicas {
             let timeout = health.timeout;
             probes.spawn(async move {
                 match dial(on_port(replica, Some(port)), timeout).await {
@@ -107,7 +105,7 @@ pub async fn probe(
         while let Some(outcome) = probes.join_next().await {
             failed.extend(outcome.ok().flatten());
         }
-        readiness.probed(&replicas, &failed);
+        readiness.probed(&failed);
         tokio::time::sleep(health.interval).await;
     }
 }

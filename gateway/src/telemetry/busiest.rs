@@ -1,7 +1,7 @@
 //! Who sends the most requests, over the last minute: per identity (a certificate's user, or
 //! the address of a client with a token or no credentials), per user agent and per kubectl
-//! command (its `Kubectl-Command`), for the status page. An operator paged for a busy apiserver asks this first; Prometheus labels cannot
-//! carry it (one series per user is unbounded).
+//! command (its `Kubectl-Command`), for the status page. An operator paged for a busy apiserver
+//! asks this first; Prometheus labels cannot carry it (one series per user is unbounded).
 //!
 //! Memory is bounded: a minute is six ten-second slots, each with at most [`NAMES`] names per
 //! table, each name kept to its first [`NAME_BYTES`] bytes; a name that finds its slot's table

@@ -124,6 +124,14 @@ fn kv(v: &Value) -> Stored {
     }
 }
 
+/// The keys a range answer holds.
+fn kvs(range: &Value) -> Vec<Stored> {
+    range["kvs"]
+        .as_array()
+        .map(|kvs| kvs.iter().map(kv).collect())
+        .unwrap_or_default()
+}
+
 fn header_revision(v: &Value) -> i64 {
     int(&v["header"]["revision"])
 }
@@ -148,11 +156,7 @@ impl Store for EtcdStore {
                 &json!({"key": b64(prefix.as_bytes()), "range_end": prefix_end(prefix)}),
             )
             .await?;
-        let items = r["kvs"]
-            .as_array()
-            .map(|kvs| kvs.iter().map(kv).collect())
-            .unwrap_or_default();
-        Ok((items, header_revision(&r)))
+        Ok((kvs(&r), header_revision(&r)))
     }
 
     async fn list_at(&self, prefix: &str, revision: i64) -> StoreResult<(Vec<Stored>, ReadFrom)> {
@@ -162,13 +166,7 @@ impl Store for EtcdStore {
             "revision": revision.to_string(),
         });
         match self.post("/v3/kv/range", &range).await {
-            Ok(r) => {
-                let items = r["kvs"]
-                    .as_array()
-                    .map(|kvs| kvs.iter().map(kv).collect())
-                    .unwrap_or_default();
-                Ok((items, ReadFrom::Store))
-            }
+            Ok(r) => Ok((kvs(&r), ReadFrom::Store)),
             // etcd's `ErrCompacted` (mvcc: required revision has been compacted), as its gRPC
             // gateway words it: code OutOfRange.
             Err(StoreError::Unavailable(why)) if why.ends_with(COMPACTED) => {

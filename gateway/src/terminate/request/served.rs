@@ -7,7 +7,7 @@ use crate::telemetry::access_log::Entry;
 use crate::telemetry::busiest::bounded_bytes;
 use crate::telemetry::Identity;
 use crate::terminate::request::shape::Client;
-use crate::terminate::rules::{kubectl_header, Kubectl, KUBECTL_COMMAND, KUBECTL_SESSION};
+use crate::terminate::rules::{kubectl_header, KUBECTL_COMMAND, KUBECTL_SESSION};
 use crate::terminate::upstream::outgoing::user_agent;
 use http::header::HeaderValue;
 use http::{HeaderMap, Request, Response, Uri};
@@ -69,7 +69,8 @@ impl Served {
             (_, Some(user), Identity::BearerToken) => user.user.as_str(),
             _ => client.ip(),
         };
-        let kubectl_command = Kubectl::of(headers).command;
+        let kubectl_command =
+            kubectl_header(headers, KUBECTL_COMMAND).and_then(|v| v.to_str().ok());
         gw.busiest()
             .record(identity, name, user_agent(headers), kubectl_command);
     }
@@ -120,10 +121,10 @@ fn identity(kind: Kind) -> Identity {
 }
 
 /// The access log's line for `req` from `client`, before it is served: cheap parts only (the
-/// writer thread reads and formats them). The target, user agent and kubectl's headers are copied, whatever the
-/// protocol: an HTTP/1.1 request's point into the connection's read buffer and an HTTP/2
-/// request's into its decoded header block, which a queued entry must not keep alive (the
-/// queue's bound counts what an entry holds).
+/// writer thread reads and formats them). The target, user agent and kubectl's headers are
+/// copied, whatever the protocol: an HTTP/1.1 request's point into the connection's read
+/// buffer and an HTTP/2 request's into its decoded header block, which a queued entry must not
+/// keep alive (the queue's bound counts what an entry holds).
 pub fn entry<B>(client: &Client, req: &Request<B>) -> Entry {
     let ua = req.headers().get(http::header::USER_AGENT);
     let uri = req
