@@ -628,6 +628,8 @@ async fn a_reload_adds_changes_and_removes_clusters_in_terminate_mode() {
         backends: backends.iter().map(|b| b.to_string()).collect(),
         fallback: Fallback::None,
         limit: None,
+        reject: None,
+        expires: None,
     };
     let mut b = terminating(
         cluster_spec("b", &["b.example"], pki_b, &[&b1], &health),

@@ -9,6 +9,9 @@
 //!    max-in-flight limit answer 429 with a `Status` and `Retry-After`; a watch holds its slot
 //!    only while it is established; other users are not limited.
 //! 3. `check_names_a_bad_rule_with_its_position`.
+//! 4. `a_rule_that_rejects_sheds_its_sender_until_it_expires`: a `reject` rule answers its
+//!    sender 429 with its `Retry-After` before any replica sees the request; an expired one
+//!    takes nothing; other senders pass.
 
 use kubegate_config::Fallback;
 use kubegate_e2e::*;
@@ -184,5 +187,67 @@ fn check_names_a_bad_rule_with_its_position() {
             ("19:21", "unknown verb \"fetch\""),
             ("20:19", "no backend is named \"b\""),
         ],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_that_rejects_sheds_its_sender_until_it_expires() {
+    let past =
+        humantime::format_rfc3339_seconds(std::time::SystemTime::now() - Duration::from_secs(60));
+    let bed = Cluster::new()
+        .terminate()
+        .dispatch(&format!(
+            concat!(
+                "- name: shed-agent\n  match: {{service_accounts: [\"telemetry:agent\"]}}\n",
+                "  reject: {{retry_after: 30s}}\n",
+                "- name: shed-over\n  match: {{users: [ci-bot]}}\n  reject: {{}}\n",
+                "  expires: \"{past}\"\n",
+            ),
+            past = past
+        ))
+        .start();
+    let (kg, pki) = (&bed.kg, &bed.pki);
+    let mut agent = Conn::open_as_user(
+        kg.listen,
+        pki,
+        "agent",
+        "system:serviceaccount:telemetry:agent",
+        &["system:serviceaccounts"],
+    )
+    .await;
+    let r = agent.get(LISTS).await.unwrap();
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(r.header("retry-after"), Some("30"));
+    let status: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(status["reason"], "TooManyRequests");
+    assert!(
+        status["message"].as_str().unwrap().contains("shed-agent"),
+        "{status}"
+    );
+    assert_eq!(
+        kg.metric(
+            r#"kubegate_dispatch_limited_total{cluster="default",limit="rejected",rule="shed-agent"}"#
+        ),
+        1.0
+    );
+    // The replica never saw it.
+    assert_eq!(kg.metric_sum("kubegate_requests_total"), 0.0);
+    // The expired rule takes nothing; another sender passes.
+    let mut ci = Conn::open_as_user(kg.listen, pki, "ci", "ci-bot", &["ci"]).await;
+    assert_eq!(ci.get(LISTS).await.unwrap().status, 200);
+    let mut admin = kg.connect(pki, true).await.unwrap();
+    assert_eq!(admin.get(LISTS).await.unwrap().status, 200);
+    // `kubegate check` warns of the expired rule at its position, and the file is still
+    // valid.
+    let out = std::process::Command::new(bin("kubegate"))
+        .args(["check", "--config"])
+        .arg(&kg.config_path)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("warning: this time has passed: the rule takes no request"),
+        "{said}"
     );
 }

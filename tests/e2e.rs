@@ -32,6 +32,8 @@ mod clusters;
 mod continuity;
 #[path = "copy.rs"]
 mod copy;
+#[path = "costs.rs"]
+mod costs;
 #[path = "credentials.rs"]
 mod credentials;
 #[path = "deploy.rs"]

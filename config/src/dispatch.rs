@@ -39,7 +39,42 @@ pub struct DispatchRule {
     /// How much of its traffic is let through.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<RuleLimit>,
+    /// Refuse every request it takes: 429 with `Retry-After`, as a limit refuses one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reject: Option<RuleReject>,
+    /// When the rule stops taking requests (RFC 3339, `2026-12-05T18:00:00Z`): a shed written
+    /// in an incident ends on its own.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::timestamp::optional"
+    )]
+    pub expires: Option<std::time::SystemTime>,
 }
+
+/// A rule that refuses what it takes.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleReject {
+    /// What the 429's `Retry-After` says (whole seconds, at least 1).
+    #[serde(default = "default_reject_retry_after", with = "crate::duration")]
+    pub retry_after: std::time::Duration,
+}
+
+fn default_reject_retry_after() -> std::time::Duration {
+    std::time::Duration::from_secs(10)
+}
+
+impl Default for RuleReject {
+    fn default() -> Self {
+        RuleReject {
+            retry_after: default_reject_retry_after(),
+        }
+    }
+}
+
+/// The longest `reject.retry_after`: a client told to wait longer may as well be told no.
+pub const MAX_REJECT_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// What a request must be for a rule to take it. Each list is a set of values, `*` for any,
 /// and `-value` for "not this one"; a list left out matches anything. A request matches when
@@ -225,11 +260,30 @@ pub fn validate(rules: &[DispatchRule], names: Option<&[String]>) -> Vec<(String
                 }
             }
         }
-        if rule.backends.is_empty() && rule.limit.is_none() {
+        if rule.backends.is_empty() && rule.limit.is_none() && rule.reject.is_none() {
             findings.push((
                 at("match"),
-                "the rule does nothing: give it backends, a limit, or both".into(),
+                "the rule does nothing: give it backends, a limit, or both; or reject".into(),
             ));
+        }
+        if let Some(reject) = &rule.reject {
+            if !rule.backends.is_empty() || rule.limit.is_some() {
+                findings.push((
+                    at("reject"),
+                    "a rule that rejects sends nothing anywhere: drop its backends and limit"
+                        .into(),
+                ));
+            }
+            let secs = reject.retry_after.as_secs();
+            if secs < 1 || reject.retry_after > MAX_REJECT_RETRY_AFTER {
+                findings.push((
+                    at("reject.retry_after"),
+                    format!(
+                        "retry_after must be between 1s and {}s",
+                        MAX_REJECT_RETRY_AFTER.as_secs()
+                    ),
+                ));
+            }
         }
         if let Some(names) = names {
             for (j, b) in rule.backends.iter().enumerate() {
@@ -296,6 +350,15 @@ pub fn warnings(rules: &[DispatchRule]) -> Vec<(String, String)> {
     };
     for (i, rule) in rules.iter().enumerate() {
         let at = |key: &str| format!("dispatch[{i}].{key}");
+        if rule
+            .expires
+            .is_some_and(|at| at <= std::time::SystemTime::now())
+        {
+            found.push((
+                at("expires"),
+                "this time has passed: the rule takes no request".into(),
+            ));
+        }
         let m = &rule.matches;
         let verbs = included(&m.verbs);
         let any_verb = verbs.is_empty() || verbs.iter().any(|v| v == "*");
@@ -397,6 +460,38 @@ mod tests {
     fn findings(yaml: &str) -> Vec<(String, String)> {
         let names = vec!["a".to_string(), "b".to_string()];
         validate(&[rule(yaml)], Some(&names))
+    }
+
+    #[test]
+    fn a_rule_that_rejects_alone_and_expires_is_read_and_checked() {
+        let shed = rule(
+            "match: {service_accounts: [\"telemetry:agent\"]}\nreject: {retry_after: 30s}\nexpires: \"2026-12-05T18:00:00Z\"",
+        );
+        assert_eq!(shed.reject.as_ref().unwrap().retry_after.as_secs(), 30);
+        let expires = shed.expires.unwrap();
+        assert_eq!(
+            humantime::format_rfc3339_seconds(expires).to_string(),
+            "2026-12-05T18:00:00Z"
+        );
+        assert_eq!(validate(std::slice::from_ref(&shed), None), vec![]);
+        let mut past = shed;
+        past.expires = humantime::parse_rfc3339("2020-01-01T00:00:00Z").ok();
+        assert!(warnings(&[past])[0].1.contains("has passed"));
+        assert_eq!(
+            rule("match: {users: [x]}\nreject: {}")
+                .reject
+                .unwrap()
+                .retry_after
+                .as_secs(),
+            10
+        );
+        let both = findings("match: {users: [x]}\nreject: {}\nlimit: {max_in_flight: 1}");
+        assert_eq!(both[0].0, "dispatch[0].reject", "{both:?}");
+        let long = findings("match: {users: [x]}\nreject: {retry_after: 2h}");
+        assert_eq!(long[0].0, "dispatch[0].reject.retry_after", "{long:?}");
+        let bad: Result<DispatchRule, _> =
+            serde_yaml_ng::from_str("match: {users: [x]}\nreject: {}\nexpires: tomorrow");
+        assert!(bad.unwrap_err().to_string().contains("RFC 3339"));
     }
 
     #[test]

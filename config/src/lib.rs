@@ -24,13 +24,17 @@ mod locate;
 mod parts;
 mod schema;
 mod since;
+mod timestamp;
 mod tls;
 mod validate;
 
 pub use cidr::Cidr;
 pub use cluster::ServerNamePattern;
 pub use diff::{diff, from_nothing, Change};
-pub use dispatch::{DispatchRule, Fallback, RuleLimit, RuleMatch, NON_RESOURCE_VERBS, VERBS};
+pub use dispatch::{
+    DispatchRule, Fallback, RuleLimit, RuleMatch, RuleReject, MAX_REJECT_RETRY_AFTER,
+    NON_RESOURCE_VERBS, VERBS,
+};
 pub use error::{ConfigError, Problem};
 pub use load::{load_file, load_file_with, load_str, load_str_with, warnings, Check};
 pub use schema::{

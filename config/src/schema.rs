@@ -198,6 +198,8 @@ pub(crate) mod tests_support {
                 rate: Some(1.0),
                 burst: Some(1),
             }),
+            reject: Some(crate::dispatch::RuleReject::default()),
+            expires: Some(std::time::SystemTime::UNIX_EPOCH),
         }];
         // Not a loadable file (top-level backends beside clusters): only its keys matter.
         c.clusters = vec![crate::schema::ClusterSpec {

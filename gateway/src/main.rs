@@ -90,10 +90,21 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
-    /// Print the backends of a running gateway as a table.
+    /// Print the backends of a running gateway as a table; with --top, who costs the
+    /// apiservers what instead (terminate mode's senders and user agents).
     Status {
         #[command(flatten)]
         admin: AdminArgs,
+        /// Print the costliest senders and user agents.
+        #[arg(long)]
+        top: bool,
+        /// With --top: over the last minute (1m) or ten (10m).
+        #[arg(long, default_value = "1m", value_parser = ["1m", "10m"], requires = "top")]
+        window: String,
+        /// With --top: ordered by time (held a replica), requests, lists, bytes, watches or
+        /// rejections.
+        #[arg(long, default_value = "time", value_parser = ["time", "requests", "lists", "bytes", "watches", "rejections"], requires = "top")]
+        sort: String,
     },
     /// Move a backend's work elsewhere ahead of a planned restart: new requests and
     /// connections go to the other ready backends, and terminate mode moves its watches live
@@ -270,12 +281,21 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Status { admin } => {
+        Command::Status {
+            admin,
+            top,
+            window,
+            sort,
+        } => {
             let target = match admin.target("status") {
                 Ok(t) => t,
                 Err(code) => return code,
             };
-            match status::print(&target) {
+            let printed = match top {
+                true => status::print_top(&target, &window, &sort),
+                false => status::print(&target),
+            };
+            match printed {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("kubegate status: {e:#}");

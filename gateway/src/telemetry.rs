@@ -1,12 +1,12 @@
 //! What kubegate reports about itself: every metric family (grouped by who records them), the
 //! typed label values every plane records with, the pool's decisions turned into metrics, the
 //! allocator with its figures, what this binary is (version, commit), and what the status page
-//! and the access log show (the busiest senders, the last transitions, one line per request).
+//! and the access log show (who costs the apiservers what, the last transitions, one line per request).
 //! Nothing here decides anything or carries traffic.
 
 pub mod access_log;
 pub mod build;
-pub mod busiest;
+pub mod costs;
 mod events;
 mod labels;
 pub mod memory;

@@ -282,6 +282,8 @@ fn kubegate(
                     max_in_flight: Some(100),
                     ..Default::default()
                 }),
+                reject: None,
+                expires: None,
             })
             .collect();
     }
@@ -299,6 +301,8 @@ fn kubegate(
                     max_in_flight: Some(1),
                     ..Default::default()
                 }),
+                reject: None,
+                expires: None,
             };
         c.dispatch = vec![
             one_at_a_time(

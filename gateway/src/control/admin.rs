@@ -18,6 +18,7 @@ mod drain;
 mod page;
 mod readyz;
 mod respond;
+mod senders;
 mod views;
 
 pub use drain::DrainAnswer;
@@ -196,7 +197,7 @@ async fn route(
         return resp;
     }
     match path {
-        "/" => page::render(gw),
+        "/" => page::render(gw, senders::Asked::of(req.uri()).unwrap_or_default()),
         "/livez" | "/healthz" => text(StatusCode::OK, "ok".into()),
         "/readyz" => readyz(gw, None, verbose(&req)),
         "/readyz/lifecycle" => readyz(gw, Some(Check::Lifecycle), verbose(&req)),
@@ -209,6 +210,7 @@ async fn route(
             .body(Full::new(Bytes::from(gw.render_metrics())))
             .expect("valid response"),
         "/debug/backends" => json(&views::backends_view(gw)),
+        "/debug/senders" => senders::debug(gw, req.uri()),
         // File paths only: no key, token or certificate content is ever in the configuration.
         "/debug/config" => json(&*gw.config().load()),
         _ => text(StatusCode::NOT_FOUND, "not found\n".into()),

@@ -286,10 +286,15 @@ pub fn table(rows: &[BackendView]) -> String {
             row
         })
         .collect();
+    aligned(&header, &cells)
+}
+
+/// `header` and `cells` as columns aligned by spaces.
+fn aligned(header: &[&str], cells: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in &cells {
+    for row in cells {
         for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.len());
+            *w = (*w).max(c.chars().count());
         }
     }
     let mut out = String::new();
@@ -302,9 +307,113 @@ pub fn table(rows: &[BackendView]) -> String {
         out.push_str(parts.join("  ").trim_end());
         out.push('\n');
     };
-    line(&header);
-    for row in &cells {
+    line(header);
+    for row in cells {
         line(&row.iter().map(String::as_str).collect::<Vec<_>>());
     }
+    out
+}
+
+/// One row of `/debug/senders` (`telemetry::costs::Row`), as `kubegate status --top` reads it.
+#[derive(Debug, serde::Deserialize)]
+pub struct CostRow {
+    /// The sender, user agent or kubectl command.
+    pub name: String,
+    /// For senders: how it authenticated.
+    #[serde(default)]
+    pub identity: Option<String>,
+    /// Requests.
+    pub requests: u64,
+    /// LISTs.
+    pub lists: u64,
+    /// Microseconds its requests held a replica.
+    pub apiserver_micros: u64,
+    /// Bytes the replicas sent.
+    pub bytes: u64,
+    /// Flow-control rejections met.
+    pub rejections: u64,
+    /// Upstream watches open now.
+    pub open_watches: u64,
+}
+
+/// `/debug/senders`, as `kubegate status --top` reads it.
+#[derive(Debug, serde::Deserialize)]
+pub struct CostReport {
+    /// `1m` or `10m`.
+    pub window: String,
+    /// The order.
+    pub sort: String,
+    /// By sender.
+    pub senders: Vec<CostRow>,
+    /// By user agent.
+    pub user_agents: Vec<CostRow>,
+}
+
+/// Fetches `/debug/senders` (over `window`, ordered by `sort`) from `target` and prints its
+/// senders and user agents.
+pub fn print_top(target: &AdminTarget, window: &str, sort: &str) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let path = format!("/debug/senders?window={window}&sort={sort}&n=20");
+    let body = rt.block_on(async {
+        tokio::time::timeout(TIMEOUT, call(target, http::Method::GET, &path))
+            .await
+            .with_context(|| format!("admin endpoint did not answer within {TIMEOUT:?}"))?
+    })?;
+    let report: CostReport =
+        serde_json::from_slice(&body).context("unexpected /debug/senders answer")?;
+    print!("{}", top_table(&report));
+    Ok(())
+}
+
+/// Renders a cost report as two aligned text tables: senders, then user agents.
+pub fn top_table(report: &CostReport) -> String {
+    let header = [
+        "REQUESTS",
+        "LISTS",
+        "APISERVER_S",
+        "MIB",
+        "WATCHES",
+        "REJECTED",
+    ];
+    let cells = |rows: &[CostRow], sender: bool| -> Vec<Vec<String>> {
+        rows.iter()
+            .map(|r| {
+                // A certificate's or a token's name may hold control characters: never written
+                // to the operator's terminal as they are.
+                let name: String = match r.name.is_empty() {
+                    true => "(none)".into(),
+                    false => r
+                        .name
+                        .chars()
+                        .map(|c| if c.is_control() { '?' } else { c })
+                        .collect(),
+                };
+                let mut row = vec![name];
+                if sender {
+                    row.push(r.identity.clone().unwrap_or_else(|| "-".into()));
+                }
+                row.extend([
+                    r.requests.to_string(),
+                    r.lists.to_string(),
+                    format!("{:.3}", r.apiserver_micros as f64 / 1e6),
+                    format!("{:.2}", r.bytes as f64 / (1024.0 * 1024.0)),
+                    r.open_watches.to_string(),
+                    r.rejections.to_string(),
+                ]);
+                row
+            })
+            .collect()
+    };
+    let mut out = format!(
+        "Who costs what over the last {}, by {}:\n\n",
+        report.window, report.sort
+    );
+    let senders: Vec<&str> = ["SENDER", "IDENTITY"].into_iter().chain(header).collect();
+    out.push_str(&aligned(&senders, &cells(&report.senders, true)));
+    out.push('\n');
+    let agents: Vec<&str> = ["USER_AGENT"].into_iter().chain(header).collect();
+    out.push_str(&aligned(&agents, &cells(&report.user_agents, false)));
     out
 }

@@ -1,6 +1,6 @@
 //! The gateway's parts, each with its own job: the running configuration, the clusters (each
 //! a backend pool, with the data planes' per-backend state), the lifecycle, the metrics, and
-//! who sends the most requests. Nothing here decides a backend's state (the pool does) or
+//! who costs the apiservers what. Nothing here decides a backend's state (the pool does) or
 //! carries traffic (the data planes do).
 
 use crate::state::backends::{Planes, Pool};
@@ -9,7 +9,7 @@ use crate::state::lifecycle::{Lifecycle, Phase};
 use crate::state::listeners::ClientListener;
 use crate::state::running::RunningConfig;
 use crate::state::settings::pool_settings;
-use crate::telemetry::busiest::Busiest;
+use crate::telemetry::costs::Costs;
 use crate::telemetry::transitions::Transitions;
 use crate::telemetry::{MetricEvents, Metrics};
 use kubegate_config::Config;
@@ -24,8 +24,10 @@ pub struct Gateway {
     config: RunningConfig,
     lifecycle: Arc<Lifecycle>,
     metrics: Arc<Metrics>,
-    /// Who sent the most requests lately (terminate mode), for the status page.
-    busiest: Busiest,
+    /// Who cost the apiservers what lately (terminate mode).
+    costs: Arc<Costs>,
+    /// Held through a scrape: the sender families are set, then read, as one.
+    scrape: std::sync::Mutex<()>,
     /// The last backend state transitions, for the status page.
     transitions: Arc<Transitions>,
     /// The client listeners, in configuration order.
@@ -63,7 +65,8 @@ impl Gateway {
             config: RunningConfig::new(config, path),
             lifecycle,
             metrics,
-            busiest: Busiest::default(),
+            costs: Arc::default(),
+            scrape: std::sync::Mutex::new(()),
             transitions,
             listeners,
             started: std::time::SystemTime::now(),
@@ -159,9 +162,9 @@ impl Gateway {
         self.metrics.clone()
     }
 
-    /// Who sent the most terminate-mode requests in the last minute.
-    pub fn busiest(&self) -> &Busiest {
-        &self.busiest
+    /// Who cost the apiservers what lately (terminate mode).
+    pub fn costs(&self) -> &Arc<Costs> {
+        &self.costs
     }
 
     /// The last backend state transitions, newest first.
@@ -179,6 +182,10 @@ impl Gateway {
                 .with_label_values(&[&l.address.to_string(), l.mode.as_str()])
                 .set(i64::try_from(l.open()).unwrap_or(i64::MAX));
         }
+        // Two scrapes at once (a pair of Prometheus servers) would otherwise see each other's
+        // reset of the sender families.
+        let _scrape = self.scrape.lock().unwrap_or_else(|e| e.into_inner());
+        self.metrics.senders.show(&self.costs);
         self.metrics.render()
     }
 

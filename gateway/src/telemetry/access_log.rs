@@ -286,7 +286,7 @@ fn user_agent(e: &Entry) -> std::borrow::Cow<'_, str> {
 /// A header value from the client as a log line shows it: at most 256 bytes, any byte that is
 /// not UTF-8 replaced.
 fn client_text(value: &HeaderValue) -> std::borrow::Cow<'_, str> {
-    String::from_utf8_lossy(crate::telemetry::busiest::bounded_bytes(value.as_bytes()))
+    String::from_utf8_lossy(crate::telemetry::costs::bounded_bytes(value.as_bytes()))
 }
 
 /// The audit ID of a shared answer's upstream request, or `-`.
@@ -632,7 +632,7 @@ mod tests {
         let j: serde_json::Value = serde_json::from_str(&line(json, &e)).unwrap();
         assert_eq!(
             j["user_agent"].as_str().unwrap().len(),
-            crate::telemetry::busiest::NAME_BYTES
+            crate::telemetry::costs::NAME_BYTES
         );
     }
 

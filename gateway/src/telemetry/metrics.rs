@@ -10,8 +10,9 @@
 //! | [`TerminateMetrics`] | terminate mode: client connections, requests, watches |
 //! | [`JoinMetrics`] | terminate mode's joined reads |
 //! | [`ControlMetrics`] | reloads, certificates, the admin endpoint, discovery |
+//! | [`SenderMetrics`] | the cost table, at each scrape: the costliest few senders by name |
 //!
-//! Label cardinality is bounded by the backend count: per-backend series are removed when a
+//! Label cardinality is bounded by the backend count (the sender families by their top few): per-backend series are removed when a
 //! backend is forgotten, and readyz check names come from a fixed set in the apiserver.
 
 mod backends;
@@ -21,6 +22,7 @@ mod joins;
 mod net;
 mod passthrough;
 mod register;
+mod senders;
 mod terminate;
 
 pub use backends::BackendMetrics;
@@ -29,6 +31,7 @@ pub use gateway::GatewayMetrics;
 pub use joins::JoinMetrics;
 pub use net::NetMetrics;
 pub use passthrough::{PassthroughMetrics, RelayHandles};
+pub use senders::SenderMetrics;
 pub use terminate::TerminateMetrics;
 
 use prometheus::{Encoder, IntGaugeVec, Registry, TextEncoder};
@@ -50,6 +53,8 @@ pub struct Metrics {
     pub joins: JoinMetrics,
     /// Reloads, certificates, admin, discovery.
     pub control: ControlMetrics,
+    /// The costliest senders.
+    pub senders: SenderMetrics,
 }
 
 impl Metrics {
@@ -64,6 +69,7 @@ impl Metrics {
             terminate: TerminateMetrics::new(&r),
             joins: JoinMetrics::new(&r),
             control: ControlMetrics::new(&r),
+            senders: SenderMetrics::new(&r),
             registry: r,
         }
     }

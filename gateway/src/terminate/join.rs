@@ -354,7 +354,7 @@ impl Lead {
             }),
             Read::TooMuch { why, read, rest } => {
                 metrics.missed(why);
-                let body = ResponseBody::prefixed(read, rest);
+                let body = ResponseBody::prefixed(read, *rest);
                 return (Response::from_parts(parts, body), false);
             }
             Read::Broke => {
@@ -460,7 +460,8 @@ enum Read {
     TooMuch {
         why: JoinMiss,
         read: Bytes,
-        rest: ResponseBody,
+        /// Boxed: the rare way out keeps the common one small.
+        rest: Box<ResponseBody>,
     },
     /// It broke off.
     Broke,
@@ -502,7 +503,7 @@ async fn read_counted(mut body: ResponseBody, limits: &Limits, charged: &Charged
             return Read::TooMuch {
                 why,
                 read: buf.freeze(),
-                rest: body,
+                rest: Box::new(body),
             };
         }
         buf.extend_from_slice(&data);

@@ -19,7 +19,7 @@ use kubegate_wire::identity::UserInfo;
 use prometheus::{IntCounter, IntGauge};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// The compiled rules of one configuration.
 #[derive(Default)]
@@ -41,6 +41,10 @@ pub struct Rule {
     /// Where its requests go when none of `backends` is ready.
     pub fallback: Fallback,
     limiter: Option<Limiter>,
+    /// It refuses every request it takes, telling the client to come back after this long.
+    reject: Option<Duration>,
+    /// When it stops taking requests.
+    expires: Option<SystemTime>,
     series: Series,
 }
 
@@ -48,6 +52,7 @@ struct Series {
     requests: IntCounter,
     limited_in_flight: IntCounter,
     limited_rate: IntCounter,
+    rejected: IntCounter,
     in_flight: IntGauge,
     /// Requests sent to the whole pool because none of the rule's backends was ready.
     fallback: IntCounter,
@@ -113,6 +118,11 @@ pub enum Refusal {
         /// When to try again.
         retry_after: Duration,
     },
+    /// The rule rejects what it takes (`reject`).
+    Rejected {
+        /// When to try again.
+        retry_after: Duration,
+    },
 }
 
 /// A request's place under its rule's `max_in_flight`; given back when dropped.
@@ -150,6 +160,9 @@ impl Rules {
                     limited_rate: metrics
                         .dispatch_limited
                         .with_label_values(&[cluster, &name, "rate"]),
+                    rejected: metrics
+                        .dispatch_limited
+                        .with_label_values(&[cluster, &name, "rejected"]),
                     in_flight: metrics
                         .dispatch_in_flight
                         .with_label_values(&[cluster, &name]),
@@ -163,6 +176,8 @@ impl Rules {
                     backends: r.backends.clone(),
                     fallback: r.fallback,
                     limiter: r.limit.as_ref().map(Limiter::new),
+                    reject: r.reject.as_ref().map(|r| r.retry_after),
+                    expires: r.expires,
                     series,
                 })
             })
@@ -201,7 +216,13 @@ impl Rules {
             return None;
         }
         let who = Who::of(facts.sender);
-        self.rules.iter().find(|r| r.matcher.matches(facts, &who))
+        // The clock is read only when a rule that matches can expire.
+        let mut now = None;
+        self.rules.iter().find(|r| {
+            r.matcher.matches(facts, &who)
+                && r.expires
+                    .is_none_or(|at| *now.get_or_insert_with(SystemTime::now) < at)
+        })
     }
 }
 
@@ -209,6 +230,10 @@ impl Rule {
     /// Counts the request and lets it through, or says why not.
     pub fn admit(self: &Arc<Rule>, now: Instant) -> Result<Slot, Refusal> {
         self.series.requests.inc();
+        if let Some(retry_after) = self.reject {
+            self.series.rejected.inc();
+            return Err(Refusal::Rejected { retry_after });
+        }
         if let Some(l) = &self.limiter {
             if let Some(max) = l.max_in_flight {
                 let taken = l
@@ -819,5 +844,35 @@ mod tests {
         let t1 = t0 + Duration::from_millis(500);
         drop(rule.admit(t1).unwrap());
         assert!(matches!(rule.admit(t1), Err(Refusal::Rate { .. })));
+    }
+
+    #[test]
+    fn a_rule_that_rejects_refuses_with_its_retry_after_until_it_expires() {
+        let r = rules(
+            "- name: shed\n  match: {users: [agent]}\n  reject: {retry_after: 30s}\n- name: rest\n  match: {verbs: [\"*\"]}\n  limit: {max_in_flight: 5}",
+        );
+        let list = "/api/v1/pods";
+        assert_eq!(
+            rule_of(&r, "GET", list, Some("agent")).as_deref(),
+            Some("shed")
+        );
+        let shed = r.rules[0].clone();
+        assert!(matches!(
+            shed.admit(Instant::now()),
+            Err(Refusal::Rejected { retry_after }) if retry_after == Duration::from_secs(30)
+        ));
+        assert_eq!(
+            rule_of(&r, "GET", list, Some("alice")).as_deref(),
+            Some("rest")
+        );
+        let expired = rules(&format!(
+            "- name: shed\n  match: {{users: [agent]}}\n  reject: {{}}\n  expires: \"{}\"\n- name: rest\n  match: {{verbs: [\"*\"]}}\n  limit: {{max_in_flight: 5}}",
+            humantime::format_rfc3339_seconds(SystemTime::now() - Duration::from_secs(1))
+        ));
+        assert_eq!(
+            rule_of(&expired, "GET", list, Some("agent")).as_deref(),
+            Some("rest"),
+            "an expired rule takes nothing: the next one decides"
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! The status page (`/`): what an operator opens first. kubegate's phase and version, each
 //! listener with its mode and clients, each backend's state and why (its failing `/readyz`
 //! checks), its connections and requests, flap damping, the last transitions, and in terminate
-//! mode who sent the most requests in the last minute.
+//! mode who cost the apiservers what over the last minute or ten.
 //!
 //! Plain HTML and inline CSS, written here: no script (it reloads itself with a `refresh`
 //! meta tag), nothing fetched from elsewhere, and every value from a client (user agents,
@@ -9,10 +9,10 @@
 
 use crate::control::admin::readyz::Check;
 use crate::control::admin::respond::html;
+use crate::control::admin::senders::{self, Asked};
 use crate::control::admin::views::{backends_view, BackendView};
 use crate::state::Gateway;
 use crate::telemetry::build;
-use crate::telemetry::busiest::Sender;
 use crate::telemetry::transitions::Recorded;
 use crate::telemetry::WatchBreak;
 use bytes::Bytes;
@@ -24,8 +24,6 @@ use std::time::{Duration, SystemTime};
 
 /// Seconds between the page's reloads.
 const REFRESH_SECONDS: u32 = 5;
-/// Rows in each busiest list.
-const BUSIEST: usize = 10;
 /// Transitions shown.
 const TRANSITIONS: usize = 12;
 
@@ -44,8 +42,8 @@ th{background:#f0f2f5;font-weight:600;white-space:nowrap}td.n{text-align:right;f
 footer{margin-top:2em;color:#888}a{color:#2456a4}
 ";
 
-/// The page, now.
-pub fn render(gw: &Gateway) -> Response<Full<Bytes>> {
+/// The page, now, its cost tables as `asked`.
+pub fn render(gw: &Gateway, asked: Asked) -> Response<Full<Bytes>> {
     let config = gw.config().load();
     let backends = backends_view(gw);
     let mut page = String::with_capacity(16 * 1024);
@@ -87,25 +85,7 @@ pub fn render(gw: &Gateway) -> Response<Full<Bytes>> {
         .iter()
         .any(|l| l.mode == ListenerMode::Terminate)
     {
-        let top = gw.busiest().top(BUSIEST);
-        busiest(
-            &mut page,
-            "Busiest identities, last minute",
-            "Identity",
-            &top.identities,
-        );
-        busiest(
-            &mut page,
-            "Busiest user agents, last minute",
-            "User agent",
-            &top.user_agents,
-        );
-        busiest(
-            &mut page,
-            "Busiest kubectl commands, last minute",
-            "kubectl command",
-            &top.kubectl_commands,
-        );
+        senders::tables(&mut page, gw, asked, esc);
     }
     let _ = write!(
         page,
@@ -271,33 +251,6 @@ fn transitions(page: &mut String, recorded: &[Recorded]) {
             t.from.as_str(),
             t.to.as_str(),
             t.to.as_str()
-        );
-    }
-    page.push_str("</table>");
-}
-
-fn busiest(page: &mut String, title: &str, column: &str, senders: &[Sender]) {
-    let _ = write!(
-        page,
-        "<h2>{title}</h2><table><tr><th>{column}<th>Requests</tr>"
-    );
-    if senders.is_empty() {
-        page.push_str("<tr><td colspan=2 class=quiet>no requests</tr>");
-    }
-    for s in senders {
-        let how = match s.identity {
-            Some(i) => format!(
-                " <span class=quiet>({})</span>",
-                i.as_str().replace('_', " ")
-            ),
-            None => String::new(),
-        };
-        let name = if s.name.is_empty() { "(none)" } else { &s.name };
-        let _ = write!(
-            page,
-            "<tr><td>{}{how}<td class=n>{}</tr>",
-            esc(name),
-            s.requests
         );
     }
     page.push_str("</table>");

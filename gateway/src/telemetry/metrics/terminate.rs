@@ -67,7 +67,7 @@ pub struct TerminateMetrics {
     /// `kubegate_dispatch_requests_total{cluster,rule}`: requests each `dispatch` rule took.
     pub dispatch_requests: IntCounterVec,
     /// `kubegate_dispatch_limited_total{cluster,rule,limit}`: requests a rule's limit
-    /// answered 429, by the limit (`in_flight`, `rate`).
+    /// answered 429, by the limit (`in_flight`, `rate`; `rejected`: a rule that rejects).
     pub dispatch_limited: IntCounterVec,
     /// `kubegate_dispatch_in_flight{cluster,rule}`: requests of each rule in flight
     /// (long-running ones until their response starts).
@@ -129,7 +129,7 @@ impl TerminateMetrics {
             watch_positions_freshened: counter_vec(r, "kubegate_watch_positions_freshened_total", "Watch positions brought up to date on the replica the watch left, before it moved to a replica that came back after its position: by its next event (next_event) or a bookmark asked of that replica (bookmark).", &["by"]),
             access_log_dropped: counter(r, "kubegate_access_log_dropped_total", "Access log lines not written: over terminate.access_log.max_per_second, or the writer's queue was full."),
             dispatch_requests: counter_vec(r, "kubegate_dispatch_requests_total", "Terminate-mode requests each dispatch rule took, by cluster and rule.", &["cluster", "rule"]),
-            dispatch_limited: counter_vec(r, "kubegate_dispatch_limited_total", "Requests a dispatch rule's limit answered 429, by cluster, rule and limit (in_flight, rate).", &["cluster", "rule", "limit"]),
+            dispatch_limited: counter_vec(r, "kubegate_dispatch_limited_total", "Requests a dispatch rule's limit answered 429, by cluster, rule and limit (in_flight, rate; rejected: a rule that rejects).", &["cluster", "rule", "limit"]),
             dispatch_in_flight: gauge_vec(r, "kubegate_dispatch_in_flight", "Requests of each dispatch rule in flight (long-running ones until their response starts).", &["cluster", "rule"]),
             dispatch_fallback: counter_vec(r, "kubegate_dispatch_fallback_total", "Requests of a dispatch rule sent to the whole pool because none of the rule's backends was ready.", &["cluster", "rule"]),
             skew_routed: counter_vec(r, "kubegate_version_skew_routed_total", "Terminate-mode requests kept off ready replicas that do not serve their group-version (discovery: discovery requests kept on the newest version's replicas).", &["cluster", "group_version"]),

@@ -262,7 +262,13 @@ impl Body for ResponseBody {
                 };
                 match polled {
                     Poll::Pending => Poll::Pending,
-                    Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame))),
+                    Poll::Ready(Some(Ok(frame))) => {
+                        if let (Some(data), Some((in_flight, _))) = (frame.data_ref(), &mut r.held)
+                        {
+                            in_flight.carried(data.len());
+                        }
+                        Poll::Ready(Some(Ok(frame)))
+                    }
                     Poll::Ready(None) => {
                         r.held = None;
                         Poll::Ready(None)

@@ -1,9 +1,12 @@
 //! A request's registration with its backend (terminate mode's share of `Backend::planes()`):
 //! counted as in flight — the load signal, and what a drain waits for — and among its priority
-//! level's requests on the backend, until it drops.
+//! level's requests on the backend, until it drops; and what the hold cost, charged to the
+//! request's sender (`telemetry::costs`).
 
 use crate::state::{Backend, Gauges};
+use crate::telemetry::costs::Payer;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// One request in flight on a backend.
 pub struct InFlight {
@@ -14,24 +17,52 @@ pub struct InFlight {
     drains_seen: u64,
     /// Its priority level, where the backend counts it among the level's.
     level: Option<Arc<str>>,
+    /// Whom the hold is charged to, from when.
+    payer: Option<(Arc<Payer>, Instant)>,
+    /// Response body bytes the backend sent.
+    bytes: u64,
 }
 
 impl InFlight {
     /// A request starts on `backend`, of priority `level` when known (a long-running one is
-    /// not counted in its level: a watch holds no seat once it runs); dropping the guard ends it.
-    pub fn begin(backend: &Arc<Backend>, long_running: bool, level: Option<&Arc<str>>) -> InFlight {
+    /// not counted in its level: a watch holds no seat once it runs), charged to `payer`;
+    /// dropping the guard ends it.
+    pub fn begin(
+        backend: &Arc<Backend>,
+        long_running: bool,
+        level: Option<&Arc<str>>,
+        payer: Option<&Arc<Payer>>,
+    ) -> InFlight {
         let (gauges, drains_seen) = backend.planes().terminate.request_started(long_running);
         let level = level
             .filter(|_| !long_running)
             .filter(|l| backend.planes().levels.started(l))
             .cloned();
+        if let (Some(payer), true) = (payer, long_running) {
+            payer.watch_opened();
+        }
         InFlight {
             backend: backend.clone(),
             gauges,
             long_running,
             drains_seen,
             level,
+            payer: payer.map(|p| (p.clone(), Instant::now())),
+            bytes: 0,
         }
+    }
+
+    /// The request is sent again on a new connection: its hold on the replica counts from
+    /// now, not from the connect and handshake kubegate spent first.
+    pub fn sent_again(&mut self) {
+        if let Some((_, began)) = &mut self.payer {
+            *began = Instant::now();
+        }
+    }
+
+    /// The backend sent `bytes` more of the response's body.
+    pub fn carried(&mut self, bytes: usize) {
+        self.bytes += bytes as u64;
     }
 
     /// The backend.
@@ -52,6 +83,12 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        if let Some((payer, began)) = &self.payer {
+            if self.long_running {
+                payer.watch_closed();
+            }
+            payer.held((!self.long_running).then(|| began.elapsed()), self.bytes);
+        }
         if let Some(level) = &self.level {
             self.backend.planes().levels.ended(level);
         }

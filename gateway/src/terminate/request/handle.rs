@@ -227,7 +227,9 @@ async fn serve(
     if let Holder::At(replica) = holder {
         outgoing.prefer(replica);
     }
-    served.sent_as(&cx.gw, cx.client, outgoing.kind(), outgoing.headers());
+    let list = classified.class.verb == Verb::List;
+    let payer = served.sent_as(&cx.gw, cx.client, outgoing.kind(), outgoing.headers(), list);
+    outgoing.bill_to(payer);
     let sharer = authorize(cx, &outgoing, classified.attributes, token_key, fresh);
     let route = route(cx, &outgoing, classified.may, watch, sharer);
     let sending = Sending {

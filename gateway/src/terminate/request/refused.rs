@@ -117,12 +117,8 @@ pub(super) fn limited(gw: &Gateway, rule: &Rule, refusal: Refusal) -> Response<R
         .request_failed(RequestFailure::Limited);
     let (why, retry_after) = match refusal {
         Refusal::InFlight => ("too many requests in flight", 1),
-        Refusal::Rate { retry_after } => (
-            "over its rate",
-            u32::try_from(retry_after.as_millis().div_ceil(1000))
-                .unwrap_or(u32::MAX)
-                .max(1),
-        ),
+        Refusal::Rate { retry_after } => ("over its rate", seconds(retry_after)),
+        Refusal::Rejected { retry_after } => ("rejecting its requests", seconds(retry_after)),
     };
     status(
         StatusCode::TOO_MANY_REQUESTS,
@@ -133,6 +129,13 @@ pub(super) fn limited(gw: &Gateway, rule: &Rule, refusal: Refusal) -> Response<R
         ),
         Some(retry_after),
     )
+}
+
+/// `wait` in whole seconds for a `Retry-After`, rounded up, at least 1.
+fn seconds(wait: std::time::Duration) -> u32 {
+    u32::try_from(wait.as_millis().div_ceil(1000))
+        .unwrap_or(u32::MAX)
+        .max(1)
 }
 
 /// The answer to a body kubegate would not hold: 413 (too large for the request, its

@@ -1,10 +1,10 @@
 //! What serving a request leaves behind for the operator: who sent it (counted for the status
-//! page's busiest lists), which replica answered after how many tries, and the access log's
+//! page's cost table), which replica answered after how many tries, and the access log's
 //! line built from both.
 
 use crate::state::{Backend, Gateway, Kind};
 use crate::telemetry::access_log::Entry;
-use crate::telemetry::busiest::bounded_bytes;
+use crate::telemetry::costs::{bounded_bytes, Payer, SenderKind};
 use crate::telemetry::Identity;
 use crate::terminate::request::shape::Client;
 use crate::terminate::rules::{kubectl_header, KUBECTL_COMMAND, KUBECTL_SESSION};
@@ -59,20 +59,32 @@ impl Served {
         self.token_user = user;
     }
 
-    /// The request was shaped to go as `kind`: counted for its sender (a certificate's or a
-    /// reviewed token's user, else the client's address).
-    pub fn sent_as(&mut self, gw: &Gateway, client: &Client, kind: Kind, headers: &HeaderMap) {
+    /// The request (a LIST if `list`) was shaped to go as `kind`: counted for its sender (a
+    /// certificate's or a reviewed token's user, else the client's address), who is charged
+    /// for what it costs upstream.
+    pub fn sent_as(
+        &mut self,
+        gw: &Gateway,
+        client: &Client,
+        kind: Kind,
+        headers: &HeaderMap,
+        list: bool,
+    ) -> Arc<Payer> {
         let identity = identity(kind);
         self.identity = Some(identity);
-        let name = match (&client.identity, &self.token_user, identity) {
-            (Some(id), _, Identity::ClientCertificate) => id.user.as_str(),
-            (_, Some(user), Identity::BearerToken) => user.user.as_str(),
-            _ => client.ip(),
+        let (kind, name) = match (&client.identity, &self.token_user, identity) {
+            (Some(id), _, Identity::ClientCertificate) => {
+                (SenderKind::Certificate, id.user.as_str())
+            }
+            (_, Some(user), Identity::BearerToken) => (SenderKind::Token, user.user.as_str()),
+            (_, None, Identity::BearerToken) => (SenderKind::TokenByAddress, client.ip()),
+            _ => (SenderKind::Anonymous, client.ip()),
         };
         let kubectl_command =
             kubectl_header(headers, KUBECTL_COMMAND).and_then(|v| v.to_str().ok());
-        gw.busiest()
-            .record(identity, name, user_agent(headers), kubectl_command);
+        let payer = Arc::new(gw.costs().payer(kind, name, user_agent(headers)));
+        payer.sent(list, kubectl_command);
+        payer
     }
 
     /// `replica` answered, after `tried` replicas (itself included).

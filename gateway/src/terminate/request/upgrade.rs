@@ -56,7 +56,7 @@ pub async fn proxy(
     let metrics = &gw.metrics().terminate;
     let uri = parts.uri.clone();
     let kind = Shaper::new(upstreams, metrics).upgrade(client, &mut parts);
-    served.sent_as(gw, client, kind, &parts.headers);
+    let payer = served.sent_as(gw, client, kind, &parts.headers, false);
     let mut placed = connect((gw, generation), upstreams, &uri, kind, &mut within.tried).await;
     if let Err(Unplaced::NoBackend) = placed {
         match within.fall_back() {
@@ -72,7 +72,7 @@ pub async fn proxy(
         return unavailable("no apiserver could take the request");
     };
     served.answered_by(backend.clone(), within.tries());
-    let in_flight = InFlight::begin(&backend, true, None);
+    let in_flight = InFlight::begin(&backend, true, None, Some(&payer));
     let mut upstream_req = Request::from_parts(parts, Empty::<bytes::Bytes>::new());
     *upstream_req.version_mut() = Version::HTTP_11;
     // A backend closed meanwhile (down) may never answer: the close ends the wait too.

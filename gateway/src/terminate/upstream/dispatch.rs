@@ -396,7 +396,8 @@ async fn attempt(
         Some(stream) => stream,
         None => Box::pin(stream_to((gw, config), upstreams, backend, kind)).await?,
     };
-    let in_flight = InFlight::begin(backend, class.long_running.is_some(), level);
+    let payer = outgoing.payer();
+    let mut in_flight = InFlight::begin(backend, class.long_running.is_some(), level, payer);
     let mut sent = Instant::now();
     let mut refused = false;
     let resp = loop {
@@ -418,6 +419,7 @@ async fn attempt(
         }
         stream = Box::pin(stream_to((gw, config), upstreams, backend, kind)).await?;
         sent = Instant::now();
+        in_flight.sent_again();
     };
     let upstream = &backend.planes().terminate;
     if class.long_running.is_none() {
@@ -460,6 +462,7 @@ async fn attempt(
         let body = Box::pin(read_small(body))
             .await
             .map_err(|_| AttemptFailure::Reset)?;
+        in_flight.carried(body.len());
         let mut unauthenticated = false;
         let failure = match signals::said(code, &parts.headers, &body) {
             Some(Said::ShuttingDown) => {
@@ -474,6 +477,9 @@ async fn attempt(
             }
             Some(Said::Initializing) => Some(AttemptFailure::Initializing),
             Some(Said::Rejected) => {
+                if let Some(payer) = payer {
+                    payer.rejected();
+                }
                 // Rejected before any handler ran. Under priority and fairness (its answer
                 // names the level) this replica is left out for the level's requests until
                 // its Retry-After has passed; max-in-flight names none.

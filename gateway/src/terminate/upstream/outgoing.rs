@@ -4,6 +4,7 @@
 //! reads), sent as [`SELF_USER`].
 
 use crate::state::Kind;
+use crate::telemetry::costs::Payer;
 use crate::terminate::exchange::bodies::Held;
 use crate::terminate::upstream::flow::FlowKey;
 use crate::terminate::upstream::signals::Origin;
@@ -92,6 +93,8 @@ pub struct Outgoing {
     /// The replica its first attempt goes to while it can (a continue page's first-page
     /// replica: `request::pages`).
     preferred: Option<SocketAddr>,
+    /// Whom its cost is charged to (`telemetry::costs`); none for kubegate's own.
+    payer: Option<Arc<Payer>>,
 }
 
 impl Outgoing {
@@ -118,6 +121,7 @@ impl Outgoing {
             origin: Origin::Apiserver,
             connection_holds: Some(holds),
             preferred: None,
+            payer: None,
         }
     }
 
@@ -160,6 +164,7 @@ impl Outgoing {
             origin: Origin::Apiserver,
             connection_holds: None,
             preferred: None,
+            payer: None,
         })
     }
 
@@ -199,6 +204,16 @@ impl Outgoing {
     /// The replica its first attempt goes to while it can.
     pub fn preferred(&self) -> Option<SocketAddr> {
         self.preferred
+    }
+
+    /// Its cost is charged to `payer`.
+    pub fn bill_to(&mut self, payer: Arc<Payer>) {
+        self.payer = Some(payer);
+    }
+
+    /// Whom its cost is charged to.
+    pub fn payer(&self) -> Option<&Arc<Payer>> {
+        self.payer.as_ref()
     }
 
     /// Its client connection's count of held requests, whose share it takes.
@@ -258,6 +273,7 @@ impl Outgoing {
             origin: self.origin.clone(),
             connection_holds: self.connection_holds.clone(),
             preferred: self.preferred,
+            payer: self.payer.clone(),
         }
     }
 

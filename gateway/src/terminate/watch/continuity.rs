@@ -466,6 +466,7 @@ async fn pump(
                 }
                 Some(Ok(frame)) => {
                     let Ok(data) = frame.into_data() else { continue };
+                    upstream.held.0.carried(data.len());
                     upstream.decoder.push(&data);
                     loop {
                         let event = match upstream.decoder.next_event() {
