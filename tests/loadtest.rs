@@ -307,10 +307,13 @@ fn a_client_notices_nothing_of_l7_faults_through_terminate_mode() {
             .is_empty(),
         "{rr}"
     );
-    // Requests spread evenly over the replicas after the restart.
+    // Requests spread evenly over the replicas after the restart: each restarted replica has
+    // its share back (an L4 balancer leaves one with almost none). Alone this run measures
+    // at most 1.2; beside three other load tests on two cores the replica restarted last was
+    // once measured at 62 requests against 78 (1.26), so the bound leaves room for that.
     let share = rr["replica_share"]["max_over_min"].as_f64();
     assert!(
-        share.is_some_and(|s| s <= 1.2),
+        share.is_some_and(|s| s <= 1.5),
         "replica share {share:?}: {rr}"
     );
 
