@@ -144,18 +144,23 @@ impl AdminTarget {
 
 /// Fetches `/debug/backends` from `target` and prints it.
 pub fn print(target: &AdminTarget) -> anyhow::Result<()> {
+    let rows: Vec<BackendView> = get_json(target, "/debug/backends")?;
+    print!("{}", table(&rows));
+    Ok(())
+}
+
+/// `GET path` from the admin endpoint at `target` within [`TIMEOUT`], read as JSON.
+fn get_json<T: serde::de::DeserializeOwned>(target: &AdminTarget, path: &str) -> anyhow::Result<T> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let body = rt.block_on(async {
-        tokio::time::timeout(TIMEOUT, call(target, http::Method::GET, "/debug/backends"))
+        tokio::time::timeout(TIMEOUT, call(target, http::Method::GET, path))
             .await
             .with_context(|| format!("admin endpoint did not answer within {TIMEOUT:?}"))?
     })?;
-    let rows: Vec<BackendView> =
-        serde_json::from_slice(&body).context("unexpected /debug/backends answer")?;
-    print!("{}", table(&rows));
-    Ok(())
+    let path = path.split('?').next().unwrap_or(path);
+    serde_json::from_slice(&body).with_context(|| format!("unexpected {path} answer"))
 }
 
 /// Sends `method path` to the admin endpoint at `target`; the body of a 2xx answer.
@@ -352,17 +357,8 @@ pub struct CostReport {
 /// Fetches `/debug/senders` (over `window`, ordered by `sort`) from `target` and prints its
 /// senders and user agents.
 pub fn print_top(target: &AdminTarget, window: &str, sort: &str) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
     let path = format!("/debug/senders?window={window}&sort={sort}&n=20");
-    let body = rt.block_on(async {
-        tokio::time::timeout(TIMEOUT, call(target, http::Method::GET, &path))
-            .await
-            .with_context(|| format!("admin endpoint did not answer within {TIMEOUT:?}"))?
-    })?;
-    let report: CostReport =
-        serde_json::from_slice(&body).context("unexpected /debug/senders answer")?;
+    let report: CostReport = get_json(target, &path)?;
     print!("{}", top_table(&report));
     Ok(())
 }

@@ -440,22 +440,7 @@ impl Costs {
     fn report_at(&self, now: Instant, window: Window, sort: SortBy, n: usize) -> Report {
         let since = now.duration_since(self.epoch);
         let tables = self.tables();
-        let (length, count) = window.slots();
-        let newest = period(since, length);
-        let live = |slot: &&Slot| slot.period != 0 && slot.period + count as u64 > newest;
-        let slots: Vec<&Slot> = match window {
-            Window::Minute => tables.minute.iter().filter(live).collect(),
-            Window::TenMinutes => tables.ten.iter().filter(live).collect(),
-        };
-        let sum = |table: fn(&Slot) -> &Table| {
-            let mut sums: HashMap<&str, Cost> = HashMap::new();
-            for slot in &slots {
-                for (name, cost) in &table(slot).0 {
-                    sums.entry(name).or_default().add(cost);
-                }
-            }
-            sums
-        };
+        let slots = tables.live(window, since);
         let rows = |sums: HashMap<&str, Cost>,
                     open: &HashMap<Box<str>, u64>,
                     keyed: bool,
@@ -492,25 +477,24 @@ impl Costs {
                 })
                 .collect::<Vec<Row>>()
         };
-        let commands = {
-            let minute = period(since, Window::Minute.slots().0);
-            let mut sums: HashMap<&str, Cost> = HashMap::new();
-            for slot in tables
-                .minute
-                .iter()
-                .filter(|s| s.period != 0 && s.period + 6 > minute)
-            {
-                for (name, cost) in &slot.kubectl_commands.0 {
-                    sums.entry(name).or_default().add(cost);
-                }
-            }
-            rows(sums, &HashMap::new(), false, SortBy::Requests)
-        };
+        // Only minute slots count commands: over the last minute whatever the window.
+        let commands = sum(&tables.live(Window::Minute, since), |s| &s.kubectl_commands);
+        let commands = rows(commands, &HashMap::new(), false, SortBy::Requests);
         Report {
             window,
             sort,
-            senders: rows(sum(|s| &s.senders), &tables.open_by_sender, true, sort),
-            user_agents: rows(sum(|s| &s.user_agents), &tables.open_by_agent, false, sort),
+            senders: rows(
+                sum(&slots, |s| &s.senders),
+                &tables.open_by_sender,
+                true,
+                sort,
+            ),
+            user_agents: rows(
+                sum(&slots, |s| &s.user_agents),
+                &tables.open_by_agent,
+                false,
+                sort,
+            ),
             kubectl_commands: commands,
         }
     }
@@ -522,6 +506,33 @@ impl Costs {
             |s: &Slot| s.senders.0.len() + s.user_agents.0.len() + s.kubectl_commands.0.len();
         tables.minute.iter().map(slot).sum::<usize>() + tables.ten.iter().map(slot).sum::<usize>()
     }
+}
+
+impl Tables {
+    /// The slots of `window` that are within it at `since`.
+    fn live(&self, window: Window, since: Duration) -> Vec<&Slot> {
+        let (length, count) = window.slots();
+        let newest = period(since, length);
+        let slots: &[Slot] = match window {
+            Window::Minute => &self.minute,
+            Window::TenMinutes => &self.ten,
+        };
+        slots
+            .iter()
+            .filter(|s| s.period != 0 && s.period + count as u64 > newest)
+            .collect()
+    }
+}
+
+/// Each name's cost summed over `slots`' `table`.
+fn sum<'a>(slots: &[&'a Slot], table: fn(&Slot) -> &Table) -> HashMap<&'a str, Cost> {
+    let mut sums: HashMap<&str, Cost> = HashMap::new();
+    for slot in slots {
+        for (name, cost) in &table(slot).0 {
+            sums.entry(name).or_default().add(cost);
+        }
+    }
+    sums
 }
 
 /// The slot of `slots` (each `window`'s length) for `since`, emptied if it held an older one.

@@ -78,24 +78,23 @@ pub fn debug(gw: &Gateway, uri: &Uri) -> Response<Full<Bytes>> {
 /// figure's heading a link that orders by it.
 pub fn tables(page: &mut String, gw: &Gateway, asked: Asked, esc: fn(&str) -> String) {
     let report = gw.costs().report(asked.window, asked.sort, asked.rows);
-    let (over, other) = match asked.window {
-        Window::Minute => ("last minute", Window::TenMinutes),
-        Window::TenMinutes => ("last ten minutes", Window::Minute),
+    let phrase = |window| match window {
+        Window::Minute => "last minute",
+        Window::TenMinutes => "last ten minutes",
     };
+    let other = match asked.window {
+        Window::Minute => Window::TenMinutes,
+        Window::TenMinutes => Window::Minute,
+    };
+    let (window, sort) = (asked.window.as_str(), asked.sort.as_str());
     let _ = write!(
         page,
-        "<h2 id=costs>Who costs what, {over}</h2><div class=meta>Sorted by {}, largest first · \
-         <a href='?window={}&amp;sort={}#costs'>the {}</a> · \
-         <a href=/debug/senders?window={}&amp;sort={}&amp;n=100>as JSON</a></div>",
-        asked.sort.as_str(),
+        "<h2 id=costs>Who costs what, {}</h2><div class=meta>Sorted by {sort}, largest first · \
+         <a href='?window={}&amp;sort={sort}#costs'>the {}</a> · \
+         <a href=/debug/senders?window={window}&amp;sort={sort}&amp;n=100>as JSON</a></div>",
+        phrase(asked.window),
         other.as_str(),
-        asked.sort.as_str(),
-        match other {
-            Window::Minute => "last minute",
-            Window::TenMinutes => "last ten minutes",
-        },
-        asked.window.as_str(),
-        asked.sort.as_str(),
+        phrase(other),
     );
     costs(page, asked, "Sender", &report.senders, esc);
     costs(page, asked, "User agent", &report.user_agents, esc);
