@@ -84,6 +84,8 @@ mod replica_failures;
 mod request_bodies;
 #[path = "serving.rs"]
 mod serving;
+#[path = "shed.rs"]
+mod shed;
 #[path = "signals.rs"]
 mod signals;
 #[path = "sim.rs"]

@@ -31,6 +31,7 @@ mod validate;
 pub use cidr::Cidr;
 pub use cluster::ServerNamePattern;
 pub use diff::{diff, from_nothing, Change};
+pub use dispatch::validate as validate_dispatch;
 pub use dispatch::{
     DispatchRule, Fallback, RuleLimit, RuleMatch, RuleReject, MAX_REJECT_RETRY_AFTER,
     NON_RESOURCE_VERBS, VERBS,

@@ -171,6 +171,7 @@ pub(crate) mod tests_support {
         c.upstream.tls.cipher_suites = suites;
         c.upstream.front_proxy = Some(FrontProxy::new("c".into(), "k".into()));
         c.upgrade = Some(UpgradeConfig { socket: "s".into() });
+        c.terminate.shed_state_file = Some("s".into());
         c.discovery = Some(DiscoveryConfig {
             kubeconfig: "k".into(),
             state_file: Some("s".into()),

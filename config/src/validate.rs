@@ -155,6 +155,17 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
     } else {
         crate::cluster::validate(config, terminating, base_dir, &mut bad);
     }
+    if let Some(state) = &mut config.terminate.shed_state_file {
+        if state.is_relative() {
+            *state = base_dir.join(&*state);
+        }
+        if !state.parent().is_some_and(Path::is_dir) {
+            bad(
+                "terminate.shed_state_file".into(),
+                format!("{}: its directory does not exist", state.display()),
+            );
+        }
+    }
     let t = &config.terminate;
     if !t.hold_when_none_ready.is_zero() && t.max_held_when_none_ready == 0 {
         bad(

@@ -29,6 +29,8 @@ mod generation;
 pub mod notify;
 mod reload;
 mod service;
+mod shed;
+pub mod shed_call;
 pub mod status;
 mod terminated;
 pub mod upgrade;

@@ -1,5 +1,5 @@
-//! `kubegate`'s command line: `run`, `check`, `init`, `status`, `drain`, `undrain`. Everything
-//! else is the library's (`lib.rs`).
+//! `kubegate`'s command line: `run`, `check`, `init`, `status`, `drain`, `undrain`, `shed`,
+//! `unshed`. Everything else is the library's (`lib.rs`).
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -127,9 +127,52 @@ enum Command {
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// Turn a client away at the gateway (terminate mode), for a while: a rule that answers
+    /// what it takes 429 with Retry-After, ahead of the file's rules, until it expires or
+    /// `kubegate unshed` removes it. Kept across restarts with terminate.shed_state_file.
+    /// system:masters, the control plane's controllers, nodes and leases are never taken
+    /// unless the rule names them.
+    Shed {
+        /// The rule's name (to remove it by).
+        name: String,
+        /// Users it takes (repeated).
+        #[arg(long = "user")]
+        users: Vec<String>,
+        /// Groups it takes (repeated).
+        #[arg(long = "group")]
+        groups: Vec<String>,
+        /// Service accounts it takes, NAMESPACE:NAME or NAMESPACE:* (repeated).
+        #[arg(long = "service-account")]
+        service_accounts: Vec<String>,
+        /// Verbs it takes (list, watch, get, create, ...; repeated); none: every verb.
+        #[arg(long = "verb")]
+        verbs: Vec<String>,
+        /// Resources it takes (pods, configmaps, ...; repeated); none: every resource.
+        #[arg(long = "resource")]
+        resources: Vec<String>,
+        /// Namespaces it takes (repeated); none: every namespace.
+        #[arg(long = "namespace")]
+        namespaces: Vec<String>,
+        /// What its 429s' Retry-After says.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        retry_after: std::time::Duration,
+        /// How long it lasts (at most 7 days).
+        #[arg(long = "for", default_value = "1h", value_parser = humantime::parse_duration)]
+        lasts: std::time::Duration,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Remove a rule `kubegate shed` put in force.
+    Unshed {
+        /// The rule's name.
+        name: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
 }
 
-/// How to reach a running gateway's admin endpoint (`status`, `drain`, `undrain`).
+/// How to reach a running gateway's admin endpoint (`status`, `drain`, `undrain`, `shed`,
+/// `unshed`).
 #[derive(clap::Args)]
 struct AdminArgs {
     /// Admin endpoint of the running gateway: HOST:PORT, or https://HOST:PORT when it
@@ -211,6 +254,26 @@ fn drain_command(
         wait,
     };
     match kubegate::control::drain::run(&target, &request) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kubegate {command}: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `kubegate shed` (with `request`) or `kubegate unshed` (without) of rule `name`.
+fn shed_command(
+    command: &str,
+    request: Option<&kubegate::control::shed_call::ShedRequest>,
+    name: &str,
+    admin: AdminArgs,
+) -> ExitCode {
+    let target = match admin.target(command) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    match kubegate::control::shed_call::run(&target, request, name) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("kubegate {command}: {e:#}");
@@ -311,6 +374,36 @@ fn main() -> ExitCode {
         Command::Undrain { backend, admin } => {
             drain_command("undrain", backend, false, None, admin)
         }
+        Command::Shed {
+            name,
+            users,
+            groups,
+            service_accounts,
+            verbs,
+            resources,
+            namespaces,
+            retry_after,
+            lasts,
+            admin,
+        } => {
+            let matches = kubegate_config::RuleMatch {
+                users,
+                groups,
+                service_accounts,
+                verbs,
+                resources,
+                namespaces,
+                ..Default::default()
+            };
+            let request = kubegate::control::shed_call::ShedRequest {
+                name: name.clone(),
+                matches,
+                retry_after,
+                lasts,
+            };
+            shed_command("shed", Some(&request), &name, admin)
+        }
+        Command::Unshed { name, admin } => shed_command("unshed", None, &name, admin),
         Command::Run {
             config,
             log_format,

@@ -10,6 +10,7 @@ mod lifecycle;
 mod listeners;
 mod running;
 mod settings;
+mod shed;
 
 pub use backends::{
     ApiSet, Backend, Gauges, GroupVersions, H2Conn, Killer, Kind, Planes, Pool, PriorityLevels,
@@ -21,3 +22,4 @@ pub use lifecycle::{Lifecycle, Phase};
 pub use listeners::{ClientListener, ClientSlot};
 pub use running::{Generation, RunningConfig};
 pub use settings::{pool_settings, probe_settings};
+pub use shed::{Shed, MAX_RULES as MAX_SHED_RULES};

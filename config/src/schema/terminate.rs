@@ -105,6 +105,11 @@ pub struct TerminateConfig {
     pub join_reads: JoinReadsConfig,
     /// Feeding identical watches of one sender from one upstream watch.
     pub shared_watches: SharedWatchesConfig,
+    /// Where the rules put in force at run time (`kubegate shed`) are written at each change
+    /// and read back at start-up, so a restarted kubegate keeps them until they expire. None:
+    /// kept in memory only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shed_state_file: Option<PathBuf>,
 }
 
 /// Shared watches: a watch from a resourceVersion that asks what a watch of the same sender
@@ -362,6 +367,7 @@ impl Default for TerminateConfig {
             access_review: AccessReviewConfig::default(),
             join_reads: JoinReadsConfig::default(),
             shared_watches: SharedWatchesConfig::default(),
+            shed_state_file: None,
         }
     }
 }

@@ -19,6 +19,7 @@ mod page;
 mod readyz;
 mod respond;
 mod senders;
+mod shed;
 mod views;
 
 pub use drain::DrainAnswer;
@@ -181,6 +182,16 @@ async fn route(
         };
         return drain::handle(gw, caller, req.headers(), name, drain);
     }
+    if let Some(call) = shed::Call::of(path) {
+        if req.method() != Method::POST {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "only POST\n".into());
+        }
+        let caller = drain::Caller {
+            authenticated: verified || token_matches(&admin, &req).await,
+            loopback: peer.ip().to_canonical().is_loopback(),
+        };
+        return shed::handle(gw, caller, req, call).await;
+    }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n".into());
     }
@@ -211,6 +222,7 @@ async fn route(
             .expect("valid response"),
         "/debug/backends" => json(&views::backends_view(gw)),
         "/debug/senders" => senders::debug(gw, req.uri()),
+        "/debug/shed" => shed::debug(gw),
         // File paths only: no key, token or certificate content is ever in the configuration.
         "/debug/config" => json(&*gw.config().load()),
         _ => text(StatusCode::NOT_FOUND, "not found\n".into()),

@@ -5,7 +5,7 @@
 use crate::control::admin::{self, AdminTls};
 use crate::control::certs::{watch_certificates, Watched};
 use crate::control::generation::{self, Plan};
-use crate::control::{expiry, notify, reload, upgrade};
+use crate::control::{expiry, notify, reload, shed, upgrade};
 use crate::state::{Gateway, Phase};
 use crate::terminate::TerminatePlane;
 use async_trait::async_trait;
@@ -73,6 +73,8 @@ impl BackgroundService for Control {
         let admin = tokio::net::TcpListener::from_std(parts.admin).expect("admin listener");
         // Start-up is the reload from nothing: pools, discovery, terminate state and
         // control tasks, made by the one path that makes every generation.
+        // The rules an operator put in force before a restart, before any request is read.
+        shed::restore(&gw);
         generation::apply(&gw, &parts.terminate, parts.first);
         reload::record_initial_load(&gw);
         tokio::spawn(admin::serve(admin, parts.admin_tls.clone(), gw.clone()));

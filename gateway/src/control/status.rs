@@ -4,7 +4,7 @@
 
 use crate::control::admin::BackendView;
 use anyhow::{bail, Context};
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use kubegate_net::tls::{load_certs, load_key, load_roots, provider};
 use rustls::pki_types::ServerName;
@@ -169,6 +169,17 @@ pub async fn call(
     method: http::Method,
     path: &str,
 ) -> anyhow::Result<bytes::Bytes> {
+    call_with(target, method, path, bytes::Bytes::new()).await
+}
+
+/// Sends `method path` with `body` (JSON, if any) to the admin endpoint at `target`; the body
+/// of a 2xx answer.
+pub async fn call_with(
+    target: &AdminTarget,
+    method: http::Method,
+    path: &str,
+    body: bytes::Bytes,
+) -> anyhow::Result<bytes::Bytes> {
     let addr = target.address;
     let tcp = tokio::net::TcpStream::connect(addr)
         .await
@@ -192,7 +203,10 @@ pub async fn call(
     if let Some(t) = token {
         req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
     }
-    let req = req.body(Empty::<bytes::Bytes>::new())?;
+    if !body.is_empty() {
+        req = req.header(http::header::CONTENT_TYPE, "application/json");
+    }
+    let req = req.body(Full::new(body))?;
     let resp = match &target.tls {
         None => {
             let (mut sender, conn) =

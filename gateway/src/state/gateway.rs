@@ -9,6 +9,7 @@ use crate::state::lifecycle::{Lifecycle, Phase};
 use crate::state::listeners::ClientListener;
 use crate::state::running::RunningConfig;
 use crate::state::settings::pool_settings;
+use crate::state::shed::Shed;
 use crate::telemetry::costs::Costs;
 use crate::telemetry::transitions::Transitions;
 use crate::telemetry::{MetricEvents, Metrics};
@@ -26,6 +27,8 @@ pub struct Gateway {
     metrics: Arc<Metrics>,
     /// Who cost the apiservers what lately (terminate mode).
     costs: Arc<Costs>,
+    /// Rules put in force at run time (terminate mode's `kubegate shed`).
+    shed: Shed,
     /// Held through a scrape: the sender families are set, then read, as one.
     scrape: std::sync::Mutex<()>,
     /// The last backend state transitions, for the status page.
@@ -66,6 +69,7 @@ impl Gateway {
             lifecycle,
             metrics,
             costs: Arc::default(),
+            shed: Shed::default(),
             scrape: std::sync::Mutex::new(()),
             transitions,
             listeners,
@@ -165,6 +169,11 @@ impl Gateway {
     /// Who cost the apiservers what lately (terminate mode).
     pub fn costs(&self) -> &Arc<Costs> {
         &self.costs
+    }
+
+    /// Rules put in force at run time (terminate mode's `kubegate shed`).
+    pub fn shed(&self) -> &Shed {
+        &self.shed
     }
 
     /// The last backend state transitions, newest first.

@@ -12,6 +12,8 @@
 //! kubectl's command and session are its headers' (`Kubectl-Command`, `Kubectl-Session`), as
 //! the client wrote them.
 
+pub mod shed;
+
 use crate::telemetry::TerminateMetrics;
 use kubegate_config::{DispatchRule, Fallback};
 use kubegate_wire::classify::RequestInfo;
@@ -212,13 +214,18 @@ impl Rules {
 
     /// The first rule that matches `facts`.
     pub fn rule_for(&self, facts: &Facts<'_>) -> Option<&Arc<Rule>> {
-        if self.rules.is_empty() {
-            return None;
-        }
+        self.matching(facts).next().map(|(_, rule)| rule)
+    }
+
+    /// The rules that match `facts` and have not expired, in order, with their positions.
+    pub fn matching<'s, 'f>(
+        &'s self,
+        facts: &'f Facts<'f>,
+    ) -> impl Iterator<Item = (usize, &'s Arc<Rule>)> + use<'s, 'f> {
         let who = Who::of(facts.sender);
         // The clock is read only when a rule that matches can expire.
         let mut now = None;
-        self.rules.iter().find(|r| {
+        self.rules.iter().enumerate().filter(move |(_, r)| {
             r.matcher.matches(facts, &who)
                 && r.expires
                     .is_none_or(|at| *now.get_or_insert_with(SystemTime::now) < at)

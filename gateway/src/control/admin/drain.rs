@@ -1,7 +1,7 @@
 //! `POST /backends/NAME/drain` and `POST /backends/NAME/undrain`: the operator moves a
 //! replica's work elsewhere ahead of a planned restart (`kubegate drain`), and gives it back.
 //!
-//! The only calls that change anything, so they are held to more than the read-only paths: a
+//! Calls that change anything (these, and `shed`'s) are held to more than the read-only paths: a
 //! caller that authenticated (a verified client certificate or a bearer token) when the
 //! endpoint asks for either, and a caller on loopback when it asks for none; never a browser
 //! (a request with an `Origin` header), so a web page cannot post to a loopback endpoint.
@@ -20,6 +20,36 @@ pub struct Caller {
     pub authenticated: bool,
     /// The connection came from 127.0.0.0/8 or ::1.
     pub loopback: bool,
+}
+
+impl Caller {
+    /// Whether the caller may change something (`what`, for the refusal's words): never from
+    /// a browser; an authenticated caller when the endpoint authenticates, else one on
+    /// loopback. The 403 that says why otherwise (boxed: the way out is rare).
+    pub fn may_change(
+        self,
+        gw: &Gateway,
+        headers: &http::HeaderMap,
+        what: &str,
+    ) -> Result<(), Box<Response<Full<Bytes>>>> {
+        if headers.contains_key(header::ORIGIN) {
+            return Err(Box::new(text(
+                StatusCode::FORBIDDEN,
+                format!("{what} is not asked from a browser\n"),
+            )));
+        }
+        let allowed = match gw.config().load().admin.authenticates() {
+            true => self.authenticated,
+            false => self.loopback,
+        };
+        if !allowed {
+            return Err(Box::new(text(
+                StatusCode::FORBIDDEN,
+                format!("{what} needs a verified client certificate or bearer token (admin.tls.client_ca_file, admin.bearer_token_file), or, with neither configured, a caller on loopback\n"),
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// What a drain call answers.
@@ -53,23 +83,8 @@ pub fn handle(
     name: &str,
     drain: bool,
 ) -> Response<Full<Bytes>> {
-    let admin = gw.config().load().admin.clone();
-    if headers.contains_key(header::ORIGIN) {
-        return text(
-            StatusCode::FORBIDDEN,
-            "a drain is not asked from a browser\n".into(),
-        );
-    }
-    let allowed = if admin.authenticates() {
-        caller.authenticated
-    } else {
-        caller.loopback
-    };
-    if !allowed {
-        return text(
-            StatusCode::FORBIDDEN,
-            "a drain needs a verified client certificate or bearer token (admin.tls.client_ca_file, admin.bearer_token_file), or, with neither configured, a caller on loopback\n".into(),
-        );
+    if let Err(refused) = caller.may_change(gw, headers, "a drain") {
+        return *refused;
     }
     // Names default to `IP:PORT`; some clients escape `[::1]`'s brackets and colons.
     let name = match kubegate_wire::target::path(name) {

@@ -8,6 +8,7 @@
 use crate::state::{Cluster, Pool};
 use crate::terminate::join::feeds::Feeds;
 use crate::terminate::join::Joins;
+use crate::terminate::rules::shed::ShedRules;
 use crate::terminate::sender::access::AccessReviews;
 use crate::terminate::sender::tokens::TokenReviews;
 use crate::terminate::upstream::upstreams::{LiveUpstreams, Upstreams};
@@ -28,6 +29,8 @@ pub struct TerminateMode {
     joins: Arc<Joins>,
     /// Upstream watches identical watches are fed from.
     feeds: Arc<Feeds>,
+    /// The rules put in force at run time, as this cluster compiled them.
+    shed: ShedRules,
 }
 
 /// What the clusters' terminate states hold together, each bounded over every cluster.
@@ -53,7 +56,13 @@ impl TerminateMode {
             body_bytes: held.request_bodies.clone(),
             joins: Arc::new(Joins::new(held.joined_answers.clone())),
             feeds: Arc::new(Feeds::new(held.watch_windows.clone())),
+            shed: ShedRules::default(),
         }
+    }
+
+    /// The rules put in force at run time, as this cluster compiled them.
+    pub fn shed(&self) -> &ShedRules {
+        &self.shed
     }
 
     /// Its reads that identical reads may join.

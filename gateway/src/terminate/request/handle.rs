@@ -441,7 +441,7 @@ struct MayShare {
     feed: bool,
 }
 
-/// Phase 3: its rule, its flow (who sends it, for the replicas' flow control), who writes its
+/// Phase 3: its rule (run-time ones first, `rules::shed`), its flow (who sends it, for the replicas' flow control), who writes its
 /// answer, and what it may share.
 fn classify(
     cx: &Context<'_>,
@@ -461,19 +461,26 @@ fn classify(
         feed: sharing.enabled && watching && (sharing.secrets || !secrets),
     };
     let user = cx.client.identity.as_deref().or(sender.named.as_deref());
-    let rule = cx
-        .rules
-        .rule_for(&Facts {
-            info: *info,
-            path: read.path(),
-            sender: user,
-            kubectl: if cx.rules.reads_kubectl() {
-                Kubectl::of(req.headers())
-            } else {
-                Kubectl::default()
-            },
-        })
-        .cloned();
+    let shed = cx.gw.shed();
+    let shedding = shed.version() != 0;
+    let facts = Facts {
+        info: *info,
+        path: read.path(),
+        sender: user,
+        kubectl: if cx.rules.reads_kubectl() || shedding {
+            Kubectl::of(req.headers())
+        } else {
+            Kubectl::default()
+        },
+    };
+    // A rule put in force at run time first (it only rejects: the file's rules stay the
+    // floor), then the file's.
+    let metrics = &cx.gw.metrics().terminate;
+    let cluster = cx.mode.cluster().name();
+    let rule = shedding
+        .then(|| cx.mode.shed().rule_for(shed, cluster, metrics, &facts))
+        .flatten()
+        .or_else(|| cx.rules.rule_for(&facts).cloned());
     let as_whom = match (user, sender.token.as_deref()) {
         (Some(user), _) => flow::Sender::User(user),
         (None, Some(token)) => flow::Sender::Token(token),

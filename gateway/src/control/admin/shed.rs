@@ -1,0 +1,87 @@
+//! `POST /shed` (a rule that rejects, as JSON in the `dispatch` vocabulary), `POST
+//! /unshed/NAME` and `GET /debug/shed`: the run-time rules (`control::shed`) over the admin
+//! endpoint, held to what a drain is held to (`drain::Caller`). They work with no apiserver
+//! reachable: the rules are the gateway's own.
+
+use super::drain::Caller;
+use super::respond::{json, text};
+use crate::control::shed;
+use crate::state::Gateway;
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use kubegate_config::DispatchRule;
+
+/// The largest rule read: a rule is a few hundred bytes.
+const MAX_BODY: usize = 64 * 1024;
+
+/// One of these calls.
+pub enum Call {
+    /// `POST /shed`.
+    Shed,
+    /// `POST /unshed/NAME`, the name decoded.
+    Unshed(String),
+}
+
+impl Call {
+    /// The call `path` names, if any.
+    pub fn of(path: &str) -> Option<Call> {
+        if path == "/shed" {
+            return Some(Call::Shed);
+        }
+        let name = path.strip_prefix("/unshed/").filter(|n| !n.is_empty())?;
+        // A name the path cannot carry as written is kept as written: no rule has it.
+        let name = kubegate_wire::target::path(name).map_or(name.to_string(), |n| n.into_owned());
+        Some(Call::Unshed(name))
+    }
+}
+
+/// Carries out `call` for `caller`.
+pub async fn handle(
+    gw: &Gateway,
+    caller: Caller,
+    req: Request<Incoming>,
+    call: Call,
+) -> Response<Full<Bytes>> {
+    let what = match call {
+        Call::Shed => "a shed",
+        Call::Unshed(_) => "an unshed",
+    };
+    if let Err(refused) = caller.may_change(gw, req.headers(), what) {
+        return *refused;
+    }
+    match call {
+        Call::Unshed(name) => match shed::remove(gw, &name) {
+            Some(rules) => json(&rules),
+            None => text(
+                StatusCode::NOT_FOUND,
+                format!("no run-time rule is named {name:?}\n"),
+            ),
+        },
+        Call::Shed => {
+            let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(_) => {
+                    return text(
+                        StatusCode::BAD_REQUEST,
+                        format!("the rule did not arrive whole within {MAX_BODY} bytes\n"),
+                    )
+                }
+            };
+            let rule: DispatchRule = match serde_json::from_slice(&body) {
+                Ok(r) => r,
+                Err(e) => return text(StatusCode::BAD_REQUEST, format!("not a rule: {e}\n")),
+            };
+            match shed::put(gw, rule) {
+                Ok(rules) => json(&rules),
+                Err(why) => text(StatusCode::UNPROCESSABLE_ENTITY, format!("{why}\n")),
+            }
+        }
+    }
+}
+
+/// `GET /debug/shed`: the rules in force at run time.
+pub fn debug(gw: &Gateway) -> Response<Full<Bytes>> {
+    json(&*gw.shed().rules())
+}

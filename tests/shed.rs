@@ -1,0 +1,186 @@
+//! Rules put in force at run time (`kubegate shed`, `kubegate unshed`): real `kubegate` and
+//! `kubegate-sim` processes, the CLI against the admin endpoint, clients with certificates
+//! of their own.
+//!
+//! 1. `a_shed_turns_a_sender_away_spares_the_reserve_survives_a_restart_and_ends`: a service
+//!    account's LISTs are answered 429 with the rule's `Retry-After` from the shed on, its
+//!    other verbs and other users pass; a rule as wide as `system:authenticated` sheds a
+//!    user but never `system:masters` or the controller manager; the rules survive a restart
+//!    of kubegate (`terminate.shed_state_file`); `unshed` and an expiry give the senders back;
+//!    a rule that does more than reject, and a call from a browser, are refused.
+
+use kubegate_e2e::*;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+const LISTS: &str = "/api/v1/namespaces/default/configmaps";
+const AGENT: &str = "system:serviceaccount:telemetry:agent";
+
+/// `kubegate ARGS --admin ADMIN`.
+fn kubegate(args: &[&str], admin: std::net::SocketAddr) -> Output {
+    Command::new(bin("kubegate"))
+        .args(args)
+        .args(["--admin", &admin.to_string()])
+        .output()
+        .unwrap()
+}
+
+fn succeeded(out: Output) -> String {
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    said
+}
+
+/// A `POST path` with `body` and `headers` to the admin endpoint: its status line and body.
+fn post(admin: std::net::SocketAddr, path: &str, headers: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(admin).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: kubegate\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+/// Connections through `kg` as the agent, a user, the controller manager and an
+/// administrator (`system:masters`).
+async fn senders(kg: &Kubegate, pki: &Pki) -> (Conn, Conn, Conn, Conn) {
+    let listen = kg.listen;
+    let agent = Conn::open_as_user(listen, pki, "agent", AGENT, &["system:serviceaccounts"]).await;
+    let dev = Conn::open_as_user(listen, pki, "dev", "dev-user", &["dev"]).await;
+    let kcm = Conn::open_as_user(listen, pki, "kcm", "system:kube-controller-manager", &[]).await;
+    let admin = Conn::open(listen, pki, true).await.unwrap();
+    (agent, dev, kcm, admin)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shed_turns_a_sender_away_spares_the_reserve_survives_a_restart_and_ends() {
+    let state = tempfile::tempdir().unwrap();
+    let state_file = state.path().join("shed.json");
+    let kept = state_file.clone();
+    let mut bed = Cluster::new()
+        .terminate()
+        .configure(move |cfg| cfg.terminate.shed_state_file = Some(kept.clone()))
+        .start();
+    let (mut agent, mut dev, mut kcm, mut admin) = senders(&bed.kg, &bed.pki).await;
+
+    // Its LISTs are turned away, at once, with the rule's Retry-After; its GETs pass.
+    let said = succeeded(kubegate(
+        &[
+            "shed",
+            "agent-lists",
+            "--service-account",
+            "telemetry:agent",
+            "--verb",
+            "list",
+            "--retry-after",
+            "30s",
+            "--for",
+            "10m",
+        ],
+        bed.kg.admin,
+    ));
+    assert!(
+        said.starts_with("agent-lists: in force; 1 run-time rules"),
+        "{said}"
+    );
+    let r = agent.get(LISTS).await.unwrap();
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(r.header("retry-after"), Some("30"));
+    assert!(r.text().contains("agent-lists"), "{}", r.text());
+    assert_eq!(
+        agent.get(&format!("{LISTS}/missing")).await.unwrap().status,
+        404
+    );
+    assert_eq!(dev.get(LISTS).await.unwrap().status, 200);
+
+    // As wide as every authenticated user: a user is shed, the reserve is not.
+    succeeded(kubegate(
+        &["shed", "everyone", "--group", "system:authenticated"],
+        bed.kg.admin,
+    ));
+    assert_eq!(dev.get(LISTS).await.unwrap().status, 429);
+    assert_eq!(
+        admin.get(LISTS).await.unwrap().status,
+        200,
+        "system:masters"
+    );
+    assert_eq!(kcm.get(LISTS).await.unwrap().status, 200, "a controller");
+    let listed: serde_json::Value =
+        serde_json::from_str(&bed.kg.admin_body("/debug/shed")).unwrap();
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["everyone", "agent-lists"], "the newest first");
+
+    // A rule that does more than reject, and a call from a browser, are refused.
+    let limit = r#"{"name":"x","match":{"users":["dev-user"]},"limit":{"max_in_flight":1}}"#;
+    let refused = post(bed.kg.admin, "/shed", "", limit);
+    assert!(
+        refused.starts_with("HTTP/1.1 422") && refused.contains("only rejects"),
+        "{refused}"
+    );
+    let reject = r#"{"name":"x","match":{"users":["dev-user"]},"reject":{}}"#;
+    let browser = post(
+        bed.kg.admin,
+        "/shed",
+        "Origin: http://evil.example\r\n",
+        reject,
+    );
+    assert!(browser.starts_with("HTTP/1.1 403"), "{browser}");
+
+    // kubegate restarts: the rules are read back before any request is served (before its
+    // replica is even found ready).
+    assert!(state_file.exists());
+    bed.kg.proc.signal(libc::SIGTERM);
+    bed.kg.proc.wait_exit(Duration::from_secs(60));
+    bed.kg = Kubegate::start(&bed.pki, &bed.config);
+    let (mut agent, mut dev, _, _) = senders(&bed.kg, &bed.pki).await;
+    assert_eq!(agent.get(LISTS).await.unwrap().status, 429);
+    assert_eq!(dev.get(LISTS).await.unwrap().status, 429);
+    bed.kg
+        .wait_state("replica-1", "ready", Duration::from_secs(60));
+
+    // Removed, the user is served again; a name in force no more is a 404.
+    succeeded(kubegate(&["unshed", "everyone"], bed.kg.admin));
+    assert_eq!(dev.get(LISTS).await.unwrap().status, 200);
+    let gone = kubegate(&["unshed", "everyone"], bed.kg.admin);
+    assert!(!gone.status.success());
+    assert!(
+        String::from_utf8_lossy(&gone.stderr).contains("404"),
+        "{gone:?}"
+    );
+
+    // A rule ends on its own.
+    succeeded(kubegate(
+        &["shed", "brief", "--user", "dev-user", "--for", "2s"],
+        bed.kg.admin,
+    ));
+    assert_eq!(dev.get(LISTS).await.unwrap().status, 429);
+    let mut served = false;
+    for _ in 0..120 {
+        if dev.get(LISTS).await.unwrap().status == 200 {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(served, "the rule outlived its 2 s");
+    assert_eq!(
+        agent.get(LISTS).await.unwrap().status,
+        429,
+        "the other rule stays"
+    );
+}
