@@ -7,7 +7,8 @@
 //!    other verbs and other users pass; a rule as wide as `system:authenticated` sheds a
 //!    user but never `system:masters` or the controller manager; the rules survive a restart
 //!    of kubegate (`terminate.shed_state_file`); `unshed` and an expiry give the senders back;
-//!    a rule that does more than reject, and a call from a browser, are refused.
+//!    a rule that does more than reject or names no sender, and a call from a browser, are
+//!    refused.
 
 use kubegate_e2e::*;
 use std::process::{Command, Output};
@@ -130,6 +131,12 @@ async fn a_shed_turns_a_sender_away_spares_the_reserve_survives_a_restart_and_en
     let refused = post(bed.kg.admin, "/shed", "", limit);
     assert!(
         refused.starts_with("HTTP/1.1 422") && refused.contains("only rejects"),
+        "{refused}"
+    );
+    let nobody = r#"{"name":"x","match":{"verbs":["list"]},"reject":{}}"#;
+    let refused = post(bed.kg.admin, "/shed", "", nobody);
+    assert!(
+        refused.starts_with("HTTP/1.1 422") && refused.contains("names who"),
         "{refused}"
     );
     let reject = r#"{"name":"x","match":{"users":["dev-user"]},"reject":{}}"#;

@@ -135,29 +135,13 @@ enum Command {
     Shed {
         /// The rule's name (to remove it by).
         name: String,
-        /// Users it takes (repeated).
-        #[arg(long = "user")]
-        users: Vec<String>,
-        /// Groups it takes (repeated).
-        #[arg(long = "group")]
-        groups: Vec<String>,
-        /// Service accounts it takes, NAMESPACE:NAME or NAMESPACE:* (repeated).
-        #[arg(long = "service-account")]
-        service_accounts: Vec<String>,
-        /// Verbs it takes (list, watch, get, create, ...; repeated); none: every verb.
-        #[arg(long = "verb")]
-        verbs: Vec<String>,
-        /// Resources it takes (pods, configmaps, ...; repeated); none: every resource.
-        #[arg(long = "resource")]
-        resources: Vec<String>,
-        /// Namespaces it takes (repeated); none: every namespace.
-        #[arg(long = "namespace")]
-        namespaces: Vec<String>,
+        #[command(flatten)]
+        takes: ShedTakes,
         /// What its 429s' Retry-After says.
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         retry_after: std::time::Duration,
         /// How long it lasts (at most 7 days).
-        #[arg(long = "for", default_value = "1h", value_parser = humantime::parse_duration)]
+        #[arg(long = "for", default_value = "1h", value_parser = parse_lasts)]
         lasts: std::time::Duration,
         #[command(flatten)]
         admin: AdminArgs,
@@ -169,6 +153,43 @@ enum Command {
         #[command(flatten)]
         admin: AdminArgs,
     },
+}
+
+/// What `kubegate shed`'s rule takes: each flag a `dispatch` match list.
+#[derive(clap::Args)]
+struct ShedTakes {
+    /// Users it takes (repeated).
+    #[arg(long = "user")]
+    users: Vec<String>,
+    /// Groups it takes (repeated).
+    #[arg(long = "group")]
+    groups: Vec<String>,
+    /// Service accounts it takes, NAMESPACE:NAME or NAMESPACE:* (repeated).
+    #[arg(long = "service-account")]
+    service_accounts: Vec<String>,
+    /// Verbs it takes (list, watch, get, create, ...; repeated); none: every verb.
+    #[arg(long = "verb")]
+    verbs: Vec<String>,
+    /// Resources it takes (pods, configmaps, ...; repeated); none: every resource.
+    #[arg(long = "resource")]
+    resources: Vec<String>,
+    /// Namespaces it takes (repeated); none: every namespace.
+    #[arg(long = "namespace")]
+    namespaces: Vec<String>,
+}
+
+impl From<ShedTakes> for kubegate_config::RuleMatch {
+    fn from(t: ShedTakes) -> Self {
+        kubegate_config::RuleMatch {
+            users: t.users,
+            groups: t.groups,
+            service_accounts: t.service_accounts,
+            verbs: t.verbs,
+            resources: t.resources,
+            namespaces: t.namespaces,
+            ..Default::default()
+        }
+    }
 }
 
 /// How to reach a running gateway's admin endpoint (`status`, `drain`, `undrain`, `shed`,
@@ -260,6 +281,19 @@ fn drain_command(
             ExitCode::FAILURE
         }
     }
+}
+
+/// `kubegate shed --for`: a duration from 1s to 7 days.
+fn parse_lasts(s: &str) -> Result<std::time::Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    let longest = kubegate::control::shed_call::LONGEST;
+    if d < std::time::Duration::from_secs(1) || d > longest {
+        return Err(format!(
+            "from 1s to {}",
+            humantime::format_duration(longest)
+        ));
+    }
+    Ok(d)
 }
 
 /// `kubegate shed` (with `request`) or `kubegate unshed` (without) of rule `name`.
@@ -376,28 +410,14 @@ fn main() -> ExitCode {
         }
         Command::Shed {
             name,
-            users,
-            groups,
-            service_accounts,
-            verbs,
-            resources,
-            namespaces,
+            takes,
             retry_after,
             lasts,
             admin,
         } => {
-            let matches = kubegate_config::RuleMatch {
-                users,
-                groups,
-                service_accounts,
-                verbs,
-                resources,
-                namespaces,
-                ..Default::default()
-            };
             let request = kubegate::control::shed_call::ShedRequest {
                 name: name.clone(),
-                matches,
+                matches: takes.into(),
                 retry_after,
                 lasts,
             };

@@ -9,6 +9,8 @@ use http::Method;
 use kubegate_config::{DispatchRule, Fallback, RuleMatch, RuleReject};
 use std::time::{Duration, SystemTime};
 
+pub use crate::control::shed::LONGEST;
+
 /// How long one admin call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 

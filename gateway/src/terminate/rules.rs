@@ -12,8 +12,6 @@
 //! kubectl's command and session are its headers' (`Kubectl-Command`, `Kubectl-Session`), as
 //! the client wrote them.
 
-pub mod shed;
-
 use crate::telemetry::TerminateMetrics;
 use kubegate_config::{DispatchRule, Fallback};
 use kubegate_wire::classify::RequestInfo;
@@ -267,6 +265,11 @@ impl Rule {
         }
         self.series.in_flight.inc();
         Ok(Slot { rule: self.clone() })
+    }
+
+    /// Whether it refuses every request it takes (`reject`).
+    pub fn rejects(&self) -> bool {
+        self.reject.is_some()
     }
 
     /// Counts a request sent to the whole pool because none of the rule's backends was ready.

@@ -81,7 +81,7 @@ pub async fn handle(
     }
 }
 
-/// `GET /debug/shed`: the rules in force at run time.
+/// `GET /debug/shed`: the rules in force at run time (not those expired).
 pub fn debug(gw: &Gateway) -> Response<Full<Bytes>> {
-    json(&*gw.shed().rules())
+    json(&gw.shed().in_force(std::time::SystemTime::now()))
 }

@@ -6,9 +6,9 @@
 //! rules in force, its handshake — is the plane's table (`server::clusters`).
 
 use crate::state::{Cluster, Pool};
+use crate::terminate::cluster::shed::ShedRules;
 use crate::terminate::join::feeds::Feeds;
 use crate::terminate::join::Joins;
-use crate::terminate::rules::shed::ShedRules;
 use crate::terminate::sender::access::AccessReviews;
 use crate::terminate::sender::tokens::TokenReviews;
 use crate::terminate::upstream::upstreams::{LiveUpstreams, Upstreams};

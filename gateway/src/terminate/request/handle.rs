@@ -201,6 +201,12 @@ async fn serve(
         respond(cx, token_key, &resp);
         return resp;
     }
+    // A rule that rejects answers before the body is read: nothing of a shed sender's is held.
+    if classified.rule.as_ref().is_some_and(|r| r.rejects()) {
+        if let Err(resp) = admit(cx, classified.rule.as_ref()) {
+            return *resp;
+        }
+    }
     // Anything else with an `Upgrade` header is an ordinary request, as the apiserver serves
     // it: the header goes with the other hop-by-hop ones.
     let (parts, body) = req.into_parts();
@@ -385,15 +391,21 @@ async fn name<'r>(
     named(cx, token, key, naming)
 }
 
-/// The sender of `token` as `naming` says; a token not named while a rule names senders is
-/// answered 429: a rule may limit this sender, and it is not let through as if none did.
+/// The sender of `token` as `naming` says; a token not named while a rule (the file's, or one
+/// put in force at run time) names senders is answered 429: a rule may limit or shed this
+/// sender, and it is not let through as if none did.
 fn named<'r>(
     cx: &Context<'_>,
     token: Cow<'r, str>,
     key: TokenHash,
     naming: Naming,
 ) -> Result<Sender<'r>, Refused> {
-    if naming == Naming::Unreviewed && cx.rules.names_senders() {
+    let shed_names_senders = || {
+        let metrics = &cx.gw.metrics().terminate;
+        let cluster = cx.mode.cluster().name();
+        cx.mode.shed().names_senders(cx.gw.shed(), cluster, metrics)
+    };
+    if naming == Naming::Unreviewed && (cx.rules.names_senders() || shed_names_senders()) {
         return Err(Box::new(refused::unreviewed(&cx.gw)));
     }
     Ok(Sender {

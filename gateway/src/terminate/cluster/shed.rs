@@ -2,24 +2,28 @@
 //! reserve they never take unless they name it: the control plane's own traffic, which an
 //! operator shedding a runaway client must not cut by a rule written too wide.
 //!
-//! The reserve, and what naming it means:
+//! The reserve, and what naming each part means:
 //! - `system:masters` (break-glass administrators): the rule's `groups` names `system:masters`;
-//! - the control plane's controllers (`system:kube-controller-manager`,
-//!   `system:kube-scheduler`, service accounts of `kube-system`): its `users` names the user,
-//!   or its `service_accounts` names `kube-system:NAME` or `kube-system:*`;
+//! - the control plane's components (`system:kube-controller-manager`,
+//!   `system:kube-scheduler`, `system:cloud-controller-manager`, `system:kube-proxy`, and
+//!   service accounts of `kube-system`): its `users` names the user, its `service_accounts`
+//!   names `kube-system:NAME` or `kube-system:*`, or its `groups` names
+//!   `system:serviceaccounts:kube-system`;
 //! - nodes (`system:node:*`, group `system:nodes`: their status, their heartbeats): its
 //!   `groups` names `system:nodes`, or its `users` names the node;
-//! - leases (`coordination.k8s.io`: leader election, node heartbeats): its `resources` names
-//!   `leases`.
+//! - lease renewals (a get, update or patch of one `coordination.k8s.io` lease: leader
+//!   election, node heartbeats): its `resources` names `leases`.
 //!
-//! A request in the reserve is taken only by a rule that names one of the parts it is in;
-//! otherwise the next matching rule (run-time, then the file's) decides.
+//! A request in several parts is taken only by a rule that names every one of them (naming
+//! `leases` for one tenant's leases takes no node's heartbeat); otherwise the next matching
+//! rule (run-time, then the file's) decides.
 
 use crate::state::Shed;
 use crate::telemetry::TerminateMetrics;
 use crate::terminate::rules::{Facts, Rule, Rules};
 use arc_swap::ArcSwap;
 use kubegate_config::DispatchRule;
+use kubegate_wire::classify::Verb;
 use std::sync::Arc;
 
 /// The run-time rules as one cluster compiled them.
@@ -47,12 +51,17 @@ impl Default for ShedRules {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Reserve {
     Masters,
-    Controllers,
+    Components,
     Nodes,
     Leases,
 }
 
-const CONTROLLERS: &[&str] = &["system:kube-controller-manager", "system:kube-scheduler"];
+const COMPONENTS: &[&str] = &[
+    "system:kube-controller-manager",
+    "system:kube-scheduler",
+    "system:cloud-controller-manager",
+    "system:kube-proxy",
+];
 const KUBE_SYSTEM_SA: &str = "system:serviceaccount:kube-system:";
 
 impl ShedRules {
@@ -69,16 +78,7 @@ impl ShedRules {
         if version == 0 {
             return None;
         }
-        let mut compiled = self.0.load_full();
-        if compiled.version != version {
-            let specs = shed.rules();
-            compiled = Arc::new(Compiled {
-                version,
-                rules: Rules::compile(cluster, &specs, metrics),
-                specs,
-            });
-            self.0.store(compiled.clone());
-        }
+        let compiled = self.compiled(shed, version, cluster, metrics);
         let reserve = reserve_of(facts);
         let taken = compiled
             .rules
@@ -86,6 +86,50 @@ impl ShedRules {
             .find(|(i, _)| reserve.is_empty() || names(&compiled.specs[*i], &reserve, facts))
             .map(|(_, rule)| rule.clone());
         taken
+    }
+}
+
+impl ShedRules {
+    /// Whether some run-time rule names users, groups or service accounts: a sender kubegate
+    /// cannot name (a token not reviewed) may be one it would take, and is not let through as
+    /// if none did (as with the file's rules).
+    pub fn names_senders(&self, shed: &Shed, cluster: &str, metrics: &TerminateMetrics) -> bool {
+        let version = shed.version();
+        version != 0
+            && self
+                .compiled(shed, version, cluster, metrics)
+                .rules
+                .names_senders()
+    }
+
+    /// The rules of `shed`'s change `version`, compiled once per change. Their names carry
+    /// `shed:`, so their metric series and messages are never a file rule's.
+    fn compiled(
+        &self,
+        shed: &Shed,
+        version: u64,
+        cluster: &str,
+        metrics: &TerminateMetrics,
+    ) -> Arc<Compiled> {
+        let compiled = self.0.load_full();
+        if compiled.version == version {
+            return compiled;
+        }
+        let specs = shed.rules();
+        let named: Vec<DispatchRule> = specs
+            .iter()
+            .map(|r| DispatchRule {
+                name: r.name.as_ref().map(|n| format!("shed:{n}")),
+                ..r.clone()
+            })
+            .collect();
+        let compiled = Arc::new(Compiled {
+            version,
+            rules: Rules::compile(cluster, &named, metrics),
+            specs,
+        });
+        self.0.store(compiled.clone());
+        compiled
     }
 }
 
@@ -98,32 +142,44 @@ fn reserve_of(facts: &Facts<'_>) -> Vec<Reserve> {
         if in_group("system:masters") {
             parts.push(Reserve::Masters);
         }
-        if CONTROLLERS.contains(&user) || user.starts_with(KUBE_SYSTEM_SA) {
-            parts.push(Reserve::Controllers);
+        if COMPONENTS.contains(&user) || user.starts_with(KUBE_SYSTEM_SA) {
+            parts.push(Reserve::Components);
         }
         if user.starts_with("system:node:") || in_group("system:nodes") {
             parts.push(Reserve::Nodes);
         }
     }
+    // A renewal: one named lease read or written. Listing, watching or creating leases is not
+    // what keeps a leader or a node alive.
     let target = &facts.info.target;
-    if target.api_group == Some("coordination.k8s.io") && target.resource == Some("leases") {
+    let renews = matches!(
+        facts.info.class.verb,
+        Verb::Get | Verb::Update | Verb::Patch
+    );
+    if renews
+        && target.name.is_some()
+        && target.subresource.is_none()
+        && target.api_group == Some("coordination.k8s.io")
+        && target.resource == Some("leases")
+    {
         parts.push(Reserve::Leases);
     }
     parts
 }
 
-/// Whether `rule` names one of the parts of the reserve `facts` is in.
+/// Whether `rule` names every part of the reserve `facts` is in.
 fn names(rule: &DispatchRule, reserve: &[Reserve], facts: &Facts<'_>) -> bool {
     let m = &rule.matches;
     let has = |list: &[String], value: &str| list.iter().any(|v| v == value);
     let user = facts.sender.map_or("", |s| s.user.as_str());
-    reserve.iter().any(|part| match part {
+    reserve.iter().all(|part| match part {
         Reserve::Masters => has(&m.groups, "system:masters"),
-        Reserve::Controllers => {
+        Reserve::Components => {
             has(&m.users, user)
                 || user.strip_prefix(KUBE_SYSTEM_SA).is_some_and(|name| {
                     has(&m.service_accounts, &format!("kube-system:{name}"))
                         || has(&m.service_accounts, "kube-system:*")
+                        || has(&m.groups, "system:serviceaccounts:kube-system")
                 })
         }
         Reserve::Nodes => has(&m.groups, "system:nodes") || has(&m.users, user),
@@ -160,14 +216,14 @@ mod tests {
         let metrics = TerminateMetrics::new(&prometheus::Registry::new());
         ShedRules::default()
             .rule_for(shed, "default", &metrics, &facts)
-            .map(|r| r.name.clone())
+            .map(|r| r.name.trim_start_matches("shed:").to_string())
     }
 
     fn shed(yaml: &str) -> Shed {
         let shed = Shed::default();
         let rules: Vec<DispatchRule> = serde_yaml_ng::from_str(yaml).unwrap();
         for rule in rules.into_iter().rev() {
-            shed.put(rule, SystemTime::now()).unwrap();
+            shed.put(rule, SystemTime::now(), |_| {}).unwrap();
         }
         shed
     }
@@ -213,6 +269,30 @@ mod tests {
             Some("leases")
         );
         assert_eq!(taken(&named, "GET", pods, "alice", &["dev"]), None);
+        // Naming leases takes no node's heartbeat: a node's renewal is in two parts.
+        let heartbeat = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1";
+        assert_eq!(
+            taken(
+                &named,
+                "PUT",
+                heartbeat,
+                "system:node:n1",
+                &["system:nodes"]
+            ),
+            None
+        );
+        // A renewal is one named lease read or written: a tenant listing leases is its own.
+        let bob = shed("- name: bob\n  match: {users: [bob]}\n  reject: {}\n");
+        let leases = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
+        assert_eq!(
+            taken(&bob, "GET", leases, "bob", &["dev"]).as_deref(),
+            Some("bob")
+        );
+        assert_eq!(
+            taken(&bob, "PUT", lease, "bob", &["dev"]),
+            None,
+            "its renewal"
+        );
         assert_eq!(
             taken(&Shed::default(), "GET", pods, "alice", &["dev"]),
             None
