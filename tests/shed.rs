@@ -9,6 +9,12 @@
 //!    of kubegate (`terminate.shed_state_file`); `unshed` and an expiry give the senders back;
 //!    a rule that does more than reject or names no sender, and a call from a browser, are
 //!    refused.
+//! 2. `a_rule_written_to_the_cluster_is_in_force_at_every_gateway_and_outlives_an_outage`:
+//!    two kubegates in front of one cluster (two replicas sharing etcd) follow its shed object;
+//!    `kubegate shed --kubeconfig` (through one of them) writes a rule, and both answer its
+//!    user 429 with `Retry-After`, other users and `system:masters` served; both replicas
+//!    stopped, one kubegate restarted meanwhile still turns the user away (its state file);
+//!    the replicas back, `kubegate unshed --kubeconfig` gives the user back at both.
 
 use kubegate_e2e::*;
 use std::process::{Command, Output};
@@ -118,7 +124,7 @@ async fn a_shed_turns_a_sender_away_spares_the_reserve_survives_a_restart_and_en
     assert_eq!(kcm.get(LISTS).await.unwrap().status, 200, "a controller");
     let listed: serde_json::Value =
         serde_json::from_str(&bed.kg.admin_body("/debug/shed")).unwrap();
-    let names: Vec<&str> = listed
+    let names: Vec<&str> = listed["gateway"]
         .as_array()
         .unwrap()
         .iter()
@@ -189,5 +195,140 @@ async fn a_shed_turns_a_sender_away_spares_the_reserve_survives_a_restart_and_en
         agent.get(LISTS).await.unwrap().status,
         429,
         "the other rule stays"
+    );
+}
+
+/// Asks `conn` for `path` until it answers `status` (or the deadline passes): how long that
+/// took.
+async fn until_answered(conn: &mut Conn, path: &str, status: u16) -> Duration {
+    let began = std::time::Instant::now();
+    while began.elapsed() < Duration::from_secs(60) {
+        if conn.get(path).await.unwrap().status == status {
+            return began.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{path} was not answered {status} within 60 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_written_to_the_cluster_is_in_force_at_every_gateway_and_outlives_an_outage() {
+    let state = tempfile::tempdir().unwrap();
+    let state_a = state.path().join("a.json");
+    let kept = state_a.clone();
+    let mut bed = Cluster::new()
+        .terminate()
+        .replicas(2)
+        .etcd()
+        .configure(move |cfg| {
+            cfg.terminate.shed_state_file = Some(kept.clone());
+            cfg.terminate.shed_object = Some("kube-system/kubegate-shed".into());
+        })
+        .start();
+    let mut second = bed.config.clone();
+    second.terminate.shed_state_file = Some(state.path().join("b.json"));
+    let b = Kubegate::start(&bed.pki, &second);
+    for s in &bed.sims {
+        b.wait_state(&s.name, "ready", Duration::from_secs(60));
+    }
+    // The operator's kubeconfig points at a gateway, as behind a VIP.
+    let kubeconfig = bed.pki.kubeconfig(&format!("https://{}", b.listen));
+    let cli = |args: &[&str]| {
+        Command::new(bin("kubegate"))
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .output()
+            .unwrap()
+    };
+    let (mut agent_a, mut dev_a, _, mut admin_a) = senders(&bed.kg, &bed.pki).await;
+    let (mut agent_b, mut dev_b, _, _) = senders(&b, &bed.pki).await;
+    assert_eq!(agent_a.get(LISTS).await.unwrap().status, 200);
+
+    // A rule that names the agent, and one that names an administrator: system:masters stays
+    // served unless a rule names the group.
+    let said = succeeded(cli(&[
+        "shed",
+        "agent",
+        "--service-account",
+        "telemetry:agent",
+        "--retry-after",
+        "20s",
+        "--for",
+        "10m",
+    ]));
+    assert!(
+        said.starts_with("agent: written to kube-system/kubegate-shed"),
+        "{said}"
+    );
+    let said = succeeded(cli(&["shed", "admin", "--user", "kubernetes-admin"]));
+    assert!(said.contains("2 rules there"), "{said}");
+    let at_a = until_answered(&mut agent_a, LISTS, 429).await;
+    let at_b = until_answered(&mut agent_b, LISTS, 429).await;
+    eprintln!("shed in force {at_a:?} (a) and {at_b:?} (b) after the command returned");
+    let r = agent_b.get(LISTS).await.unwrap();
+    assert_eq!(r.header("retry-after"), Some("20"), "{}", r.text());
+    assert!(r.text().contains("shed:cluster:agent"), "{}", r.text());
+    assert_eq!(dev_a.get(LISTS).await.unwrap().status, 200);
+    assert_eq!(dev_b.get(LISTS).await.unwrap().status, 200);
+    assert_eq!(
+        admin_a.get(LISTS).await.unwrap().status,
+        200,
+        "system:masters"
+    );
+    let listed: serde_json::Value = serde_json::from_str(&b.admin_body("/debug/shed")).unwrap();
+    let names: Vec<&str> = listed["clusters"]["default"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["admin", "agent"], "{listed}");
+    let metrics = b.admin_body("/metrics");
+    assert!(
+        metrics.contains("kubegate_shed_object_rules{cluster=\"default\"} 2"),
+        "{metrics}"
+    );
+
+    // A rule the gateways would refuse is never written.
+    let refused = cli(&["shed", "nobody", "--verb", "list"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("names who"),
+        "{refused:?}"
+    );
+
+    // Every replica stops; kubegate a restarts meanwhile: the rule read back from its state
+    // file turns the agent away before any replica is back.
+    for s in &mut bed.sims {
+        s.kill();
+    }
+    bed.kg.proc.signal(libc::SIGTERM);
+    bed.kg.proc.wait_exit(Duration::from_secs(60));
+    bed.kg = Kubegate::start(&bed.pki, &bed.config);
+    let (mut agent_a, mut dev_a, _, _) = senders(&bed.kg, &bed.pki).await;
+    let r = agent_a.get(LISTS).await.unwrap();
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(r.header("retry-after"), Some("20"));
+    for s in &mut bed.sims {
+        s.restart();
+    }
+    for s in &bed.sims {
+        bed.kg.wait_state(&s.name, "ready", Duration::from_secs(60));
+        b.wait_state(&s.name, "ready", Duration::from_secs(60));
+    }
+    assert_eq!(dev_a.get(LISTS).await.unwrap().status, 200);
+    assert_eq!(agent_a.get(LISTS).await.unwrap().status, 429);
+
+    // Removed from the cluster: the agent is served again at both; a second removal is a 404.
+    succeeded(cli(&["unshed", "agent"]));
+    let at_a = until_answered(&mut agent_a, LISTS, 200).await;
+    let at_b = until_answered(&mut agent_b, LISTS, 200).await;
+    eprintln!("unshed in force {at_a:?} (a) and {at_b:?} (b) after the command returned");
+    let gone = cli(&["unshed", "agent"]);
+    assert!(!gone.status.success());
+    assert!(
+        String::from_utf8_lossy(&gone.stderr).contains("404"),
+        "{gone:?}"
     );
 }

@@ -21,6 +21,7 @@ mod duration;
 mod error;
 mod load;
 mod locate;
+mod object;
 mod parts;
 mod schema;
 mod since;
@@ -38,6 +39,7 @@ pub use dispatch::{
 };
 pub use error::{ConfigError, Problem};
 pub use load::{load_file, load_file_with, load_str, load_str_with, warnings, Check};
+pub use object::{is_label, ObjectName};
 pub use schema::{
     AccessLogConfig, AccessLogFormat, AccessReviewConfig, AdminConfig, BackendSpec, BalancePolicy,
     ClusterConfig, ClusterSpec, Config, ConnectConfig, DiscoveryConfig, DrainConfig, FlapDamping,

@@ -240,6 +240,19 @@ mod tests {
     }
 
     #[test]
+    fn a_shed_object_that_is_not_namespace_slash_name_is_named() {
+        let text = format!("{MINIMAL}terminate:\n  shed_object: kubegate-shed\n");
+        refused_at(&text, "kubegate.yaml:9:16", "NAMESPACE/NAME");
+        let text = format!("{MINIMAL}terminate:\n  shed_object: Kube/x\n");
+        refused_at(&text, "kubegate.yaml:9:16", "a namespace is");
+        let text = format!("{MINIMAL}terminate:\n  shed_object: kube-system/kubegate-shed\n");
+        assert_eq!(
+            load(&text).unwrap().terminate.shed_object.as_deref(),
+            Some("kube-system/kubegate-shed")
+        );
+    }
+
+    #[test]
     fn missing_file_is_named() {
         refused_at(
             &MINIMAL.replace("ca.crt", "nope.crt"),

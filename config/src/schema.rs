@@ -172,6 +172,7 @@ pub(crate) mod tests_support {
         c.upstream.front_proxy = Some(FrontProxy::new("c".into(), "k".into()));
         c.upgrade = Some(UpgradeConfig { socket: "s".into() });
         c.terminate.shed_state_file = Some("s".into());
+        c.terminate.shed_object = Some("kube-system/kubegate-shed".into());
         c.discovery = Some(DiscoveryConfig {
             kubeconfig: "k".into(),
             state_file: Some("s".into()),

@@ -78,6 +78,7 @@ pub const ADDED: &[(&str, Version)] = &[
     ("dispatch[].reject.retry_after", (0, 3, 0)),
     ("dispatch[].expires", (0, 3, 0)),
     ("terminate.shed_state_file", (0, 3, 0)),
+    ("terminate.shed_object", (0, 3, 0)),
     ("terminate.hold_when_none_ready", (0, 3, 0)),
     ("terminate.max_held_when_none_ready", (0, 3, 0)),
     ("terminate.hold_reads_when_storage_fails", (0, 3, 0)),

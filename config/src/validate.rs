@@ -166,6 +166,11 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
             );
         }
     }
+    if let Some(object) = &config.terminate.shed_object {
+        if let Err(why) = crate::object::ObjectName::parse(object) {
+            bad("terminate.shed_object".into(), why);
+        }
+    }
     let t = &config.terminate;
     if !t.hold_when_none_ready.is_zero() && t.max_held_when_none_ready == 0 {
         bad(

@@ -16,6 +16,8 @@
 //! | `expiry` | every certificate file's expiry, exported |
 //! | `files` | the file checks `kubegate check` and every load run |
 //! | `discovery` | backends from the `default/kubernetes` EndpointSlices |
+//! | `shed`, `shed_call` | rules put in force at run time, what they must be, their state file; `kubegate shed` and `unshed` |
+//! | `shed_object`, `shed_follow` | a cluster's shed object: its format, and every gateway following it |
 //! | `upgrade` | zero-downtime upgrades of kubegate itself (sockets over `SCM_RIGHTS`) |
 //! | `notify` | systemd's `sd_notify` |
 
@@ -31,6 +33,8 @@ mod reload;
 mod service;
 mod shed;
 pub mod shed_call;
+mod shed_follow;
+pub mod shed_object;
 pub mod status;
 mod terminated;
 pub mod upgrade;

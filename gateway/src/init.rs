@@ -465,7 +465,7 @@ fn next_steps(init: &Init) -> String {
         }
     }
     if init.mode == Mode::Terminate {
-        s.push_str("  kubectl apply -f /etc/kubegate/kubegate-rbac.yaml    # token reviews (once per cluster)\n");
+        s.push_str("  kubectl apply -f /etc/kubegate/kubegate-rbac.yaml    # token reviews, the shed object (once per cluster)\n");
     }
     if init.vip.is_some() {
         s.push_str("  systemctl restart keepalived\n");

@@ -127,11 +127,12 @@ enum Command {
         #[command(flatten)]
         admin: AdminArgs,
     },
-    /// Turn a client away at the gateway (terminate mode), for a while: a rule that answers
+    /// Turn a client away at the gateways (terminate mode), for a while: a rule that answers
     /// what it takes 429 with Retry-After, ahead of the file's rules, until it expires or
-    /// `kubegate unshed` removes it. Kept across restarts with terminate.shed_state_file.
-    /// system:masters, the control plane's controllers, nodes and leases are never taken
-    /// unless the rule names them.
+    /// `kubegate unshed` removes it. Written to the cluster's shed object with your kubeconfig
+    /// (every kubegate with terminate.shed_object watches it), or with --admin/--config put in
+    /// force at one gateway only (no apiserver needed). system:masters, the control plane's
+    /// controllers, nodes and leases are never taken unless the rule names them.
     Shed {
         /// The rule's name (to remove it by).
         name: String,
@@ -144,12 +145,17 @@ enum Command {
         #[arg(long = "for", default_value = "1h", value_parser = parse_lasts)]
         lasts: std::time::Duration,
         #[command(flatten)]
+        cluster: ObjectArgs,
+        #[command(flatten)]
         admin: AdminArgs,
     },
-    /// Remove a rule `kubegate shed` put in force.
+    /// Remove a rule `kubegate shed` put in force (from the cluster's shed object, or with
+    /// --admin/--config from one gateway).
     Unshed {
         /// The rule's name.
         name: String,
+        #[command(flatten)]
+        cluster: ObjectArgs,
         #[command(flatten)]
         admin: AdminArgs,
     },
@@ -190,6 +196,18 @@ impl From<ShedTakes> for kubegate_config::RuleMatch {
             ..Default::default()
         }
     }
+}
+
+/// Where `kubegate shed` and `unshed` write the cluster's shed object.
+#[derive(clap::Args)]
+struct ObjectArgs {
+    /// Credentials and server to write the cluster's shed object with (default: $KUBECONFIG,
+    /// else ~/.kube/config).
+    #[arg(long, conflicts_with_all = ["admin", "config"])]
+    kubeconfig: Option<PathBuf>,
+    /// The shed object, NAMESPACE/NAME: the ConfigMap of the gateways' terminate.shed_object.
+    #[arg(long, default_value = kubegate::control::shed_call::DEFAULT_OBJECT, value_parser = kubegate_config::ObjectName::parse, conflicts_with_all = ["admin", "config"])]
+    object: kubegate_config::ObjectName,
 }
 
 /// How to reach a running gateway's admin endpoint (`status`, `drain`, `undrain`, `shed`,
@@ -296,16 +314,36 @@ fn parse_lasts(s: &str) -> Result<std::time::Duration, String> {
     Ok(d)
 }
 
-/// `kubegate shed` (with `request`) or `kubegate unshed` (without) of rule `name`.
+/// `kubegate shed` (with `request`) or `kubegate unshed` (without) of rule `name`: at one
+/// gateway when `admin` names one, else in the cluster's shed object.
 fn shed_command(
     command: &str,
     request: Option<&kubegate::control::shed_call::ShedRequest>,
     name: &str,
+    cluster: ObjectArgs,
     admin: AdminArgs,
 ) -> ExitCode {
-    let target = match admin.target(command) {
-        Ok(t) => t,
-        Err(code) => return code,
+    use kubegate::control::shed_call::ShedTarget;
+    let target = if admin.admin.is_some() || admin.config.is_some() {
+        match admin.target(command) {
+            Ok(t) => ShedTarget::Gateway(t),
+            Err(code) => return code,
+        }
+    } else {
+        let kubeconfig = cluster.kubeconfig.or_else(|| {
+            let from_env = std::env::var_os("KUBECONFIG")?;
+            std::env::split_paths(&from_env).find(|p| !p.as_os_str().is_empty())
+        });
+        let kubeconfig = kubeconfig
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".kube/config")));
+        let Some(kubeconfig) = kubeconfig else {
+            eprintln!("kubegate {command}: say --kubeconfig (every gateway, through the cluster) or --admin/--config (one gateway)");
+            return ExitCode::from(2);
+        };
+        ShedTarget::Cluster {
+            kubeconfig,
+            object: cluster.object,
+        }
     };
     match kubegate::control::shed_call::run(&target, request, name) {
         Ok(()) => ExitCode::SUCCESS,
@@ -413,6 +451,7 @@ fn main() -> ExitCode {
             takes,
             retry_after,
             lasts,
+            cluster,
             admin,
         } => {
             let request = kubegate::control::shed_call::ShedRequest {
@@ -421,9 +460,13 @@ fn main() -> ExitCode {
                 retry_after,
                 lasts,
             };
-            shed_command("shed", Some(&request), &name, admin)
+            shed_command("shed", Some(&request), &name, cluster, admin)
         }
-        Command::Unshed { name, admin } => shed_command("unshed", None, &name, admin),
+        Command::Unshed {
+            name,
+            cluster,
+            admin,
+        } => shed_command("unshed", None, &name, cluster, admin),
         Command::Run {
             config,
             log_format,

@@ -38,6 +38,7 @@ pub use cluster::plane::{ClusterFiles, TerminatePlane, TerminatedCluster};
 pub use rules::Rules;
 pub use server::listener::TerminateListener;
 pub use upstream::outgoing::Outgoing;
+pub use upstream::own::{send as send_own, OwnAnswer, Unanswered};
 pub use upstream::upstreams::{UpstreamFiles, Upstreams};
 pub use upstream::versions::learn as learn_versions;
 pub use watch::share::keep as keep_share;

@@ -110,6 +110,12 @@ pub struct TerminateConfig {
     /// kept in memory only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shed_state_file: Option<PathBuf>,
+    /// The ConfigMap, `NAMESPACE/NAME`, whose rules (`kubegate shed --kubeconfig`) every
+    /// kubegate in front of a cluster watches through its own upstream connections, as its
+    /// front-proxy user, and puts in force for that cluster. None: no rules are read from the
+    /// cluster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shed_object: Option<String>,
 }
 
 /// Shared watches: a watch from a resourceVersion that asks what a watch of the same sender
@@ -368,6 +374,7 @@ impl Default for TerminateConfig {
             join_reads: JoinReadsConfig::default(),
             shared_watches: SharedWatchesConfig::default(),
             shed_state_file: None,
+            shed_object: None,
         }
     }
 }

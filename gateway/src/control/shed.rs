@@ -1,10 +1,10 @@
 //! Rules put in force at run time (`kubegate shed`, `kubegate unshed`): what a rule must be
 //! to go in (it rejects, it is named, it ends), and `terminate.shed_state_file`, where they
-//! are written at each change and read back at start-up, so a restarted kubegate keeps them —
-//! through an apiserver outage too — until they expire. `drain.rs` says how the CLI reaches
-//! the endpoint.
+//! — the gateway's own and those read from each cluster's object — are written at each
+//! change and read back at start-up, so a restarted kubegate keeps them, through an apiserver
+//! outage too, until they expire. `drain.rs` says how the CLI reaches the endpoint.
 
-use crate::state::{Gateway, MAX_SHED_RULES};
+use crate::state::{Gateway, ShedInForce, MAX_SHED_RULES};
 use kubegate_config::DispatchRule;
 use std::io::Write as _;
 use std::path::Path;
@@ -23,7 +23,7 @@ const SKEW: Duration = Duration::from_secs(300);
 /// remove it by (a DNS label: it is shown on terminals and pages), a sender named (a shed
 /// turns a client away; the reserve is defined by who sends), a rejection only (the file's
 /// rules stay the floor), an end within [`LONGEST`].
-fn check(rule: &mut DispatchRule, now: SystemTime) -> Result<(), String> {
+pub fn check(rule: &mut DispatchRule, now: SystemTime) -> Result<(), String> {
     let name = rule.name.as_deref().unwrap_or_default();
     let label = name
         .bytes()
@@ -63,16 +63,20 @@ fn check(rule: &mut DispatchRule, now: SystemTime) -> Result<(), String> {
 pub fn put(gw: &Gateway, mut rule: DispatchRule) -> Result<Vec<DispatchRule>, String> {
     let now = SystemTime::now();
     check(&mut rule, now)?;
-    let rules = gw.shed().put(rule, now, |rules| save(gw, rules))?;
-    Ok(rules.to_vec())
+    gw.shed().put(rule, now, |rules| save(gw, rules))
 }
 
 /// Removes the rule named `name`; the rules now, or `None` if none was so named.
 pub fn remove(gw: &Gateway, name: &str) -> Option<Vec<DispatchRule>> {
-    let rules = gw
-        .shed()
-        .remove(name, SystemTime::now(), |rules| save(gw, rules))?;
-    Some(rules.to_vec())
+    gw.shed()
+        .remove(name, SystemTime::now(), |rules| save(gw, rules))
+}
+
+/// Puts `rules` (read from `cluster`'s object, each checked) in force for that cluster, written
+/// to the state file if they changed; whether they did.
+pub fn set_cluster(gw: &Gateway, cluster: &str, rules: Vec<DispatchRule>) -> bool {
+    gw.shed()
+        .set_cluster(cluster, rules, SystemTime::now(), |all| save(gw, all))
 }
 
 /// Reads the rules back from `terminate.shed_state_file`, if set and readable: at start-up.
@@ -91,43 +95,70 @@ pub fn restore(gw: &Gateway) {
     // Read back as they were put: each checked again (a file edited by hand, or written by
     // another version), what fails said and left out.
     let now = SystemTime::now();
-    let mut kept = Vec::new();
-    for mut rule in rules {
-        let name = rule.name.clone().unwrap_or_default();
-        match check(&mut rule, now) {
-            Ok(()) => kept.push(rule),
-            Err(why) => {
-                tracing::warn!(rule = %name.escape_debug(), why = %why, file = %path.display(), "run-time rule not read back")
+    let checked = |rules: Vec<DispatchRule>, source: &str| -> Vec<DispatchRule> {
+        let mut kept = Vec::new();
+        for mut rule in rules {
+            let name = rule.name.clone().unwrap_or_default();
+            match check(&mut rule, now) {
+                Ok(()) => kept.push(rule),
+                Err(why) => {
+                    tracing::warn!(rule = %name.escape_debug(), source, why = %why, file = %path.display(), "run-time rule not read back")
+                }
             }
         }
-    }
-    if kept.len() > MAX_SHED_RULES {
-        tracing::warn!(
-            rules = kept.len(),
-            kept = MAX_SHED_RULES,
-            "run-time rules: more than the most in force; the newest kept"
-        );
-    }
-    gw.shed().restore(kept, now);
-    let kept = gw.shed().rules();
-    tracing::info!(rules = kept.len(), file = %path.display(), "run-time rules read back from the state file");
+        if kept.len() > MAX_SHED_RULES {
+            tracing::warn!(
+                rules = kept.len(),
+                kept = MAX_SHED_RULES,
+                source,
+                "run-time rules: more than the most in force; the newest kept"
+            );
+        }
+        kept
+    };
+    let restored = ShedInForce {
+        gateway: checked(rules.gateway, "gateway"),
+        clusters: rules
+            .clusters
+            .into_iter()
+            .map(|(cluster, r)| {
+                let kept = checked(r, &cluster);
+                (cluster, kept)
+            })
+            .collect(),
+    };
+    gw.shed().restore(restored, now);
+    let kept = gw.shed().all();
+    let from_clusters: usize = kept.clusters.values().map(Vec::len).sum();
+    tracing::info!(rules = kept.gateway.len(), from_clusters, file = %path.display(), "run-time rules read back from the state file");
 }
 
-fn read_state(path: &Path) -> Result<Option<Vec<DispatchRule>>, String> {
+/// The rules a state file holds: as written now (by source), or as an earlier release wrote
+/// them (the gateway's rules alone, a list).
+fn read_state(path: &Path) -> Result<Option<ShedInForce>, String> {
     let text = match std::fs::read(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e.to_string()),
     };
-    serde_json::from_slice(&text)
-        .map(Some)
-        .map_err(|e| e.to_string())
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Written {
+        BySource(ShedInForce),
+        GatewayOnly(Vec<DispatchRule>),
+    }
+    match serde_json::from_slice(&text).map_err(|e| e.to_string())? {
+        Written::BySource(all) => Ok(Some(all)),
+        Written::GatewayOnly(gateway) => Ok(Some(ShedInForce {
+            gateway,
+            ..Default::default()
+        })),
+    }
 }
-
 /// Writes the rules whole: a temporary file made new (never one already there, nor what a
 /// link there points at), synced, then renamed over the old one, so a crash mid-write leaves
 /// the previous rules. A failure is logged; the rules stay in force.
-fn save(gw: &Gateway, rules: &[DispatchRule]) {
+fn save(gw: &Gateway, rules: &ShedInForce) {
     let Some(path) = gw.config().load().terminate.shed_state_file.clone() else {
         return;
     };

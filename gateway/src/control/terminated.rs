@@ -1,5 +1,5 @@
 //! The control tasks that follow a cluster terminate mode serves: its replicas' versions, the
-//! share of its long-running requests, its serving (if it has its own) and front-proxy
+//! share of its long-running requests, its shed object (`terminate.shed_object`), its serving (if it has its own) and front-proxy
 //! certificate files. Started with the cluster (at start or by the reload that adds it) and
 //! ended with it (`Cluster::end_tasks`).
 
@@ -38,7 +38,11 @@ pub fn follow(
             probes: false,
         },
     ));
-    for task in [versions, share, certificates] {
+    let shed_object = tokio::spawn(crate::control::shed_follow::follow(
+        gw.clone(),
+        mode.clone(),
+    ));
+    for task in [versions, share, certificates, shed_object] {
         cluster.keep_task(task.abort_handle());
     }
 }

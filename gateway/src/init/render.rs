@@ -59,7 +59,7 @@ pub fn config(init: &Init) -> String {
     if init.mode == Mode::Terminate {
         let _ = writeln!(
             out,
-            "upstream:\n  front_proxy:\n    # kubegate's own ({FRONT_PROXY_CN}), listed in the apiservers'\n    # --requestheader-allowed-names.\n    cert_file: {pki}/front-proxy-client.crt\n    key_file: {pki}/front-proxy-client.key"
+            "upstream:\n  front_proxy:\n    # kubegate's own ({FRONT_PROXY_CN}), listed in the apiservers'\n    # --requestheader-allowed-names.\n    cert_file: {pki}/front-proxy-client.crt\n    key_file: {pki}/front-proxy-client.key\nterminate:\n  # The rules `kubegate shed` writes to the cluster, put in force here (kubegate-rbac.yaml).\n  shed_object: kube-system/kubegate-shed"
         );
     }
     let delay = match init.shape {
@@ -210,5 +210,9 @@ apiServer:
     out
 }
 
-/// What kubegate's own user needs in terminate mode (the shipped binding).
-pub const RBAC: &str = include_str!("../../../deploy/rbac/kubegate-token-review.yaml");
+/// What kubegate's own user needs in terminate mode, and who may shed (the shipped bindings).
+pub const RBAC: &str = concat!(
+    include_str!("../../../deploy/rbac/kubegate-token-review.yaml"),
+    "---\n",
+    include_str!("../../../deploy/rbac/kubegate-shed.yaml"),
+);

@@ -1,40 +1,60 @@
-//! Rules put in force at run time (`kubegate shed`, the admin endpoint's `POST /shed`): rules
-//! that reject, in the `dispatch` vocabulary, each with an expiry, ahead of every cluster's
-//! file rules (which stay the floor: a rule that rejects is stricter than any of them). Kept
-//! here as the operator wrote them; terminate mode compiles them for each cluster when they
-//! change (`terminate::shed`).
+//! Rules put in force at run time: rules that reject, in the `dispatch` vocabulary, each with
+//! an expiry, ahead of every cluster's file rules (which stay the floor: a rule that rejects is
+//! stricter than any of them). Two sources: the gateway's own (`kubegate shed --admin`, the
+//! admin endpoint's `POST /shed`), for every cluster it serves; and each cluster's object
+//! (`terminate.shed_object`, which every kubegate in front of it watches), for that cluster
+//! only. Kept here as written; terminate mode compiles them for each cluster when they change
+//! (`terminate::cluster::shed`).
 
 use arc_swap::ArcSwap;
 use kubegate_config::DispatchRule;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-/// The most rules in force at once: an incident's levers, not a second configuration.
+/// The most rules in force at once from one source: an incident's levers, not a second
+/// configuration.
 pub const MAX_RULES: usize = 64;
+
+/// Every rule in force at run time, by source.
+#[derive(Debug, Default, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct InForce {
+    /// The gateway's own, for every cluster, newest first.
+    pub gateway: Vec<DispatchRule>,
+    /// Each cluster's, read from its object, by cluster name.
+    #[serde(default)]
+    pub clusters: BTreeMap<String, Vec<DispatchRule>>,
+}
 
 /// The rules in force at run time.
 #[derive(Default)]
 pub struct Shed {
-    rules: ArcSwap<Vec<DispatchRule>>,
+    rules: ArcSwap<InForce>,
     /// Raised at each change, so a compiled copy knows it is stale without comparing rules.
     version: AtomicU64,
     /// Held through a change and its writing down: two changes at once (two operators, two
-    /// admin connections) neither lose one another nor write the file out of order.
+    /// admin connections, a cluster's object) neither lose one another nor write the file out
+    /// of order.
     changing: Mutex<()>,
 }
 
 impl Shed {
-    /// The rules, newest first (expired ones included until the next change drops them: they
+    /// Every rule, by source (expired ones included until the next change drops them: they
     /// take nothing).
-    pub fn rules(&self) -> Arc<Vec<DispatchRule>> {
+    pub fn all(&self) -> Arc<InForce> {
         self.rules.load_full()
     }
 
-    /// The rules that have not expired by `now`, newest first.
-    pub fn in_force(&self, now: SystemTime) -> Vec<DispatchRule> {
+    /// The gateway's own rules, newest first.
+    pub fn rules(&self) -> Vec<DispatchRule> {
+        self.rules.load().gateway.clone()
+    }
+
+    /// Every rule that has not expired by `now`.
+    pub fn in_force(&self, now: SystemTime) -> InForce {
         let mut rules = (*self.rules.load_full()).clone();
-        rules.retain(|r| r.expires.is_none_or(|at| at > now));
+        drop_expired(&mut rules, now);
         rules
     }
 
@@ -43,16 +63,17 @@ impl Shed {
         self.version.load(Ordering::Acquire)
     }
 
-    /// Puts `rule` in force in place of the one of its name, else first; rules expired by
-    /// `now` are dropped; `write` is given the rules before anyone can change them again. The
-    /// rules now, or why not (too many).
+    /// Puts `rule` in force among the gateway's own, in place of the one of its name, else
+    /// first; rules expired by `now` are dropped; `write` is given the rules before anyone can
+    /// change them again. The gateway's rules now, or why not (too many).
     pub fn put(
         &self,
         rule: DispatchRule,
         now: SystemTime,
-        write: impl FnOnce(&[DispatchRule]),
-    ) -> Result<Arc<Vec<DispatchRule>>, String> {
-        self.change(now, write, |rules| {
+        write: impl FnOnce(&InForce),
+    ) -> Result<Vec<DispatchRule>, String> {
+        self.change(now, write, |all| {
+            let rules = &mut all.gateway;
             let full = rules.len() >= MAX_RULES;
             match rules.iter_mut().find(|r| r.name == rule.name) {
                 Some(same) => *same = rule,
@@ -65,33 +86,63 @@ impl Shed {
             }
             Ok(())
         })
+        .map(|all| all.gateway.clone())
     }
 
-    /// Removes the rule named `name` (`write` as for [`Shed::put`]); the rules now, or `None`
-    /// if none was so named.
+    /// Removes the gateway's rule named `name` (`write` as for [`Shed::put`]); the gateway's
+    /// rules now, or `None` if none was so named.
     pub fn remove(
         &self,
         name: &str,
         now: SystemTime,
-        write: impl FnOnce(&[DispatchRule]),
-    ) -> Option<Arc<Vec<DispatchRule>>> {
-        self.change(now, write, |rules| {
-            let before = rules.len();
-            rules.retain(|r| r.name.as_deref() != Some(name));
-            (rules.len() < before).then_some(()).ok_or(())
+        write: impl FnOnce(&InForce),
+    ) -> Option<Vec<DispatchRule>> {
+        self.change(now, write, |all| {
+            let before = all.gateway.len();
+            all.gateway.retain(|r| r.name.as_deref() != Some(name));
+            (all.gateway.len() < before).then_some(()).ok_or(())
         })
         .ok()
+        .map(|all| all.gateway.clone())
+    }
+
+    /// Makes `rules` (read from its object) cluster `cluster`'s, at most [`MAX_RULES`];
+    /// `write` as for [`Shed::put`]. Whether anything changed.
+    pub fn set_cluster(
+        &self,
+        cluster: &str,
+        mut rules: Vec<DispatchRule>,
+        now: SystemTime,
+        write: impl FnOnce(&InForce),
+    ) -> bool {
+        rules.truncate(MAX_RULES);
+        self.change(now, write, |all| {
+            let had = all.clusters.get(cluster).map_or(&[][..], Vec::as_slice);
+            if *had == *rules {
+                return Err(());
+            }
+            if rules.is_empty() {
+                all.clusters.remove(cluster);
+            } else {
+                all.clusters.insert(cluster.to_string(), rules);
+            }
+            Ok(())
+        })
+        .is_ok()
     }
 
     /// Replaces every rule with `rules` (those a restarted kubegate read back), expired ones
-    /// and those beyond [`MAX_RULES`] left out.
-    pub fn restore(&self, rules: Vec<DispatchRule>, now: SystemTime) {
+    /// and those beyond [`MAX_RULES`] of a source left out.
+    pub fn restore(&self, mut rules: InForce, now: SystemTime) {
+        rules.gateway.truncate(MAX_RULES);
+        for r in rules.clusters.values_mut() {
+            r.truncate(MAX_RULES);
+        }
         let _ = self.change(
             now,
             |_| {},
             |all| {
-                *all = rules.into_iter().take(MAX_RULES).collect();
-                all.retain(|r| r.expires.is_none_or(|at| at > now));
+                *all = rules;
                 Ok::<(), ()>(())
             },
         );
@@ -100,11 +151,12 @@ impl Shed {
     fn change<E>(
         &self,
         now: SystemTime,
-        write: impl FnOnce(&[DispatchRule]),
-        edit: impl FnOnce(&mut Vec<DispatchRule>) -> Result<(), E>,
-    ) -> Result<Arc<Vec<DispatchRule>>, E> {
+        write: impl FnOnce(&InForce),
+        edit: impl FnOnce(&mut InForce) -> Result<(), E>,
+    ) -> Result<Arc<InForce>, E> {
         let _changing = self.changing.lock().unwrap_or_else(|e| e.into_inner());
-        let mut rules = self.in_force(now);
+        let mut rules = (*self.rules.load_full()).clone();
+        drop_expired(&mut rules, now);
         edit(&mut rules)?;
         let rules = Arc::new(rules);
         self.rules.store(rules.clone());
@@ -112,6 +164,15 @@ impl Shed {
         write(&rules);
         Ok(rules)
     }
+}
+
+fn drop_expired(all: &mut InForce, now: SystemTime) {
+    let live = |r: &DispatchRule| r.expires.is_none_or(|at| at > now);
+    all.gateway.retain(live);
+    for rules in all.clusters.values_mut() {
+        rules.retain(live);
+    }
+    all.clusters.retain(|_, rules| !rules.is_empty());
 }
 
 #[cfg(test)]
@@ -151,7 +212,9 @@ mod tests {
         assert!(shed.version() > v);
         let mut written = Vec::new();
         let after = shed
-            .remove("a", now + Duration::from_secs(2), |r| written = names(r))
+            .remove("a", now + Duration::from_secs(2), |r| {
+                written = names(&r.gateway)
+            })
             .expect("a was in force");
         assert!(written.is_empty(), "written as it stands: {written:?}");
         assert!(after.is_empty(), "b expired meanwhile: {:?}", names(&after));
@@ -167,5 +230,27 @@ mod tests {
             shed.put(rule("r3", later), now, |_| {}).is_ok(),
             "a replacement always fits"
         );
+    }
+
+    #[test]
+    fn a_clusters_rules_are_its_own_and_an_unchanged_read_changes_nothing() {
+        let shed = Shed::default();
+        let now = SystemTime::now();
+        let later = now + Duration::from_secs(600);
+        assert!(shed.set_cluster("a", vec![rule("x", later)], now, |_| {}));
+        let v = shed.version();
+        assert!(
+            !shed.set_cluster("a", vec![rule("x", later)], now, |_| panic!("no change")),
+            "the same rules read again"
+        );
+        assert_eq!(shed.version(), v);
+        shed.put(rule("mine", later), now, |_| {}).unwrap();
+        let all = shed.all();
+        assert_eq!(names(&all.gateway), ["mine"]);
+        assert_eq!(names(&all.clusters["a"]), ["x"]);
+        assert!(!all.clusters.contains_key("b"));
+        assert!(shed.set_cluster("a", Vec::new(), now, |_| {}));
+        assert!(shed.all().clusters.is_empty(), "no rules: no entry");
+        assert_eq!(shed.rules().len(), 1, "the gateway's own stay");
     }
 }

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `upstreams` | a cluster's upstream settings (TLS, identity headers), replaced whole by reloads and certificate changes |
 //! | `outgoing` | a request as it goes to the backends, held whole for retries; kubegate's own requests |
+//! | `own` | kubegate's own requests (reviews, the shed object) placed and answered as any |
 //! | `dispatch` | placing a request on a backend within its rule's backends and sending it; what comes back; retries where provably unprocessed |
 //! | `flow` | what each replica's priority and fairness says: a request's level learned from answers, replicas rejecting a level left out until their `Retry-After`, the retry budget |
 //! | `signals` | the apiserver's own answers kubegate acts on (a rejection, a shutdown, a watch cache initializing or behind, a storage failure, no handler), matched exactly, and who may have written an answer |
@@ -19,6 +20,7 @@ pub(super) mod connect;
 pub(super) mod dispatch;
 pub(super) mod flow;
 pub(super) mod outgoing;
+pub(super) mod own;
 pub(super) mod retry;
 pub(super) mod rotation;
 pub(super) mod signals;

@@ -1,7 +1,7 @@
 //! The credentials discovery reads the EndpointSlices with, from a kubeconfig: the current
 //! context's cluster CA (and `tls-server-name`) and user (client certificate and key, or a
-//! token), inline (`*-data`) or in files relative to the kubeconfig. The `server` is not used:
-//! kubegate asks its backends directly.
+//! token), inline (`*-data`) or in files relative to the kubeconfig, and its `server` (which
+//! discovery does not use: it asks its backends directly; `kubegate shed` does).
 
 use base64::Engine;
 use kubegate_net::tls::{certs_from_pem, key_from_pem, provider, roots_from_pem};
@@ -33,6 +33,7 @@ struct Named<T> {
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 struct Cluster {
+    server: Option<String>,
     certificate_authority: Option<PathBuf>,
     certificate_authority_data: Option<String>,
     tls_server_name: Option<String>,
@@ -63,6 +64,9 @@ pub struct Credentials {
     pub server_name: Option<String>,
     /// A bearer token, if the user has one.
     pub token: Option<String>,
+    /// The cluster's `server` (discovery asks its backends directly; `kubegate shed` asks
+    /// this).
+    pub server: Option<String>,
 }
 
 /// Reads `path`; `fallback_ca` is used when the cluster names no CA.
@@ -156,5 +160,6 @@ pub fn load(path: &Path, fallback_ca: Option<&Path>) -> Result<Credentials, Stri
         tls: Arc::new(tls),
         server_name: c.tls_server_name.clone(),
         token,
+        server: c.server.clone(),
     })
 }

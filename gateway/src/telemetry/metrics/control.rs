@@ -39,6 +39,15 @@ pub struct ControlMetrics {
     pub discovered_backends: IntGauge,
     /// `kubegate_discovery_errors_total`: failed attempts to read the endpoint slices.
     pub discovery_errors: IntCounter,
+    /// `kubegate_shed_object_rules{cluster}`: rules read from each cluster's shed object and in
+    /// force.
+    pub shed_object_rules: IntGaugeVec,
+    /// `kubegate_shed_object_refused_rules{cluster}`: entries of the shed object as last read
+    /// that are not rules kubegate puts in force (unreadable, no sender, no expiry, more than
+    /// reject).
+    pub shed_object_refused: IntGaugeVec,
+    /// `kubegate_shed_object_errors_total{cluster}`: failed attempts to read or watch it.
+    pub shed_object_errors: IntCounterVec,
 }
 
 impl ControlMetrics {
@@ -64,6 +73,9 @@ impl ControlMetrics {
             admin_refused: counter_vec(r, "kubegate_admin_refused_total", "Admin endpoint connections and requests turned away, by reason (evicted, timeout, too_large, unauthorized).", &["reason"]),
             discovered_backends: gauge(r, "kubegate_discovered_backends", "Backends in use that came from the default/kubernetes EndpointSlices (not in the static list)."),
             discovery_errors: counter(r, "kubegate_discovery_errors_total", "Failed attempts to list or watch the endpoint slices on a backend."),
+            shed_object_rules: gauge_vec(r, "kubegate_shed_object_rules", "Rules read from the cluster's shed object (terminate.shed_object) and in force.", &["cluster"]),
+            shed_object_refused: gauge_vec(r, "kubegate_shed_object_refused_rules", "Entries of the cluster's shed object, as last read, that kubegate does not put in force (see its log).", &["cluster"]),
+            shed_object_errors: counter_vec(r, "kubegate_shed_object_errors_total", "Failed attempts to read or watch the cluster's shed object.", &["cluster"]),
         };
         zero_series::<AdminRefusal, _>(&m.admin_refused);
         zero_series::<ReloadResult, _>(&m.reloads);

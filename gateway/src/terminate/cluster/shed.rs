@@ -102,8 +102,10 @@ impl ShedRules {
                 .names_senders()
     }
 
-    /// The rules of `shed`'s change `version`, compiled once per change. Their names carry
-    /// `shed:`, so their metric series and messages are never a file rule's.
+    /// The rules of `shed`'s change `version` for `cluster` — the gateway's own, then those
+    /// its object holds — compiled once per change. Their names carry `shed:` (the gateway's)
+    /// or `shed:cluster:` (the object's; a rule's own name is a DNS label, so never one of
+    /// these), so their metric series and messages are never a file rule's, nor each other's.
     fn compiled(
         &self,
         shed: &Shed,
@@ -115,18 +117,23 @@ impl ShedRules {
         if compiled.version == version {
             return compiled;
         }
-        let specs = shed.rules();
-        let named: Vec<DispatchRule> = specs
+        let all = shed.all();
+        let from_object = all.clusters.get(cluster).map_or(&[][..], Vec::as_slice);
+        let specs: Vec<DispatchRule> = all.gateway.iter().chain(from_object).cloned().collect();
+        let named: Vec<DispatchRule> = all
+            .gateway
             .iter()
-            .map(|r| DispatchRule {
-                name: r.name.as_ref().map(|n| format!("shed:{n}")),
+            .map(|r| ("shed:", r))
+            .chain(from_object.iter().map(|r| ("shed:cluster:", r)))
+            .map(|(prefix, r)| DispatchRule {
+                name: r.name.as_ref().map(|n| format!("{prefix}{n}")),
                 ..r.clone()
             })
             .collect();
         let compiled = Arc::new(Compiled {
             version,
             rules: Rules::compile(cluster, &named, metrics),
-            specs,
+            specs: Arc::new(specs),
         });
         self.0.store(compiled.clone());
         compiled
@@ -217,6 +224,27 @@ mod tests {
         ShedRules::default()
             .rule_for(shed, "default", &metrics, &facts)
             .map(|r| r.name.trim_start_matches("shed:").to_string())
+    }
+
+    #[test]
+    fn a_clusters_object_rules_take_only_its_own_requests() {
+        let shed = Shed::default();
+        let mut rule: DispatchRule =
+            serde_yaml_ng::from_str("name: bob\nmatch: {users: [bob]}\nreject: {}\n").unwrap();
+        rule.expires = Some(SystemTime::now() + std::time::Duration::from_secs(60));
+        shed.set_cluster("default", vec![rule.clone()], SystemTime::now(), |_| {});
+        let pods = "/api/v1/namespaces/default/pods";
+        assert_eq!(
+            taken(&shed, "GET", pods, "bob", &["dev"]).as_deref(),
+            Some("cluster:bob")
+        );
+        let other = Shed::default();
+        other.set_cluster("other", vec![rule], SystemTime::now(), |_| {});
+        assert_eq!(
+            taken(&other, "GET", pods, "bob", &["dev"]),
+            None,
+            "another cluster's"
+        );
     }
 
     fn shed(yaml: &str) -> Shed {

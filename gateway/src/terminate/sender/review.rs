@@ -2,18 +2,14 @@
 //! identity to a ready replica, placed and retried as any request kubegate makes, its answer
 //! read as JSON. kubegate's user needs the `system:auth-delegator` ClusterRole for both.
 
-use crate::net::Unplaced;
 use crate::state::Gateway;
-use crate::terminate::exchange::body::read_whole;
 use crate::terminate::sender::failure::ReviewFailure;
-use crate::terminate::upstream::dispatch::{dispatch, Answer};
-use crate::terminate::upstream::outgoing::Outgoing;
+use crate::terminate::upstream::own::{self, Unanswered};
 use crate::terminate::upstream::upstreams::Upstreams;
 use bytes::Bytes;
-use http::{Method, StatusCode};
+use http::{Method, StatusCode, Uri};
 use kubegate_wire::classify::{RequestClass, Verb};
 use serde_json::Value;
-use std::time::Instant;
 
 /// The largest review answer read: a TokenReview's echoes the token (OIDC tokens run to
 /// several KiB) and lists every group and extra of the user.
@@ -28,40 +24,30 @@ pub async fn post(
 ) -> Result<Value, ReviewFailure> {
     let body =
         Bytes::from(serde_json::to_vec(review).map_err(|e| ReviewFailure::Refused(e.to_string()))?);
-    let outgoing = Outgoing::as_kubegate(upstreams, Method::POST, path, body).ok_or_else(|| {
-        ReviewFailure::Refused("no front-proxy certificate (upstream.front_proxy)".into())
-    })?;
     let class = RequestClass {
         verb: Verb::Create,
         long_running: None,
     };
-    // kubegate's own request, under the generation in force as it is sent.
-    let generation = gw.config().generation();
-    let answer = dispatch(
-        (gw, &generation),
+    let answer = own::send(
+        gw,
         upstreams,
-        &outgoing,
+        Method::POST,
+        Uri::from_static(path),
+        body,
         class,
-        &mut Vec::new(),
-        Instant::now(),
     )
     .await
     .map_err(|e| match e {
-        Unplaced::NoBackend => ReviewFailure::Transient("no apiserver is ready".to_string()),
-        Unplaced::Failed(f) => ReviewFailure::Transient(f.as_str().to_string()),
-    })?
-    .1;
-    let (status, body) = match answer {
-        // A 429, 503 or 404 kubegate read whole: no review.
-        Answer::Whole(resp) => (resp.status(), Bytes::new()),
-        Answer::Streaming { resp, .. } => {
-            let status = resp.status();
-            let body = read_whole(resp.into_body(), ANSWER_LIMIT)
-                .await
-                .map_err(ReviewFailure::Transient)?;
-            (status, body)
+        Unanswered::NoIdentity => {
+            ReviewFailure::Refused("no front-proxy certificate (upstream.front_proxy)".into())
         }
-    };
+        Unanswered::Transient(why) => ReviewFailure::Transient(why),
+    })?;
+    let status = answer.status;
+    let body = answer
+        .whole(ANSWER_LIMIT)
+        .await
+        .map_err(ReviewFailure::Transient)?;
     if status != StatusCode::CREATED && status != StatusCode::OK {
         return Err(refused(status, &body));
     }

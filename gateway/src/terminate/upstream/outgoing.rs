@@ -125,12 +125,12 @@ impl Outgoing {
         }
     }
 
-    /// A request of kubegate's own to `path` (JSON both ways), sent as user [`SELF_USER`] over
-    /// the front-proxy certificate; `None` without one.
+    /// A request of kubegate's own to `path` (JSON both ways; a patch's body is a JSON merge
+    /// patch), sent as user [`SELF_USER`] over the front-proxy certificate; `None` without one.
     pub fn as_kubegate(
         upstreams: &Upstreams,
         method: Method,
-        path: &'static str,
+        path: Uri,
         body: Bytes,
     ) -> Option<Outgoing> {
         upstreams.tls.presented()?;
@@ -149,11 +149,7 @@ impl Outgoing {
         upstreams.identity.apply(&me, &mut headers);
         set_content_length(&method, &mut headers, body.len());
         Some(Outgoing {
-            uri: upstream_uri(
-                Uri::from_static(path),
-                &HeaderMap::new(),
-                &upstreams.tls.server_name,
-            ),
+            uri: upstream_uri(path, &HeaderMap::new(), &upstreams.tls.server_name),
             method,
             headers,
             body,

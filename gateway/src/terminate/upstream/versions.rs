@@ -14,7 +14,7 @@ use crate::terminate::upstream::connect::stream_to;
 use crate::terminate::upstream::outgoing::Outgoing;
 use crate::terminate::upstream::upstreams::{LiveUpstreams, Upstreams};
 use bytes::Bytes;
-use http::{Method, StatusCode};
+use http::{Method, StatusCode, Uri};
 use http_body_util::{BodyExt, Limited};
 use kubegate_health::BackendState;
 use serde_json::Value;
@@ -256,7 +256,7 @@ async fn get(
 ) -> Result<Bytes, String> {
     // Anonymous users may read /version but not /api or /apis (`system:discovery` is bound to
     // authenticated users): nothing to ask without an identity.
-    let outgoing = Outgoing::as_kubegate(upstreams, Method::GET, path, Bytes::new()).ok_or(
+    let outgoing = Outgoing::as_kubegate(upstreams, Method::GET, Uri::from_static(path), Bytes::new()).ok_or(
         "no front-proxy certificate (upstream.front_proxy): discovery is read as an authenticated user",
     )?;
     let exchange = async {
