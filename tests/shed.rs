@@ -12,7 +12,8 @@
 //! 2. `a_rule_written_to_the_cluster_is_in_force_at_every_gateway_and_outlives_an_outage`:
 //!    two kubegates in front of one cluster (two replicas sharing etcd) follow its shed object;
 //!    `kubegate shed --kubeconfig` (through one of them) writes a rule, and both answer its
-//!    user 429 with `Retry-After`, other users and `system:masters` served; both replicas
+//!    user 429 with `Retry-After`, other users and `system:masters` served, a rule naming the
+//!    reserve refused by the command; both replicas
 //!    stopped, one kubegate restarted meanwhile still turns the user away (its state file);
 //!    the replicas back, `kubegate unshed --kubeconfig` gives the user back at both.
 
@@ -290,11 +291,18 @@ async fn a_rule_written_to_the_cluster_is_in_force_at_every_gateway_and_outlives
         "{metrics}"
     );
 
-    // A rule the gateways would refuse is never written.
+    // A rule the gateways would refuse is never written: one that names no sender, one that
+    // names the reserve (only a gateway's own endpoint may).
     let refused = cli(&["shed", "nobody", "--verb", "list"]);
     assert!(!refused.status.success());
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("names who"),
+        "{refused:?}"
+    );
+    let refused = cli(&["shed", "masters", "--group", "system:masters"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("only a gateway's own"),
         "{refused:?}"
     );
 

@@ -35,6 +35,7 @@ mod watch;
 
 pub use cluster::mode::TerminateMode;
 pub use cluster::plane::{ClusterFiles, TerminatePlane, TerminatedCluster};
+pub use cluster::shed::names_reserve;
 pub use rules::Rules;
 pub use server::listener::TerminateListener;
 pub use upstream::outgoing::Outgoing;

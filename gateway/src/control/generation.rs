@@ -337,6 +337,12 @@ fn retire(gw: &Gateway, cluster: Arc<Cluster>) {
     );
     let pool = cluster.pool().clone();
     pool.retire();
+    // Its shed object's rules go with it: a cluster added later under its name is another.
+    crate::control::shed::set_cluster(gw, cluster.name(), Vec::new());
+    let control = &gw.metrics().control;
+    for gauge in [&control.shed_object_rules, &control.shed_object_refused] {
+        let _ = gauge.remove_label_values(&[cluster.name()]);
+    }
     let metrics = gw.metrics_shared();
     let name = cluster.name().to_string();
     tokio::spawn(async move {

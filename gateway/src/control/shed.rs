@@ -116,11 +116,18 @@ pub fn restore(gw: &Gateway) {
         }
         kept
     };
+    // Only clusters still configured: one added later under a removed one's name is another.
+    let config = gw.config().load();
+    let configured = |name: &str| match config.clusters.is_empty() {
+        true => name == kubegate_config::IMPLICIT,
+        false => config.clusters.iter().any(|c| c.name == name),
+    };
     let restored = ShedInForce {
         gateway: checked(rules.gateway, "gateway"),
         clusters: rules
             .clusters
             .into_iter()
+            .filter(|(cluster, _)| configured(cluster))
             .map(|(cluster, r)| {
                 let kept = checked(r, &cluster);
                 (cluster, kept)

@@ -5,8 +5,7 @@
 //! one gateway's admin endpoint (`POST /shed`, `POST /unshed/NAME`), which needs no apiserver.
 
 use crate::control::discovery::{load_credentials, Credentials};
-use crate::control::shed::check;
-use crate::control::shed_object::{new_object, patch, rules_of};
+use crate::control::shed_object::{admissible, new_object, patch, rules_of};
 use crate::control::status::{call_with, AdminTarget};
 use anyhow::{bail, Context};
 use bytes::Bytes;
@@ -169,7 +168,7 @@ async fn in_cluster(
             // Checked here as every gateway will check it: a rule they would refuse is never
             // written.
             let mut rule = request.rule();
-            check(&mut rule, SystemTime::now()).map_err(anyhow::Error::msg)?;
+            admissible(&mut rule, SystemTime::now()).map_err(anyhow::Error::msg)?;
             let body = patch(name, Some(&rule)).to_string();
             let (status, answer) = api.call(Method::PATCH, &one, merge, &body).await?;
             if status != StatusCode::NOT_FOUND {
@@ -182,6 +181,9 @@ async fn in_cluster(
                 let json = Some("application/json");
                 let (status, answer) = api.call(Method::POST, &collection, json, &body).await?;
                 match status {
+                    StatusCode::FORBIDDEN => bail!(
+                        "{object} does not exist and you may not make it: apply deploy/rbac/kubegate-shed.yaml (`kubegate init` writes it to kubegate-rbac.yaml), which makes it"
+                    ),
                     StatusCode::CONFLICT => {
                         let body = patch(name, Some(&rule)).to_string();
                         let (status, answer) = api.call(Method::PATCH, &one, merge, &body).await?;
@@ -193,9 +195,10 @@ async fn in_cluster(
         }
         None => {
             let (status, answer) = api.call(Method::GET, &one, None, "").await?;
-            let held = expect(status, &answer, &one)
-                .ok()
-                .is_some_and(|o| o["data"].get(name).is_some());
+            let held = match status {
+                StatusCode::NOT_FOUND => false,
+                _ => expect(status, &answer, &one)?["data"].get(name).is_some(),
+            };
             if !held {
                 bail!("404: {object} holds no rule named {name:?}");
             }
@@ -216,12 +219,17 @@ fn expect(status: StatusCode, answer: &[u8], path: &str) -> anyhow::Result<Value
         .ok()
         .and_then(|v| v["message"].as_str().map(str::to_string));
     let said = said.unwrap_or_else(|| String::from_utf8_lossy(answer).into_owned());
+    // The apiserver's words (or an admission webhook's) reach a terminal: no control bytes.
+    let mut said: String = said.escape_debug().collect();
+    said.truncate(2000);
     bail!("{path}: the apiserver answered {status}: {said}")
 }
 
 /// The kubeconfig's server, asked with its credentials over HTTP/1.1.
 struct Api {
     creds: Credentials,
+    /// The server's path, if any (a proxy's `/k8s/clusters/ID`): every call goes under it.
+    prefix: String,
     host: String,
     port: u16,
     name: ServerName<'static>,
@@ -246,11 +254,13 @@ impl Api {
             .trim_end_matches(']')
             .to_string();
         let port = uri.port_u16().unwrap_or(443);
+        let prefix = uri.path().trim_end_matches('/').to_string();
         let name = creds.server_name.clone().unwrap_or_else(|| host.clone());
         let name = ServerName::try_from(name.clone())
             .with_context(|| format!("{name:?} is not a TLS server name"))?;
         Ok(Api {
             creds,
+            prefix,
             host,
             port,
             name,
@@ -278,7 +288,7 @@ impl Api {
         });
         let mut req = http::Request::builder()
             .method(method)
-            .uri(path)
+            .uri(format!("{}{path}", self.prefix))
             .header(http::header::HOST, &self.host)
             .header(http::header::ACCEPT, "application/json")
             .header(

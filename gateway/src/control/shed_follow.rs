@@ -9,7 +9,7 @@
 
 use crate::control::shed;
 use crate::control::shed_object::{rules_of, ObjectRules};
-use crate::state::Gateway;
+use crate::state::{Gateway, MAX_SHED_RULES};
 use crate::terminate::{send_own, OwnAnswer, TerminateMode, Unanswered};
 use bytes::Bytes;
 use http::{Method, StatusCode, Uri};
@@ -25,6 +25,9 @@ const WATCH_SECONDS: u64 = 300;
 /// The longest pause between attempts while the object cannot be read: the rules written
 /// during an outage arrive within this of its end.
 const MAX_PAUSE: Duration = Duration::from_secs(5);
+/// Refused entries said at one read, at most (a hand-written object of thousands of bad keys
+/// must not flood the log at every gateway).
+const SAY_REFUSED: usize = 10;
 /// How long reading fails before it is said.
 const SAY_AFTER: Duration = Duration::from_secs(10);
 /// How often a configuration change of the object's name is looked for while watching.
@@ -46,14 +49,17 @@ pub async fn follow(gw: Arc<Gateway>, mode: Arc<TerminateMode>) {
         cluster,
         version: None,
         failing: None,
+        refused: Vec::new(),
     };
     let mut pause = Duration::from_millis(500);
     let mut failing_since: Option<Instant> = None;
     loop {
         let Some(object) = follower.object() else {
             // Not configured (or no longer): no rules from the cluster.
-            follower.apply(ObjectRules::default(), None);
-            follower.version = None;
+            if follower.version.take().is_some() || !follower.refused.is_empty() {
+                follower.apply(ObjectRules::default(), None);
+            }
+            shed::set_cluster(&follower.gw, &follower.cluster, Vec::new());
             tokio::time::sleep(LOOK).await;
             continue;
         };
@@ -91,6 +97,8 @@ struct Follower {
     version: Option<String>,
     /// The last failure said, while they go on.
     failing: Option<String>,
+    /// The entries refused at the last read (said again only when they change).
+    refused: Vec<(String, String)>,
 }
 
 impl Follower {
@@ -132,6 +140,7 @@ impl Follower {
         let path = format!(
             "{collection}&watch=1&allowWatchBookmarks=true&resourceVersion={version}&timeoutSeconds={WATCH_SECONDS}"
         );
+        let opened = tokio::time::Instant::now();
         let mut watch = self.get(&path, true).await?;
         let mut drains = watch.drains();
         let mut buf = Vec::new();
@@ -161,7 +170,14 @@ impl Follower {
                     continue;
                 }
             };
-            let Some(data) = data else { return Ok(()) };
+            let Some(data) = data else {
+                // A watch the replica ends at once, again and again (shutting down, or
+                // hostile), is not asked again at once.
+                return match opened.elapsed() < Duration::from_secs(1) {
+                    true => Err("the watch ended as soon as it began".into()),
+                    false => Ok(()),
+                };
+            };
             quiet = tokio::time::Instant::now();
             buf.extend_from_slice(&data?);
             if buf.len() > MAX_ANSWER {
@@ -173,9 +189,13 @@ impl Follower {
                     continue;
                 };
                 if event["type"] == "ERROR" {
-                    // 410 Gone and the like: list again.
+                    // 410 Gone: the version is too old, list again. Anything else is a
+                    // failure, waited out as any.
                     self.version = None;
-                    return Ok(());
+                    return match event["object"]["code"].as_u64() {
+                        Some(410) => Ok(()),
+                        code => Err(format!("the watch ended with an error (code {code:?})")),
+                    };
                 }
                 let o = &event["object"];
                 if let Some(v) = o["metadata"]["resourceVersion"].as_str() {
@@ -222,8 +242,17 @@ impl Follower {
     }
 
     /// Puts the rules `read` (of `object`) in force for the cluster, saying what changed and
-    /// what was refused.
-    fn apply(&self, read: ObjectRules, object: Option<&ObjectName>) {
+    /// what was refused (each time the refused entries change, the first few).
+    fn apply(&mut self, mut read: ObjectRules, object: Option<&ObjectName>) {
+        let object = object.map(ToString::to_string).unwrap_or_default();
+        if read.rules.len() > MAX_SHED_RULES {
+            let left: Vec<String> = read.rules[MAX_SHED_RULES..]
+                .iter()
+                .filter_map(|r| r.name.clone())
+                .collect();
+            tracing::warn!(cluster = self.cluster, object, kept = MAX_SHED_RULES, left_out = ?left, "shed object: more rules than are kept in force; the first by name kept");
+            read.rules.truncate(MAX_SHED_RULES);
+        }
         let control = &self.gw.metrics().control;
         let labels = [self.cluster.as_str()];
         control
@@ -234,14 +263,23 @@ impl Follower {
             .shed_object_refused
             .with_label_values(&labels)
             .set(read.refused.len() as i64);
-        let names: Vec<String> = read.rules.iter().filter_map(|r| r.name.clone()).collect();
-        if !shed::set_cluster(&self.gw, &self.cluster, read.rules) {
-            return;
+        if read.refused != self.refused {
+            for (key, why) in read.refused.iter().take(SAY_REFUSED) {
+                tracing::warn!(cluster = self.cluster, object, entry = %key.escape_debug(), why = %why.escape_debug(), "shed object: an entry not put in force");
+            }
+            if read.refused.len() > SAY_REFUSED {
+                tracing::warn!(
+                    cluster = self.cluster,
+                    object,
+                    more = read.refused.len() - SAY_REFUSED,
+                    "shed object: more entries not put in force"
+                );
+            }
+            self.refused = std::mem::take(&mut read.refused);
         }
-        let object = object.map(ToString::to_string).unwrap_or_default();
-        tracing::info!(cluster = self.cluster, object, rules = ?names, expired = read.expired, "shed object: rules from the cluster in force");
-        for (key, why) in &read.refused {
-            tracing::warn!(cluster = self.cluster, object, entry = %key.escape_debug(), why = %why, "shed object: an entry not put in force");
+        let names: Vec<String> = read.rules.iter().filter_map(|r| r.name.clone()).collect();
+        if shed::set_cluster(&self.gw, &self.cluster, read.rules) {
+            tracing::info!(cluster = self.cluster, object, rules = ?names, expired = read.expired, "shed object: rules from the cluster in force");
         }
     }
 }

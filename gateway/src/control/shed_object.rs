@@ -8,11 +8,15 @@
 //! ```
 //!
 //! One key per rule, so `kubegate shed` and `kubegate unshed` each change theirs with a merge
-//! patch and two operators never overwrite each other. A ConfigMap, not a resource of
+//! patch and two operators never overwrite each other. A rule here never names the reserve
+//! (`system:masters`, nodes, the control plane's components, leases): whoever may write this
+//! object must not be able to lock out the administrators who would undo it; a gateway's own
+//! admin endpoint may. A ConfigMap, not a resource of
 //! kubegate's own: every cluster has it, RBAC can grant it by name, and nothing need be
 //! installed before the first incident.
 
 use crate::control::shed::check;
+use crate::terminate::names_reserve;
 use kubegate_config::{DispatchRule, ObjectName};
 use serde_json::{json, Value};
 use std::time::SystemTime;
@@ -61,8 +65,20 @@ fn rule_of(key: &str, value: &Value, now: SystemTime) -> Result<Option<DispatchR
     if expires <= now {
         return Ok(None);
     }
-    check(&mut rule, now)?;
+    admissible(&mut rule, now)?;
     Ok(Some(rule))
+}
+
+/// Whether `rule` may be in the object: what a gateway takes at run time
+/// (`control::shed::check`), naming no part of the reserve.
+pub fn admissible(rule: &mut DispatchRule, now: SystemTime) -> Result<(), String> {
+    check(rule, now)?;
+    match names_reserve(rule) {
+        Some(part) => Err(format!(
+            "it names {part}, which only a gateway's own admin endpoint may shed (kubegate shed --admin)"
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The object's entry for `rule`: its key and its value.
@@ -124,6 +140,8 @@ mod tests {
             "no-end": r#"{"match":{"users":["x"]},"reject":{}}"#,
             "limit": r#"{"match":{"users":["x"]},"limit":{"max_in_flight":1},"expires":"2099-01-01T00:00:00Z"}"#,
             "other-name": r#"{"name":"x","match":{"users":["x"]},"reject":{},"expires":"2099-01-01T00:00:00Z"}"#,
+            "masters": r#"{"match":{"groups":["system:masters"]},"reject":{},"expires":"2099-01-01T00:00:00Z"}"#,
+            "leases": r#"{"match":{"users":["x"],"resources":["leases"]},"reject":{},"expires":"2099-01-01T00:00:00Z"}"#,
             "junk": "{",
         }});
         let read = rules_of(&object, now);
@@ -132,7 +150,10 @@ mod tests {
         assert_eq!(read.rules[0].expires, bob.expires);
         assert_eq!(read.expired, 1);
         let refused: Vec<&str> = read.refused.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(refused, ["junk", "limit", "no-end", "other-name"]);
+        assert_eq!(
+            refused,
+            ["junk", "leases", "limit", "masters", "no-end", "other-name"]
+        );
         assert!(rules_of(&json!({}), now).rules.is_empty(), "no data");
         assert_eq!(patch("bob", None), json!({"data": {"bob": null}}));
         let made = new_object(

@@ -140,6 +140,27 @@ impl Drop for Slot {
 }
 
 impl Rules {
+    /// Removes the metric series of `cluster`'s rules named `names` (run-time rules no longer
+    /// in force: their names come and go, and their series must not pile up).
+    pub fn forget(cluster: &str, names: &[&str], metrics: &TerminateMetrics) {
+        for name in names {
+            let _ = metrics
+                .dispatch_requests
+                .remove_label_values(&[cluster, name]);
+            for limit in ["in_flight", "rate", "rejected"] {
+                let _ = metrics
+                    .dispatch_limited
+                    .remove_label_values(&[cluster, name, limit]);
+            }
+            let _ = metrics
+                .dispatch_in_flight
+                .remove_label_values(&[cluster, name]);
+            let _ = metrics
+                .dispatch_fallback
+                .remove_label_values(&[cluster, name]);
+        }
+    }
+
     /// Compiles `cluster`'s `rules`, their metric series in `metrics` (labelled by `cluster`:
     /// two clusters' rules of one name count apart).
     pub fn compile(cluster: &str, rules: &[DispatchRule], metrics: &TerminateMetrics) -> Rules {

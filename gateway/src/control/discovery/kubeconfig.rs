@@ -47,7 +47,11 @@ struct User {
     client_key: Option<PathBuf>,
     client_key_data: Option<String>,
     token: Option<String>,
+    #[serde(alias = "tokenFile")]
     token_file: Option<PathBuf>,
+    /// Set when the user authenticates through a plugin kubegate does not run.
+    exec: Option<serde_yaml_ng::Value>,
+    auth_provider: Option<serde_yaml_ng::Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -114,12 +118,21 @@ pub fn load(path: &Path, fallback_ca: Option<&Path>) -> Result<Credentials, Stri
     )? {
         Some(pem) => pem,
         None => std::fs::read(fallback_ca.ok_or_else(|| {
-            at("the cluster names no certificate-authority and health.tls.ca_file is unset")
+            at("the cluster names no certificate-authority (nor is another CA configured)")
         })?)
         .map_err(|e| at(&e.to_string()))?,
     };
     let roots = roots_from_pem(&ca, &at("certificate authority"))?;
     let u = &user.value;
+    let credentials = u.client_certificate.is_some()
+        || u.client_certificate_data.is_some()
+        || u.token.is_some()
+        || u.token_file.is_some();
+    if !credentials && (u.exec.is_some() || u.auth_provider.is_some()) {
+        return Err(at(
+            "the user authenticates through an exec plugin or an auth provider, which kubegate does not run: use a kubeconfig with a client certificate or a token",
+        ));
+    }
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?

@@ -130,14 +130,51 @@ impl ShedRules {
                 ..r.clone()
             })
             .collect();
+        let rules = Rules::compile(cluster, &named, metrics);
+        let gone: Vec<&str> = compiled
+            .rules
+            .names()
+            .filter(|old| !rules.names().any(|new| new == *old))
+            .collect();
+        Rules::forget(cluster, &gone, metrics);
         let compiled = Arc::new(Compiled {
             version,
-            rules: Rules::compile(cluster, &named, metrics),
+            rules,
             specs: Arc::new(specs),
         });
         self.0.store(compiled.clone());
         compiled
     }
+}
+
+/// The part of the reserve `rule` names, if any: a rule that does is taken from a gateway's
+/// own admin endpoint only, never from the cluster's shed object — whoever may write a
+/// ConfigMap must not be able to turn away the administrators who would undo it.
+pub fn names_reserve(rule: &DispatchRule) -> Option<&'static str> {
+    let m = &rule.matches;
+    let named = |list: &[String], pick: &dyn Fn(&str) -> bool| {
+        list.iter().any(|v| pick(v.trim_start_matches('-')))
+    };
+    if named(&m.groups, &|g| g == "system:masters") {
+        return Some("system:masters");
+    }
+    if named(&m.groups, &|g| g == "system:nodes")
+        || named(&m.users, &|u| u.starts_with("system:node:"))
+    {
+        return Some("nodes");
+    }
+    if named(&m.groups, &|g| g == "system:serviceaccounts:kube-system")
+        || named(&m.users, &|u| {
+            COMPONENTS.contains(&u) || u.starts_with(KUBE_SYSTEM_SA)
+        })
+        || named(&m.service_accounts, &|sa| sa.starts_with("kube-system:"))
+    {
+        return Some("the control plane's components");
+    }
+    if named(&m.resources, &|r| r == "leases" || r.starts_with("leases/")) {
+        return Some("leases");
+    }
+    None
 }
 
 /// The parts of the reserve `facts` is in.
