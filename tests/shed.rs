@@ -16,6 +16,11 @@
 //!    reserve refused by the command; both replicas
 //!    stopped, one kubegate restarted meanwhile still turns the user away (its state file);
 //!    the replicas back, `kubegate unshed --kubeconfig` gives the user back at both.
+//! 3. `the_runaway_of_a_rejected_level_is_held_back_on_its_own_and_let_go_once_it_calms`
+//!    (`terminate.auto_shed`): three service accounts in `workload-low`, one costing it far
+//!    more; `kubegate check --auto-shed` names it; a replica's flow control rejects the level
+//!    and the runaway (only) is answered 429 by kubegate, shown in `/debug/shed` and counted;
+//!    the level calms and it is let go.
 
 use kubegate_e2e::*;
 use std::process::{Command, Output};
@@ -339,4 +344,110 @@ async fn a_rule_written_to_the_cluster_is_in_force_at_every_gateway_and_outlives
         String::from_utf8_lossy(&gone.stderr).contains("404"),
         "{gone:?}"
     );
+}
+
+/// `kubegate check --config FILE --auto-shed`'s output.
+fn preview(config: &std::path::Path) -> String {
+    succeeded(
+        Command::new(bin("kubegate"))
+            .args(["check", "--config"])
+            .arg(config)
+            .arg("--auto-shed")
+            .output()
+            .unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runaway_of_a_rejected_level_is_held_back_on_its_own_and_let_go_once_it_calms() {
+    let bed = Cluster::new()
+        .terminate()
+        .replicas(2)
+        .configure(|cfg| {
+            cfg.terminate.auto_shed.enabled = true;
+            cfg.terminate.auto_shed.factor = 3;
+        })
+        .start();
+    let listen = bed.kg.listen;
+    let sa = &["system:serviceaccounts"];
+    let mut agent = Conn::open_as_user(listen, &bed.pki, "agent", AGENT, sa).await;
+    let peers = [
+        "system:serviceaccount:telemetry:peer",
+        "system:serviceaccount:app:web",
+    ];
+    let mut peer = Conn::open_as_user(listen, &bed.pki, "peer", peers[0], sa).await;
+    let mut web = Conn::open_as_user(listen, &bed.pki, "web", peers[1], sa).await;
+    // All three fall into workload-low; the agent costs it far more than its peers.
+    for _ in 0..60 {
+        assert_eq!(agent.get(LISTS).await.unwrap().status, 200);
+    }
+    for _ in 0..3 {
+        assert_eq!(peer.get(LISTS).await.unwrap().status, 200);
+        assert_eq!(web.get(LISTS).await.unwrap().status, 200);
+    }
+    // Nothing is troubled yet: no one is held back, and the check says whom it would.
+    let said = preview(&bed.kg.config_path);
+    assert!(
+        said.contains(&format!("would hold back {AGENT}")) && !said.contains("troubled now"),
+        "{said}"
+    );
+    assert!(
+        !said.contains(&format!("would hold back {}", peers[0])),
+        "{said}"
+    );
+
+    // A replica's flow control rejects the level: the agent is held back, its peers are not.
+    bed.sims[0].saturate_level("workload-low", Some(3));
+    // The agent goes on sending ten times what each peer does.
+    let began = std::time::Instant::now();
+    let mut held_back = 0;
+    while held_back < 5 {
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "the agent was not held back: {}",
+            bed.kg.admin_body("/debug/shed/auto")
+        );
+        for _ in 0..10 {
+            let r = agent.get(LISTS).await.unwrap();
+            if r.status == 429 && r.text().contains("terminate.auto_shed") {
+                assert!(r.header("retry-after").is_some());
+                held_back += 1;
+            }
+        }
+        for conn in [&mut peer, &mut web] {
+            let r = conn.get(LISTS).await.unwrap();
+            assert!(
+                !r.text().contains("terminate.auto_shed"),
+                "a peer: {}",
+                r.text()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let shown: serde_json::Value = serde_json::from_str(&bed.kg.admin_body("/debug/shed")).unwrap();
+    assert_eq!(shown["auto"]["default"][0]["sender"], AGENT, "{shown}");
+    assert!(preview(&bed.kg.config_path).contains("troubled now"));
+    let metrics = bed.kg.admin_body("/metrics");
+    assert!(
+        metrics.contains("kubegate_auto_shed_held_back_total{cluster=\"default\"} 1"),
+        "{metrics}"
+    );
+
+    // The level calms: the agent is let go and served.
+    bed.sims[0].saturate_level("workload-low", None);
+    let calmed = std::time::Instant::now();
+    loop {
+        let shown: serde_json::Value =
+            serde_json::from_str(&bed.kg.admin_body("/debug/shed")).unwrap();
+        if shown["auto"].as_object().is_some_and(|a| a.is_empty()) {
+            break;
+        }
+        assert!(
+            calmed.elapsed() < Duration::from_secs(60),
+            "still held back: {shown}"
+        );
+        let _ = agent.get(LISTS).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(agent.get(LISTS).await.unwrap().status, 200);
 }

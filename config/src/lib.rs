@@ -41,12 +41,12 @@ pub use error::{ConfigError, Problem};
 pub use load::{load_file, load_file_with, load_str, load_str_with, warnings, Check};
 pub use object::{is_label, ObjectName};
 pub use schema::{
-    AccessLogConfig, AccessLogFormat, AccessReviewConfig, AdminConfig, BackendSpec, BalancePolicy,
-    ClusterConfig, ClusterSpec, Config, ConnectConfig, DiscoveryConfig, DrainConfig, FlapDamping,
-    FrontProxy, HealthConfig, HealthTls, JoinReadsConfig, KeepaliveConfig, LimitsConfig,
-    ListenerMode, ListenerSpec, NoReadyBackendPolicy, PortProbe, ProxyProtocol, ServingTls,
-    ShutdownConfig, TerminateConfig, TokenReviewConfig, UpgradeConfig, UpstreamConfig, UpstreamTls,
-    VersionSkewConfig, IMPLICIT,
+    AccessLogConfig, AccessLogFormat, AccessReviewConfig, AdminConfig, AutoShedConfig, BackendSpec,
+    BalancePolicy, ClusterConfig, ClusterSpec, Config, ConnectConfig, DiscoveryConfig, DrainConfig,
+    FlapDamping, FrontProxy, HealthConfig, HealthTls, JoinReadsConfig, KeepaliveConfig,
+    LimitsConfig, ListenerMode, ListenerSpec, NoReadyBackendPolicy, PortProbe, ProxyProtocol,
+    ServingTls, ShutdownConfig, TerminateConfig, TokenReviewConfig, UpgradeConfig, UpstreamConfig,
+    UpstreamTls, VersionSkewConfig, IMPLICIT,
 };
 pub use since::{keys_newer_than, parse_version, version_text, Version, ADDED};
 pub use tls::TlsVersion;

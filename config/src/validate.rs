@@ -171,6 +171,41 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
             bad("terminate.shed_object".into(), why);
         }
     }
+    let a = &config.terminate.auto_shed;
+    for (key, ok, why) in [
+        (
+            "factor",
+            a.factor >= 2,
+            "at least 2: a runaway costs several times its peers",
+        ),
+        (
+            "min_share_percent",
+            (1..=100).contains(&a.min_share_percent),
+            "from 1 to 100",
+        ),
+        (
+            "max_senders",
+            (1..=32).contains(&a.max_senders),
+            "from 1 to 32",
+        ),
+        (
+            "lasts",
+            (10..=3600).contains(&a.lasts.as_secs()),
+            "from 10s to 1h",
+        ),
+        (
+            "retry_after",
+            (1..=3600).contains(&a.retry_after.as_secs()),
+            "from 1s to 1h",
+        ),
+    ] {
+        if !ok {
+            bad(
+                format!("terminate.auto_shed.{key}"),
+                format!("terminate.auto_shed.{key} must be {why}"),
+            );
+        }
+    }
     let t = &config.terminate;
     if !t.hold_when_none_ready.is_zero() && t.max_held_when_none_ready == 0 {
         bad(

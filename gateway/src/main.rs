@@ -40,6 +40,10 @@ enum Command {
         /// the file: every key it does not know is named, and the check fails.
         #[arg(long, value_name = "VERSION")]
         compat: Option<String>,
+        /// Also ask the running gateway (its admin endpoint, as this file configures it) whom
+        /// terminate.auto_shed, as written here, would hold back with its cost table now.
+        #[arg(long)]
+        auto_shed: bool,
     },
     /// Write what this node needs to run kubegate: its configuration, certificates signed by
     /// the node's CAs (kubeadm's layout), the metrics token, the pod manifest, keepalived's and
@@ -301,6 +305,37 @@ fn drain_command(
     }
 }
 
+/// `kubegate check --auto-shed`: the running gateway's answer for the file's settings.
+fn auto_shed_preview(config: PathBuf) -> ExitCode {
+    let settings = match load_file_with(&config, &check_files_and_tls) {
+        Ok(c) => c.terminate.auto_shed,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let admin = AdminArgs {
+        admin: None,
+        config: Some(config),
+        ca_file: None,
+        server_name: None,
+        cert_file: None,
+        key_file: None,
+        token_file: None,
+    };
+    let target = match admin.target("check") {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    match kubegate::control::shed_call::preview(&target, &settings) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kubegate check --auto-shed: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// `kubegate shed --for`: a duration from 1s to 7 days.
 fn parse_lasts(s: &str) -> Result<std::time::Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
@@ -367,7 +402,17 @@ fn parse_backend(s: &str) -> Result<(String, std::net::SocketAddr), String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { config, compat } => check(&config, compat.as_deref()),
+        Command::Check {
+            config,
+            compat,
+            auto_shed,
+        } => {
+            let checked = check(&config, compat.as_deref());
+            if !auto_shed || checked != ExitCode::SUCCESS {
+                return checked;
+            }
+            auto_shed_preview(config)
+        }
         Command::Init {
             shape,
             mode,

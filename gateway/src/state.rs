@@ -22,4 +22,4 @@ pub use lifecycle::{Lifecycle, Phase};
 pub use listeners::{ClientListener, ClientSlot};
 pub use running::{Generation, RunningConfig};
 pub use settings::{pool_settings, probe_settings};
-pub use shed::{InForce as ShedInForce, Shed, MAX_RULES as MAX_SHED_RULES};
+pub use shed::{HeldBackShown, InForce as ShedInForce, Shed, MAX_RULES as MAX_SHED_RULES};

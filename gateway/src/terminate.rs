@@ -33,6 +33,7 @@ mod server;
 mod upstream;
 mod watch;
 
+pub use cluster::auto_shed::{keep as keep_auto_shed, preview as auto_shed_preview, LevelPreview};
 pub use cluster::mode::TerminateMode;
 pub use cluster::plane::{ClusterFiles, TerminatePlane, TerminatedCluster};
 pub use cluster::shed::names_reserve;

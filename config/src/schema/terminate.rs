@@ -116,6 +116,55 @@ pub struct TerminateConfig {
     /// cluster.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shed_object: Option<String>,
+    /// Shedding on its own: while a replica's flow control rejects a priority level (or its
+    /// latency for the level passes a bound), the senders costing that level far more than
+    /// their peers have a growing share of their requests of the level answered 429 at the
+    /// gateway, until it stops. Off by default.
+    pub auto_shed: AutoShedConfig,
+}
+
+/// `terminate.auto_shed`: who is a runaway, and for how long it is held back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AutoShedConfig {
+    /// Turned on.
+    pub enabled: bool,
+    /// A runaway costs the level at least this many times what the median of its other
+    /// senders does (over the last 20 s: replica time, requests, bytes).
+    pub factor: u32,
+    /// ... and at least this share of the level's whole cost, in percent.
+    pub min_share_percent: u32,
+    /// A level whose response latency on a replica passes this is troubled as one rejected
+    /// is. None: only rejections count.
+    #[serde(
+        default,
+        with = "crate::duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub latency_bound: Option<Duration>,
+    /// The most senders held back at once per cluster.
+    pub max_senders: usize,
+    /// The longest one sender is held back at a time (then let go, and held back again only
+    /// if the level is still troubled and it still the runaway).
+    #[serde(with = "crate::duration")]
+    pub lasts: Duration,
+    /// What its 429s' `Retry-After` says.
+    #[serde(with = "crate::duration")]
+    pub retry_after: Duration,
+}
+
+impl Default for AutoShedConfig {
+    fn default() -> Self {
+        AutoShedConfig {
+            enabled: false,
+            factor: 10,
+            min_share_percent: 20,
+            latency_bound: None,
+            max_senders: 3,
+            lasts: Duration::from_secs(300),
+            retry_after: Duration::from_secs(5),
+        }
+    }
 }
 
 /// Shared watches: a watch from a resourceVersion that asks what a watch of the same sender
@@ -375,6 +424,7 @@ impl Default for TerminateConfig {
             shared_watches: SharedWatchesConfig::default(),
             shed_state_file: None,
             shed_object: None,
+            auto_shed: AutoShedConfig::default(),
         }
     }
 }

@@ -223,6 +223,7 @@ async fn route(
         "/debug/backends" => json(&views::backends_view(gw)),
         "/debug/senders" => senders::debug(gw, req.uri()),
         "/debug/shed" => shed::debug(gw),
+        "/debug/shed/auto" => shed::auto_preview(gw, req.uri()),
         // File paths only: no key, token or certificate content is ever in the configuration.
         "/debug/config" => json(&*gw.config().load()),
         _ => text(StatusCode::NOT_FOUND, "not found\n".into()),

@@ -133,6 +133,69 @@ fn at_gateway(
     Ok(())
 }
 
+/// `kubegate check --auto-shed`: what `settings` would do with `target`'s cost table now, each
+/// priority level's runaways were it troubled, printed.
+pub fn preview(
+    target: &AdminTarget,
+    settings: &kubegate_config::AutoShedConfig,
+) -> anyhow::Result<()> {
+    let path = format!(
+        "/debug/shed/auto?factor={}&min_share_percent={}",
+        settings.factor, settings.min_share_percent
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let answer = rt.block_on(async {
+        tokio::time::timeout(
+            CALL_TIMEOUT,
+            call_with(target, Method::GET, &path, Bytes::new()),
+        )
+        .await
+        .with_context(|| format!("admin endpoint did not answer within {CALL_TIMEOUT:?}"))?
+    })?;
+    let levels: Vec<Value> =
+        serde_json::from_slice(&answer).context("unexpected answer to the preview")?;
+    println!(
+        "auto_shed ({}): factor {}, min_share_percent {}; the last 20 s of the cost table:",
+        if settings.enabled { "on" } else { "off" },
+        settings.factor,
+        settings.min_share_percent
+    );
+    if levels.is_empty() {
+        println!("  no request placed in a priority level yet");
+    }
+    for level in &levels {
+        // The gateway's words reach a terminal: no control bytes.
+        let shown = |v: &Value| -> String { v.as_str().unwrap_or("-").escape_debug().collect() };
+        println!(
+            "  level {}{}: {} senders",
+            shown(&level["level"]),
+            if level["troubled"] == true {
+                " (troubled now)"
+            } else {
+                ""
+            },
+            level["senders"]
+        );
+        let held = level["would_hold_back"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if held.is_empty() {
+            println!("    would hold back no one");
+        }
+        for h in &held {
+            println!(
+                "    would hold back {} ({:.0}% of the level's cost)",
+                shown(&h[0]),
+                h[1].as_f64().unwrap_or(0.0) * 100.0
+            );
+        }
+    }
+    Ok(())
+}
+
 /// One line per rule: its name, its end, what it takes.
 fn print_rules(rules: &[DispatchRule]) {
     for rule in rules {

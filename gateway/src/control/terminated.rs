@@ -1,5 +1,5 @@
 //! The control tasks that follow a cluster terminate mode serves: its replicas' versions, the
-//! share of its long-running requests, its shed object (`terminate.shed_object`), its serving (if it has its own) and front-proxy
+//! share of its long-running requests, its shed object (`terminate.shed_object`), its runaway senders (`terminate.auto_shed`), its serving (if it has its own) and front-proxy
 //! certificate files. Started with the cluster (at start or by the reload that adds it) and
 //! ended with it (`Cluster::end_tasks`).
 
@@ -42,7 +42,8 @@ pub fn follow(
         gw.clone(),
         mode.clone(),
     ));
-    for task in [versions, share, certificates, shed_object] {
+    let auto_shed = tokio::spawn(crate::terminate::keep_auto_shed(gw.clone(), mode.clone()));
+    for task in [versions, share, certificates, shed_object, auto_shed] {
         cluster.keep_task(task.abort_handle());
     }
 }

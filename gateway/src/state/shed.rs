@@ -27,9 +27,28 @@ pub struct InForce {
     pub clusters: BTreeMap<String, Vec<DispatchRule>>,
 }
 
+/// A sender `terminate.auto_shed` holds back, as shown (`/debug/shed`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct HeldBackShown {
+    /// The priority level (its UID).
+    pub level: String,
+    /// The sender.
+    pub sender: String,
+    /// The share of its requests of the level turned away now.
+    pub share: f64,
+    /// Its share of the level's cost when it was found.
+    pub cost_share: f64,
+    /// When it began (RFC 3339).
+    pub since: String,
+    /// Its requests turned away since.
+    pub rejected: u64,
+}
+
 /// The rules in force at run time.
 #[derive(Default)]
 pub struct Shed {
+    /// Who `terminate.auto_shed` holds back, by cluster, as its last look left it.
+    auto: ArcSwap<BTreeMap<String, Vec<HeldBackShown>>>,
     rules: ArcSwap<InForce>,
     /// Raised at each change, so a compiled copy knows it is stale without comparing rules.
     version: AtomicU64,
@@ -56,6 +75,23 @@ impl Shed {
         let mut rules = (*self.rules.load_full()).clone();
         drop_expired(&mut rules, now);
         rules
+    }
+
+    /// Who `terminate.auto_shed` holds back, by cluster.
+    pub fn auto(&self) -> Arc<BTreeMap<String, Vec<HeldBackShown>>> {
+        self.auto.load_full()
+    }
+
+    /// `cluster`'s senders held back now (none: its entry goes).
+    pub fn set_auto(&self, cluster: &str, held: Vec<HeldBackShown>) {
+        self.auto.rcu(|all| {
+            let mut all = (**all).clone();
+            match held.is_empty() {
+                true => all.remove(cluster),
+                false => all.insert(cluster.to_string(), held.clone()),
+            };
+            all
+        });
     }
 
     /// Which change the rules are at.

@@ -198,7 +198,7 @@ impl Cost {
     /// What a fold compares: a request, a millisecond of a replica's time and 64 KiB it sent
     /// each weigh one, so a sender of few costly LISTs weighs as much as one of many cheap
     /// GETs.
-    fn weight(&self) -> u64 {
+    pub fn weight(&self) -> u64 {
         self.requests + self.apiserver_micros / 1000 + self.bytes / (64 * 1024)
     }
 
@@ -266,6 +266,9 @@ struct Slot {
     senders: Table,
     user_agents: Table,
     kubectl_commands: Table,
+    /// By priority level and sender (`LEVEL\0SENDER KEY`), minute slots only: who costs each
+    /// level what (`terminate.auto_shed`).
+    by_level: Table,
 }
 
 #[derive(Default)]
@@ -397,22 +400,58 @@ impl Costs {
     /// Whom to charge for a request from `name` (a user, or the client's address), named as
     /// `kind`, with `user_agent`.
     pub fn payer(self: &Arc<Self>, kind: SenderKind, name: &str, user_agent: &str) -> Payer {
-        let mut sender = String::with_capacity(1 + name.len().min(NAME_BYTES));
-        sender.push(kind.mark());
-        sender.push_str(bounded(name));
         Payer {
             costs: self.clone(),
-            sender: sender.into(),
+            sender: Costs::sender_key(kind, name).into(),
             user_agent: bounded(user_agent).into(),
         }
     }
 
-    /// Applies `charge` to `payer`'s rows (and `command`'s) in the current slot of each window.
+    /// The key a sender named `name`, as `kind`, is counted under.
+    pub fn sender_key(kind: SenderKind, name: &str) -> String {
+        let mut sender = String::with_capacity(1 + name.len().min(NAME_BYTES));
+        sender.push(kind.mark());
+        sender.push_str(bounded(name));
+        sender
+    }
+
+    /// Over the minute slots begun within `within`, each priority level's senders (by
+    /// [`Costs::sender_key`]; the folded ones as one) and what each cost it.
+    pub fn by_level(&self, within: Duration) -> HashMap<String, Vec<(String, Cost)>> {
+        let since = Instant::now().duration_since(self.epoch);
+        let tables = self.tables();
+        let (length, _) = Window::Minute.slots();
+        let newest = period(since, length);
+        let back = within.as_secs().div_ceil(length.as_secs().max(1)).max(1);
+        let slots: Vec<&Slot> = tables
+            .minute
+            .iter()
+            .filter(|s| s.period != 0 && s.period + back > newest)
+            .collect();
+        let mut levels: HashMap<String, Vec<(String, Cost)>> = HashMap::new();
+        for (key, cost) in sum(&slots, |s| &s.by_level) {
+            let (level, sender) = match key.split_once('\0') {
+                // The folded row: its level is unknown (`FOLDED` starts with NUL).
+                Some(("", _)) | None => continue,
+                Some(split) => split,
+            };
+            levels
+                .entry(level.to_string())
+                .or_default()
+                .push((sender.to_string(), cost));
+        }
+        levels
+    }
+
+    /// Applies `charge` to `payer`'s rows (and `command`'s) in the current slot of each window;
+    /// with `level`, a request of that level ended: in the minute's slot, its row under the
+    /// level gets `charge` and the request.
     fn charge(
         &self,
         now: Instant,
         payer: &Payer,
         command: Option<&str>,
+        level: Option<&str>,
         charge: impl Fn(&mut Cost),
     ) {
         let since = now.duration_since(self.epoch);
@@ -428,6 +467,12 @@ impl Costs {
             charge(slot.user_agents.row(&payer.user_agent, turn));
             if let (Window::Minute, Some(command)) = (window, command) {
                 charge(slot.kubectl_commands.row(bounded(command), turn));
+            }
+            if let (Window::Minute, Some(level)) = (window, level) {
+                let key = format!("{}\0{}", bounded(level), payer.sender);
+                let row = slot.by_level.row(&key, turn);
+                charge(row);
+                row.requests += 1;
             }
         }
     }
@@ -502,8 +547,12 @@ impl Costs {
     /// Names held now, over every slot (what the bound counts).
     pub fn names_held(&self) -> usize {
         let tables = self.tables();
-        let slot =
-            |s: &Slot| s.senders.0.len() + s.user_agents.0.len() + s.kubectl_commands.0.len();
+        let slot = |s: &Slot| {
+            s.senders.0.len()
+                + s.user_agents.0.len()
+                + s.kubectl_commands.0.len()
+                + s.by_level.0.len()
+        };
         tables.minute.iter().map(slot).sum::<usize>() + tables.ten.iter().map(slot).sum::<usize>()
     }
 }
@@ -562,21 +611,22 @@ impl Payer {
     }
 
     fn sent_at(&self, now: Instant, list: bool, command: Option<&str>) {
-        self.costs.charge(now, self, command, |c| {
+        self.costs.charge(now, self, command, None, |c| {
             c.requests += 1;
             c.lists += u64::from(list);
         });
     }
 
     /// A request's hold on a replica ended: `held` for as long (none counted for a
-    /// long-running one), the replica having sent `bytes`.
-    pub fn held(&self, held: Option<Duration>, bytes: u64) {
-        self.held_at(Instant::now(), held, bytes)
+    /// long-running one), the replica having sent `bytes`; of priority `level` when known
+    /// (charged to the level too, as one request).
+    pub fn held(&self, level: Option<&str>, held: Option<Duration>, bytes: u64) {
+        self.held_at(Instant::now(), level, held, bytes)
     }
 
-    fn held_at(&self, now: Instant, held: Option<Duration>, bytes: u64) {
+    fn held_at(&self, now: Instant, level: Option<&str>, held: Option<Duration>, bytes: u64) {
         let micros = held.map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
-        self.costs.charge(now, self, None, |c| {
+        self.costs.charge(now, self, None, level, |c| {
             c.apiserver_micros = c.apiserver_micros.saturating_add(micros);
             c.bytes = c.bytes.saturating_add(bytes);
         });
@@ -585,7 +635,7 @@ impl Payer {
     /// A replica's flow control rejected one of its requests.
     pub fn rejected(&self) {
         self.costs
-            .charge(Instant::now(), self, None, |c| c.rejections += 1);
+            .charge(Instant::now(), self, None, None, |c| c.rejections += 1);
     }
 
     /// An upstream watch of it opened on a replica.
@@ -643,11 +693,11 @@ mod tests {
         let kubectl = costs.payer(SenderKind::Certificate, "alice", "kubectl/v1.35");
         for _ in 0..3 {
             runaway.sent_at(now, true, None);
-            runaway.held_at(now, Some(Duration::from_millis(400)), 4 << 20);
+            runaway.held_at(now, None, Some(Duration::from_millis(400)), 4 << 20);
         }
         for _ in 0..5 {
             kubectl.sent_at(now, false, Some("kubectl get"));
-            kubectl.held_at(now, Some(Duration::from_millis(2)), 1000);
+            kubectl.held_at(now, None, Some(Duration::from_millis(2)), 1000);
         }
         kubectl.watch_opened();
         let by_time = costs.report_at(now, Window::Minute, SortBy::Time, 10);
@@ -749,7 +799,7 @@ mod tests {
         // Few requests, each a large answer: weighed by what it cost, not by its count.
         let bulky = costs.payer(SenderKind::Certificate, "exporter", "(others)");
         bulky.sent_at(now, true, None);
-        bulky.held_at(now, Some(Duration::from_millis(900)), 64 << 20);
+        bulky.held_at(now, None, Some(Duration::from_millis(900)), 64 << 20);
         for i in 0..5 * NAMES {
             if i % 10 == 0 {
                 heavy.sent_at(now, true, None);

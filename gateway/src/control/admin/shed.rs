@@ -81,7 +81,51 @@ pub async fn handle(
     }
 }
 
-/// `GET /debug/shed`: the rules in force at run time (not those expired).
+/// `GET /debug/shed`: the rules in force at run time (not those expired), by source, and the
+/// senders `terminate.auto_shed` holds back, by cluster.
 pub fn debug(gw: &Gateway) -> Response<Full<Bytes>> {
-    json(&gw.shed().in_force(std::time::SystemTime::now()))
+    #[derive(serde::Serialize)]
+    struct Shown {
+        #[serde(flatten)]
+        rules: crate::state::ShedInForce,
+        auto: std::collections::BTreeMap<String, Vec<crate::state::HeldBackShown>>,
+    }
+    json(&Shown {
+        rules: gw.shed().in_force(std::time::SystemTime::now()),
+        auto: (*gw.shed().auto()).clone(),
+    })
+}
+
+/// `GET /debug/shed/auto[?factor=N&min_share_percent=P]`: who `terminate.auto_shed` (the
+/// configuration in force, or these settings) would hold back in each priority level were it
+/// troubled now (`kubegate check --auto-shed`).
+pub fn auto_preview(gw: &Gateway, uri: &http::Uri) -> Response<Full<Bytes>> {
+    let mut settings = gw.config().load().terminate.auto_shed;
+    for (key, value) in url_pairs(uri.query().unwrap_or("")) {
+        let parsed = value.parse::<u32>();
+        match (key, parsed) {
+            ("factor", Ok(n)) if n >= 2 => settings.factor = n,
+            ("min_share_percent", Ok(n)) if (1..=100).contains(&n) => {
+                settings.min_share_percent = n
+            }
+            _ => {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "{}: factor (2 or more) and min_share_percent (1 to 100) are read\n",
+                        key.escape_debug()
+                    ),
+                )
+            }
+        }
+    }
+    json(&crate::terminate::auto_shed_preview(gw, &settings))
+}
+
+/// `key=value` pairs of a query (values here are numbers: nothing to decode).
+fn url_pairs(query: &str) -> impl Iterator<Item = (&str, &str)> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| p.split_once('=').unwrap_or((p, "")))
 }

@@ -75,6 +75,12 @@ pub struct TerminateMetrics {
     /// `kubegate_dispatch_fallback_total{cluster,rule}`: requests sent to the whole pool
     /// because none of their rule's backends was ready.
     pub dispatch_fallback: IntCounterVec,
+    /// `kubegate_auto_shed_senders{cluster}`: senders held back now (`terminate.auto_shed`).
+    pub auto_shed_senders: IntGaugeVec,
+    /// `kubegate_auto_shed_held_back_total{cluster}`: senders held back, each time one began.
+    pub auto_shed_held_back: IntCounterVec,
+    /// `kubegate_auto_shed_rejected_total{cluster}`: requests answered 429 by it.
+    pub auto_shed_rejected: IntCounterVec,
     /// `kubegate_version_skew_routed_total{cluster,group_version}`: requests kept off ready
     /// replicas that do not serve their group-version (`discovery`: discovery requests kept on
     /// the newest version's replicas).
@@ -132,6 +138,9 @@ impl TerminateMetrics {
             dispatch_limited: counter_vec(r, "kubegate_dispatch_limited_total", "Requests a dispatch rule's limit answered 429, by cluster, rule and limit (in_flight, rate; rejected: a rule that rejects).", &["cluster", "rule", "limit"]),
             dispatch_in_flight: gauge_vec(r, "kubegate_dispatch_in_flight", "Requests of each dispatch rule in flight (long-running ones until their response starts).", &["cluster", "rule"]),
             dispatch_fallback: counter_vec(r, "kubegate_dispatch_fallback_total", "Requests of a dispatch rule sent to the whole pool because none of the rule's backends was ready.", &["cluster", "rule"]),
+            auto_shed_senders: gauge_vec(r, "kubegate_auto_shed_senders", "Senders terminate.auto_shed holds back now: a share of their requests of a troubled priority level answered 429.", &["cluster"]),
+            auto_shed_held_back: counter_vec(r, "kubegate_auto_shed_held_back_total", "Senders terminate.auto_shed began to hold back.", &["cluster"]),
+            auto_shed_rejected: counter_vec(r, "kubegate_auto_shed_rejected_total", "Requests terminate.auto_shed answered 429.", &["cluster"]),
             skew_routed: counter_vec(r, "kubegate_version_skew_routed_total", "Terminate-mode requests kept off ready replicas that do not serve their group-version (discovery: discovery requests kept on the newest version's replicas).", &["cluster", "group_version"]),
             backend_version: gauge_vec(r, "kubegate_backend_version_info", "1 for the version each ready replica reports (/version), as terminate mode learned it.", &["backend", "version"]),
             backend_serves: gauge_vec(r, "kubegate_backend_serves", "1 for each API group-version a ready replica serves (its /api and /apis).", &["backend", "group_version"]),

@@ -6,6 +6,7 @@
 //! rules in force, its handshake — is the plane's table (`server::clusters`).
 
 use crate::state::{Cluster, Pool};
+use crate::terminate::cluster::auto_shed::AutoShed;
 use crate::terminate::cluster::shed::ShedRules;
 use crate::terminate::join::feeds::Feeds;
 use crate::terminate::join::Joins;
@@ -31,6 +32,8 @@ pub struct TerminateMode {
     feeds: Arc<Feeds>,
     /// The rules put in force at run time, as this cluster compiled them.
     shed: ShedRules,
+    /// The senders `terminate.auto_shed` holds back.
+    auto_shed: AutoShed,
 }
 
 /// What the clusters' terminate states hold together, each bounded over every cluster.
@@ -57,12 +60,18 @@ impl TerminateMode {
             joins: Arc::new(Joins::new(held.joined_answers.clone())),
             feeds: Arc::new(Feeds::new(held.watch_windows.clone())),
             shed: ShedRules::default(),
+            auto_shed: AutoShed::default(),
         }
     }
 
     /// The rules put in force at run time, as this cluster compiled them.
     pub fn shed(&self) -> &ShedRules {
         &self.shed
+    }
+
+    /// The senders `terminate.auto_shed` holds back.
+    pub fn auto_shed(&self) -> &AutoShed {
+        &self.auto_shed
     }
 
     /// Its reads that identical reads may join.

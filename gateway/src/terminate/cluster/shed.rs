@@ -177,6 +177,11 @@ pub fn names_reserve(rule: &DispatchRule) -> Option<&'static str> {
     None
 }
 
+/// Whether `facts` is in any part of the reserve.
+pub fn in_reserve(facts: &Facts<'_>) -> bool {
+    !reserve_of(facts).is_empty()
+}
+
 /// The parts of the reserve `facts` is in.
 fn reserve_of(facts: &Facts<'_>) -> Vec<Reserve> {
     let mut parts = Vec::new();

@@ -87,7 +87,11 @@ impl Drop for InFlight {
             if self.long_running {
                 payer.watch_closed();
             }
-            payer.held((!self.long_running).then(|| began.elapsed()), self.bytes);
+            payer.held(
+                self.level.as_deref(),
+                (!self.long_running).then(|| began.elapsed()),
+                self.bytes,
+            );
         }
         if let Some(level) = &self.level {
             self.backend.planes().levels.ended(level);

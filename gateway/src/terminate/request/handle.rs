@@ -23,9 +23,11 @@
 //!     ends (`served`).
 
 use crate::state::{Gateway, Generation, Kind};
+use crate::telemetry::costs::{Costs, SenderKind};
 use crate::telemetry::ContinuePage;
 use crate::terminate::cluster::mode::TerminateMode;
 use crate::terminate::cluster::plane::{ServedCluster, TerminatePlane};
+use crate::terminate::cluster::shed::in_reserve;
 use crate::terminate::exchange::bodies::{self, Bounds, Held};
 use crate::terminate::exchange::body::{LoggedBody, ResponseBody};
 use crate::terminate::join::key;
@@ -206,6 +208,9 @@ async fn serve(
         if let Err(resp) = admit(cx, classified.rule.as_ref()) {
             return *resp;
         }
+    }
+    if let Some(retry_after) = classified.held_back {
+        return refused::held_back(&cx.gw, cx.mode.cluster().name(), retry_after);
     }
     // Anything else with an `Upgrade` header is an ordinary request, as the apiserver serves
     // it: the header goes with the other hop-by-hop ones.
@@ -433,6 +438,8 @@ impl<'r> Sender<'r> {
 struct Classified {
     class: RequestClass,
     rule: Option<Arc<Rule>>,
+    /// Turned away by `terminate.auto_shed`, with this `Retry-After`.
+    held_back: Option<std::time::Duration>,
     flow: FlowKey,
     origin: Origin,
     may: MayShare,
@@ -499,10 +506,30 @@ fn classify(
         (None, None) => flow::Sender::Anonymous,
     };
     let shares = may.join || may.sync || may.feed;
+    let flow = FlowKey::of(as_whom, info);
+    // Held back by `terminate.auto_shed`: a named sender's request of a troubled level it
+    // runs away in, unless a rule already turns it away or it is in the reserve.
+    let auto = cx.mode.auto_shed();
+    let held_back = (auto.any() && !rule.as_ref().is_some_and(|r| r.rejects()))
+        .then(|| {
+            let level = cx.upstreams.flows.level_of(flow)?;
+            let key = match (&cx.client.identity, &sender.named) {
+                (Some(id), _) => Costs::sender_key(SenderKind::Certificate, &id.user),
+                (None, Some(named)) => Costs::sender_key(SenderKind::Token, &named.user),
+                (None, None) => return None,
+            };
+            if in_reserve(&facts) {
+                return None;
+            }
+            let retry_after = cx.config().terminate.auto_shed.retry_after;
+            auto.turns_away(&level, &key, retry_after)
+        })
+        .flatten();
     Classified {
         class: info.class,
         rule,
-        flow: FlowKey::of(as_whom, info),
+        held_back,
+        flow,
         origin: Origin::from(answerer(info, read.path())),
         may,
         attributes: shares.then(|| Attributes::of(info, read.path(), &read.query())),

@@ -131,6 +131,27 @@ pub(super) fn limited(gw: &Gateway, rule: &Rule, refusal: Refusal) -> Response<R
     )
 }
 
+/// The 429 of a request `terminate.auto_shed` holds back: its sender runs away in a priority
+/// level a replica is rejecting.
+pub(super) fn held_back(
+    gw: &Gateway,
+    cluster: &str,
+    retry_after: std::time::Duration,
+) -> Response<ResponseBody> {
+    let metrics = &gw.metrics().terminate;
+    metrics.request_failed(RequestFailure::Limited);
+    metrics
+        .auto_shed_rejected
+        .with_label_values(&[cluster])
+        .inc();
+    status(
+        StatusCode::TOO_MANY_REQUESTS,
+        "TooManyRequests",
+        "Too many requests, please try again later: kubegate holds this sender back while the apiservers reject its priority level (terminate.auto_shed)",
+        Some(seconds(retry_after)),
+    )
+}
+
 /// `wait` in whole seconds for a `Retry-After`, rounded up, at least 1.
 fn seconds(wait: std::time::Duration) -> u32 {
     u32::try_from(wait.as_millis().div_ceil(1000))
