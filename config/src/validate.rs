@@ -198,6 +198,12 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
             (1..=3600).contains(&a.retry_after.as_secs()),
             "from 1s to 1h",
         ),
+        (
+            "latency_bound",
+            a.latency_bound
+                .is_none_or(|d| d >= std::time::Duration::from_millis(100)),
+            "at least 100ms: an apiserver answers few requests faster",
+        ),
     ] {
         if !ok {
             bad(

@@ -80,6 +80,8 @@ pub const BENCH_ONLY: &[&str] = &[
     "kubegate-l7-rules",
     "kubegate-l7-limited",
     "kubegate-l7-shared",
+    "kubegate-l7-shed",
+    "kubegate-l7-auto",
 ];
 
 /// The identity `kubegate-l7-limited` limits: the kubeadm layout's node certificate.
@@ -152,7 +154,9 @@ pub fn prepare(
         | "kubegate-l7-logged"
         | "kubegate-l7-rules"
         | "kubegate-l7-limited"
-        | "kubegate-l7-shared" => {
+        | "kubegate-l7-shared"
+        | "kubegate-l7-shed"
+        | "kubegate-l7-auto" => {
             let a = free_addr();
             admin = Some(a);
             kubegate(name, &site, a, threads)
@@ -259,6 +263,14 @@ fn kubegate(
         // them at once than the default 16, and longer to wait for one.
         c.terminate.token_review.max_in_flight = 256;
         c.terminate.token_review.timeout = std::time::Duration::from_secs(10);
+    }
+    if name == "kubegate-l7-shed" {
+        // Rules written to the cluster's shed object, kept in a state file.
+        c.terminate.shed_object = Some("kube-system/kubegate-shed".into());
+        c.terminate.shed_state_file = Some(dir.join("shed.json"));
+    }
+    if name == "kubegate-l7-auto" {
+        c.terminate.auto_shed.enabled = true;
     }
     if name == "kubegate-l7-logged" {
         c.terminate.access_log.format = kubegate_config::AccessLogFormat::Json;

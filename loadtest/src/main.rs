@@ -15,6 +15,7 @@ mod record;
 mod report;
 mod resumes;
 mod run;
+mod runaway;
 mod sampler;
 mod scale;
 mod scenarios;
@@ -179,6 +180,34 @@ enum Command {
         /// then watches from that position.
         #[arg(long)]
         watch_list: bool,
+        #[command(flatten)]
+        output: Output,
+    },
+    /// A DaemonSet-like runaway: one service account on many connections LISTing every
+    /// ConfigMap every few seconds, beside kubectl, other users and a leader-elected
+    /// controller; calm, storm, then the shed: straight to the replicas, through HAProxy and
+    /// Envoy, and through kubegate with `kubegate shed` (two gateways) and with
+    /// `terminate.auto_shed` (docs/failover.md, "A runaway, shed").
+    Runaway {
+        /// ConfigMaps in the cluster, about 1 KiB each: what each LIST reads.
+        #[arg(long, default_value_t = 300)]
+        objects: usize,
+        /// The runaway's connections.
+        #[arg(long, default_value_t = 2000)]
+        connections: usize,
+        /// How often each connection LISTs.
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        interval: Duration,
+        /// How long each phase lasts.
+        #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+        phase: Duration,
+        /// direct, haproxy-l7, envoy-l7, kubegate-l7-shed, kubegate-l7-auto (comma-separated).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "direct,haproxy-l7,envoy-l7,kubegate-l7-shed,kubegate-l7-auto"
+        )]
+        gateways: Vec<String>,
         #[command(flatten)]
         output: Output,
     },
@@ -373,6 +402,32 @@ fn main() -> anyhow::Result<()> {
                 },
                 output,
             )
+        }
+        Command::Runaway {
+            objects,
+            connections,
+            interval,
+            phase,
+            gateways,
+            output,
+        } => {
+            let mut plan = runaway::Plan {
+                objects,
+                connections,
+                interval,
+                phase,
+                gateways,
+                dir: PathBuf::new(),
+            };
+            plan.dir = work_dir(output.dir, "runaway")?;
+            let rows = until_interrupted(runaway::run(&plan), &plan.dir)?;
+            return publish(
+                &runaway::markdown(&rows),
+                &rows,
+                output.json,
+                None,
+                &plan.dir,
+            );
         }
         Command::Storm {
             objects,

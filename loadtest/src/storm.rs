@@ -77,14 +77,16 @@ pub struct Latency {
     pub p99_ms: f64,
 }
 
+/// Latencies of one kind of request, and failures.
 #[derive(Default)]
-struct Timings {
+pub struct Timings {
     ok: Mutex<Vec<f64>>,
     failed: AtomicU64,
 }
 
 impl Timings {
-    fn summary(&self) -> Latency {
+    /// How many, failed, p50 and p99.
+    pub fn summary(&self) -> Latency {
         let mut ok = self.ok.lock().unwrap_or_else(|e| e.into_inner()).clone();
         ok.sort_by(|a, b| a.total_cmp(b));
         let failed = self.failed.load(Ordering::Relaxed);
@@ -221,7 +223,7 @@ pub async fn seed(cp: &ControlPlane, namespace: &str, objects: usize) -> anyhow:
 }
 
 /// A kubectl-like user: a new connection per LIST of a small namespace.
-async fn other_user(target: Target, timings: Arc<Timings>, stop: Stop) {
+pub async fn other_user(target: Target, timings: Arc<Timings>, stop: Stop) {
     let path = format!("/api/v1/namespaces/{}/configmaps", traffic::NAMESPACE);
     while !stop.stopped() {
         let started = Instant::now();
@@ -238,7 +240,7 @@ async fn other_user(target: Target, timings: Arc<Timings>, stop: Stop) {
 }
 
 /// Real kubectl, one `get configmaps` after another.
-async fn kubectl_user(bin: PathBuf, kubeconfig: PathBuf, timings: Arc<Timings>, stop: Stop) {
+pub async fn kubectl_user(bin: PathBuf, kubeconfig: PathBuf, timings: Arc<Timings>, stop: Stop) {
     while !stop.stopped() {
         let started = Instant::now();
         let out = tokio::process::Command::new(&bin)

@@ -339,6 +339,7 @@ fn retire(gw: &Gateway, cluster: Arc<Cluster>) {
     pool.retire();
     // Its shed object's rules go with it: a cluster added later under its name is another.
     crate::control::shed::set_cluster(gw, cluster.name(), Vec::new());
+    gw.shed().set_auto(cluster.name(), Vec::new());
     let control = &gw.metrics().control;
     for gauge in [&control.shed_object_rules, &control.shed_object_refused] {
         let _ = gauge.remove_label_values(&[cluster.name()]);

@@ -24,13 +24,14 @@
 //!
 //! Memory is bounded: a minute is six ten-second slots, ten minutes ten one-minute slots;
 //! each slot holds at most [`NAMES`] senders, [`NAMES`] user agents and (minute slots)
-//! [`NAMES`] kubectl commands, each name cut to [`NAME_BYTES`] bytes. A slot that is full
+//! [`NAMES`] kubectl commands and [`NAMES`] (priority level, sender) pairs (fed only while
+//! `terminate.auto_shed` is on), each name cut to [`NAME_BYTES`] bytes. A slot that is full
 //! makes room by folding the lightest of a sample of 16 of its names (a request, a
 //! millisecond of a replica's time and 64 KiB each weigh one; each sample starts elsewhere in
 //! the table) into [`OTHERS`], so a flood of distinct names cannot keep a costly sender from
-//! being named. At most 38,000 names (16 slots; ten-minute slots hold no commands) of at most
-//! ~430 bytes with their share of the hash tables: about 16 MiB, reached only under such a
-//! flood. Open-watch counts are as many as open upstream watches and upgrades.
+//! being named. At most 44,000 names (16 slots; ten-minute slots hold no commands or pairs)
+//! of at most ~430 bytes with their share of the hash tables: about 19 MiB, reached only under
+//! such a flood. Open-watch counts are as many as open upstream watches and upgrades.
 //!
 //! Recording takes one short lock per request counted, per attempt's hold ended, per
 //! rejection and per watch opened or closed. A report holds the lock while it sums the
@@ -317,6 +318,9 @@ pub struct Payer {
     /// address is never counted as that address.
     sender: Box<str>,
     user_agent: Box<str>,
+    /// Charged by priority level too (`terminate.auto_shed` is on, and the sender is one it may
+    /// hold back: named, outside the reserve).
+    by_level: bool,
 }
 
 impl std::fmt::Debug for Payer {
@@ -404,6 +408,7 @@ impl Costs {
             costs: self.clone(),
             sender: Costs::sender_key(kind, name).into(),
             user_agent: bounded(user_agent).into(),
+            by_level: false,
         }
     }
 
@@ -604,6 +609,12 @@ fn period(since: Duration, length: Duration) -> u64 {
 }
 
 impl Payer {
+    /// Charged by priority level too: a sender `terminate.auto_shed` may hold back.
+    pub fn by_level(mut self) -> Payer {
+        self.by_level = true;
+        self
+    }
+
     /// A request was sent upstream or joined to another's (a LIST if `list`), from kubectl's
     /// `command` if it says one.
     pub fn sent(&self, list: bool, command: Option<&str>) {
@@ -625,6 +636,7 @@ impl Payer {
     }
 
     fn held_at(&self, now: Instant, level: Option<&str>, held: Option<Duration>, bytes: u64) {
+        let level = level.filter(|_| self.by_level);
         let micros = held.map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
         self.costs.charge(now, self, None, level, |c| {
             c.apiserver_micros = c.apiserver_micros.saturating_add(micros);
@@ -632,10 +644,11 @@ impl Payer {
         });
     }
 
-    /// A replica's flow control rejected one of its requests.
-    pub fn rejected(&self) {
+    /// A replica's flow control rejected one of its requests, of priority `level` when known.
+    pub fn rejected(&self, level: Option<&str>) {
+        let level = level.filter(|_| self.by_level);
         self.costs
-            .charge(Instant::now(), self, None, None, |c| c.rejections += 1);
+            .charge(Instant::now(), self, None, level, |c| c.rejections += 1);
     }
 
     /// An upstream watch of it opened on a replica.
@@ -734,7 +747,7 @@ mod tests {
         let costs = Arc::new(Costs::default());
         let payer = costs.payer(SenderKind::Anonymous, "10.0.0.5", "curl/8");
         payer.sent_at(at(&costs, 1), false, Some("kubectl get"));
-        payer.rejected();
+        payer.rejected(None);
         let later = at(&costs, 1 + 90);
         let minute = costs.report_at(later, Window::Minute, SortBy::Requests, 10);
         assert!(

@@ -176,6 +176,9 @@ impl TerminateMetrics {
             family.forget_where(&of_cluster);
         }
         self.skew_routed.forget_where(&of_cluster);
+        let _ = self.auto_shed_senders.remove_label_values(&[cluster]);
+        let _ = self.auto_shed_held_back.remove_label_values(&[cluster]);
+        let _ = self.auto_shed_rejected.remove_label_values(&[cluster]);
     }
 
     /// Forgets the dispatch series of `cluster`'s rules not named in `kept` (a rule kept keeps

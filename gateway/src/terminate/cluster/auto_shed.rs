@@ -1,15 +1,17 @@
 //! Shedding on its own (`terminate.auto_shed`, off by default): while a replica's flow control
 //! rejects a priority level (`PriorityLevels::now`, read from its own 429s) or, with
-//! `latency_bound`, answers the level slower than that, the level is troubled; the senders
-//! that cost it far more than their peers over the last 20 s (the cost table's `by_level`: a
-//! request, a millisecond of a replica's time and 64 KiB each weigh one) are held back: a share
-//! of their requests of that level is answered 429 with `Retry-After` at the gateway, before
-//! any replica reads it. The share starts at a half and grows halfway to all (at most 95 %)
-//! each second the level stays troubled; once it is not, it halves each second, and the sender
-//! is let go below 5 %, or after `lasts` in any case (to be held back again only if it is still
-//! the runaway of a level still troubled). Requests kubegate cannot place in a level (its
-//! first of a flow) and the reserve (`cluster::shed`) are never held back. Each start and end
-//! is logged, the 429s counted, the senders held back shown in `/debug/shed`.
+//! `latency_bound`, answers the level slower than that, the level is troubled; the named
+//! senders that met its rejections and cost it far more than their named peers over the last
+//! 10–20 s (the cost table's `by_level`, fed only while this is on: a request, a millisecond of
+//! a replica's time and 64 KiB each weigh one) are held back: a share of their requests of
+//! that level is answered 429 with `Retry-After` at the gateway, before any replica reads it.
+//! The share starts at a half and grows halfway to all (at most 95 %) each second the level
+//! stays troubled; once it is not, it halves each second, and the sender is let go below 5 %,
+//! or after `lasts` in any case (to be held back again only if it is still the runaway of a
+//! level still troubled). Requests kubegate cannot place in a level (its first of a flow),
+//! upgrades, senders named by their address and the reserve (`cluster::shed`) are never held
+//! back. Each start and end is logged, the 429s counted, the senders held back shown in
+//! `/debug/shed`.
 
 use crate::state::{Gateway, HeldBackShown, Pool};
 use crate::telemetry::costs::Cost;
@@ -17,7 +19,7 @@ use crate::terminate::cluster::mode::TerminateMode;
 use arc_swap::ArcSwap;
 use kubegate_config::AutoShedConfig;
 use kubegate_health::BackendState;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -117,13 +119,13 @@ impl AutoShed {
     pub fn look(
         &self,
         settings: &AutoShedConfig,
-        troubled: &HashSet<Arc<str>>,
+        troubled: &HashMap<Arc<str>, Trouble>,
         by_level: &HashMap<String, Vec<(String, Cost)>>,
     ) -> Vec<Change> {
         let mut changes = Vec::new();
         let mut next: Vec<Arc<HeldBack>> = Vec::new();
         for h in self.held.load().iter() {
-            let share = match troubled.contains(&h.level) {
+            let share = match troubled.contains_key(&h.level) {
                 true => (h.share + (1.0 - h.share) / 2.0).min(MOST),
                 false => h.share / 2.0,
             };
@@ -146,14 +148,24 @@ impl AutoShed {
                 rejected: h.rejected.clone(),
             }));
         }
+        // A reload that lowered `max_senders`: the newest held are let go first.
+        while next.len() > settings.max_senders {
+            if let Some(h) = next.pop() {
+                changes.push(Change::Ended {
+                    level: h.level.clone(),
+                    sender: h.sender.clone(),
+                    rejected: h.rejected.load(Ordering::Relaxed),
+                });
+            }
+        }
         if settings.enabled {
-            let mut levels: Vec<&Arc<str>> = troubled.iter().collect();
-            levels.sort();
-            for level in levels {
+            let mut levels: Vec<(&Arc<str>, &Trouble)> = troubled.iter().collect();
+            levels.sort_by(|a, b| a.0.cmp(b.0));
+            for (level, trouble) in levels {
                 let Some(costs) = by_level.get(&**level) else {
                     continue;
                 };
-                for (key, cost_share) in runaways(costs, settings) {
+                for (key, cost_share) in runaways(costs, settings, *trouble) {
                     if next.len() >= settings.max_senders {
                         break;
                     }
@@ -211,14 +223,14 @@ pub async fn keep(gw: Arc<Gateway>, mode: Arc<TerminateMode>) {
                     cost_share,
                 } => {
                     metrics.auto_shed_held_back.with_label_values(&labels).inc();
-                    tracing::warn!(cluster, level = %level, sender, cost_share = format!("{:.0}%", cost_share * 100.0), "auto-shed: a runaway sender of a troubled priority level held back");
+                    tracing::warn!(cluster, level = %level, sender = %sender.escape_debug(), cost_share = format!("{:.0}%", cost_share * 100.0), "auto-shed: a runaway sender of a troubled priority level held back");
                 }
                 Change::Ended {
                     level,
                     sender,
                     rejected,
                 } => {
-                    tracing::info!(cluster, level = %level, sender, rejected, "auto-shed: sender let go");
+                    tracing::info!(cluster, level = %level, sender = %sender.escape_debug(), rejected, "auto-shed: sender let go");
                 }
             }
         }
@@ -249,7 +261,7 @@ pub struct LevelPreview {
 /// What `settings` would do with the cost table now, level by level (those of `gw`'s
 /// clusters).
 pub fn preview(gw: &Gateway, settings: &AutoShedConfig) -> Vec<LevelPreview> {
-    let mut troubled_now = HashSet::new();
+    let mut troubled_now = HashMap::new();
     for cluster in gw.clusters().all() {
         troubled_now.extend(troubled(cluster.pool(), settings.latency_bound));
     }
@@ -258,9 +270,10 @@ pub fn preview(gw: &Gateway, settings: &AutoShedConfig) -> Vec<LevelPreview> {
         .by_level(WINDOW)
         .iter()
         .map(|(level, costs)| LevelPreview {
-            troubled: troubled_now.contains(level.as_str()),
+            troubled: troubled_now.contains_key(level.as_str()),
             senders: costs.len(),
-            would_hold_back: runaways(costs, settings)
+            // As if its flow control rejected every one of them.
+            would_hold_back: runaways(costs, settings, Trouble::Slow)
                 .into_iter()
                 .map(|(key, share)| (shown(key), share))
                 .collect(),
@@ -273,41 +286,65 @@ pub fn preview(gw: &Gateway, settings: &AutoShedConfig) -> Vec<LevelPreview> {
 
 /// The levels a ready replica of `pool` rejects now, or (with `latency_bound`) answers
 /// slower than that.
-fn troubled(pool: &Pool, latency_bound: Option<Duration>) -> HashSet<Arc<str>> {
-    let mut levels = HashSet::new();
+fn troubled(pool: &Pool, latency_bound: Option<Duration>) -> HashMap<Arc<str>, Trouble> {
+    let mut levels = HashMap::new();
     for b in pool.backends() {
         if b.state() != BackendState::Ready {
             continue;
         }
         let l = &b.planes().levels;
-        levels.extend(l.now().into_iter().map(|(level, _)| level));
         if let Some(bound) = latency_bound {
-            levels.extend(
-                l.latencies()
-                    .into_iter()
-                    .filter(|(_, took)| *took > bound)
-                    .map(|(level, _)| level),
-            );
+            for (level, took) in l.latencies() {
+                if took > bound {
+                    levels.entry(level).or_insert(Trouble::Slow);
+                }
+            }
+        }
+        for (level, _) in l.now() {
+            levels.insert(level, Trouble::Rejected);
         }
     }
     levels
 }
 
+/// Why a level is troubled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trouble {
+    /// A replica's flow control rejects it: only a sender that met a rejection of it is held
+    /// back (APF queues each flow apart; one that was never rejected is not what overflows).
+    Rejected,
+    /// A replica answers it past `latency_bound`.
+    Slow,
+}
+
 /// Of one level's senders and their costs, the runaways, costliest first, with their share of
-/// the level's whole: each costs at least `min_share_percent` of it and, when the level has
-/// other senders, at least `factor` times their median. The reserve's names (nodes, the
-/// control plane's components, kube-system's service accounts) never are: their requests are
-/// never held back anyway (`cluster::shed`), and naming them would only mislead.
-pub fn runaways<'a>(costs: &'a [(String, Cost)], settings: &AutoShedConfig) -> Vec<(&'a str, f64)> {
+/// the level's whole: each a sender kubegate names (a certificate's or a reviewed token's user:
+/// one named by its address is never held back, nor counted as a peer), that met a rejection
+/// of the level if it is troubled by rejections, costing at least `min_share_percent` of the
+/// named senders' whole and, when the level has other named senders, at least `factor` times
+/// their median. The reserve's names (nodes, the control plane's components, kube-system's
+/// service accounts) never are; the rest of the reserve is never charged by level.
+pub fn runaways<'a>(
+    costs: &'a [(String, Cost)],
+    settings: &AutoShedConfig,
+    trouble: Trouble,
+) -> Vec<(&'a str, f64)> {
     let weight = |c: &Cost| c.weight().max(1);
-    let total: u64 = costs.iter().map(|(_, c)| weight(c)).sum();
+    let named: Vec<&(String, Cost)> = costs
+        .iter()
+        .filter(|(key, _)| matches!(key.chars().next(), Some('c' | 't')) && !reserved(key))
+        .collect();
+    let total: u64 = named.iter().map(|(_, c)| weight(c)).sum();
     let mut found: Vec<(&str, u64)> = Vec::new();
-    for (i, (key, cost)) in costs.iter().enumerate() {
+    for (i, (key, cost)) in named.iter().enumerate() {
         let w = weight(cost);
-        if reserved(key) || w * 100 < total * u64::from(settings.min_share_percent) {
+        if trouble == Trouble::Rejected && cost.rejections == 0 {
             continue;
         }
-        let mut others: Vec<u64> = costs
+        if w * 100 < total * u64::from(settings.min_share_percent) {
+            continue;
+        }
+        let mut others: Vec<u64> = named
             .iter()
             .enumerate()
             .filter(|(j, _)| *j != i)
@@ -340,14 +377,13 @@ fn reserved(key: &str) -> bool {
         .contains(&user)
 }
 
-/// A sender key as an operator reads it.
+/// A sender key as an operator reads it (as it is: JSON escapes it, the log and the command
+/// line escape it).
 fn shown(key: &str) -> String {
-    let name: String = key.get(1..).unwrap_or("").escape_debug().collect();
+    let name = key.get(1..).unwrap_or("");
     match key.chars().next() {
-        Some('c') => name,
         Some('t') => format!("{name} (token)"),
-        Some('T') => format!("{name} (unnamed token)"),
-        _ => format!("{name} (anonymous)"),
+        _ => name.to_string(),
     }
 }
 
@@ -355,10 +391,11 @@ fn shown(key: &str) -> String {
 mod tests {
     use super::*;
 
-    fn cost(ms: u64) -> Cost {
+    fn cost(ms: u64, rejections: u64) -> Cost {
         Cost {
             requests: 1,
             apiserver_micros: ms * 1000,
+            rejections,
             ..Default::default()
         }
     }
@@ -366,7 +403,7 @@ mod tests {
     fn level(senders: &[(&str, u64)]) -> Vec<(String, Cost)> {
         senders
             .iter()
-            .map(|(k, ms)| (k.to_string(), cost(*ms)))
+            .map(|(k, ms)| (k.to_string(), cost(*ms, 1)))
             .collect()
     }
 
@@ -378,25 +415,40 @@ mod tests {
     }
 
     #[test]
-    fn a_runaway_costs_far_more_than_its_peers_and_a_share_of_the_whole() {
+    fn a_runaway_is_named_rejected_and_costs_far_more_than_its_named_peers() {
         let s = on();
+        let r = Trouble::Rejected;
         let costs = level(&[
             ("cagent", 9000),
             ("calice", 100),
             ("cbob", 120),
             ("ccarol", 90),
         ]);
-        let found = runaways(&costs, &s);
+        let found = runaways(&costs, &s, r);
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].0, "cagent");
         assert!(found[0].1 > 0.9, "{found:?}");
         // Peers alike: none.
-        assert!(runaways(&level(&[("ca", 100), ("cb", 120), ("cc", 90)]), &s).is_empty());
+        assert!(runaways(&level(&[("ca", 100), ("cb", 120), ("cc", 90)]), &s, r).is_empty());
         // Alone in its level, it is the whole.
-        assert_eq!(runaways(&level(&[("ca", 100)]), &s)[0].0, "ca");
-        // Nodes and the control plane's components are never found.
+        assert_eq!(runaways(&level(&[("ca", 100)]), &s, r)[0].0, "ca");
+        // Nodes and the control plane's components are never found; nor a sender named by
+        // its address, which is not a peer either (a flood of them cannot lower the median).
         let nodes = level(&[("csystem:node:n1", 9000), ("ca", 10), ("cb", 10)]);
-        assert!(runaways(&nodes, &s).is_empty());
+        assert!(runaways(&nodes, &s, r).is_empty());
+        let mut flood = level(&[("ca", 100), ("cb", 100)]);
+        flood.extend((0..50).map(|i| (format!("a10.0.0.{i}"), cost(1, 1))));
+        flood.push(("T10.0.0.99".to_string(), cost(9000, 1)));
+        assert!(
+            runaways(&flood, &s, r).is_empty(),
+            "{:?}",
+            runaways(&flood, &s, r)
+        );
+        // Troubled by rejections: one never rejected is not held back.
+        let mut unrejected = level(&[("calice", 100), ("cbob", 100)]);
+        unrejected.push(("cagent".to_string(), cost(9000, 0)));
+        assert!(runaways(&unrejected, &s, r).is_empty());
+        assert_eq!(runaways(&unrejected, &s, Trouble::Slow)[0].0, "cagent");
     }
 
     #[test]
@@ -404,7 +456,7 @@ mod tests {
         let auto = AutoShed::default();
         let s = on();
         let lvl: Arc<str> = "workload-low".into();
-        let troubled: HashSet<Arc<str>> = [lvl.clone()].into();
+        let troubled: HashMap<Arc<str>, Trouble> = [(lvl.clone(), Trouble::Rejected)].into();
         let by_level: HashMap<String, Vec<(String, Cost)>> = [(
             "workload-low".to_string(),
             level(&[("tagent", 9000), ("ta", 10), ("tb", 10)]),
@@ -438,7 +490,7 @@ mod tests {
         }
         assert_eq!(auto.held()[0].share, MOST);
         // Calm: halved each look, let go below 5 %.
-        let calm = HashSet::new();
+        let calm = HashMap::new();
         let mut ended = None;
         for i in 0..10 {
             if let [Change::Ended { rejected, .. }] = &auto.look(&s, &calm, &by_level)[..] {

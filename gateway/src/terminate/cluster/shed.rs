@@ -24,6 +24,7 @@ use crate::terminate::rules::{Facts, Rule, Rules};
 use arc_swap::ArcSwap;
 use kubegate_config::DispatchRule;
 use kubegate_wire::classify::Verb;
+use kubegate_wire::identity::UserInfo;
 use std::sync::Arc;
 
 /// The run-time rules as one cluster compiled them.
@@ -182,22 +183,32 @@ pub fn in_reserve(facts: &Facts<'_>) -> bool {
     !reserve_of(facts).is_empty()
 }
 
+/// Whether `sender` is in the reserve whatever it asks: `system:masters`, the control
+/// plane's components, nodes.
+pub fn sender_in_reserve(sender: &UserInfo) -> bool {
+    !reserve_of_sender(sender).is_empty()
+}
+
+/// The parts of the reserve `sender` is in by who it is.
+fn reserve_of_sender(sender: &UserInfo) -> Vec<Reserve> {
+    let mut parts = Vec::new();
+    let user = sender.user.as_str();
+    let in_group = |g: &str| sender.groups.iter().any(|s| s == g);
+    if in_group("system:masters") {
+        parts.push(Reserve::Masters);
+    }
+    if COMPONENTS.contains(&user) || user.starts_with(KUBE_SYSTEM_SA) {
+        parts.push(Reserve::Components);
+    }
+    if user.starts_with("system:node:") || in_group("system:nodes") {
+        parts.push(Reserve::Nodes);
+    }
+    parts
+}
+
 /// The parts of the reserve `facts` is in.
 fn reserve_of(facts: &Facts<'_>) -> Vec<Reserve> {
-    let mut parts = Vec::new();
-    if let Some(sender) = facts.sender {
-        let user = sender.user.as_str();
-        let in_group = |g: &str| sender.groups.iter().any(|s| s == g);
-        if in_group("system:masters") {
-            parts.push(Reserve::Masters);
-        }
-        if COMPONENTS.contains(&user) || user.starts_with(KUBE_SYSTEM_SA) {
-            parts.push(Reserve::Components);
-        }
-        if user.starts_with("system:node:") || in_group("system:nodes") {
-            parts.push(Reserve::Nodes);
-        }
-    }
+    let mut parts = facts.sender.map(reserve_of_sender).unwrap_or_default();
     // A renewal: one named lease read or written. Listing, watching or creating leases is not
     // what keeps a leader or a node alive.
     let target = &facts.info.target;

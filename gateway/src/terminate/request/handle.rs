@@ -192,7 +192,7 @@ async fn serve(
         Err(resp) => return *resp,
     };
     served.named(sender.named.clone());
-    let mut classified = classify(cx, &req, &read, &info, &sender);
+    let mut classified = classify(cx, &req, &read, &info, &sender, upgrading);
     let Sender {
         token_key, fresh, ..
     } = sender;
@@ -239,7 +239,15 @@ async fn serve(
         outgoing.prefer(replica);
     }
     let list = classified.class.verb == Verb::List;
-    let payer = served.sent_as(&cx.gw, cx.client, outgoing.kind(), outgoing.headers(), list);
+    let by_level = cx.config().terminate.auto_shed.enabled;
+    let payer = served.sent_as(
+        &cx.gw,
+        cx.client,
+        outgoing.kind(),
+        outgoing.headers(),
+        list,
+        by_level,
+    );
     outgoing.bill_to(payer);
     let sharer = authorize(cx, &outgoing, classified.attributes, token_key, fresh);
     let route = route(cx, &outgoing, classified.may, watch, sharer);
@@ -468,6 +476,7 @@ fn classify(
     read: &ReadTarget<'_>,
     info: &RequestInfo<'_>,
     sender: &Sender<'_>,
+    upgrading: bool,
 ) -> Classified {
     let terminate = &cx.config().terminate;
     let joining = &terminate.join_reads;
@@ -508,23 +517,26 @@ fn classify(
     let shares = may.join || may.sync || may.feed;
     let flow = FlowKey::of(as_whom, info);
     // Held back by `terminate.auto_shed`: a named sender's request of a troubled level it
-    // runs away in, unless a rule already turns it away or it is in the reserve.
+    // runs away in, unless a rule already turns it away, it is an upgrade (served whole, not
+    // counted in a level) or it is in the reserve.
     let auto = cx.mode.auto_shed();
-    let held_back = (auto.any() && !rule.as_ref().is_some_and(|r| r.rejects()))
-        .then(|| {
-            let level = cx.upstreams.flows.level_of(flow)?;
-            let key = match (&cx.client.identity, &sender.named) {
-                (Some(id), _) => Costs::sender_key(SenderKind::Certificate, &id.user),
-                (None, Some(named)) => Costs::sender_key(SenderKind::Token, &named.user),
-                (None, None) => return None,
-            };
-            if in_reserve(&facts) {
-                return None;
-            }
-            let retry_after = cx.config().terminate.auto_shed.retry_after;
-            auto.turns_away(&level, &key, retry_after)
-        })
-        .flatten();
+    let auto_on = cx.config().terminate.auto_shed.enabled;
+    let held_back =
+        (auto_on && !upgrading && auto.any() && !rule.as_ref().is_some_and(|r| r.rejects()))
+            .then(|| {
+                let level = cx.upstreams.flows.level_of(flow)?;
+                let key = match (&cx.client.identity, &sender.named) {
+                    (Some(id), _) => Costs::sender_key(SenderKind::Certificate, &id.user),
+                    (None, Some(named)) => Costs::sender_key(SenderKind::Token, &named.user),
+                    (None, None) => return None,
+                };
+                if in_reserve(&facts) {
+                    return None;
+                }
+                let retry_after = cx.config().terminate.auto_shed.retry_after;
+                auto.turns_away(&level, &key, retry_after)
+            })
+            .flatten();
     Classified {
         class: info.class,
         rule,

@@ -6,6 +6,7 @@ use crate::state::{Backend, Gateway, Kind};
 use crate::telemetry::access_log::Entry;
 use crate::telemetry::costs::{bounded_bytes, Payer, SenderKind};
 use crate::telemetry::Identity;
+use crate::terminate::cluster::shed::sender_in_reserve;
 use crate::terminate::request::shape::Client;
 use crate::terminate::rules::{kubectl_header, KUBECTL_COMMAND, KUBECTL_SESSION};
 use crate::terminate::upstream::outgoing::user_agent;
@@ -61,7 +62,8 @@ impl Served {
 
     /// The request (a LIST if `list`) was shaped to go as `kind`: counted for its sender (a
     /// certificate's or a reviewed token's user, else the client's address), who is charged
-    /// for what it costs upstream.
+    /// for what it costs upstream (`by_level`: by priority level too, for
+    /// `terminate.auto_shed`).
     pub fn sent_as(
         &mut self,
         gw: &Gateway,
@@ -69,20 +71,29 @@ impl Served {
         kind: Kind,
         headers: &HeaderMap,
         list: bool,
+        by_level: bool,
     ) -> Arc<Payer> {
         let identity = identity(kind);
         self.identity = Some(identity);
-        let (kind, name) = match (&client.identity, &self.token_user, identity) {
+        let (kind, name, named) = match (&client.identity, &self.token_user, identity) {
             (Some(id), _, Identity::ClientCertificate) => {
-                (SenderKind::Certificate, id.user.as_str())
+                (SenderKind::Certificate, id.user.as_str(), Some(&**id))
             }
-            (_, Some(user), Identity::BearerToken) => (SenderKind::Token, user.user.as_str()),
-            (_, None, Identity::BearerToken) => (SenderKind::TokenByAddress, client.ip()),
-            _ => (SenderKind::Anonymous, client.ip()),
+            (_, Some(user), Identity::BearerToken) => {
+                (SenderKind::Token, user.user.as_str(), Some(&**user))
+            }
+            (_, None, Identity::BearerToken) => (SenderKind::TokenByAddress, client.ip(), None),
+            _ => (SenderKind::Anonymous, client.ip(), None),
         };
         let kubectl_command =
             kubectl_header(headers, KUBECTL_COMMAND).and_then(|v| v.to_str().ok());
-        let payer = Arc::new(gw.costs().payer(kind, name, user_agent(headers)));
+        let mut payer = gw.costs().payer(kind, name, user_agent(headers));
+        // Charged by level only where `terminate.auto_shed` could hold it back: a sender it
+        // names, outside the reserve.
+        if by_level && named.is_some_and(|u| !sender_in_reserve(u)) {
+            payer = payer.by_level();
+        }
+        let payer = Arc::new(payer);
         payer.sent(list, kubectl_command);
         payer
     }

@@ -56,7 +56,8 @@ pub async fn proxy(
     let metrics = &gw.metrics().terminate;
     let uri = parts.uri.clone();
     let kind = Shaper::new(upstreams, metrics).upgrade(client, &mut parts);
-    let payer = served.sent_as(gw, client, kind, &parts.headers, false);
+    // An upgrade is counted in no level: never charged by one.
+    let payer = served.sent_as(gw, client, kind, &parts.headers, false, false);
     let mut placed = connect((gw, generation), upstreams, &uri, kind, &mut within.tried).await;
     if let Err(Unplaced::NoBackend) = placed {
         match within.fall_back() {

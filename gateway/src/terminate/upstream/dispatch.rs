@@ -422,22 +422,22 @@ async fn attempt(
         in_flight.sent_again();
     };
     let upstream = &backend.planes().terminate;
-    if class.long_running.is_none() {
-        let took = sent.elapsed();
-        upstream.observe_latency(took);
-        if let Some(level) = level {
-            backend.planes().levels.observed(level, took);
-        }
-        gw.metrics()
-            .terminate
-            .observe_request_duration(class.verb, took);
-    }
     let code = resp.status();
     // Only the apiserver's own answers say anything of the replica or of the request's level:
     // a workload's or an extension server's bytes are theirs (`signals::Origin`).
     let own = outgoing
         .origin()
         .answered_by_apiserver(&upstreams.extensions);
+    if class.long_running.is_none() {
+        let took = sent.elapsed();
+        upstream.observe_latency(took);
+        if let (Some(level), true) = (level, own) {
+            backend.planes().levels.observed(level, took);
+        }
+        gw.metrics()
+            .terminate
+            .observe_request_duration(class.verb, took);
+    }
     let level = own
         .then(|| upstreams.flows.learn(outgoing.flow(), resp.headers()))
         .flatten()
@@ -478,7 +478,7 @@ async fn attempt(
             Some(Said::Initializing) => Some(AttemptFailure::Initializing),
             Some(Said::Rejected) => {
                 if let Some(payer) = payer {
-                    payer.rejected();
+                    payer.rejected(level.as_deref());
                 }
                 // Rejected before any handler ran. Under priority and fairness (its answer
                 // names the level) this replica is left out for the level's requests until
