@@ -17,11 +17,13 @@
 //! | `files` | the file checks `kubegate check` and every load run |
 //! | `discovery` | backends from the `default/kubernetes` EndpointSlices |
 //! | `shed`, `shed_call` | rules put in force at run time, what they must be, their state file; `kubegate shed` and `unshed` |
+//! | `auto_shed` | `terminate.auto_shed`'s task for each cluster: each second's look, logged and counted |
 //! | `shed_object`, `shed_follow` | a cluster's shed object: its format, and every gateway following it |
 //! | `upgrade` | zero-downtime upgrades of kubegate itself (sockets over `SCM_RIGHTS`) |
 //! | `notify` | systemd's `sd_notify` |
 
 mod admin;
+mod auto_shed;
 mod certs;
 mod discovery;
 pub mod drain;

@@ -33,7 +33,10 @@ mod server;
 mod upstream;
 mod watch;
 
-pub use cluster::auto_shed::{keep as keep_auto_shed, preview as auto_shed_preview, LevelPreview};
+pub use cluster::auto_shed::{
+    preview as auto_shed_preview, troubled as auto_shed_troubled, Change as AutoShedChange,
+    LevelPreview, WINDOW as AUTO_SHED_WINDOW,
+};
 pub use cluster::mode::TerminateMode;
 pub use cluster::plane::{ClusterFiles, TerminatePlane, TerminatedCluster};
 pub use cluster::shed::names_reserve;

@@ -22,11 +22,11 @@
 //! kubegate, how soon its cost table named the runaway first (`/debug/senders`).
 
 use crate::client::{Client, ClientTls};
-use crate::control_plane::{ControlPlane, ReplicaSettings, RUNAWAY_TOKEN};
+use crate::control_plane::RUNAWAY_TOKEN;
 use crate::gateways;
 use crate::leader::{self, Leadership};
 use crate::scale::counts;
-use crate::storm::{kubectl_user, other_user, seed, Latency, Timings};
+use crate::storm::{kubectl_user, other_user, seeded, Latency, Timings};
 use crate::traffic::{self, tokio_util_like::Stop, Target};
 use kubegate_testbed::bins::binary;
 use serde::Serialize;
@@ -140,17 +140,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Vec<Row>> {
 }
 
 async fn one(plan: &Plan, mode: &str, dir: &Path) -> anyhow::Result<Vec<Row>> {
-    let _ = std::fs::remove_dir_all(dir);
-    let settings = ReplicaSettings {
-        shutdown_delay: "0s".into(),
-        goaway_chance: 0.0,
-        latency: Duration::ZERO,
-        watch_cache: true,
-        version: Vec::new(),
-    };
-    let cp = ControlPlane::start(dir, 3, settings).await?;
-    eprintln!("{mode}: seeding {} objects", plan.objects);
-    seed(&cp, NAMESPACE, plan.objects).await?;
+    let cp = seeded(dir, mode, NAMESPACE, plan.objects, true).await?;
     // The gateways, in front of every replica; `direct`: none (clients spread over them).
     let (names, count): (&str, usize) = match mode {
         "direct" => ("", 0),

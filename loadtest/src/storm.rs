@@ -127,17 +127,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Vec<Row>> {
 }
 
 async fn one(plan: &Plan, gateway: &str, dir: &Path) -> anyhow::Result<Vec<Row>> {
-    let _ = std::fs::remove_dir_all(dir);
-    let settings = ReplicaSettings {
-        shutdown_delay: "0s".into(),
-        goaway_chance: 0.0,
-        latency: Duration::ZERO,
-        watch_cache: false,
-        version: Vec::new(),
-    };
-    let cp = ControlPlane::start(dir, 3, settings).await?;
-    eprintln!("{gateway}: seeding {} objects", plan.objects);
-    seed(&cp, STORM_NAMESPACE, plan.objects).await?;
+    let cp = seeded(dir, gateway, STORM_NAMESPACE, plan.objects, false).await?;
     let gw = gateways::start_before(gateway, dir, &cp)?
         .map_err(|why| anyhow::anyhow!("{gateway}: {why}"))?;
     let others = Target {
@@ -199,6 +189,29 @@ async fn one(plan: &Plan, gateway: &str, dir: &Path) -> anyhow::Result<Vec<Row>>
         });
     }
     Ok(rows)
+}
+
+/// Three replicas (with their watch caches if `watch_cache`) started afresh in `dir`, their
+/// namespace `namespace` filled with `objects` ConfigMaps; `who` names the run in what is said.
+pub async fn seeded(
+    dir: &Path,
+    who: &str,
+    namespace: &str,
+    objects: usize,
+    watch_cache: bool,
+) -> anyhow::Result<ControlPlane> {
+    let _ = std::fs::remove_dir_all(dir);
+    let settings = ReplicaSettings {
+        shutdown_delay: "0s".into(),
+        goaway_chance: 0.0,
+        latency: Duration::ZERO,
+        watch_cache,
+        version: Vec::new(),
+    };
+    let cp = ControlPlane::start(dir, 3, settings).await?;
+    eprintln!("{who}: seeding {objects} objects");
+    seed(&cp, namespace, objects).await?;
+    Ok(cp)
 }
 
 /// Fills namespace `namespace` with `objects` ConfigMaps of about 1 KiB, straight through

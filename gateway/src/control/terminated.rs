@@ -42,7 +42,7 @@ pub fn follow(
         gw.clone(),
         mode.clone(),
     ));
-    let auto_shed = tokio::spawn(crate::terminate::keep_auto_shed(gw.clone(), mode.clone()));
+    let auto_shed = tokio::spawn(crate::control::auto_shed::keep(gw.clone(), mode.clone()));
     for task in [versions, share, certificates, shed_object, auto_shed] {
         cluster.keep_task(task.abort_handle());
     }

@@ -59,7 +59,7 @@ pub fn config(init: &Init) -> String {
     if init.mode == Mode::Terminate {
         let _ = writeln!(
             out,
-            "upstream:\n  front_proxy:\n    # kubegate's own ({FRONT_PROXY_CN}), listed in the apiservers'\n    # --requestheader-allowed-names.\n    cert_file: {pki}/front-proxy-client.crt\n    key_file: {pki}/front-proxy-client.key\nterminate:\n  # The rules `kubegate shed` writes to the cluster, put in force here (kubegate-rbac.yaml).\n  shed_object: kube-system/kubegate-shed"
+            "upstream:\n  front_proxy:\n    # kubegate's own ({FRONT_PROXY_CN}), listed in the apiservers'\n    # --requestheader-allowed-names.\n    cert_file: {pki}/front-proxy-client.crt\n    key_file: {pki}/front-proxy-client.key\n# The rules `kubegate shed` writes to the cluster, put in force here (kubegate-rbac.yaml\n# lets kubegate read them). Left out so that 0.2 can still read this file (a rollback);\n# uncomment once no node will run 0.2 again:\n# terminate:\n#   shed_object: kube-system/kubegate-shed"
         );
     }
     let delay = match init.shape {

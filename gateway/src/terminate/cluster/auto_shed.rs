@@ -15,7 +15,6 @@
 
 use crate::state::{Gateway, HeldBackShown, Pool};
 use crate::telemetry::costs::Cost;
-use crate::terminate::cluster::mode::TerminateMode;
 use arc_swap::ArcSwap;
 use kubegate_config::AutoShedConfig;
 use kubegate_health::BackendState;
@@ -196,54 +195,6 @@ impl AutoShed {
     }
 }
 
-/// Looks at `mode`'s cluster every second until the task is ended with it: which levels are
-/// troubled, who is held back; each change logged and counted.
-pub async fn keep(gw: Arc<Gateway>, mode: Arc<TerminateMode>) {
-    let cluster = mode.cluster().name().to_string();
-    let metrics = &gw.metrics().terminate;
-    let labels = [cluster.as_str()];
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let settings = gw.config().load().terminate.auto_shed;
-        if !settings.enabled && !mode.auto_shed().any() {
-            continue;
-        }
-        let troubled = troubled(mode.cluster().pool(), settings.latency_bound);
-        let by_level = match troubled.is_empty() {
-            true => HashMap::new(),
-            false => gw.costs().by_level(WINDOW),
-        };
-        for change in mode.auto_shed().look(&settings, &troubled, &by_level) {
-            match change {
-                Change::Began {
-                    level,
-                    sender,
-                    cost_share,
-                } => {
-                    metrics.auto_shed_held_back.with_label_values(&labels).inc();
-                    tracing::warn!(cluster, level = %level, sender = %sender.escape_debug(), cost_share = format!("{:.0}%", cost_share * 100.0), "auto-shed: a runaway sender of a troubled priority level held back");
-                }
-                Change::Ended {
-                    level,
-                    sender,
-                    rejected,
-                } => {
-                    tracing::info!(cluster, level = %level, sender = %sender.escape_debug(), rejected, "auto-shed: sender let go");
-                }
-            }
-        }
-        let held = mode.auto_shed().held();
-        metrics
-            .auto_shed_senders
-            .with_label_values(&labels)
-            .set(held.len() as i64);
-        gw.shed()
-            .set_auto(&cluster, held.iter().map(|h| h.shown()).collect());
-    }
-}
-
 /// One level as `kubegate check --auto-shed` shows it: who `settings` would hold back were it
 /// troubled now.
 #[derive(Debug, serde::Serialize)]
@@ -286,7 +237,7 @@ pub fn preview(gw: &Gateway, settings: &AutoShedConfig) -> Vec<LevelPreview> {
 
 /// The levels a ready replica of `pool` rejects now, or (with `latency_bound`) answers
 /// slower than that.
-fn troubled(pool: &Pool, latency_bound: Option<Duration>) -> HashMap<Arc<str>, Trouble> {
+pub fn troubled(pool: &Pool, latency_bound: Option<Duration>) -> HashMap<Arc<str>, Trouble> {
     let mut levels = HashMap::new();
     for b in pool.backends() {
         if b.state() != BackendState::Ready {
