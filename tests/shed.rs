@@ -295,6 +295,11 @@ async fn a_rule_written_to_the_cluster_is_in_force_at_every_gateway_and_outlives
         metrics.contains("kubegate_shed_object_rules{cluster=\"default\"} 2"),
         "{metrics}"
     );
+    let page = b.admin_body("/");
+    assert!(
+        page.contains("Turned away now") && page.contains("cluster default's shed object"),
+        "{page}"
+    );
 
     // A rule the gateways would refuse is never written: one that names no sender, one that
     // names the reserve (only a gateway's own endpoint may).
@@ -427,6 +432,11 @@ async fn the_runaway_of_a_rejected_level_is_held_back_on_its_own_and_let_go_once
     let shown: serde_json::Value = serde_json::from_str(&bed.kg.admin_body("/debug/shed")).unwrap();
     assert_eq!(shown["auto"]["default"][0]["sender"], AGENT, "{shown}");
     assert!(preview(&bed.kg.config_path).contains("troubled now"));
+    let page = bed.kg.admin_body("/");
+    assert!(
+        page.contains("Held back (auto_shed)") && page.contains(AGENT),
+        "{page}"
+    );
     let metrics = bed.kg.admin_body("/metrics");
     assert!(
         metrics.contains("kubegate_auto_shed_held_back_total{cluster=\"default\"} 1"),

@@ -10,6 +10,7 @@
 use crate::control::admin::readyz::Check;
 use crate::control::admin::respond::html;
 use crate::control::admin::senders::{self, Asked};
+use crate::control::admin::shed;
 use crate::control::admin::views::{backends_view, BackendView};
 use crate::state::Gateway;
 use crate::telemetry::build;
@@ -85,6 +86,7 @@ pub fn render(gw: &Gateway, asked: Asked) -> Response<Full<Bytes>> {
         .iter()
         .any(|l| l.mode == ListenerMode::Terminate)
     {
+        shed::section(&mut page, gw, esc);
         senders::tables(&mut page, gw, asked, esc);
     }
     let _ = write!(

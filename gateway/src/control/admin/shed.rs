@@ -129,3 +129,68 @@ fn url_pairs(query: &str) -> impl Iterator<Item = (&str, &str)> {
         .filter(|p| !p.is_empty())
         .map(|p| p.split_once('=').unwrap_or((p, "")))
 }
+
+/// The status page's "Turned away now": the rules in force at run time (the gateway's own,
+/// each cluster's shed object's) and the senders `terminate.auto_shed` holds back; nothing
+/// when there are none.
+pub fn section(page: &mut String, gw: &Gateway, esc: fn(&str) -> String) {
+    use std::fmt::Write as _;
+    let rules = gw.shed().in_force(std::time::SystemTime::now());
+    let auto = gw.shed().auto();
+    let from_clusters = rules
+        .clusters
+        .iter()
+        .flat_map(|(c, r)| r.iter().map(move |r| (Some(c), r)));
+    let all: Vec<(Option<&String>, &DispatchRule)> = rules
+        .gateway
+        .iter()
+        .map(|r| (None, r))
+        .chain(from_clusters)
+        .collect();
+    if all.is_empty() && auto.is_empty() {
+        return;
+    }
+    page.push_str("<h2 id=shed>Turned away now</h2>");
+    if !all.is_empty() {
+        page.push_str("<table><tr><th>Rule<th>From<th>Takes<th>Until</tr>");
+        for (cluster, rule) in all {
+            let from = match cluster {
+                None => "this gateway (kubegate shed --admin)".to_string(),
+                Some(c) => format!("cluster {}'s shed object", esc(c)),
+            };
+            let until = rule
+                .expires
+                .map(|t| humantime::format_rfc3339_seconds(t).to_string())
+                .unwrap_or_default();
+            let _ = write!(
+                page,
+                "<tr><td>{}<td>{from}<td>{}<td>{until}</tr>",
+                esc(rule.name.as_deref().unwrap_or("-")),
+                esc(&serde_json::to_string(&rule.matches).unwrap_or_default()),
+            );
+        }
+        page.push_str("</table>");
+    }
+    if !auto.is_empty() {
+        page.push_str(
+            "<p></p><table><tr><th>Held back (auto_shed)<th>Cluster<th>Priority level\
+             <th>Share turned away<th>Its share of the level<th>Since<th>429s</tr>",
+        );
+        for (cluster, held) in auto.iter() {
+            for h in held {
+                let _ = write!(
+                    page,
+                    "<tr><td>{}<td>{}<td>{}<td class=n>{:.0}%<td class=n>{:.0}%<td>{}<td class=n>{}</tr>",
+                    esc(&h.sender),
+                    esc(cluster),
+                    esc(&h.level),
+                    h.share * 100.0,
+                    h.cost_share * 100.0,
+                    esc(&h.since),
+                    h.rejected,
+                );
+            }
+        }
+        page.push_str("</table>");
+    }
+}
