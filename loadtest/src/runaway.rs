@@ -26,7 +26,7 @@ use crate::control_plane::RUNAWAY_TOKEN;
 use crate::gateways;
 use crate::leader::{self, Leadership};
 use crate::scale::counts;
-use crate::storm::{kubectl_user, other_user, seeded, Latency, Timings};
+use crate::storm::{bystanders, seeded, Bystanders, Latency};
 use crate::traffic::{self, tokio_util_like::Stop, Target};
 use kubegate_testbed::bins::binary;
 use serde::Serialize;
@@ -201,22 +201,11 @@ async fn one(plan: &Plan, mode: &str, dir: &Path) -> anyhow::Result<Vec<Row>> {
     for phase in PHASES {
         eprintln!("{mode}: {phase}");
         let stop = Stop::default();
-        let timings = Arc::new(Timings::default());
-        let kubectl_timings = Arc::new(Timings::default());
-        let mut tasks = Vec::new();
-        for _ in 0..2 {
-            let (t, timings, stop) = (first.clone(), timings.clone(), stop.clone());
-            tasks.push(tokio::spawn(other_user(t, timings, stop)));
-        }
-        if let Some(bin) = &kubectl {
-            let (bin, kc, timings, stop) = (
-                bin.clone(),
-                kubeconfig.clone(),
-                kubectl_timings.clone(),
-                stop.clone(),
-            );
-            tasks.push(tokio::spawn(kubectl_user(bin, kc, timings, stop)));
-        }
+        let Bystanders {
+            others: timings,
+            kubectl: kubectl_timings,
+            tasks,
+        } = bystanders(&first, kubectl.as_ref(), &kubeconfig, &stop);
         let before = totals(&ports).await?;
         let lost_before = leadership.log().lost.len();
         let phase_began = Instant::now();

@@ -150,23 +150,12 @@ async fn one(plan: &Plan, gateway: &str, dir: &Path) -> anyhow::Result<Vec<Row>>
     for phase in ["calm", "storm"] {
         eprintln!("{gateway}: {phase}");
         let stop = Stop::default();
-        let timings = Arc::new(Timings::default());
-        let kubectl_timings = Arc::new(Timings::default());
+        let Bystanders {
+            others: timings,
+            kubectl: kubectl_timings,
+            mut tasks,
+        } = bystanders(&others, kubectl.as_ref(), &kubeconfig, &stop);
         let counts = Arc::new(StormCounts::default());
-        let mut tasks = Vec::new();
-        for _ in 0..2 {
-            let (t, timings, stop) = (others.clone(), timings.clone(), stop.clone());
-            tasks.push(tokio::spawn(other_user(t, timings, stop)));
-        }
-        if let Some(bin) = &kubectl {
-            let (bin, kc, timings, stop) = (
-                bin.clone(),
-                kubeconfig.clone(),
-                kubectl_timings.clone(),
-                stop.clone(),
-            );
-            tasks.push(tokio::spawn(kubectl_user(bin, kc, timings, stop)));
-        }
         if phase == "storm" {
             for _ in 0..plan.concurrency {
                 let (t, counts, stop) = (runaway.clone(), counts.clone(), stop.clone());
@@ -235,8 +224,49 @@ pub async fn seed(cp: &ControlPlane, namespace: &str, objects: usize) -> anyhow:
     Ok(())
 }
 
+/// The users beside a runaway in one phase, and their tasks.
+pub struct Bystanders {
+    /// The kubectl-like users' LISTs.
+    pub others: Arc<Timings>,
+    /// The real kubectl runs.
+    pub kubectl: Arc<Timings>,
+    /// Their tasks, which end at the phase's stop.
+    pub tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Two kubectl-like users through `target` and, with `kubectl` here, real kubectl runs with
+/// `kubeconfig`, until `stop`.
+pub fn bystanders(
+    target: &Target,
+    kubectl: Option<&PathBuf>,
+    kubeconfig: &Path,
+    stop: &Stop,
+) -> Bystanders {
+    let others = Arc::new(Timings::default());
+    let runs = Arc::new(Timings::default());
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let (t, timings, stop) = (target.clone(), others.clone(), stop.clone());
+        tasks.push(tokio::spawn(other_user(t, timings, stop)));
+    }
+    if let Some(bin) = kubectl {
+        let (bin, kc, timings, stop) = (
+            bin.clone(),
+            kubeconfig.to_path_buf(),
+            runs.clone(),
+            stop.clone(),
+        );
+        tasks.push(tokio::spawn(kubectl_user(bin, kc, timings, stop)));
+    }
+    Bystanders {
+        others,
+        kubectl: runs,
+        tasks,
+    }
+}
+
 /// A kubectl-like user: a new connection per LIST of a small namespace.
-pub async fn other_user(target: Target, timings: Arc<Timings>, stop: Stop) {
+async fn other_user(target: Target, timings: Arc<Timings>, stop: Stop) {
     let path = format!("/api/v1/namespaces/{}/configmaps", traffic::NAMESPACE);
     while !stop.stopped() {
         let started = Instant::now();
@@ -253,7 +283,7 @@ pub async fn other_user(target: Target, timings: Arc<Timings>, stop: Stop) {
 }
 
 /// Real kubectl, one `get configmaps` after another.
-pub async fn kubectl_user(bin: PathBuf, kubeconfig: PathBuf, timings: Arc<Timings>, stop: Stop) {
+async fn kubectl_user(bin: PathBuf, kubeconfig: PathBuf, timings: Arc<Timings>, stop: Stop) {
     while !stop.stopped() {
         let started = Instant::now();
         let out = tokio::process::Command::new(&bin)
