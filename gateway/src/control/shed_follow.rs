@@ -59,7 +59,16 @@ pub async fn follow(gw: Arc<Gateway>, mode: Arc<TerminateMode>) {
             if follower.version.take().is_some() || !follower.refused.is_empty() {
                 follower.apply(ObjectRules::default(), None);
             }
-            shed::set_cluster(&follower.gw, &follower.cluster, Vec::new());
+            // Rules read back from the state file for a cluster no longer following its object.
+            if follower
+                .gw
+                .shed()
+                .all()
+                .clusters
+                .contains_key(&follower.cluster)
+            {
+                shed::set_cluster(&follower.gw, &follower.cluster, Vec::new());
+            }
             tokio::time::sleep(LOOK).await;
             continue;
         };

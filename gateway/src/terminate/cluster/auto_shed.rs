@@ -15,6 +15,7 @@
 
 use crate::state::{Gateway, HeldBackShown, Pool};
 use crate::telemetry::costs::Cost;
+use crate::terminate::cluster::shed::user_in_reserve;
 use arc_swap::ArcSwap;
 use kubegate_config::AutoShedConfig;
 use kubegate_health::BackendState;
@@ -316,16 +317,7 @@ pub fn runaways<'a>(
 
 /// Whether a sender key names a part of the reserve by its user alone.
 fn reserved(key: &str) -> bool {
-    let user = key.get(1..).unwrap_or("");
-    user.starts_with("system:node:")
-        || user.starts_with("system:serviceaccount:kube-system:")
-        || [
-            "system:kube-controller-manager",
-            "system:kube-scheduler",
-            "system:cloud-controller-manager",
-            "system:kube-proxy",
-        ]
-        .contains(&user)
+    user_in_reserve(key.get(1..).unwrap_or(""))
 }
 
 /// A sender key as an operator reads it (as it is: JSON escapes it, the log and the command

@@ -197,13 +197,27 @@ fn reserve_of_sender(sender: &UserInfo) -> Vec<Reserve> {
     if in_group("system:masters") {
         parts.push(Reserve::Masters);
     }
-    if COMPONENTS.contains(&user) || user.starts_with(KUBE_SYSTEM_SA) {
+    if is_component(user) {
         parts.push(Reserve::Components);
     }
-    if user.starts_with("system:node:") || in_group("system:nodes") {
+    if is_node(user) || in_group("system:nodes") {
         parts.push(Reserve::Nodes);
     }
     parts
+}
+
+/// Whether user `user` is in the reserve by its name alone: a control-plane component, a
+/// kube-system service account, a node.
+pub fn user_in_reserve(user: &str) -> bool {
+    is_component(user) || is_node(user)
+}
+
+fn is_component(user: &str) -> bool {
+    COMPONENTS.contains(&user) || user.starts_with(KUBE_SYSTEM_SA)
+}
+
+fn is_node(user: &str) -> bool {
+    user.starts_with("system:node:")
 }
 
 /// The parts of the reserve `facts` is in.
