@@ -21,6 +21,10 @@
 //!    more; `kubegate check --auto-shed` names it; a replica's flow control rejects the level
 //!    and the runaway (only) is answered 429 by kubegate, shown in `/debug/shed` and counted;
 //!    the level calms and it is let go.
+//! 4. `reads_waiting_at_a_replica_when_their_sender_is_shed_are_cut_off_and_writes_are_not`:
+//!    a service account's LIST and CREATE and another user's LIST wait at a slowed replica;
+//!    the shed answers the LIST 429 at once (the replica counts it abandoned), the CREATE and
+//!    the other user's LIST are answered by the replica.
 
 use kubegate_e2e::*;
 use std::process::{Command, Output};
@@ -460,4 +464,81 @@ async fn the_runaway_of_a_rejected_level_is_held_back_on_its_own_and_let_go_once
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(agent.get(LISTS).await.unwrap().status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_waiting_at_a_replica_when_their_sender_is_shed_are_cut_off_and_writes_are_not() {
+    const T: Duration = Duration::from_secs(60);
+    let bed = Cluster::new().terminate().start();
+    let (listen, pki) = (bed.kg.listen, &bed.pki);
+    let mut agent =
+        Conn::open_as_user(listen, pki, "agent", AGENT, &["system:serviceaccounts"]).await;
+    let mut dev = Conn::open_as_user(listen, pki, "dev", "dev-user", &["dev"]).await;
+    let mut writer = agent.share();
+    for c in [&mut agent, &mut writer, &mut dev] {
+        c.set_request_timeout(Duration::from_secs(120));
+    }
+    // From here each request waits at the replica before it is handled (as behind a queue):
+    // the rule comes while they wait; uncut, each is answered after the wait.
+    bed.sims[0].set_latency_ms(5_000);
+    let in_flight = || bed.kg.metric_sum("kubegate_backend_requests_in_flight");
+    let before = in_flight();
+    let read = tokio::spawn(async move { agent.get(LISTS).await.unwrap() });
+    let write = tokio::spawn(async move {
+        let cm = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"agent-report"}}"#;
+        writer.request("POST", LISTS, Some(cm)).await.unwrap()
+    });
+    let other = tokio::spawn(async move { dev.get(LISTS).await.unwrap() });
+    wait_for("the three requests at the replica", T, || {
+        (in_flight() >= before + 3.0).then_some(())
+    });
+    let abandoned = bed.sims[0].counted("requests_abandoned");
+
+    succeeded(kubegate(
+        &[
+            "shed",
+            "agent",
+            "--service-account",
+            "telemetry:agent",
+            "--retry-after",
+            "30s",
+        ],
+        bed.kg.admin,
+    ));
+    let r = read.await.unwrap();
+    assert_eq!(r.status, 429, "the waiting LIST is cut off: {}", r.text());
+    assert_eq!(r.header("retry-after"), Some("30"));
+    assert!(
+        r.text().contains("shed:agent") && r.text().contains("came into force while"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        bed.kg
+            .metric(r#"kubegate_shed_cut_off_total{cluster="default"}"#),
+        1.0
+    );
+    wait_for("the replica to let the LIST go", T, || {
+        (bed.sims[0].counted("requests_abandoned") > abandoned).then_some(())
+    });
+    let w = write.await.unwrap();
+    assert_eq!(
+        w.status,
+        201,
+        "a write may have been applied: never cut off: {}",
+        w.text()
+    );
+    let o = other.await.unwrap();
+    assert_eq!(
+        o.status,
+        200,
+        "another user's read is answered: {}",
+        o.text()
+    );
+    assert_eq!(
+        bed.kg
+            .metric(r#"kubegate_shed_cut_off_total{cluster="default"}"#),
+        1.0,
+        "only the shed sender's read"
+    );
 }

@@ -80,14 +80,26 @@ pub struct Latency {
 /// Latencies of one kind of request, and failures.
 #[derive(Default)]
 pub struct Timings {
-    ok: Mutex<Vec<f64>>,
+    /// When each that succeeded began, and how long it took (ms).
+    ok: Mutex<Vec<(Instant, f64)>>,
     failed: AtomicU64,
 }
 
 impl Timings {
     /// How many, failed, p50 and p99.
     pub fn summary(&self) -> Latency {
-        let mut ok = self.ok.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        self.summary_since(None)
+    }
+
+    /// The same of those that began at `since` or later (all when `None`); the failed are
+    /// counted whenever they began.
+    pub fn summary_since(&self, since: Option<Instant>) -> Latency {
+        let ok = self.ok.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ok: Vec<f64> = ok
+            .iter()
+            .filter(|(began, _)| since.is_none_or(|s| *began >= s))
+            .map(|(_, ms)| *ms)
+            .collect();
         ok.sort_by(|a, b| a.total_cmp(b));
         let failed = self.failed.load(Ordering::Relaxed);
         Latency {
@@ -103,7 +115,7 @@ impl Timings {
             self.ok
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .push(started.elapsed().as_secs_f64() * 1e3);
+                .push((started, started.elapsed().as_secs_f64() * 1e3));
         } else {
             self.failed.fetch_add(1, Ordering::Relaxed);
         }

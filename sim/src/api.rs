@@ -35,7 +35,11 @@ pub async fn handle(
     peer: Option<&PeerCert>,
     req: Request<Incoming>,
 ) -> Response<Body> {
+    // Dropped unfinished when the client resets the stream first, as hyper drops the service
+    // future (and Go cancels the request's context).
+    let unanswered = Unanswered(&sim.requests.abandoned);
     let mut reply = serve(&sim, peer, req).await;
+    std::mem::forget(unanswered);
     // Every body byte it sends, whole or streamed (what a gateway's sharing saves it).
     let sent = &sim.requests.bytes_sent;
     match reply.stream.take() {
@@ -58,6 +62,15 @@ pub async fn handle(
         }
     }
     reply.into_response()
+}
+
+/// A request whose answer has not begun: counted as abandoned if dropped so.
+struct Unanswered<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 async fn serve(sim: &Arc<Sim>, peer: Option<&PeerCert>, req: Request<Incoming>) -> Reply {

@@ -178,6 +178,7 @@ fn handle(sim: &Sim, req: Request<Incoming>) -> Response<Full<Bytes>> {
                 "token_reviews_received": sim.requests.token_reviews.load(Ordering::Relaxed),
                 "access_reviews_received": sim.requests.access_reviews.load(Ordering::Relaxed),
                 "bytes_sent": sim.requests.bytes_sent.load(Ordering::Relaxed),
+                "requests_abandoned": sim.requests.abandoned.load(Ordering::Relaxed),
                 "shutting_down": sim.checks.shutting_down(),
                 "cache_initializing": sim.checks.cache_initializing(),
                 "custom_caches_initializing": sim.checks.cache_initializing_for(true),

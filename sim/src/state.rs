@@ -107,6 +107,9 @@ pub struct ReadCounts {
     pub access_reviews: AtomicU64,
     /// Response body bytes sent, whole and streamed (watch events).
     pub bytes_sent: AtomicU64,
+    /// Requests the client gave up (reset the stream or closed the connection) before their
+    /// answer began: Go's request context cancelled, the handler's work abandoned.
+    pub abandoned: AtomicU64,
 }
 
 impl Sim {

@@ -137,6 +137,18 @@ impl RequestInfo<'_> {
     pub fn is_resource_request(&self) -> bool {
         self.target.api_group.is_some()
     }
+
+    /// A lease renewal: one named `coordination.k8s.io` lease read or written (get, update,
+    /// patch), as leader election and node heartbeats do. Listing, watching or creating
+    /// leases is not what keeps a leader or a node alive.
+    pub fn renews_lease(&self) -> bool {
+        let target = &self.target;
+        matches!(self.class.verb, Verb::Get | Verb::Update | Verb::Patch)
+            && target.name.is_some()
+            && target.subresource.is_none()
+            && target.api_group == Some("coordination.k8s.io")
+            && target.resource == Some("leases")
+    }
 }
 
 /// A request target as the apiserver reads it: the decoded path and the query.

@@ -52,6 +52,9 @@ pub struct Shed {
     rules: ArcSwap<InForce>,
     /// Raised at each change, so a compiled copy knows it is stale without comparing rules.
     version: AtomicU64,
+    /// Told of each change: a read waiting for its answer looks again whether a rule now
+    /// turns it away (`terminate::request::forward::CutOff`).
+    changes: tokio::sync::watch::Sender<()>,
     /// Held through a change and its writing down: two changes at once (two operators, two
     /// admin connections, a cluster's object) neither lose one another nor write the file out
     /// of order.
@@ -92,6 +95,11 @@ impl Shed {
     /// Which change the rules are at.
     pub fn version(&self) -> u64 {
         self.version.load(Ordering::Acquire)
+    }
+
+    /// Told of every change from now on.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<()> {
+        self.changes.subscribe()
     }
 
     /// Puts `rule` in force among the gateway's own, in place of the one of its name, else
@@ -192,6 +200,7 @@ impl Shed {
         let rules = Arc::new(rules);
         self.rules.store(rules.clone());
         self.version.fetch_add(1, Ordering::AcqRel);
+        self.changes.send_replace(());
         write(&rules);
         Ok(rules)
     }
@@ -268,14 +277,19 @@ mod tests {
         let shed = Shed::default();
         let now = SystemTime::now();
         let later = now + Duration::from_secs(600);
+        let mut changes = shed.changes();
         assert!(shed.set_cluster("a", vec![rule("x", later)], now, |_| {}));
+        assert!(changes.has_changed().unwrap(), "a waiting read is told");
+        changes.mark_unchanged();
         let v = shed.version();
         assert!(
             !shed.set_cluster("a", vec![rule("x", later)], now, |_| panic!("no change")),
             "the same rules read again"
         );
         assert_eq!(shed.version(), v);
+        assert!(!changes.has_changed().unwrap(), "nothing to look at again");
         shed.put(rule("mine", later), now, |_| {}).unwrap();
+        assert!(changes.has_changed().unwrap());
         let all = shed.all();
         assert_eq!(names(&all.gateway), ["mine"]);
         assert_eq!(names(&all.clusters["a"]), ["x"]);

@@ -75,6 +75,9 @@ pub struct TerminateMetrics {
     /// `kubegate_dispatch_fallback_total{cluster,rule}`: requests sent to the whole pool
     /// because none of their rule's backends was ready.
     pub dispatch_fallback: IntCounterVec,
+    /// `kubegate_shed_cut_off_total{cluster}`: reads waiting for their answer that a run-time
+    /// rule, put in force meanwhile, turned away.
+    pub shed_cut_off: IntCounterVec,
     /// `kubegate_auto_shed_senders{cluster}`: senders held back now (`terminate.auto_shed`).
     pub auto_shed_senders: IntGaugeVec,
     /// `kubegate_auto_shed_held_back_total{cluster}`: senders held back, each time one began.
@@ -138,6 +141,7 @@ impl TerminateMetrics {
             dispatch_limited: counter_vec(r, "kubegate_dispatch_limited_total", "Requests a dispatch rule's limit answered 429, by cluster, rule and limit (in_flight, rate; rejected: a rule that rejects).", &["cluster", "rule", "limit"]),
             dispatch_in_flight: gauge_vec(r, "kubegate_dispatch_in_flight", "Requests of each dispatch rule in flight (long-running ones until their response starts).", &["cluster", "rule"]),
             dispatch_fallback: counter_vec(r, "kubegate_dispatch_fallback_total", "Requests of a dispatch rule sent to the whole pool because none of the rule's backends was ready.", &["cluster", "rule"]),
+            shed_cut_off: counter_vec(r, "kubegate_shed_cut_off_total", "Reads waiting for their answer that a run-time rule (kubegate shed), put in force meanwhile, turned away: their upstream streams reset, the clients answered 429.", &["cluster"]),
             auto_shed_senders: gauge_vec(r, "kubegate_auto_shed_senders", "Senders terminate.auto_shed holds back now: a share of their requests of a troubled priority level answered 429.", &["cluster"]),
             auto_shed_held_back: counter_vec(r, "kubegate_auto_shed_held_back_total", "Senders terminate.auto_shed began to hold back.", &["cluster"]),
             auto_shed_rejected: counter_vec(r, "kubegate_auto_shed_rejected_total", "Requests terminate.auto_shed answered 429.", &["cluster"]),
@@ -176,6 +180,7 @@ impl TerminateMetrics {
             family.forget_where(&of_cluster);
         }
         self.skew_routed.forget_where(&of_cluster);
+        let _ = self.shed_cut_off.remove_label_values(&[cluster]);
         let _ = self.auto_shed_senders.remove_label_values(&[cluster]);
         let _ = self.auto_shed_held_back.remove_label_values(&[cluster]);
         let _ = self.auto_shed_rejected.remove_label_values(&[cluster]);

@@ -23,7 +23,6 @@ use crate::telemetry::TerminateMetrics;
 use crate::terminate::rules::{Facts, Rule, Rules};
 use arc_swap::ArcSwap;
 use kubegate_config::DispatchRule;
-use kubegate_wire::classify::Verb;
 use kubegate_wire::identity::UserInfo;
 use std::sync::Arc;
 
@@ -223,19 +222,7 @@ fn is_node(user: &str) -> bool {
 /// The parts of the reserve `facts` is in.
 fn reserve_of(facts: &Facts<'_>) -> Vec<Reserve> {
     let mut parts = facts.sender.map(reserve_of_sender).unwrap_or_default();
-    // A renewal: one named lease read or written. Listing, watching or creating leases is not
-    // what keeps a leader or a node alive.
-    let target = &facts.info.target;
-    let renews = matches!(
-        facts.info.class.verb,
-        Verb::Get | Verb::Update | Verb::Patch
-    );
-    if renews
-        && target.name.is_some()
-        && target.subresource.is_none()
-        && target.api_group == Some("coordination.k8s.io")
-        && target.resource == Some("leases")
-    {
+    if facts.info.renews_lease() {
         parts.push(Reserve::Leases);
     }
     parts

@@ -53,12 +53,42 @@ impl Sending {
     }
 }
 
+/// A read turned away by a run-time rule put in force while it waits for its answer (`kubegate
+/// shed` in an incident): the shed sender's reads already queued at the replicas are what
+/// keeps them busy after the rule, so they are let go too. Dropping the exchange resets its
+/// upstream stream, which cancels the apiserver's request context (its queue wait, its read
+/// from storage); the client gets the rule's 429, which says the request had no effect —
+/// true of a read, and why writes, which may have been applied, are never cut off.
+pub(super) struct CutOff<'a> {
+    /// Told of each change of the run-time rules.
+    pub(super) changes: tokio::sync::watch::Receiver<()>,
+    /// The rule's refusal of the request as sent, if a rule turns it away now.
+    pub(super) refusal: &'a (dyn Fn(&Outgoing) -> Option<Response<ResponseBody>> + Sync),
+}
+
+impl CutOff<'_> {
+    /// The refusal, once a change of the rules turns `outgoing` away.
+    async fn refused(&mut self, outgoing: &Outgoing) -> Response<ResponseBody> {
+        loop {
+            if self.changes.changed().await.is_err() {
+                // The gateway is gone: nothing changes the rules again.
+                std::future::pending::<()>().await;
+            }
+            if let Some(resp) = (self.refusal)(outgoing) {
+                return resp;
+            }
+        }
+    }
+}
+
 /// Sends the request (a watch followed across backends when `watch` says how) and answers the
-/// client; `served` learns which replica answered.
+/// client; `served` learns which replica answered. Until the response starts, `cut_off` may
+/// turn it away instead.
 pub(super) async fn send(
     sending: Sending,
     served: &mut Served,
     watch: Option<watch::Watch>,
+    mut cut_off: Option<CutOff<'_>>,
 ) -> Response<ResponseBody> {
     let Sending {
         gw,
@@ -75,7 +105,15 @@ pub(super) async fn send(
     let answer = loop {
         let tried = &mut within.tried;
         let at = (&*gw, &*generation);
-        let answer = dispatch(at, &upstreams, &outgoing, class, tried, holding_since).await;
+        let dispatched = dispatch(at, &upstreams, &outgoing, class, tried, holding_since);
+        let answer = match &mut cut_off {
+            None => dispatched.await,
+            Some(cut_off) => tokio::select! {
+                biased;
+                answer = dispatched => answer,
+                refusal = cut_off.refused(&outgoing) => return refusal,
+            },
+        };
         if !matches!(answer, Err(Unplaced::NoBackend)) {
             break answer;
         }

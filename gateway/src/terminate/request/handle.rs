@@ -39,7 +39,7 @@ use crate::terminate::request::served::{self, Served};
 use crate::terminate::request::shape::{Client, Shaper};
 use crate::terminate::request::shared::{self, Fed, Joined, Sharer};
 use crate::terminate::request::upgrade;
-use crate::terminate::rules::{Facts, Kubectl, Rule, Rules, Slot};
+use crate::terminate::rules::{Facts, Kubectl, Refusal, Rule, Rules, Slot};
 use crate::terminate::sender::access_review::ANONYMOUS;
 use crate::terminate::sender::attributes::Attributes;
 use crate::terminate::sender::token_review;
@@ -194,7 +194,10 @@ async fn serve(
     served.named(sender.named.clone());
     let mut classified = classify(cx, &req, &read, &info, &sender, upgrading);
     let Sender {
-        token_key, fresh, ..
+        token_key,
+        fresh,
+        named,
+        ..
     } = sender;
     if upgrading {
         // An upgrade holds its rule's slot only until it is established, as any long-running
@@ -230,6 +233,7 @@ async fn serve(
         Ok(slot) => slot,
         Err(resp) => return *resp,
     };
+    let reads = matches!(classified.class.verb, Verb::Get | Verb::List | Verb::Watch);
     let (mut outgoing, watch) = shape(cx, parts, body, held, &mut classified);
     let holder = match paging {
         Paging::Continue(list) => cx.pages.holder(list, cx.upstreams.pool()),
@@ -260,14 +264,51 @@ async fn serve(
         within: Within::rule(cx.upstreams.pool(), classified.rule),
         slot,
     };
-    // Phase 10: the one send of its route.
+    // Phase 10: the one send of its route. A named sender's read sent on its own is cut off
+    // if a run-time rule comes to turn it away before its answer starts (one that shares
+    // another's upstream answer is not: the answer is others' too).
+    let user = cx.client.identity.as_deref().or(named.as_deref());
+    let refusal = |sent: &Outgoing| user.and_then(|user| cut_off(cx, user, sent));
     let resp = match route {
-        Route::Forward(watch) => forward::send(sending, served, watch).await,
+        Route::Forward(watch) => {
+            let cut_off = (reads && user.is_some()).then(|| forward::CutOff {
+                changes: cx.gw.shed().changes(),
+                refusal: &refusal,
+            });
+            forward::send(sending, served, watch, cut_off).await
+        }
         shared => share(shared, sending, served).await,
     };
     paged(cx, paging, holder, served, &resp);
     respond(cx, token_key, &resp);
     resp
+}
+
+/// Phase 10's look at a forwarded read when the run-time rules change (`forward::CutOff`):
+/// the refusal of the rule that turns it away now, found as `classify` finds one, if any.
+fn cut_off(cx: &Context<'_>, user: &UserInfo, sent: &Outgoing) -> Option<Response<ResponseBody>> {
+    let read = ReadTarget::of(sent.uri()).ok()?;
+    let facts = Facts {
+        info: read.info(sent.method()),
+        path: read.path(),
+        sender: Some(user),
+        kubectl: Kubectl::of(sent.headers()),
+    };
+    let metrics = &cx.gw.metrics().terminate;
+    let cluster = cx.mode.cluster().name();
+    let rule = cx
+        .mode
+        .shed()
+        .rule_for(cx.gw.shed(), cluster, metrics, &facts)?;
+    if !rule.rejects() {
+        return None;
+    }
+    match rule.admit(Instant::now()) {
+        Err(Refusal::Rejected { retry_after }) => {
+            Some(refused::cut_off(&cx.gw, cluster, &rule, retry_after))
+        }
+        _ => None,
+    }
 }
 
 /// Phase 10 for a page of a LIST: a first page's replica remembered for its continue pages,
@@ -766,10 +807,10 @@ fn share<'a>(
             match shared::send_fed(sending, served, fed).await {
                 Ok(resp) => resp,
                 // No feed can serve its position: a watch of its own.
-                Err(unfed) => forward::send(unfed, served, Some(watch)).await,
+                Err(unfed) => forward::send(unfed, served, Some(watch), None).await,
             }
         }),
-        Route::Forward(watch) => Box::pin(forward::send(sending, served, watch)),
+        Route::Forward(watch) => Box::pin(forward::send(sending, served, watch, None)),
     }
 }
 

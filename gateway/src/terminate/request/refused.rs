@@ -131,6 +131,28 @@ pub(super) fn limited(gw: &Gateway, rule: &Rule, refusal: Refusal) -> Response<R
     )
 }
 
+/// The 429 of a read cut off while it waited for a replica's answer (`forward::CutOff`): a
+/// run-time rule that rejects its sender came into force meanwhile.
+pub(super) fn cut_off(
+    gw: &Gateway,
+    cluster: &str,
+    rule: &Rule,
+    retry_after: std::time::Duration,
+) -> Response<ResponseBody> {
+    let metrics = &gw.metrics().terminate;
+    metrics.request_failed(RequestFailure::Limited);
+    metrics.shed_cut_off.with_label_values(&[cluster]).inc();
+    status(
+        StatusCode::TOO_MANY_REQUESTS,
+        "TooManyRequests",
+        &format!(
+            "Too many requests, please try again later: kubegate's dispatch rule {:?} came into force while the request waited for an apiserver, which was told to cancel it",
+            rule.name
+        ),
+        Some(seconds(retry_after)),
+    )
+}
+
 /// The 429 of a request `terminate.auto_shed` holds back: its sender runs away in a priority
 /// level a replica is rejecting.
 pub(super) fn held_back(

@@ -226,7 +226,7 @@ pub(super) async fn send_fed(
         // Its reader is the feed, which never stops reading.
         slow_client: fed.slow_client,
     };
-    let resp = send(sending.with_query(&query), served, Some(feed_watch)).await;
+    let resp = send(sending.with_query(&query), served, Some(feed_watch), None).await;
     let framing = Framing::of_headers(resp.headers());
     let opened = resp.status() == StatusCode::OK;
     let resp = opener.open(
@@ -256,7 +256,7 @@ pub(super) async fn send_synced(
     let gw = sending.gw.clone();
     let mut lead = match take_turn(&gw, &sending.upstreams, &joined).await {
         Turn::Leads(lead) => lead,
-        Turn::Alone => return send(sending, served, Some(watch)).await,
+        Turn::Alone => return send(sending, served, Some(watch), None).await,
         Turn::Answered(answer, same_sender) => {
             served.shared(Sharing::Joined, answer.replica());
             let Some(from) = answer.resumes_from() else {
@@ -280,7 +280,7 @@ pub(super) async fn send_synced(
         }
     };
     lead.turn().await;
-    let resp = send(sending, served, Some(watch)).await;
+    let resp = send(sending, served, Some(watch), None).await;
     let framing = Framing::of_headers(resp.headers());
     let answered = (resp, served.replica.clone());
     let metrics = &gw.metrics().joins;
@@ -327,7 +327,7 @@ async fn watch_on(
         ends: watch.ends,
         slow_client: watch.slow_client,
     };
-    send(sending.with_query(&query), served, Some(on)).await
+    send(sending.with_query(&query), served, Some(on), None).await
 }
 
 /// Times a read whose twin's answer was not shared is entered again (it may lead the next
@@ -343,7 +343,7 @@ pub(super) async fn send_joined(
     let gw = sending.gw.clone();
     let mut lead = match take_turn(&gw, &sending.upstreams, &joined).await {
         Turn::Leads(lead) => lead,
-        Turn::Alone => return send(sending, served, None).await,
+        Turn::Alone => return send(sending, served, None, None).await,
         Turn::Answered(answer, same_sender) => {
             served.shared(Sharing::Joined, answer.replica());
             // It holds its rule's slot until its answer has been sent, as if sent.
@@ -359,7 +359,7 @@ pub(super) async fn send_joined(
         }
     };
     lead.turn().await;
-    let resp = send(sending, served, None).await;
+    let resp = send(sending, served, None, None).await;
     let answered = (resp, served.replica.clone());
     let metrics = &gw.metrics().joins;
     let cluster = joined.mode.cluster().name();
