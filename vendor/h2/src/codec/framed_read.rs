@@ -207,7 +207,7 @@ fn decode_frame(decoder: &mut FrameDecoder, mut bytes: BytesMut) -> Result<Optio
                 },
                 Err(e) => {
                     proto_err!(conn: "failed HPACK decoding; err={:?}", e);
-                    return Err(Error::library_go_away(Reason::PROTOCOL_ERROR));
+                    return Err(Error::library_go_away(hpack_error_reason(&e)));
                 }
             }
 
@@ -225,6 +225,27 @@ fn decode_frame(decoder: &mut FrameDecoder, mut bytes: BytesMut) -> Result<Optio
                 return Ok(None);
             }
         });
+    }
+
+    // kubegate: RFC 9113 §4.3: "A decoding error in a field block MUST be treated as a
+    // connection error ... of type COMPRESSION_ERROR": a representation HPACK cannot decode
+    // (a bad index, integer, Huffman code or size update, or a block cut short). A field that
+    // decodes but is no valid HTTP field (an uppercase name, an unknown pseudo-header) is a
+    // malformed request (§8.1.1), PROTOCOL_ERROR as before.
+    fn hpack_error_reason(e: &frame::Error) -> Reason {
+        use hpack::DecoderError as D;
+        match e {
+            frame::Error::Hpack(
+                D::InvalidRepresentation
+                | D::InvalidIntegerPrefix
+                | D::InvalidTableIndex
+                | D::InvalidHuffmanCode
+                | D::InvalidMaxDynamicSize
+                | D::IntegerOverflow
+                | D::NeedMore(_),
+            ) => Reason::COMPRESSION_ERROR,
+            _ => Reason::PROTOCOL_ERROR,
+        }
     }
 
     // kubegate: RFC 9113 §4.2: "An endpoint MUST send an error code of FRAME_SIZE_ERROR if a
@@ -320,6 +341,13 @@ fn decode_frame(decoder: &mut FrameDecoder, mut bytes: BytesMut) -> Result<Optio
                     proto_err!(stream: "PRIORITY invalid dependency ID; stream={:?}", id);
                     return Err(Error::library_reset(id, Reason::PROTOCOL_ERROR));
                 }
+                // kubegate: RFC 9113 §6.3: "A PRIORITY frame with a length other than 5
+                // octets MUST be treated as a stream error ... of type FRAME_SIZE_ERROR."
+                Err(frame::Error::InvalidPayloadLength) => {
+                    let id = head.stream_id();
+                    proto_err!(stream: "PRIORITY frame of the wrong length; stream={:?}", id);
+                    return Err(Error::library_reset(id, Reason::FRAME_SIZE_ERROR));
+                }
                 Err(e) => {
                     proto_err!(conn: "failed to load PRIORITY frame; err={:?};", e);
                     return Err(Error::library_go_away(Reason::PROTOCOL_ERROR));
@@ -409,7 +437,7 @@ fn decode_frame(decoder: &mut FrameDecoder, mut bytes: BytesMut) -> Result<Optio
                 }
                 Err(e) => {
                     proto_err!(conn: "failed HPACK decoding; err={:?}", e);
-                    return Err(Error::library_go_away(Reason::PROTOCOL_ERROR));
+                    return Err(Error::library_go_away(hpack_error_reason(&e)));
                 }
             }
 

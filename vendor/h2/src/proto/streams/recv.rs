@@ -24,6 +24,12 @@ pub(super) struct Recv {
     /// The lowest stream ID that is still idle
     next_stream_id: Result<StreamId, StreamIdOverflow>,
 
+    /// kubegate: which of the 128 stream IDs of the peer's below `next_stream_id` it opened:
+    /// bit k for `next_stream_id - 2 * (k + 1)`. A frame on one it opened and that has been
+    /// forgotten is on a closed stream (RFC 9113 §5.1: STREAM_CLOSED); on one it skipped, an
+    /// unexpected identifier (§5.1.1: PROTOCOL_ERROR).
+    opened_below_next: u128,
+
     /// The stream ID of the last processed stream
     last_processed_id: StreamId,
 
@@ -101,6 +107,7 @@ impl Recv {
             flow,
             in_flight_data: 0 as WindowSize,
             next_stream_id: Ok(next_stream_id.into()),
+            opened_below_next: 0,
             pending_window_updates: store::Queue::new(),
             last_processed_id: StreamId::ZERO,
             max_stream_id: StreamId::MAX,
@@ -136,10 +143,18 @@ impl Recv {
 
         let next_id = self.next_stream_id()?;
         if id < next_id {
+            // kubegate: one the peer opened, now closed and forgotten: §5.1's STREAM_CLOSED.
+            if self.opened_before(id) {
+                proto_err!(conn: "id ({:?}) of a closed stream", id);
+                return Err(Error::library_go_away(Reason::STREAM_CLOSED));
+            }
             proto_err!(conn: "id ({:?}) < next_id ({:?})", id, next_id);
             return Err(Error::library_go_away(Reason::PROTOCOL_ERROR));
         }
 
+        // kubegate: `id` becomes the newest opened below the next one.
+        let shift = (u32::from(id) - u32::from(next_id)) / 2 + 1;
+        self.opened_below_next = self.opened_below_next.checked_shl(shift).unwrap_or(0) | 1;
         self.next_stream_id = id.next_id();
 
         if !counts.can_inc_num_recv_streams() {
@@ -147,6 +162,19 @@ impl Recv {
         }
 
         Ok(Some(id))
+    }
+
+    /// kubegate: whether the peer opened `id`, below the next stream ID, among the last 128.
+    fn opened_before(&self, id: StreamId) -> bool {
+        let Ok(next) = self.next_stream_id else {
+            return false;
+        };
+        let (next, id) = (u32::from(next), u32::from(id));
+        if id >= next || (next - id) % 2 != 0 {
+            return false;
+        }
+        let k = (next - id) / 2 - 1;
+        k < 128 && self.opened_below_next >> k & 1 == 1
     }
 
     /// Transition the stream state based on receiving headers

@@ -583,6 +583,18 @@ impl Inner {
                     Err(RecvHeaderBlockError::State(err)) => Err(err),
                 }
             } else {
+                // kubegate: RFC 9113 §5.1: HEADERS on a stream the peer closed (its reset, or
+                // END_STREAM both ways) is a connection error STREAM_CLOSED (a reset there would
+                // put nothing on the wire), and on one half-closed (remote) a stream error of
+                // that type; h2 closed the connection with PROTOCOL_ERROR.
+                if stream.state.is_closed() {
+                    proto_err!(conn: "recv_headers: stream closed; stream={:?}", stream.id);
+                    return Err(Error::library_go_away(Reason::STREAM_CLOSED));
+                }
+                if stream.state.is_recv_end_stream() {
+                    proto_err!(stream: "recv_headers: after END_STREAM; stream={:?}", stream.id);
+                    return Err(Error::library_reset(stream.id, Reason::STREAM_CLOSED));
+                }
                 if !frame.is_end_stream() {
                     // Receiving trailers that don't set EOS is a "malformed"
                     // message. Malformed messages are a stream error.
