@@ -752,6 +752,11 @@ fn other_cases() -> Vec<(&'static str, Vec<Step>, Due)> {
             Due::Stream(PROTOCOL_ERROR),
         ),
         (
+            "an empty header name",
+            vec![request(&[("", b"1")])],
+            Due::Stream(PROTOCOL_ERROR),
+        ),
+        (
             "an unknown pseudo-header",
             vec![request(&[(":test", b"1")])],
             Due::Stream(PROTOCOL_ERROR),
@@ -849,15 +854,7 @@ fn haproxy_h2(dir: &std::path::Path, pki: &Pki, replica: SocketAddr) -> (Proc, S
         "global\n    maxconn 100\n    nbthread 1\ndefaults\n    mode http\n    timeout connect 5s\n    timeout client 60s\n    timeout server 60s\nfrontend apiserver\n    bind {listen} ssl crt {} alpn h2,http/1.1\n    default_backend replica\nbackend replica\n    server replica-1 {replica} ssl verify none alpn h2\n",
         pem.display()
     );
-    let path = dir.join("haproxy-h2.cfg");
-    std::fs::write(&path, cfg).unwrap();
-    let mut cmd = std::process::Command::new("haproxy");
-    cmd.arg("-db").arg("-f").arg(&path);
-    let p = Proc::spawn("haproxy", cmd, dir.join("haproxy-h2.log"));
-    wait_for("HAProxy to listen", T, || {
-        std::net::TcpStream::connect(listen).ok()
-    });
-    (p, listen)
+    (haproxy(dir, "haproxy-h2", &cfg, listen), listen)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -51,20 +51,12 @@ async fn closed_by_kubegate(mut tcp: TcpStream) -> bool {
 
 /// HAProxy in TCP mode on a free port, sending every connection to `to` from [`BALANCER`]
 /// with a PROXY v2 header.
-fn haproxy(dir: &std::path::Path, to: SocketAddr) -> (Proc, SocketAddr) {
+fn haproxy_sending_proxy_v2(dir: &std::path::Path, to: SocketAddr) -> (Proc, SocketAddr) {
     let listen = SocketAddr::new(ip("127.0.0.1"), free_port());
     let cfg = format!(
         "global\n    maxconn 100\ndefaults\n    mode tcp\n    timeout connect 5s\n    timeout client 60s\n    timeout server 60s\nfrontend apiserver\n    bind {listen}\n    default_backend kubegate\nbackend kubegate\n    server kg {to} send-proxy-v2 source {BALANCER}\n"
     );
-    let path = dir.join("haproxy.cfg");
-    std::fs::write(&path, cfg).unwrap();
-    let mut cmd = std::process::Command::new("haproxy");
-    cmd.arg("-db").arg("-f").arg(&path);
-    let p = Proc::spawn("haproxy", cmd, dir.join("haproxy.log"));
-    wait_for("HAProxy to listen", T, || {
-        std::net::TcpStream::connect(listen).ok()
-    });
-    (p, listen)
+    (haproxy(dir, "haproxy", &cfg, listen), listen)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,7 +67,7 @@ async fn behind_haproxy_sending_proxy_v2_the_apiserver_and_the_access_log_see_th
         cfg.terminate.access_log.format = AccessLogFormat::Json;
     });
     let (kg, pki) = (&bed.kg, &bed.pki);
-    let (_haproxy, front) = haproxy(bed.dir.path(), kg.listen);
+    let (_haproxy, front) = haproxy_sending_proxy_v2(bed.dir.path(), kg.listen);
 
     let mut conn = Conn::open_anonymous_from(ip(CLIENT), front, pki)
         .await

@@ -426,7 +426,8 @@ async fn runaway(
             }
             Ok(Ok(r)) if r.status == 429 => {
                 // kubegate's own 429s name it; a replica's (its flow control) do not. One
-                // cut off while it waited at a replica reached one.
+                // cut off while it waited at a replica reached one (`refused::cut_off`'s
+                // words, which tests/shed.rs holds it to).
                 let said = String::from_utf8_lossy(&r.body);
                 if said.contains("kubegate") {
                     counts.relieved_at(gateway);

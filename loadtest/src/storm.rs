@@ -82,7 +82,8 @@ pub struct Latency {
 pub struct Timings {
     /// When each that succeeded began, and how long it took (ms).
     ok: Mutex<Vec<(Instant, f64)>>,
-    failed: AtomicU64,
+    /// When each that failed began.
+    failed: Mutex<Vec<Instant>>,
 }
 
 impl Timings {
@@ -91,17 +92,18 @@ impl Timings {
         self.summary_since(None)
     }
 
-    /// The same of those that began at `since` or later (all when `None`); the failed are
-    /// counted whenever they began.
+    /// The same of those that began at `since` or later (all when `None`).
     pub fn summary_since(&self, since: Option<Instant>) -> Latency {
+        let after = |began: &Instant| since.is_none_or(|s| *began >= s);
         let ok = self.ok.lock().unwrap_or_else(|e| e.into_inner());
         let mut ok: Vec<f64> = ok
             .iter()
-            .filter(|(began, _)| since.is_none_or(|s| *began >= s))
+            .filter(|(began, _)| after(began))
             .map(|(_, ms)| *ms)
             .collect();
         ok.sort_by(|a, b| a.total_cmp(b));
-        let failed = self.failed.load(Ordering::Relaxed);
+        let failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        let failed = failed.iter().filter(|began| after(began)).count() as u64;
         Latency {
             count: ok.len() as u64 + failed,
             failed,
@@ -117,7 +119,10 @@ impl Timings {
                 .unwrap_or_else(|e| e.into_inner())
                 .push((started, started.elapsed().as_secs_f64() * 1e3));
         } else {
-            self.failed.fetch_add(1, Ordering::Relaxed);
+            self.failed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(started);
         }
     }
 }

@@ -11,6 +11,7 @@ mod client;
 mod cluster;
 mod container;
 pub mod h2raw;
+mod haproxy;
 mod kubegate;
 mod proc;
 pub mod replicas;
@@ -25,6 +26,7 @@ pub use client::{
 };
 pub use cluster::{probes_rarely, terminating, Cluster, Started, DEV_TOKENS};
 pub use container::{hard_nofile, pod_probe, wait_pod_probes, Container, ContainerSpec};
+pub use haproxy::haproxy;
 pub use kubegate::{
     assert_check_refuses, assert_problems, bin, check_config, cluster_spec, dispatch_rules,
     kubectl_bin, ms, secs, terminate_files, terminate_yaml, wait_for, wait_refused_after, Kubegate,

@@ -194,16 +194,32 @@ impl Shed {
         edit: impl FnOnce(&mut InForce) -> Result<(), E>,
     ) -> Result<Arc<InForce>, E> {
         let _changing = self.changing.lock().unwrap_or_else(|e| e.into_inner());
-        let mut rules = (*self.rules.load_full()).clone();
+        let before = self.rules.load_full();
+        let mut rules = (*before).clone();
         drop_expired(&mut rules, now);
         edit(&mut rules)?;
         let rules = Arc::new(rules);
         self.rules.store(rules.clone());
         self.version.fetch_add(1, Ordering::AcqRel);
-        self.changes.send_replace(());
+        // Only a rule put in force (new or changed) can turn a waiting read away.
+        if added(&before, &rules) {
+            self.changes.send_replace(());
+        }
         write(&rules);
         Ok(rules)
     }
+}
+
+/// Whether `after` holds a rule `before` did not (of the same source).
+fn added(before: &InForce, after: &InForce) -> bool {
+    let new_in = |was: &[DispatchRule], now: &[DispatchRule]| now.iter().any(|r| !was.contains(r));
+    new_in(&before.gateway, &after.gateway)
+        || after.clusters.iter().any(|(cluster, now)| {
+            new_in(
+                before.clusters.get(cluster).map_or(&[][..], Vec::as_slice),
+                now,
+            )
+        })
 }
 
 fn drop_expired(all: &mut InForce, now: SystemTime) {
@@ -290,6 +306,15 @@ mod tests {
         assert!(!changes.has_changed().unwrap(), "nothing to look at again");
         shed.put(rule("mine", later), now, |_| {}).unwrap();
         assert!(changes.has_changed().unwrap());
+        changes.mark_unchanged();
+        assert!(shed.set_cluster("a", Vec::new(), now, |_| {}));
+        assert!(
+            !changes.has_changed().unwrap(),
+            "a removal turns no read away"
+        );
+        assert!(shed.set_cluster("a", vec![rule("x", later)], now, |_| {}));
+        assert!(changes.has_changed().unwrap());
+        changes.mark_unchanged();
         let all = shed.all();
         assert_eq!(names(&all.gateway), ["mine"]);
         assert_eq!(names(&all.clusters["a"]), ["x"]);

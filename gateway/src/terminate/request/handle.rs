@@ -193,6 +193,13 @@ async fn serve(
     };
     served.named(sender.named.clone());
     let mut classified = classify(cx, &req, &read, &info, &sender, upgrading);
+    // What a run-time rule may cut off while it waits (`forward::CutOff`): a read that had
+    // no effect — not a proxied request, whose pod or node may have acted, nor a log stream.
+    let reads = match info.class.verb {
+        Verb::Get | Verb::List => info.class.long_running.is_none(),
+        Verb::Watch => true,
+        _ => false,
+    } && info.target.subresource != Some("proxy");
     let Sender {
         token_key,
         fresh,
@@ -233,7 +240,6 @@ async fn serve(
         Ok(slot) => slot,
         Err(resp) => return *resp,
     };
-    let reads = matches!(classified.class.verb, Verb::Get | Verb::List | Verb::Watch);
     let (mut outgoing, watch) = shape(cx, parts, body, held, &mut classified);
     let holder = match paging {
         Paging::Continue(list) => cx.pages.holder(list, cx.upstreams.pool()),
@@ -255,6 +261,7 @@ async fn serve(
     outgoing.bill_to(payer);
     let sharer = authorize(cx, &outgoing, classified.attributes, token_key, fresh);
     let route = route(cx, &outgoing, classified.may, watch, sharer);
+    let shed_version = classified.shed_version;
     let sending = Sending {
         gw: cx.gw.clone(),
         generation: cx.generation.clone(),
@@ -271,9 +278,17 @@ async fn serve(
     let refusal = |sent: &Outgoing| user.and_then(|user| cut_off(cx, user, sent));
     let resp = match route {
         Route::Forward(watch) => {
-            let cut_off = (reads && user.is_some()).then(|| forward::CutOff {
-                changes: cx.gw.shed().changes(),
-                refusal: &refusal,
+            let cut_off = (reads && user.is_some()).then(|| {
+                let mut changes = cx.gw.shed().changes();
+                // A change since its rule was found (while its body was read) is looked at
+                // at once.
+                if cx.gw.shed().version() != shed_version {
+                    changes.mark_changed();
+                }
+                forward::CutOff {
+                    changes,
+                    refusal: &refusal,
+                }
             });
             forward::send(sending, served, watch, cut_off).await
         }
@@ -487,6 +502,8 @@ impl<'r> Sender<'r> {
 struct Classified {
     class: RequestClass,
     rule: Option<Arc<Rule>>,
+    /// The run-time rules' change its rule was found at.
+    shed_version: u64,
     /// Turned away by `terminate.auto_shed`, with this `Retry-After`.
     held_back: Option<std::time::Duration>,
     flow: FlowKey,
@@ -531,7 +548,8 @@ fn classify(
     };
     let user = cx.client.identity.as_deref().or(sender.named.as_deref());
     let shed = cx.gw.shed();
-    let shedding = shed.version() != 0;
+    let shed_version = shed.version();
+    let shedding = shed_version != 0;
     let facts = Facts {
         info: *info,
         path: read.path(),
@@ -581,6 +599,7 @@ fn classify(
     Classified {
         class: info.class,
         rule,
+        shed_version,
         held_back,
         flow,
         origin: Origin::from(answerer(info, read.path())),

@@ -7,6 +7,7 @@ mod table;
 #[cfg(test)]
 mod test;
 
-pub use self::decoder::{Decoder, DecoderError, NeedMore};
+// kubegate: `NeedMore` is named through `DecoderError` only, since `header.rs` no longer does.
+pub use self::decoder::{Decoder, DecoderError};
 pub use self::encoder::Encoder;
 pub use self::header::{BytesStr, Header};

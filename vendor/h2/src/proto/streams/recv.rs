@@ -152,16 +152,21 @@ impl Recv {
             return Err(Error::library_go_away(Reason::PROTOCOL_ERROR));
         }
 
-        // kubegate: `id` becomes the newest opened below the next one.
-        let shift = (u32::from(id) - u32::from(next_id)) / 2 + 1;
-        self.opened_below_next = self.opened_below_next.checked_shl(shift).unwrap_or(0) | 1;
-        self.next_stream_id = id.next_id();
+        self.opened_past(id, next_id);
 
         if !counts.can_inc_num_recv_streams() {
             return Ok(None);
         }
 
         Ok(Some(id))
+    }
+
+    /// kubegate: the peer opened `id`, at or past `next_id` (the next stream ID): it becomes
+    /// the newest opened below the next one.
+    fn opened_past(&mut self, id: StreamId, next_id: StreamId) {
+        let shift = (u32::from(id) - u32::from(next_id)) / 2 + 1;
+        self.opened_below_next = self.opened_below_next.checked_shl(shift).unwrap_or(0) | 1;
+        self.next_stream_id = id.next_id();
     }
 
     /// kubegate: whether the peer opened `id`, below the next stream ID, among the last 128.
@@ -1054,7 +1059,8 @@ impl Recv {
             // !Peer::is_local_init should have been called beforehand
             debug_assert_eq!(id.is_server_initiated(), next_id.is_server_initiated());
             if id >= next_id {
-                self.next_stream_id = id.next_id();
+                // kubegate: a stream it used and was reset at once counts as opened.
+                self.opened_past(id, next_id);
             }
         }
     }
