@@ -170,20 +170,15 @@ fn plan(init: &Init) -> Result<Vec<Planned>, String> {
     let ca = Signer::load(&k8s_pki, "ca").map_err(|e| {
         format!("the cluster CA: {e} (run kubegate init as root on a kubeadm control-plane node, after `kubeadm init phase certs`, or with --root pointing at a copy of /etc/kubernetes/pki)")
     })?;
-    let mut admin_names = vec![
-        init.address.to_string(),
-        "127.0.0.1".to_string(),
-        ADMIN_SERVER_NAME.to_string(),
-    ];
+    let mut admin_names = init.addresses();
+    admin_names.extend(["127.0.0.1".to_string(), ADMIN_SERVER_NAME.to_string()]);
     admin_names.dedup();
     let mut leaves = vec![("admin", &ca, "kubegate-admin", admin_names, Usage::Server)];
     let front_proxy;
     if init.mode == Mode::Terminate {
-        let mut names: Vec<String> = vec![
-            init.endpoint_host(),
-            init.address.to_string(),
-            "127.0.0.1".into(),
-        ];
+        let mut names: Vec<String> = vec![init.endpoint_host()];
+        names.extend(init.addresses());
+        names.push("127.0.0.1".into());
         names.extend(
             [
                 "kubernetes",
@@ -487,6 +482,7 @@ mod tests {
             shape,
             mode,
             address: "10.0.0.11".parse().unwrap(),
+            other_address: None,
             backends: Vec::new(),
             peers: vec!["10.0.0.13".parse().unwrap(), "10.0.0.12".parse().unwrap()],
             vip: Some("10.0.0.10/24".into()),
@@ -747,6 +743,71 @@ mod tests {
             "same name, another key"
         );
         assert!(!same_issuer("not a certificate", &ours));
+    }
+
+    #[test]
+    fn a_dual_stack_node_is_served_on_both_families_and_named_by_both() {
+        let dual = |shape| InitArgs {
+            other_address: Some("fd00::11".parse().unwrap()),
+            ..args(shape, Mode::Terminate)
+        };
+        for (shape, listen) in [
+            (Shape::StaticPod, "[::]:8443"),
+            (Shape::Systemd, "[::]:6443"),
+            (Shape::NodeLocal, "127.0.0.1:7443"),
+        ] {
+            let init = Init::new(dual(shape)).unwrap();
+            let text = render::config(&init);
+            let config: kubegate_config::Config = serde_yaml_ng::from_str(&text).unwrap();
+            assert_eq!(
+                config.listeners[0].address,
+                listen.parse().unwrap(),
+                "{text}"
+            );
+            assert!(config.admin.address.ip().is_unspecified() && config.admin.address.is_ipv6());
+            // A replica is a host: listed once, in the first address's family.
+            assert_eq!(config.backends.len(), 3, "{text}");
+            assert!(
+                config.backends.iter().all(|b| b.address.is_ipv4()),
+                "{text}"
+            );
+        }
+        // IPv6 alone: every address of its family too.
+        let v6 = InitArgs {
+            address: "fd00::11".parse().unwrap(),
+            peers: Vec::new(),
+            vip: None,
+            ..args(Shape::StaticPod, Mode::Passthrough)
+        };
+        let text = render::config(&Init::new(v6).unwrap());
+        let config: kubegate_config::Config = serde_yaml_ng::from_str(&text).unwrap();
+        assert_eq!(config.listeners[0].address, "[::]:8443".parse().unwrap());
+        assert_eq!(
+            config.backends[0].address,
+            "[fd00::11]:6443".parse().unwrap()
+        );
+        // Two addresses of one family are not a dual-stack node.
+        let twice_v4 = InitArgs {
+            other_address: Some("10.0.0.99".parse().unwrap()),
+            ..args(Shape::StaticPod, Mode::Terminate)
+        };
+        assert!(Init::new(twice_v4)
+            .err()
+            .unwrap()
+            .contains("one IPv4 and one IPv6"));
+        // The certificates name both addresses.
+        let (root, _) = node();
+        run(InitArgs {
+            other_address: Some("fd00::11".parse().unwrap()),
+            ..writing(root.path())
+        })
+        .unwrap();
+        let pki = root.path().join("etc/kubernetes/pki/kubegate");
+        let both = ["10.0.0.11".to_string(), "fd00::11".to_string()];
+        for cert in ["serving.crt", "admin.crt"] {
+            let pem = std::fs::read_to_string(pki.join(cert)).unwrap();
+            assert!(pki::covers(&pem, &both), "{cert}");
+        }
     }
 
     #[test]

@@ -58,8 +58,10 @@ enum Command {
         #[arg(long, value_enum, default_value = "passthrough")]
         mode: ModeArg,
         /// This node's address: the admin endpoint's, keepalived's source, in the certificates.
-        #[arg(long)]
-        address: std::net::IpAddr,
+        /// Twice on a dual-stack node (an IPv4 and an IPv6 address, the first the family
+        /// backends and peers are in): kubegate listens on both and the certificates name both.
+        #[arg(long, required = true, num_args = 1)]
+        address: Vec<std::net::IpAddr>,
         /// An apiserver, NAME=HOST:PORT (repeated); none: this node and its peers on 6443.
         #[arg(long, value_parser = parse_backend)]
         backend: Vec<(String, std::net::SocketAddr)>,
@@ -428,6 +430,14 @@ fn main() -> ExitCode {
             dry_run,
             force,
         } => {
+            let (address, other_address) = match address[..] {
+                [one] => (one, None),
+                [one, other] => (one, Some(other)),
+                _ => {
+                    eprintln!("kubegate init: --address: once, or twice on a dual-stack node (an IPv4 and an IPv6 address)");
+                    return ExitCode::from(2);
+                }
+            };
             let args = InitArgs {
                 shape: match shape {
                     ShapeArg::StaticPod => Shape::StaticPod,
@@ -439,6 +449,7 @@ fn main() -> ExitCode {
                     ModeArg::Terminate => Mode::Terminate,
                 },
                 address,
+                other_address,
                 backends: backend,
                 peers: peer,
                 vip,

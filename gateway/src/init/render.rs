@@ -39,9 +39,9 @@ pub fn config(init: &Init) -> String {
          # the running configuration stays.",
         init.shape.as_str(),
         init.mode.as_str(),
-        init.address
+        init.addresses().join(" and ")
     );
-    let _ = writeln!(out, "listeners:\n  - address: {}", init.listen);
+    let _ = writeln!(out, "listeners:\n  - address: {}", yaml(init.listen));
     if init.mode == Mode::Terminate {
         let _ = writeln!(
             out,
@@ -50,7 +50,7 @@ pub fn config(init: &Init) -> String {
     }
     out.push_str("backends:\n");
     for (name, addr) in &init.backends {
-        let _ = writeln!(out, "  - name: {name}\n    address: {addr}");
+        let _ = writeln!(out, "  - name: {name}\n    address: {}", yaml(*addr));
     }
     let _ = writeln!(
         out,
@@ -70,10 +70,18 @@ pub fn config(init: &Init) -> String {
     let _ = writeln!(out, "shutdown:\n  delay: {delay}\n  grace: 30s");
     let _ = writeln!(
         out,
-        "admin:\n  # Scraped from other hosts over TLS ({ADMIN_SERVER_NAME}, signed by the cluster CA) with the\n  # token in metrics-token; the probe paths stay public for the kubelet and keepalived.\n  address: 0.0.0.0:{}\n  tls:\n    cert_file: {pki}/admin.crt\n    key_file: {pki}/admin.key\n  bearer_token_file: {pki}/metrics-token",
-        init.admin_port
+        "admin:\n  # Scraped from other hosts over TLS ({ADMIN_SERVER_NAME}, signed by the cluster CA) with the\n  # token in metrics-token; the probe paths stay public for the kubelet and keepalived.\n  address: {}\n  tls:\n    cert_file: {pki}/admin.crt\n    key_file: {pki}/admin.key\n  bearer_token_file: {pki}/metrics-token",
+        yaml(std::net::SocketAddr::new(init.admin_any, init.admin_port))
     );
     out
+}
+
+/// `address` as a YAML value: an IPv6 one quoted (`[::]:8443` unquoted is a YAML list).
+fn yaml(address: std::net::SocketAddr) -> String {
+    match address {
+        std::net::SocketAddr::V4(a) => a.to_string(),
+        std::net::SocketAddr::V6(a) => format!("\"{a}\""),
+    }
 }
 
 /// keepalived's configuration: the shipped checks, this node's address as the source of its

@@ -2,7 +2,7 @@
 //! addresses and names, and where each of its files goes (as seen on the node, and under
 //! `--root` here).
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 
 /// The server name the admin certificate carries and the shipped scrape configurations verify.
@@ -66,6 +66,10 @@ pub struct InitArgs {
     pub mode: Mode,
     /// This node's address: the admin endpoint's, in the certificates, keepalived's source.
     pub address: IpAddr,
+    /// On a dual-stack node, its address of the other family: kubegate listens on both
+    /// families and the certificates name both (backends, peers and keepalived stay in
+    /// `address`'s family: a replica is a host, listed once).
+    pub other_address: Option<IpAddr>,
     /// The apiservers, `NAME=HOST:PORT`; none: this node and its peers on 6443.
     pub backends: Vec<(String, SocketAddr)>,
     /// The other kubegate nodes (keepalived's unicast peers, scrape targets).
@@ -93,6 +97,7 @@ pub struct Init {
     pub(super) shape: Shape,
     pub(super) mode: Mode,
     pub(super) address: IpAddr,
+    pub(super) other_address: Option<IpAddr>,
     pub(super) backends: Vec<(String, SocketAddr)>,
     pub(super) peers: Vec<IpAddr>,
     pub(super) vip: Option<String>,
@@ -101,6 +106,8 @@ pub struct Init {
     /// What clients use: the VIP on the listener's port, or the listener.
     pub(super) endpoint: SocketAddr,
     pub(super) admin_port: u16,
+    /// What the admin endpoint binds: every address of the node's families.
+    pub(super) admin_any: IpAddr,
     pub(super) sans: Vec<String>,
     pub(super) image: String,
     pub(super) root: PathBuf,
@@ -109,10 +116,23 @@ pub struct Init {
 impl Init {
     /// Resolves `args`' defaults.
     pub fn new(args: InitArgs) -> Result<Init, String> {
+        if let Some(other) = args.other_address {
+            if other.is_ipv4() == args.address.is_ipv4() {
+                return Err(format!(
+                    "--address {} and {other}: a dual-stack node's two addresses are one IPv4 and one IPv6",
+                    args.address
+                ));
+            }
+        }
+        // Every address of the node: `::` takes both families where there are two.
+        let any: IpAddr = match args.other_address.is_some() || args.address.is_ipv6() {
+            true => Ipv6Addr::UNSPECIFIED.into(),
+            false => Ipv4Addr::UNSPECIFIED.into(),
+        };
         let (listen, admin_port) = match args.shape {
-            Shape::StaticPod => (SocketAddr::from(([0, 0, 0, 0], 8443)), 9444),
+            Shape::StaticPod => (SocketAddr::new(any, 8443), 9444),
             Shape::NodeLocal => (SocketAddr::from(([127, 0, 0, 1], 7443)), 9445),
-            Shape::Systemd => (SocketAddr::from(([0, 0, 0, 0], 6443)), 9444),
+            Shape::Systemd => (SocketAddr::new(any, 6443), 9444),
         };
         let listen = args.listen.unwrap_or(listen);
         let vip_ip = match &args.vip {
@@ -145,7 +165,7 @@ impl Init {
             args.backends
         };
         if args.shape == Shape::StaticPod && listen.port() == 6443 && listen.ip().is_unspecified() {
-            return Err("--listen 0.0.0.0:6443 conflicts with the apiserver on the same node (kubeadm binds 0.0.0.0:6443): keep 8443, or see docs/deploy.md, \"The address kubegate binds\"".into());
+            return Err(format!("--listen {listen} conflicts with the apiserver on the same node (kubeadm binds port 6443 on every address): keep 8443, or see docs/deploy.md, \"The address kubegate binds\""));
         }
         let mut peers = args.peers;
         peers.sort();
@@ -154,6 +174,8 @@ impl Init {
             shape: args.shape,
             mode: args.mode,
             address: args.address,
+            other_address: args.other_address,
+            admin_any: any,
             backends,
             peers,
             vip: args.vip,
@@ -199,6 +221,14 @@ impl Init {
             Shape::NodeLocal => Some("/etc/kubernetes/manifests/kubegate-node-local.yaml"),
             Shape::Systemd => None,
         }
+    }
+
+    /// The node's addresses, as the certificates name them.
+    pub(super) fn addresses(&self) -> Vec<String> {
+        std::iter::once(self.address)
+            .chain(self.other_address)
+            .map(|a| a.to_string())
+            .collect()
     }
 
     pub(super) fn endpoint_host(&self) -> String {
