@@ -5,9 +5,16 @@
 //!    apiserver learns the client's IPv6 address (`X-Forwarded-For: ::1`).
 //! 2. `a_listener_on_both_families_names_each_client_in_its_own`: a listener on `[::]` takes
 //!    IPv4 and IPv6 clients, and an IPv4 client is named `127.0.0.1`, not `::ffff:127.0.0.1`.
+//! 3. `a_replica_of_two_addresses_loses_one_and_stays_in_service`: in both planes, a replica
+//!    configured at an address that is a relay to it (as its other family would be) and at its
+//!    own (`other_addresses`); the relay goes away: kubegate probes the replica at its other
+//!    address, moves its new work there, the replica never leaves ready, and it serves on.
 
 use kubegate_e2e::*;
 use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_planes_serve_and_balance_over_ipv6_loopback() {
@@ -55,5 +62,95 @@ async fn a_listener_on_both_families_names_each_client_in_its_own() {
         let r = conn.get("/version").await.unwrap();
         assert_eq!(r.status, 200);
         assert_eq!(r.header("x-kubegate-sim-forwarded-for"), Some(named));
+    }
+}
+
+/// A TCP relay from an address of its own to `to`, until `stop`.
+struct Relay {
+    listen: SocketAddr,
+    tasks: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Relay {
+    /// On 127.0.0.2 (another loopback address), relaying to `to`.
+    fn start(to: SocketAddr) -> Relay {
+        let std_listener = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
+        std_listener.set_nonblocking(true).unwrap();
+        let listen = std_listener.local_addr().unwrap();
+        let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
+        let tasks: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let kept = tasks.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let relayed = tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(to).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                kept.lock().unwrap().push(relayed.abort_handle());
+            }
+        });
+        tasks.lock().unwrap().push(accept.abort_handle());
+        Relay { listen, tasks }
+    }
+
+    /// The address goes away: nothing listens there, and its connections are closed.
+    fn stop(&self) {
+        for t in self.tasks.lock().unwrap().drain(..) {
+            t.abort();
+        }
+    }
+}
+
+/// Backend `name`'s row of `/debug/backends`.
+fn backend_row(kg: &Kubegate, name: &str) -> serde_json::Value {
+    kg.backends()
+        .into_iter()
+        .find(|b| b["name"] == name)
+        .unwrap_or_else(|| panic!("{name} in /debug/backends"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_of_two_addresses_loses_one_and_stays_in_service() {
+    const T: Duration = Duration::from_secs(60);
+    for terminate in [false, true] {
+        let relay: Arc<Mutex<Option<Relay>>> = Arc::default();
+        let made = relay.clone();
+        let mut cluster = Cluster::new().configure(move |cfg| {
+            let own = cfg.backends[0].address;
+            let r = Relay::start(own);
+            cfg.backends[0].address = r.listen;
+            cfg.backends[0].other_addresses = vec![own];
+            *made.lock().unwrap() = Some(r);
+        });
+        if terminate {
+            cluster = cluster.terminate();
+        }
+        let bed = cluster.start();
+        let (kg, pki, sim) = (&bed.kg, &bed.pki, &bed.sims[0]);
+        let relay = relay.lock().unwrap().take().unwrap();
+        let row = backend_row(kg, "replica-1");
+        assert_eq!(row["address_in_use"], relay.listen.to_string(), "{row}");
+        let mut conn = Conn::open(kg.listen, pki, terminate).await.unwrap();
+        assert_eq!(conn.get("/version").await.unwrap().status, 200);
+
+        relay.stop();
+        let own = sim.addr.to_string();
+        wait_for("new work to go to the replica's other address", T, || {
+            (backend_row(kg, "replica-1")["address_in_use"] == own.as_str()).then_some(())
+        });
+        assert_eq!(kg.state("replica-1").as_deref(), Some("ready"));
+        let left_ready = kg.metric(
+            r#"kubegate_backend_state_transitions_total{backend="replica-1",from="ready",to="not_ready"}"#,
+        ) + kg.metric(
+            r#"kubegate_backend_state_transitions_total{backend="replica-1",from="ready",to="down"}"#,
+        );
+        assert_eq!(
+            left_ready, 0.0,
+            "terminate {terminate}: the replica never left ready"
+        );
+        let mut conn = Conn::open(kg.listen, pki, terminate).await.unwrap();
+        let r = conn.get("/version").await.unwrap();
+        assert_eq!(r.status, 200, "terminate {terminate}: {}", r.text());
     }
 }

@@ -170,6 +170,16 @@ pub(crate) fn validate(
                     );
                 }
             }
+            for (k, address) in b.other_addresses.iter().enumerate() {
+                if let Some(other) = backend_addresses.insert(*address, c.name.clone()) {
+                    if other != c.name {
+                        bad(
+                            format!("{prefix}backends[{j}].other_addresses[{k}]"),
+                            format!("{address} is also a backend of cluster {other:?}"),
+                        );
+                    }
+                }
+            }
         }
         if let (Some(l), None) = (terminated.get(&c.name), &c.tls) {
             bad(

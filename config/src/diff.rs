@@ -241,6 +241,7 @@ mod tests {
                 name: None,
                 address: a.parse().unwrap(),
                 health_address: None,
+                other_addresses: Vec::new(),
             })
             .collect();
         let listener = ListenerSpec::passthrough("127.0.0.1:6443".parse().unwrap());

@@ -170,6 +170,7 @@ mod tests {
                 name: None,
                 address: "127.0.0.1:7001".parse().unwrap(),
                 health_address: None,
+                other_addresses: Vec::new(),
             }],
         );
         built.health.tls.ca_file = c.health.tls.ca_file.clone();
@@ -212,6 +213,19 @@ mod tests {
         assert_eq!(
             err,
             "kubegate.yaml:5:14: duplicate backend address 127.0.0.1:7001"
+        );
+    }
+
+    #[test]
+    fn a_replicas_other_address_is_its_own() {
+        let text = MINIMAL.replace(
+            "  - address: 127.0.0.1:7001\n",
+            "  - address: 127.0.0.1:7001\n    other_addresses: [\"[::1]:7001\"]\n  - address: 127.0.0.1:7002\n    other_addresses: [\"[::1]:7001\"]\n",
+        );
+        let err = first_error(&text);
+        assert!(
+            err.starts_with("kubegate.yaml:7:23: [::1]:7001 is already an address of a backend"),
+            "{err}"
         );
     }
 

@@ -52,6 +52,28 @@ pub(crate) fn validate_parts(
                 format!("duplicate backend address {}", b.address),
             );
         }
+        // A replica's other address is its own: no other backend, nor itself again.
+        for (j, other) in b.other_addresses.iter().enumerate() {
+            if !addresses.insert(*other) {
+                bad(
+                    format!("backends[{i}].other_addresses[{j}]"),
+                    format!(
+                        "{other} is already an address of a backend: each address is one replica's"
+                    ),
+                );
+            } else if other.port() == 0 {
+                bad(
+                    format!("backends[{i}].other_addresses[{j}]"),
+                    "backend port must not be 0".into(),
+                );
+            }
+        }
+        if b.health_address.is_some() && !b.other_addresses.is_empty() {
+            bad(
+                format!("backends[{i}].other_addresses"),
+                "a backend probed at health_address has one address to move to: leave out one of the two".into(),
+            );
+        }
         if let Some(name) = &b.name {
             if name.is_empty() || name.chars().any(|c| c.is_control()) {
                 bad(

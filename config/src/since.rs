@@ -77,6 +77,7 @@ pub const ADDED: &[(&str, Version)] = &[
     ("dispatch[].reject", (0, 3, 0)),
     ("dispatch[].reject.retry_after", (0, 3, 0)),
     ("dispatch[].expires", (0, 3, 0)),
+    ("backends[].other_addresses", (0, 3, 0)),
     ("terminate.shed_state_file", (0, 3, 0)),
     ("terminate.shed_object", (0, 3, 0)),
     ("terminate.auto_shed", (0, 3, 0)),

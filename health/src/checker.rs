@@ -2,7 +2,7 @@
 //! observes it (the pool runs the backend's [`HealthTracker`](crate::HealthTracker)), which also
 //! says how soon the next probe should come.
 
-use crate::outcome::ProbeRecord;
+use crate::outcome::{ProbeOutcome, ProbeRecord};
 use crate::probe::Prober;
 use crate::state::Pace;
 use arc_swap::ArcSwap;
@@ -17,6 +17,10 @@ use tokio::time::Instant;
 pub trait HealthObserver: Send + Sync + 'static {
     /// One probe finished; the answer sets the pace of the next one.
     fn probed(&self, record: &ProbeRecord) -> Pace;
+
+    /// The backend's address `to` passed where the one in use was unreachable: it takes the
+    /// backend's new work.
+    fn moved_to(&self, _to: SocketAddr) {}
 }
 
 /// What every checker probes with. Shared and swapped whole on a reload, so a change of probe
@@ -68,12 +72,19 @@ impl Drop for CheckerHandle {
     }
 }
 
-/// Starts probing `addr` with the current `settings`, the next probe one interval (±10% jitter,
-/// so that several gateways and backends do not probe in lockstep) after the previous one
-/// started, or as soon as it ends when a probe took longer than that. The first probe starts
-/// at once.
+/// Starts probing the backend at `addrs` (its addresses, the one in use first) with the
+/// current `settings`, the next probe one interval (±10% jitter, so that several gateways and
+/// backends do not probe in lockstep) after the previous one started, or as soon as it ends
+/// when a probe took longer than that. The first probe starts at once.
+///
+/// A backend is one replica however many addresses it has (a dual-stack host): a probe that
+/// finds the address in use unreachable is followed at once by one of each other address in
+/// turn, and the first that passes is the backend's probe (and its address from then on:
+/// [`HealthObserver::moved_to`]); when none passes, the address in use's is. An answer other
+/// than 200 is the replica's own (every address reaches the same process): nothing else is
+/// tried.
 pub fn spawn_checker(
-    addr: SocketAddr,
+    addrs: Vec<SocketAddr>,
     settings: Arc<ArcSwap<ProbeSettings>>,
     observer: Arc<dyn HealthObserver>,
 ) -> CheckerHandle {
@@ -81,6 +92,7 @@ pub fn spawn_checker(
     let woken = wake.clone();
     let task = tokio::spawn(async move {
         let mut next = Instant::now();
+        let mut in_use = 0;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(next) => {}
@@ -88,7 +100,18 @@ pub fn spawn_checker(
             }
             let started = Instant::now();
             let current = settings.load_full();
-            let record = current.prober.probe(addr).await;
+            let mut record = current.prober.probe(addrs[in_use]).await;
+            if matches!(record.outcome, ProbeOutcome::Unreachable(..)) {
+                for other in (0..addrs.len()).filter(|i| *i != in_use) {
+                    let tried = current.prober.probe(addrs[other]).await;
+                    if tried.outcome.passed() {
+                        in_use = other;
+                        observer.moved_to(addrs[other]);
+                        record = tried;
+                        break;
+                    }
+                }
+            }
             let pace = observer.probed(&record);
             next = started + jittered(current.intervals.at(pace));
         }

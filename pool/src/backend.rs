@@ -7,7 +7,7 @@ use crate::planes::DataPlanes;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use kubegate_health::{BackendState, CheckerHandle, HealthTracker, ProbeRecord};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::Notify;
@@ -40,6 +40,9 @@ pub struct BackendInfo {
     pub name: String,
     /// Address probed for readiness.
     pub probe_address: SocketAddr,
+    /// Every address of the replica, `address` first (`other_addresses`): the one in use takes
+    /// its new work.
+    pub addresses: Vec<SocketAddr>,
     /// Where it came from.
     pub source: BackendSource,
 }
@@ -78,6 +81,9 @@ pub struct Backend<P> {
     shutting_down: AtomicBool,
     /// The operator asked for its work to move elsewhere ahead of a planned restart.
     drained_by_operator: AtomicBool,
+    /// Which of `info().addresses` new work goes to: the last that passed a probe where the
+    /// one in use was unreachable.
+    in_use: AtomicUsize,
     last_probe: ArcSwapOption<ProbeRecord>,
     /// When the current run of failed probes began (none while the last probe passed), and
     /// when the last failed probe started.
@@ -113,6 +119,7 @@ impl<P: DataPlanes> Backend<P> {
             since_unix_ms: AtomicU64::new(0),
             shutting_down: AtomicBool::new(false),
             drained_by_operator: AtomicBool::new(false),
+            in_use: AtomicUsize::new(0),
             last_probe: ArcSwapOption::empty(),
             failures: Mutex::new(Failures::default()),
             ejection: Ejection::new(),
@@ -122,6 +129,32 @@ impl<P: DataPlanes> Backend<P> {
         };
         b.touch_since();
         b
+    }
+
+    /// Where new work goes: the replica's address in use (`address` unless a probe moved it
+    /// to another of its addresses).
+    pub fn connect_address(&self) -> SocketAddr {
+        let i = self.in_use.load(Ordering::Relaxed);
+        self.info()
+            .addresses
+            .get(i)
+            .copied()
+            .unwrap_or(self.address)
+    }
+
+    /// A probe found the replica at its address `to` where the one in use was unreachable.
+    pub(crate) fn moved_to(&self, to: SocketAddr) {
+        let info = self.info();
+        if let Some(index) = info.addresses.iter().position(|a| *a == to) {
+            let from = self.connect_address();
+            self.in_use.store(index, Ordering::Relaxed);
+            tracing::warn!(backend = %info.name, %from, %to, "backend unreachable at the address in use; its new work goes to another of its addresses");
+        }
+    }
+
+    /// Its addresses changed (a reload): new work goes to the first again.
+    pub(crate) fn addresses_changed(&self) {
+        self.in_use.store(0, Ordering::Relaxed);
     }
 
     /// The data planes call this when their open work on this backend may have dropped to

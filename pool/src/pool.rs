@@ -168,6 +168,7 @@ impl<P: DataPlanes> Pool<P> {
         let info = BackendInfo {
             name: spec.display_name(),
             probe_address: spec.probe_address(),
+            addresses: spec.addresses(),
             source,
         };
         let tracker = HealthTracker::new(self.settings.load().thresholds);
@@ -208,6 +209,7 @@ impl<P: DataPlanes> Pool<P> {
         let info = BackendInfo {
             name: after.display_name(),
             probe_address: after.probe_address(),
+            addresses: after.addresses(),
             source: old.source,
         };
         backend.set_info(info.clone());
@@ -216,7 +218,10 @@ impl<P: DataPlanes> Pool<P> {
             self.events
                 .backend_renamed(&old.name, &info.name, backend.state());
         }
-        if old.probe_address != info.probe_address {
+        if old.addresses != info.addresses {
+            backend.addresses_changed();
+        }
+        if old.probe_address != info.probe_address || old.addresses != info.addresses {
             self.start_checker(&backend);
         }
         tracing::info!(backend = %info.name, previous_name = %old.name, probe_address = %info.probe_address, "backend updated");
@@ -295,8 +300,18 @@ impl<P: DataPlanes> Pool<P> {
 
     fn start_checker(&self, backend: &Arc<Backend<P>>) {
         let Some(probes) = &self.probes else { return };
+        // Probed at its health address, else at each of its addresses (the one in use first).
+        let info = backend.info();
+        let mut addrs = match info.probe_address == backend.address {
+            true => info.addresses.clone(),
+            false => vec![info.probe_address],
+        };
+        let in_use = backend.connect_address();
+        if let Some(i) = addrs.iter().position(|a| *a == in_use) {
+            addrs.swap(0, i);
+        }
         let checker = spawn_checker(
-            backend.info().probe_address,
+            addrs,
             probes.clone(),
             Arc::new(ProbeSink {
                 pool: self.this.clone(),
@@ -649,6 +664,12 @@ impl<P: DataPlanes> HealthObserver for ProbeSink<P> {
         match (self.pool.upgrade(), self.backend.upgrade()) {
             (Some(pool), Some(backend)) => pool.observe(&backend, record),
             _ => Pace::Normal,
+        }
+    }
+
+    fn moved_to(&self, to: SocketAddr) {
+        if let Some(backend) = self.backend.upgrade() {
+            backend.moved_to(to);
         }
     }
 }

@@ -63,6 +63,7 @@ pub fn backends(n: u16) -> Vec<Arc<Backend<TestPlanes>>> {
                 BackendInfo {
                     name: addr.to_string(),
                     probe_address: addr,
+                    addresses: vec![addr],
                     source: crate::BackendSource::Static,
                 },
                 HealthTracker::new(Thresholds::new(1, 1)),

@@ -40,6 +40,12 @@ pub struct BackendSpec {
     /// plain-TCP backend that exposes its health over TLS elsewhere). Defaults to `address`.
     #[serde(default)]
     pub health_address: Option<SocketAddr>,
+    /// The same replica's other addresses (its other address family on a dual-stack host):
+    /// when a probe of the address in use fails, each is probed in turn, and the first that
+    /// passes takes the replica's new work. One replica, one share and one state, however
+    /// many addresses. Not with `health_address`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_addresses: Vec<SocketAddr>,
 }
 
 impl BackendSpec {
@@ -49,6 +55,7 @@ impl BackendSpec {
             name: Some(name.to_string()),
             address,
             health_address: None,
+            other_addresses: Vec::new(),
         }
     }
 }
@@ -64,6 +71,13 @@ impl BackendSpec {
     /// The address that is probed.
     pub fn probe_address(&self) -> SocketAddr {
         self.health_address.unwrap_or(self.address)
+    }
+
+    /// Every address of the replica: `address`, then `other_addresses`.
+    pub fn addresses(&self) -> Vec<SocketAddr> {
+        std::iter::once(self.address)
+            .chain(self.other_addresses.iter().copied())
+            .collect()
     }
 }
 

@@ -90,12 +90,19 @@ pub async fn run(
     }
 }
 
-/// Where to ask: ready backends first, then every other one still configured.
+/// Where to ask: ready backends first, then every other one still configured, each at its
+/// address in use.
 fn candidates(pool: &Pool) -> Vec<SocketAddr> {
-    let mut out: Vec<SocketAddr> = pool.routing().ready.iter().map(|b| b.address).collect();
+    let mut out: Vec<SocketAddr> = pool
+        .routing()
+        .ready
+        .iter()
+        .map(|b| b.connect_address())
+        .collect();
     for b in pool.backends() {
-        if pool.configured(b.address).is_some() && !out.contains(&b.address) {
-            out.push(b.address);
+        let at = b.connect_address();
+        if pool.configured(b.address).is_some() && !out.contains(&at) {
+            out.push(at);
         }
     }
     out
@@ -254,6 +261,7 @@ fn apply(
         name: None,
         address,
         health_address: None,
+        other_addresses: Vec::new(),
     };
     for a in found.iter().filter(|a| !is_static(a)) {
         if pool.configured(*a).is_none() {

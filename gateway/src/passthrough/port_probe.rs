@@ -77,7 +77,8 @@ pub async fn probe(
     loop {
         let health = gw.config().load().health.clone();
         let clusters = gw.clusters();
-        let replicas: Vec<SocketAddr> = clusters
+        // Each replica (named by its address) probed where its new work goes.
+        let replicas: Vec<(SocketAddr, SocketAddr)> = clusters
             .all()
             .iter()
             .filter(|c| {
@@ -87,13 +88,13 @@ pub async fn probe(
                     .is_none_or(|names| names.iter().any(|n| n == c.name()))
             })
             .flat_map(|c| c.pool().backends())
-            .map(|b| b.address)
+            .map(|b| (b.address, b.connect_address()))
             .collect();
         let mut probes = tokio::task::JoinSet::new();
-        for replica in replicas {
+        for (replica, at) in replicas {
             let timeout = health.timeout;
             probes.spawn(async move {
-                match dial(on_port(replica, Some(port)), timeout).await {
+                match dial(on_port(at, Some(port)), timeout).await {
                     Ok(_) => None,
                     // kubegate's own shortage says nothing of the port.
                     Err(e) if out_of_resources(&e) => None,

@@ -138,7 +138,7 @@ impl Attempt for Connects<'_> {
     }
 
     async fn attempt(&mut self, backend: &Arc<Backend>) -> Result<TcpStream, ConnectFailure> {
-        dial(on_port(backend.address, self.port), self.timeout)
+        dial(on_port(backend.connect_address(), self.port), self.timeout)
             .await
             .map_err(|e| self.failed(backend, &e))
     }

@@ -513,6 +513,7 @@ mod tests {
             replica: Some(Arc::new(BackendInfo {
                 name: "cp-1".into(),
                 probe_address: "127.0.0.1:6443".parse().unwrap(),
+                addresses: vec!["127.0.0.1:6443".parse().unwrap()],
                 source: BackendSource::Static,
             })),
             status: 200,

@@ -30,6 +30,7 @@ fn spec(port: u16, name: &str) -> BackendSpec {
         name: Some(name.into()),
         address: format!("127.0.0.1:{port}").parse().unwrap(),
         health_address: None,
+        other_addresses: Vec::new(),
     }
 }
 

@@ -17,6 +17,9 @@ pub struct BackendView {
     pub address: String,
     /// Where probes go.
     pub probe_address: String,
+    /// A replica of several addresses (`other_addresses`): the one its new work goes to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address_in_use: Option<String>,
     /// Where it came from: `static` (the configuration) or `discovered`.
     #[serde(default)]
     pub source: String,
@@ -103,6 +106,7 @@ pub fn backends_view(gw: &Gateway) -> Vec<BackendView> {
                 cluster: cluster.name().to_string(),
                 address: b.address.to_string(),
                 probe_address: info.probe_address.to_string(),
+                address_in_use: (info.addresses.len() > 1).then(|| b.connect_address().to_string()),
                 source: info.source.as_str().into(),
                 state: b.state().as_str().into(),
                 since: humantime::format_rfc3339_millis(

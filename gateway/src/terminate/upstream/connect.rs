@@ -87,7 +87,7 @@ pub async fn stream_to(
     // Boxed: the TLS and HTTP/2 handshakes' future is ~6.5 KB, and every request's future
     // would otherwise be that large (and moved whole) for a path few requests take.
     match Box::pin(dial_h2(
-        backend.address,
+        backend.connect_address(),
         tls,
         upstreams.tls.server_name.clone(),
         timeout,
