@@ -9,6 +9,11 @@
 //!    configured at an address that is a relay to it (as its other family would be) and at its
 //!    own (`other_addresses`); the relay goes away: kubegate probes the replica at its other
 //!    address, moves its new work there, the replica never leaves ready, and it serves on.
+//! 4. `in_a_network_of_its_own_a_dual_stack_replica_loses_its_ipv6_address_and_serves_on`: in
+//!    a network namespace of the test's own, a replica bound on both families of a node with
+//!    an IPv4 and an IPv6 address, configured at its IPv6 address and its IPv4 one; the IPv6
+//!    address is deleted from the node: the replica stays ready, its work moves to IPv4, and
+//!    kubegate serves on.
 
 use kubegate_e2e::*;
 use std::collections::HashSet;
@@ -153,4 +158,107 @@ async fn a_replica_of_two_addresses_loses_one_and_stays_in_service() {
         let r = conn.get("/version").await.unwrap();
         assert_eq!(r.status, 200, "terminate {terminate}: {}", r.text());
     }
+}
+
+/// A network namespace of the test's own, entered by the calling thread: the test's runtime
+/// runs on that thread alone (`#[tokio::test]`'s default), so its sockets and every process
+/// it starts are in the namespace. Its loopback is up with an IPv4 and an IPv6 address of a
+/// node besides `127.0.0.1` and `::1`. Deleted when dropped (after what runs in it).
+struct OwnNetwork {
+    name: String,
+}
+
+impl OwnNetwork {
+    const V4: &str = "10.213.0.1";
+    const V6: &str = "fd00:213::1";
+
+    fn enter() -> OwnNetwork {
+        use std::os::fd::AsRawFd;
+        let name = format!("kubegate-test-{}", std::process::id());
+        run_ok(std::process::Command::new("ip").args(["netns", "add", &name]));
+        let ns = std::fs::File::open(format!("/var/run/netns/{name}")).unwrap();
+        // SAFETY: setns on a descriptor we own; it changes this thread's network namespace only.
+        let entered = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(entered, 0, "setns: {}", std::io::Error::last_os_error());
+        let ip = |args: &[&str]| run_ok(std::process::Command::new("ip").args(args));
+        ip(&["link", "set", "lo", "up"]);
+        ip(&["addr", "add", &format!("{}/32", Self::V4), "dev", "lo"]);
+        ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("{}/128", Self::V6),
+            "dev",
+            "lo",
+            "nodad",
+        ]);
+        OwnNetwork { name }
+    }
+
+    /// The node loses its IPv6 address.
+    fn lose_v6(&self) {
+        run_ok(std::process::Command::new("ip").args([
+            "-6",
+            "addr",
+            "del",
+            &format!("{}/128", Self::V6),
+            "dev",
+            "lo",
+        ]));
+    }
+}
+
+impl Drop for OwnNetwork {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+#[tokio::test]
+async fn in_a_network_of_its_own_a_dual_stack_replica_loses_its_ipv6_address_and_serves_on() {
+    const T: Duration = Duration::from_secs(60);
+    let net = OwnNetwork::enter();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let port = free_port();
+    let sim = Sim::start(
+        &pki,
+        "replica-1",
+        SimOptions {
+            address: Some(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port))),
+            ..Default::default()
+        },
+    );
+    let v6: SocketAddr = format!("[{}]:{port}", OwnNetwork::V6).parse().unwrap();
+    let v4: SocketAddr = format!("{}:{port}", OwnNetwork::V4).parse().unwrap();
+    let mut config = KubegateConfig::new(&[&sim]);
+    config.backends[0].address = v6;
+    config.backends[0].other_addresses = vec![v4];
+    let kg = Kubegate::start(&pki, &config);
+    kg.wait_state("replica-1", "ready", T);
+    assert_eq!(
+        backend_row(&kg, "replica-1")["address_in_use"],
+        v6.to_string()
+    );
+    let mut conn = Conn::open(kg.listen, &pki, false).await.unwrap();
+    assert_eq!(conn.get("/version").await.unwrap().status, 200);
+
+    net.lose_v6();
+    wait_for("new work to go to the replica's IPv4 address", T, || {
+        (backend_row(&kg, "replica-1")["address_in_use"] == v4.to_string().as_str()).then_some(())
+    });
+    assert_eq!(kg.state("replica-1").as_deref(), Some("ready"));
+    let left_ready = kg.metric(
+        r#"kubegate_backend_state_transitions_total{backend="replica-1",from="ready",to="not_ready"}"#,
+    ) + kg.metric(
+        r#"kubegate_backend_state_transitions_total{backend="replica-1",from="ready",to="down"}"#,
+    );
+    assert_eq!(left_ready, 0.0, "the replica never left ready");
+    let mut conn = Conn::open(kg.listen, &pki, false).await.unwrap();
+    let r = conn.get("/version").await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    drop(kg);
+    drop(sim);
 }
