@@ -176,7 +176,9 @@ impl OwnNetwork {
         use std::os::fd::AsRawFd;
         let name = format!("kubegate-test-{}", std::process::id());
         run_ok(std::process::Command::new("ip").args(["netns", "add", &name]));
-        let ns = std::fs::File::open(format!("/var/run/netns/{name}")).unwrap();
+        // Deleted however the rest goes.
+        let net = OwnNetwork { name };
+        let ns = std::fs::File::open(format!("/var/run/netns/{}", net.name)).unwrap();
         // SAFETY: setns on a descriptor we own; it changes this thread's network namespace only.
         let entered = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
         assert_eq!(entered, 0, "setns: {}", std::io::Error::last_os_error());
@@ -192,7 +194,7 @@ impl OwnNetwork {
             "lo",
             "nodad",
         ]);
-        OwnNetwork { name }
+        net
     }
 
     /// The node loses its IPv6 address.

@@ -155,7 +155,7 @@ pub(crate) mod tests_support {
                 name: Some("a".into()),
                 address: "127.0.0.1:7001".parse().unwrap(),
                 health_address: Some("127.0.0.1:7002".parse().unwrap()),
-                other_addresses: Vec::new(),
+                other_addresses: vec!["[::1]:7001".parse().unwrap()],
             }],
         );
         c.health.tls.ca_file = Some("ca".into());

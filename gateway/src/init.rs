@@ -171,14 +171,15 @@ fn plan(init: &Init) -> Result<Vec<Planned>, String> {
         format!("the cluster CA: {e} (run kubegate init as root on a kubeadm control-plane node, after `kubeadm init phase certs`, or with --root pointing at a copy of /etc/kubernetes/pki)")
     })?;
     let mut admin_names = init.addresses();
-    admin_names.extend(["127.0.0.1".to_string(), ADMIN_SERVER_NAME.to_string()]);
+    admin_names.extend(init.loopbacks());
+    admin_names.push(ADMIN_SERVER_NAME.to_string());
     admin_names.dedup();
     let mut leaves = vec![("admin", &ca, "kubegate-admin", admin_names, Usage::Server)];
     let front_proxy;
     if init.mode == Mode::Terminate {
         let mut names: Vec<String> = vec![init.endpoint_host()];
         names.extend(init.addresses());
-        names.push("127.0.0.1".into());
+        names.extend(init.loopbacks());
         names.extend(
             [
                 "kubernetes",
@@ -795,6 +796,17 @@ mod tests {
             .err()
             .unwrap()
             .contains("one IPv4 and one IPv6"));
+        // keepalived speaks one family: peers of the other are refused.
+        let v6_peer = InitArgs {
+            peers: vec!["fd00::12".parse().unwrap()],
+            ..dual(Shape::StaticPod)
+        };
+        assert!(Init::new(v6_peer)
+            .err()
+            .unwrap()
+            .contains("--peer fd00::12"));
+        let kubeadm = render::kubeadm(&Init::new(dual(Shape::StaticPod)).unwrap());
+        assert!(kubeadm.contains(r#""fd00::11""#), "{kubeadm}");
         // The certificates name both addresses.
         let (root, _) = node();
         run(InitArgs {
@@ -803,7 +815,12 @@ mod tests {
         })
         .unwrap();
         let pki = root.path().join("etc/kubernetes/pki/kubegate");
-        let both = ["10.0.0.11".to_string(), "fd00::11".to_string()];
+        // Both addresses, and ::1 where `kubegate status` asks the admin endpoint on the node.
+        let both = [
+            "10.0.0.11".to_string(),
+            "fd00::11".to_string(),
+            "::1".to_string(),
+        ];
         for cert in ["serving.crt", "admin.crt"] {
             let pem = std::fs::read_to_string(pki.join(cert)).unwrap();
             assert!(pki::covers(&pem, &both), "{cert}");

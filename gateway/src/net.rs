@@ -8,7 +8,7 @@ mod connect;
 pub mod hold;
 mod proxy_protocol;
 
-pub use accept::{bind, Acceptor, Serve};
+pub use accept::{bind, bind_admin, Acceptor, Serve};
 pub use connect::{connect_failed, place, Attempt, Unplaced, PASSIVE_EJECTION};
 pub use proxy_protocol::client_of;
 

@@ -7,7 +7,7 @@ use crate::planes::DataPlanes;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use kubegate_health::{BackendState, CheckerHandle, HealthTracker, ProbeRecord};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::Notify;
@@ -81,9 +81,10 @@ pub struct Backend<P> {
     shutting_down: AtomicBool,
     /// The operator asked for its work to move elsewhere ahead of a planned restart.
     drained_by_operator: AtomicBool,
-    /// Which of `info().addresses` new work goes to: the last that passed a probe where the
-    /// one in use was unreachable.
-    in_use: AtomicUsize,
+    /// Which of `info().addresses` new work goes to, when not the first: the last that passed
+    /// a probe where the one in use was unreachable. An address, not a position, so that a
+    /// reload that reorders or extends the list keeps it.
+    in_use: Mutex<Option<SocketAddr>>,
     last_probe: ArcSwapOption<ProbeRecord>,
     /// When the current run of failed probes began (none while the last probe passed), and
     /// when the last failed probe started.
@@ -119,7 +120,7 @@ impl<P: DataPlanes> Backend<P> {
             since_unix_ms: AtomicU64::new(0),
             shutting_down: AtomicBool::new(false),
             drained_by_operator: AtomicBool::new(false),
-            in_use: AtomicUsize::new(0),
+            in_use: Mutex::new(None),
             last_probe: ArcSwapOption::empty(),
             failures: Mutex::new(Failures::default()),
             ejection: Ejection::new(),
@@ -134,27 +135,41 @@ impl<P: DataPlanes> Backend<P> {
     /// Where new work goes: the replica's address in use (`address` unless a probe moved it
     /// to another of its addresses).
     pub fn connect_address(&self) -> SocketAddr {
-        let i = self.in_use.load(Ordering::Relaxed);
-        self.info()
-            .addresses
-            .get(i)
-            .copied()
+        self.in_use
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
             .unwrap_or(self.address)
     }
 
-    /// A probe found the replica at its address `to` where the one in use was unreachable.
+    /// A probe found the replica at its address `to` where the one in use was unreachable:
+    /// new work goes there, and the data planes stop giving new work to what they opened to
+    /// the old one (it may be there no more, and fail silently).
     pub(crate) fn moved_to(&self, to: SocketAddr) {
         let info = self.info();
-        if let Some(index) = info.addresses.iter().position(|a| *a == to) {
-            let from = self.connect_address();
-            self.in_use.store(index, Ordering::Relaxed);
-            tracing::warn!(backend = %info.name, %from, %to, "backend unreachable at the address in use; its new work goes to another of its addresses");
+        if !info.addresses.contains(&to) {
+            return; // A checker a reload replaced, still finishing its round.
         }
+        let from = {
+            let mut in_use = self.in_use.lock().unwrap_or_else(|e| e.into_inner());
+            let from = in_use.unwrap_or(self.address);
+            if from == to {
+                return;
+            }
+            *in_use = (to != self.address).then_some(to);
+            from
+        };
+        self.planes.moved();
+        tracing::warn!(backend = %info.name, %from, %to, "backend unreachable at the address in use; its new work goes to another of its addresses");
     }
 
-    /// Its addresses changed (a reload): new work goes to the first again.
+    /// Its addresses changed (a reload): the address in use stays if it is still one of them,
+    /// else new work goes to the first.
     pub(crate) fn addresses_changed(&self) {
-        self.in_use.store(0, Ordering::Relaxed);
+        let info = self.info();
+        let mut in_use = self.in_use.lock().unwrap_or_else(|e| e.into_inner());
+        if in_use.is_some_and(|a| !info.addresses.contains(&a)) {
+            *in_use = None;
+        }
     }
 
     /// The data planes call this when their open work on this backend may have dropped to

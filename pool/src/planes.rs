@@ -24,6 +24,11 @@ pub trait DataPlanes: Send + Sync + 'static {
     /// The backend was renamed (metric handles follow the name).
     fn renamed(&self, _name: &str) {}
 
+    /// The backend's new work goes to another of its addresses: what is open to the old one
+    /// takes no new work (passthrough's connections go on; terminate mode's upstream
+    /// connections take no new stream and close once their streams are done).
+    fn moved(&self) {}
+
     /// The backend was just probed (every health interval): housekeeping that needs a clock
     /// but not a task of its own — terminate mode gives back upstream connections left idle.
     fn probed(&self) {}

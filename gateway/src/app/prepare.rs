@@ -69,7 +69,7 @@ pub fn prepare(config_path: &Path, upgrade: bool) -> anyhow::Result<Prepared> {
         .and_then(|i| i.take(config.admin.address))
     {
         Some(admin) => admin,
-        None => TcpListener::bind(config.admin.address)
+        None => crate::net::bind_admin(config.admin.address)
             .map_err(|e| anyhow::anyhow!("admin.address {}: {e}", config.admin.address))?,
     };
     admin.set_nonblocking(true)?;

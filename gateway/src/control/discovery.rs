@@ -253,8 +253,9 @@ fn apply(
         .clusters()
         .iter()
         .filter(|c| c.name == cluster.name())
-        .flat_map(|c| c.backends.iter().map(|b| b.address))
+        .flat_map(|c| c.backends.iter().flat_map(|b| b.addresses()))
         .collect();
+    // A static backend's other addresses are that replica too, never a backend of their own.
     let is_static = |a: &SocketAddr| statics.contains(a);
     let pool = cluster.pool();
     let spec = |address: SocketAddr| BackendSpec {

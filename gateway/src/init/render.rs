@@ -180,9 +180,10 @@ scrape_configs:
 /// The kubeadm `ClusterConfiguration` fragment the apiservers need for this kubegate.
 pub fn kubeadm(init: &Init) -> String {
     let mut sans = vec![init.endpoint_host()];
-    if !sans.contains(&"127.0.0.1".to_string()) {
-        sans.push("127.0.0.1".into());
-    }
+    // The VIP is of one family: a client of the other reaches kubegate at the node's address.
+    sans.extend(init.other_address.map(|a| a.to_string()));
+    sans.extend(init.loopbacks());
+    sans.dedup();
     let sans: Vec<String> = sans.iter().map(|s| format!("\"{s}\"")).collect();
     let mut out = format!(
         r#"# Written by `kubegate init`: what the apiservers need for kubegate in front of them. Merge

@@ -167,6 +167,20 @@ impl Init {
         if args.shape == Shape::StaticPod && listen.port() == 6443 && listen.ip().is_unspecified() {
             return Err(format!("--listen {listen} conflicts with the apiserver on the same node (kubeadm binds port 6443 on every address): keep 8443, or see docs/deploy.md, \"The address kubegate binds\""));
         }
+        // keepalived speaks one family: its unicast peers and VIP are in the source's.
+        let family = |ip: IpAddr| ip.is_ipv4() == args.address.is_ipv4();
+        if let Some(p) = args.peers.iter().find(|p| !family(**p)) {
+            return Err(format!(
+                "--peer {p}: the peers are in the first --address's family ({})",
+                args.address
+            ));
+        }
+        if let Some(vip) = vip_ip.filter(|v| !family(*v)) {
+            return Err(format!(
+                "--vip {vip}: the VIP is in the first --address's family ({})",
+                args.address
+            ));
+        }
         let mut peers = args.peers;
         peers.sort();
         peers.dedup();
@@ -229,6 +243,16 @@ impl Init {
             .chain(self.other_address)
             .map(|a| a.to_string())
             .collect()
+    }
+
+    /// The loopback addresses a client on the node reaches kubegate at: `::1` too where it
+    /// listens on IPv6 (`kubegate status` on the node asks its admin endpoint there).
+    pub(super) fn loopbacks(&self) -> Vec<String> {
+        let mut l = vec!["127.0.0.1".to_string()];
+        if self.admin_any.is_ipv6() {
+            l.push("::1".into());
+        }
+        l
     }
 
     pub(super) fn endpoint_host(&self) -> String {

@@ -48,6 +48,23 @@ const RESOURCE_PAUSE: Duration = Duration::from_millis(100);
 /// every failure.
 const WARNING_EVERY: Duration = Duration::from_secs(10);
 
+/// Binds the admin endpoint's listener as std would (address reuse), `[::]` taking both
+/// families whatever `net.ipv6.bindv6only` says.
+pub fn bind_admin(address: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let socket = Socket::new(
+        Domain::for_address(address),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    if address.is_ipv6() && address.ip().is_unspecified() {
+        socket.set_only_v6(false)?;
+    }
+    socket.bind(&address.into())?;
+    socket.listen(128)?;
+    Ok(socket.into())
+}
+
 /// Binds a listener the way pingora would: address reuse (a restart does not wait for
 /// TIME_WAIT), a deep backlog, non-blocking. Accepted sockets inherit the listener's TCP
 /// options, so `TCP_NODELAY` (small writes — TLS records, watch events — leave at once) and the
@@ -61,6 +78,10 @@ pub fn bind(address: SocketAddr, keepalive: &KeepaliveConfig) -> io::Result<std:
     socket.set_reuse_address(true)?;
     socket.set_tcp_nodelay(true)?;
     set_keepalive(&socket, keepalive)?;
+    // `[::]` takes both families whatever `net.ipv6.bindv6only` says (a dual-stack node).
+    if address.is_ipv6() && address.ip().is_unspecified() {
+        socket.set_only_v6(false)?;
+    }
     socket.bind(&address.into())?;
     socket.listen(BACKLOG)?;
     Ok(socket.into())

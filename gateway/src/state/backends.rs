@@ -76,6 +76,10 @@ impl DataPlanes for Planes {
         self.passthrough.close_all() + self.terminate.close()
     }
 
+    fn moved(&self) {
+        self.terminate.retire_all();
+    }
+
     fn renamed(&self, name: &str) {
         self.passthrough.rename(&self.metrics.passthrough, name);
         self.terminate.set_gauges(gauges(&self.metrics, name));

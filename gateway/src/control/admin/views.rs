@@ -105,7 +105,11 @@ pub fn backends_view(gw: &Gateway) -> Vec<BackendView> {
                 name: info.name.clone(),
                 cluster: cluster.name().to_string(),
                 address: b.address.to_string(),
-                probe_address: info.probe_address.to_string(),
+                // Probed where its work goes unless a health address is set.
+                probe_address: match info.probe_address == b.address {
+                    true => b.connect_address().to_string(),
+                    false => info.probe_address.to_string(),
+                },
                 address_in_use: (info.addresses.len() > 1).then(|| b.connect_address().to_string()),
                 source: info.source.as_str().into(),
                 state: b.state().as_str().into(),

@@ -441,6 +441,13 @@ impl Upstream {
 
     /// No new streams: connections close, with GOAWAY, once their streams are done.
     pub fn drain(&self) {
+        self.retire_all();
+        self.drains.send_modify(|n| *n += 1);
+    }
+
+    /// Every open connection takes no new stream (the replica is now reached at another of
+    /// its addresses); unlike a drain, watches are not told to move.
+    pub fn retire_all(&self) {
         let mut conns = self.conns();
         let conns = &mut *conns;
         let mut taken = 0;
@@ -452,7 +459,6 @@ impl Upstream {
         }
         conns.retired.retain(|k| !k.ended());
         self.gauges.load().connections.sub(taken as i64);
-        self.drains.send_modify(|n| *n += 1);
     }
 
     /// Connections of `kind` that present another identity than `current` (a front-proxy

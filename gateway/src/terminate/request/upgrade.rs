@@ -179,13 +179,19 @@ impl Attempt for Connects<'_> {
 
     async fn attempt(&mut self, backend: &Arc<Backend>) -> Result<Self::Output, ()> {
         let name = self.upstreams.tls.server_name.clone();
-        let handshake =
-            match tls_connect(backend.address, self.tls.clone(), name, self.timeout).await {
-                Ok((tls, _socket)) => hyper::client::conn::http1::handshake(TokioIo::new(tls))
-                    .await
-                    .map_err(std::io::Error::other),
-                Err(e) => Err(e),
-            };
+        let handshake = match tls_connect(
+            backend.connect_address(),
+            self.tls.clone(),
+            name,
+            self.timeout,
+        )
+        .await
+        {
+            Ok((tls, _socket)) => hyper::client::conn::http1::handshake(TokioIo::new(tls))
+                .await
+                .map_err(std::io::Error::other),
+            Err(e) => Err(e),
+        };
         match handshake {
             Ok((sender, conn)) => {
                 tokio::spawn(async move {
