@@ -335,9 +335,32 @@ fn block(method: &str, path: &str, extra: &[(&str, &[u8])]) -> Vec<u8> {
     b
 }
 
+/// What the transport lost: a close that reset the connection while frames the server had not
+/// read were still coming can discard its GOAWAY before the client reads it.
+const LOST: &str = "closed without GOAWAY";
+
 /// Runs `steps` on a connection of its own to `at`: what was wrong, if anything, with what
-/// the server did within `limit` of each frame it sent.
+/// the server did within `limit` of each frame it sent. A case whose answer the transport
+/// lost ([`LOST`]) is played again, three times at most: a wrong answer never is.
 async fn scripted(
+    at: SocketAddr,
+    pki: &Pki,
+    steps: &[Step],
+    due: Due,
+    limit: Duration,
+) -> Option<String> {
+    let mut wrong = None;
+    for _ in 0..3 {
+        wrong = played(at, pki, steps, due, limit).await;
+        if wrong.as_deref() != Some(LOST) {
+            break;
+        }
+    }
+    wrong
+}
+
+/// One play of [`scripted`]'s case.
+async fn played(
     at: SocketAddr,
     pki: &Pki,
     steps: &[Step],
@@ -371,13 +394,11 @@ async fn scripted(
     loop {
         let frame = match raw.read(limit).await {
             Ok(Some(f)) => f,
-            Ok(None) | Err(_) => {
-                let how = match raw.read(Duration::ZERO).await {
-                    Ok(None) => "closed without GOAWAY",
-                    _ => "no answer in time",
-                };
-                return Some(how.into());
+            Ok(None) => return Some(LOST.into()),
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                return Some(format!("no answer in {limit:?}"))
             }
+            Err(e) => return Some(format!("the connection failed: {e}")),
         };
         let code = frame.error_code();
         let goaway = frame.kind == kind::GOAWAY;
@@ -705,10 +726,9 @@ fn other_cases() -> Vec<(&'static str, Vec<Step>, Due)> {
         ),
         (
             "the connection's window beyond 2^31-1",
-            vec![
-                F(kind::WINDOW_UPDATE, 0, 0, window(0x7fff_ffff)),
-                F(kind::WINDOW_UPDATE, 0, 0, window(0x7fff_ffff)),
-            ],
+            // 65,535 to begin with: one increment of 2^31-1 overflows it, and no frame follows
+            // the error (one the server has not read can reset the connection over its GOAWAY).
+            vec![F(kind::WINDOW_UPDATE, 0, 0, window(0x7fff_ffff))],
             Due::Connection(FLOW_CONTROL_ERROR),
         ),
         (
