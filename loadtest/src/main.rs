@@ -10,6 +10,7 @@ mod gateways;
 mod herd;
 mod kubectl;
 mod leader;
+mod loopback;
 mod plot;
 mod record;
 mod report;

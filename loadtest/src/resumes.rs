@@ -8,8 +8,6 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// Polls `admin` until `stop`, recording each increase of the resume counter.
 pub async fn follow(admin: SocketAddr, rec: Arc<Recorder>, stop: Stop) {
@@ -83,17 +81,9 @@ fn series<'a>(text: &'a str, name: &'a str) -> impl Iterator<Item = (&'a str, f6
     })
 }
 
+/// `/metrics` of the admin endpoint at `admin`, whatever it answered.
 async fn metrics_text(admin: SocketAddr) -> Option<String> {
-    let read = async {
-        let mut s = TcpStream::connect(admin).await.ok()?;
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
-            .await
-            .ok()?;
-        let mut text = String::new();
-        s.read_to_string(&mut text).await.ok()?;
-        Some(text)
-    };
-    tokio::time::timeout(Duration::from_secs(2), read)
+    crate::loopback::get(admin, "/metrics")
         .await
-        .ok()?
+        .map(|(_, body)| body)
 }

@@ -355,21 +355,8 @@ async fn totals(ports: &[u16]) -> anyhow::Result<(u64, u64)> {
 
 /// The sender the cost table at `admin` names first by time.
 async fn costliest(admin: SocketAddr) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let read = async {
-        let mut s = tokio::net::TcpStream::connect(admin).await.ok()?;
-        s.write_all(b"GET /debug/senders?sort=time&n=1 HTTP/1.1\r\nHost: kubegate\r\nConnection: close\r\n\r\n")
-            .await
-            .ok()?;
-        let mut text = String::new();
-        s.read_to_string(&mut text).await.ok()?;
-        let (_, body) = text.split_once("\r\n\r\n")?;
-        let report: serde_json::Value = serde_json::from_str(body).ok()?;
-        report["senders"][0]["name"].as_str().map(str::to_string)
-    };
-    tokio::time::timeout(Duration::from_secs(2), read)
-        .await
-        .ok()?
+    let report = crate::loopback::get_json(admin, "/debug/senders?sort=time&n=1").await?;
+    report["senders"][0]["name"].as_str().map(str::to_string)
 }
 
 /// `kubegate shed` of the runaway's service account, written to the cluster through the

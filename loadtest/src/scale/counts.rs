@@ -2,10 +2,9 @@
 //! restarted simulator counts from zero again, so the counts are read twice a second and each
 //! replica's total is what it counted before each restart plus what it counts now.
 
+use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 /// Every replica's running totals.
@@ -102,18 +101,5 @@ impl ReplicaCounts {
 
 /// The fault port's `/state` of the replica at `port`.
 pub async fn state(port: u16) -> Option<serde_json::Value> {
-    let read = async {
-        let mut s = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-        s.write_all(b"GET /state HTTP/1.1\r\nHost: fault\r\nConnection: close\r\n\r\n")
-            .await
-            .ok()?;
-        let mut text = String::new();
-        s.read_to_string(&mut text).await.ok()?;
-        let (head, body) = text.split_once("\r\n\r\n")?;
-        head.starts_with("HTTP/1.1 200")
-            .then(|| serde_json::from_str(body).ok())?
-    };
-    tokio::time::timeout(Duration::from_secs(2), read)
-        .await
-        .ok()?
+    crate::loopback::get_json(SocketAddr::from(([127, 0, 0, 1], port)), "/state").await
 }
