@@ -13,7 +13,6 @@ use std::time::Duration;
 
 const T: Duration = Duration::from_secs(30);
 
-const LISTS: &str = "/api/v1/namespaces/default/configmaps";
 const LEVEL: &str = "x-kubernetes-pf-prioritylevel-uid";
 const SCHEMA: &str = "x-kubernetes-pf-flowschema-uid";
 
@@ -61,7 +60,7 @@ async fn a_replica_rejecting_a_level_gets_few_of_its_requests_and_no_client_sees
     let (bed, mut sa) = service_account_through_kubegate().await;
     let kg = &bed.kg;
     // Its flow's level is learned from an answer; the headers reach the client.
-    let first = sa.get(LISTS).await.unwrap();
+    let first = sa.get(CONFIGMAPS).await.unwrap();
     assert_eq!(first.status, 200);
     assert!(first.header(SCHEMA).is_some() && first.header(LEVEL).is_some());
     let level = first.header(LEVEL).unwrap().to_string();
@@ -72,9 +71,9 @@ async fn a_replica_rejecting_a_level_gets_few_of_its_requests_and_no_client_sees
         let r = if i % 4 == 3 {
             // Writes too: a rejection was never processed.
             let body = format!(r#"{{"metadata":{{"name":"cm-{i}"}}}}"#);
-            sa.request("POST", LISTS, Some(&body)).await.unwrap()
+            sa.request("POST", CONFIGMAPS, Some(&body)).await.unwrap()
         } else {
-            sa.get(LISTS).await.unwrap()
+            sa.get(CONFIGMAPS).await.unwrap()
         };
         assert!(
             r.status == 200 || r.status == 201,
@@ -110,7 +109,7 @@ async fn a_replica_rejecting_a_level_gets_few_of_its_requests_and_no_client_sees
     let mut admin = kg.connect(&bed.pki, true).await.unwrap();
     let mut replicas = std::collections::HashSet::new();
     for _ in 0..10 {
-        replicas.insert(admin.get(LISTS).await.unwrap().replica());
+        replicas.insert(admin.get(CONFIGMAPS).await.unwrap().replica());
     }
     assert_eq!(replicas.len(), 2, "{replicas:?}");
 }
@@ -119,10 +118,10 @@ async fn a_replica_rejecting_a_level_gets_few_of_its_requests_and_no_client_sees
 async fn when_every_replica_rejects_the_client_gets_the_shortest_retry_after_after_one_try_each() {
     let (bed, mut sa) = service_account_through_kubegate().await;
     let kg = &bed.kg;
-    assert_eq!(sa.get(LISTS).await.unwrap().status, 200);
+    assert_eq!(sa.get(CONFIGMAPS).await.unwrap().status, 200);
     bed.sims[0].saturate_level("workload-low", Some(8));
     bed.sims[1].saturate_level("workload-low", Some(3));
-    let r = sa.get(LISTS).await.unwrap();
+    let r = sa.get(CONFIGMAPS).await.unwrap();
     assert_eq!(r.status, 429, "{}", r.text());
     assert_eq!(r.text(), "Too many requests, please try again later.\n");
     assert_eq!(
@@ -139,7 +138,7 @@ async fn when_every_replica_rejects_the_client_gets_the_shortest_retry_after_aft
     assert_eq!(rejected["replica-2"], 1.0, "{rejected:?}");
 
     // Both known to reject: the next request still gets one try on each, no more.
-    let r = sa.get(LISTS).await.unwrap();
+    let r = sa.get(CONFIGMAPS).await.unwrap();
     assert_eq!(r.status, 429);
     let rejected = rejections(kg);
     assert_eq!(
@@ -151,7 +150,7 @@ async fn when_every_replica_rejects_the_client_gets_the_shortest_retry_after_aft
     // Calm again: served.
     bed.sims[0].saturate_level("workload-low", None);
     bed.sims[1].saturate_level("workload-low", None);
-    assert_eq!(sa.get(LISTS).await.unwrap().status, 200);
+    assert_eq!(sa.get(CONFIGMAPS).await.unwrap().status, 200);
 }
 
 /// One replica's `workload-low` queues every request for 2 s (no rejection): it holds far more
@@ -169,7 +168,7 @@ async fn a_replica_queueing_a_level_gets_few_of_its_requests() {
         clients.push(service_account(&bed).await);
     }
     // The flow's level is learned from an answer.
-    let first = clients[0].get(LISTS).await.unwrap();
+    let first = clients[0].get(CONFIGMAPS).await.unwrap();
     assert_eq!(first.status, 200);
     let level = first.header(LEVEL).unwrap().to_string();
     bed.sims[0].queue_level("workload-low", Some(2000));
@@ -179,7 +178,7 @@ async fn a_replica_queueing_a_level_gets_few_of_its_requests() {
             tokio::spawn(async move {
                 let mut answered_by = Vec::new();
                 for _ in 0..5 {
-                    let r = c.get(LISTS).await.unwrap();
+                    let r = c.get(CONFIGMAPS).await.unwrap();
                     assert_eq!(r.status, 200, "{}", r.text());
                     answered_by.push(r.replica());
                 }
@@ -231,7 +230,7 @@ async fn a_replica_queueing_a_level_gets_few_of_its_requests() {
 async fn a_retry_may_go_to_a_replica_the_first_attempt_passed_over() {
     let (bed, mut sa) = service_account_through_kubegate().await;
     let kg = &bed.kg;
-    let first = sa.get(LISTS).await.unwrap();
+    let first = sa.get(CONFIGMAPS).await.unwrap();
     let level = first.header(LEVEL).unwrap().to_string();
     // replica-2 queues the level for 6 s; replica-1 rejects it, asking for 1 s.
     bed.sims[1].queue_level("workload-low", Some(6000));
@@ -239,9 +238,9 @@ async fn a_retry_may_go_to_a_replica_the_first_attempt_passed_over() {
     let mut queued = Vec::new();
     for _ in 0..2 {
         let mut c = service_account(&bed).await;
-        queued.push(tokio::spawn(
-            async move { c.get(LISTS).await.unwrap().status },
-        ));
+        queued.push(tokio::spawn(async move {
+            c.get(CONFIGMAPS).await.unwrap().status
+        }));
     }
     // Both wait on replica-2; replica-1's Retry-After has passed, so it holds none and is
     // no longer known to reject.
@@ -267,7 +266,7 @@ async fn a_retry_may_go_to_a_replica_the_first_attempt_passed_over() {
         (on_2 && free).then_some(())
     };
     wait_for("two requests queued on replica-2, replica-1 free", T, ready);
-    let r = sa.get(LISTS).await.unwrap();
+    let r = sa.get(CONFIGMAPS).await.unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.replica(), "replica-2");
     for q in queued {

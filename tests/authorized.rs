@@ -12,7 +12,6 @@ use kubegate_e2e::*;
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(60);
-const LISTS: &str = "/api/v1/namespaces/default/configmaps";
 
 /// Two replicas over one etcd, kubegate terminating in front, tokens `tok-a` (token-user-a)
 /// and `tok-b` (token-user-b), a token's name reviewed again after a second, configured by
@@ -80,7 +79,7 @@ async fn across_senders_a_follower_gets_none_of_the_leads_audit_id_and_a_revoked
     for s in &bed.sims {
         s.set_latency_ms(1000);
     }
-    let path = format!("{LISTS}?resourceVersion=0");
+    let path = format!("{CONFIGMAPS}?resourceVersion=0");
     let mut follower = Conn::open_anonymous(bed.kg.listen, &bed.pki, true)
         .await
         .unwrap();
@@ -150,9 +149,9 @@ async fn a_revoked_tokens_new_watch_gets_401_while_its_twin_is_still_fed() {
         cfg.terminate.access_review.ttl = Duration::from_secs(300);
     });
     let mut admin = as_user(&bed, "admin").await;
-    let r = admin.get(LISTS).await.unwrap();
+    let r = admin.get(CONFIGMAPS).await.unwrap();
     let rv = r.resource_version();
-    let watch = format!("{LISTS}?watch=1&resourceVersion={rv}");
+    let watch = format!("{CONFIGMAPS}?watch=1&resourceVersion={rv}");
     // tok-b's watch opens the feed; tok-a's is fed from it.
     let mut b = Conn::open_anonymous(bed.kg.listen, &bed.pki, true)
         .await
@@ -204,7 +203,7 @@ async fn a_revoked_tokens_new_watch_gets_401_while_its_twin_is_still_fed() {
     assert!(ended.is_none(), "tok-a's fed watch ended: {ended:?}");
     assert!(bed.kg.metric("kubegate_shared_watches_revoked_total") >= 1.0);
     let r = admin
-        .request("POST", LISTS, Some(r#"{"metadata":{"name":"after"}}"#))
+        .request("POST", CONFIGMAPS, Some(r#"{"metadata":{"name":"after"}}"#))
         .await
         .unwrap();
     assert_eq!(r.status, 201);
@@ -219,9 +218,9 @@ async fn a_watch_joining_a_feed_authorized_longer_ago_than_the_review_ttl_is_rev
         cfg.terminate.access_review.ttl = Duration::from_secs(1);
     });
     let mut alice = as_user(&bed, "alice").await;
-    let r = alice.get(LISTS).await.unwrap();
+    let r = alice.get(CONFIGMAPS).await.unwrap();
     let rv = r.resource_version();
-    let watch = format!("{LISTS}?watch=1&resourceVersion={rv}");
+    let watch = format!("{CONFIGMAPS}?watch=1&resourceVersion={rv}");
     let reviews = || -> u64 { bed.sims.iter().map(Sim::access_reviews_received).sum() };
     let before = reviews();
     let first = alice.stream(&watch).await.unwrap();

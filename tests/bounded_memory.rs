@@ -11,7 +11,6 @@ use kubegate_e2e::attack::{assert_alive, counter, measured};
 use kubegate_e2e::*;
 
 const HEAP: &str = "kubegate_heap_allocated_bytes";
-const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn distinct_long_user_agents_cost_bounded_memory() {

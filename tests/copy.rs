@@ -25,6 +25,29 @@ async fn gateway_to(listener: &TcpListener, pki: &Pki, sim: &Sim) -> Kubegate {
     kg
 }
 
+/// kubegate relaying to a plain TCP backend; dropped in field order.
+struct Relay {
+    kg: Kubegate,
+    backend: TcpListener,
+    _probed: Sim,
+    _dir: tempfile::TempDir,
+}
+
+/// A [`Relay`], its backend's readiness probed on a simulated apiserver.
+async fn relay() -> Relay {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let sim = Sim::start(&pki, "probe", SimOptions::default());
+    let backend = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let kg = gateway_to(&backend, &pki, &sim).await;
+    Relay {
+        kg,
+        backend,
+        _probed: sim,
+        _dir: dir,
+    }
+}
+
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
@@ -67,17 +90,13 @@ async fn echo_through(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transfers_are_byte_exact_both_ways() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let sim = Sim::start(&pki, "probe", SimOptions::default());
-    let backend = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let kg = gateway_to(&backend, &pki, &sim).await;
+    let Relay { kg, backend, .. } = &relay().await;
     for (i, size) in [0usize, 1, 1000, 65_536, 1 << 20, 5 << 20]
         .into_iter()
         .enumerate()
     {
         let data = pattern(size, i as u8);
-        let back = echo_through(kg.listen, &backend, &data, Duration::from_secs(30)).await;
+        let back = echo_through(kg.listen, backend, &data, Duration::from_secs(30)).await;
         assert_eq!(back.len(), size, "size {size}");
         assert!(back == data, "size {size}: bytes differ");
     }
@@ -85,11 +104,7 @@ async fn transfers_are_byte_exact_both_ways() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_close_still_gets_the_response() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let sim = Sim::start(&pki, "probe", SimOptions::default());
-    let backend = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let kg = gateway_to(&backend, &pki, &sim).await;
+    let Relay { kg, backend, .. } = &relay().await;
     let server = async {
         let (mut s, _) = backend.accept().await.unwrap();
         let mut request = Vec::new();
@@ -125,11 +140,7 @@ fn reset(s: TcpStream) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reset_is_passed_on_as_a_reset() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let sim = Sim::start(&pki, "probe", SimOptions::default());
-    let backend = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let kg = gateway_to(&backend, &pki, &sim).await;
+    let Relay { kg, backend, .. } = &relay().await;
 
     // The backend resets: the client reads a reset, not a clean end.
     let mut c = TcpStream::connect(kg.listen).await.unwrap();
@@ -166,11 +177,7 @@ async fn a_reset_is_passed_on_as_a_reset() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bytes_are_counted_per_direction() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let sim = Sim::start(&pki, "probe", SimOptions::default());
-    let backend = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let kg = gateway_to(&backend, &pki, &sim).await;
+    let Relay { kg, backend, .. } = &relay().await;
     let (up, down) = (300_001usize, 1_234_567usize);
     let server = async {
         let (mut s, _) = backend.accept().await.unwrap();

@@ -13,7 +13,6 @@
 use kubegate_e2e::*;
 use std::time::Duration;
 
-const LISTS: &str = "/api/v1/namespaces/default/configmaps";
 const RUNAWAY: &str = "system:serviceaccount:telemetry:agent";
 
 /// `/debug/senders` with `query`, as JSON.
@@ -50,7 +49,10 @@ async fn the_costliest_sender_is_named_first_with_what_it_cost() {
             r#"{{"metadata":{{"name":"cm-{i}"}},"data":{{"k":"{}"}}}}"#,
             "v".repeat(4000)
         );
-        let r = runaway.request("POST", LISTS, Some(&body)).await.unwrap();
+        let r = runaway
+            .request("POST", CONFIGMAPS, Some(&body))
+            .await
+            .unwrap();
         assert_eq!(r.status, 201, "{}", r.text());
     }
     // Its level learned, one replica rejects it: the LISTs that meet the rejection are
@@ -58,7 +60,7 @@ async fn the_costliest_sender_is_named_first_with_what_it_cost() {
     bed.sims[0].saturate_level("workload-low", Some(30));
     let mut listed = 0;
     for _ in 0..RUNS {
-        let r = runaway.get(LISTS).await.unwrap();
+        let r = runaway.get(CONFIGMAPS).await.unwrap();
         assert_eq!(r.status, 200, "{}", r.text());
         listed += r.body.len();
     }
@@ -67,7 +69,7 @@ async fn the_costliest_sender_is_named_first_with_what_it_cost() {
     }
     let mut watch = runaway
         .share()
-        .watch(&format!("{LISTS}?watch=true"), false)
+        .watch(&format!("{CONFIGMAPS}?watch=true"), false)
         .await
         .unwrap();
     assert_eq!(watch.status, 200);
@@ -166,7 +168,7 @@ async fn a_flood_of_distinct_user_agents_is_folded_and_the_heavy_one_stays_named
                 assert_eq!(r.status, 200);
                 if i % 25 == 0 {
                     let heavy = [("User-Agent", "heavy/1.0")];
-                    let r = conn.send("GET", LISTS, &heavy, None).await.unwrap();
+                    let r = conn.send("GET", CONFIGMAPS, &heavy, None).await.unwrap();
                     assert_eq!(r.status, 200);
                 }
             }

@@ -13,8 +13,6 @@
 use kubegate_e2e::*;
 use std::time::{Duration, Instant};
 
-const LISTS: &str = "/api/v1/namespaces/default/configmaps";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limited_users_token_followed_by_bytes_the_apiserver_ignores_is_still_limited() {
     let bed = Cluster::new()
@@ -29,7 +27,10 @@ async fn a_limited_users_token_followed_by_bytes_the_apiserver_ignores_is_still_
         let mut limited = 0;
         for _ in 0..20 {
             let headers: [(&str, &[u8]); 1] = [("Authorization", b"Bearer tok-ci \xff")];
-            let r = conn.send_bytes("GET", LISTS, &headers, None).await.unwrap();
+            let r = conn
+                .send_bytes("GET", CONFIGMAPS, &headers, None)
+                .await
+                .unwrap();
             match r.status {
                 429 => limited += 1,
                 200 => {}
@@ -43,7 +44,10 @@ async fn a_limited_users_token_followed_by_bytes_the_apiserver_ignores_is_still_
     let before = bed.sims[0].counted("requests_received");
     let mut conn = Conn::open_anonymous(kg.listen, pki, true).await.unwrap();
     let headers: [(&str, &[u8]); 1] = [("Authorization", b"Bearer tok-\xffci")];
-    let r = conn.send_bytes("GET", LISTS, &headers, None).await.unwrap();
+    let r = conn
+        .send_bytes("GET", CONFIGMAPS, &headers, None)
+        .await
+        .unwrap();
     assert_eq!(r.status, 401, "{}", r.text());
     assert_eq!(bed.sims[0].counted("requests_received"), before);
 }
@@ -56,13 +60,13 @@ async fn a_client_certificate_that_expires_on_an_open_connection_is_refused_from
     let mut conn = Conn::open_as(kg.listen, pki, true, &crt, &key)
         .await
         .unwrap();
-    let r = conn.get(LISTS).await.unwrap();
+    let r = conn.get(CONFIGMAPS).await.unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
     // The same connection, once the certificate has expired: 401, as the apiserver verifies
     // a certificate at every request. (Asked until it expires, at most half a minute.)
     let deadline = Instant::now() + Duration::from_secs(30);
     let refused = loop {
-        let r = conn.get(LISTS).await.unwrap();
+        let r = conn.get(CONFIGMAPS).await.unwrap();
         if r.status != 200 {
             break r;
         }
@@ -93,11 +97,11 @@ async fn a_rotated_front_proxy_certificate_never_expires_on_a_live_connection() 
     // ...to a user whose requests carry identity: they go over connections that present it.
     let mut writer = Conn::open_as_user(kg.listen, pki, "dev", "dev-user", &["dev"]).await;
     let mut watcher = Conn::open_as_user(kg.listen, pki, "watcher", "dev-user", &["dev"]).await;
-    let r = writer.get(LISTS).await.unwrap();
+    let r = writer.get(CONFIGMAPS).await.unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
     let rv = r.resource_version();
     let mut watch = watcher
-        .stream(&format!("{LISTS}?watch=1&resourceVersion={rv}"))
+        .stream(&format!("{CONFIGMAPS}?watch=1&resourceVersion={rv}"))
         .await
         .unwrap();
     assert_eq!(watch.status, 200);
@@ -113,13 +117,16 @@ async fn a_rotated_front_proxy_certificate_never_expires_on_a_live_connection() 
             rotated = true;
         }
         let body = format!(r#"{{"metadata":{{"name":"cm-{written}"}}}}"#);
-        let r = writer.request("POST", LISTS, Some(&body)).await.unwrap();
+        let r = writer
+            .request("POST", CONFIGMAPS, Some(&body))
+            .await
+            .unwrap();
         if r.status != 201 {
             refused.push((r.status, r.text()));
         } else {
             written += 1;
         }
-        let r = writer.get(LISTS).await.unwrap();
+        let r = writer.get(CONFIGMAPS).await.unwrap();
         if r.status != 200 {
             refused.push((r.status, r.text()));
         }

@@ -18,8 +18,6 @@ use kubegate_e2e::*;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-const LISTS: &str = "/api/v1/namespaces/default/configmaps";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rules_route_by_who_and_what_and_fall_back_as_configured() {
     let bed = Cluster::new()
@@ -32,7 +30,7 @@ async fn rules_route_by_who_and_what_and_fall_back_as_configured() {
     let mut lists = HashSet::new();
     let mut gets = HashSet::new();
     for _ in 0..9 {
-        let r = dev.get(LISTS).await.unwrap();
+        let r = dev.get(CONFIGMAPS).await.unwrap();
         assert_eq!(r.status, 200, "{}", r.text());
         lists.insert(r.replica());
         let r = dev.get("/version").await.unwrap();
@@ -46,7 +44,7 @@ async fn rules_route_by_who_and_what_and_fall_back_as_configured() {
     let others: HashSet<String> = {
         let mut s = HashSet::new();
         for _ in 0..9 {
-            s.insert(admin.get(LISTS).await.unwrap().replica());
+            s.insert(admin.get(CONFIGMAPS).await.unwrap().replica());
         }
         s
     };
@@ -58,7 +56,7 @@ async fn rules_route_by_who_and_what_and_fall_back_as_configured() {
     // The rule's replica not ready: fallback all sends its LISTs to the others.
     bed.sims[2].force_check("etcd", true);
     kg.wait_state("replica-3", "not_ready", Duration::from_secs(30));
-    let r = dev.get(LISTS).await.unwrap();
+    let r = dev.get(CONFIGMAPS).await.unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
     assert_ne!(r.replica(), "replica-3");
     assert!(
@@ -71,7 +69,7 @@ async fn rules_route_by_who_and_what_and_fall_back_as_configured() {
     kg.rewrite(&config);
     let deadline = Instant::now() + Duration::from_secs(30);
     let r = loop {
-        let r = dev.get(LISTS).await.unwrap();
+        let r = dev.get(CONFIGMAPS).await.unwrap();
         if r.status == 503 {
             break r;
         }
@@ -106,7 +104,7 @@ async fn a_limited_identity_gets_429_with_retry_after_and_watches_hold_no_slot()
     let mut ci = Conn::open_as_user(kg.listen, pki, "ci", "ci-bot", &["ci"]).await;
     let mut passed = 0;
     let refused = loop {
-        let r = ci.get(LISTS).await.unwrap();
+        let r = ci.get(CONFIGMAPS).await.unwrap();
         if r.status != 200 {
             break r;
         }
@@ -127,31 +125,31 @@ async fn a_limited_identity_gets_429_with_retry_after_and_watches_hold_no_slot()
     );
     // The connection is fine: after Retry-After, the next request passes.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(ci.get(LISTS).await.unwrap().status, 200);
+    assert_eq!(ci.get(CONFIGMAPS).await.unwrap().status, 200);
     // Another user is not limited.
     let mut admin = kg.connect(pki, true).await.unwrap();
     for _ in 0..5 {
-        assert_eq!(admin.get(LISTS).await.unwrap().status, 200);
+        assert_eq!(admin.get(CONFIGMAPS).await.unwrap().status, 200);
     }
 
     // max_in_flight 1: an open watch holds no slot once established...
     let mut w = Conn::open_as_user(kg.listen, pki, "watcher", "watcher", &["dev"]).await;
-    let watch = w.stream(&format!("{LISTS}?watch=1")).await.unwrap();
+    let watch = w.stream(&format!("{CONFIGMAPS}?watch=1")).await.unwrap();
     assert_eq!(watch.status, 200);
     let mut other = Conn::open_as_user(kg.listen, pki, "watcher", "watcher", &["dev"]).await;
-    assert_eq!(other.get(LISTS).await.unwrap().status, 200);
+    assert_eq!(other.get(CONFIGMAPS).await.unwrap().status, 200);
     // ...while a slow request does: the second one meanwhile is refused.
     for s in &bed.sims {
         s.set_latency_ms(5000);
     }
-    let slow = tokio::spawn(async move { w.get(LISTS).await.unwrap().status });
+    let slow = tokio::spawn(async move { w.get(CONFIGMAPS).await.unwrap().status });
     let in_flight = r#"kubegate_dispatch_in_flight{cluster="default",rule="one-at-a-time"}"#;
     wait_for(
         "the slow request in flight",
         Duration::from_secs(10),
         || (kg.metric(in_flight) == 1.0).then_some(()),
     );
-    let refused = other.get(LISTS).await.unwrap();
+    let refused = other.get(CONFIGMAPS).await.unwrap();
     assert_eq!(refused.status, 429, "{}", refused.text());
     assert_eq!(refused.header("retry-after"), Some("1"));
     assert!(
@@ -215,7 +213,7 @@ async fn a_rule_that_rejects_sheds_its_sender_until_it_expires() {
         &["system:serviceaccounts"],
     )
     .await;
-    let r = agent.get(LISTS).await.unwrap();
+    let r = agent.get(CONFIGMAPS).await.unwrap();
     assert_eq!(r.status, 429, "{}", r.text());
     assert_eq!(r.header("retry-after"), Some("30"));
     let status: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
@@ -234,9 +232,9 @@ async fn a_rule_that_rejects_sheds_its_sender_until_it_expires() {
     assert_eq!(kg.metric_sum("kubegate_requests_total"), 0.0);
     // The expired rule takes nothing; another sender passes.
     let mut ci = Conn::open_as_user(kg.listen, pki, "ci", "ci-bot", &["ci"]).await;
-    assert_eq!(ci.get(LISTS).await.unwrap().status, 200);
+    assert_eq!(ci.get(CONFIGMAPS).await.unwrap().status, 200);
     let mut admin = kg.connect(pki, true).await.unwrap();
-    assert_eq!(admin.get(LISTS).await.unwrap().status, 200);
+    assert_eq!(admin.get(CONFIGMAPS).await.unwrap().status, 200);
     // `kubegate check` warns of the expired rule at its position, and the file is still
     // valid.
     let out = std::process::Command::new(bin("kubegate"))

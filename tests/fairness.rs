@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(60);
-const LISTS: &str = "/api/v1/namespaces/default/configmaps";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_token_from_another_host_is_named_in_time_while_one_host_floods_new_tokens() {
@@ -41,7 +40,7 @@ async fn a_new_token_from_another_host_is_named_in_time_while_one_host_floods_ne
     // Named before the flood.
     let mut known = Conn::open_anonymous(kg.listen, pki, true).await.unwrap();
     let r = known
-        .get_with_token(LISTS, "tok-known", "known/1")
+        .get_with_token(CONFIGMAPS, "tok-known", "known/1")
         .await
         .unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
@@ -57,7 +56,7 @@ async fn a_new_token_from_another_host_is_named_in_time_while_one_host_floods_ne
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let token = format!("bogus-{c}-{i}");
-                let _ = conn.get_with_token(LISTS, &token, "flood/1").await;
+                let _ = conn.get_with_token(CONFIGMAPS, &token, "flood/1").await;
                 i += 1;
             }
         }));
@@ -72,7 +71,7 @@ async fn a_new_token_from_another_host_is_named_in_time_while_one_host_floods_ne
         .unwrap();
     let started = Instant::now();
     let r = newcomer
-        .get_with_token(LISTS, "tok-new", "new/1")
+        .get_with_token(CONFIGMAPS, "tok-new", "new/1")
         .await
         .unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
@@ -84,7 +83,7 @@ async fn a_new_token_from_another_host_is_named_in_time_while_one_host_floods_ne
     // The known client, from the flooding host itself, keeps its name while it is renewed.
     for _ in 0..10 {
         let r = known
-            .get_with_token(LISTS, "tok-known", "known/1")
+            .get_with_token(CONFIGMAPS, "tok-known", "known/1")
             .await
             .unwrap();
         assert_eq!(
@@ -121,7 +120,9 @@ async fn one_connection_holds_at_most_its_share_while_no_replica_is_ready() {
     let mut asks = Vec::new();
     for _ in 0..6 {
         let mut c = greedy.share();
-        asks.push(tokio::spawn(async move { c.get(LISTS).await.unwrap() }));
+        asks.push(tokio::spawn(
+            async move { c.get(CONFIGMAPS).await.unwrap() },
+        ));
     }
     // Four are not held: answered at once (503, no replica ready), while two wait.
     let refused = wait_for("four of the six refused", T, || {
@@ -134,7 +135,7 @@ async fn one_connection_holds_at_most_its_share_while_no_replica_is_ready() {
     // Another connection is held still: its own share.
     let mut other = Conn::open(kg.listen, pki, true).await.unwrap();
     other.set_request_timeout(Duration::from_secs(90));
-    let held = tokio::spawn(async move { other.get(LISTS).await.unwrap() });
+    let held = tokio::spawn(async move { other.get(CONFIGMAPS).await.unwrap() });
     wait_for("the other connection's request held", T, || {
         (kg.metric("kubegate_held") == 3.0).then_some(())
     });
@@ -160,7 +161,7 @@ async fn an_http2_client_that_stops_answering_is_closed_with_its_watch_upstream(
         .start();
     let (kg, pki) = (&bed.kg, &bed.pki);
     let mut raw = h2raw::RawH2::connect(kg.listen, pki).await.unwrap();
-    raw.get(1, &format!("{LISTS}?watch=1")).await.unwrap();
+    raw.get(1, &format!("{CONFIGMAPS}?watch=1")).await.unwrap();
     wait_for("the watch open upstream", T, || {
         (bed.sims[0].watches_open() == 1).then_some(())
     });
@@ -187,14 +188,17 @@ async fn a_watch_whose_client_reads_nothing_is_cut_alone() {
     raw.frame(h2raw::kind::SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 0])
         .await
         .unwrap();
-    raw.get(1, &format!("{LISTS}?watch=1")).await.unwrap();
+    raw.get(1, &format!("{CONFIGMAPS}?watch=1")).await.unwrap();
     wait_for("the watch open upstream", T, || {
         (bed.sims[0].watches_open() == 1).then_some(())
     });
     let mut admin = Conn::open(kg.listen, pki, true).await.unwrap();
     for i in 0..40 {
         let body = format!(r#"{{"metadata":{{"name":"cm-{i}"}}}}"#);
-        let r = admin.request("POST", LISTS, Some(&body)).await.unwrap();
+        let r = admin
+            .request("POST", CONFIGMAPS, Some(&body))
+            .await
+            .unwrap();
         assert_eq!(r.status, 201);
     }
     // Its events wait: past the timeout, the watch is cut and its upstream watch goes.
@@ -205,6 +209,6 @@ async fn a_watch_whose_client_reads_nothing_is_cut_alone() {
         (bed.sims[0].watches_open() == 0).then_some(())
     });
     // Cut alone: other clients go on.
-    assert_eq!(admin.get(LISTS).await.unwrap().status, 200);
+    assert_eq!(admin.get(CONFIGMAPS).await.unwrap().status, 200);
     drop(raw);
 }

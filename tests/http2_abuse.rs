@@ -19,7 +19,6 @@ const T: Duration = Duration::from_secs(30);
 const RAPID_RESET: &str = "kubegate_client_limit_closes_total{reason=\"rapid_reset\"}";
 const PODS: &str = "/api/v1/namespaces/default/pods";
 const HEAP: &str = "kubegate_heap_allocated_bytes";
-const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rapid_reset_closes_the_connection_and_others_are_served() {

@@ -15,7 +15,6 @@ use std::future::Future;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(60);
-const LISTS: &str = "/api/v1/namespaces/default/configmaps";
 const AGENT: &str = "join-test/1";
 
 /// Two replicas over one etcd behind kubegate in terminate mode, reads joined, the access log
@@ -105,7 +104,7 @@ where
 /// Creates configmap `name` with label `app=label`.
 async fn create(conn: &mut Conn, name: &str, label: &str) {
     let body = format!(r#"{{"metadata":{{"name":"{name}","labels":{{"app":"{label}"}}}}}}"#);
-    let r = conn.request("POST", LISTS, Some(&body)).await.unwrap();
+    let r = conn.request("POST", CONFIGMAPS, Some(&body)).await.unwrap();
     assert_eq!(r.status, 201, "{}", r.text());
 }
 
@@ -134,7 +133,7 @@ async fn identical_lists_of_one_sender_reach_the_replicas_a_few_times() {
     for query in ["", "?resourceVersion=0"] {
         let conns = connections_as(&bed, "alice", 100).await;
         let before = lists(&bed);
-        let path = format!("{LISTS}{query}");
+        let path = format!("{CONFIGMAPS}{query}");
         let answers = all_at_once(conns, |_, mut c| {
             let path = path.clone();
             async move {
@@ -198,10 +197,10 @@ async fn identical_lists_of_one_sender_reach_the_replicas_a_few_times() {
     let all: Vec<Conn> = alice.into_iter().chain(strangers).collect();
     let answers = all_at_once(all, |i, mut c| async move {
         match i {
-            0..40 => c.get(LISTS).await.unwrap(),
-            40..60 => c.get(LISTS).await.unwrap(),
+            0..40 => c.get(CONFIGMAPS).await.unwrap(),
+            40..60 => c.get(CONFIGMAPS).await.unwrap(),
             _ => c
-                .get_with_token(LISTS, "bogus", "stranger/1")
+                .get_with_token(CONFIGMAPS, "bogus", "stranger/1")
                 .await
                 .unwrap(),
         }
@@ -227,7 +226,7 @@ async fn consistent_lists_after_writes_each_see_their_own_write() {
     let before = lists(&bed);
     let answers = all_at_once(conns, |i, mut c| async move {
         create(&mut c, &format!("mine-{i}"), "a").await;
-        c.get(LISTS).await.unwrap()
+        c.get(CONFIGMAPS).await.unwrap()
     })
     .await;
     for (i, r) in answers.iter().enumerate() {
@@ -288,9 +287,9 @@ impl Ask {
             .filter(|q| !q.is_empty())
             .collect();
         if q.is_empty() {
-            LISTS.to_string()
+            CONFIGMAPS.to_string()
         } else {
-            format!("{LISTS}?{}", q.join("&"))
+            format!("{CONFIGMAPS}?{}", q.join("&"))
         }
     }
 
@@ -444,12 +443,12 @@ async fn identical_watches_are_fed_from_one_upstream_watch_across_a_restart() {
         .start();
     let mut admin = connections_as(&bed, "admin", 1).await.pop().unwrap();
     create(&mut admin, "cm-0", "a").await;
-    let rv = admin.get(LISTS).await.unwrap().resource_version();
+    let rv = admin.get(CONFIGMAPS).await.unwrap().resource_version();
     let watches = |bed: &Started| -> u64 { bed.sims.iter().map(Sim::watches_received).sum() };
     let before = watches(&bed);
 
     let path = |timeout: u32| {
-        format!("{LISTS}?watch=1&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds={timeout}")
+        format!("{CONFIGMAPS}?watch=1&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds={timeout}")
     };
     let mut conns = connections_as(&bed, "alice", 50).await;
     let mut streams = Vec::new();
@@ -560,7 +559,7 @@ async fn reads_of_different_senders_join_once_a_review_allows_each() {
         create(&mut admin, &format!("cm-{i}"), "a").await;
     }
     let want: HashSet<String> = (0..3).map(|i| format!("cm-{i}")).collect();
-    let path = format!("{LISTS}?resourceVersion=0");
+    let path = format!("{CONFIGMAPS}?resourceVersion=0");
 
     // Five senders — three certificates' users, two tokens' — 20 LISTs each, all at once.
     let mut conns = Vec::new();
@@ -731,7 +730,7 @@ async fn identical_watch_lists_share_their_initial_events() {
     let (before, watches_before) = (synced(&bed), watches(&bed));
     let path = |timeout: usize| {
         format!(
-            "{LISTS}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan\
+            "{CONFIGMAPS}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan\
              &allowWatchBookmarks=true&timeoutSeconds={timeout}"
         )
     };

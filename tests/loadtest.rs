@@ -70,11 +70,8 @@ fn total(v: &Value) -> u64 {
 
 /// Runs `kubegate-loadtest run` in `dir` with `args` and the report and plot options; returns
 /// the parsed report.
-fn loadtest(dir: &Path, args: &[&str]) -> Value {
-    let mut all = vec!["run"];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["--plot", "plot.svg"]);
-    let (table, report) = subcommand(dir, &all);
+fn loadtest(dir: &Path, args: &str) -> Value {
+    let (table, report) = subcommand(dir, &format!("run {args} --plot plot.svg"));
     assert!(table.contains("| scenario | gateway |"), "{table}");
     report
 }
@@ -85,7 +82,7 @@ fn loadtest(dir: &Path, args: &[&str]) -> Value {
 fn short_runs(dir: &Path, scenarios: &str, gateways: &str) -> Value {
     let report = loadtest(
         dir,
-        &["--scenario", scenarios, "--gateways", gateways, "--short"],
+        &format!("--scenario {scenarios} --gateways {gateways} --short"),
     );
     let runs = scenarios.split(',').count() * gateways.split(',').count();
     assert_eq!(report.as_array().unwrap().len(), runs, "{report}");
@@ -100,20 +97,20 @@ fn short_runs(dir: &Path, scenarios: &str, gateways: &str) -> Value {
     report
 }
 
-/// Runs `kubegate-loadtest` with `args` (a subcommand and its options) in `dir`, its files in
-/// `dir/work` and its report in `dir/report.json`; asserts it succeeded and returns its table
-/// and the parsed report.
-fn subcommand(dir: &Path, args: &[&str]) -> (String, Value) {
-    subcommand_with(dir, args, &[])
+/// Runs `kubegate-loadtest` with `line` (a subcommand and its options, as an operator types
+/// them) in `dir`, its files in `dir/work` and its report in `dir/report.json`; asserts it
+/// succeeded and returns its table and the parsed report.
+fn subcommand(dir: &Path, line: &str) -> (String, Value) {
+    subcommand_with(dir, line, &[])
 }
 
 /// [`subcommand`], with `env` set for the tool.
-fn subcommand_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (String, Value) {
+fn subcommand_with(dir: &Path, line: &str, env: &[(&str, &str)]) -> (String, Value) {
     // Relative paths, as `scripts/demo` passes them: the configuration files the tool writes
     // must still point at the right certificates.
     let out = Command::new(bin("kubegate-loadtest"))
         .envs(env.iter().copied())
-        .args(args)
+        .args(line.split_whitespace())
         .current_dir(dir)
         .args(["--dir", "work", "--json", "report.json"])
         .output()
@@ -369,15 +366,11 @@ fn a_blackout_through_kubegate_with_and_without_a_hold_breaks_no_watch() {
 fn a_rolling_restart_over_ipv6_loopback_through_both_planes() {
     let _slot = Slot::take();
     let dir = tempfile::tempdir().unwrap();
-    let args = [
-        "run",
-        "--scenario",
-        "rolling-restart",
-        "--gateways",
-        "kubegate,kubegate-l7",
-        "--short",
-    ];
-    let (table, report) = subcommand_with(dir.path(), &args, &[("KUBEGATE_LOOPBACK", "::1")]);
+    let (table, report) = subcommand_with(
+        dir.path(),
+        "run --scenario rolling-restart --gateways kubegate,kubegate-l7 --short",
+        &[("KUBEGATE_LOOPBACK", "::1")],
+    );
     assert!(table.contains("| scenario | gateway |"), "{table}");
     for gateway in ["kubegate", "kubegate-l7"] {
         let r = run(&report, "rolling-restart", gateway);
@@ -431,18 +424,7 @@ fn a_replica_whose_priority_level_is_saturated_rejects_no_client_of_kubegate() {
 fn a_short_soak_loses_nothing_and_kubegate_never_restarts() {
     let _slot = Slot::take();
     let dir = tempfile::tempdir().unwrap();
-    let (table, report) = subcommand(
-        dir.path(),
-        &[
-            "soak",
-            "--duration",
-            "90s",
-            "--seed",
-            "3",
-            "--plot",
-            "soak.svg",
-        ],
-    );
+    let (table, report) = subcommand(dir.path(), "soak --duration 90s --seed 3 --plot soak.svg");
     let checks = report["checks"].as_array().unwrap();
     assert_eq!(checks.len(), 9, "{table}");
     for what in [
@@ -502,16 +484,8 @@ fn an_external_control_plane_runs_the_same_scenarios() {
     std::fs::write(dir.path().join("control-plane.yaml"), file).unwrap();
     let report = loadtest(
         dir.path(),
-        &[
-            "--control-plane",
-            "control-plane.yaml",
-            "--scenario",
-            "freeze,not-ready",
-            "--gateways",
-            "kubegate",
-            "--short",
-            "--no-kubectl",
-        ],
+        "--control-plane control-plane.yaml --scenario freeze,not-ready --gateways kubegate \
+         --short --no-kubectl",
     );
     for scenario in ["freeze", "not-ready"] {
         let r = run(&report, scenario, "kubegate");
@@ -528,22 +502,12 @@ fn an_external_control_plane_runs_the_same_scenarios() {
     }
     // A crash needs a `kill` command the file does not have.
     let out = Command::new(bin("kubegate-loadtest"))
-        .arg("run")
         .current_dir(dir.path())
-        .args([
-            "--control-plane",
-            "control-plane.yaml",
-            "--scenario",
-            "crash",
-        ])
-        .args([
-            "--gateways",
-            "kubegate",
-            "--short",
-            "--no-kubectl",
-            "--dir",
-            "work2",
-        ])
+        .args(
+            "run --control-plane control-plane.yaml --scenario crash --gateways kubegate --short \
+             --no-kubectl --dir work2"
+                .split_whitespace(),
+        )
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -562,22 +526,7 @@ fn a_small_scale_run_relists_nothing_through_terminate_mode() {
     // cache initializes 5 s after a restarted replica is ready.
     let (table, report) = subcommand(
         dir.path(),
-        &[
-            "scale",
-            "--connections",
-            "100",
-            "--watches",
-            "500",
-            "--groups",
-            "4",
-            "--gateways",
-            "kubegate-l7,kubegate",
-            "--short",
-            "--settle",
-            "30s",
-            "--plot",
-            "scale.svg",
-        ],
+        "scale --connections 100 --watches 500 --groups 4 --gateways kubegate-l7,kubegate --short --settle 30s --plot scale.svg",
     );
     assert!(
         table.contains("| watches (connections; quiet, custom) | gateway |"),
@@ -652,17 +601,7 @@ fn a_runaway_identity_under_its_rule_gets_429_not_resets() {
     let dir = tempfile::tempdir().unwrap();
     let (table, rows) = subcommand(
         dir.path(),
-        &[
-            "storm",
-            "--objects",
-            "300",
-            "--concurrency",
-            "8",
-            "--phase",
-            "6s",
-            "--runaway",
-            "token",
-        ],
+        "storm --objects 300 --concurrency 8 --phase 6s --runaway token",
     );
     let row = |gateway: &str, phase: &str| {
         rows.as_array()
@@ -701,19 +640,7 @@ fn a_runaway_shed_through_the_cluster_or_on_its_own_stops_reaching_the_replicas(
     let dir = tempfile::tempdir().unwrap();
     let (table, rows) = subcommand(
         dir.path(),
-        &[
-            "runaway",
-            "--objects",
-            "50",
-            "--connections",
-            "100",
-            "--interval",
-            "1s",
-            "--phase",
-            "8s",
-            "--gateways",
-            "direct,kubegate-l7-shed,kubegate-l7-auto",
-        ],
+        "runaway --objects 50 --connections 100 --interval 1s --phase 8s --gateways direct,kubegate-l7-shed,kubegate-l7-auto",
     );
     let row = |gateway: &str, phase: &str| {
         rows.as_array()
@@ -766,34 +693,24 @@ fn a_runaway_shed_through_the_cluster_or_on_its_own_stops_reaching_the_replicas(
 /// docs/failover.md) have the figures.
 #[test]
 fn a_herd_of_identical_informers_reaches_the_replicas_a_few_times_through_kubegate() {
-    herd(&[]);
+    herd("");
 }
 
 /// The same herd, its informers starting with watch-lists (`--watch-list`, as client-go's
 /// since 1.35): a few watch-lists at the replicas through kubegate, not two per informer.
 #[test]
 fn a_herd_of_watch_list_informers_reaches_the_replicas_a_few_times_through_kubegate() {
-    herd(&["--watch-list"]);
+    herd("--watch-list");
 }
 
 /// Runs the short herd with `more` arguments and asserts what every informer saw and what
 /// reached the replicas.
-fn herd(more: &[&str]) {
+fn herd(more: &str) {
     let _slot = Slot::take();
     let dir = tempfile::tempdir().unwrap();
-    let mut args = vec![
-        "herd",
-        "--informers",
-        "100",
-        "--objects",
-        "50",
-        "--tokens",
-        "100",
-        "--gateways",
-        "direct,kubegate-l7-shared",
-    ];
-    args.extend_from_slice(more);
-    let (table, rows) = subcommand(dir.path(), &args);
+    let line =
+        "herd --informers 100 --objects 50 --tokens 100 --gateways direct,kubegate-l7-shared";
+    let (table, rows) = subcommand(dir.path(), &format!("{line} {more}"));
     let row = |gateway: &str| {
         rows.as_array()
             .unwrap()
@@ -820,7 +737,7 @@ fn herd(more: &[&str]) {
     let watches = joined["churn"]["watches_at_replicas"].as_u64().unwrap();
     // After watch-lists, the shared watches the joined ones watched on from are open already
     // when the churn's watches come: they may need none more.
-    let least = if more.contains(&"--watch-list") { 0 } else { 2 };
+    let least = if more.contains("--watch-list") { 0 } else { 2 };
     assert!((least..=10).contains(&watches), "{joined}");
     // A few: those arriving while the first is in flight join it (the replicas answer after
     // 100 ms); a loaded machine spreads the starts, and the bound leaves room for that.
@@ -851,16 +768,7 @@ fn a_rolling_restart_in_one_cluster_is_not_seen_by_the_other_and_a_reload_adds_o
     let dir = tempfile::tempdir().unwrap();
     let (table, report) = subcommand(
         dir.path(),
-        &[
-            "clusters",
-            "--scenario",
-            "rolling-restart",
-            "--modes",
-            "passthrough,terminate",
-            "--sizes",
-            "1,4",
-            "--short",
-        ],
+        "clusters --scenario rolling-restart --modes passthrough,terminate --sizes 1,4 --short",
     );
     assert!(table.contains("| scenario | mode | cluster |"), "{table}");
     let runs = report["isolation"].as_array().unwrap();

@@ -13,7 +13,6 @@ use tokio::io::AsyncWriteExt;
 
 const T: Duration = Duration::from_secs(30);
 const HEAP: &str = "kubegate_heap_allocated_bytes";
-const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_bodies_are_held_within_their_bounds() {

@@ -30,7 +30,6 @@ use kubegate_e2e::*;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-const LISTS: &str = "/api/v1/namespaces/default/configmaps";
 const AGENT: &str = "system:serviceaccount:telemetry:agent";
 
 /// `kubegate ARGS --admin ADMIN`.
@@ -110,28 +109,36 @@ async fn a_shed_turns_a_sender_away_spares_the_reserve_survives_a_restart_and_en
         said.starts_with("agent-lists: in force; 1 run-time rules"),
         "{said}"
     );
-    let r = agent.get(LISTS).await.unwrap();
+    let r = agent.get(CONFIGMAPS).await.unwrap();
     assert_eq!(r.status, 429, "{}", r.text());
     assert_eq!(r.header("retry-after"), Some("30"));
     assert!(r.text().contains("agent-lists"), "{}", r.text());
     assert_eq!(
-        agent.get(&format!("{LISTS}/missing")).await.unwrap().status,
+        agent
+            .get(&format!("{CONFIGMAPS}/missing"))
+            .await
+            .unwrap()
+            .status,
         404
     );
-    assert_eq!(dev.get(LISTS).await.unwrap().status, 200);
+    assert_eq!(dev.get(CONFIGMAPS).await.unwrap().status, 200);
 
     // As wide as every authenticated user: a user is shed, the reserve is not.
     succeeded(kubegate(
         &["shed", "everyone", "--group", "system:authenticated"],
         bed.kg.admin,
     ));
-    assert_eq!(dev.get(LISTS).await.unwrap().status, 429);
+    assert_eq!(dev.get(CONFIGMAPS).await.unwrap().status, 429);
     assert_eq!(
-        admin.get(LISTS).await.unwrap().status,
+        admin.get(CONFIGMAPS).await.unwrap().status,
         200,
         "system:masters"
     );
-    assert_eq!(kcm.get(LISTS).await.unwrap().status, 200, "a controller");
+    assert_eq!(
+        kcm.get(CONFIGMAPS).await.unwrap().status,
+        200,
+        "a controller"
+    );
     let listed: serde_json::Value =
         serde_json::from_str(&bed.kg.admin_body("/debug/shed")).unwrap();
     let names: Vec<&str> = listed["gateway"]
@@ -171,14 +178,14 @@ async fn a_shed_turns_a_sender_away_spares_the_reserve_survives_a_restart_and_en
     bed.kg.proc.wait_exit(Duration::from_secs(60));
     bed.kg = Kubegate::start(&bed.pki, &bed.config);
     let (mut agent, mut dev, _, _) = senders(&bed.kg, &bed.pki).await;
-    assert_eq!(agent.get(LISTS).await.unwrap().status, 429);
-    assert_eq!(dev.get(LISTS).await.unwrap().status, 429);
+    assert_eq!(agent.get(CONFIGMAPS).await.unwrap().status, 429);
+    assert_eq!(dev.get(CONFIGMAPS).await.unwrap().status, 429);
     bed.kg
         .wait_state("replica-1", "ready", Duration::from_secs(60));
 
     // Removed, the user is served again; a name in force no more is a 404.
     succeeded(kubegate(&["unshed", "everyone"], bed.kg.admin));
-    assert_eq!(dev.get(LISTS).await.unwrap().status, 200);
+    assert_eq!(dev.get(CONFIGMAPS).await.unwrap().status, 200);
     let gone = kubegate(&["unshed", "everyone"], bed.kg.admin);
     assert!(!gone.status.success());
     assert!(
@@ -191,10 +198,10 @@ async fn a_shed_turns_a_sender_away_spares_the_reserve_survives_a_restart_and_en
         &["shed", "brief", "--user", "dev-user", "--for", "2s"],
         bed.kg.admin,
     ));
-    assert_eq!(dev.get(LISTS).await.unwrap().status, 429);
+    assert_eq!(dev.get(CONFIGMAPS).await.unwrap().status, 429);
     let mut served = false;
     for _ in 0..120 {
-        if dev.get(LISTS).await.unwrap().status == 200 {
+        if dev.get(CONFIGMAPS).await.unwrap().status == 200 {
             served = true;
             break;
         }
@@ -202,7 +209,7 @@ async fn a_shed_turns_a_sender_away_spares_the_reserve_survives_a_restart_and_en
     }
     assert!(served, "the rule outlived its 2 s");
     assert_eq!(
-        agent.get(LISTS).await.unwrap().status,
+        agent.get(CONFIGMAPS).await.unwrap().status,
         429,
         "the other rule stays"
     );
@@ -253,7 +260,7 @@ async fn a_rule_written_to_the_cluster_is_in_force_at_every_gateway_and_outlives
     };
     let (mut agent_a, mut dev_a, _, mut admin_a) = senders(&bed.kg, &bed.pki).await;
     let (mut agent_b, mut dev_b, _, _) = senders(&b, &bed.pki).await;
-    assert_eq!(agent_a.get(LISTS).await.unwrap().status, 200);
+    assert_eq!(agent_a.get(CONFIGMAPS).await.unwrap().status, 200);
 
     // A rule that names the agent, and one that names an administrator: system:masters stays
     // served unless a rule names the group.
@@ -273,16 +280,16 @@ async fn a_rule_written_to_the_cluster_is_in_force_at_every_gateway_and_outlives
     );
     let said = succeeded(cli(&["shed", "admin", "--user", "kubernetes-admin"]));
     assert!(said.contains("2 rules there"), "{said}");
-    let at_a = until_answered(&mut agent_a, LISTS, 429).await;
-    let at_b = until_answered(&mut agent_b, LISTS, 429).await;
+    let at_a = until_answered(&mut agent_a, CONFIGMAPS, 429).await;
+    let at_b = until_answered(&mut agent_b, CONFIGMAPS, 429).await;
     eprintln!("shed in force {at_a:?} (a) and {at_b:?} (b) after the command returned");
-    let r = agent_b.get(LISTS).await.unwrap();
+    let r = agent_b.get(CONFIGMAPS).await.unwrap();
     assert_eq!(r.header("retry-after"), Some("20"), "{}", r.text());
     assert!(r.text().contains("shed:cluster:agent"), "{}", r.text());
-    assert_eq!(dev_a.get(LISTS).await.unwrap().status, 200);
-    assert_eq!(dev_b.get(LISTS).await.unwrap().status, 200);
+    assert_eq!(dev_a.get(CONFIGMAPS).await.unwrap().status, 200);
+    assert_eq!(dev_b.get(CONFIGMAPS).await.unwrap().status, 200);
     assert_eq!(
-        admin_a.get(LISTS).await.unwrap().status,
+        admin_a.get(CONFIGMAPS).await.unwrap().status,
         200,
         "system:masters"
     );
@@ -329,7 +336,7 @@ async fn a_rule_written_to_the_cluster_is_in_force_at_every_gateway_and_outlives
     bed.kg.proc.wait_exit(Duration::from_secs(60));
     bed.kg = Kubegate::start(&bed.pki, &bed.config);
     let (mut agent_a, mut dev_a, _, _) = senders(&bed.kg, &bed.pki).await;
-    let r = agent_a.get(LISTS).await.unwrap();
+    let r = agent_a.get(CONFIGMAPS).await.unwrap();
     assert_eq!(r.status, 429, "{}", r.text());
     assert_eq!(r.header("retry-after"), Some("20"));
     for s in &mut bed.sims {
@@ -339,13 +346,13 @@ async fn a_rule_written_to_the_cluster_is_in_force_at_every_gateway_and_outlives
         bed.kg.wait_state(&s.name, "ready", Duration::from_secs(60));
         b.wait_state(&s.name, "ready", Duration::from_secs(60));
     }
-    assert_eq!(dev_a.get(LISTS).await.unwrap().status, 200);
-    assert_eq!(agent_a.get(LISTS).await.unwrap().status, 429);
+    assert_eq!(dev_a.get(CONFIGMAPS).await.unwrap().status, 200);
+    assert_eq!(agent_a.get(CONFIGMAPS).await.unwrap().status, 429);
 
     // Removed from the cluster: the agent is served again at both; a second removal is a 404.
     succeeded(cli(&["unshed", "agent"]));
-    let at_a = until_answered(&mut agent_a, LISTS, 200).await;
-    let at_b = until_answered(&mut agent_b, LISTS, 200).await;
+    let at_a = until_answered(&mut agent_a, CONFIGMAPS, 200).await;
+    let at_b = until_answered(&mut agent_b, CONFIGMAPS, 200).await;
     eprintln!("unshed in force {at_a:?} (a) and {at_b:?} (b) after the command returned");
     let gone = cli(&["unshed", "agent"]);
     assert!(!gone.status.success());
@@ -388,11 +395,11 @@ async fn the_runaway_of_a_rejected_level_is_held_back_on_its_own_and_let_go_once
     let mut web = Conn::open_as_user(listen, &bed.pki, "web", peers[1], sa).await;
     // All three fall into workload-low; the agent costs it far more than its peers.
     for _ in 0..60 {
-        assert_eq!(agent.get(LISTS).await.unwrap().status, 200);
+        assert_eq!(agent.get(CONFIGMAPS).await.unwrap().status, 200);
     }
     for _ in 0..3 {
-        assert_eq!(peer.get(LISTS).await.unwrap().status, 200);
-        assert_eq!(web.get(LISTS).await.unwrap().status, 200);
+        assert_eq!(peer.get(CONFIGMAPS).await.unwrap().status, 200);
+        assert_eq!(web.get(CONFIGMAPS).await.unwrap().status, 200);
     }
     // Nothing is troubled yet: no one is held back, and the check says whom it would.
     let said = preview(&bed.kg.config_path);
@@ -417,14 +424,14 @@ async fn the_runaway_of_a_rejected_level_is_held_back_on_its_own_and_let_go_once
             bed.kg.admin_body("/debug/shed/auto")
         );
         for _ in 0..10 {
-            let r = agent.get(LISTS).await.unwrap();
+            let r = agent.get(CONFIGMAPS).await.unwrap();
             if r.status == 429 && r.text().contains("terminate.auto_shed") {
                 assert!(r.header("retry-after").is_some());
                 held_back += 1;
             }
         }
         for conn in [&mut peer, &mut web] {
-            let r = conn.get(LISTS).await.unwrap();
+            let r = conn.get(CONFIGMAPS).await.unwrap();
             assert!(
                 !r.text().contains("terminate.auto_shed"),
                 "a peer: {}",
@@ -460,10 +467,10 @@ async fn the_runaway_of_a_rejected_level_is_held_back_on_its_own_and_let_go_once
             calmed.elapsed() < Duration::from_secs(60),
             "still held back: {shown}"
         );
-        let _ = agent.get(LISTS).await.unwrap();
+        let _ = agent.get(CONFIGMAPS).await.unwrap();
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert_eq!(agent.get(LISTS).await.unwrap().status, 200);
+    assert_eq!(agent.get(CONFIGMAPS).await.unwrap().status, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -483,12 +490,12 @@ async fn reads_waiting_at_a_replica_when_their_sender_is_shed_are_cut_off_and_wr
     bed.sims[0].set_latency_ms(5_000);
     let in_flight = || bed.kg.metric_sum("kubegate_backend_requests_in_flight");
     let before = in_flight();
-    let read = tokio::spawn(async move { agent.get(LISTS).await.unwrap() });
+    let read = tokio::spawn(async move { agent.get(CONFIGMAPS).await.unwrap() });
     let write = tokio::spawn(async move {
         let cm = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"agent-report"}}"#;
-        writer.request("POST", LISTS, Some(cm)).await.unwrap()
+        writer.request("POST", CONFIGMAPS, Some(cm)).await.unwrap()
     });
-    let other = tokio::spawn(async move { dev.get(LISTS).await.unwrap() });
+    let other = tokio::spawn(async move { dev.get(CONFIGMAPS).await.unwrap() });
     wait_for("the three requests at the replica", T, || {
         (in_flight() >= before + 3.0).then_some(())
     });

@@ -280,22 +280,14 @@ fn kubegate(
         // Each rule fails late (the verb and the resource pass, the namespace does not), as a
         // rule list written for other clients' traffic would.
         c.dispatch = (0..20)
-            .map(|i| kubegate_config::DispatchRule {
-                name: Some(format!("bench-{i}")),
-                matches: kubegate_config::RuleMatch {
+            .map(|i| {
+                let matches = kubegate_config::RuleMatch {
                     verbs: vec!["get".into(), "list".into()],
                     resources: vec!["configmaps".into()],
                     namespaces: vec![format!("nobody-{i}")],
                     ..Default::default()
-                },
-                backends: Vec::new(),
-                fallback: kubegate_config::Fallback::All,
-                limit: Some(kubegate_config::RuleLimit {
-                    max_in_flight: Some(100),
-                    ..Default::default()
-                }),
-                reject: None,
-                expires: None,
+                };
+                in_flight_rule(&format!("bench-{i}"), matches, 100)
             })
             .collect();
     }
@@ -304,18 +296,7 @@ fn kubegate(
         // runaway is a kubelet's certificate, or a service account's token (named by a
         // TokenReview).
         let one_at_a_time =
-            |name: &str, matches: kubegate_config::RuleMatch| kubegate_config::DispatchRule {
-                name: Some(name.into()),
-                matches,
-                backends: Vec::new(),
-                fallback: kubegate_config::Fallback::All,
-                limit: Some(kubegate_config::RuleLimit {
-                    max_in_flight: Some(1),
-                    ..Default::default()
-                }),
-                reject: None,
-                expires: None,
-            };
+            |name: &str, matches: kubegate_config::RuleMatch| in_flight_rule(name, matches, 1);
         c.dispatch = vec![
             one_at_a_time(
                 "runaway",
@@ -341,6 +322,27 @@ fn kubegate(
     let mut cmd = Command::new(binary("kubegate"));
     cmd.arg("run").arg("--config").arg(path);
     Ok(cmd)
+}
+
+/// A rule named `name` holding what `matches` to `max_in_flight` requests at once, served by
+/// every replica.
+fn in_flight_rule(
+    name: &str,
+    matches: kubegate_config::RuleMatch,
+    max_in_flight: u32,
+) -> kubegate_config::DispatchRule {
+    kubegate_config::DispatchRule {
+        name: Some(name.into()),
+        matches,
+        backends: Vec::new(),
+        fallback: kubegate_config::Fallback::All,
+        limit: Some(kubegate_config::RuleLimit {
+            max_in_flight: Some(max_in_flight),
+            ..Default::default()
+        }),
+        reject: None,
+        expires: None,
+    }
 }
 
 fn installed(bin: &str) -> Result<PathBuf, Unavailable> {

@@ -79,33 +79,73 @@ pub async fn connected<'a>(
     Ok(slot.as_mut().expect("connected just now"))
 }
 
+/// One request a client sends: its method, path, body and how long it may take.
+#[derive(Clone, Copy)]
+pub struct Call<'a> {
+    method: &'a str,
+    path: &'a str,
+    body: Option<&'a str>,
+    deadline: Option<Duration>,
+}
+
+impl<'a> Call<'a> {
+    /// A GET of `path`.
+    pub fn get(path: &'a str) -> Self {
+        Self::new("GET", path, None)
+    }
+
+    /// A POST of `body` to `path`.
+    pub fn post(path: &'a str, body: &'a str) -> Self {
+        Self::new("POST", path, Some(body))
+    }
+
+    /// A PUT of `body` to `path`.
+    pub fn put(path: &'a str, body: &'a str) -> Self {
+        Self::new("PUT", path, Some(body))
+    }
+
+    fn new(method: &'a str, path: &'a str, body: Option<&'a str>) -> Self {
+        Self {
+            method,
+            path,
+            body,
+            deadline: None,
+        }
+    }
+
+    /// The same call, each attempt given up after `deadline`.
+    pub fn within(self, deadline: Duration) -> Self {
+        Self {
+            deadline: Some(deadline),
+            ..self
+        }
+    }
+}
+
 /// Runs one logical request with client-go's retry rules on a long-lived connection slot
 /// (reconnecting as the transport would).
 pub async fn client_go(
     target: &Target,
     conn: &mut Option<Client>,
     h2: bool,
-    method: &str,
-    path: &str,
-    body: Option<&str>,
-    deadline: Option<Duration>,
+    call: Call<'_>,
 ) -> Outcome {
-    client_go_read(target, conn, h2, method, path, body, deadline)
-        .await
-        .0
+    client_go_read(target, conn, h2, call).await.0
 }
 
 /// [`client_go`], with the body of the answer when it succeeded.
-#[allow(clippy::too_many_arguments)]
 async fn client_go_read(
     target: &Target,
     conn: &mut Option<Client>,
     h2: bool,
-    method: &str,
-    path: &str,
-    body: Option<&str>,
-    deadline: Option<Duration>,
+    call: Call<'_>,
 ) -> (Outcome, Option<Bytes>) {
+    let Call {
+        method,
+        path,
+        body,
+        deadline,
+    } = call;
     let started = Instant::now();
     let mut outcome = Outcome::default();
     let write = method != "GET";
@@ -206,17 +246,14 @@ pub async fn component(id: usize, target: Target, rec: Arc<Recorder>, stop: Stop
                     &target,
                     &mut conn,
                     true,
-                    "GET",
-                    &format!("{configmaps}/seed-{}", id % 3),
-                    None,
-                    None,
+                    Call::get(&format!("{configmaps}/seed-{}", id % 3)),
                 )
                 .await,
                 None,
             ),
             1 => (
                 Kind::List,
-                client_go(&target, &mut conn, true, "GET", &configmaps, None, None).await,
+                client_go(&target, &mut conn, true, Call::get(&configmaps)).await,
                 None,
             ),
             2 => {
@@ -233,10 +270,7 @@ pub async fn component(id: usize, target: Target, rec: Arc<Recorder>, stop: Stop
                     &target,
                     &mut conn,
                     true,
-                    "PUT",
-                    &lease_path,
-                    Some(&body.to_string()),
-                    Some(Duration::from_secs(10)),
+                    Call::put(&lease_path, &body.to_string()).within(Duration::from_secs(10)),
                 )
                 .await;
                 let write = Write::LeaseRenewal {
@@ -251,10 +285,7 @@ pub async fn component(id: usize, target: Target, rec: Arc<Recorder>, stop: Stop
                     &target,
                     &mut conn,
                     true,
-                    "POST",
-                    &configmaps,
-                    Some(&configmap(&name, turn)),
-                    None,
+                    Call::post(&configmaps, &configmap(&name, turn)),
                 )
                 .await;
                 (Kind::Create, outcome, Some(Write::Create { name }))
@@ -346,10 +377,7 @@ pub async fn writer(id: usize, target: Target, rec: Arc<Recorder>, stop: Stop, p
             &target,
             &mut conn,
             true,
-            "POST",
-            &path,
-            Some(&configmap(&name, turn)),
-            None,
+            Call::post(&path, &configmap(&name, turn)),
         )
         .await;
         rec.add(Kind::Create, started, outcome, Some(Write::Create { name }));
@@ -381,10 +409,7 @@ pub async fn discovering(id: usize, target: Target, rec: Arc<Recorder>, stop: St
             &target,
             &mut conn,
             true,
-            "GET",
-            &format!("/apis/{UPGRADED_GROUP}"),
-            None,
-            None,
+            Call::get(&format!("/apis/{UPGRADED_GROUP}")),
         )
         .await;
         let gv = body
@@ -413,10 +438,7 @@ pub async fn discovering(id: usize, target: Target, rec: Arc<Recorder>, stop: St
                 &target,
                 &mut conn,
                 true,
-                "POST",
-                &claims,
-                Some(&claim.to_string()),
-                None,
+                Call::post(&claims, &claim.to_string()),
             )
             .await;
             exists = create.last.is_none() || create.last == Some(ErrorClass::Http(409));
@@ -434,10 +456,7 @@ pub async fn discovering(id: usize, target: Target, rec: Arc<Recorder>, stop: St
             &target,
             &mut conn,
             true,
-            "GET",
-            &format!("{claims}/{name}"),
-            None,
-            None,
+            Call::get(&format!("{claims}/{name}")),
         )
         .await;
         rec.add(Kind::Discovered, started, outcome, None);
@@ -456,10 +475,9 @@ pub async fn short_lived(id: usize, target: Target, rec: Arc<Recorder>, stop: St
             &target,
             &mut conn,
             turn.is_multiple_of(2),
-            "GET",
-            &format!("/api/v1/namespaces/{NAMESPACE}/configmaps?limit=500"),
-            None,
-            None,
+            Call::get(&format!(
+                "/api/v1/namespaces/{NAMESPACE}/configmaps?limit=500"
+            )),
         )
         .await;
         drop(conn);
@@ -590,26 +608,15 @@ pub async fn seed(target: &Target) -> anyhow::Result<()> {
         target,
         &mut conn,
         true,
-        "POST",
-        "/api/v1/namespaces",
-        Some(&ns.to_string()),
-        None,
+        Call::post("/api/v1/namespaces", &ns.to_string()),
     )
     .await;
     for i in 0..3 {
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("seed-{i}")}, "data": {"seed": "yes"}});
         let path = format!("/api/v1/namespaces/{NAMESPACE}/configmaps");
-        let err = client_go(
-            target,
-            &mut conn,
-            true,
-            "POST",
-            &path,
-            Some(&cm.to_string()),
-            None,
-        )
-        .await
-        .last;
+        let err = client_go(target, &mut conn, true, Call::post(&path, &cm.to_string()))
+            .await
+            .last;
         // Already there from an earlier attempt: fine.
         anyhow::ensure!(
             err.is_none() || err == Some(ErrorClass::Http(409)),
@@ -621,10 +628,7 @@ pub async fn seed(target: &Target) -> anyhow::Result<()> {
         target,
         &mut conn,
         true,
-        "GET",
-        &format!("/api/v1/namespaces/{NAMESPACE}/configmaps/seed-0"),
-        None,
-        None,
+        Call::get(&format!("/api/v1/namespaces/{NAMESPACE}/configmaps/seed-0")),
     )
     .await;
     anyhow::ensure!(
@@ -639,10 +643,7 @@ pub async fn seed(target: &Target) -> anyhow::Result<()> {
             target,
             &mut conn,
             true,
-            "POST",
-            &path,
-            Some(&lease.to_string()),
-            None,
+            Call::post(&path, &lease.to_string()),
         )
         .await;
     }

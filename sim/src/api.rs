@@ -538,25 +538,37 @@ fn self_subject_review(user: &User) -> Reply {
     )
 }
 
+/// The review of `kind` in `group` a request carries, once its sender may ask for one
+/// (`--authorization-token-reviewers`): else the apiserver's 403, or its 400 for a body that
+/// is not JSON.
+async fn review_of(
+    sim: &Sim,
+    user: &User,
+    req: Request<Incoming>,
+    kind: &str,
+    group: &str,
+) -> Result<Value, Reply> {
+    let reviewers = &sim.authenticator.token_reviewers;
+    if !reviewers.is_empty() && !reviewers.contains(&user.name) {
+        let resource = format!("{}s", kind.to_lowercase());
+        return Err(respond::status(
+            403,
+            "Forbidden",
+            &format!("{resource}.{group} is forbidden: User \"{}\" cannot create resource \"{resource}\" in API group \"{group}\" at the cluster scope", user.name),
+            Some(json!({"group": group, "kind": resource})),
+        ));
+    }
+    let body = read_body(req).await?;
+    serde_json::from_slice(&body)
+        .map_err(|e| respond::status(400, "BadRequest", &format!("{kind}: {e}"), None))
+}
+
 /// A TokenReview: who the token in its spec belongs to, by this replica's authenticator (its
 /// static tokens), for a user allowed to ask (`--authorization-token-reviewers`).
 async fn token_review(sim: &Sim, user: &User, req: Request<Incoming>) -> Reply {
-    let reviewers = &sim.authenticator.token_reviewers;
-    if !reviewers.is_empty() && !reviewers.contains(&user.name) {
-        return respond::status(
-            403,
-            "Forbidden",
-            &format!("tokenreviews.authentication.k8s.io is forbidden: User \"{}\" cannot create resource \"tokenreviews\" in API group \"authentication.k8s.io\" at the cluster scope", user.name),
-            Some(json!({"group": "authentication.k8s.io", "kind": "tokenreviews"})),
-        );
-    }
-    let body = match read_body(req).await {
-        Ok(b) => b,
+    let review = match review_of(sim, user, req, "TokenReview", "authentication.k8s.io").await {
+        Ok(review) => review,
         Err(reply) => return reply,
-    };
-    let review: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => return respond::status(400, "BadRequest", &format!("TokenReview: {e}"), None),
     };
     let Some(token) = review["spec"]["token"].as_str().filter(|t| !t.is_empty()) else {
         return respond::status(
@@ -591,29 +603,17 @@ async fn token_review(sim: &Sim, user: &User, req: Request<Incoming>) -> Reply {
 /// this replica's authorization ([`crate::auth::Authenticator::allows`]), for a user allowed to
 /// ask (`--authorization-token-reviewers`, the stand-in for `system:auth-delegator`).
 async fn subject_access_review(sim: &Sim, user: &User, req: Request<Incoming>) -> Reply {
-    let reviewers = &sim.authenticator.token_reviewers;
-    if !reviewers.is_empty() && !reviewers.contains(&user.name) {
-        return respond::status(
-            403,
-            "Forbidden",
-            &format!("subjectaccessreviews.authorization.k8s.io is forbidden: User \"{}\" cannot create resource \"subjectaccessreviews\" in API group \"authorization.k8s.io\" at the cluster scope", user.name),
-            Some(json!({"group": "authorization.k8s.io", "kind": "subjectaccessreviews"})),
-        );
-    }
-    let body = match read_body(req).await {
-        Ok(b) => b,
+    let review = match review_of(
+        sim,
+        user,
+        req,
+        "SubjectAccessReview",
+        "authorization.k8s.io",
+    )
+    .await
+    {
+        Ok(review) => review,
         Err(reply) => return reply,
-    };
-    let review: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => {
-            return respond::status(
-                400,
-                "BadRequest",
-                &format!("SubjectAccessReview: {e}"),
-                None,
-            )
-        }
     };
     let spec = &review["spec"];
     let (resource, non_resource) = (&spec["resourceAttributes"], &spec["nonResourceAttributes"]);

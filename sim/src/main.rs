@@ -48,6 +48,7 @@ use clap::{ArgAction, Args, Parser, Subcommand};
 use state::{Behaviour, Sim};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -284,8 +285,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         if args.watch_cache {
             store = Arc::new(store::WatchCache::new(store));
         }
-        let sim = Arc::new(Sim {
-            behaviour: Behaviour {
+        let sim = Sim::new(
+            Behaviour {
                 shutdown_delay: args.shutdown_delay_duration,
                 send_retry_after: args.shutdown_send_retry_after,
                 watch_termination_grace: args.shutdown_watch_termination_grace_period,
@@ -304,26 +305,18 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                     SocketAddr::new(ip, args.secure_port)
                 }),
             },
-            checks: checks::Checks::default(),
+            checks::Checks::default(),
             store,
             authenticator,
-            inflight: Default::default(),
-            latency_ms: (args.latency.as_millis() as u64).into(),
-            rejecting: Default::default(),
-            retry_after: Default::default(),
-            close_connections: CancellationToken::new(),
-            end_watches: CancellationToken::new(),
-            watches: Default::default(),
-            requests: Default::default(),
             apis,
-            flowcontrol: flowcontrol::FlowControl::new(
+            flowcontrol::FlowControl::new(
                 args.max_requests_inflight + args.max_mutating_requests_inflight,
                 args.request_timeout / 4,
             ),
-            pod_answer: Default::default(),
-            admission: Default::default(),
-            extension: Default::default(),
-        });
+        );
+        sim.latency_ms
+            .store(args.latency.as_millis() as u64, Ordering::Relaxed);
+        let sim = Arc::new(sim);
         if let Some(port) = args.fault_port {
             let fault = tokio::net::TcpListener::bind(("127.0.0.1", port))
                 .await

@@ -113,6 +113,37 @@ pub struct ReadCounts {
 }
 
 impl Sim {
+    /// A replica with `behaviour`, serving `apis` from `store` behind `flowcontrol`: nothing
+    /// in flight, no fault set, no webhook.
+    pub fn new(
+        behaviour: Behaviour,
+        checks: Checks,
+        store: Arc<dyn Store>,
+        authenticator: Authenticator,
+        apis: crate::versions::Apis,
+        flowcontrol: crate::flowcontrol::FlowControl,
+    ) -> Self {
+        Self {
+            behaviour,
+            checks,
+            store,
+            authenticator,
+            inflight: Default::default(),
+            latency_ms: Default::default(),
+            rejecting: Default::default(),
+            retry_after: Default::default(),
+            close_connections: CancellationToken::new(),
+            end_watches: CancellationToken::new(),
+            watches: Default::default(),
+            requests: Default::default(),
+            apis,
+            flowcontrol,
+            pod_answer: Default::default(),
+            admission: Default::default(),
+            extension: Default::default(),
+        }
+    }
+
     /// Extra latency set through the fault port.
     pub fn latency(&self) -> Duration {
         Duration::from_millis(self.latency_ms.load(Ordering::Relaxed))

@@ -305,8 +305,8 @@ fn new_sim(authenticator: Authenticator) -> Sim {
     let checks = crate::checks::Checks::default();
     checks.finish_startup();
     checks.finish_custom_caches();
-    Sim {
-        behaviour: Behaviour {
+    Sim::new(
+        Behaviour {
             shutdown_delay: Duration::ZERO,
             send_retry_after: false,
             watch_termination_grace: Duration::ZERO,
@@ -317,22 +317,11 @@ fn new_sim(authenticator: Authenticator) -> Sim {
             advertise: None,
         },
         checks,
-        store: Arc::new(crate::store::MemoryStore::default()),
+        Arc::new(crate::store::MemoryStore::default()),
         authenticator,
-        inflight: Default::default(),
-        latency_ms: Default::default(),
-        rejecting: Default::default(),
-        retry_after: Default::default(),
-        close_connections: CancellationToken::new(),
-        end_watches: CancellationToken::new(),
-        watches: Default::default(),
-        requests: Default::default(),
-        apis: Default::default(),
-        flowcontrol: crate::flowcontrol::FlowControl::new(600, Duration::from_secs(15)),
-        pod_answer: Default::default(),
-        admission: Default::default(),
-        extension: Default::default(),
-    }
+        Default::default(),
+        crate::flowcontrol::FlowControl::new(600, Duration::from_secs(15)),
+    )
 }
 
 /// An HTTP/1.1 connection whose answers are read off the wire.

@@ -39,6 +39,9 @@ pub use sim::{Sim, SimOptions};
 pub use testssl::{finding, testssl};
 pub use watch::{Watch, WatchEvent};
 
+/// The ConfigMaps of the `default` namespace: the collection most tests read and write.
+pub const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
+
 /// etcd with its data in `dir`, started.
 pub fn etcd(dir: &std::path::Path) -> Etcd {
     Etcd::new(dir).start().unwrap_or_else(|e| panic!("{e:#}"))

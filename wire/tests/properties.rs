@@ -253,12 +253,7 @@ proptest! {
         groups in prop::collection::vec("[a-z:-]{1,12}", 0..4),
     ) {
         let identity_headers = IdentityHeaders::new(&front_proxy()).unwrap();
-        let mut headers = HeaderMap::new();
-        for (n, v) in names.iter().zip(&values) {
-            // Any case: HTTP/1.1 names arrive as the client wrote them.
-            let n = HeaderName::from_bytes(n.to_uppercase().as_bytes()).unwrap();
-            headers.append(n, HeaderValue::from_str(v).unwrap());
-        }
+        let mut headers = uppercase_headers(&names, &values);
         identity_headers.strip(&mut headers);
         for n in headers.keys() {
             prop_assert!(!n.as_str().starts_with("x-remote-"), "{} survived", n);
@@ -283,11 +278,7 @@ proptest! {
             "cert_file: a\nkey_file: b\nusername_headers: [X-Auth-User, X-Alt-User]\ngroup_headers: [X-Auth-Group, X-Alt-Group]\nextra_prefixes: [X-Auth-Extra-, X-Alt-Extra-]\nuid_headers: [X-Auth-Uid, X-Alt-Uid]\n",
         ).unwrap();
         let identity_headers = IdentityHeaders::new(&fp).unwrap();
-        let mut headers = HeaderMap::new();
-        for (n, v) in names.iter().zip(&values) {
-            let n = HeaderName::from_bytes(n.to_uppercase().as_bytes()).unwrap();
-            headers.append(n, HeaderValue::from_str(v).unwrap());
-        }
+        let mut headers = uppercase_headers(&names, &values);
         identity_headers.strip(&mut headers);
         for n in headers.keys() {
             let n = n.as_str();
@@ -314,4 +305,15 @@ proptest! {
 
 fn front_proxy() -> FrontProxy {
     serde_yaml_ng::from_str("cert_file: a\nkey_file: b\n").unwrap()
+}
+
+/// Headers named `names` with `values`, each name in upper case: HTTP/1.1 names arrive in any
+/// case, as the client wrote them.
+fn uppercase_headers(names: &[String], values: &[String]) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    for (n, v) in names.iter().zip(values) {
+        let n = HeaderName::from_bytes(n.to_uppercase().as_bytes()).unwrap();
+        headers.append(n, HeaderValue::from_str(v).unwrap());
+    }
+    headers
 }

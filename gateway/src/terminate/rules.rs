@@ -544,11 +544,39 @@ impl Bucket {
     }
 }
 
+/// What the rules read of `method path` from `user` (`name/group/...`), handed to `f`: the
+/// tests' way to ask a rule table about a request.
+#[cfg(test)]
+pub(crate) fn with_facts<R>(
+    method: &str,
+    path: &str,
+    user: Option<&str>,
+    kubectl: Kubectl<'_>,
+    f: impl FnOnce(&Facts<'_>) -> R,
+) -> R {
+    let uri: http::Uri = path.parse().unwrap();
+    let method: http::Method = method.parse().unwrap();
+    let sender = user.map(|u| {
+        let mut parts = u.split('/');
+        UserInfo {
+            user: parts.next().unwrap().to_string(),
+            groups: parts.map(str::to_string).collect(),
+            uid: None,
+            extra: Default::default(),
+        }
+    });
+    let read = kubegate_wire::classify::ReadTarget::of(&uri).unwrap();
+    f(&Facts {
+        info: read.info(&method),
+        path: read.path(),
+        sender: sender.as_ref(),
+        kubectl,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::{Method, Uri};
-    use kubegate_wire::classify::ReadTarget;
 
     fn rules(yaml: &str) -> Rules {
         let rules: Vec<DispatchRule> = serde_yaml_ng::from_str(yaml).unwrap();
@@ -569,25 +597,9 @@ mod tests {
         user: Option<&str>,
         kubectl: Kubectl<'_>,
     ) -> Option<String> {
-        let uri: Uri = path.parse().unwrap();
-        let method: Method = method.parse().unwrap();
-        let identity = user.map(|u| {
-            let mut parts = u.split('/');
-            UserInfo {
-                user: parts.next().unwrap().to_string(),
-                groups: parts.map(str::to_string).collect(),
-                uid: None,
-                extra: Default::default(),
-            }
-        });
-        let read = ReadTarget::of(&uri).unwrap();
-        let facts = Facts {
-            info: read.info(&method),
-            path: read.path(),
-            sender: identity.as_ref(),
-            kubectl,
-        };
-        rules.rule_for(&facts).map(|r| r.name.clone())
+        with_facts(method, path, user, kubectl, |facts| {
+            rules.rule_for(facts).map(|r| r.name.clone())
+        })
     }
 
     #[test]

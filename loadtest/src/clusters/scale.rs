@@ -15,7 +15,7 @@ use crate::client::ClientTls;
 use crate::record::{Kind, Recorder};
 use crate::resumes::Scrape;
 use crate::sampler::Sampler;
-use crate::traffic::{self, tokio_util_like::Stop, Target};
+use crate::traffic::{self, tokio_util_like::Stop, Call, Target};
 use kubegate_config::{ClusterSpec, Config};
 use kubegate_testbed::pki::write_kubeadm_layout_answering;
 use kubegate_testbed::{free_addr, Replica, ReplicaFlags};
@@ -273,7 +273,7 @@ async fn lister(target: Target, rec: Arc<Recorder>, stop: Stop) {
     let path = format!("/api/v1/namespaces/{}/configmaps", traffic::NAMESPACE);
     while !stop.stopped() {
         let started = Instant::now();
-        let outcome = traffic::client_go(&target, &mut conn, true, "GET", &path, None, None).await;
+        let outcome = traffic::client_go(&target, &mut conn, true, Call::get(&path)).await;
         rec.add(Kind::List, started, outcome, None);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -355,7 +355,7 @@ async fn reload_adding(
     };
     let mut conn = None;
     let path = format!("/api/v1/namespaces/{}/configmaps", traffic::NAMESPACE);
-    let answer = traffic::client_go(&target, &mut conn, true, "GET", &path, None, None).await;
+    let answer = traffic::client_go(&target, &mut conn, true, Call::get(&path)).await;
     drop(conn);
     tokio::time::sleep(AFTER_RELOAD).await;
     let rss_after = sampler.latest().rss_kib;

@@ -251,33 +251,18 @@ fn names(rule: &DispatchRule, reserve: &[Reserve], facts: &Facts<'_>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::terminate::rules::Kubectl;
-    use http::{Method, Uri};
-    use kubegate_wire::classify::ReadTarget;
-    use kubegate_wire::identity::UserInfo;
+    use crate::terminate::rules::{with_facts, Kubectl};
     use std::time::SystemTime;
 
     /// The run-time rule of `yaml` (rules) that takes `method path` from `user` in `groups`.
     fn taken(shed: &Shed, method: &str, path: &str, user: &str, groups: &[&str]) -> Option<String> {
-        let uri: Uri = path.parse().unwrap();
-        let method: Method = method.parse().unwrap();
-        let sender = UserInfo {
-            user: user.into(),
-            groups: groups.iter().map(|g| g.to_string()).collect(),
-            uid: None,
-            extra: Default::default(),
-        };
-        let read = ReadTarget::of(&uri).unwrap();
-        let facts = Facts {
-            info: read.info(&method),
-            path: read.path(),
-            sender: Some(&sender),
-            kubectl: Kubectl::default(),
-        };
+        let sender = [&[user], groups].concat().join("/");
         let metrics = TerminateMetrics::new(&prometheus::Registry::new());
-        ShedRules::default()
-            .rule_for(shed, "default", &metrics, &facts)
-            .map(|r| r.name.trim_start_matches("shed:").to_string())
+        with_facts(method, path, Some(&sender), Kubectl::default(), |facts| {
+            ShedRules::default()
+                .rule_for(shed, "default", &metrics, facts)
+                .map(|r| r.name.trim_start_matches("shed:").to_string())
+        })
     }
 
     #[test]
