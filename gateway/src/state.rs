@@ -13,8 +13,8 @@ mod settings;
 mod shed;
 
 pub use backends::{
-    ApiSet, Backend, Gauges, GroupVersions, H2Conn, Killer, Kind, Planes, Pool, PriorityLevels,
-    Registered, Relays, Retired, Served, ServedApis, Stream, Upstream,
+    Backend, Gauges, H2Conn, Killer, Kind, Planes, Pool, Registered, Relays, Retired, Stream,
+    Upstream,
 };
 pub use cluster::{Cluster, ClusterHolds, Clusters, Route, HELD_RETRIES_PER_SECOND};
 pub use gateway::Gateway;

@@ -21,7 +21,9 @@
 //!
 //! What a request and a watch are on the apiserver's wire (verbs, long-running requests, watch
 //! framing and positions, identity headers) is the `kubegate-wire` crate's; what terminate mode
-//! keeps per backend (its HTTP/2 connections, requests in flight) is `state::Upstream`.
+//! keeps per backend for the pool's orders (its HTTP/2 connections, requests in flight) is
+//! `state::Upstream`; what it knows of each replica (its flow control, what it serves) is kept
+//! per cluster by `upstream`.
 
 mod cluster;
 mod exchange;
@@ -44,6 +46,7 @@ pub use rules::Rules;
 pub use server::listener::TerminateListener;
 pub use upstream::outgoing::Outgoing;
 pub use upstream::own::{send as send_own, OwnAnswer, Unanswered};
+pub use upstream::served::Served as ReplicaServed;
 pub use upstream::upstreams::{UpstreamFiles, Upstreams};
 pub use upstream::versions::learn as learn_versions;
 pub use watch::share::keep as keep_share;

@@ -27,6 +27,7 @@ pub use views::BackendView;
 
 use crate::state::Gateway;
 use crate::telemetry::AdminRefusal;
+use crate::terminate::TerminatePlane;
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
 use http_body_util::Full;
@@ -85,7 +86,12 @@ impl Open {
 }
 
 /// Serves admin requests on `listener` until the process ends.
-pub async fn serve(listener: TcpListener, tls: Option<Arc<AdminTls>>, gw: Arc<Gateway>) {
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<Arc<AdminTls>>,
+    gw: Arc<Gateway>,
+    plane: Arc<TerminatePlane>,
+) {
     let settings = gw.config().load().admin.clone();
     let open = Arc::new(Open::default());
     let mut handed_over = gw.lifecycle().handed_over();
@@ -104,17 +110,22 @@ pub async fn serve(listener: TcpListener, tls: Option<Arc<AdminTls>>, gw: Arc<Ga
             }
         };
         let id = open.next.fetch_add(1, Ordering::Relaxed);
-        let (gw2, tls, open2, settings2) =
-            (gw.clone(), tls.clone(), open.clone(), settings.clone());
+        let (gw2, plane2, tls, open2, settings2) = (
+            gw.clone(),
+            plane.clone(),
+            tls.clone(),
+            open.clone(),
+            settings.clone(),
+        );
         let task = tokio::spawn(async move {
             match tls {
-                None => connection(stream, peer, false, &gw2, &settings2).await,
+                None => connection(stream, peer, false, (&gw2, &plane2), &settings2).await,
                 Some(tls) => {
                     let handshake = tls.acceptor.accept(stream);
                     match tokio::time::timeout(settings2.header_read_timeout, handshake).await {
                         Ok(Ok(stream)) => {
                             let verified = stream.get_ref().1.peer_certificates().is_some();
-                            connection(stream, peer, verified, &gw2, &settings2).await
+                            connection(stream, peer, verified, (&gw2, &plane2), &settings2).await
                         }
                         Ok(Err(_)) => {}
                         Err(_) => gw2.metrics().control.admin_refused(AdminRefusal::Timeout),
@@ -140,15 +151,15 @@ async fn connection<S>(
     stream: S,
     peer: std::net::SocketAddr,
     verified: bool,
-    gw: &Arc<Gateway>,
+    (gw, plane): (&Arc<Gateway>, &Arc<TerminatePlane>),
     settings: &AdminConfig,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let gw2 = gw.clone();
+    let (gw2, plane2) = (gw.clone(), plane.clone());
     let service = hyper::service::service_fn(move |req| {
-        let gw = gw2.clone();
-        async move { Ok::<_, Infallible>(route(&gw, req, peer, verified).await) }
+        let (gw, plane) = (gw2.clone(), plane2.clone());
+        async move { Ok::<_, Infallible>(route((&gw, &plane), req, peer, verified).await) }
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
@@ -165,7 +176,7 @@ async fn connection<S>(
 }
 
 async fn route(
-    gw: &Gateway,
+    (gw, plane): (&Gateway, &TerminatePlane),
     req: Request<Incoming>,
     peer: std::net::SocketAddr,
     verified: bool,
@@ -208,7 +219,10 @@ async fn route(
         return resp;
     }
     match path {
-        "/" => page::render(gw, senders::Asked::of(req.uri()).unwrap_or_default()),
+        "/" => page::render(
+            (gw, plane),
+            senders::Asked::of(req.uri()).unwrap_or_default(),
+        ),
         "/livez" | "/healthz" => text(StatusCode::OK, "ok".into()),
         "/readyz" => readyz(gw, None, verbose(&req)),
         "/readyz/lifecycle" => readyz(gw, Some(Check::Lifecycle), verbose(&req)),
@@ -220,10 +234,10 @@ async fn route(
             )
             .body(Full::new(Bytes::from(gw.render_metrics())))
             .expect("valid response"),
-        "/debug/backends" => json(&views::backends_view(gw)),
+        "/debug/backends" => json(&views::backends_view(gw, plane)),
         "/debug/senders" => senders::debug(gw, req.uri()),
         "/debug/shed" => shed::debug(gw),
-        "/debug/shed/auto" => shed::auto_preview(gw, req.uri()),
+        "/debug/shed/auto" => shed::auto_preview(gw, plane, req.uri()),
         // File paths only: no key, token or certificate content is ever in the configuration.
         "/debug/config" => json(&*gw.config().load()),
         _ => text(StatusCode::NOT_FOUND, "not found\n".into()),

@@ -23,7 +23,7 @@ pub async fn keep(gw: Arc<Gateway>, mode: Arc<TerminateMode>) {
         if !settings.enabled && !mode.auto_shed().any() {
             continue;
         }
-        let troubled = auto_shed_troubled(mode.cluster().pool(), settings.latency_bound);
+        let troubled = auto_shed_troubled(&mode.upstreams(), settings.latency_bound);
         let by_level = match troubled.is_empty() {
             true => HashMap::new(),
             false => gw.costs().by_level(AUTO_SHED_WINDOW),

@@ -77,7 +77,12 @@ impl BackgroundService for Control {
         shed::restore(&gw);
         generation::apply(&gw, &parts.terminate, parts.first);
         reload::record_initial_load(&gw);
-        tokio::spawn(admin::serve(admin, parts.admin_tls.clone(), gw.clone()));
+        tokio::spawn(admin::serve(
+            admin,
+            parts.admin_tls.clone(),
+            gw.clone(),
+            parts.terminate.clone(),
+        ));
         tokio::spawn(reload::watch(gw.clone(), parts.terminate.clone()));
         let mut serving = parts.serving;
         if let Some(t) = &parts.admin_tls {

@@ -4,13 +4,9 @@
 //! the pool holds it: each plane reaches its own share through `Backend::planes()` and never
 //! the other's.
 
-mod apis;
-mod priority_levels;
 mod relays;
 mod upstream;
 
-pub use apis::{ApiSet, GroupVersions, Served, ServedApis};
-pub use priority_levels::PriorityLevels;
 pub use relays::{Registered, Relays};
 pub use upstream::{Gauges, H2Conn, Killer, Kind, Retired, Stream, Upstream};
 
@@ -30,11 +26,6 @@ pub struct Planes {
     pub passthrough: Relays,
     /// Terminate mode's connections and requests.
     pub terminate: Upstream,
-    /// The replica's version and served group-versions, as terminate mode learned them.
-    pub apis: ServedApis,
-    /// Its flow control's priority levels, as terminate mode learned them: those it rejects,
-    /// and each one's requests in flight.
-    pub levels: PriorityLevels,
     metrics: Arc<Metrics>,
 }
 
@@ -44,8 +35,6 @@ impl Planes {
         Planes {
             passthrough: Relays::new(&metrics.passthrough, name),
             terminate: Upstream::new(gauges(&metrics, name)),
-            apis: ServedApis::default(),
-            levels: PriorityLevels::default(),
             metrics,
         }
     }

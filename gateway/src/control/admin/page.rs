@@ -16,6 +16,7 @@ use crate::state::Gateway;
 use crate::telemetry::build;
 use crate::telemetry::transitions::Recorded;
 use crate::telemetry::WatchBreak;
+use crate::terminate::TerminatePlane;
 use bytes::Bytes;
 use http::Response;
 use http_body_util::Full;
@@ -44,9 +45,9 @@ footer{margin-top:2em;color:#888}a{color:#2456a4}
 ";
 
 /// The page, now, its cost tables as `asked`.
-pub fn render(gw: &Gateway, asked: Asked) -> Response<Full<Bytes>> {
+pub fn render((gw, plane): (&Gateway, &TerminatePlane), asked: Asked) -> Response<Full<Bytes>> {
     let config = gw.config().load();
-    let backends = backends_view(gw);
+    let backends = backends_view(gw, plane);
     let mut page = String::with_capacity(16 * 1024);
     let phase = gw.lifecycle().phase().as_str();
     let _ = write!(

@@ -7,6 +7,7 @@ use super::drain::Caller;
 use super::respond::{json, text};
 use crate::control::shed;
 use crate::state::Gateway;
+use crate::terminate::TerminatePlane;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
@@ -99,7 +100,11 @@ pub fn debug(gw: &Gateway) -> Response<Full<Bytes>> {
 /// `GET /debug/shed/auto[?factor=N&min_share_percent=P]`: who `terminate.auto_shed` (the
 /// configuration in force, or these settings) would hold back in each priority level were it
 /// troubled now (`kubegate check --auto-shed`).
-pub fn auto_preview(gw: &Gateway, uri: &http::Uri) -> Response<Full<Bytes>> {
+pub fn auto_preview(
+    gw: &Gateway,
+    plane: &TerminatePlane,
+    uri: &http::Uri,
+) -> Response<Full<Bytes>> {
     let mut settings = gw.config().load().terminate.auto_shed;
     for (key, value) in url_pairs(uri.query().unwrap_or("")) {
         let parsed = value.parse::<u32>();
@@ -119,7 +124,8 @@ pub fn auto_preview(gw: &Gateway, uri: &http::Uri) -> Response<Full<Bytes>> {
             }
         }
     }
-    json(&crate::terminate::auto_shed_preview(gw, &settings))
+    let served: Vec<_> = plane.upstreams().into_values().collect();
+    json(&crate::terminate::auto_shed_preview(gw, &served, &settings))
 }
 
 /// `key=value` pairs of a query (values here are numbers: nothing to decode).

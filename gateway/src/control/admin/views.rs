@@ -1,8 +1,10 @@
 //! The backends as the admin endpoint shows them: `/debug/backends` (JSON, which
 //! `kubegate status` reads) and the status page.
 
-use crate::state::{Gateway, Served};
+use crate::state::Gateway;
+use crate::terminate::{ReplicaServed as Served, TerminatePlane};
 use serde::Serialize;
+use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 /// One row of `/debug/backends`; `kubegate status` reads the same shape.
@@ -83,7 +85,8 @@ pub struct BackendView {
     pub level_latency_ms: Vec<(String, f64)>,
 }
 
-pub fn backends_view(gw: &Gateway) -> Vec<BackendView> {
+pub fn backends_view(gw: &Gateway, plane: &TerminatePlane) -> Vec<BackendView> {
+    let upstreams = plane.upstreams();
     gw.clusters()
         .all()
         .iter()
@@ -91,16 +94,21 @@ pub fn backends_view(gw: &Gateway) -> Vec<BackendView> {
         .map(|(cluster, b)| {
             let info = b.info();
             let probe = b.last_probe();
-            // One snapshot of what terminate mode knows, so the three fields agree.
-            let (version, group_versions, apis) = match &**b.planes().apis.get() {
-                Served::Learned(set, _) => (
-                    Some(set.version.clone()),
-                    set.names().collect(),
-                    "learned".to_string(),
-                ),
-                Served::Unknown => (None, Vec::new(), "unknown".to_string()),
-                Served::Unreadable(why, _) => (None, Vec::new(), format!("unreadable: {why}")),
-            };
+            // What terminate mode knows of the replica, if it serves the cluster.
+            let known = upstreams.get(cluster.name());
+            let served = known.map(|u| Arc::clone(&u.served.of(b.address).get()));
+            let levels = known.and_then(|u| u.flows.known(b.address));
+            // One snapshot of what it serves, so the three fields agree.
+            let (version, group_versions, apis) =
+                match served.as_deref().unwrap_or(&Served::Unknown) {
+                    Served::Learned(set, _) => (
+                        Some(set.version.clone()),
+                        set.names().collect(),
+                        "learned".to_string(),
+                    ),
+                    Served::Unknown => (None, Vec::new(), "unknown".to_string()),
+                    Served::Unreadable(why, _) => (None, Vec::new(), format!("unreadable: {why}")),
+                };
             BackendView {
                 name: info.name.clone(),
                 cluster: cluster.name().to_string(),
@@ -138,25 +146,19 @@ pub fn backends_view(gw: &Gateway) -> Vec<BackendView> {
                 version,
                 group_versions,
                 apis,
-                rejecting_levels: b
-                    .planes()
-                    .levels
-                    .now()
-                    .into_iter()
+                rejecting_levels: levels
+                    .iter()
+                    .flat_map(|l| l.now())
                     .map(|(level, left)| (level.to_string(), left.as_secs_f64()))
                     .collect(),
-                level_requests_in_flight: b
-                    .planes()
-                    .levels
-                    .all_in_flight()
-                    .into_iter()
+                level_requests_in_flight: levels
+                    .iter()
+                    .flat_map(|l| l.all_in_flight())
                     .map(|(level, n)| (level.to_string(), n))
                     .collect(),
-                level_latency_ms: b
-                    .planes()
-                    .levels
-                    .latencies()
-                    .into_iter()
+                level_latency_ms: levels
+                    .iter()
+                    .flat_map(|l| l.latencies())
                     .map(|(level, took)| (level.to_string(), took.as_secs_f64() * 1000.0))
                     .collect(),
             }

@@ -1,5 +1,5 @@
 //! Shedding on its own (`terminate.auto_shed`, off by default): while a replica's flow control
-//! rejects a priority level (`PriorityLevels::now`, read from its own 429s) or, with
+//! rejects a priority level (`Flows`' `PriorityLevels::now`, read from its own 429s) or, with
 //! `latency_bound`, answers the level slower than that, the level is troubled; the named
 //! senders that met its rejections and cost it far more than their named peers over the last
 //! 10–20 s (the cost table's `by_level`, fed only while this is on: a request, a millisecond of
@@ -13,9 +13,10 @@
 //! back. Each start and end is logged, the 429s counted, the senders held back shown in
 //! `/debug/shed`.
 
-use crate::state::{Gateway, HeldBackShown, Pool};
+use crate::state::{Gateway, HeldBackShown};
 use crate::telemetry::costs::Cost;
 use crate::terminate::cluster::shed::user_in_reserve;
+use crate::terminate::upstream::upstreams::Upstreams;
 use arc_swap::ArcSwap;
 use kubegate_config::AutoShedConfig;
 use kubegate_health::BackendState;
@@ -214,10 +215,14 @@ pub struct LevelPreview {
 
 /// What `settings` would do with the cost table now, level by level (those of `gw`'s
 /// clusters).
-pub fn preview(gw: &Gateway, settings: &AutoShedConfig) -> Vec<LevelPreview> {
+pub fn preview(
+    gw: &Gateway,
+    served: &[Arc<Upstreams>],
+    settings: &AutoShedConfig,
+) -> Vec<LevelPreview> {
     let mut troubled_now = HashMap::new();
-    for cluster in gw.clusters().all() {
-        troubled_now.extend(troubled(cluster.pool(), settings.latency_bound));
+    for upstreams in served {
+        troubled_now.extend(troubled(upstreams, settings.latency_bound));
     }
     let mut levels: Vec<LevelPreview> = gw
         .costs()
@@ -238,15 +243,20 @@ pub fn preview(gw: &Gateway, settings: &AutoShedConfig) -> Vec<LevelPreview> {
     levels
 }
 
-/// The levels a ready replica of `pool` rejects now, or (with `latency_bound`) answers
-/// slower than that.
-pub fn troubled(pool: &Pool, latency_bound: Option<Duration>) -> HashMap<Arc<str>, Trouble> {
+/// The levels a ready replica of `upstreams`' cluster rejects now, or (with `latency_bound`)
+/// answers slower than that.
+pub fn troubled(
+    upstreams: &Upstreams,
+    latency_bound: Option<Duration>,
+) -> HashMap<Arc<str>, Trouble> {
     let mut levels = HashMap::new();
-    for b in pool.backends() {
+    for b in upstreams.pool().backends() {
         if b.state() != BackendState::Ready {
             continue;
         }
-        let l = &b.planes().levels;
+        let Some(l) = upstreams.flows.known(b.address) else {
+            continue;
+        };
         if let Some(bound) = latency_bound {
             for (level, took) in l.latencies() {
                 if took > bound {

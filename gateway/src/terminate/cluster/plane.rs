@@ -208,6 +208,17 @@ impl TerminatePlane {
         self.served.load_full()
     }
 
+    /// Each cluster served now, by name, with its upstream settings: what terminate mode knows
+    /// of its replicas (their flow control, what each serves).
+    pub fn upstreams(&self) -> HashMap<String, Arc<Upstreams>> {
+        let served = self.served.load();
+        served
+            .clusters
+            .iter()
+            .map(|(name, c)| (name.clone(), c.upstreams.clone()))
+            .collect()
+    }
+
     /// The cluster a client of `listener` that sent server `name` reaches, as served now.
     pub fn route(
         &self,

@@ -1,12 +1,22 @@
 //! A request's registration with its backend (terminate mode's share of `Backend::planes()`):
 //! counted as in flight — the load signal, and what a drain waits for — and among its priority
-//! level's requests on the backend, until it drops; and what the hold cost, charged to the
-//! request's sender (`telemetry::costs`).
+//! level's requests on the backend (the tally `upstream::flow` keeps), until it drops; and what
+//! the hold cost, charged to the request's sender (`telemetry::costs`).
 
 use crate::state::{Backend, Gauges};
 use crate::telemetry::costs::Payer;
 use std::sync::Arc;
 use std::time::Instant;
+
+/// Counts a priority level's requests in flight on one replica: `upstream::flow`'s, named here
+/// so that this stage need not know whose.
+pub trait LevelTally: Send + Sync {
+    /// A request of `level` starts: whether it is counted; a counted one ends with
+    /// [`LevelTally::ended`].
+    fn started(&self, level: &Arc<str>) -> bool;
+    /// A counted request of `level` ended.
+    fn ended(&self, level: &str);
+}
 
 /// One request in flight on a backend.
 pub struct InFlight {
@@ -15,8 +25,8 @@ pub struct InFlight {
     long_running: bool,
     /// The backend's drain count when the request began.
     drains_seen: u64,
-    /// Its priority level, where the backend counts it among the level's.
-    level: Option<Arc<str>>,
+    /// Its priority level, where the backend's tally counts it among the level's.
+    level: Option<(Arc<str>, Arc<dyn LevelTally>)>,
     /// Whom the hold is charged to, from when.
     payer: Option<(Arc<Payer>, Instant)>,
     /// Response body bytes the backend sent.
@@ -24,20 +34,20 @@ pub struct InFlight {
 }
 
 impl InFlight {
-    /// A request starts on `backend`, of priority `level` when known (a long-running one is
-    /// not counted in its level: a watch holds no seat once it runs), charged to `payer`;
-    /// dropping the guard ends it.
+    /// A request starts on `backend`, of priority `level` when known, counted in the backend's
+    /// tally of it (a long-running one is not counted in its level: a watch holds no seat once
+    /// it runs), charged to `payer`; dropping the guard ends it.
     pub fn begin(
         backend: &Arc<Backend>,
         long_running: bool,
-        level: Option<&Arc<str>>,
+        level: Option<(&Arc<str>, Arc<dyn LevelTally>)>,
         payer: Option<&Arc<Payer>>,
     ) -> InFlight {
         let (gauges, drains_seen) = backend.planes().terminate.request_started(long_running);
         let level = level
             .filter(|_| !long_running)
-            .filter(|l| backend.planes().levels.started(l))
-            .cloned();
+            .filter(|(l, tally)| tally.started(l))
+            .map(|(l, tally)| (l.clone(), tally));
         if let (Some(payer), true) = (payer, long_running) {
             payer.watch_opened();
         }
@@ -88,13 +98,13 @@ impl Drop for InFlight {
                 payer.watch_closed();
             }
             payer.held(
-                self.level.as_deref(),
+                self.level.as_ref().map(|(l, _)| &**l),
                 (!self.long_running).then(|| began.elapsed()),
                 self.bytes,
             );
         }
-        if let Some(level) = &self.level {
-            self.backend.planes().levels.ended(level);
+        if let Some((level, tally)) = &self.level {
+            tally.ended(level);
         }
         let last = self
             .backend

@@ -154,7 +154,7 @@ async fn connect(
     };
     let before = tried.len();
     let routing = generation.config.terminate.version_skew.routing;
-    let steered = skew::steer((gw, routing), &upstreams.cluster, uri, tried);
+    let steered = skew::steer((gw, routing), upstreams, uri, tried);
     let placed = place(gw, generation, &upstreams.cluster, &mut connects, tried).await;
     tried.drain(before..before + steered);
     placed

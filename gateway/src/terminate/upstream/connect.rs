@@ -100,7 +100,10 @@ pub async fn stream_to(
             // Every connection kubegate's own identity had to the replica ended on its side:
             // it may have restarted, as another version, faster than a probe could see it
             // leave `ready`. What it serves is read again.
-            if replaces_ended && kind == Kind::WithIdentity && backend.planes().apis.forget() {
+            if replaces_ended
+                && kind == Kind::WithIdentity
+                && upstreams.served.of(backend.address).forget()
+            {
                 tracing::info!(backend = %backend.info().name, "the replica closed every connection: reading its version and discovery again");
             }
             Ok(stream)

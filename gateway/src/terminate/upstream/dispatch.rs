@@ -21,7 +21,7 @@ use crate::state::{Backend, Gateway, Generation, Pool, Stream};
 use crate::telemetry::{AttemptFailure, RequestFailure};
 use crate::terminate::exchange::body::{read_small, ResponseBody};
 use crate::terminate::exchange::h2client::{self, ResponseStream};
-use crate::terminate::exchange::in_flight::InFlight;
+use crate::terminate::exchange::in_flight::{InFlight, LevelTally};
 use crate::terminate::exchange::status::unavailable;
 use crate::terminate::rules::Rule;
 use crate::terminate::upstream::connect::{open_stream, stream_to};
@@ -153,7 +153,7 @@ async fn place_once(
     let before = tried.len();
     let pool = upstreams.pool();
     let routing = generation.config.terminate.version_skew.routing;
-    let mut steered = skew::steer((gw, routing), &upstreams.cluster, outgoing.uri(), tried);
+    let mut steered = skew::steer((gw, routing), upstreams, outgoing.uri(), tried);
     // So are replicas whose flow control is rejecting the request's priority level, while
     // another is not; the first attempt also passes over those holding more of the level's
     // requests than another (queueing them).
@@ -161,7 +161,7 @@ async fn place_once(
     forward.level = upstreams.flows.level_of(outgoing.flow());
     forward.crowded.clear();
     if let Some(level) = &forward.level {
-        let steering = flow::steer(pool, level, tried);
+        let steering = upstreams.flows.steer(pool, level, tried);
         if !steering.rejecting.is_empty() || !steering.crowded.is_empty() {
             gw.metrics().terminate.apf_steered(level);
         }
@@ -397,7 +397,10 @@ async fn attempt(
         None => Box::pin(stream_to((gw, config), upstreams, backend, kind)).await?,
     };
     let payer = outgoing.payer();
-    let mut in_flight = InFlight::begin(backend, class.long_running.is_some(), level, payer);
+    // The replica's levels, where it is known to flow control under one.
+    let levels = level.map(|_| upstreams.flows.replica(backend.address));
+    let tally = level.zip(levels.clone().map(|l| l as Arc<dyn LevelTally>));
+    let mut in_flight = InFlight::begin(backend, class.long_running.is_some(), tally, payer);
     let mut sent = Instant::now();
     let mut refused = false;
     let resp = loop {
@@ -431,8 +434,8 @@ async fn attempt(
     if class.long_running.is_none() {
         let took = sent.elapsed();
         upstream.observe_latency(took);
-        if let (Some(level), true) = (level, own) {
-            backend.planes().levels.observed(level, took);
+        if let (Some(level), Some(levels), true) = (level, &levels, own) {
+            levels.observed(level, took);
         }
         gw.metrics()
             .terminate
@@ -467,11 +470,11 @@ async fn attempt(
         let failure = match signals::said(code, &parts.headers, &body) {
             Some(Said::ShuttingDown) => {
                 // It comes back as whatever it is restarted as.
-                backend.planes().apis.forget();
+                upstreams.served.of(backend.address).forget();
                 return Err(AttemptFailure::ShuttingDown.into());
             }
             Some(Said::NoHandler)
-                if skew::not_served(config, upstreams.pool(), backend, outgoing.uri()) =>
+                if skew::not_served(config, upstreams, backend, outgoing.uri()) =>
             {
                 return Err(AttemptFailure::NotServed.into());
             }
@@ -486,9 +489,9 @@ async fn attempt(
                 if let Some(level) = &level {
                     let name = &backend.info().name;
                     tracing::debug!(backend = %name, level = %level, "priority and fairness rejected a request");
-                    backend
-                        .planes()
-                        .levels
+                    upstreams
+                        .flows
+                        .replica(backend.address)
                         .rejected(level, flow::retry_after(&parts.headers));
                     gw.metrics().terminate.apf_rejected(name, level);
                 }

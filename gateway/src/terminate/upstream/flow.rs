@@ -17,7 +17,12 @@
 //! classified), so the table keeps two generations: a flow asked for within the last
 //! [`MAX_FLOWS`] new ones survives, and churn pushes out only flows nobody uses.
 
-use crate::state::{Backend, Pool, PriorityLevels};
+mod levels;
+
+pub use levels::PriorityLevels;
+
+use crate::state::{Backend, Pool};
+use crate::terminate::upstream::replicas::PerReplica;
 use http::HeaderMap;
 use kubegate_health::BackendState;
 use kubegate_wire::classify::RequestInfo;
@@ -65,9 +70,12 @@ impl FlowKey {
     }
 }
 
-/// Per cluster: the level each flow was last answered under, and the retry budget.
+/// Per cluster, all that kubegate knows of its replicas' flow control: the level each flow
+/// was last answered under, each replica's levels (those it rejects, each one's requests in
+/// flight and latency), and the retry budget.
 pub struct Flows {
     learned: Mutex<Learned>,
+    replicas: PerReplica<PriorityLevels>,
     budget: RetryBudget,
 }
 
@@ -105,6 +113,7 @@ impl Default for Flows {
     fn default() -> Flows {
         Flows {
             learned: Mutex::default(),
+            replicas: PerReplica::default(),
             budget: RetryBudget::new(0.1, 10.0),
         }
     }
@@ -139,6 +148,56 @@ impl Flows {
         };
         learned.insert(flow, level.clone());
         Some((level, first))
+    }
+
+    /// The levels of the replica at `address`.
+    pub fn replica(&self, address: SocketAddr) -> Arc<PriorityLevels> {
+        self.replicas.of(address)
+    }
+
+    /// The levels of the replica at `address`, if any request of a known level went to it.
+    pub fn known(&self, address: SocketAddr) -> Option<Arc<PriorityLevels>> {
+        self.replicas.known(address)
+    }
+
+    /// Forgets the replicas not at `addresses` (the pool's now).
+    pub fn keep_only(&self, addresses: &[SocketAddr]) {
+        self.replicas.keep_only(addresses);
+    }
+
+    /// What a request of `level` should avoid, among `pool`'s ready backends not in `tried`.
+    pub fn steer(&self, pool: &Pool, level: &str, tried: &[SocketAddr]) -> Steering {
+        let backends = pool.backends();
+        let open =
+            |b: &&Arc<Backend>| b.state() == BackendState::Ready && !tried.contains(&b.address);
+        // A replica no request of a known level went to rejects none and holds none.
+        let levels: Vec<(&Arc<Backend>, Option<Arc<PriorityLevels>>)> = backends
+            .iter()
+            .filter(open)
+            .map(|b| (b, self.known(b.address)))
+            .collect();
+        let rejects =
+            |l: &Option<Arc<PriorityLevels>>| l.as_ref().is_some_and(|l| l.rejects(level));
+        let (rejecting, serving): (Vec<_>, Vec<_>) = levels.iter().partition(|(_, l)| rejects(l));
+        if serving.is_empty() {
+            return Steering {
+                rejecting: Vec::new(),
+                crowded: Vec::new(),
+            };
+        }
+        let in_flight: Vec<u32> = serving
+            .iter()
+            .map(|(_, l)| l.as_ref().map_or(0, |l| l.in_flight(level)))
+            .collect();
+        Steering {
+            rejecting: rejecting.iter().map(|(b, _)| b.address).collect(),
+            crowded: serving
+                .iter()
+                .zip(crowded(&in_flight))
+                .filter(|(_, crowded)| *crowded)
+                .map(|((b, _), _)| b.address)
+                .collect(),
+        }
     }
 
     /// A request is sent: it adds to the retry budget.
@@ -204,35 +263,6 @@ pub struct Steering {
     /// Of the others, those crowded for the level ([`crowded`]): passed over for the first
     /// attempt only, so that a retry after any failure may still go to them.
     pub crowded: Vec<SocketAddr>,
-}
-
-/// What a request of `level` should avoid, among `pool`'s ready backends not in `tried`.
-pub fn steer(pool: &Pool, level: &str, tried: &[SocketAddr]) -> Steering {
-    fn levels(b: &Arc<Backend>) -> &PriorityLevels {
-        &b.planes().levels
-    }
-    let backends = pool.backends();
-    let open = |b: &&Arc<Backend>| b.state() == BackendState::Ready && !tried.contains(&b.address);
-    let (rejecting, serving): (Vec<&Arc<Backend>>, Vec<&Arc<Backend>>) = backends
-        .iter()
-        .filter(open)
-        .partition(|b| levels(b).rejects(level));
-    if serving.is_empty() {
-        return Steering {
-            rejecting: Vec::new(),
-            crowded: Vec::new(),
-        };
-    }
-    let in_flight: Vec<u32> = serving.iter().map(|b| levels(b).in_flight(level)).collect();
-    Steering {
-        rejecting: rejecting.iter().map(|b| b.address).collect(),
-        crowded: serving
-            .iter()
-            .zip(crowded(&in_flight))
-            .filter(|(_, crowded)| *crowded)
-            .map(|(b, _)| b.address)
-            .collect(),
-    }
 }
 
 /// Of replicas holding `in_flight` requests of one level each, those crowded for it: holding

@@ -7,7 +7,7 @@
 //! a handler's 429 after processing (a PodDisruptionBudget blocking an eviction, an admission
 //! webhook's denial), a 503 of a tenant's pod — reaches the client once, as it came.
 
-use crate::state::GroupVersions;
+use crate::terminate::upstream::served::GroupVersions;
 use arc_swap::ArcSwapOption;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER, X_CONTENT_TYPE_OPTIONS};
 use http::{HeaderMap, StatusCode};

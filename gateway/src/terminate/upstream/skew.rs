@@ -32,7 +32,10 @@
 //! requests; this way they cost at most one extra attempt per replica per [`MIN_CLAIM_AGE`]
 //! (or while a replica is being read), not a retry each.
 
-use crate::state::{Backend, Cluster, Gateway, Pool, Served};
+use crate::state::{Backend, Gateway};
+use crate::terminate::upstream::replicas::PerReplica;
+use crate::terminate::upstream::served::{Served, ServedApis};
+use crate::terminate::upstream::upstreams::Upstreams;
 use http::Uri;
 use kubegate_config::Config;
 use kubegate_config::NoReadyBackendPolicy;
@@ -91,7 +94,7 @@ fn is_discovery(path: &str) -> bool {
 /// was restarted as another version, or its APIs changed, unseen), or a ready replica is
 /// being read again right now (this one or another: what was known of it may be stale). `false` for a claim younger than [`MIN_CLAIM_AGE`] and with
 /// routing by skew off.
-pub fn not_served(config: &Config, pool: &Pool, backend: &Backend, uri: &Uri) -> bool {
+pub fn not_served(config: &Config, upstreams: &Upstreams, backend: &Backend, uri: &Uri) -> bool {
     if !config.terminate.version_skew.routing {
         return false;
     }
@@ -99,7 +102,8 @@ pub fn not_served(config: &Config, pool: &Pool, backend: &Backend, uri: &Uri) ->
     let Ok(path) = target::path(uri.path()) else {
         return false;
     };
-    let apis = &backend.planes().apis;
+    let served = &upstreams.served;
+    let apis = served.of(backend.address);
     let claimed = match &**apis.get() {
         Served::Learned(set, at) => {
             at.elapsed() >= MIN_CLAIM_AGE
@@ -118,22 +122,22 @@ pub fn not_served(config: &Config, pool: &Pool, backend: &Backend, uri: &Uri) ->
     }
     // A replica being read again (it just restarted — this one, perhaps — or became ready)
     // may be another version than kubegate knew: another replica may serve it.
-    let table = pool.routing();
+    let table = upstreams.pool().routing();
     let Candidates::Ready(ready) = table.candidates(NoReadyBackendPolicy::Refuse) else {
         return false;
     };
     ready
         .iter()
-        .any(|b| matches!(&**b.planes().apis.get(), Served::Unknown))
+        .any(|b| matches!(&**served.of(b.address).get(), Served::Unknown))
 }
 
 /// Whether the ready replicas differ in what they serve: some serve another set than others,
 /// or some are not learned yet while others are.
-pub fn skewed(ready: &[Arc<Backend>]) -> bool {
+pub fn skewed(ready: &[Arc<Backend>], served: &PerReplica<ServedApis>) -> bool {
     let mut first = None;
     let mut unknown = false;
     for b in ready {
-        match &**b.planes().apis.get() {
+        match &**served.of(b.address).get() {
             Served::Learned(set, _) => match first {
                 None => first = Some(set.fingerprint),
                 Some(f) if f != set.fingerprint => return true,
@@ -146,24 +150,25 @@ pub fn skewed(ready: &[Arc<Backend>]) -> bool {
     unknown && first.is_some()
 }
 
-/// Appends to `tried` the ready replicas of `cluster` (not in it yet) that should not take a
+/// Appends to `tried` the ready replicas of `upstreams`' cluster (not in it yet) that should not take a
 /// request for `uri`; returns how many. The caller removes them once the request is placed.
 /// Nothing without `routing` (`terminate.version_skew.routing`).
 pub fn steer(
     (gw, routing): (&Gateway, bool),
-    cluster: &Cluster,
+    upstreams: &Upstreams,
     uri: &Uri,
     tried: &mut Vec<SocketAddr>,
 ) -> usize {
     if !routing {
         return 0;
     }
+    let (cluster, served) = (&upstreams.cluster, &upstreams.served);
     let table = cluster.pool().routing();
     // With no replica ready, whatever the fallback policy offers is taken as it is.
     let Candidates::Ready(ready) = table.candidates(NoReadyBackendPolicy::Refuse) else {
         return 0;
     };
-    if !skewed(ready) {
+    if !skewed(ready, served) {
         return 0;
     }
     let Ok(path) = target::path(uri.path()) else {
@@ -173,7 +178,7 @@ pub fn steer(
     let open = |b: &&Arc<Backend>| !tried.contains(&b.address);
     let keep_off: Vec<SocketAddr> = match wants {
         Wants::GroupVersion { group, version } => {
-            let serves = |b: &Arc<Backend>| match &**b.planes().apis.get() {
+            let serves = |b: &Arc<Backend>| match &**served.of(b.address).get() {
                 Served::Learned(set, _) => Some(set.serves(group, version)),
                 Served::Unreadable(..) => None,
                 Served::Unknown => Some(false),
@@ -189,7 +194,7 @@ pub fn steer(
                 .collect()
         }
         Wants::Discovery => {
-            let rank = |b: &Arc<Backend>| match &**b.planes().apis.get() {
+            let rank = |b: &Arc<Backend>| match &**served.of(b.address).get() {
                 Served::Learned(set, _) => Some(Some(set.rank)),
                 Served::Unreadable(..) => None,
                 Served::Unknown => Some(None),

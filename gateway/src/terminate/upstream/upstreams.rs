@@ -4,7 +4,9 @@
 
 use crate::state::{Cluster, Pool};
 use crate::terminate::upstream::flow::Flows;
+use crate::terminate::upstream::replicas::PerReplica;
 use crate::terminate::upstream::rotation;
+use crate::terminate::upstream::served::ServedApis;
 use crate::terminate::upstream::signals::ExtensionApis;
 use crate::terminate::upstream::tls::UpstreamTls;
 use arc_swap::ArcSwap;
@@ -23,6 +25,8 @@ pub struct Upstreams {
     pub(crate) identity: IdentityHeaders,
     /// What the replicas' flow control said (kept across replacements).
     pub(crate) flows: Arc<Flows>,
+    /// What each replica serves, its version and group-versions (kept across replacements).
+    pub(crate) served: Arc<PerReplica<ServedApis>>,
     /// Which group-versions extension servers answer for (kept across replacements).
     pub(crate) extensions: Arc<ExtensionApis>,
 }
@@ -66,6 +70,7 @@ impl UpstreamFiles {
             tls: self.tls,
             identity: self.identity,
             flows: Arc::default(),
+            served: Arc::default(),
             extensions: Arc::default(),
         }
     }
@@ -93,10 +98,12 @@ impl LiveUpstreams {
     /// except what they present: the identity is one cell for every generation (a request
     /// holding older settings still dials with the certificate of now), and connections that
     /// present a replaced one are retired (`rotation`). What the replicas' flow control said,
-    /// and which APIs extension servers answer for, are kept: the replicas are the same.
+    /// what each serves and which APIs extension servers answer for are kept: the replicas
+    /// are the same.
     pub fn replace(&self, mut upstreams: Upstreams) {
         let old = self.current.load();
         upstreams.flows = old.flows.clone();
+        upstreams.served = old.served.clone();
         upstreams.extensions = old.extensions.clone();
         let now = upstreams.tls.presented();
         let before = old.tls.identity.swap(now.clone());

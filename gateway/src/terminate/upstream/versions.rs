@@ -6,12 +6,15 @@
 //! `kubegate`; `system:discovery` lets any authenticated user read them). A replica is read
 //! as soon as it is ready and again every `terminate.version_skew.refresh`; it is forgotten
 //! the moment it leaves `ready`, since it may come back as another version. What is learned
-//! is published as metrics here, in one place, at each look.
+//! is published as metrics here, in one place, at each look; and at each look what the cluster
+//! knows of a replica that left its pool (what it served, its flow control) is forgotten.
 
-use crate::state::{ApiSet, Backend, Gateway, GroupVersions, Kind, Served};
+use crate::state::{Backend, Gateway, Kind};
 use crate::terminate::exchange::h2client;
 use crate::terminate::upstream::connect::stream_to;
 use crate::terminate::upstream::outgoing::Outgoing;
+use crate::terminate::upstream::replicas::PerReplica;
+use crate::terminate::upstream::served::{ApiSet, GroupVersions, Served, ServedApis};
 use crate::terminate::upstream::upstreams::{LiveUpstreams, Upstreams};
 use bytes::Bytes;
 use http::{Method, StatusCode, Uri};
@@ -40,12 +43,18 @@ pub async fn learn(gw: Arc<Gateway>, upstreams: Arc<LiveUpstreams>) {
     loop {
         tick.tick().await;
         let refresh = gw.config().load().terminate.version_skew.refresh;
-        let backends = upstreams.load().pool().backends();
+        let now = upstreams.load();
+        let backends = now.pool().backends();
+        // What is known of a replica that left the pool goes with it.
+        let addresses: Vec<SocketAddr> = backends.iter().map(|b| b.address).collect();
+        now.served.keep_only(&addresses);
+        now.flows.keep_only(&addresses);
         for b in &backends {
-            let served = b.planes().apis.get();
+            let apis = now.served.of(b.address);
+            let served = apis.get();
             if b.state() != BackendState::Ready {
                 if **served != Served::Unknown {
-                    b.planes().apis.set(Served::Unknown);
+                    apis.set(Served::Unknown);
                 }
                 continue;
             }
@@ -71,7 +80,7 @@ pub async fn learn(gw: Arc<Gateway>, upstreams: Arc<LiveUpstreams>) {
                     .remove(&b.address);
             });
         }
-        published.update(&gw, &backends);
+        published.update(&gw, &now.served, &backends);
     }
 }
 
@@ -110,19 +119,24 @@ async fn read(gw: &Gateway, live: &LiveUpstreams, backend: &Arc<Backend>) {
             () = upstreams.extensions.known() => {}
             _ = list_ended => {}
         }
-        settle(gw, backend, learned);
+        settle(gw, &upstreams.served, backend, learned);
     };
     tokio::join!(listing, discovery);
 }
 
 /// Records what reading `backend`'s discovery found, unless it left `ready` meanwhile (what
 /// it served then is not news).
-fn settle(gw: &Gateway, backend: &Backend, learned: Result<ApiSet, String>) {
+fn settle(
+    gw: &Gateway,
+    served: &PerReplica<ServedApis>,
+    backend: &Backend,
+    learned: Result<ApiSet, String>,
+) {
     if backend.state() != BackendState::Ready {
         return;
     }
     match learned {
-        Ok(set) => record(backend, set),
+        Ok(set) => record(&served.of(backend.address), backend, set),
         Err(why) => {
             let name = &backend.info().name;
             gw.metrics()
@@ -130,9 +144,8 @@ fn settle(gw: &Gateway, backend: &Backend, learned: Result<ApiSet, String>) {
                 .backend_discovery_failures
                 .with_label_values(&[name])
                 .inc();
-            let before = backend
-                .planes()
-                .apis
+            let before = served
+                .of(backend.address)
                 .set(Served::Unreadable(why.clone(), Instant::now()));
             if !matches!(&*before, Served::Unreadable(..)) {
                 tracing::warn!(backend = %name, error = %why, "could not read the replica's discovery: it is routed as if it served every group-version");
@@ -142,12 +155,9 @@ fn settle(gw: &Gateway, backend: &Backend, learned: Result<ApiSet, String>) {
 }
 
 /// Records `set` as what `backend` serves now, logging a change of what it serves.
-fn record(backend: &Backend, set: ApiSet) {
+fn record(apis: &ServedApis, backend: &Backend, set: ApiSet) {
     let set = Arc::new(set);
-    let before = backend
-        .planes()
-        .apis
-        .set(Served::Learned(set.clone(), Instant::now()));
+    let before = apis.set(Served::Learned(set.clone(), Instant::now()));
     let changed = match &*before {
         Served::Learned(old, _) => {
             old.version != set.version || old.group_versions != set.group_versions
@@ -292,11 +302,11 @@ struct Published {
 }
 
 impl Published {
-    fn update(&mut self, gw: &Gateway, backends: &[Arc<Backend>]) {
+    fn update(&mut self, gw: &Gateway, served: &PerReplica<ServedApis>, backends: &[Arc<Backend>]) {
         let m = &gw.metrics().terminate;
         let mut now: BTreeMap<String, Arc<ApiSet>> = BTreeMap::new();
         for b in backends {
-            if let Served::Learned(set, _) = &**b.planes().apis.get() {
+            if let Served::Learned(set, _) = &**served.of(b.address).get() {
                 now.insert(b.info().name.clone(), set.clone());
             }
         }

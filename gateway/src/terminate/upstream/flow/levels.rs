@@ -1,4 +1,5 @@
-//! What terminate mode knows of a replica's priority levels (APF): the levels it is rejecting —
+//! What terminate mode knows of one replica's priority levels (APF; `Flows` keeps one per
+//! replica): the levels it is rejecting —
 //! each whose requests it answered with APF's 429 lately, until that answer's `Retry-After`
 //! has passed — and, for each level, its requests in flight on it and its response latency.
 //! Terminate mode places a level's requests on another replica while this one rejects the
@@ -8,6 +9,7 @@
 //! Levels are known by their UIDs (what the `X-Kubernetes-PF-PriorityLevel-UID` header says);
 //! an apiserver has about ten, and a replica keeps at most [`MAX_LEVELS`] of each kind here.
 
+use crate::terminate::exchange::in_flight::LevelTally;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -130,6 +132,16 @@ impl PriorityLevels {
             .filter(|(_, u)| *u > now)
             .map(|(l, u)| (l.clone(), *u - now))
             .collect()
+    }
+}
+
+impl LevelTally for PriorityLevels {
+    fn started(&self, level: &Arc<str>) -> bool {
+        PriorityLevels::started(self, level)
+    }
+
+    fn ended(&self, level: &str) {
+        PriorityLevels::ended(self, level)
     }
 }
 
