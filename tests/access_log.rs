@@ -20,10 +20,7 @@ async fn the_access_log_says_who_asked_what_of_which_replica() {
     let (kg, pki, sims) = (&bed.kg, &bed.pki, &bed.sims);
     let mut conn = Conn::open_as_user(kg.listen, pki, "dev", "dev-user", &["dev", "ops"]).await;
     let agent = [("User-Agent", "access-test/1")];
-    let list = conn
-        .send("GET", "/api/v1/namespaces/default/configmaps", &agent, None)
-        .await
-        .unwrap();
+    let list = conn.send("GET", CONFIGMAPS, &agent, None).await.unwrap();
     assert_eq!(list.status, 200);
     let missing = conn
         .send(
@@ -37,11 +34,7 @@ async fn the_access_log_says_who_asked_what_of_which_replica() {
     assert_eq!(missing.status, 404);
     let mut anonymous = Conn::open_anonymous(kg.listen, pki, false).await.unwrap();
     let r = anonymous
-        .get_with_token(
-            "/api/v1/namespaces/default/configmaps",
-            "tok-ops",
-            "access-test/1",
-        )
+        .get_with_token(CONFIGMAPS, "tok-ops", "access-test/1")
         .await
         .unwrap();
     assert_eq!(r.status, 200);

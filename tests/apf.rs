@@ -71,7 +71,7 @@ async fn a_replica_rejecting_a_level_gets_few_of_its_requests_and_no_client_sees
         let r = if i % 4 == 3 {
             // Writes too: a rejection was never processed.
             let body = format!(r#"{{"metadata":{{"name":"cm-{i}"}}}}"#);
-            sa.request("POST", CONFIGMAPS, Some(&body)).await.unwrap()
+            sa.post(CONFIGMAPS, &body).await.unwrap()
         } else {
             sa.get(CONFIGMAPS).await.unwrap()
         };

@@ -203,7 +203,7 @@ async fn a_revoked_tokens_new_watch_gets_401_while_its_twin_is_still_fed() {
     assert!(ended.is_none(), "tok-a's fed watch ended: {ended:?}");
     assert!(bed.kg.metric("kubegate_shared_watches_revoked_total") >= 1.0);
     let r = admin
-        .request("POST", CONFIGMAPS, Some(r#"{"metadata":{"name":"after"}}"#))
+        .post(CONFIGMAPS, r#"{"metadata":{"name":"after"}}"#)
         .await
         .unwrap();
     assert_eq!(r.status, 201);

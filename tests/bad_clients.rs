@@ -142,15 +142,7 @@ async fn oversized_and_invalid_requests_get_clear_errors() {
     // A body over terminate.max_request_body_bytes (3 MiB) is a 413 with a Status.
     let mut h2 = Conn::open(s.kg.listen, &s.pki, true).await.unwrap();
     let body = "x".repeat(4 << 20);
-    let r = h2
-        .send(
-            "POST",
-            "/api/v1/namespaces/default/configmaps",
-            &[],
-            Some(&body),
-        )
-        .await
-        .unwrap();
+    let r = h2.send("POST", CONFIGMAPS, &[], Some(&body)).await.unwrap();
     assert_eq!(r.status, 413);
     assert!(r.text().contains("RequestEntityTooLarge"), "{}", r.text());
 

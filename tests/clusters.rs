@@ -80,10 +80,7 @@ fn kubegate_cert(pki: &Pki, c: &str) -> Vec<u8> {
 
 /// Reads configmaps on `conn`: 200, answered by the simulated replica `replica`.
 async fn read_served_by(conn: &mut Conn, replica: &str) {
-    let r = conn
-        .get("/api/v1/namespaces/default/configmaps")
-        .await
-        .expect("an answer");
+    let r = conn.get(CONFIGMAPS).await.expect("an answer");
     assert_eq!(
         (r.status, r.replica().as_str()),
         (200, replica),
@@ -94,10 +91,7 @@ async fn read_served_by(conn: &mut Conn, replica: &str) {
 
 /// The replica (by its certificate) that answered on `conn`, with the request's status.
 async fn answered(conn: &mut Conn, sims: &[&Sim]) -> (String, u16) {
-    let r = conn
-        .get("/api/v1/namespaces/default/configmaps")
-        .await
-        .expect("an answer");
+    let r = conn.get(CONFIGMAPS).await.expect("an answer");
     let who = sims
         .iter()
         .find(|s| s.cert_der == conn.peer())
@@ -123,7 +117,7 @@ async fn admin_of_another_cluster(
     let mut c = Conn::open_named(listen, config, name, false)
         .await
         .map_err(|e| e.to_string())?;
-    Ok(c.get("/api/v1/namespaces/default/configmaps").await.ok())
+    Ok(c.get(CONFIGMAPS).await.ok())
 }
 
 /// Forwards one connection to `to`, sending the client's first `split` bytes in a segment of
@@ -362,10 +356,7 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
     let mut c = open(kg.listen, client, "a.example", true).await;
     assert_eq!(c.peer(), kubegate_cert(&pki_a, "a"));
     for _ in 0..6 {
-        let r = c
-            .get("/api/v1/namespaces/default/configmaps")
-            .await
-            .unwrap();
+        let r = c.get(CONFIGMAPS).await.unwrap();
         assert_eq!(r.status, 200, "{}", r.text());
         seen.insert(r.replica());
     }
@@ -383,10 +374,7 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
     // A client offering TLS 1.2 alone: taken at a's name, refused at b's.
     let client = tls12_client_config(&pki_a, &[b"h2"]);
     let mut c = open(kg.listen, client, "a.example", true).await;
-    let r = c
-        .get("/api/v1/namespaces/default/configmaps")
-        .await
-        .unwrap();
+    let r = c.get(CONFIGMAPS).await.unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
     let client = tls12_client_config(&pki_b, &[b"h2"]);
     refused(kg.listen, client, "b.example", "ProtocolVersion").await;
@@ -412,7 +400,7 @@ async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_repl
 /// cluster serves) is answered 421, before any token review; its own name and an IP literal
 /// are served; the same request on a connection made to b's name is served by b.
 async fn misdirected_requests_get_421_and_recover(kg: &Kubegate, pki_a: &Pki, pki_b: &Pki) {
-    const PATH: &str = "/api/v1/namespaces/default/configmaps";
+    const PATH: &str = CONFIGMAPS;
     let reviews = || kg.metric_sum("kubegate_token_reviews_total");
     let reviews_before = reviews();
     for h2 in [true, false] {
@@ -501,7 +489,7 @@ async fn a_restart_in_one_cluster_costs_the_other_nothing() {
                 let answer = async {
                     let mut c =
                         Conn::open_named(listen, config.clone(), "b.example", false).await?;
-                    c.get("/api/v1/namespaces/default/configmaps").await
+                    c.get(CONFIGMAPS).await
                 };
                 match answer.await {
                     Ok(r) if r.status == 200 => served += 1,

@@ -57,11 +57,7 @@ async fn create_in(conn: &mut Conn, ns: &str, name: &str) {
     );
     for _ in 0..3 {
         let r = conn
-            .request(
-                "POST",
-                &format!("/api/v1/namespaces/{ns}/configmaps"),
-                Some(&body),
-            )
+            .post(&format!("/api/v1/namespaces/{ns}/configmaps"), &body)
             .await
             .expect("create answered");
         if r.status == 201 {
@@ -80,10 +76,7 @@ async fn create_in(conn: &mut Conn, ns: &str, name: &str) {
 
 /// The list's resourceVersion, where the watches start.
 async fn list_version(conn: &mut Conn) -> String {
-    let r = conn
-        .get("/api/v1/namespaces/default/configmaps")
-        .await
-        .unwrap();
+    let r = conn.get(CONFIGMAPS).await.unwrap();
     r.resource_version()
 }
 
@@ -794,8 +787,7 @@ async fn a_frozen_replicas_requests_and_watches_move_on() {
     let slow = loop {
         let mut c = kg.connect(pki, true).await.unwrap();
         let before = kg.metric(r#"kubegate_backend_requests_in_flight{backend="replica-1"}"#);
-        let task =
-            tokio::spawn(async move { c.get("/api/v1/namespaces/default/configmaps").await });
+        let task = tokio::spawn(async move { c.get(CONFIGMAPS).await });
         let held = wait_for("the read answered or held", T, || {
             let now = kg.metric(r#"kubegate_backend_requests_in_flight{backend="replica-1"}"#);
             if now > before {

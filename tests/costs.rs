@@ -49,10 +49,7 @@ async fn the_costliest_sender_is_named_first_with_what_it_cost() {
             r#"{{"metadata":{{"name":"cm-{i}"}},"data":{{"k":"{}"}}}}"#,
             "v".repeat(4000)
         );
-        let r = runaway
-            .request("POST", CONFIGMAPS, Some(&body))
-            .await
-            .unwrap();
+        let r = runaway.post(CONFIGMAPS, &body).await.unwrap();
         assert_eq!(r.status, 201, "{}", r.text());
     }
     // Its level learned, one replica rejects it: the LISTs that meet the rejection are

@@ -117,10 +117,7 @@ async fn a_rotated_front_proxy_certificate_never_expires_on_a_live_connection() 
             rotated = true;
         }
         let body = format!(r#"{{"metadata":{{"name":"cm-{written}"}}}}"#);
-        let r = writer
-            .request("POST", CONFIGMAPS, Some(&body))
-            .await
-            .unwrap();
+        let r = writer.post(CONFIGMAPS, &body).await.unwrap();
         if r.status != 201 {
             refused.push((r.status, r.text()));
         } else {

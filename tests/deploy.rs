@@ -513,11 +513,7 @@ async fn the_static_pod_runs_as_shipped_in_terminate_mode() {
     let review =
         r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview","spec":{}}"#;
     let r = conn
-        .request(
-            "POST",
-            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
-            Some(review),
-        )
+        .post("/apis/authentication.k8s.io/v1/selfsubjectreviews", review)
         .await
         .unwrap();
     assert_eq!(r.status, 201, "{}", r.text());

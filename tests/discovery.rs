@@ -118,10 +118,7 @@ async fn kubegate_follows_the_kubernetes_endpoint_slices() {
             .then_some(())
     });
     let mut c = kg.connect(&pki, true).await.unwrap();
-    let r = c
-        .get("/api/v1/namespaces/default/configmaps")
-        .await
-        .unwrap();
+    let r = c.get(CONFIGMAPS).await.unwrap();
     assert_eq!(r.status, 200);
 }
 

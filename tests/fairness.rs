@@ -195,10 +195,7 @@ async fn a_watch_whose_client_reads_nothing_is_cut_alone() {
     let mut admin = Conn::open(kg.listen, pki, true).await.unwrap();
     for i in 0..40 {
         let body = format!(r#"{{"metadata":{{"name":"cm-{i}"}}}}"#);
-        let r = admin
-            .request("POST", CONFIGMAPS, Some(&body))
-            .await
-            .unwrap();
+        let r = admin.post(CONFIGMAPS, &body).await.unwrap();
         assert_eq!(r.status, 201);
     }
     // Its events wait: past the timeout, the watch is cut and its upstream watch goes.

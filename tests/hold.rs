@@ -41,7 +41,7 @@ fn wait_held(kg: &Kubegate, n: f64) {
 /// its own (HTTP/2, as `pki`'s client), or 0 when the connection was closed unanswered
 /// (passthrough refusing).
 fn request(listen: std::net::SocketAddr, pki: &Pki) -> tokio::task::JoinHandle<u16> {
-    request_to(listen, pki, "/api/v1/namespaces/default/configmaps")
+    request_to(listen, pki, CONFIGMAPS)
 }
 
 /// Sends `path` through `bed`'s kubegate, which holds it for a second at least and then
@@ -109,7 +109,7 @@ async fn a_request_waits_through_a_brief_outage_for_the_first_ready_replica() {
 async fn an_outage_longer_than_the_hold_is_refused_after_it_and_the_held_are_bounded() {
     // Past `up_to`, `no_ready_backend: refuse` answers 503, as without a hold.
     let bed = outage(true, Duration::from_secs(1), 1);
-    held_a_second_then_refused(&bed, "/api/v1/namespaces/default/configmaps").await;
+    held_a_second_then_refused(&bed, CONFIGMAPS).await;
 
     // A request's own `?timeout=` ends its hold first: nobody waits for it after that.
     let bed = outage(true, Duration::from_secs(60), 10);
@@ -150,7 +150,7 @@ async fn a_rules_fallback_does_not_hold_a_request_twice() {
         sim.force_check("etcd", true);
         bed.kg.wait_state(&sim.name, "not_ready", T);
     }
-    held_a_second_then_refused(&bed, "/api/v1/namespaces/default/configmaps").await;
+    held_a_second_then_refused(&bed, CONFIGMAPS).await;
     let fell_back = bed
         .kg
         .metric(r#"kubegate_dispatch_fallback_total{cluster="default",rule="pinned"}"#);

@@ -284,10 +284,7 @@ async fn a_client_that_never_reads_stalls_only_itself() {
         let body = format!(
             r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"big-{i}"}},"data":{{"key":"{data}"}}}}"#
         );
-        let r = writer
-            .request("POST", CONFIGMAPS, Some(&body))
-            .await
-            .unwrap();
+        let r = writer.post(CONFIGMAPS, &body).await.unwrap();
         assert_eq!(r.status, 201, "creating big-{i}");
     }
     let heap_before = counter(&s.kg, HEAP);

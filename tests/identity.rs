@@ -71,10 +71,7 @@ async fn identity_comes_from_the_certificate_never_from_headers() {
 
     // A verified certificate that names no user: 401, never an anonymous request.
     let mut conn = Conn::open_as_user(kg.listen, pki, "nameless", "", &["dev"]).await;
-    let r = conn
-        .get("/api/v1/namespaces/default/configmaps")
-        .await
-        .unwrap();
+    let r = conn.get(CONFIGMAPS).await.unwrap();
     assert_eq!(r.status, 401, "{}", r.text());
     assert!(r.text().contains("no common name"), "{}", r.text());
     assert!(kg.metric(r#"kubegate_requests_failed_total{reason="unauthenticated"}"#) >= 1.0);

@@ -104,7 +104,7 @@ where
 /// Creates configmap `name` with label `app=label`.
 async fn create(conn: &mut Conn, name: &str, label: &str) {
     let body = format!(r#"{{"metadata":{{"name":"{name}","labels":{{"app":"{label}"}}}}}}"#);
-    let r = conn.request("POST", CONFIGMAPS, Some(&body)).await.unwrap();
+    let r = conn.post(CONFIGMAPS, &body).await.unwrap();
     assert_eq!(r.status, 201, "{}", r.text());
 }
 

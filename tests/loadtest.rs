@@ -60,6 +60,16 @@ fn run(r: &Value, scenario: &str, gateway: &str) -> Value {
         .clone()
 }
 
+/// The row of `gateway` in `phase` of a report's `rows` (`table` said when there is none).
+fn phase_row(rows: &Value, table: &str, gateway: &str, phase: &str) -> Value {
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["gateway"] == gateway && r["phase"] == phase)
+        .unwrap_or_else(|| panic!("no row {gateway} {phase}: {table}"))
+        .clone()
+}
+
 fn total(v: &Value) -> u64 {
     v.as_object()
         .unwrap()
@@ -603,14 +613,7 @@ fn a_runaway_identity_under_its_rule_gets_429_not_resets() {
         dir.path(),
         "storm --objects 300 --concurrency 8 --phase 6s --runaway token",
     );
-    let row = |gateway: &str, phase: &str| {
-        rows.as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["gateway"] == gateway && r["phase"] == phase)
-            .unwrap_or_else(|| panic!("no row {gateway} {phase}: {table}"))
-            .clone()
-    };
+    let row = |gateway: &str, phase: &str| phase_row(&rows, &table, gateway, phase);
     for r in rows.as_array().unwrap() {
         assert_eq!(r["others"]["failed"], 0, "{r}");
         assert!(r["others"]["count"].as_u64().unwrap() > 0, "{r}");
@@ -642,14 +645,7 @@ fn a_runaway_shed_through_the_cluster_or_on_its_own_stops_reaching_the_replicas(
         dir.path(),
         "runaway --objects 50 --connections 100 --interval 1s --phase 8s --gateways direct,kubegate-l7-shed,kubegate-l7-auto",
     );
-    let row = |gateway: &str, phase: &str| {
-        rows.as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["gateway"] == gateway && r["phase"] == phase)
-            .unwrap_or_else(|| panic!("no row {gateway} {phase}: {table}"))
-            .clone()
-    };
+    let row = |gateway: &str, phase: &str| phase_row(&rows, &table, gateway, phase);
     let at_replicas = |r: &serde_json::Value| r["runaway_at_replicas"].as_u64().unwrap();
     let direct = row("direct", "shed");
     assert!(at_replicas(&direct) > 0, "{table}");

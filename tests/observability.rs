@@ -92,10 +92,7 @@ async fn every_metric_in_dashboard_and_alerts_is_exported() {
     // An APF rejection's series exist once a replica has rejected a level.
     sims[0].saturate_level("global-default", Some(1));
     let mut someone = Conn::open_as_user(kg.listen, pki, "someone", "someone", &[]).await;
-    let rejected = someone
-        .get("/api/v1/namespaces/default/configmaps")
-        .await
-        .unwrap();
+    let rejected = someone.get(CONFIGMAPS).await.unwrap();
     assert_eq!(rejected.status, 429, "{}", rejected.text());
     sims[0].saturate_level("global-default", None);
     // A ready replica's version series exist once terminate mode has read its discovery.

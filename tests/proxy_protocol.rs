@@ -73,11 +73,7 @@ async fn behind_haproxy_sending_proxy_v2_the_apiserver_and_the_access_log_see_th
         .await
         .unwrap();
     let r = conn
-        .get_with_token(
-            "/api/v1/namespaces/default/configmaps",
-            "tok-ops",
-            "proxied/1",
-        )
+        .get_with_token(CONFIGMAPS, "tok-ops", "proxied/1")
         .await
         .unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
@@ -103,11 +99,7 @@ async fn behind_haproxy_sending_proxy_v2_the_apiserver_and_the_access_log_see_th
         .await
         .unwrap();
     let r = own
-        .get_with_token(
-            "/api/v1/namespaces/default/configmaps",
-            "tok-ops",
-            "direct/1",
-        )
+        .get_with_token(CONFIGMAPS, "tok-ops", "direct/1")
         .await
         .unwrap();
     assert_eq!(r.header("x-kubegate-sim-forwarded-for"), Some(CLIENT));

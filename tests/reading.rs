@@ -58,10 +58,7 @@ async fn every_way_around_a_rule_is_read_as_the_apiserver_reads_it() {
     kg.wait_state("replica-2", "not_ready", Duration::from_secs(30));
     let mut h2 = kg.connect(pki, true).await.unwrap();
     let cm = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"},"data":{"a":"b"}}"#;
-    let r = h2
-        .request("POST", "/api/v1/namespaces/default/configmaps", Some(cm))
-        .await
-        .unwrap();
+    let r = h2.post(CONFIGMAPS, cm).await.unwrap();
     assert_eq!(r.status, 201, "{}", r.text());
 
     let taken = [
@@ -103,7 +100,7 @@ async fn every_way_around_a_rule_is_read_as_the_apiserver_reads_it() {
         // watch=0 or false is a list.
         "/api/v1/namespaces/default/configmaps?watch=0&watch=1",
         // A certificate user is no service account, whatever `*` says.
-        "/api/v1/namespaces/default/configmaps",
+        CONFIGMAPS,
     ];
     for path in passed {
         let r = h2.get(path).await.unwrap();
@@ -255,7 +252,7 @@ async fn token_clients_are_named_by_a_token_review_and_ruled() {
         .dispatch("- {name: ci, match: {service_accounts: [\"ci:*\"]}, limit: {rate: 1, burst: 2}}")
         .start();
     let (kg, pki) = (&bed.kg, &bed.pki);
-    let lists = "/api/v1/namespaces/default/configmaps";
+    let lists = CONFIGMAPS;
     let bearer = [("Authorization", "Bearer ci-token")];
     let mut ci = Conn::open_anonymous(kg.listen, pki, true).await.unwrap();
     let mut passed = 0;
@@ -377,7 +374,7 @@ async fn a_flood_of_bogus_tokens_neither_switches_rules_off_nor_evicts_names() {
         })
         .start();
     let (kg, pki) = (&bed.kg, &bed.pki);
-    let lists = "/api/v1/namespaces/default/configmaps";
+    let lists = CONFIGMAPS;
     let named = || kg.metric(r#"kubegate_token_reviews_total{result="named"}"#);
     // Named before the flood.
     let mut early = Conn::open_anonymous(kg.listen, pki, true).await.unwrap();
@@ -459,10 +456,7 @@ async fn client_certificates_are_read_as_the_apiserver_reads_them() {
     // A name with a control character cannot reach the apiserver as written: 401, not
     // anonymous, not another name.
     let mut conn = Conn::open_as_user(kg.listen, pki, "ctl", "alice\u{7}admin", &["dev"]).await;
-    let r = conn
-        .get("/api/v1/namespaces/default/configmaps")
-        .await
-        .unwrap();
+    let r = conn.get(CONFIGMAPS).await.unwrap();
     assert_eq!(
         (r.status, r.replica()),
         (401, "<none>".into()),

@@ -27,10 +27,7 @@ async fn one_http2_connection_spreads_its_requests_over_the_ready_replicas() {
     let mut conn = kg.connect(pki, true).await.unwrap();
     let mut per: HashMap<String, usize> = HashMap::new();
     for _ in 0..30 {
-        let r = conn
-            .get("/api/v1/namespaces/default/configmaps")
-            .await
-            .unwrap();
+        let r = conn.get(CONFIGMAPS).await.unwrap();
         assert_eq!(r.status, 200, "{}", r.text());
         *per.entry(r.replica()).or_default() += 1;
     }
@@ -111,9 +108,7 @@ async fn a_replica_shutting_down_finishes_its_requests_and_gets_no_new_ones() {
     let mut in_flight = Vec::new();
     for _ in 0..3 {
         let mut c = kg.connect(pki, true).await.unwrap();
-        in_flight.push(tokio::spawn(async move {
-            c.get("/api/v1/namespaces/default/configmaps").await
-        }));
+        in_flight.push(tokio::spawn(async move { c.get(CONFIGMAPS).await }));
     }
     wait_for("three requests in flight", T, || {
         (kg.metric(r#"kubegate_backend_requests_in_flight{backend="replica-1"}"#) == 1.0)
@@ -208,10 +203,9 @@ async fn a_crashed_replicas_reads_and_new_watches_are_retried_and_its_writes_rep
                 let body = format!(
                     r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"w{i}"}},"data":{{"a":"b"}}}}"#
                 );
-                c.request("POST", "/api/v1/namespaces/default/configmaps", Some(&body))
-                    .await
+                c.post(CONFIGMAPS, &body).await
             } else {
-                c.get("/api/v1/namespaces/default/configmaps").await
+                c.get(CONFIGMAPS).await
             }
         });
         let stuck = wait_for("the request answered or held by replica-1", T, || {
@@ -256,10 +250,7 @@ async fn a_crashed_replicas_reads_and_new_watches_are_retried_and_its_writes_rep
         .unwrap();
     assert_eq!(r.status, 404, "w{w}: {}", r.text());
     let body = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"after-the-crash"},"data":{"a":"b"}}"#;
-    let r = c
-        .request("POST", "/api/v1/namespaces/default/configmaps", Some(body))
-        .await
-        .unwrap();
+    let r = c.post(CONFIGMAPS, body).await.unwrap();
     assert_eq!(r.status, 201, "{}", r.text());
     loop {
         let e = watch.next(T).await.unwrap().expect("an event");
@@ -290,10 +281,7 @@ async fn a_shutting_down_replicas_429_is_retried_on_another() {
     });
     let mut conn = kg.connect(pki, true).await.unwrap();
     for i in 0..30 {
-        let r = conn
-            .get("/api/v1/namespaces/default/configmaps")
-            .await
-            .unwrap();
+        let r = conn.get(CONFIGMAPS).await.unwrap();
         assert_eq!(r.status, 200, "request {i}: {}", r.text());
         assert_ne!(r.replica(), "replica-1");
     }
@@ -313,7 +301,7 @@ async fn reads_a_replicas_initializing_cache_refused_go_to_another() {
     sims[1].set_cache("initializing");
     for i in 0..4 {
         for path in [
-            "/api/v1/namespaces/default/configmaps",
+            CONFIGMAPS,
             "/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=1",
         ] {
             let r = conn.get(path).await.unwrap();
@@ -324,10 +312,7 @@ async fn reads_a_replicas_initializing_cache_refused_go_to_another() {
     assert!(kg.metric(r#"kubegate_request_retries_total{reason="storage_initializing"}"#) >= 1.0);
     assert_eq!(kg.state("replica-2").as_deref(), Some("ready"));
     sims[0].set_cache("initializing");
-    let r = conn
-        .get("/api/v1/namespaces/default/configmaps")
-        .await
-        .unwrap();
+    let r = conn.get(CONFIGMAPS).await.unwrap();
     assert_eq!(r.status, 429, "{}", r.text());
     assert!(
         r.text().contains("storage is (re)initializing"),
@@ -337,10 +322,7 @@ async fn reads_a_replicas_initializing_cache_refused_go_to_another() {
     assert_eq!(r.header("retry-after"), Some("1"));
     // Ready again: served where it lands.
     sims[1].set_cache("ready");
-    let r = conn
-        .get("/api/v1/namespaces/default/configmaps")
-        .await
-        .unwrap();
+    let r = conn.get(CONFIGMAPS).await.unwrap();
     assert_eq!(
         (r.status, r.replica().as_str()),
         (200, "replica-2"),
@@ -370,10 +352,7 @@ async fn custom_resources_read_from_a_replica_still_initializing_them_go_to_anot
     // Its built-in resources are served (kubegate found it ready again).
     let deadline = std::time::Instant::now() + T;
     loop {
-        let r = conn
-            .get("/api/v1/namespaces/default/configmaps")
-            .await
-            .unwrap();
+        let r = conn.get(CONFIGMAPS).await.unwrap();
         if r.status == 200 && r.replica() == "replica-2" {
             break;
         }
@@ -418,7 +397,7 @@ async fn reads_a_replicas_failing_storage_refused_go_to_another_and_writes_do_no
     let r = conn
         .send(
             "POST",
-            "/api/v1/namespaces/default/configmaps",
+            CONFIGMAPS,
             &[("Content-Type", "application/json")],
             Some(r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"kept"}}"#),
         )
@@ -434,7 +413,7 @@ async fn reads_a_replicas_failing_storage_refused_go_to_another_and_writes_do_no
         let r = conn
             .send(
                 "POST",
-                "/api/v1/namespaces/default/configmaps",
+                CONFIGMAPS,
                 &[("Content-Type", "application/json")],
                 Some(&body),
             )
@@ -456,10 +435,7 @@ async fn reads_a_replicas_failing_storage_refused_go_to_another_and_writes_do_no
     assert!(failed_writes >= 1, "no write reached replica-2");
     // Reads: another replica answers.
     for i in 0..4 {
-        for path in [
-            "/api/v1/namespaces/default/configmaps",
-            "/api/v1/namespaces/default/configmaps/kept",
-        ] {
+        for path in [CONFIGMAPS, "/api/v1/namespaces/default/configmaps/kept"] {
             let r = conn.get(path).await.unwrap();
             assert_eq!(r.status, 200, "{path} ({i}): {}", r.text());
             assert_eq!(r.replica(), "replica-1", "{path} ({i})");
@@ -504,10 +480,7 @@ async fn no_ready_replica_is_a_503_status_the_client_retries() {
     sims[0].force_check("etcd", true);
     kg.wait_state("replica-1", "not_ready", T);
     let mut conn = kg.connect(pki, true).await.unwrap();
-    let r = conn
-        .get("/api/v1/namespaces/default/configmaps")
-        .await
-        .unwrap();
+    let r = conn.get(CONFIGMAPS).await.unwrap();
     assert_eq!(r.status, 503);
     assert_eq!(r.header("retry-after"), Some("1"));
     let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();

@@ -27,7 +27,7 @@ async fn kubegate_drains_its_clients_with_goaway_on_sigterm() {
         s.set_latency_ms(8_000);
     }
     let slow = tokio::spawn(async move {
-        let r = busy.get("/api/v1/namespaces/default/configmaps").await;
+        let r = busy.get(CONFIGMAPS).await;
         (r, busy)
     });
     wait_for("a request in flight", T, || {

@@ -493,7 +493,7 @@ async fn reads_waiting_at_a_replica_when_their_sender_is_shed_are_cut_off_and_wr
     let read = tokio::spawn(async move { agent.get(CONFIGMAPS).await.unwrap() });
     let write = tokio::spawn(async move {
         let cm = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"agent-report"}}"#;
-        writer.request("POST", CONFIGMAPS, Some(cm)).await.unwrap()
+        writer.post(CONFIGMAPS, cm).await.unwrap()
     });
     let other = tokio::spawn(async move { dev.get(CONFIGMAPS).await.unwrap() });
     wait_for("the three requests at the replica", T, || {

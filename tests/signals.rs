@@ -38,7 +38,7 @@ fn acted_on(kg: &Kubegate) -> (f64, f64) {
 
 /// POSTs `body` to `path` and asserts it was created.
 async fn created(admin: &mut Conn, path: &str, body: &str) {
-    let r = admin.request("POST", path, Some(body)).await.unwrap();
+    let r = admin.post(path, body).await.unwrap();
     assert_eq!(r.status, 201, "{}", r.text());
 }
 
@@ -57,11 +57,7 @@ async fn an_eviction_a_disruption_budget_blocks_reaches_the_replicas_once() {
     let eviction = r#"{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"web-0","namespace":"default"}}"#;
     for _ in 0..3 {
         let r = admin
-            .request(
-                "POST",
-                "/api/v1/namespaces/default/pods/web-0/eviction",
-                Some(eviction),
-            )
+            .post("/api/v1/namespaces/default/pods/web-0/eviction", eviction)
             .await
             .unwrap();
         // The apiserver's answer, as it gave it: priority and fairness admitted the request
@@ -90,11 +86,7 @@ async fn a_webhooks_429_after_processing_reaches_the_replicas_once() {
     }
     let before = (received(&bed, "writes_received"), acted_on(&bed.kg));
     let r = admin
-        .request(
-            "POST",
-            "/api/v1/namespaces/default/configmaps",
-            Some(r#"{"metadata":{"name":"denied"}}"#),
-        )
+        .post(CONFIGMAPS, r#"{"metadata":{"name":"denied"}}"#)
         .await
         .unwrap();
     assert_eq!(r.status, 429, "{}", r.text());
@@ -145,10 +137,7 @@ async fn a_proxied_pods_503_shutting_down_reaches_the_replicas_once() {
     // Both replicas still get new requests: nothing took one for shutting down.
     let mut seen = std::collections::HashSet::new();
     for _ in 0..20 {
-        let r = admin
-            .get("/api/v1/namespaces/default/configmaps")
-            .await
-            .unwrap();
+        let r = admin.get(CONFIGMAPS).await.unwrap();
         assert_eq!(r.status, 200);
         seen.insert(r.replica());
     }

@@ -90,10 +90,7 @@ async fn health_endpoints_match_the_apiserver_byte_for_byte() {
     );
     let r = c.get("/livez").await.unwrap();
     assert_eq!(r.status, 500, "livez has an etcd check too");
-    let r = c
-        .get("/api/v1/namespaces/default/configmaps")
-        .await
-        .unwrap();
+    let r = c.get(CONFIGMAPS).await.unwrap();
     assert_eq!(r.status, 500, "storage requests fail while etcd is lost");
     assert!(
         r.text().contains("etcdserver: request timed out"),
@@ -121,10 +118,7 @@ async fn startup_accepts_tcp_and_livez_before_readyz() {
         "{}",
         r.text()
     );
-    let r = c
-        .get("/api/v1/namespaces/default/configmaps")
-        .await
-        .unwrap();
+    let r = c.get(CONFIGMAPS).await.unwrap();
     assert_eq!(r.status, 429, "LIST while the watch cache initialises");
     assert_eq!(r.header("retry-after"), Some("1"));
     assert!(r.text().contains("storage is (re)initializing"));
@@ -159,10 +153,7 @@ async fn sigterm_default_mode_sequence() {
     // ...livez stays 200 and everything else is served normally during the delay.
     let livez = h1.get("/livez").await.expect("livez during the delay");
     assert_eq!(livez.status, 200);
-    let list = h2
-        .get("/api/v1/namespaces/default/configmaps")
-        .await
-        .expect("list during the delay");
+    let list = h2.get(CONFIGMAPS).await.expect("list during the delay");
     assert_eq!(list.status, 200);
     let mut fresh = sim
         .connect(&pki, false)
@@ -173,7 +164,7 @@ async fn sigterm_default_mode_sequence() {
     // A request in flight when the delay ends still completes.
     sim.set_latency_ms(1500);
     let in_flight = tokio::spawn(async move {
-        let r = h2.get("/api/v1/namespaces/default/configmaps").await;
+        let r = h2.get(CONFIGMAPS).await;
         (r.map(|r| r.status).unwrap_or(0), h2)
     });
     // New TCP connections are refused once the delay is over.
@@ -207,7 +198,7 @@ async fn sigterm_retry_after_mode_answers_429() {
         tokio::task::block_in_place(|| {
             rt.block_on(async {
                 let mut c = sim.connect(&pki, false).await.ok()?;
-                let r = c.get("/api/v1/namespaces/default/configmaps").await.ok()?;
+                let r = c.get(CONFIGMAPS).await.ok()?;
                 (r.status == 429).then_some(r)
             })
         })
@@ -244,14 +235,7 @@ async fn second_sigterm_exits_at_once_with_status_1() {
 
 async fn create(c: &mut Conn, name: &str) -> i64 {
     let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}});
-    let r = c
-        .request(
-            "POST",
-            "/api/v1/namespaces/default/configmaps",
-            Some(&body.to_string()),
-        )
-        .await
-        .unwrap();
+    let r = c.post(CONFIGMAPS, &body.to_string()).await.unwrap();
     assert_eq!(r.status, 201, "{}", r.text());
     let v: Value = serde_json::from_slice(&r.body).unwrap();
     v["metadata"]["resourceVersion"]
@@ -376,10 +360,7 @@ async fn authentication_client_certs_tokens_and_anonymous() {
     let mut anon = Conn::open_anonymous(open.addr, &pki, false).await.unwrap();
     assert_eq!(anon.get("/readyz").await.unwrap().status, 200);
     assert_eq!(anon.get("/version").await.unwrap().status, 200);
-    let r = anon
-        .get("/api/v1/namespaces/default/configmaps")
-        .await
-        .unwrap();
+    let r = anon.get(CONFIGMAPS).await.unwrap();
     assert_eq!(r.status, 403);
     let s: Value = serde_json::from_slice(&r.body).unwrap();
     assert_eq!(s["message"], "configmaps is forbidden: User \"system:anonymous\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"default\"");
@@ -416,13 +397,7 @@ async fn authentication_client_certs_tokens_and_anonymous() {
         200,
         "a client certificate authenticates"
     );
-    assert_eq!(
-        cert.get("/api/v1/namespaces/default/configmaps")
-            .await
-            .unwrap()
-            .status,
-        200
-    );
+    assert_eq!(cert.get(CONFIGMAPS).await.unwrap().status, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -465,11 +440,7 @@ async fn crud_and_status_errors() {
     let rv = create(&mut c, "x").await;
     let path = "/api/v1/namespaces/default/configmaps/x";
     let r = c
-        .request(
-            "POST",
-            "/api/v1/namespaces/default/configmaps",
-            Some(r#"{"metadata":{"name":"x"}}"#),
-        )
+        .post(CONFIGMAPS, r#"{"metadata":{"name":"x"}}"#)
         .await
         .unwrap();
     assert_eq!(r.status, 409);
@@ -498,10 +469,9 @@ async fn crud_and_status_errors() {
     assert_eq!(got["data"]["k"], "2");
     let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "leader"}, "spec": {"holderIdentity": "me", "leaseDurationSeconds": 15}});
     let r = c
-        .request(
-            "POST",
+        .post(
             "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases",
-            Some(&lease.to_string()),
+            &lease.to_string(),
         )
         .await
         .unwrap();
@@ -541,7 +511,7 @@ async fn priority_and_fairness_classifies_rejects_and_reports_as_the_apiserver()
     )
     .await;
     let mut admin = sim.connect(&pki, true).await.unwrap();
-    let path = "/api/v1/namespaces/default/configmaps";
+    let path = CONFIGMAPS;
     let calm = sa.get(path).await.unwrap();
     assert_eq!(calm.status, 200);
     let (level, schema) = (calm.header(LEVEL).unwrap(), calm.header(SCHEMA).unwrap());
@@ -564,7 +534,7 @@ async fn priority_and_fairness_classifies_rejects_and_reports_as_the_apiserver()
     // The other levels serve on.
     assert_eq!(admin.get(path).await.unwrap().status, 200);
     let created = sa
-        .request("POST", path, Some(r#"{"metadata":{"name":"cm1"}}"#))
+        .post(path, r#"{"metadata":{"name":"cm1"}}"#)
         .await
         .unwrap();
     assert_eq!(created.status, 429, "a write of the level is rejected too");

@@ -115,11 +115,7 @@ async fn a_rolling_upgrade_never_answers_404_for_what_discovery_showed() {
     );
     let mut admin = kg.connect(&bed.pki, true).await.unwrap();
     let created = admin
-        .request(
-            "POST",
-            &format!("/apis/resource.k8s.io/v1beta1/{CLAIMS}"),
-            Some(r#"{"apiVersion":"resource.k8s.io/v1beta1","kind":"ResourceClaim","metadata":{"name":"gpu"}}"#),
-        )
+        .post(&format!("/apis/resource.k8s.io/v1beta1/{CLAIMS}"), r#"{"apiVersion":"resource.k8s.io/v1beta1","kind":"ResourceClaim","metadata":{"name":"gpu"}}"#)
         .await
         .unwrap();
     assert_eq!(created.status, 201, "{}", created.text());

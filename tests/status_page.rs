@@ -32,12 +32,7 @@ async fn the_status_page_shows_a_replica_leave_and_return_in_a_browser() {
     let hostile = "<script>document.title='owned'</script><b>x";
     for _ in 0..5 {
         let r = conn
-            .send(
-                "GET",
-                "/api/v1/namespaces/default/configmaps",
-                &[("User-Agent", hostile)],
-                None,
-            )
+            .send("GET", CONFIGMAPS, &[("User-Agent", hostile)], None)
             .await
             .unwrap();
         assert_eq!(r.status, 200);

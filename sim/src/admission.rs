@@ -241,14 +241,7 @@ mod tests {
             "pods/eviction",
             Some(Denial::too_many_requests("limit.example.com", "", "later")),
         );
-        let r = s
-            .json(
-                &admin,
-                "POST",
-                "/api/v1/namespaces/default/pods/nope/eviction",
-                r#"{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"nope"}}"#,
-            )
-            .await;
+        let r = s.evict(&admin, "nope").await;
         assert_eq!(r.status, 429, "{}", r.text());
         assert!(r.header(FLOW_SCHEMA_UID).is_some());
     }

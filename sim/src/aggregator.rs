@@ -469,25 +469,25 @@ mod tests {
     use crate::extension::Answer;
     use http::{HeaderName, HeaderValue};
 
+    /// The APIServices of a default replica: one per built-in group-version it serves.
+    const BUILT_IN: [&str; 8] = [
+        "v1.",
+        "v1.authentication.k8s.io",
+        "v1.authorization.k8s.io",
+        "v1.coordination.k8s.io",
+        "v1.discovery.k8s.io",
+        "v1.kubegate.example.com",
+        "v1.policy",
+        "v1.resource.k8s.io",
+    ];
+
     fn names(apis: &Apis) -> Vec<String> {
         api_services(apis).iter().map(ApiService::name).collect()
     }
 
     #[test]
     fn every_served_group_version_but_the_aggregators_own_has_one() {
-        assert_eq!(
-            names(&Apis::default()),
-            [
-                "v1.",
-                "v1.authentication.k8s.io",
-                "v1.authorization.k8s.io",
-                "v1.coordination.k8s.io",
-                "v1.discovery.k8s.io",
-                "v1.kubegate.example.com",
-                "v1.policy",
-                "v1.resource.k8s.io",
-            ]
-        );
+        assert_eq!(names(&Apis::default()), BUILT_IN);
         let old = Apis::new("1.33.0", None, &["resource.k8s.io/v1beta1=true".into()])
             .unwrap()
             .with_aggregated(&["metrics.k8s.io/v1beta1".into()])
@@ -674,20 +674,7 @@ mod tests {
             .iter()
             .map(|i| i["metadata"]["name"].as_str().unwrap())
             .collect();
-        assert_eq!(
-            names,
-            [
-                "v1.",
-                "v1.authentication.k8s.io",
-                "v1.authorization.k8s.io",
-                "v1.coordination.k8s.io",
-                "v1.discovery.k8s.io",
-                "v1.kubegate.example.com",
-                "v1.policy",
-                "v1.resource.k8s.io",
-                "v1beta1.metrics.k8s.io",
-            ]
-        );
+        assert_eq!(names, [&BUILT_IN[..], &["v1beta1.metrics.k8s.io"]].concat());
         assert_eq!(
             list["items"][8]["spec"]["service"],
             json!({"namespace": "kube-system", "name": "metrics-server", "port": 443})

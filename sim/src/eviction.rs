@@ -308,18 +308,6 @@ mod tests {
         assert_eq!(r.status, 201, "{}", r.text());
     }
 
-    async fn evict(
-        s: &TestServer,
-        admin: &(PathBuf, PathBuf),
-        pod: &str,
-    ) -> crate::testserver::Raw {
-        let body = format!(
-            r#"{{"apiVersion":"policy/v1","kind":"Eviction","metadata":{{"name":"{pod}","namespace":"default"}}}}"#
-        );
-        let path = format!("/api/v1/namespaces/default/pods/{pod}/eviction");
-        s.json(admin, "POST", &path, &body).await
-    }
-
     /// The headers every admitted answer of the admin (`exempt`) has.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_budget_that_allows_no_disruption_answers_429_with_its_cause_and_no_retry_after() {
@@ -335,7 +323,7 @@ mod tests {
             r#"{"minAvailable":2,"selector":{"matchLabels":{"app":"web"}}}"#,
         )
         .await;
-        let r = evict(&s, &admin, "web-0").await;
+        let r = s.evict(&admin, "web-0").await;
         let body = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"Cannot evict pod as it would violate the pod's disruption budget.\",\"reason\":\"TooManyRequests\",\"details\":{\"causes\":[{\"reason\":\"DisruptionBudget\",\"message\":\"The disruption budget web needs 2 healthy pods and has 2 currently\"}]},\"code\":429}\n";
         assert_eq!((r.status, r.text()), (429, body));
         // PF headers (admitted before the handler), no Retry-After (retryAfterSeconds 0).
@@ -366,7 +354,7 @@ mod tests {
             r#"{"maxUnavailable":1,"selector":{"matchExpressions":[{"key":"app","operator":"In","values":["web"]}]}}"#,
         )
         .await;
-        let r = evict(&s, &admin, "web-0").await;
+        let r = s.evict(&admin, "web-0").await;
         let body = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Success\",\"code\":201}\n";
         assert_eq!((r.status, r.text()), (201, body));
         assert_eq!(r.stable_headers(), admitted_json(body.len()));
@@ -379,7 +367,7 @@ mod tests {
         let pdb: serde_json::Value = serde_json::from_slice(&pdb.body).unwrap();
         assert!(pdb["status"]["disruptedPods"]["web-0"].is_string(), "{pdb}");
         // web-0's controller would be replacing it: 2 expected, 1 desired, web-1 healthy.
-        let r = evict(&s, &admin, "web-1").await;
+        let r = s.evict(&admin, "web-1").await;
         assert_eq!(r.status, 429);
         assert!(
             r.text()
@@ -388,7 +376,7 @@ mod tests {
             r.text()
         );
         // A pod no budget selects goes at once.
-        assert_eq!(evict(&s, &admin, "db-0").await.status, 201);
+        assert_eq!(s.evict(&admin, "db-0").await.status, 201);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -411,7 +399,7 @@ mod tests {
             r#"{"minAvailable":0,"selector":{"matchLabels":{"tier":"front"}}}"#,
         )
         .await;
-        let r = evict(&s, &admin, "web-0").await;
+        let r = s.evict(&admin, "web-0").await;
         let body = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.\",\"code\":500}\n";
         assert_eq!((r.status, r.text()), (201, body));
     }
@@ -420,7 +408,7 @@ mod tests {
     async fn a_missing_pod_is_404_and_a_mismatched_name_400() {
         let s = TestServer::start().await;
         let admin = s.admin();
-        let r = evict(&s, &admin, "nope").await;
+        let r = s.evict(&admin, "nope").await;
         let body = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"pods \\\"nope\\\" not found\",\"reason\":\"NotFound\",\"details\":{\"name\":\"nope\",\"kind\":\"pods\"},\"code\":404}\n";
         assert_eq!((r.status, r.text()), (404, body));
         s.pod(&admin, "web-0", r#"{"app":"web"}"#).await;

@@ -281,6 +281,15 @@ impl TestServer {
             .await
     }
 
+    /// Evicts pod `pod` of `default` as `cert` (`kubectl drain`'s request).
+    pub async fn evict(&self, cert: &(PathBuf, PathBuf), pod: &str) -> Raw {
+        let body = format!(
+            r#"{{"apiVersion":"policy/v1","kind":"Eviction","metadata":{{"name":"{pod}","namespace":"default"}}}}"#
+        );
+        let path = format!("/api/v1/namespaces/default/pods/{pod}/eviction");
+        self.json(cert, "POST", &path, &body).await
+    }
+
     /// Creates pod `name` in `default` with `labels` (a JSON object) as `cert`.
     pub async fn pod(&self, cert: &(PathBuf, PathBuf), name: &str, labels: &str) {
         let body = format!(

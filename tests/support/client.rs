@@ -339,6 +339,11 @@ impl Conn {
         self.request("GET", path, None).await
     }
 
+    /// `POST path` with the JSON `body`.
+    pub async fn post(&mut self, path: &str, body: &str) -> io::Result<Response> {
+        self.request("POST", path, Some(body)).await
+    }
+
     /// A GET carrying the bearer `token`, sent by `user_agent`.
     pub async fn get_with_token(
         &mut self,

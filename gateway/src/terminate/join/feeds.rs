@@ -756,12 +756,17 @@ mod tests {
         )
     }
 
-    #[tokio::test]
-    async fn clients_get_the_events_after_their_position_from_the_window_then_live() {
-        let (feeds, m) = (
+    /// Feeds of a cluster, none yet, and their metrics.
+    fn feeds() -> (Arc<Feeds>, JoinMetrics) {
+        (
             Arc::new(Feeds::new(Arc::default())),
             JoinMetrics::new(&prometheus::Registry::new()),
-        );
+        )
+    }
+
+    #[tokio::test]
+    async fn clients_get_the_events_after_their_position_from_the_window_then_live() {
+        let (feeds, m) = feeds();
         let first = client(10, false);
         let (up, mut a) = opened(&feeds, &first, &m).await;
         up.send(change(11)).await.unwrap();
@@ -799,10 +804,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_watch_older_than_every_feed_opens_another_up_to_the_bound() {
-        let (feeds, m) = (
-            Arc::new(Feeds::new(Arc::default())),
-            JoinMetrics::new(&prometheus::Registry::new()),
-        );
+        let (feeds, m) = feeds();
         // Informers that listed from replicas at different positions.
         let (newer, mut at_20) = opened(&feeds, &client(20, false), &m).await;
         let (older, mut at_10) = opened(&feeds, &client(10, false), &m).await;
@@ -844,10 +846,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_feed_of_another_sender_feeds_a_watch_only_once_reviewed() {
-        let (feeds, m) = (
-            Arc::new(Feeds::new(Arc::default())),
-            JoinMetrics::new(&prometheus::Registry::new()),
-        );
+        let (feeds, m) = feeds();
         let sender = |token: &str| {
             let uri: Uri = "https://kube/api/v1/services?watch=1&resourceVersion=10"
                 .parse()
@@ -926,10 +925,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_fed_client_whose_credentials_are_refused_leaves_the_feed_at_once() {
-        let (feeds, m) = (
-            Arc::new(Feeds::new(Arc::default())),
-            JoinMetrics::new(&prometheus::Registry::new()),
-        );
+        let (feeds, m) = feeds();
         let (up, mut first) = opened(&feeds, &client(10, false), &m).await;
         let (refuse, refused) = tokio::sync::watch::channel(false);
         let revoked: Revoked = Arc::new(move || {
@@ -959,10 +955,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_client_ahead_of_the_feed_hears_only_what_follows_its_position() {
-        let (feeds, m) = (
-            Arc::new(Feeds::new(Arc::default())),
-            JoinMetrics::new(&prometheus::Registry::new()),
-        );
+        let (feeds, m) = feeds();
         let (up, mut a) = opened(&feeds, &client(10, false), &m).await;
         // It listed at 12: 11 and 12 are in its list already.
         let mut ahead = fed(&feeds, &client(12, false), &m).await.unwrap();
@@ -975,10 +968,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_client_too_slow_for_the_feed_is_cut_alone() {
-        let (feeds, m) = (
-            Arc::new(Feeds::new(Arc::default())),
-            JoinMetrics::new(&prometheus::Registry::new()),
-        );
+        let (feeds, m) = feeds();
         let (up, mut reader) = opened(&feeds, &client(10, false), &m).await;
         let slow = fed(&feeds, &client(10, false), &m).await.unwrap();
         // `slow` reads nothing: its stream holds 16, the channel 8 more, then it is cut.
@@ -994,10 +984,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_watch_that_does_not_open_leaves_those_waiting_to_go_alone() {
-        let (feeds, m) = (
-            Arc::new(Feeds::new(Arc::default())),
-            JoinMetrics::new(&prometheus::Registry::new()),
-        );
+        let (feeds, m) = feeds();
         let first = client(10, false);
         let Entered::Opens(opener) = feeds.enter((&key(), &LIMITS), sent_by(), &first, &m).await
         else {
@@ -1072,10 +1059,7 @@ mod tests {
 
     #[tokio::test]
     async fn feeds_nobody_reads_linger_only_up_to_their_bound() {
-        let (feeds, m) = (
-            Arc::new(Feeds::new(Arc::default())),
-            JoinMetrics::new(&prometheus::Registry::new()),
-        );
+        let (feeds, m) = feeds();
         let mut upstreams = Vec::new();
         for n in 0..=MAX_LINGERING {
             let (up, client) = opened_as(&feeds, &key_n(n), &client(10, false), &m, LIMITS).await;

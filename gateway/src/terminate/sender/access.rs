@@ -318,32 +318,40 @@ mod tests {
         }
     }
 
+    /// The cluster's access decisions, none yet, and their metrics.
+    fn reviews() -> (Arc<AccessReviews>, JoinMetrics) {
+        (
+            Arc::new(AccessReviews::default()),
+            JoinMetrics::new(&prometheus::Registry::new()),
+        )
+    }
+
+    /// Asks in a task of its own whether sender `who` may, `review` deciding if none is known.
+    fn asking(
+        (reviews, m): (&Arc<AccessReviews>, &JoinMetrics),
+        who: &'static str,
+        c: AccessReviewConfig,
+        review: impl FnOnce() -> Reviewing + Send + 'static,
+    ) -> tokio::task::JoinHandle<Access> {
+        let (reviews, m) = (reviews.clone(), m.clone());
+        tokio::spawn(async move { reviews.access(&m, key(who), &c, review).await })
+    }
+
     fn no_review() -> Reviewing {
         panic!("the answer is remembered: no review")
     }
 
     #[tokio::test]
     async fn one_review_answers_everyone_waiting_and_is_remembered() {
-        let (reviews, m) = (
-            Arc::new(AccessReviews::default()),
-            JoinMetrics::new(&prometheus::Registry::new()),
-        );
+        let (reviews, m) = reviews();
         let c = config(16);
         let sent = Arc::default();
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let first = {
-            let (reviews, m) = (reviews.clone(), m.clone());
-            let review = review_from(rx, &sent);
-            tokio::spawn(async move { reviews.access(&m, key("a"), &c, review).await })
-        };
+        let first = asking((&reviews, &m), "a", c, review_from(rx, &sent));
         tokio::task::yield_now().await;
         // A second request of the same sender and attributes waits on the same review.
         let (_unused, rx2) = tokio::sync::oneshot::channel();
-        let second = {
-            let (reviews, m) = (reviews.clone(), m.clone());
-            let review = review_from(rx2, &sent);
-            tokio::spawn(async move { reviews.access(&m, key("a"), &c, review).await })
-        };
+        let second = asking((&reviews, &m), "a", c, review_from(rx2, &sent));
         tokio::task::yield_now().await;
         tx.send(Ok(false)).unwrap();
         assert_eq!(first.await.unwrap(), Access::Denied);
@@ -358,18 +366,11 @@ mod tests {
 
     #[tokio::test]
     async fn beyond_max_in_flight_or_after_a_failure_nothing_is_known() {
-        let (reviews, m) = (
-            Arc::new(AccessReviews::default()),
-            JoinMetrics::new(&prometheus::Registry::new()),
-        );
+        let (reviews, m) = reviews();
         let c = config(1);
         let sent = Arc::default();
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let pending = {
-            let (reviews, m) = (reviews.clone(), m.clone());
-            let review = review_from(rx, &sent);
-            tokio::spawn(async move { reviews.access(&m, key("a"), &c, review).await })
-        };
+        let pending = asking((&reviews, &m), "a", c, review_from(rx, &sent));
         tokio::task::yield_now().await;
         // The one slot is taken: another sender is not reviewed, and goes on its own.
         assert_eq!(
