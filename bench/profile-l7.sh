@@ -7,7 +7,8 @@
 #     bulk: h2load -c 8 -m 1, the 1 MiB LIST body (the bulk MB/s figure).
 #   PERF_CALLGRAPH="--call-graph dwarf,16384" gives callers that frame pointers cannot
 #   (release builds have none); the default is -g. GATEWAY=kubegate-l7-rules (or another
-#   name `kubegate-loadtest gateway` knows) profiles that configuration instead.
+#   name `kubegate-loadtest gateway` knows) profiles that configuration instead; BIN=DIR takes
+#   the build from DIR (default target/release).
 #
 # Needs perf, nginx, h2load (scripts/install-peers) and a release build
 # (`cargo build --release -p kubegate -p kubegate-sim -p kubegate-loadtest`).
@@ -19,7 +20,7 @@ case $workload in
   *) echo "usage: $0 [small|bulk]" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
-bin=target/release
+bin=${BIN:-target/release}
 w=$(mktemp -d /tmp/prof.XXXX); chmod 755 $w
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 $bin/kubegate-sim certs $w/pki >/dev/null
