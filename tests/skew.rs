@@ -11,6 +11,9 @@
 //! 2. `without_skew_routing_a_replica_that_lacks_the_group_version_answers_404`: the control:
 //!    with `terminate.version_skew.routing: false`, requests for the group-version only one
 //!    replica serves meet the others' 404; reloaded with routing on, they no longer do.
+//! 3. `a_replica_re_added_while_its_old_self_drains_is_read_once`: a reload removes a replica
+//!    whose passthrough connection keeps it draining, and the next adds it back: kubegate reads
+//!    what the new member serves once, not at each look while the old one drains.
 
 use kubegate_e2e::*;
 use std::collections::BTreeMap;
@@ -305,4 +308,73 @@ async fn without_skew_routing_a_replica_that_lacks_the_group_version_answers_404
         .await
         .unwrap();
     assert_eq!(r.status, 404, "{}", r.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_re_added_while_its_old_self_drains_is_read_once() {
+    let passthrough = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let bed = Cluster::new()
+        .replicas(2)
+        .terminate()
+        .configure(move |c| {
+            c.listeners
+                .push(kubegate_config::ListenerSpec::passthrough(passthrough));
+            c.drain.timeout = Duration::from_secs(120);
+        })
+        .start();
+    let (kg, pki) = (&bed.kg, &bed.pki);
+    // A connection to replica-2 keeps its old self draining once it is removed.
+    let mut open = Vec::new();
+    while !open
+        .iter()
+        .any(|c| kubegate_e2e::replicas::served_by(&bed.sims, c) == "replica-2")
+    {
+        assert!(open.len() < 8, "the balancer never chose replica-2");
+        let mut c = Conn::open(passthrough, pki, false).await.unwrap();
+        assert_eq!(c.get("/version").await.unwrap().status, 200);
+        open.push(c);
+    }
+    let members = |state: &str| {
+        kg.backends()
+            .into_iter()
+            .filter(|b| b["name"] == "replica-2" && b["state"] == state)
+            .collect::<Vec<_>>()
+    };
+    let mut without = bed.config.clone();
+    without
+        .backends
+        .retain(|b| b.name.as_deref() != Some("replica-2"));
+    kg.rewrite(&without);
+    wait_for("replica-2 to drain", Duration::from_secs(30), || {
+        (members("removed").len() == 1).then_some(())
+    });
+    kg.rewrite(&bed.config);
+    wait_for(
+        "replica-2 to be ready again, its version known",
+        Duration::from_secs(60),
+        || {
+            let ready = members("ready");
+            (ready.len() == 1 && !ready[0]["version"].is_null()).then_some(())
+        },
+    );
+    assert_eq!(members("removed").len(), 1, "the old one still drains");
+    let reads = || {
+        kg.log()
+            .lines()
+            .filter(|l| l.contains("learned the replica's version") && l.contains("replica-2"))
+            .count()
+    };
+    let before = reads();
+    // Twelve of the versions task's looks (a quarter second each): the draining member made
+    // each of them read the new one again.
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_secs(3) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(
+            !members("ready")[0]["version"].is_null(),
+            "what it serves stays known"
+        );
+    }
+    assert!(reads() <= before + 1, "read again and again: {}", kg.log());
+    drop(open);
 }

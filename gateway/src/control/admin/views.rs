@@ -96,7 +96,9 @@ pub fn backends_view(gw: &Gateway, plane: &TerminatePlane) -> Vec<BackendView> {
             let probe = b.last_probe();
             // What terminate mode knows of the replica, if it serves the cluster.
             let known = upstreams.get(cluster.name());
-            let served = known.map(|u| Arc::clone(&u.served.of(b.address).get()));
+            let served = known
+                .and_then(|u| u.served.known(b.address))
+                .map(|apis| Arc::clone(&apis.get()));
             let levels = known.and_then(|u| u.flows.known(b.address));
             // One snapshot of what it serves, so the three fields agree.
             let (version, group_versions, apis) =

@@ -2,7 +2,9 @@
 //! uses it (`flow`: its priority levels; `served`: what it serves), keyed by the replica's
 //! address — its identity in the pool, kept through a rename or a move to another of its
 //! addresses. Read on the request path without a lock; an entry is made the first time a
-//! replica is asked about, and dropped once the replica has left the pool.
+//! replica is asked about, and dropped at the `versions` task's next look (a quarter second)
+//! once no member of the pool has its address. A replica re-added while its old self still
+//! drains shares the entry with it: both are the same apiserver.
 
 use arc_swap::ArcSwap;
 use std::collections::HashMap;

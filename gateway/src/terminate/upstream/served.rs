@@ -1,6 +1,7 @@
 //! What a replica serves: its version and API group-versions, as terminate mode learned them
-//! from the replica's own `/version`, `/api` and `/apis` (`versions`, the one writer), kept
-//! per replica in its cluster's `Upstreams` and read by `skew` to route around version skew. A replica is
+//! from the replica's own `/version`, `/api` and `/apis` (`versions`; `connect` and `dispatch`
+//! only forget it, on signs of a restart), kept per replica in its cluster's `Upstreams` and
+//! read by `skew` to route around version skew. A replica is
 //! `Unknown` until learned and again from the moment it leaves `ready` (it may come back as
 //! another version); one whose discovery cannot be read is `Unreadable`, and then routed as
 //! if version skew did not exist.

@@ -50,6 +50,11 @@ pub async fn learn(gw: Arc<Gateway>, upstreams: Arc<LiveUpstreams>) {
         now.served.keep_only(&addresses);
         now.flows.keep_only(&addresses);
         for b in &backends {
+            // A removed replica only drains: what it serves no longer matters, and a replica
+            // re-added at its address while it drains is the one the entry speaks for.
+            if b.state() == BackendState::Removed {
+                continue;
+            }
             let apis = now.served.of(b.address);
             let served = apis.get();
             if b.state() != BackendState::Ready {
@@ -306,6 +311,9 @@ impl Published {
         let m = &gw.metrics().terminate;
         let mut now: BTreeMap<String, Arc<ApiSet>> = BTreeMap::new();
         for b in backends {
+            if b.state() != BackendState::Ready {
+                continue;
+            }
             if let Served::Learned(set, _) = &**served.of(b.address).get() {
                 now.insert(b.info().name.clone(), set.clone());
             }
