@@ -330,18 +330,7 @@ async fn a_watch_that_cannot_resume_gets_the_apiservers_410() {
         create(&mut writer, &format!("busy-{i}")).await;
     }
     let now = list_version(&mut writer).await;
-    let host = bed
-        .etcd
-        .as_ref()
-        .unwrap()
-        .url()
-        .trim_start_matches("http://")
-        .to_string();
-    let compacted = plain_http_post(
-        &host,
-        "/v3/kv/compaction",
-        &format!(r#"{{"revision":"{now}","physical":true}}"#),
-    );
+    let compacted = bed.etcd.as_ref().unwrap().compact(now.parse().unwrap());
     assert!(compacted.starts_with("HTTP/1.1 200"), "{compacted}");
     // The watch's replica goes away: it cannot resume, and says so as the apiserver does.
     let held = watches_on(kg, sims);
@@ -722,22 +711,6 @@ async fn kubegate_drain_moves_a_replicas_watches_before_its_restart() {
     // Every watch (the later ones too: they watch from the same position) saw every object
     // once, in order.
     each_hears_in_order(&mut watches, &created).await;
-}
-
-/// A POST with a JSON body to `host` (plain HTTP), the raw response.
-fn plain_http_post(host: &str, path: &str, body: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(host).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -361,16 +361,8 @@ fn inhibition_rules_hold_back_per_gateway_pages_behind_a_job_wide_alert() {
         ),
     ]);
     let body = alerts.to_string();
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    use std::io::{Read, Write};
-    write!(
-        s,
-        "POST /api/v2/alerts HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).unwrap();
+    let json = "Content-Type: application/json\r\n";
+    let answer = plain_post(("127.0.0.1", port), "/api/v2/alerts", json, &body);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     // Inhibition is worked out as alerts are listed; the source must be active first.
     let listed = wait_for(

@@ -51,22 +51,6 @@ fn succeeded(out: Output) -> String {
     said
 }
 
-/// A `POST path` with `body` and `headers` to the admin endpoint: its status line and body.
-fn post(admin: std::net::SocketAddr, path: &str, headers: &str, body: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(admin).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nHost: kubegate\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).unwrap();
-    answer
-}
-
 /// Connections through `kg` as the agent, a user, the controller manager and an
 /// administrator (`system:masters`).
 async fn senders(kg: &Kubegate, pki: &Pki) -> (Conn, Conn, Conn, Conn) {
@@ -151,19 +135,19 @@ async fn a_shed_turns_a_sender_away_spares_the_reserve_survives_a_restart_and_en
 
     // A rule that does more than reject, and a call from a browser, are refused.
     let limit = r#"{"name":"x","match":{"users":["dev-user"]},"limit":{"max_in_flight":1}}"#;
-    let refused = post(bed.kg.admin, "/shed", "", limit);
+    let refused = plain_post(bed.kg.admin, "/shed", "", limit);
     assert!(
         refused.starts_with("HTTP/1.1 422") && refused.contains("only rejects"),
         "{refused}"
     );
     let nobody = r#"{"name":"x","match":{"verbs":["list"]},"reject":{}}"#;
-    let refused = post(bed.kg.admin, "/shed", "", nobody);
+    let refused = plain_post(bed.kg.admin, "/shed", "", nobody);
     assert!(
         refused.starts_with("HTTP/1.1 422") && refused.contains("names who"),
         "{refused}"
     );
     let reject = r#"{"name":"x","match":{"users":["dev-user"]},"reject":{}}"#;
-    let browser = post(
+    let browser = plain_post(
         bed.kg.admin,
         "/shed",
         "Origin: http://evil.example\r\n",

@@ -28,7 +28,7 @@ pub mod wait;
 pub use bins::binary;
 pub use etcd::Etcd;
 pub use pki::{FrontProxyPki, Pki};
-pub use ports::{free_addr, free_port, plain_http, wait_listening};
+pub use ports::{free_addr, free_port, plain_http, plain_post, wait_listening};
 pub use process::ChildProcess;
 pub use replica::{Replica, ReplicaFlags};
 pub use wait::{wait_until, TimedOut};

@@ -79,10 +79,23 @@ pub fn plain_post_json(addr: impl ToSocketAddrs, path: &str, body: &str) -> Stri
     exchange(&mut s, &format!("POST {path}"), json, body)
 }
 
+/// One `POST path` with `headers` (each line ending `\r\n`) and `body`, waiting up to 30 s
+/// for the answer (a call that does something, as the admin endpoint's `/shed`), as
+/// [`plain_http`].
+pub fn plain_post(addr: impl ToSocketAddrs, path: &str, headers: &str, body: &str) -> String {
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+    exchange(&mut s, &format!("POST {path}"), headers, body)
+}
+
 /// Writes `request_line` with `headers` and `body`, and reads the answer until the server
-/// closes.
+/// closes (or the socket's read timeout, 5 s unless set).
 fn exchange(s: &mut TcpStream, request_line: &str, headers: &str, body: &str) -> String {
-    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    if s.read_timeout().ok().flatten().is_none() {
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    }
     let request = format!(
         "{request_line} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()

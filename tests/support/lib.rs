@@ -33,7 +33,7 @@ pub use kubegate::{
     KubegateConfig,
 };
 pub use kubegate_testbed::kubegate::TerminateFiles;
-pub use kubegate_testbed::{free_port, plain_http, Etcd, FrontProxyPki, Pki};
+pub use kubegate_testbed::{free_port, plain_http, plain_post, Etcd, FrontProxyPki, Pki};
 pub use proc::{promtool_check_metrics, repo, run_ok, said, Proc};
 pub use sim::{Sim, SimOptions};
 pub use testssl::{finding, testssl};
