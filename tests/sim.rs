@@ -20,6 +20,14 @@ use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(30);
 
+/// Replica `a` started with `args`, its PKI and their folder (dropped last).
+fn replica(args: &[&str]) -> (tempfile::TempDir, Pki, Sim) {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let sim = start(&pki, "a", args);
+    (dir, pki, sim)
+}
+
 fn start(pki: &Pki, name: &str, args: &[&str]) -> Sim {
     Sim::start(
         pki,
@@ -33,9 +41,7 @@ fn start(pki: &Pki, name: &str, args: &[&str]) -> Sim {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_endpoints_match_the_apiserver_byte_for_byte() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let sim = start(&pki, "a", &[]);
+    let (_dir, pki, sim) = replica(&[]);
     let mut c = sim.connect(&pki, false).await.unwrap();
 
     let r = c.get("/readyz").await.unwrap();
@@ -102,9 +108,7 @@ async fn health_endpoints_match_the_apiserver_byte_for_byte() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn startup_accepts_tcp_and_livez_before_readyz() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let sim = start(&pki, "a", &["--startup-duration", "3s"]);
+    let (_dir, pki, sim) = replica(&["--startup-duration", "3s"]);
     let mut c = sim
         .connect(&pki, false)
         .await
@@ -133,10 +137,8 @@ async fn startup_accepts_tcp_and_livez_before_readyz() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_default_mode_sequence() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
     // A delay long enough that every check below falls inside it on a loaded machine.
-    let mut sim = start(&pki, "a", &["--shutdown-delay-duration", "8s"]);
+    let (_dir, pki, mut sim) = replica(&["--shutdown-delay-duration", "8s"]);
     let mut h2 = sim.connect(&pki, true).await.unwrap();
     let mut h1 = sim.connect(&pki, false).await.unwrap();
     assert_eq!(h2.get("/version").await.unwrap().status, 200);
@@ -219,9 +221,7 @@ async fn sigterm_retry_after_mode_answers_429() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn second_sigterm_exits_at_once_with_status_1() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let mut sim = start(&pki, "a", &["--shutdown-delay-duration", "30s"]);
+    let (_dir, pki, mut sim) = replica(&["--shutdown-delay-duration", "30s"]);
     sim.signal(libc::SIGTERM);
     let mut c = sim.connect(&pki, false).await.unwrap();
     wait_for("shutdown to begin", T, || {
@@ -316,9 +316,7 @@ async fn watch_resumes_on_another_replica_through_etcd() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compacted_resource_version_gets_410_expired() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let sim = start(&pki, "a", &[]);
+    let (_dir, pki, sim) = replica(&[]);
     let mut c = sim.connect(&pki, true).await.unwrap();
     // The in-memory store keeps the last 1000 changes, like a compacted etcd.
     for i in 0..1010 {
@@ -402,9 +400,7 @@ async fn authentication_client_certs_tokens_and_anonymous() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn goaway_chance_makes_http2_clients_reconnect() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let sim = start(&pki, "a", &["--goaway-chance", "0.02"]);
+    let (_dir, pki, sim) = replica(&["--goaway-chance", "0.02"]);
     let mut c = sim.connect(&pki, true).await.unwrap();
     let mut reconnects = 0;
     for _ in 0..600 {
@@ -433,9 +429,7 @@ async fn goaway_chance_makes_http2_clients_reconnect() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crud_and_status_errors() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let sim = start(&pki, "a", &[]);
+    let (_dir, pki, sim) = replica(&[]);
     let mut c = sim.connect(&pki, true).await.unwrap();
     let rv = create(&mut c, "x").await;
     let path = "/api/v1/namespaces/default/configmaps/x";
