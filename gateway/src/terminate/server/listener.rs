@@ -17,6 +17,7 @@ use crate::state::ClientSlot;
 use crate::state::{Gateway, Phase};
 use crate::telemetry::{ClientLimit, ClientProtocol, HandshakeFailure, Refusal};
 use crate::terminate::cluster::plane::{Handshake, ServedCluster, TerminatePlane};
+use crate::terminate::exchange::coalesce::Coalesced;
 use crate::terminate::request::handle::{handle, Connection};
 use crate::terminate::request::shape::{CertificateRefusal, Client};
 use crate::terminate::server::resets::ResetWatch;
@@ -133,7 +134,8 @@ async fn serve(
                 }
             })
         };
-        let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+        let conn =
+            builder.serve_connection_with_upgrades(TokioIo::new(Coalesced::new(tls)), service);
         (conn, resets)
     };
     let gauge = metrics.terminate.client_connections(if h2 {

@@ -5,6 +5,7 @@
 use crate::net::connect_failed;
 use crate::state::{Backend, Gateway, H2Conn, Killer, Kind, Stream};
 use crate::telemetry::AttemptFailure;
+use crate::terminate::exchange::coalesce::Coalesced;
 use crate::terminate::exchange::h2client;
 use crate::terminate::upstream::upstreams::Upstreams;
 use kubegate_config::Config;
@@ -126,10 +127,13 @@ async fn dial_h2(
     if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
         return Err(io::Error::other("the backend did not agree to HTTP/2"));
     }
-    let (sender, conn) =
-        h2client::handshake(tls, UPSTREAM_STREAM_WINDOW, UPSTREAM_CONNECTION_WINDOW)
-            .await
-            .map_err(io::Error::other)?;
+    let (sender, conn) = h2client::handshake(
+        Coalesced::new(tls),
+        UPSTREAM_STREAM_WINDOW,
+        UPSTREAM_CONNECTION_WINDOW,
+    )
+    .await
+    .map_err(io::Error::other)?;
     let task = tokio::spawn(async move {
         if let Err(e) = conn.await {
             tracing::debug!(error = %e, "upstream connection ended");
