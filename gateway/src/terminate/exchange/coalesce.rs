@@ -8,7 +8,11 @@
 //! it waits for nothing but the scheduler.
 //!
 //! What is held is bounded ([`HELD`]: a larger write, or one that would pass it, goes out at
-//! once) and given back once written, so an idle connection holds no buffer.
+//! once) and given back once written, so an idle connection holds no buffer. Only HTTP/2
+//! connections hold writes: one that is dropped (not shut down) loses what it holds, and
+//! HTTP/2 ends by a shutdown that sends it, while an HTTP/1.1 connection may become an upgraded
+//! tunnel whose copy drops both ends at the first error — with the other end's last bytes
+//! (a WebSocket's close frame) still to be written.
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;
@@ -21,6 +25,8 @@ const HELD: usize = 64 * 1024;
 /// `T` (a TLS stream) with its writes coalesced until a flush, and that flush put off once.
 pub struct Coalesced<T> {
     io: T,
+    /// Whether writes are held at all (else each passes through).
+    holds: bool,
     /// Written, not yet passed on.
     held: Vec<u8>,
     /// Of `held`, the bytes passed on already (a write the stream took in part).
@@ -32,8 +38,14 @@ pub struct Coalesced<T> {
 impl<T> Coalesced<T> {
     /// Writes to `io` coalesced.
     pub fn new(io: T) -> Coalesced<T> {
+        Coalesced::holding(io, true)
+    }
+
+    /// Writes to `io` coalesced if `holds` (an HTTP/2 connection), else passed through.
+    pub fn holding(io: T, holds: bool) -> Coalesced<T> {
         Coalesced {
             io,
+            holds,
             held: Vec::new(),
             passed: 0,
             put_off: false,
@@ -83,6 +95,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Coalesced<T> {
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if !this.holds {
+            return Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        }
         let len: usize = bufs.iter().map(|b| b.len()).sum();
         if this.held.len() + len > HELD {
             ready!(this.poll_pass_on(cx))?;
@@ -97,7 +112,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Coalesced<T> {
     }
 
     fn is_write_vectored(&self) -> bool {
-        true
+        self.holds || self.io.is_write_vectored()
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -194,6 +209,22 @@ mod tests {
         assert!(c.held.is_empty(), "a large write goes out at once");
         c.shutdown().await.unwrap();
         assert_eq!(c.io.bytes.len(), 2 * block.len() + large.len());
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_holds_nothing_passes_each_write_through() {
+        let mut c = Coalesced::holding(
+            Counted {
+                writes: 0,
+                bytes: Vec::new(),
+            },
+            false,
+        );
+        c.write_all(b"one").await.unwrap();
+        c.write_all(b"two").await.unwrap();
+        assert_eq!(c.io.writes, 2);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(Pin::new(&mut c).poll_flush(&mut cx).is_ready());
     }
 
     #[tokio::test]

@@ -134,8 +134,8 @@ async fn serve(
                 }
             })
         };
-        let conn =
-            builder.serve_connection_with_upgrades(TokioIo::new(Coalesced::new(tls)), service);
+        let conn = builder
+            .serve_connection_with_upgrades(TokioIo::new(Coalesced::holding(tls, h2)), service);
         (conn, resets)
     };
     let gauge = metrics.terminate.client_connections(if h2 {
