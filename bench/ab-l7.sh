@@ -5,23 +5,27 @@
 # TLS nginx; each gateway's utime + stime per request — the "CPU µs per HTTP/2 request" of
 # bench/README.md, without the rest of bench/run.sh.
 #
-#   bench/ab-l7.sh [--rounds N] [--seconds S] NAME=BINDIR ...
+#   bench/ab-l7.sh [--rounds N] [--seconds S] [--syscalls] NAME=BINDIR ...
 #   bench/ab-l7.sh before=/tmp/before/target/release after=target/release
+#
+# --syscalls: then, for each gateway, the writes and reads it makes per request under the same
+# load (5 s; `perf stat` on its syscall tracepoints, which needs root and perf).
 #
 # Each BINDIR holds a release build's kubegate and kubegate-loadtest; HAProxy (haproxy-l7) is
 # measured in every round beside them. Prints one line per measurement and the medians.
 # Needs nginx, haproxy and h2load (scripts/install-peers).
 set -euo pipefail
-rounds=5; seconds=10
+rounds=5; seconds=10; syscalls=
 while [ $# -gt 0 ]; do
   case "$1" in
+    --syscalls) syscalls=1; shift ;;
     --rounds) rounds=${2:?}; shift 2 ;;
     --seconds) seconds=${2:?}; shift 2 ;;
     *=*) break ;;
-    *) echo "usage: bench/ab-l7.sh [--rounds N] [--seconds S] NAME=BINDIR ..." >&2; exit 2 ;;
+    *) echo "usage: bench/ab-l7.sh [--rounds N] [--seconds S] [--syscalls] NAME=BINDIR ..." >&2; exit 2 ;;
   esac
 done
-[ $# -gt 0 ] || { echo "usage: bench/ab-l7.sh [--rounds N] [--seconds S] NAME=BINDIR ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bench/ab-l7.sh [--rounds N] [--seconds S] [--syscalls] NAME=BINDIR ..." >&2; exit 2; }
 cd "$(dirname "$0")/.."
 w=$(mktemp -d /tmp/kubegate-ab.XXXXXX); chmod 755 "$w"
 pids=()
@@ -84,4 +88,17 @@ echo "median CPU µs per HTTP/2 request (min–max), requests/s:"
 for t in "${targets[@]}"; do
   awk -v t="$t" '$2==t{print $3, $4}' "$w/results" | sort -n | awk -v t="$t" '
     {v[NR]=$1; r[NR]=$2} END {m=int((NR+1)/2); printf "%-10s %s (%s–%s), %s\n", t, v[m], v[1], v[NR], r[m]}'
+done
+[ -n "$syscalls" ] || exit 0
+echo "system calls per HTTP/2 request (h2load -c 10 -m 10, 5 s):"
+events=syscalls:sys_enter_writev,syscalls:sys_enter_write,syscalls:sys_enter_sendto,syscalls:sys_enter_sendmsg
+events=$events,syscalls:sys_enter_read,syscalls:sys_enter_recvfrom,syscalls:sys_enter_recvmsg,syscalls:sys_enter_epoll_wait
+for t in "${targets[@]}"; do
+  perf stat -x, -e "$events" -p "${pid[$t]}" -o "$w/$t.stat" -- sleep 5 &
+  sp=$!
+  out=$(h2load -c 10 -m 10 -D 5 "https://127.0.0.1:${listen[$t]}$path")
+  wait $sp
+  reqs=$(awk '/^requests:/{print $8}' <<<"$out")
+  awk -F, -v t="$t" -v n="$reqs" '$3 ~ /syscalls/ && $1 > 0 {
+    sub("syscalls:sys_enter_", "", $3); printf "%-10s %-12s %.3f\n", t, $3, $1 / n }' "$w/$t.stat"
 done

@@ -52,21 +52,21 @@ impl Drop for Slot {
 }
 
 fn run(r: &Value, scenario: &str, gateway: &str) -> Value {
-    r.as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["scenario"] == scenario && x["gateway"] == gateway)
-        .unwrap_or_else(|| panic!("no run {scenario} · {gateway}"))
-        .clone()
+    row_where(r, [("scenario", scenario), ("gateway", gateway)], "")
 }
 
 /// The row of `gateway` in `phase` of a report's `rows` (`table` said when there is none).
 fn phase_row(rows: &Value, table: &str, gateway: &str, phase: &str) -> Value {
+    row_where(rows, [("gateway", gateway), ("phase", phase)], table)
+}
+
+/// The row of `rows` whose two fields have the values given (`said` when there is none).
+fn row_where(rows: &Value, fields: [(&str, &str); 2], said: &str) -> Value {
     rows.as_array()
         .unwrap()
         .iter()
-        .find(|r| r["gateway"] == gateway && r["phase"] == phase)
-        .unwrap_or_else(|| panic!("no row {gateway} {phase}: {table}"))
+        .find(|r| fields.iter().all(|(k, v)| r[*k] == *v))
+        .unwrap_or_else(|| panic!("no row {fields:?}: {said}"))
         .clone()
 }
 
