@@ -269,6 +269,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .build()?;
     runtime.block_on(async move {
         let signals = server::StopSignals::install()?;
+        // The fault port first: whoever finds the secure port open may ask it at once.
+        let fault = match args.fault_port {
+            Some(port) => Some(
+                tokio::net::TcpListener::bind(("127.0.0.1", port))
+                    .await
+                    .map_err(|e| anyhow::anyhow!("--fault-port {port}: {e}"))?,
+            ),
+            None => None,
+        };
         let addr = SocketAddr::new(args.bind_address, args.secure_port);
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -317,10 +326,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         sim.latency_ms
             .store(args.latency.as_millis() as u64, Ordering::Relaxed);
         let sim = Arc::new(sim);
-        if let Some(port) = args.fault_port {
-            let fault = tokio::net::TcpListener::bind(("127.0.0.1", port))
-                .await
-                .map_err(|e| anyhow::anyhow!("--fault-port {port}: {e}"))?;
+        if let Some(fault) = fault {
             tokio::spawn(fault::serve(fault, sim.clone()));
         }
         // Post-start hooks finish after the startup duration; the listener is open before.

@@ -8,22 +8,23 @@
 //! it waits for nothing but the scheduler.
 //!
 //! What is held is bounded ([`HELD`]: a larger write, or one that would pass it, goes out at
-//! once) and given back once written, so an idle connection holds no buffer. Only HTTP/2
-//! connections hold writes: one that is dropped (not shut down) loses what it holds, and
-//! HTTP/2 ends by a shutdown that sends it, while an HTTP/1.1 connection may become an upgraded
-//! tunnel whose copy drops both ends at the first error — with the other end's last bytes
-//! (a WebSocket's close frame) still to be written.
+//! once) and given back once written, so an idle connection holds no buffer. A connection
+//! dropped with bytes held (its peer closed without a goodbye, a read failed) passes them on
+//! if its socket takes them at once, as they would have gone before. Only HTTP/2 connections
+//! hold writes: an HTTP/1.1 connection may become an upgraded tunnel, whose copy drops both
+//! ends at the first error, and whose last bytes (a WebSocket's close frame) must not wait for
+//! a turn that never comes.
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;
-use std::task::{ready, Context, Poll};
+use std::task::{ready, Context, Poll, Waker};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The most held for a flush: about four full TLS records.
 const HELD: usize = 64 * 1024;
 
 /// `T` (a TLS stream) with its writes coalesced until a flush, and that flush put off once.
-pub struct Coalesced<T> {
+pub struct Coalesced<T: AsyncWrite + Unpin> {
     io: T,
     /// Whether writes are held at all (else each passes through).
     holds: bool,
@@ -35,7 +36,7 @@ pub struct Coalesced<T> {
     put_off: bool,
 }
 
-impl<T> Coalesced<T> {
+impl<T: AsyncWrite + Unpin> Coalesced<T> {
     /// Writes to `io` coalesced.
     pub fn new(io: T) -> Coalesced<T> {
         Coalesced::holding(io, true)
@@ -68,9 +69,34 @@ impl<T: AsyncWrite + Unpin> Coalesced<T> {
         self.passed = 0;
         Poll::Ready(Ok(()))
     }
+
+    /// Holds `bufs`, the buffer grown no larger than [`HELD`] (doubling could make it twice
+    /// that, kept while a peer that reads nothing holds the bytes up).
+    fn hold(&mut self, bufs: &[IoSlice<'_>], len: usize) {
+        let need = self.held.len() + len;
+        if need > self.held.capacity() {
+            let grown = (self.held.capacity() * 2).max(need).min(HELD.max(need));
+            self.held.reserve_exact(grown - self.held.len());
+        }
+        for b in bufs {
+            self.held.extend_from_slice(b);
+        }
+    }
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for Coalesced<T> {
+impl<T: AsyncWrite + Unpin> Drop for Coalesced<T> {
+    fn drop(&mut self) {
+        if self.passed < self.held.len() {
+            // Out if the socket takes them now, as they would have gone before being held.
+            let mut cx = Context::from_waker(Waker::noop());
+            if self.poll_pass_on(&mut cx).is_ready() {
+                let _ = Pin::new(&mut self.io).poll_flush(&mut cx);
+            }
+        }
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Coalesced<T> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -82,10 +108,13 @@ impl<T: AsyncRead + Unpin> AsyncRead for Coalesced<T> {
 
 impl<T: AsyncWrite + Unpin> AsyncWrite for Coalesced<T> {
     fn poll_write(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        if !self.holds {
+            return Pin::new(&mut self.io).poll_write(cx, buf);
+        }
         self.poll_write_vectored(cx, &[IoSlice::new(buf)])
     }
 
@@ -105,9 +134,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Coalesced<T> {
         if len >= HELD {
             return Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
         }
-        for b in bufs {
-            this.held.extend_from_slice(b);
-        }
+        this.hold(bufs, len);
         Poll::Ready(Ok(len))
     }
 
@@ -204,11 +231,29 @@ mod tests {
             "the first passed on before the second was held"
         );
         assert!(c.held.len() <= HELD);
+        for _ in 0..HELD / 100 {
+            c.write_all(&[1u8; 99]).await.unwrap();
+            assert!(c.held.capacity() <= HELD, "{}", c.held.capacity());
+        }
         let large = vec![9u8; HELD * 2];
         c.write_all(&large).await.unwrap();
         assert!(c.held.is_empty(), "a large write goes out at once");
         c.shutdown().await.unwrap();
-        assert_eq!(c.io.bytes.len(), 2 * block.len() + large.len());
+        assert_eq!(
+            c.io.bytes.len(),
+            2 * block.len() + (HELD / 100) * 99 + large.len()
+        );
+    }
+
+    #[tokio::test]
+    async fn what_is_held_goes_out_when_the_connection_is_dropped() {
+        let (a, mut b) = tokio::io::duplex(1 << 16);
+        let mut c = Coalesced::new(a);
+        c.write_all(b"the last response").await.unwrap();
+        drop(c);
+        let mut got = Vec::new();
+        b.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"the last response");
     }
 
     #[tokio::test]
