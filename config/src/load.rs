@@ -132,6 +132,11 @@ mod tests {
         );
     }
 
+    /// [`MINIMAL`] with `backends` (YAML list items) for its one backend.
+    fn with_backends(backends: &str) -> String {
+        MINIMAL.replace("  - address: 127.0.0.1:7001\n", backends)
+    }
+
     /// [`MINIMAL`] with `listeners` (YAML list items) for its one listener.
     fn with_listeners(listeners: &str) -> String {
         MINIMAL.replace("  - address: 127.0.0.1:6443\n", listeners)
@@ -205,10 +210,7 @@ mod tests {
 
     #[test]
     fn duplicate_backend_points_at_the_second_address() {
-        let text = MINIMAL.replace(
-            "  - address: 127.0.0.1:7001\n",
-            "  - address: 127.0.0.1:7001\n  - address: 127.0.0.1:7001\n",
-        );
+        let text = with_backends("  - address: 127.0.0.1:7001\n  - address: 127.0.0.1:7001\n");
         let err = first_error(&text);
         assert_eq!(
             err,
@@ -218,8 +220,7 @@ mod tests {
 
     #[test]
     fn a_replicas_other_address_is_its_own() {
-        let text = MINIMAL.replace(
-            "  - address: 127.0.0.1:7001\n",
+        let text = with_backends(
             "  - address: 127.0.0.1:7001\n    other_addresses: [\"[::1]:7001\"]\n  - address: 127.0.0.1:7002\n    other_addresses: [\"[::1]:7001\"]\n",
         );
         let err = first_error(&text);

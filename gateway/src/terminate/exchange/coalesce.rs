@@ -70,12 +70,14 @@ impl<T: AsyncWrite + Unpin> Coalesced<T> {
         Poll::Ready(Ok(()))
     }
 
-    /// Holds `bufs`, the buffer grown no larger than [`HELD`] (doubling could make it twice
-    /// that, kept while a peer that reads nothing holds the bytes up).
+    /// Holds `bufs` (`len` bytes, which fit within [`HELD`]), the buffer grown no larger than
+    /// that (doubling could make it twice that, kept while a peer that reads nothing holds the
+    /// bytes up).
     fn hold(&mut self, bufs: &[IoSlice<'_>], len: usize) {
         let need = self.held.len() + len;
+        debug_assert!(need <= HELD);
         if need > self.held.capacity() {
-            let grown = (self.held.capacity() * 2).max(need).min(HELD.max(need));
+            let grown = (self.held.capacity() * 2).max(need).min(HELD);
             self.held.reserve_exact(grown - self.held.len());
         }
         for b in bufs {
