@@ -38,16 +38,8 @@ PY
 small_size=$(stat -c %s "$work/www7/small.json")
 list_size=$(stat -c %s "$work/www7/list.json")
 backend7=$(port)
-cat > "$work/backend7.conf" <<CONF
-worker_processes 1;
-error_log $work/backend7-error.log crit;
-pid $work/backend7.pid;
-events { worker_connections 20000; }
-http {
-  access_log off;
+start_nginx backend7 "$(cat <<CONF
   default_type application/json;
-  keepalive_requests 1000000;
-  keepalive_timeout 300s;
   http2_max_concurrent_streams 1000;
   ssl_certificate $work/pki/apiserver.crt;
   ssl_certificate_key $work/pki/apiserver.key;
@@ -60,9 +52,8 @@ http {
     location = $small_path { alias $work/www7/small.json; }
     location = $list_path { alias $work/www7/list.json; }
   }
-}
 CONF
-nginx -p "$work" -c "$work/backend7.conf" -g 'daemon off; master_process off;' & pids+=($!)
+)"
 wait_port "$backend7"
 
 declare -A listen7 pid7 auth7

@@ -42,6 +42,23 @@ trap cleanup EXIT
 ulimit -n 20000
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# Starts nginx $1 (its files $work/$1.*): one worker, no access log, connections kept, with
+# the further http settings and servers $2.
+start_nginx() {
+  cat > "$work/$1.conf" <<CONF
+worker_processes 1;
+error_log $work/$1-error.log crit;
+pid $work/$1.pid;
+events { worker_connections 20000; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  keepalive_timeout 300s;
+$2
+}
+CONF
+  nginx -p "$work" -c "$work/$1.conf" -g 'daemon off; master_process off;' & pids+=($!)
+}
 wait_port() { for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 not listening" >&2; return 1; }
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 rss_kib() { awk '/^VmRSS:/{print $2}' "/proc/$1/status"; }
@@ -51,20 +68,8 @@ mkdir -p "$work/www"
 head -c 1024 /dev/zero | tr '\0' a > "$work/www/1k"
 head -c $((1024*1024)) /dev/zero | tr '\0' b > "$work/www/1m"
 backend=$(port)
-cat > "$work/backend.conf" <<CONF
-worker_processes 1;
-error_log $work/backend-error.log crit;
-pid $work/backend.pid;
-events { worker_connections 20000; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  keepalive_timeout 300s;
-  sendfile on;
-  server { listen 127.0.0.1:$backend backlog=4096; root $work/www; }
-}
-CONF
-nginx -p "$work" -c "$work/backend.conf" -g 'daemon off; master_process off;' & pids+=($!)
+start_nginx backend "  sendfile on;
+  server { listen 127.0.0.1:$backend backlog=4096; root $work/www; }"
 wait_port "$backend"
 
 # kubegate probes readiness on a simulated apiserver (health_address) over TLS.

@@ -36,6 +36,21 @@ async fn as_user(bed: &Started, user: &str) -> Conn {
     Conn::open_as_user(bed.kg.listen, &bed.pki, user, user, &["system:masters"]).await
 }
 
+/// An HTTP/2 connection through `bed`'s kubegate without a client certificate.
+async fn anonymous(bed: &Started) -> Conn {
+    Conn::open_anonymous(bed.kg.listen, &bed.pki, true)
+        .await
+        .unwrap()
+}
+
+/// A watch of `path` with bearer `token`.
+async fn watch_with_token(conn: &mut Conn, path: &str, token: &str) -> Lines {
+    let bearer = format!("Bearer {token}");
+    conn.stream_with(path, &[("Authorization", bearer.as_str())])
+        .await
+        .unwrap()
+}
+
 /// A GET of `path` with bearer `token`.
 async fn with_token(conn: &mut Conn, path: &str, token: &str) -> Response {
     let bearer = format!("Bearer {token}");
@@ -80,9 +95,7 @@ async fn across_senders_a_follower_gets_none_of_the_leads_audit_id_and_a_revoked
         s.set_latency_ms(1000);
     }
     let path = format!("{CONFIGMAPS}?resourceVersion=0");
-    let mut follower = Conn::open_anonymous(bed.kg.listen, &bed.pki, true)
-        .await
-        .unwrap();
+    let mut follower = anonymous(&bed).await;
     let joined_reads = || {
         bed.kg
             .metric(r#"kubegate_reads_joined_total{cluster="default"}"#)
@@ -149,28 +162,16 @@ async fn a_revoked_tokens_new_watch_gets_401_while_its_twin_is_still_fed() {
         cfg.terminate.access_review.ttl = Duration::from_secs(300);
     });
     let mut admin = as_user(&bed, "admin").await;
-    let r = admin.get(CONFIGMAPS).await.unwrap();
-    let rv = r.resource_version();
-    let watch = format!("{CONFIGMAPS}?watch=1&resourceVersion={rv}");
+    let watch = admin.watch_after_list(CONFIGMAPS).await;
     // tok-b's watch opens the feed; tok-a's is fed from it.
-    let mut b = Conn::open_anonymous(bed.kg.listen, &bed.pki, true)
-        .await
-        .unwrap();
-    let mut a = Conn::open_anonymous(bed.kg.listen, &bed.pki, true)
-        .await
-        .unwrap();
-    let mut b_watch = b
-        .stream_with(&watch, &[("Authorization", "Bearer tok-b")])
-        .await
-        .unwrap();
+    let mut b = anonymous(&bed).await;
+    let mut a = anonymous(&bed).await;
+    let mut b_watch = watch_with_token(&mut b, &watch, "tok-b").await;
     assert_eq!(b_watch.status, 200);
     wait_for("tok-b's feed open", T, || {
         (bed.kg.metric("kubegate_shared_watch_feeds") >= 1.0).then_some(())
     });
-    let mut a_watch = a
-        .stream_with(&watch, &[("Authorization", "Bearer tok-a")])
-        .await
-        .unwrap();
+    let mut a_watch = watch_with_token(&mut a, &watch, "tok-a").await;
     assert_eq!(a_watch.status, 200);
     wait_for("tok-a fed", T, || {
         (bed.kg.metric("kubegate_shared_watches") >= 2.0).then_some(())
@@ -180,15 +181,10 @@ async fn a_revoked_tokens_new_watch_gets_401_while_its_twin_is_still_fed() {
 
     revoke(&bed, "tok-a");
     // tok-a's next watch, once its name is reviewed again: the apiserver's 401.
-    let mut again = Conn::open_anonymous(bed.kg.listen, &bed.pki, true)
-        .await
-        .unwrap();
+    let mut again = anonymous(&bed).await;
     let deadline = Instant::now() + T;
     loop {
-        let r = again
-            .stream_with(&watch, &[("Authorization", "Bearer tok-a")])
-            .await
-            .unwrap();
+        let r = watch_with_token(&mut again, &watch, "tok-a").await;
         if r.status == 401 {
             break;
         }
@@ -218,9 +214,7 @@ async fn a_watch_joining_a_feed_authorized_longer_ago_than_the_review_ttl_is_rev
         cfg.terminate.access_review.ttl = Duration::from_secs(1);
     });
     let mut alice = as_user(&bed, "alice").await;
-    let r = alice.get(CONFIGMAPS).await.unwrap();
-    let rv = r.resource_version();
-    let watch = format!("{CONFIGMAPS}?watch=1&resourceVersion={rv}");
+    let watch = alice.watch_after_list(CONFIGMAPS).await;
     let reviews = || -> u64 { bed.sims.iter().map(Sim::access_reviews_received).sum() };
     let before = reviews();
     let first = alice.stream(&watch).await.unwrap();

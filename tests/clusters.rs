@@ -144,11 +144,7 @@ async fn splitting_forwarder(to: SocketAddr, split: usize) -> SocketAddr {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_client_reaches_only_the_cluster_its_server_name_names() {
     let dir = tempfile::tempdir().unwrap();
-    let (pki, pki_a, pki_b) = (
-        Pki::new(&dir.path().join("gateway")),
-        Pki::new(&dir.path().join("a")),
-        Pki::new(&dir.path().join("b")),
-    );
+    let [pki, pki_a, pki_b] = pkis(dir.path(), ["gateway", "a", "b"]);
     let a_names = ["a.example", "api.a.example", "kubernetes"];
     let (a1, a2) = (
         replica(&pki_a, "a1", &a_names),
@@ -262,11 +258,7 @@ async fn each_client_reaches_only_the_cluster_its_server_name_names() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_default_cluster_takes_clients_without_a_name_and_one_cluster_down_spares_the_other() {
     let dir = tempfile::tempdir().unwrap();
-    let (pki, pki_a, pki_b) = (
-        Pki::new(&dir.path().join("gateway")),
-        Pki::new(&dir.path().join("a")),
-        Pki::new(&dir.path().join("b")),
-    );
+    let [pki, pki_a, pki_b] = pkis(dir.path(), ["gateway", "a", "b"]);
     let a1 = replica(&pki_a, "a1", &["a.example", "kubernetes", "127.0.0.1"]);
     let mut b1 = replica(&pki_b, "b1", &["b.example", "kubernetes"]);
     let mut cfg = KubegateConfig::new(&[]);
@@ -317,11 +309,7 @@ async fn a_default_cluster_takes_clients_without_a_name_and_one_cluster_down_spa
 async fn terminate_mode_serves_each_cluster_with_its_own_certificate_ca_and_replicas_and_answers_421_for_another_clusters_name(
 ) {
     let dir = tempfile::tempdir().unwrap();
-    let (pki, pki_a, pki_b) = (
-        Pki::new(&dir.path().join("gateway")),
-        Pki::new(&dir.path().join("a")),
-        Pki::new(&dir.path().join("b")),
-    );
+    let [pki, pki_a, pki_b] = pkis(dir.path(), ["gateway", "a", "b"]);
     let (fp_a, fp_b) = (pki_a.front_proxy(), pki_b.front_proxy());
     let a1 = Sim::behind_front_proxy(&pki_a, &fp_a, "a1", Vec::new());
     let a2 = Sim::behind_front_proxy(&pki_a, &fp_a, "a2", Vec::new());
@@ -453,11 +441,7 @@ async fn misdirected_requests_get_421_and_recover(kg: &Kubegate, pki_a: &Pki, pk
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_in_one_cluster_costs_the_other_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let (pki, pki_a, pki_b) = (
-        Pki::new(&dir.path().join("gateway")),
-        Pki::new(&dir.path().join("a")),
-        Pki::new(&dir.path().join("b")),
-    );
+    let [pki, pki_a, pki_b] = pkis(dir.path(), ["gateway", "a", "b"]);
     let a_names = ["a.example", "kubernetes"];
     let mut a_sims = [
         replica(&pki_a, "a1", &a_names),
@@ -619,15 +603,15 @@ async fn a_reload_adds_changes_and_removes_clusters_in_terminate_mode() {
         reject: None,
         expires: None,
     };
-    let mut b = terminating(
-        cluster_spec("b", &["b.example"], pki_b, &[&b1], &health),
-        pki_b,
-        &fp_b,
-        "b.example",
-        &upstream,
-    );
-    b.dispatch = vec![reads(&["b1"])];
-    cfg.clusters = vec![a(&[&a1]), b];
+    // A cluster of one replica, which its `reads` rule names.
+    let single = |name: &str, pki: &Pki, fp: &FrontProxyPki, sim: &Sim| {
+        let host = format!("{name}.example");
+        let spec = cluster_spec(name, &[host.as_str()], pki, &[sim], &health);
+        let mut c = terminating(spec, pki, fp, &host, &upstream);
+        c.dispatch = vec![reads(&[sim.name.as_str()])];
+        c
+    };
+    cfg.clusters = vec![a(&[&a1]), single("b", pki_b, &fp_b, &b1)];
     let kg = Kubegate::start(pki, &cfg);
     kg.wait_state("a1", "ready", T);
     kg.wait_state("b1", "ready", T);
@@ -651,15 +635,7 @@ async fn a_reload_adds_changes_and_removes_clusters_in_terminate_mode() {
     a.dispatch = vec![reads(&["a2"])];
     // ... and one it answers after the reload: the connection's cluster is the one in force.
     a.server_names.push("api.a.example".into());
-    let mut c = terminating(
-        cluster_spec("c", &["c.example"], pki_c, &[&c1], &health),
-        pki_c,
-        &fp_c,
-        "c.example",
-        &upstream,
-    );
-    c.dispatch = vec![reads(&["c1"])];
-    cfg.clusters = vec![a, c];
+    cfg.clusters = vec![a, single("c", pki_c, &fp_c, &c1)];
     kg.rewrite(&cfg);
     kg.wait_state("c1", "ready", T);
     kg.wait_state("a2", "ready", T);

@@ -492,13 +492,7 @@ async fn a_quiet_watch_outlives_a_rolling_restart_on_its_bookmarks() {
     }
     // Every replica's cache now begins after the watch's last event, and still it goes on.
     create_in(&mut writer, "quiet", "q1").await;
-    let e = loop {
-        let e = w.next(T).await.unwrap().expect("an event");
-        if e.kind != "BOOKMARK" {
-            break e;
-        }
-    };
-    assert_added(&e, "q1");
+    assert_added(&next_object(w).await, "q1");
     no_watch_ended(kg, "expired");
 }
 

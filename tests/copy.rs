@@ -138,6 +138,19 @@ fn reset(s: TcpStream) {
     drop(std);
 }
 
+/// `who`'s next read (within 5 s) is a reset, not a clean end.
+async fn reads_a_reset(socket: &mut TcpStream, who: &str) {
+    let mut buf = [0u8; 16];
+    let r = tokio::time::timeout(Duration::from_secs(5), socket.read(&mut buf))
+        .await
+        .unwrap();
+    assert_eq!(
+        r.as_ref().map_err(|e| e.kind()).err(),
+        Some(io::ErrorKind::ConnectionReset),
+        "{who} saw {r:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reset_is_passed_on_as_a_reset() {
     let Relay { kg, backend, .. } = &relay().await;
@@ -149,15 +162,7 @@ async fn a_reset_is_passed_on_as_a_reset() {
     let mut one = [0u8; 1];
     s.read_exact(&mut one).await.unwrap();
     reset(s);
-    let mut buf = [0u8; 16];
-    let r = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf))
-        .await
-        .unwrap();
-    assert_eq!(
-        r.as_ref().map_err(|e| e.kind()).err(),
-        Some(io::ErrorKind::ConnectionReset),
-        "client saw {r:?}"
-    );
+    reads_a_reset(&mut c, "client").await;
 
     // The client resets: the backend reads a reset.
     let mut c = TcpStream::connect(kg.listen).await.unwrap();
@@ -165,14 +170,7 @@ async fn a_reset_is_passed_on_as_a_reset() {
     let (mut s, _) = backend.accept().await.unwrap();
     s.read_exact(&mut one).await.unwrap();
     reset(c);
-    let r = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
-        .await
-        .unwrap();
-    assert_eq!(
-        r.as_ref().map_err(|e| e.kind()).err(),
-        Some(io::ErrorKind::ConnectionReset),
-        "backend saw {r:?}"
-    );
+    reads_a_reset(&mut s, "backend").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

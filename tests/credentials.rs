@@ -97,13 +97,8 @@ async fn a_rotated_front_proxy_certificate_never_expires_on_a_live_connection() 
     // ...to a user whose requests carry identity: they go over connections that present it.
     let mut writer = Conn::open_as_user(kg.listen, pki, "dev", "dev-user", &["dev"]).await;
     let mut watcher = Conn::open_as_user(kg.listen, pki, "watcher", "dev-user", &["dev"]).await;
-    let r = writer.get(CONFIGMAPS).await.unwrap();
-    assert_eq!(r.status, 200, "{}", r.text());
-    let rv = r.resource_version();
-    let mut watch = watcher
-        .stream(&format!("{CONFIGMAPS}?watch=1&resourceVersion={rv}"))
-        .await
-        .unwrap();
+    let from_list = writer.watch_after_list(CONFIGMAPS).await;
+    let mut watch = watcher.stream(&from_list).await.unwrap();
     assert_eq!(watch.status, 200);
     // A quarter of the way, it is replaced by one valid for a day.
     let rotate_at = Instant::now() + Duration::from_secs(15);

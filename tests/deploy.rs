@@ -13,6 +13,7 @@
 //!    own front-proxy key (root, 0600) fails, naming the file.
 //! 6. `the_systemd_sandbox_lets_kubegate_write_only_its_state_and_runtime_directories`.
 
+use kubegate_e2e::replicas::{sims, sims_with};
 use kubegate_e2e::*;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
@@ -283,6 +284,24 @@ impl Node {
         std::fs::rename(&tmp, &p).unwrap();
     }
 
+    /// A shipped pod as the node runs it: the admin endpoint's files, the shipped
+    /// configuration `config.0` written at `config.1` for `sims`, the container of `manifest`
+    /// started as `name`, its probes passed. Its listener, admin address and container.
+    fn run_shipped(
+        &self,
+        dir: &Path,
+        name: &str,
+        manifest: &str,
+        config: (&str, &str),
+        sims: &[Sim],
+    ) -> (std::net::SocketAddr, std::net::SocketAddr, Container) {
+        self.admin_files();
+        let (listen, admin) = self.configure(config.0, config.1, &sims.iter().collect::<Vec<_>>());
+        let c = Container::start(dir, name, &pod_spec(manifest, self));
+        wait_probes(manifest, admin, &c);
+        (listen, admin, c)
+    }
+
     /// A shipped configuration (`deploy/...`) as the node would have it: its paths as they
     /// are (the container's), its listener, admin address and backends those of this test.
     fn configure(
@@ -343,9 +362,7 @@ const UID: u32 = 65532;
 async fn the_static_pod_runs_as_shipped_in_passthrough_mode() {
     let dir = tempfile::tempdir().unwrap();
     let node = Node::new(dir.path());
-    let sims: Vec<Sim> = (1..=3)
-        .map(|i| Sim::start(&node.pki, &format!("replica-{i}"), SimOptions::default()))
-        .collect();
+    let sims = sims(&node.pki, 3);
     let config = "/etc/kubegate/pod/kubegate.yaml";
     let (listen, admin) = node.configure(
         "deploy/static-pod/kubegate-config.yaml",
@@ -469,32 +486,25 @@ async fn the_static_pod_runs_as_shipped_in_terminate_mode() {
         UID,
         0o400,
     );
-    let sims: Vec<Sim> = (1..=2)
-        .map(|i| {
-            Sim::start(
-                &node.pki,
-                &format!("replica-{i}"),
-                SimOptions {
-                    front_proxy_ca: Some(fp.ca_file()),
-                    front_proxy_names: Some(vec![
-                        "front-proxy-client".into(),
-                        "kubegate-front-proxy".into(),
-                    ]),
-                    ..Default::default()
-                },
-            )
-        })
-        .collect();
-    node.admin_files();
-    let (listen, admin) = node.configure(
-        "deploy/static-pod/kubegate-terminate-config.yaml",
-        "/etc/kubegate/pod/kubegate.yaml",
-        &sims.iter().collect::<Vec<_>>(),
-    );
-    let spec = pod_spec("deploy/static-pod/kubegate-terminate.yaml", &node);
-    let c = Container::start(dir.path(), "static-terminate", &spec);
+    let sims = sims_with(&node.pki, 2, || SimOptions {
+        front_proxy_ca: Some(fp.ca_file()),
+        front_proxy_names: Some(vec![
+            "front-proxy-client".into(),
+            "kubegate-front-proxy".into(),
+        ]),
+        ..Default::default()
+    });
     // The admin endpoint serves TLS: the probes are HTTPS, the metrics need the token.
-    wait_probes("deploy/static-pod/kubegate-terminate.yaml", admin, &c);
+    let (listen, admin, c) = node.run_shipped(
+        dir.path(),
+        "static-terminate",
+        "deploy/static-pod/kubegate-terminate.yaml",
+        (
+            "deploy/static-pod/kubegate-terminate-config.yaml",
+            "/etc/kubegate/pod/kubegate.yaml",
+        ),
+        &sims,
+    );
     let anonymous = Command::new("curl")
         .args(["--silent", "--max-time", "5", "--cacert"])
         .arg(node.pki.ca_file())
@@ -547,7 +557,7 @@ async fn the_static_pod_runs_as_shipped_in_terminate_mode() {
         0,
         0o644,
     );
-    let mut spec = spec;
+    let mut spec = pod_spec("deploy/static-pod/kubegate-terminate.yaml", &node);
     spec.mounts.push((
         node.host.join("etc/kubernetes/pki/front-proxy-client.key"),
         "/etc/kubernetes/pki/front-proxy-client.key".into(),
@@ -587,28 +597,21 @@ async fn the_node_local_pod_runs_as_shipped() {
         "kube-proxy-token,system:serviceaccount:kube-system:kube-proxy,kp,\"system:serviceaccounts\"\n",
     )
     .unwrap();
-    let sims: Vec<Sim> = (1..=2)
-        .map(|i| {
-            let args = vec!["--token-auth-file".into(), tokens.display().to_string()];
-            Sim::start(
-                &node.pki,
-                &format!("replica-{i}"),
-                SimOptions {
-                    args,
-                    ..Default::default()
-                },
-            )
-        })
-        .collect();
-    node.admin_files();
-    let (listen, admin) = node.configure(
-        "deploy/node-local/kubegate.yaml",
-        "/etc/kubegate/node-local/kubegate.yaml",
-        &sims.iter().collect::<Vec<_>>(),
+    let sims = sims_with(&node.pki, 2, || SimOptions {
+        args: vec!["--token-auth-file".into(), tokens.display().to_string()],
+        ..Default::default()
+    });
+    // The container runs until the test ends.
+    let (listen, _, _container) = node.run_shipped(
+        dir.path(),
+        "node-local",
+        "deploy/node-local/kubegate-node-local.yaml",
+        (
+            "deploy/node-local/kubegate.yaml",
+            "/etc/kubegate/node-local/kubegate.yaml",
+        ),
+        &sims,
     );
-    let spec = pod_spec("deploy/node-local/kubegate-node-local.yaml", &node);
-    let c = Container::start(dir.path(), "node-local", &spec);
-    wait_probes("deploy/node-local/kubegate-node-local.yaml", admin, &c);
     let mut conn = Conn::open(listen, &node.pki, true).await.unwrap();
     assert_eq!(conn.get("/version").await.unwrap().status, 200);
 

@@ -15,6 +15,16 @@ use std::time::Duration;
 
 const T: Duration = Duration::from_secs(60);
 
+/// A test's directory, its PKI, the etcd its replicas share and the port each listens on
+/// (at its own 127.0.0.n).
+fn hosts() -> (tempfile::TempDir, Pki, Etcd, u16) {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let etcd = etcd(dir.path());
+    (dir, pki, etcd, free_port())
+}
+
+/// Replica `n`, at 127.0.0.n:`port`.
 fn replica(pki: &Pki, etcd: &Etcd, n: u8, port: u16) -> Sim {
     Sim::start(
         pki,
@@ -55,10 +65,7 @@ fn ready(kg: &Kubegate, addresses: &[SocketAddr]) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubegate_follows_the_kubernetes_endpoint_slices() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let etcd = etcd(dir.path());
-    let port = free_port();
+    let (dir, pki, etcd, port) = hosts();
     let mut sims: Vec<Sim> = (1..=3).map(|n| replica(&pki, &etcd, n, port)).collect();
     let addr = |n: u8| SocketAddr::from(([127, 0, 0, n], port));
 
@@ -124,10 +131,7 @@ async fn kubegate_follows_the_kubernetes_endpoint_slices() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_adds_and_removes_a_cluster_that_discovers_its_replicas() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new(dir.path());
-    let etcd = etcd(dir.path());
-    let port = free_port();
+    let (_dir, pki, etcd, port) = hosts();
     let sims: Vec<Sim> = (1..=2).map(|n| replica(&pki, &etcd, n, port)).collect();
     let addr = |n: u8| SocketAddr::from(([127, 0, 0, n], port));
     let other = Sim::start(&pki, "other", SimOptions::default());

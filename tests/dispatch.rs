@@ -216,7 +216,7 @@ async fn a_rule_that_rejects_sheds_its_sender_until_it_expires() {
     let r = agent.get(CONFIGMAPS).await.unwrap();
     assert_eq!(r.status, 429, "{}", r.text());
     assert_eq!(r.header("retry-after"), Some("30"));
-    let status: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let status = r.json();
     assert_eq!(status["reason"], "TooManyRequests");
     assert!(
         status["message"].as_str().unwrap().contains("shed-agent"),

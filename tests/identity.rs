@@ -20,7 +20,7 @@ async fn whoami(conn: &mut Conn) -> Result<(String, Vec<String>), Response> {
     if r.status != 201 {
         return Err(r);
     }
-    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let v = r.json();
     let info = &v["status"]["userInfo"];
     assert!(
         info["extra"].as_object().is_none_or(|e| e.is_empty()),

@@ -12,6 +12,7 @@
 use kubegate_e2e::*;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::path::Path;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(60);
@@ -72,13 +73,23 @@ fn lists(bed: &Started) -> u64 {
 /// `n` HTTP/2 connections through kubegate as `user` of `system:masters` (one certificate).
 async fn connections_as(bed: &Started, user: &str, n: usize) -> Vec<Conn> {
     let (crt, key) = bed.pki.client_in(user, user, &["system:masters"]);
+    connections(bed, Some((&crt, &key)), n).await
+}
+
+/// `n` HTTP/2 connections without a client certificate.
+async fn anonymous_connections(bed: &Started, n: usize) -> Vec<Conn> {
+    connections(bed, None, n).await
+}
+
+/// `n` HTTP/2 connections, with the client certificate and key `cert` when given.
+async fn connections(bed: &Started, cert: Option<(&Path, &Path)>, n: usize) -> Vec<Conn> {
     let mut conns = Vec::with_capacity(n);
     for _ in 0..n {
-        conns.push(
-            Conn::open_as(bed.kg.listen, &bed.pki, true, &crt, &key)
-                .await
-                .unwrap(),
-        );
+        let conn = match cert {
+            Some((crt, key)) => Conn::open_as(bed.kg.listen, &bed.pki, true, crt, key).await,
+            None => Conn::open_anonymous(bed.kg.listen, &bed.pki, true).await,
+        };
+        conns.push(conn.unwrap());
     }
     conns
 }
@@ -110,7 +121,7 @@ async fn create(conn: &mut Conn, name: &str, label: &str) {
 
 /// The names of a list's items.
 fn names(r: &Response) -> HashSet<String> {
-    let list: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let list = r.json();
     list["items"]
         .as_array()
         .unwrap()
@@ -186,14 +197,7 @@ async fn identical_lists_of_one_sender_reach_the_replicas_a_few_times() {
     // Meanwhile, others asking the same get their own answers: anonymous 403, a bogus token
     // 401, never the data.
     let alice = connections_as(&bed, "alice", 40).await;
-    let mut strangers = Vec::new();
-    for _ in 0..40 {
-        strangers.push(
-            Conn::open_anonymous(bed.kg.listen, &bed.pki, true)
-                .await
-                .unwrap(),
-        );
-    }
+    let strangers = anonymous_connections(&bed, 40).await;
     let all: Vec<Conn> = alice.into_iter().chain(strangers).collect();
     let answers = all_at_once(all, |i, mut c| async move {
         match i {
@@ -317,14 +321,10 @@ async fn connection_for(
     who: Who,
     certs: &HashMap<Who, (std::path::PathBuf, std::path::PathBuf)>,
 ) -> Conn {
-    match certs.get(&who) {
-        Some((crt, key)) => Conn::open_as(bed.kg.listen, &bed.pki, true, crt, key)
-            .await
-            .unwrap(),
-        None => Conn::open_anonymous(bed.kg.listen, &bed.pki, true)
-            .await
-            .unwrap(),
-    }
+    let cert = certs
+        .get(&who)
+        .map(|(crt, key)| (crt.as_path(), key.as_path()));
+    connections(bed, cert, 1).await.remove(0)
 }
 
 /// What a client can tell of an answer: its status, how it is encoded, who the replica
@@ -566,13 +566,7 @@ async fn reads_of_different_senders_join_once_a_review_allows_each() {
     for user in ["alice", "bob", "carol"] {
         conns.extend(connections_as(&bed, user, 20).await);
     }
-    for _ in 0..40 {
-        conns.push(
-            Conn::open_anonymous(bed.kg.listen, &bed.pki, true)
-                .await
-                .unwrap(),
-        );
-    }
+    conns.extend(anonymous_connections(&bed, 40).await);
     let before = lists(&bed);
     let answers = all_at_once(conns, |i, mut c| {
         let path = path.clone();
@@ -632,13 +626,7 @@ async fn reads_of_different_senders_join_once_a_review_allows_each() {
     }
     let lead = read_in_flight(&bed, "alice", &path).await;
     let mut others = connections_as(&bed, "mallory", 10).await;
-    for _ in 0..10 {
-        others.push(
-            Conn::open_anonymous(bed.kg.listen, &bed.pki, true)
-                .await
-                .unwrap(),
-        );
-    }
+    others.extend(anonymous_connections(&bed, 10).await);
     let answers = all_at_once(others, |_, mut c| {
         let path = path.clone();
         async move { c.get(&path).await.unwrap() }
@@ -806,14 +794,7 @@ async fn identical_watch_lists_share_their_initial_events() {
         assert_eq!(e["object"]["metadata"]["name"], "cm-after", "{i}: {e}");
     }
     // Anonymous clients asking the same: their own 403 each, never the objects.
-    let mut anonymous = Vec::new();
-    for _ in 0..5 {
-        anonymous.push(
-            Conn::open_anonymous(bed.kg.listen, &bed.pki, true)
-                .await
-                .unwrap(),
-        );
-    }
+    let anonymous = anonymous_connections(&bed, 5).await;
     for (_, mut s) in open_all(anonymous).await {
         assert_eq!(s.status, 403);
         let text = s.next(T).await.unwrap().unwrap_or_default();

@@ -51,6 +51,25 @@ impl Drop for Slot {
     }
 }
 
+/// A load test's working directory, taken with its [`Slot`] (both given back when dropped).
+struct Workdir {
+    dir: tempfile::TempDir,
+    _slot: Slot,
+}
+
+impl Workdir {
+    /// Waits for a free place; a new directory.
+    fn take() -> Workdir {
+        let _slot = Slot::take();
+        let dir = tempfile::tempdir().unwrap();
+        Workdir { dir, _slot }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
 fn run(r: &Value, scenario: &str, gateway: &str) -> Value {
     row_where(r, [("scenario", scenario), ("gateway", gateway)], "")
 }
@@ -173,8 +192,7 @@ fn kept_its_lease(r: &Value) {
 
 #[test]
 fn a_leader_and_its_clients_through_l4_faults_against_kubegate_and_haproxy() {
-    let _slot = Slot::take();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Workdir::take();
     let report = short_runs(
         dir.path(),
         "rolling-restart,freeze-leader,etcd-down",
@@ -256,8 +274,7 @@ fn noticed(r: &Value) -> u64 {
 
 #[test]
 fn a_client_notices_nothing_of_l7_faults_through_terminate_mode() {
-    let _slot = Slot::take();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Workdir::take();
     let faults = short_runs(
         dir.path(),
         "crash-writes,freeze,all-down,upgrade",
@@ -353,8 +370,7 @@ fn a_client_notices_nothing_of_l7_faults_through_terminate_mode() {
 /// figures, not asserted here.
 #[test]
 fn a_blackout_through_kubegate_with_and_without_a_hold_breaks_no_watch() {
-    let _slot = Slot::take();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Workdir::take();
     let report = short_runs(
         dir.path(),
         "blackout",
@@ -374,8 +390,7 @@ fn a_blackout_through_kubegate_with_and_without_a_hold_breaks_no_watch() {
 /// clients served and kubectl running alongside.
 #[test]
 fn a_rolling_restart_over_ipv6_loopback_through_both_planes() {
-    let _slot = Slot::take();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Workdir::take();
     let (table, report) = subcommand_with(
         dir.path(),
         "run --scenario rolling-restart --gateways kubegate,kubegate-l7 --short",
@@ -402,8 +417,7 @@ fn a_rolling_restart_over_ipv6_loopback_through_both_planes() {
 /// no leadership; every failure either saw is explained.
 #[test]
 fn a_replica_whose_priority_level_is_saturated_rejects_no_client_of_kubegate() {
-    let _slot = Slot::take();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Workdir::take();
     let report = short_runs(dir.path(), "apf-hot", "kubegate-l7,haproxy-l7");
     let ours = run(&report, "apf-hot", "kubegate-l7");
     let theirs = run(&report, "apf-hot", "haproxy-l7");
@@ -432,8 +446,7 @@ fn a_replica_whose_priority_level_is_saturated_rejects_no_client_of_kubegate() {
 /// command.)
 #[test]
 fn a_short_soak_loses_nothing_and_kubegate_never_restarts() {
-    let _slot = Slot::take();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Workdir::take();
     let (table, report) = subcommand(dir.path(), "soak --duration 90s --seed 3 --plot soak.svg");
     let checks = report["checks"].as_array().unwrap();
     assert_eq!(checks.len(), 9, "{table}");
@@ -460,8 +473,7 @@ fn a_short_soak_loses_nothing_and_kubegate_never_restarts() {
 #[test]
 fn an_external_control_plane_runs_the_same_scenarios() {
     use kubegate_testbed::{Etcd, Replica, ReplicaFlags};
-    let _slot = Slot::take();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Workdir::take();
     let pki = dir.path().join("pki");
     kubegate_testbed::pki::write_kubeadm_layout(&pki, "https://127.0.0.1:6443").unwrap();
     let etcd_dir = dir.path().join("etcd");
@@ -527,8 +539,7 @@ fn an_external_control_plane_runs_the_same_scenarios() {
 
 #[test]
 fn a_small_scale_run_relists_nothing_through_terminate_mode() {
-    let _slot = Slot::take();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Workdir::take();
     // Four groups: every busy informer hears an event every half second, later when a loaded
     // machine slows the writer down. A third of the informers are quiet (bookmarks only, once
     // a minute: their position is from before the restarted replicas started, so those
@@ -607,8 +618,7 @@ fn a_small_scale_run_relists_nothing_through_terminate_mode() {
 /// run's figures (docs/failover.md), not asserted here.
 #[test]
 fn a_runaway_identity_under_its_rule_gets_429_not_resets() {
-    let _slot = Slot::take();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Workdir::take();
     let (table, rows) = subcommand(
         dir.path(),
         "storm --objects 300 --concurrency 8 --phase 6s --runaway token",
@@ -639,8 +649,7 @@ fn a_runaway_identity_under_its_rule_gets_429_not_resets() {
 /// connection run beside HAProxy and Envoy are the documented run's (docs/failover.md).
 #[test]
 fn a_runaway_shed_through_the_cluster_or_on_its_own_stops_reaching_the_replicas() {
-    let _slot = Slot::take();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Workdir::take();
     let (table, rows) = subcommand(
         dir.path(),
         "runaway --objects 50 --connections 100 --interval 1s --phase 8s --gateways direct,kubegate-l7-shed,kubegate-l7-auto",
@@ -702,8 +711,7 @@ fn a_herd_of_watch_list_informers_reaches_the_replicas_a_few_times_through_kubeg
 /// Runs the short herd with `more` arguments and asserts what every informer saw and what
 /// reached the replicas.
 fn herd(more: &str) {
-    let _slot = Slot::take();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Workdir::take();
     let line =
         "herd --informers 100 --objects 50 --tokens 100 --gateways direct,kubegate-l7-shared";
     let (table, rows) = subcommand(dir.path(), &format!("{line} {more}"));
@@ -760,8 +768,7 @@ fn herd(more: &str) {
 /// (docs/failover.md), not asserted here.
 #[test]
 fn a_rolling_restart_in_one_cluster_is_not_seen_by_the_other_and_a_reload_adds_one() {
-    let _slot = Slot::take();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Workdir::take();
     let (table, report) = subcommand(
         dir.path(),
         "clusters --scenario rolling-restart --modes passthrough,terminate --sizes 1,4 --short",

@@ -13,7 +13,7 @@
 //! 9. `metrics_pass_promtool`: kubegate's own `/metrics`, with a replica not ready and open
 //!    connections, passes `promtool check metrics`.
 
-use kubegate_e2e::replicas::open;
+use kubegate_e2e::replicas::{open, sims};
 use kubegate_e2e::*;
 use serde::Deserialize as _;
 use serde_json::Value;
@@ -168,9 +168,7 @@ fn encode(q: &str) -> String {
 fn prometheus_scrapes_with_the_shipped_configuration_and_evaluates_every_rule() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new(dir.path());
-    let sims: Vec<Sim> = (1..=3)
-        .map(|i| Sim::start(&pki, &format!("replica-{i}"), SimOptions::default()))
-        .collect();
+    let sims = sims(&pki, 3);
     let (crt, key) = pki.serving_with(
         "kubegate-admin",
         "kubegate-admin",

@@ -186,7 +186,7 @@ async fn a_compacted_continue_page_is_410_expired_with_a_token_that_goes_on() {
             .get("/api/v1/namespaces/other/configmaps")
             .await
             .unwrap();
-        serde_json::from_slice::<Value>(&r.body).unwrap()["metadata"]["resourceVersion"]
+        r.json()["metadata"]["resourceVersion"]
             .as_str()
             .unwrap()
             .parse()
@@ -202,7 +202,7 @@ async fn a_compacted_continue_page_is_410_expired_with_a_token_that_goes_on() {
         .await
         .unwrap();
     assert_eq!(r.status, 410, "{}", r.text());
-    let status: Value = serde_json::from_slice(&r.body).unwrap();
+    let status = r.json();
     assert_eq!(status["reason"], "Expired");
     assert!(status["message"]
         .as_str()

@@ -117,7 +117,7 @@ async fn every_way_around_a_rule_is_read_as_the_apiserver_reads_it() {
         .await
         .unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
-    let object: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let object = r.json();
     assert_eq!(object["kind"], "ConfigMap");
     assert_eq!(object["data"]["a"], "b");
 
@@ -136,20 +136,9 @@ async fn every_way_around_a_rule_is_read_as_the_apiserver_reads_it() {
 
     // What the apiserver refuses before any handler is refused here, never forwarded.
     let r = h2.get("/api/v1/namespaces/default/pods%zz").await.unwrap();
-    assert_eq!(
-        (r.status, r.replica()),
-        (400, "<none>".into()),
-        "{}",
-        r.text()
-    );
+    kubegates_own(&r, 400, "");
     let r = h2.get("/api/v1/watch").await.unwrap();
-    assert_eq!(
-        (r.status, r.replica()),
-        (500, "<none>".into()),
-        "{}",
-        r.text()
-    );
-    assert!(r.text().contains("RequestInfo"), "{}", r.text());
+    kubegates_own(&r, 500, "RequestInfo");
     assert!(kg.metric(r#"kubegate_requests_failed_total{reason="bad_request"}"#) >= 2.0);
 }
 
@@ -163,12 +152,7 @@ async fn a_watch_ends_at_its_time_across_moves() {
         .start();
     let (kg, pki) = (&bed.kg, &bed.pki);
     let mut conn = kg.connect(pki, true).await.unwrap();
-    let started = Instant::now();
-    let mut watch = conn
-        .stream("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion=0&timeoutSeconds=6")
-        .await
-        .unwrap();
-    assert_eq!(watch.status, 200);
+    let (started, mut watch) = watch_from_now(&mut conn, "&timeoutSeconds=6").await;
     // Move it: its replica starts failing, and kubegate resumes it on the other one.
     let resumes = r#"kubegate_watch_resumes_total{cause="drained"}"#;
     let first = wait_for("the watch on a replica", Duration::from_secs(10), || {
@@ -184,28 +168,11 @@ async fn a_watch_ends_at_its_time_across_moves() {
         (kg.metric(resumes) >= 1.0).then_some(())
     });
     // It ends when the client said, counted from its start, not from the move.
-    let end = watch.next(Duration::from_secs(60)).await;
-    let took = started.elapsed();
-    assert!(matches!(end, Ok(None)), "{end:?}");
-    assert!(
-        took >= Duration::from_secs(5) && took < Duration::from_secs(30),
-        "ended after {took:?}"
-    );
+    ends_by_itself(&mut watch, started, Duration::from_secs(5)).await;
     bed.sims[first].force_check("etcd", false);
     // Without timeoutSeconds: min_request_timeout (3 s) times [1, 2).
-    let started = Instant::now();
-    let mut watch = conn
-        .stream("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion=0")
-        .await
-        .unwrap();
-    assert_eq!(watch.status, 200);
-    let end = watch.next(Duration::from_secs(60)).await;
-    let took = started.elapsed();
-    assert!(matches!(end, Ok(None)), "{end:?}");
-    assert!(
-        took >= Duration::from_millis(2500) && took < Duration::from_secs(30),
-        "ended after {took:?}"
-    );
+    let (started, mut watch) = watch_from_now(&mut conn, "").await;
+    ends_by_itself(&mut watch, started, Duration::from_millis(2500)).await;
     assert!(kg.metric(r#"kubegate_watches_ended_total{reason="timeout"}"#) >= 2.0);
 }
 
@@ -457,13 +424,7 @@ async fn client_certificates_are_read_as_the_apiserver_reads_them() {
     // anonymous, not another name.
     let mut conn = Conn::open_as_user(kg.listen, pki, "ctl", "alice\u{7}admin", &["dev"]).await;
     let r = conn.get(CONFIGMAPS).await.unwrap();
-    assert_eq!(
-        (r.status, r.replica()),
-        (401, "<none>".into()),
-        "{}",
-        r.text()
-    );
-    assert!(r.text().contains("cannot be passed on"), "{}", r.text());
+    kubegates_own(&r, 401, "cannot be passed on");
     // An untrusted client's X-Real-Ip never reaches the apiserver's audit log.
     let mut conn = kg.connect(pki, true).await.unwrap();
     let r = conn
@@ -483,7 +444,7 @@ async fn client_certificates_are_read_as_the_apiserver_reads_them() {
         .await
         .unwrap();
     assert_eq!(r.status, 201, "{}", r.text());
-    let info = &serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()["status"]["userInfo"];
+    let info = &r.json()["status"]["userInfo"];
     assert_eq!(
         (info["username"].as_str(), info["uid"].as_str()),
         (Some("carol"), Some("u-7f3a"))
@@ -493,6 +454,40 @@ async fn client_certificates_are_read_as_the_apiserver_reads_them() {
         .self_subject_review(&[("X-Remote-Uid", "mallory")])
         .await
         .unwrap();
-    let info = &serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()["status"]["userInfo"];
+    let info = &r.json()["status"]["userInfo"];
     assert_eq!(info["uid"], serde_json::Value::Null, "{info}");
+}
+
+/// `r` is kubegate's own answer (no replica saw the request): `status`, its text saying
+/// `saying`.
+fn kubegates_own(r: &Response, status: u16, saying: &str) {
+    assert_eq!(
+        (r.status, r.replica()),
+        (status, "<none>".into()),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains(saying), "{}", r.text());
+}
+
+/// A watch of ConfigMaps from now (`resourceVersion=0`) with `more` of a query, and when it
+/// was asked for.
+async fn watch_from_now(conn: &mut Conn, more: &str) -> (Instant, Lines) {
+    let started = Instant::now();
+    let path = format!("{CONFIGMAPS}?watch=1&resourceVersion=0{more}");
+    let watch = conn.stream(&path).await.unwrap();
+    assert_eq!(watch.status, 200);
+    (started, watch)
+}
+
+/// Waits for `watch` to end cleanly by itself, no sooner than `least` after `started` (and
+/// well before a stuck watch's 30 s).
+async fn ends_by_itself(watch: &mut Lines, started: Instant, least: Duration) {
+    let end = watch.next(Duration::from_secs(60)).await;
+    let took = started.elapsed();
+    assert!(matches!(end, Ok(None)), "{end:?}");
+    assert!(
+        took >= least && took < Duration::from_secs(30),
+        "ended after {took:?}"
+    );
 }

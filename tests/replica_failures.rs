@@ -483,7 +483,7 @@ async fn no_ready_replica_is_a_503_status_the_client_retries() {
     let r = conn.get(CONFIGMAPS).await.unwrap();
     assert_eq!(r.status, 503);
     assert_eq!(r.header("retry-after"), Some("1"));
-    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let v = r.json();
     assert_eq!(
         (v["kind"].as_str(), v["code"].as_u64()),
         (Some("Status"), Some(503))

@@ -237,7 +237,7 @@ async fn create(c: &mut Conn, name: &str) -> i64 {
     let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}});
     let r = c.post(CONFIGMAPS, &body.to_string()).await.unwrap();
     assert_eq!(r.status, 201, "{}", r.text());
-    let v: Value = serde_json::from_slice(&r.body).unwrap();
+    let v = r.json();
     v["metadata"]["resourceVersion"]
         .as_str()
         .unwrap()
@@ -360,7 +360,7 @@ async fn authentication_client_certs_tokens_and_anonymous() {
     assert_eq!(anon.get("/version").await.unwrap().status, 200);
     let r = anon.get(CONFIGMAPS).await.unwrap();
     assert_eq!(r.status, 403);
-    let s: Value = serde_json::from_slice(&r.body).unwrap();
+    let s = r.json();
     assert_eq!(s["message"], "configmaps is forbidden: User \"system:anonymous\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"default\"");
 
     // Anonymous off: 401 with a JSON Status, even for /readyz.
@@ -369,7 +369,7 @@ async fn authentication_client_certs_tokens_and_anonymous() {
         .unwrap();
     let r = anon.get("/readyz").await.unwrap();
     assert_eq!(r.status, 401);
-    let s: Value = serde_json::from_slice(&r.body).unwrap();
+    let s = r.json();
     assert_eq!(
         (s["kind"].as_str(), s["reason"].as_str(), s["code"].as_i64()),
         (Some("Status"), Some("Unauthorized"), Some(401))
@@ -438,20 +438,14 @@ async fn crud_and_status_errors() {
         .await
         .unwrap();
     assert_eq!(r.status, 409);
-    assert_eq!(
-        serde_json::from_slice::<Value>(&r.body).unwrap()["reason"],
-        "AlreadyExists"
-    );
+    assert_eq!(r.json()["reason"], "AlreadyExists");
     let stale = json!({"metadata": {"name": "x", "resourceVersion": (rv - 1).to_string()}, "data": {"k": "2"}});
     let r = c
         .request("PUT", path, Some(&stale.to_string()))
         .await
         .unwrap();
     assert_eq!(r.status, 409);
-    assert_eq!(
-        serde_json::from_slice::<Value>(&r.body).unwrap()["reason"],
-        "Conflict"
-    );
+    assert_eq!(r.json()["reason"], "Conflict");
     let fresh =
         json!({"metadata": {"name": "x", "resourceVersion": rv.to_string()}, "data": {"k": "2"}});
     let r = c
@@ -482,7 +476,7 @@ async fn crud_and_status_errors() {
     assert_eq!(c.request("DELETE", path, None).await.unwrap().status, 200);
     let r = c.get(path).await.unwrap();
     assert_eq!(r.status, 404);
-    let s: Value = serde_json::from_slice(&r.body).unwrap();
+    let s = r.json();
     assert_eq!(s["message"], "configmaps \"x\" not found");
     let r = c.get("/api/v1/namespaces/default/widgets").await.unwrap();
     assert_eq!(r.status, 404);

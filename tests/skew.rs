@@ -140,7 +140,7 @@ async fn a_rolling_upgrade_never_answers_404_for_what_discovery_showed() {
                     .to_string();
                 let r = conn.get(&format!("/apis/{gv}/{CLAIMS}/gpu")).await.unwrap();
                 if r.status == 200 {
-                    let obj: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+                    let obj = r.json();
                     assert_eq!(
                         obj["apiVersion"],
                         gv.as_str(),

@@ -8,6 +8,7 @@
 //!    starts its counters from zero.
 //! 2. `a_successor_that_dies_before_taking_over_changes_nothing`.
 
+use kubegate_e2e::replicas::sims;
 use kubegate_e2e::*;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,9 +19,7 @@ const T: Duration = Duration::from_secs(30);
 fn setup() -> (tempfile::TempDir, Pki, Vec<Sim>, KubegateConfig) {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new(dir.path());
-    let sims: Vec<Sim> = (1..=2)
-        .map(|i| Sim::start(&pki, &format!("replica-{i}"), SimOptions::default()))
-        .collect();
+    let sims = sims(&pki, 2);
     let mut cfg = KubegateConfig::new(&sims.iter().collect::<Vec<_>>());
     cfg.shutdown.grace = secs(3);
     cfg.upgrade = Some(kubegate_config::UpgradeConfig {

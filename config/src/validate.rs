@@ -352,42 +352,27 @@ pub fn validate(config: &mut Config, base_dir: &Path) -> Vec<Finding> {
             );
         }
     }
-    let tr = &t.token_review;
-    positive(&mut bad, "terminate.token_review.ttl", tr.ttl);
-    positive(
-        &mut bad,
-        "terminate.token_review.negative_ttl",
-        tr.negative_ttl,
-    );
-    positive(&mut bad, "terminate.token_review.timeout", tr.timeout);
-    at_least_one(
-        &mut bad,
-        "terminate.token_review.max_entries",
-        tr.max_entries,
-    );
-    at_least_one(
-        &mut bad,
-        "terminate.token_review.max_in_flight",
-        tr.max_in_flight,
-    );
-    let ar = &t.access_review;
-    positive(&mut bad, "terminate.access_review.ttl", ar.ttl);
-    positive(
-        &mut bad,
-        "terminate.access_review.negative_ttl",
-        ar.negative_ttl,
-    );
-    positive(&mut bad, "terminate.access_review.timeout", ar.timeout);
-    at_least_one(
-        &mut bad,
-        "terminate.access_review.max_entries",
-        ar.max_entries,
-    );
-    at_least_one(
-        &mut bad,
-        "terminate.access_review.max_in_flight",
-        ar.max_in_flight,
-    );
+    // The two review caches have the same settings, checked alike.
+    let (tr, ar) = (&t.token_review, &t.access_review);
+    for (section, times, bounds) in [
+        (
+            "terminate.token_review",
+            [tr.ttl, tr.negative_ttl, tr.timeout],
+            [tr.max_entries, tr.max_in_flight],
+        ),
+        (
+            "terminate.access_review",
+            [ar.ttl, ar.negative_ttl, ar.timeout],
+            [ar.max_entries, ar.max_in_flight],
+        ),
+    ] {
+        for (name, d) in ["ttl", "negative_ttl", "timeout"].into_iter().zip(times) {
+            positive(&mut bad, &format!("{section}.{name}"), d);
+        }
+        for (name, n) in ["max_entries", "max_in_flight"].into_iter().zip(bounds) {
+            at_least_one(&mut bad, &format!("{section}.{name}"), n);
+        }
+    }
     positive(&mut bad, "connect.timeout", config.connect.timeout);
     at_least_one(&mut bad, "connect.attempts", config.connect.attempts);
     if config.threads == 0 || config.threads > 256 {

@@ -10,7 +10,7 @@
 //! `timeoutSeconds` (each client's own).
 use http::{HeaderMap, HeaderName};
 use kubegate::state::Kind;
-use kubegate::terminate::join::key::{joinable, watch_list, UNANSWERED_HEADERS};
+use kubegate::terminate::join::key::{joinable, watch_list, WatchHead, UNANSWERED_HEADERS};
 use kubegate::terminate::Outgoing;
 use kubegate_wire::identity::IdentityHeaders;
 use std::collections::BTreeMap;
@@ -60,14 +60,14 @@ pub fn run(data: &[u8]) {
 
     // Watch-lists: the same request but for `timeoutSeconds`, wherever it stands.
     let sync = |o: &Outgoing| {
-        watch_list(
-            o.kind(),
-            o.method(),
-            o.uri(),
-            o.client_query(),
-            o.headers(),
-            None,
-        )
+        watch_list(&WatchHead {
+            kind: o.kind(),
+            method: o.method(),
+            uri: o.uri(),
+            client_query: o.client_query(),
+            headers: o.headers(),
+            across: None,
+        })
     };
     if let (Some(sa), Some(sb)) = (sync(&a), sync(&b)) {
         let untimed = |o: &Outgoing| -> (String, Vec<String>) {

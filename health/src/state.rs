@@ -322,8 +322,13 @@ mod tests {
             .collect()
     }
 
+    /// A tracker resumed in `state`, rise and fall 2.
+    fn resumed(state: BackendState) -> HealthTracker {
+        HealthTracker::resume(state, Thresholds::new(2, 2))
+    }
+
     fn ready() -> HealthTracker {
-        HealthTracker::resume(Ready, Thresholds::new(2, 2))
+        resumed(Ready)
     }
 
     #[test]
@@ -391,26 +396,22 @@ mod tests {
 
     #[test]
     fn not_ready_to_down_when_it_stops_answering() {
-        let t = HealthTracker::resume(NotReady, Thresholds::new(2, 2));
-        assert_eq!(run(t, &[GONE, GONE]), [NotReady, Down]);
+        assert_eq!(run(resumed(NotReady), &[GONE, GONE]), [NotReady, Down]);
     }
 
     #[test]
     fn not_ready_to_ready_after_rise_passes() {
-        let t = HealthTracker::resume(NotReady, Thresholds::new(2, 2));
-        assert_eq!(run(t, &[PASS, PASS]), [NotReady, Ready]);
+        assert_eq!(run(resumed(NotReady), &[PASS, PASS]), [NotReady, Ready]);
     }
 
     #[test]
     fn down_to_not_ready_as_soon_as_it_answers() {
-        let t = HealthTracker::resume(Down, Thresholds::new(2, 2));
-        assert_eq!(run(t, &[FAIL]), [NotReady]);
+        assert_eq!(run(resumed(Down), &[FAIL]), [NotReady]);
     }
 
     #[test]
     fn down_to_ready_after_rise_passes() {
-        let t = HealthTracker::resume(Down, Thresholds::new(2, 2));
-        assert_eq!(run(t, &[PASS, PASS]), [Down, Ready]);
+        assert_eq!(run(resumed(Down), &[PASS, PASS]), [Down, Ready]);
     }
 
     #[test]
@@ -461,12 +462,25 @@ mod tests {
         assert_eq!(t.state(), Ready);
     }
 
-    #[test]
-    fn a_first_fall_after_a_stable_period_needs_only_rise() {
+    /// A [`damped`] tracker ready again after one fall.
+    fn back_after_a_fall() -> HealthTracker {
         let mut t = damped();
+        fall_out(&mut t, FAIL);
+        bring_back(&mut t);
+        t
+    }
+
+    /// Passes [`damped`]'s `stable_probes` in a row.
+    fn stay_ready(t: &mut HealthTracker) {
         for _ in 0..10 {
             t.observe(PASS);
         }
+    }
+
+    #[test]
+    fn a_first_fall_after_a_stable_period_needs_only_rise() {
+        let mut t = damped();
+        stay_ready(&mut t);
         assert_eq!(fall_out(&mut t, FAIL), 2);
     }
 
@@ -484,9 +498,7 @@ mod tests {
 
     #[test]
     fn a_flapping_backend_stays_out_until_it_passes_rise_needed_in_a_row() {
-        let mut t = damped();
-        fall_out(&mut t, FAIL);
-        bring_back(&mut t);
+        let mut t = back_after_a_fall();
         fall_out(&mut t, FAIL);
         assert_eq!(run(t.clone(), &[PASS, PASS, PASS]), [NotReady; 3]);
         assert_eq!(run(t, &[PASS, PASS, PASS, PASS]).last(), Some(&Ready));
@@ -494,32 +506,24 @@ mod tests {
 
     #[test]
     fn crashing_soon_after_returning_is_a_flap_too() {
-        let mut t = damped();
-        fall_out(&mut t, FAIL);
-        bring_back(&mut t);
+        let mut t = back_after_a_fall();
         assert_eq!(fall_out(&mut t, GONE), 4);
         assert_eq!(t.state(), Down);
     }
 
     #[test]
     fn staying_ready_for_stable_probes_resets_the_damping() {
-        let mut t = damped();
-        fall_out(&mut t, FAIL);
-        bring_back(&mut t);
+        let mut t = back_after_a_fall();
         fall_out(&mut t, FAIL);
         bring_back(&mut t);
         assert_eq!(t.rise_needed(), 4);
-        for _ in 0..10 {
-            t.observe(PASS);
-        }
+        stay_ready(&mut t);
         assert_eq!(fall_out(&mut t, FAIL), 2);
     }
 
     #[test]
     fn a_planned_shutdown_is_not_a_flap() {
-        let mut t = damped();
-        fall_out(&mut t, FAIL);
-        bring_back(&mut t);
+        let mut t = back_after_a_fall();
         assert_eq!(fall_out(&mut t, FAIL), 4);
         bring_back(&mut t);
         t.observe(SHUTDOWN);
@@ -553,9 +557,7 @@ mod tests {
 
     #[test]
     fn new_thresholds_keep_the_state_the_counts_and_the_damping() {
-        let mut t = damped();
-        fall_out(&mut t, FAIL);
-        bring_back(&mut t);
+        let mut t = back_after_a_fall();
         assert_eq!(fall_out(&mut t, FAIL), 4);
         t.observe(PASS);
         // A reload raises fall and keeps damping on: the pass in progress and the 4 stay.

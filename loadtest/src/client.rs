@@ -327,6 +327,22 @@ impl Client {
         })
     }
 
+    /// One request of the run's own set-up or checks (not of the measured traffic), read
+    /// whole; its status must be one of `expected` (`what` names it in the error otherwise).
+    pub async fn expect(
+        &mut self,
+        (method, path, body): (&str, &str, Option<&str>),
+        expected: &[u16],
+        what: &str,
+    ) -> anyhow::Result<Resp> {
+        let r = self
+            .send(method, path, body)
+            .await
+            .map_err(|e| anyhow::anyhow!("{what}: {e:?}"))?;
+        anyhow::ensure!(expected.contains(&r.status), "{what}: status {}", r.status);
+        Ok(r)
+    }
+
     /// Opens a watch; returns its status and body stream.
     pub async fn watch(&mut self, path: &str) -> Result<(u16, Incoming), ErrorClass> {
         let resp = self.start("GET", path, None).await?;

@@ -434,15 +434,9 @@ fn slice(name: &str, service: &str, n: usize) -> serde_json::Value {
 
 /// POSTs `obj` to `path`: made (or there already).
 async fn create(c: &mut Client, path: &str, obj: &serde_json::Value) -> anyhow::Result<()> {
-    let r = c
-        .send("POST", path, Some(&obj.to_string()))
-        .await
-        .map_err(|e| anyhow::anyhow!("seed: {e:?}"))?;
-    anyhow::ensure!(
-        r.status == 201 || r.status == 409,
-        "seed {path}: {}",
-        r.status
-    );
+    let body = obj.to_string();
+    let post = ("POST", path, Some(body.as_str()));
+    c.expect(post, &[201, 409], &format!("seed {path}")).await?;
     Ok(())
 }
 

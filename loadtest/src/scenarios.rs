@@ -200,6 +200,11 @@ pub async fn run(
     leader_replica: &(dyn Fn() -> Option<usize> + Sync),
 ) -> anyhow::Result<()> {
     let sleep = tokio::time::sleep;
+    // A fault's step, shown as the run's phase and kept as an event of its timeline.
+    let step = |what: String| {
+        phase(&what);
+        events.add(now(), what);
+    };
     // The replica single-replica faults hit.
     let first = cp.name(0);
     match name {
@@ -229,23 +234,19 @@ pub async fn run(
             }
         }
         "crash" | "crash-writes" => {
-            phase(&format!("SIGKILL {first}"));
-            events.add(now(), format!("SIGKILL {first}"));
+            step(format!("SIGKILL {first}"));
             cp.kill(0).await?;
             sleep(pace.crash_down).await;
-            phase(&format!("restart {first}"));
-            events.add(now(), format!("restart {first}"));
+            step(format!("restart {first}"));
             cp.restart(0, "1s").await?;
             cp.wait_ready(0, Duration::from_secs(30)).await?;
             events.add(now(), format!("{first} ready"));
         }
         "freeze" => {
-            phase(&format!("SIGSTOP {first}"));
-            events.add(now(), format!("SIGSTOP {first}"));
+            step(format!("SIGSTOP {first}"));
             cp.freeze(0).await?;
             sleep(pace.freeze).await;
-            phase(&format!("SIGCONT {first}"));
-            events.add(now(), format!("SIGCONT {first}"));
+            step(format!("SIGCONT {first}"));
             cp.thaw(0).await?;
         }
         "freeze-leader" => {
@@ -260,12 +261,10 @@ pub async fn run(
                 sleep(Duration::from_millis(100)).await;
             };
             let r = cp.name(i);
-            phase(&format!("SIGSTOP {r} (the leader's)"));
-            events.add(now(), format!("SIGSTOP {r} (the leader's)"));
+            step(format!("SIGSTOP {r} (the leader's)"));
             cp.freeze(i).await?;
             sleep(pace.freeze_leader).await;
-            phase(&format!("SIGCONT {r}"));
-            events.add(now(), format!("SIGCONT {r}"));
+            step(format!("SIGCONT {r}"));
             cp.thaw(i).await?;
         }
         "flap" => {
@@ -280,8 +279,7 @@ pub async fn run(
             }
         }
         "slow-start" => {
-            phase(&format!("SIGTERM {first}"));
-            events.add(now(), format!("SIGTERM {first}"));
+            step(format!("SIGTERM {first}"));
             let exited = cp.terminate(0, Duration::from_secs(70)).await?;
             anyhow::ensure!(exited, "{first} did not exit after SIGTERM");
             phase(&format!("slow restart {first}"));
@@ -325,8 +323,7 @@ pub async fn run(
         "apf-hot" => {
             // Its rejections ask for 1 s, the least a level asks: the hardest case for a
             // gateway that keeps away from a rejecting replica for its Retry-After.
-            phase(&format!("{first} {APF_HOT_LEVEL} saturated"));
-            events.add(now(), format!("{first} {APF_HOT_LEVEL} saturated"));
+            step(format!("{first} {APF_HOT_LEVEL} saturated"));
             cp.saturate_level(0, APF_HOT_LEVEL, Some(1))?;
             sleep(APF_HOT).await;
             events.add(now(), format!("{first} {APF_HOT_LEVEL} calm"));

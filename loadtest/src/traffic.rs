@@ -219,12 +219,18 @@ async fn client_go_read(
     (fail(outcome, last, false), None)
 }
 
-/// A configmap create with a name nothing else uses, so whether it was applied can be looked
-/// up afterwards.
-fn configmap(name: &str, turn: u64) -> String {
-    json!({"apiVersion": "v1", "kind": "ConfigMap",
-           "metadata": {"name": name}, "data": {"turn": turn.to_string()}})
-    .to_string()
+/// client-go's create of a ConfigMap with a name nothing else uses, so whether it was applied
+/// can be looked up afterwards.
+async fn create_configmap(
+    target: &Target,
+    conn: &mut Option<Client>,
+    name: &str,
+    turn: u64,
+) -> Outcome {
+    let path = format!("/api/v1/namespaces/{NAMESPACE}/configmaps");
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": name}, "data": {"turn": turn.to_string()}});
+    client_go(target, conn, true, Call::post(&path, &body.to_string())).await
 }
 
 /// A component-like client (controller, scheduler): one long-lived HTTP/2 connection
@@ -281,13 +287,7 @@ pub async fn component(id: usize, target: Target, rec: Arc<Recorder>, stop: Stop
             }
             _ => {
                 let name = format!("c{id}-{turn}");
-                let outcome = client_go(
-                    &target,
-                    &mut conn,
-                    true,
-                    Call::post(&configmaps, &configmap(&name, turn)),
-                )
-                .await;
+                let outcome = create_configmap(&target, &mut conn, &name, turn).await;
                 (Kind::Create, outcome, Some(Write::Create { name }))
             }
         };
@@ -367,19 +367,12 @@ type Loop = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 /// (back to back with a short pause, so writes are in flight whenever a replica dies).
 pub async fn writer(id: usize, target: Target, rec: Arc<Recorder>, stop: Stop, pause: Duration) {
     let mut conn = None;
-    let path = format!("/api/v1/namespaces/{NAMESPACE}/configmaps");
     let mut turn = 0u64;
     while !stop.stopped() {
         turn += 1;
         let name = format!("w{id}-{turn}");
         let started = Instant::now();
-        let outcome = client_go(
-            &target,
-            &mut conn,
-            true,
-            Call::post(&path, &configmap(&name, turn)),
-        )
-        .await;
+        let outcome = create_configmap(&target, &mut conn, &name, turn).await;
         rec.add(Kind::Create, started, outcome, Some(Write::Create { name }));
         tokio::time::sleep(pause).await;
     }

@@ -44,16 +44,9 @@ pub async fn ambiguous(cp: &ControlPlane, writes: &[Write]) -> anyhow::Result<Am
         let applied = match w {
             Write::Create { name } => {
                 let path = format!("/api/v1/namespaces/{NAMESPACE}/configmaps/{name}");
-                let r = c
-                    .send("GET", &path, None)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("looking up {name}: {e:?}"))?;
-                anyhow::ensure!(
-                    r.status == 200 || r.status == 404,
-                    "looking up {name}: status {}",
-                    r.status
-                );
-                r.status == 200
+                let get = ("GET", path.as_str(), None);
+                let what = format!("looking up {name}");
+                c.expect(get, &[200, 404], &what).await?.status == 200
             }
             Write::LeaseRenewal { write_id, .. } => renewals.contains(write_id),
         };
@@ -71,15 +64,8 @@ async fn applied_renewals(c: &mut Client) -> anyhow::Result<HashSet<String>> {
     let path = format!(
         "/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases?watch=1&resourceVersion=1&timeoutSeconds=2"
     );
-    let r = c
-        .send("GET", &path, None)
-        .await
-        .map_err(|e| anyhow::anyhow!("reading lease history: {e:?}"))?;
-    anyhow::ensure!(
-        r.status == 200,
-        "reading lease history: status {}",
-        r.status
-    );
+    let get = ("GET", path.as_str(), None);
+    let r = c.expect(get, &[200], "reading lease history").await?;
     let mut ids = HashSet::new();
     for line in r.body.split(|b| *b == b'\n') {
         let Ok(ev) = serde_json::from_slice::<Value>(line) else {

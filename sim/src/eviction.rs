@@ -316,22 +316,14 @@ mod tests {
         for pod in ["web-0", "web-1"] {
             s.pod(&admin, pod, r#"{"app":"web"}"#).await;
         }
-        budget(
-            &s,
-            &admin,
-            "web",
-            r#"{"minAvailable":2,"selector":{"matchLabels":{"app":"web"}}}"#,
-        )
-        .await;
+        let spec = r#"{"minAvailable":2,"selector":{"matchLabels":{"app":"web"}}}"#;
+        budget(&s, &admin, "web", spec).await;
         let r = s.evict(&admin, "web-0").await;
         let body = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"Cannot evict pod as it would violate the pod's disruption budget.\",\"reason\":\"TooManyRequests\",\"details\":{\"causes\":[{\"reason\":\"DisruptionBudget\",\"message\":\"The disruption budget web needs 2 healthy pods and has 2 currently\"}]},\"code\":429}\n";
         assert_eq!((r.status, r.text()), (429, body));
         // PF headers (admitted before the handler), no Retry-After (retryAfterSeconds 0).
         assert_eq!(r.stable_headers(), admitted_json(body.len()));
-        let still = s
-            .json(&admin, "GET", "/api/v1/namespaces/default/pods/web-0", "")
-            .await;
-        assert_eq!(still.status, 200);
+        assert_eq!(s.pod_status(&admin, "web-0").await, 200);
         let counted = &s.sim.requests;
         assert_eq!(counted.evictions.load(Ordering::Relaxed), 1);
         // 2 pods, 1 budget, 1 eviction, 1 GET: every request once; 4 writes.
@@ -347,21 +339,13 @@ mod tests {
             let app = if pod.starts_with("web") { "web" } else { "db" };
             s.pod(&admin, pod, &format!(r#"{{"app":"{app}"}}"#)).await;
         }
-        budget(
-            &s,
-            &admin,
-            "web",
-            r#"{"maxUnavailable":1,"selector":{"matchExpressions":[{"key":"app","operator":"In","values":["web"]}]}}"#,
-        )
-        .await;
+        let spec = r#"{"maxUnavailable":1,"selector":{"matchExpressions":[{"key":"app","operator":"In","values":["web"]}]}}"#;
+        budget(&s, &admin, "web", spec).await;
         let r = s.evict(&admin, "web-0").await;
         let body = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Success\",\"code\":201}\n";
         assert_eq!((r.status, r.text()), (201, body));
         assert_eq!(r.stable_headers(), admitted_json(body.len()));
-        let gone = s
-            .json(&admin, "GET", "/api/v1/namespaces/default/pods/web-0", "")
-            .await;
-        assert_eq!(gone.status, 404);
+        assert_eq!(s.pod_status(&admin, "web-0").await, 404);
         // The budget recorded it; with web-0 gone, web-1 is all that is left of 1 expected.
         let pdb = s.json(&admin, "GET", &format!("{PDBS}/web"), "").await;
         let pdb: serde_json::Value = serde_json::from_slice(&pdb.body).unwrap();
@@ -385,20 +369,10 @@ mod tests {
         let admin = s.admin();
         s.pod(&admin, "web-0", r#"{"app":"web","tier":"front"}"#)
             .await;
-        budget(
-            &s,
-            &admin,
-            "a",
-            r#"{"minAvailable":0,"selector":{"matchLabels":{"app":"web"}}}"#,
-        )
-        .await;
-        budget(
-            &s,
-            &admin,
-            "b",
-            r#"{"minAvailable":0,"selector":{"matchLabels":{"tier":"front"}}}"#,
-        )
-        .await;
+        let spec = r#"{"minAvailable":0,"selector":{"matchLabels":{"app":"web"}}}"#;
+        budget(&s, &admin, "a", spec).await;
+        let spec = r#"{"minAvailable":0,"selector":{"matchLabels":{"tier":"front"}}}"#;
+        budget(&s, &admin, "b", spec).await;
         let r = s.evict(&admin, "web-0").await;
         let body = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.\",\"code\":500}\n";
         assert_eq!((r.status, r.text()), (201, body));
@@ -429,13 +403,8 @@ mod tests {
         let s = TestServer::start().await;
         let admin = s.admin();
         s.pod(&admin, "web-0", r#"{"app":"web"}"#).await;
-        budget(
-            &s,
-            &admin,
-            "web",
-            r#"{"minAvailable":0,"selector":{"matchLabels":{"app":"web"}}}"#,
-        )
-        .await;
+        let spec = r#"{"minAvailable":0,"selector":{"matchLabels":{"app":"web"}}}"#;
+        budget(&s, &admin, "web", spec).await;
         let r = s
             .json(
                 &admin,
@@ -445,9 +414,6 @@ mod tests {
             )
             .await;
         assert_eq!(r.status, 201, "{}", r.text());
-        let still = s
-            .json(&admin, "GET", "/api/v1/namespaces/default/pods/web-0", "")
-            .await;
-        assert_eq!(still.status, 200);
+        assert_eq!(s.pod_status(&admin, "web-0").await, 200);
     }
 }

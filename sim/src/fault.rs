@@ -151,9 +151,9 @@ fn handle(sim: &Sim, req: Request<Incoming>) -> Response<Full<Bytes>> {
                 json!({"error": "token= naming one of --token-auth-file's tokens is required"}),
             ),
         },
-        (&Method::POST, "/admission") => admission(sim, &params),
-        (&Method::POST, "/pod-answer") => pod_answer(sim, &params),
-        (&Method::POST, "/aggregated-answer") => aggregated_answer(sim, &params),
+        (&Method::POST, "/admission") => answered(admission(sim, &params)),
+        (&Method::POST, "/pod-answer") => answered(pod_answer(sim, &params)),
+        (&Method::POST, "/aggregated-answer") => answered(aggregated_answer(sim, &params)),
         (&Method::GET, "/state") => (
             StatusCode::OK,
             json!({
@@ -198,30 +198,26 @@ fn handle(sim: &Sim, req: Request<Incoming>) -> Response<Full<Bytes>> {
 
 /// `POST /admission?resource=R&state=deny429|allow[&webhook=..][&message=..][&reason=..]
 /// [&retry_after=N]`.
-fn admission(sim: &Sim, params: &[(String, String)]) -> (StatusCode, serde_json::Value) {
+fn admission(sim: &Sim, params: &[(String, String)]) -> Result<serde_json::Value, &'static str> {
     let get = |k: &str| crate::query::first(params, k);
-    let bad = |why: &str| (StatusCode::BAD_REQUEST, json!({"error": why}));
     let Some(resource) = get("resource").filter(|r| !r.is_empty()) else {
-        return bad("resource=<plural, or pods/eviction> is required");
+        return Err("resource=<plural, or pods/eviction> is required");
     };
     match get("state") {
         Some("allow") => {
             sim.admission.set(resource, None);
             tracing::info!(resource, "fault: admission allows");
-            (
-                StatusCode::OK,
-                json!({"resource": resource, "state": "allow"}),
-            )
+            Ok(json!({"resource": resource, "state": "allow"}))
         }
         Some("deny429") => {
             let webhook = get("webhook").unwrap_or(DEFAULT_WEBHOOK);
             if !crate::admission::valid_webhook_name(webhook) {
-                return bad("webhook= must be a DNS subdomain (a webhook's name)");
+                return Err("webhook= must be a DNS subdomain (a webhook's name)");
             }
             let retry_after = match get("retry_after").map(str::parse::<u32>) {
                 None => None,
                 Some(Ok(n)) => Some(n),
-                Some(Err(_)) => return bad("retry_after=<seconds> must be an integer"),
+                Some(Err(_)) => return Err("retry_after=<seconds> must be an integer"),
             };
             let mut denial = crate::admission::Denial::too_many_requests(
                 webhook,
@@ -231,12 +227,9 @@ fn admission(sim: &Sim, params: &[(String, String)]) -> (StatusCode, serde_json:
             denial.retry_after = retry_after;
             sim.admission.set(resource, Some(denial));
             tracing::info!(resource, webhook, "fault: admission denies with 429");
-            (
-                StatusCode::OK,
-                json!({"resource": resource, "state": "deny429", "webhook": webhook}),
-            )
+            Ok(json!({"resource": resource, "state": "deny429", "webhook": webhook}))
         }
-        _ => bad("state=deny429 or state=allow is required"),
+        _ => Err("state=deny429 or state=allow is required"),
     }
 }
 
@@ -296,17 +289,21 @@ impl<'a> Given<'a> {
     }
 }
 
+/// A fault's answer: 200 and what is now in force, or 400 and why its parameters cannot be
+/// taken.
+fn answered(fault: Result<serde_json::Value, &str>) -> (StatusCode, serde_json::Value) {
+    match fault {
+        Ok(shown) => (StatusCode::OK, shown),
+        Err(why) => (StatusCode::BAD_REQUEST, json!({"error": why})),
+    }
+}
+
 /// `POST /pod-answer?status=CODE&body=TEXT&content_type=TYPE`.
-fn pod_answer(sim: &Sim, params: &[(String, String)]) -> (StatusCode, serde_json::Value) {
-    let bad = |why: &str| (StatusCode::BAD_REQUEST, json!({"error": why}));
+fn pod_answer(sim: &Sim, params: &[(String, String)]) -> Result<serde_json::Value, &'static str> {
+    let given = Given::read(params)?;
     let mut answer = crate::pod_answer::Answer::default();
-    match Given::read(params) {
-        Ok(given) => {
-            if let Some(body) = given.apply(&mut answer.status, &mut answer.content_type) {
-                answer.body = Bytes::from(body.to_string());
-            }
-        }
-        Err(why) => return bad(why),
+    if let Some(body) = given.apply(&mut answer.status, &mut answer.content_type) {
+        answer.body = Bytes::from(body.to_string());
     }
     let shown = json!({
         "status": answer.status.as_u16(),
@@ -315,7 +312,7 @@ fn pod_answer(sim: &Sim, params: &[(String, String)]) -> (StatusCode, serde_json
     });
     sim.pod_answer.set(answer);
     tracing::info!(%shown, "fault: pods answer");
-    (StatusCode::OK, shown)
+    Ok(shown)
 }
 
 /// `POST /aggregated-answer?status=CODE&body=TEXT&content_type=TYPE&header=NAME:VALUE...`:
@@ -323,16 +320,14 @@ fn pod_answer(sim: &Sim, params: &[(String, String)]) -> (StatusCode, serde_json
 /// default (200; for the group-version's own path metrics-server's `APIResourceList`, else
 /// an empty `List`; `application/json`; no further header); an empty `content_type` sends none;
 /// `header=` repeats, in order. `Content-Length` is the body's.
-fn aggregated_answer(sim: &Sim, params: &[(String, String)]) -> (StatusCode, serde_json::Value) {
-    let bad = |why: &str| (StatusCode::BAD_REQUEST, json!({"error": why}));
+fn aggregated_answer(
+    sim: &Sim,
+    params: &[(String, String)],
+) -> Result<serde_json::Value, &'static str> {
+    let given = Given::read(params)?;
     let mut answer = crate::extension::Answer::default();
-    match Given::read(params) {
-        Ok(given) => {
-            if let Some(body) = given.apply(&mut answer.status, &mut answer.content_type) {
-                answer.body = Some(Bytes::from(body.to_string()));
-            }
-        }
-        Err(why) => return bad(why),
+    if let Some(body) = given.apply(&mut answer.status, &mut answer.content_type) {
+        answer.body = Some(Bytes::from(body.to_string()));
     }
     for (k, v) in params {
         if k != "header" {
@@ -345,10 +340,10 @@ fn aggregated_answer(sim: &Sim, params: &[(String, String)]) -> (StatusCode, ser
         });
         match parsed {
             Some((name, _)) if name == http::header::CONTENT_LENGTH => {
-                return bad("header=Content-Length: the body's length is sent")
+                return Err("header=Content-Length: the body's length is sent")
             }
             Some(pair) => answer.headers.push(pair),
-            None => return bad("header= must be NAME:VALUE"),
+            None => return Err("header= must be NAME:VALUE"),
         }
     }
     let shown = json!({
@@ -359,7 +354,7 @@ fn aggregated_answer(sim: &Sim, params: &[(String, String)]) -> (StatusCode, ser
     });
     sim.extension.set(answer);
     tracing::info!(%shown, "fault: extension servers answer");
-    (StatusCode::OK, shown)
+    Ok(shown)
 }
 
 #[cfg(test)]
@@ -373,15 +368,16 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn aggregated_answer_sets_what_the_extension_servers_say() {
         let s = crate::testserver::TestServer::start().await;
-        let (status, shown) = aggregated_answer(
+        let shown = aggregated_answer(
             &s.sim,
             &params("status=429&body=slow%20down&content_type=&header=Retry-After:%207&header=X-Kubernetes-PF-FlowSchema-UID:ext"),
         );
-        assert_eq!(status, StatusCode::OK);
         assert_eq!(
             shown,
-            json!({"status": 429, "body": "slow down", "content_type": null,
+            Ok(
+                json!({"status": 429, "body": "slow down", "content_type": null,
                    "headers": ["retry-after: 7", "x-kubernetes-pf-flowschema-uid: ext"]})
+            )
         );
         let answer = s.sim.extension.get();
         assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS);
@@ -389,10 +385,12 @@ mod tests {
         assert_eq!(answer.content_type, None);
         assert_eq!(answer.headers.len(), 2);
         // Nothing but defaults: the per-path default body, JSON.
-        let (_, shown) = aggregated_answer(&s.sim, &params(""));
+        let shown = aggregated_answer(&s.sim, &params(""));
         assert_eq!(
             shown,
-            json!({"status": 200, "body": null, "content_type": "application/json", "headers": []})
+            Ok(
+                json!({"status": 200, "body": null, "content_type": "application/json", "headers": []})
+            )
         );
         for bad in [
             "status=99",
@@ -400,8 +398,7 @@ mod tests {
             "header=Content-Length:3",
             "content_type=%0a",
         ] {
-            let (status, _) = aggregated_answer(&s.sim, &params(bad));
-            assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+            assert!(aggregated_answer(&s.sim, &params(bad)).is_err(), "{bad}");
         }
         assert_eq!(s.sim.extension.get(), crate::extension::Answer::default());
     }

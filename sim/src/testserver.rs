@@ -290,6 +290,13 @@ impl TestServer {
         self.json(cert, "POST", &path, &body).await
     }
 
+    /// The status of a GET of pod `name` in `default` as `cert`: whether it is there (200)
+    /// or not (404).
+    pub async fn pod_status(&self, cert: &(PathBuf, PathBuf), name: &str) -> u16 {
+        let path = format!("/api/v1/namespaces/default/pods/{name}");
+        self.json(cert, "GET", &path, "").await.status
+    }
+
     /// Creates pod `name` in `default` with `labels` (a JSON object) as `cert`.
     pub async fn pod(&self, cert: &(PathBuf, PathBuf), name: &str, labels: &str) {
         let body = format!(

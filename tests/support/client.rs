@@ -43,11 +43,15 @@ impl Response {
             .to_string()
     }
 
+    /// The body read as JSON (a test fails, with the body, when it is not).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+
     /// The `metadata.resourceVersion` of a JSON answer (a list's: where a watch starts).
     pub fn resource_version(&self) -> String {
-        let v: serde_json::Value = serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()));
-        v["metadata"]["resourceVersion"]
+        self.json()["metadata"]["resourceVersion"]
             .as_str()
             .unwrap_or_else(|| panic!("no metadata.resourceVersion: {}", self.text()))
             .to_string()
@@ -337,6 +341,14 @@ impl Conn {
     /// `GET path`.
     pub async fn get(&mut self, path: &str) -> io::Result<Response> {
         self.request("GET", path, None).await
+    }
+
+    /// LISTs `path` and gives the watch of it from the list's resourceVersion, as an
+    /// informer goes on after its list.
+    pub async fn watch_after_list(&mut self, path: &str) -> String {
+        let r = self.get(path).await.unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        format!("{path}?watch=1&resourceVersion={}", r.resource_version())
     }
 
     /// `POST path` with the JSON `body`.

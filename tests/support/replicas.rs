@@ -10,8 +10,14 @@ use std::time::Duration;
 
 /// `n` simulated replicas, `replica-1` to `replica-n`, with `pki`'s certificates.
 pub fn sims(pki: &Pki, n: usize) -> Vec<Sim> {
+    sims_with(pki, n, SimOptions::default)
+}
+
+/// `n` simulated replicas, `replica-1` to `replica-n`, with `pki`'s certificates, each
+/// started with what `options` makes.
+pub fn sims_with(pki: &Pki, n: usize, options: impl Fn() -> SimOptions) -> Vec<Sim> {
     (1..=n)
-        .map(|i| Sim::start(pki, &format!("replica-{i}"), SimOptions::default()))
+        .map(|i| Sim::start(pki, &format!("replica-{i}"), options()))
         .collect()
 }
 

@@ -415,6 +415,7 @@ fn protobuf_event(bytes: Bytes) -> Result<Event, FramingError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::field;
     use proptest::prelude::*;
 
     fn decode_all(framing: Framing, chunks: &[&[u8]]) -> Vec<Event> {
@@ -474,24 +475,6 @@ mod tests {
         let again = decode_all(Framing::JsonLines, &[&stripped]).remove(0);
         assert!(!again.table_header);
         assert_eq!(again.resource_version.as_deref(), Some("77"));
-    }
-
-    fn field(n: u64, payload: &[u8]) -> Vec<u8> {
-        let mut v = Vec::new();
-        let mut key = n << 3 | 2;
-        while key >= 0x80 {
-            v.push((key as u8) | 0x80);
-            key >>= 7;
-        }
-        v.push(key as u8);
-        let mut len = payload.len() as u64;
-        while len >= 0x80 {
-            v.push((len as u8) | 0x80);
-            len >>= 7;
-        }
-        v.push(len as u8);
-        v.extend_from_slice(payload);
-        v
     }
 
     /// A protobuf watch frame as the apiserver writes it.

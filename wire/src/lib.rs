@@ -35,3 +35,5 @@ mod proto;
 pub mod proxy_header;
 pub mod status;
 pub mod target;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;

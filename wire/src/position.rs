@@ -228,6 +228,13 @@ mod tests {
         }
     }
 
+    /// Where `p` resumes a watch asked so, checked against what `resumable` says of it.
+    fn resumes(p: &Progress, asked: &Asked) -> Result<Option<String>, NotResumable> {
+        let from = p.resume_from(asked);
+        assert_eq!(p.resumable(asked), matches!(from, Ok(Some(_))));
+        from
+    }
+
     fn end_of_initial_events(rv: &str) -> Event {
         Event {
             initial_events_end: true,
@@ -250,29 +257,17 @@ mod tests {
         let asked = Asked::from_query(Some("watch=1"));
         let mut p = Progress::new(&asked);
         // Nothing delivered: ask again exactly as the client did.
-        assert_eq!(p.resume_from(&asked), Ok(None));
-        assert_eq!(
-            p.resumable(&asked),
-            matches!(p.resume_from(&asked), Ok(Some(_)))
-        );
+        assert_eq!(resumes(&p, &asked), Ok(None));
         // Synthetic ADDED events of the listing: their versions are not positions.
         p.observe(&asked, &event(Kind::Change, "90"));
         p.observe(&asked, &event(Kind::Change, "40"));
-        assert_eq!(p.resume_from(&asked), Err(NotResumable::NoPosition));
-        assert_eq!(
-            p.resumable(&asked),
-            matches!(p.resume_from(&asked), Ok(Some(_)))
-        );
+        assert_eq!(resumes(&p, &asked), Err(NotResumable::NoPosition));
         // A bookmark (dropped: the client did not ask for bookmarks) gives a position.
         assert_eq!(
             p.observe(&asked, &event(Kind::Bookmark, "120")),
             Deliver::Drop
         );
-        assert_eq!(p.resume_from(&asked), Ok(Some("120".into())));
-        assert_eq!(
-            p.resumable(&asked),
-            matches!(p.resume_from(&asked), Ok(Some(_)))
-        );
+        assert_eq!(resumes(&p, &asked), Ok(Some("120".into())));
         p.observe(&asked, &event(Kind::Change, "125"));
         assert_eq!(p.resume_from(&asked), Ok(Some("125".into())));
         assert_eq!(p.delivered, 3);
@@ -285,20 +280,12 @@ mod tests {
         ));
         let mut p = Progress::new(&asked);
         p.observe(&asked, &event(Kind::Change, "30"));
-        assert_eq!(p.resume_from(&asked), Err(NotResumable::InitialEvents));
-        assert_eq!(
-            p.resumable(&asked),
-            matches!(p.resume_from(&asked), Ok(Some(_)))
-        );
+        assert_eq!(resumes(&p, &asked), Err(NotResumable::InitialEvents));
         assert_eq!(
             p.observe(&asked, &end_of_initial_events("50")),
             Deliver::AsIs
         );
-        assert_eq!(p.resume_from(&asked), Ok(Some("50".into())));
-        assert_eq!(
-            p.resumable(&asked),
-            matches!(p.resume_from(&asked), Ok(Some(_)))
-        );
+        assert_eq!(resumes(&p, &asked), Ok(Some("50".into())));
     }
 
     #[test]

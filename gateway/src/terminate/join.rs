@@ -1053,14 +1053,14 @@ mod watch_list_tests {
             .parse()
             .unwrap();
         let h = HeaderMap::new();
-        key::watch_list(
-            Kind::Anonymous,
-            &http::Method::GET,
-            &uri,
-            uri.query(),
-            &h,
-            None,
-        )
+        key::watch_list(&key::WatchHead {
+            kind: Kind::Anonymous,
+            method: &http::Method::GET,
+            uri: &uri,
+            client_query: uri.query(),
+            headers: &h,
+            across: None,
+        })
         .unwrap()
     }
 

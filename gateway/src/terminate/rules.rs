@@ -687,71 +687,38 @@ mod tests {
     fn the_first_matching_rule_decides() {
         let r = rules(RULES);
         let kcm = Some("system:kube-controller-manager");
-        let at = |m, p, u| rule_of(&r, m, p, u);
-        assert_eq!(at("GET", "/api/v1/pods", kcm).as_deref(), Some("kcm-reads"));
-        assert_eq!(
-            at("GET", "/api/v1/pods?watch=1", kcm).as_deref(),
-            Some("kcm-reads")
+        let (ci, prod) = (
+            Some("system:serviceaccount:ci:runner"),
+            Some("system:serviceaccount:prod:runner"),
         );
-        // A get is not a list: the next rule takes it.
-        assert_eq!(
-            at("GET", "/api/v1/namespaces/x/pods/p", kcm).as_deref(),
-            Some("not-kube-system-pods")
-        );
-        // Excluded namespace.
-        assert_eq!(
-            at("GET", "/api/v1/namespaces/kube-system/pods/p", kcm),
-            None
-        );
-        // Subresources: */status for every verb but get; pods/* for any pod subresource.
-        assert_eq!(
-            at("PUT", "/api/v1/namespaces/x/pods/p/status", None).as_deref(),
-            Some("status")
-        );
-        assert_eq!(
-            at("GET", "/api/v1/namespaces/x/pods/p/status", None).as_deref(),
-            Some("logs")
-        );
-        assert_eq!(
-            at("GET", "/api/v1/namespaces/x/pods/p/log", None).as_deref(),
-            Some("logs")
-        );
-        // Service accounts, by namespace.
-        assert_eq!(
-            at(
-                "GET",
-                "/api/v1/namespaces/x/configmaps",
-                Some("system:serviceaccount:ci:runner")
-            )
-            .as_deref(),
-            Some("ci")
-        );
-        assert_eq!(
-            at(
-                "GET",
-                "/api/v1/namespaces/x/configmaps",
-                Some("system:serviceaccount:prod:runner")
-            ),
-            None
-        );
-        // Group exclusion: anyone but a master, and only with an identity kubegate knows.
-        assert_eq!(
-            at("GET", "/apis/apps/v1/deployments", Some("alice/dev")).as_deref(),
-            Some("masters-not")
-        );
-        assert_eq!(
-            at(
-                "GET",
-                "/apis/apps/v1/deployments",
-                Some("root/system:masters")
-            ),
-            None
-        );
-        assert_eq!(at("GET", "/apis/apps/v1/deployments", None), None);
-        // Non-resource paths, exact and by prefix; a resource rule never takes them.
-        assert_eq!(at("GET", "/version", None).as_deref(), Some("version"));
-        assert_eq!(at("GET", "/openapi/v3", None).as_deref(), Some("version"));
-        assert_eq!(at("GET", "/healthz", None), None);
+        #[rustfmt::skip]
+        let cases = [
+            ("GET", "/api/v1/pods", kcm, Some("kcm-reads")),
+            ("GET", "/api/v1/pods?watch=1", kcm, Some("kcm-reads")),
+            // A get is not a list: the next rule takes it.
+            ("GET", "/api/v1/namespaces/x/pods/p", kcm, Some("not-kube-system-pods")),
+            // Excluded namespace.
+            ("GET", "/api/v1/namespaces/kube-system/pods/p", kcm, None),
+            // Subresources: */status for every verb but get; pods/* for any pod subresource.
+            ("PUT", "/api/v1/namespaces/x/pods/p/status", None, Some("status")),
+            ("GET", "/api/v1/namespaces/x/pods/p/status", None, Some("logs")),
+            ("GET", "/api/v1/namespaces/x/pods/p/log", None, Some("logs")),
+            // Service accounts, by namespace.
+            ("GET", "/api/v1/namespaces/x/configmaps", ci, Some("ci")),
+            ("GET", "/api/v1/namespaces/x/configmaps", prod, None),
+            // Group exclusion: anyone but a master, and only with an identity kubegate knows.
+            ("GET", "/apis/apps/v1/deployments", Some("alice/dev"), Some("masters-not")),
+            ("GET", "/apis/apps/v1/deployments", Some("root/system:masters"), None),
+            ("GET", "/apis/apps/v1/deployments", None, None),
+            // Non-resource paths, exact and by prefix; a resource rule never takes them.
+            ("GET", "/version", None, Some("version")),
+            ("GET", "/openapi/v3", None, Some("version")),
+            ("GET", "/healthz", None, None),
+        ];
+        for (method, path, user, rule) in cases {
+            let at = rule_of(&r, method, path, user);
+            assert_eq!(at.as_deref(), rule, "{method} {path} as {user:?}");
+        }
     }
 
     #[test]
@@ -763,27 +730,21 @@ mod tests {
             "- {name: not-system, match: {namespaces: [\"-kube-system\"], resources: [pods]}, backends: [a]}\n",
             "- {name: version, match: {non_resource_urls: [/version]}, backends: [a]}\n",
         ));
-        let at = |m, p| rule_of(&r, m, p, None);
-        assert_eq!(
-            at("GET", "/api/v1/namespaces/default/secret%73").as_deref(),
-            Some("secrets")
-        );
-        assert_eq!(
-            at("GET", "/api/v1/namespaces/d/configmaps?watch=yes").as_deref(),
-            Some("watches")
-        );
-        assert_eq!(
-            at("GET", "/api/v1/namespaces/d/configmaps?w%61tch=1").as_deref(),
-            Some("watches")
-        );
-        // A named GET with ?watch is a get.
-        assert_eq!(at("GET", "/api/v1/namespaces/d/configmaps/c?watch=1"), None);
-        assert_eq!(at("GET", "/api/v1/namespaces/kube%2Dsystem/pods"), None);
-        assert_eq!(
-            at("DELETE", "/api/v1/namespaces/d/pods%2Fp").as_deref(),
-            Some("deletes")
-        );
-        assert_eq!(at("GET", "/vers%69on").as_deref(), Some("version"));
+        #[rustfmt::skip]
+        let cases = [
+            ("GET", "/api/v1/namespaces/default/secret%73", Some("secrets")),
+            ("GET", "/api/v1/namespaces/d/configmaps?watch=yes", Some("watches")),
+            ("GET", "/api/v1/namespaces/d/configmaps?w%61tch=1", Some("watches")),
+            // A named GET with ?watch is a get.
+            ("GET", "/api/v1/namespaces/d/configmaps/c?watch=1", None),
+            ("GET", "/api/v1/namespaces/kube%2Dsystem/pods", None),
+            ("DELETE", "/api/v1/namespaces/d/pods%2Fp", Some("deletes")),
+            ("GET", "/vers%69on", Some("version")),
+        ];
+        for (method, path, rule) in cases {
+            let at = rule_of(&r, method, path, None);
+            assert_eq!(at.as_deref(), rule, "{method} {path}");
+        }
     }
 
     #[test]

@@ -467,15 +467,10 @@ pub async fn seed(conn: &SharedConnection, subjects: &[Subject]) -> anyhow::Resu
             .await
             .map_err(|e| anyhow::anyhow!("connect: {e:?}"))?;
         let (collection, name) = subject.path_and_name();
-        let r = c
-            .send("POST", &collection, Some(&subject.object(0)))
-            .await
-            .map_err(|e| anyhow::anyhow!("create: {e:?}"))?;
-        anyhow::ensure!(
-            r.status == 201 || r.status == 409,
-            "create {name}: {}",
-            r.status
-        );
+        let object = subject.object(0);
+        let post = ("POST", collection.as_str(), Some(object.as_str()));
+        c.expect(post, &[201, 409], &format!("create {name}"))
+            .await?;
     }
     Ok(())
 }

@@ -615,6 +615,16 @@ mod tests {
     use http::{Method, Uri};
     use http_body_util::BodyExt;
 
+    /// An upstream JSON watch's answer, and where its events are sent (`capacity` at once).
+    fn json_watch(capacity: usize) -> (mpsc::Sender<Bytes>, Response<ResponseBody>) {
+        let (tx, rx) = mpsc::channel(capacity);
+        let mut upstream = Response::new(ResponseBody::Watch(WatchBody::new(rx)));
+        upstream
+            .headers_mut()
+            .insert("content-type", "application/json".parse().unwrap());
+        (tx, upstream)
+    }
+
     fn key() -> JoinKey {
         key_n(0)
     }
@@ -700,11 +710,7 @@ mod tests {
         let Entered::Opens(opener) = feeds.enter((key, &limits), sent_by(), first, m).await else {
             panic!("the first watch opens the feed");
         };
-        let (tx, rx) = mpsc::channel(64);
-        let mut upstream = Response::new(ResponseBody::Watch(WatchBody::new(rx)));
-        upstream
-            .headers_mut()
-            .insert("content-type", "application/json".parse().unwrap());
+        let (tx, upstream) = json_watch(64);
         let resp = opener.open(
             upstream,
             Some(Framing::JsonLines),
@@ -858,15 +864,16 @@ mod tests {
             );
             let ids = kubegate_wire::identity::IdentityHeaders::default();
             let q = uri.query().map(str::to_string);
-            let fed = crate::terminate::join::key::feedable(
-                ConnectionKind::BearerToken,
-                &Method::GET,
-                &uri,
-                q.as_deref(),
-                &h,
-                Some(&ids),
-            )
-            .unwrap();
+            let fed =
+                crate::terminate::join::key::feedable(&crate::terminate::join::key::WatchHead {
+                    kind: ConnectionKind::BearerToken,
+                    method: &Method::GET,
+                    uri: &uri,
+                    client_query: q.as_deref(),
+                    headers: &h,
+                    across: Some(&ids),
+                })
+                .unwrap();
             (fed.key, fed.sender.unwrap())
         };
         let ((key_a, a), (key_b, b)) = (sender("a"), sender("b"));
@@ -883,11 +890,7 @@ mod tests {
         else {
             panic!("the first watch opens the feed");
         };
-        let (_up, rx) = mpsc::channel(8);
-        let mut upstream = Response::new(ResponseBody::Watch(WatchBody::new(rx)));
-        upstream
-            .headers_mut()
-            .insert("content-type", "application/json".parse().unwrap());
+        let (_up, upstream) = json_watch(8);
         let _own = opener.open(upstream, Some(Framing::JsonLines), (10, LIMITS), &first, &m);
         let c = client(10, false);
         assert!(matches!(

@@ -160,6 +160,24 @@ pub fn joinable(
     })
 }
 
+/// A watch's head as it goes upstream, read for the key it may share under: [`feedable`] and
+/// [`watch_list`] leave parts of the client's own query out of it.
+#[derive(Clone, Copy)]
+pub struct WatchHead<'a> {
+    /// How the client authenticated.
+    pub kind: Kind,
+    /// The request's method.
+    pub method: &'a Method,
+    /// Its target as it goes upstream.
+    pub uri: &'a Uri,
+    /// The query as the client wrote it.
+    pub client_query: Option<&'a str>,
+    /// Its headers as they go upstream.
+    pub headers: &'a HeaderMap,
+    /// The front-proxy header names, when the key may leave the sender out ([`keys`]).
+    pub across: Option<&'a IdentityHeaders>,
+}
+
 /// Query parameters a shared watch serves each client by itself: where it starts, how long it
 /// lasts, whether it hears bookmarks. Every other parameter is part of a watch's key.
 const POSITION_PARAMETERS: &[&str] = &["resourceVersion", "timeoutSeconds", "allowWatchBookmarks"];
@@ -169,21 +187,14 @@ const POSITION_PARAMETERS: &[&str] = &["resourceVersion", "timeoutSeconds", "all
 /// without `sendInitialEvents` and not of Tables (whose first event differs per client). Its
 /// key is what [`key_of`] makes of the request with the client's query less
 /// [`POSITION_PARAMETERS`] (with `across`, as [`keys`] makes it); `None` for any other watch.
-pub fn feedable(
-    kind: Kind,
-    method: &Method,
-    uri: &Uri,
-    client_query: Option<&str>,
-    headers: &HeaderMap,
-    across: Option<&IdentityHeaders>,
-) -> Option<Feedable> {
-    let query = Query::new(client_query);
+pub fn feedable(watch: &WatchHead<'_>) -> Option<Feedable> {
+    let query = Query::new(watch.client_query);
     let from = query
         .text("resourceVersion")?
         .parse::<u64>()
         .ok()
         .filter(|rv| *rv > 0)?;
-    let tables = asks_tables(headers);
+    let tables = asks_tables(watch.headers);
     // What the apiserver would refuse (400) goes upstream to be refused: `resourceVersionMatch`
     // on a watch without `sendInitialEvents`, a `timeoutSeconds` that is not an integer
     // (apimachinery's `Convert_Slice_string_To_Pointer_int64`, `strconv.ParseInt`).
@@ -194,8 +205,8 @@ pub fn feedable(
     if query.first("sendInitialEvents").is_some() || tables || refused {
         return None;
     }
-    let uri = without(uri, &query, POSITION_PARAMETERS)?;
-    let (key, sender) = keys(kind, method, &uri, headers, across);
+    let uri = without(watch.uri, &query, POSITION_PARAMETERS)?;
+    let (key, sender) = keys(watch.kind, watch.method, &uri, watch.headers, watch.across);
     Some(Feedable { key, sender, from })
 }
 
@@ -204,19 +215,12 @@ pub fn feedable(
 /// since 1.35 — which identical ones may join until its initial events have ended: as
 /// [`joinable`] makes them of the request with the client's query less `timeoutSeconds` (each
 /// client's own watch lasts its own time); `None` for any other request.
-pub fn watch_list(
-    kind: Kind,
-    method: &Method,
-    uri: &Uri,
-    client_query: Option<&str>,
-    headers: &HeaderMap,
-    across: Option<&IdentityHeaders>,
-) -> Option<Joinable> {
-    let query = Query::new(client_query);
+pub fn watch_list(watch: &WatchHead<'_>) -> Option<Joinable> {
+    let query = Query::new(watch.client_query);
     let flag = |key| query.first(key).is_some_and(|v| truthy(&v));
-    let tables = asks_tables(headers);
+    let tables = asks_tables(watch.headers);
     let not_older = query.text("resourceVersionMatch").as_deref() == Some("NotOlderThan");
-    if *method != Method::GET
+    if *watch.method != Method::GET
         || !flag("watch")
         || !flag("sendInitialEvents")
         || !not_older
@@ -224,8 +228,15 @@ pub fn watch_list(
     {
         return None;
     }
-    let uri = without(uri, &query, &["timeoutSeconds"])?;
-    joinable(kind, method, &uri, headers, b"", across)
+    let uri = without(watch.uri, &query, &["timeoutSeconds"])?;
+    joinable(
+        watch.kind,
+        watch.method,
+        &uri,
+        watch.headers,
+        b"",
+        watch.across,
+    )
 }
 
 /// Whether a watch asks for Tables (`Accept: ...;as=Table`, read as the apiserver's
@@ -364,7 +375,14 @@ mod tests {
             .parse()
             .unwrap();
         let h = headers(&[("authorization", "Bearer a")]);
-        watch_list(Kind::BearerToken, &Method::GET, &uri, uri.query(), &h, None)
+        watch_list(&WatchHead {
+            kind: Kind::BearerToken,
+            method: &Method::GET,
+            uri: &uri,
+            client_query: uri.query(),
+            headers: &h,
+            across: None,
+        })
     }
 
     #[test]
@@ -459,14 +477,14 @@ mod tests {
         let uri: Uri = format!("https://kube.example/api/v1/services?{query}")
             .parse()
             .unwrap();
-        feedable(
-            Kind::BearerToken,
-            &Method::GET,
-            &uri,
-            Some(query),
+        feedable(&WatchHead {
+            kind: Kind::BearerToken,
+            method: &Method::GET,
+            uri: &uri,
+            client_query: Some(query),
             headers,
-            None,
-        )
+            across: None,
+        })
         .map(|f| (f.key, f.from))
     }
 

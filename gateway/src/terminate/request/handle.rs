@@ -755,8 +755,19 @@ fn route<'a>(
     let across_feeds = (terminate.shared_watches.across_senders && own_answers).then_some(ids);
     let o = outgoing;
     let q = o.client_query();
-    let feedable = |q: Option<&str>| {
-        key::feedable(o.kind(), o.method(), o.uri(), q, o.headers(), across_feeds)
+    let head = key::WatchHead {
+        kind: o.kind(),
+        method: o.method(),
+        uri: o.uri(),
+        client_query: q,
+        headers: o.headers(),
+        across: across_feeds,
+    };
+    let feedable = |client_query: Option<&str>| {
+        key::feedable(&key::WatchHead {
+            client_query,
+            ..head
+        })
     };
     let joining = &terminate.join_reads;
     // A joined read's bounds: made only for a route that joins.
@@ -787,7 +798,12 @@ fn route<'a>(
     };
     let synced = may
         .sync
-        .then(|| key::watch_list(o.kind(), o.method(), o.uri(), q, o.headers(), across_joins))
+        .then(|| {
+            key::watch_list(&key::WatchHead {
+                across: across_joins,
+                ..head
+            })
+        })
         .flatten();
     if let Some(read) = synced {
         // A follower watches on from where the lead's initial events ended: fed from a

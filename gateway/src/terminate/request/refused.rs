@@ -67,11 +67,9 @@ pub(super) fn unreviewed(gw: &Gateway) -> Response<ResponseBody> {
     gw.metrics()
         .terminate
         .request_failed(RequestFailure::Unreviewed);
-    status(
-        StatusCode::TOO_MANY_REQUESTS,
-        "TooManyRequests",
-        "Too many requests, please try again later: kubegate could not yet review the bearer token, and its dispatch rules name senders",
-        Some(1),
+    too_many(
+        "kubegate could not yet review the bearer token, and its dispatch rules name senders",
+        1,
     )
 }
 
@@ -120,14 +118,9 @@ pub(super) fn limited(gw: &Gateway, rule: &Rule, refusal: Refusal) -> Response<R
         Refusal::Rate { retry_after } => ("over its rate", seconds(retry_after)),
         Refusal::Rejected { retry_after } => ("rejecting its requests", seconds(retry_after)),
     };
-    status(
-        StatusCode::TOO_MANY_REQUESTS,
-        "TooManyRequests",
-        &format!(
-            "Too many requests, please try again later: kubegate's dispatch rule {:?} is {why}",
-            rule.name
-        ),
-        Some(retry_after),
+    too_many(
+        &format!("kubegate's dispatch rule {:?} is {why}", rule.name),
+        retry_after,
     )
 }
 
@@ -139,18 +132,14 @@ pub(super) fn cut_off(
     rule: &Rule,
     retry_after: std::time::Duration,
 ) -> Response<ResponseBody> {
+    let why = format!(
+        "kubegate's dispatch rule {:?} came into force while the request waited for an apiserver, which was told to cancel it",
+        rule.name
+    );
     let metrics = &gw.metrics().terminate;
     metrics.request_failed(RequestFailure::Limited);
     metrics.shed_cut_off.with_label_values(&[cluster]).inc();
-    status(
-        StatusCode::TOO_MANY_REQUESTS,
-        "TooManyRequests",
-        &format!(
-            "Too many requests, please try again later: kubegate's dispatch rule {:?} came into force while the request waited for an apiserver, which was told to cancel it",
-            rule.name
-        ),
-        Some(seconds(retry_after)),
-    )
+    too_many(&why, seconds(retry_after))
 }
 
 /// The 429 of a request `terminate.auto_shed` holds back: its sender runs away in a priority
@@ -166,11 +155,21 @@ pub(super) fn held_back(
         .auto_shed_rejected
         .with_label_values(&[cluster])
         .inc();
+    too_many(
+        "kubegate holds this sender back while the apiservers reject its priority level (terminate.auto_shed)",
+        seconds(retry_after),
+    )
+}
+
+/// kubegate's own 429: a `Status` (reason `TooManyRequests`) whose message starts as the
+/// apiserver's own 429s do and says `why`, with `Retry-After`, which client-go waits out and
+/// retries.
+fn too_many(why: &str, retry_after: u32) -> Response<ResponseBody> {
     status(
         StatusCode::TOO_MANY_REQUESTS,
         "TooManyRequests",
-        "Too many requests, please try again later: kubegate holds this sender back while the apiservers reject its priority level (terminate.auto_shed)",
-        Some(seconds(retry_after)),
+        &format!("Too many requests, please try again later: {why}"),
+        Some(retry_after),
     )
 }
 

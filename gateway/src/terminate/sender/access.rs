@@ -318,23 +318,52 @@ mod tests {
         }
     }
 
-    /// The cluster's access decisions, none yet, and their metrics.
-    fn reviews() -> (Arc<AccessReviews>, JoinMetrics) {
-        (
-            Arc::new(AccessReviews::default()),
-            JoinMetrics::new(&prometheus::Registry::new()),
-        )
+    /// A cluster's access decisions, none yet, under [`config`]`(max_in_flight)`: with their
+    /// metrics and a count of the reviews sent.
+    struct Decisions {
+        reviews: Arc<AccessReviews>,
+        m: JoinMetrics,
+        c: AccessReviewConfig,
+        sent: Arc<std::sync::atomic::AtomicUsize>,
     }
 
-    /// Asks in a task of its own whether sender `who` may, `review` deciding if none is known.
-    fn asking(
-        (reviews, m): (&Arc<AccessReviews>, &JoinMetrics),
-        who: &'static str,
-        c: AccessReviewConfig,
-        review: impl FnOnce() -> Reviewing + Send + 'static,
-    ) -> tokio::task::JoinHandle<Access> {
-        let (reviews, m) = (reviews.clone(), m.clone());
-        tokio::spawn(async move { reviews.access(&m, key(who), &c, review).await })
+    impl Decisions {
+        fn new(max_in_flight: u32) -> Decisions {
+            Decisions {
+                reviews: Arc::new(AccessReviews::default()),
+                m: JoinMetrics::new(&prometheus::Registry::new()),
+                c: config(max_in_flight),
+                sent: Arc::default(),
+            }
+        }
+
+        /// What sender `who` gets, `review` deciding if nothing is known.
+        async fn access(&self, who: &str, review: impl FnOnce() -> Reviewing) -> Access {
+            self.reviews
+                .access(&self.m, key(who), &self.c, review)
+                .await
+        }
+
+        /// Sender `who` asking in a task of its own, its review sent and waiting for the
+        /// answer given on the channel returned.
+        async fn waiting(
+            &self,
+            who: &'static str,
+        ) -> (
+            tokio::sync::oneshot::Sender<Result<bool, ReviewFailure>>,
+            tokio::task::JoinHandle<Access>,
+        ) {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let review = review_from(rx, &self.sent);
+            let (reviews, m, c) = (self.reviews.clone(), self.m.clone(), self.c);
+            let asked = tokio::spawn(async move { reviews.access(&m, key(who), &c, review).await });
+            tokio::task::yield_now().await;
+            (tx, asked)
+        }
+
+        fn sent(&self) -> usize {
+            self.sent.load(Ordering::Acquire)
+        }
     }
 
     fn no_review() -> Reviewing {
@@ -343,51 +372,34 @@ mod tests {
 
     #[tokio::test]
     async fn one_review_answers_everyone_waiting_and_is_remembered() {
-        let (reviews, m) = reviews();
-        let c = config(16);
-        let sent = Arc::default();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let first = asking((&reviews, &m), "a", c, review_from(rx, &sent));
-        tokio::task::yield_now().await;
+        let d = Decisions::new(16);
+        let (tx, first) = d.waiting("a").await;
         // A second request of the same sender and attributes waits on the same review.
-        let (_unused, rx2) = tokio::sync::oneshot::channel();
-        let second = asking((&reviews, &m), "a", c, review_from(rx2, &sent));
-        tokio::task::yield_now().await;
+        let (_unused, second) = d.waiting("a").await;
         tx.send(Ok(false)).unwrap();
         assert_eq!(first.await.unwrap(), Access::Denied);
         assert_eq!(second.await.unwrap(), Access::Denied);
-        assert_eq!(sent.load(Ordering::Acquire), 1);
-        assert_eq!(
-            reviews.access(&m, key("a"), &c, no_review).await,
-            Access::Denied
-        );
-        assert_eq!(m.access_review_cache_entries.get(), 1);
+        assert_eq!(d.sent(), 1);
+        assert_eq!(d.access("a", no_review).await, Access::Denied);
+        assert_eq!(d.m.access_review_cache_entries.get(), 1);
     }
 
     #[tokio::test]
     async fn beyond_max_in_flight_or_after_a_failure_nothing_is_known() {
-        let (reviews, m) = reviews();
-        let c = config(1);
-        let sent = Arc::default();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let pending = asking((&reviews, &m), "a", c, review_from(rx, &sent));
-        tokio::task::yield_now().await;
+        let d = Decisions::new(1);
+        let (tx, pending) = d.waiting("a").await;
         // The one slot is taken: another sender is not reviewed, and goes on its own.
-        assert_eq!(
-            reviews.access(&m, key("b"), &c, no_review).await,
-            Access::Unknown
-        );
+        assert_eq!(d.access("b", no_review).await, Access::Unknown);
         tx.send(Err(ReviewFailure::Transient("503".into())))
             .unwrap();
         assert_eq!(pending.await.unwrap(), Access::Unknown);
         // A failure is not remembered: the next request is reviewed again.
         let (tx, rx) = tokio::sync::oneshot::channel();
         tx.send(Ok(true)).unwrap();
-        let review = review_from(rx, &sent);
         assert_eq!(
-            reviews.access(&m, key("a"), &c, review).await,
+            d.access("a", review_from(rx, &d.sent)).await,
             Access::Allowed
         );
-        assert_eq!(sent.load(Ordering::Acquire), 2);
+        assert_eq!(d.sent(), 2);
     }
 }

@@ -377,37 +377,15 @@ mod tests {
     fn a_protobuf_status_says_what_its_json_twin_says() {
         let pb = kubegate_wire::status::read(
             status::PROTOBUF,
-            &protobuf(
+            &kubegate_wire::testing::protobuf_status(
                 "Timeout: Too large resource version: 9, current: 7",
                 "Timeout",
-                "ResourceVersionTooLarge",
+                Some("ResourceVersionTooLarge"),
                 504,
             ),
         )
         .unwrap();
         assert_eq!(said_in_status(&pb), Some(Said::CacheBehind));
-    }
-
-    /// A protobuf Status, written by hand (tag, length, bytes).
-    fn protobuf(message: &str, reason: &str, cause: &str, code: u16) -> Vec<u8> {
-        fn field(n: u8, b: &[u8]) -> Vec<u8> {
-            let mut out = vec![n << 3 | 2, b.len() as u8];
-            out.extend_from_slice(b);
-            out
-        }
-        let details = field(4, &field(1, cause.as_bytes()));
-        let mut raw = field(2, b"Failure");
-        raw.extend(field(3, message.as_bytes()));
-        raw.extend(field(4, reason.as_bytes()));
-        raw.extend(field(5, &details));
-        // `code` as a varint: seven bits a byte, low first.
-        raw.extend([6 << 3, (code & 0x7f) as u8 | 0x80, (code >> 7) as u8]);
-        let mut type_meta = field(1, b"v1");
-        type_meta.extend(field(2, b"Status"));
-        let mut out = b"k8s\0".to_vec();
-        out.extend(field(1, &type_meta));
-        out.extend(field(2, &raw));
-        out
     }
 
     #[test]
