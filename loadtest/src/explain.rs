@@ -297,21 +297,23 @@ mod tests {
         }]
     }
 
+    const RESET: Failure = Failure::Request(ErrorClass::Reset);
+
+    /// [`attribute`] of a failure at `at_ms` with one window of `fault` (10–20 s).
+    fn in_window(at_ms: u64, failure: Failure, fault: Fault, terminating: bool) -> Attributed {
+        attribute(at_ms, failure, &window(fault), terminating)
+    }
+
     #[test]
     fn a_failure_inside_a_window_with_a_mechanism_is_explained() {
-        let a = attribute(
-            12_000,
-            Failure::Request(ErrorClass::Reset),
-            &window(Fault::Crash),
-            false,
-        );
+        let a = in_window(12_000, RESET, Fault::Crash, false);
         assert_eq!(a.fault.as_deref(), Some("a fault"));
         assert!(a.mechanism.unwrap().contains("SIGKILL"));
         // Within the aftermath too.
-        let a = attribute(
+        let a = in_window(
             24_000,
             Failure::WatchBreak(WatchEndSeen::Failed),
-            &window(Fault::Freeze),
+            Fault::Freeze,
             true,
         );
         assert!(!a.unexplained());
@@ -320,18 +322,13 @@ mod tests {
     #[test]
     fn outside_every_window_or_without_a_mechanism_is_unexplained() {
         // The window (10–20 s) and its aftermath end at 40 s.
-        let outside = attribute(
-            40_001,
-            Failure::Request(ErrorClass::Reset),
-            &window(Fault::Crash),
-            false,
-        );
+        let outside = in_window(40_001, RESET, Fault::Crash, false);
         assert!(outside.unexplained() && outside.fault.is_none());
         // A freeze does not refuse connections: a refused request during one is not its doing.
-        let unrelated = attribute(
+        let unrelated = in_window(
             12_000,
             Failure::Request(ErrorClass::Refused),
-            &window(Fault::Freeze),
+            Fault::Freeze,
             false,
         );
         assert!(unrelated.unexplained() && unrelated.fault.is_some());
@@ -356,22 +353,15 @@ mod tests {
                 label: "freeze".into(),
             },
         ];
+        let during_both = |error| attribute(15_500, Failure::Request(error), &windows, false);
         // A 500 during the freeze: a replica without etcd answers 500, a frozen one does not.
-        let a = attribute(
-            15_500,
-            Failure::Request(ErrorClass::Http5xx),
-            &windows,
-            false,
-        );
+        let a = during_both(ErrorClass::Http5xx);
         assert_eq!(a.fault.as_deref(), Some("not ready"));
         assert!(!a.unexplained());
         // A timeout: the freeze's.
-        let a = attribute(
-            15_500,
-            Failure::Request(ErrorClass::Timeout),
-            &windows,
-            false,
+        assert_eq!(
+            during_both(ErrorClass::Timeout).fault.as_deref(),
+            Some("freeze")
         );
-        assert_eq!(a.fault.as_deref(), Some("freeze"));
     }
 }

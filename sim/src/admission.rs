@@ -190,12 +190,9 @@ mod tests {
     async fn a_denied_write_is_answered_after_priority_and_fairness_admitted_it() {
         use crate::flowcontrol::FLOW_SCHEMA_UID;
         use crate::testserver::{admitted_json, TestServer};
-        let s = TestServer::start().await;
-        let admin = s.admin();
+        let (s, admin) = TestServer::with_admin().await;
         let cms = "/api/v1/namespaces/default/configmaps";
-        let made = s
-            .json(&admin, "POST", cms, r#"{"metadata":{"name":"kept"}}"#)
-            .await;
+        let made = s.create_configmap(&admin, "kept").await;
         assert_eq!(made.status, 201);
         s.sim.admission.set(
             "configmaps",
@@ -205,9 +202,7 @@ mod tests {
                 "slow down",
             )),
         );
-        let r = s
-            .json(&admin, "POST", cms, r#"{"metadata":{"name":"x"}}"#)
-            .await;
+        let r = s.create_configmap(&admin, "x").await;
         let body = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"admission webhook \\\"limit.example.com\\\" denied the request: slow down\",\"reason\":\"TooManyRequests\",\"code\":429}\n";
         assert_eq!((r.status, r.text()), (429, body));
         assert_eq!(r.stable_headers(), admitted_json(body.len()));
@@ -227,14 +222,10 @@ mod tests {
         let mut slow = Denial::too_many_requests("limit.example.com", "", "");
         slow.retry_after = Some(3);
         s.sim.admission.set("configmaps", Some(slow));
-        let r = s
-            .json(&admin, "POST", cms, r#"{"metadata":{"name":"y"}}"#)
-            .await;
+        let r = s.create_configmap(&admin, "y").await;
         assert_eq!((r.status, r.header("retry-after")), (429, Some("3")));
         s.sim.admission.set("configmaps", None);
-        let r = s
-            .json(&admin, "POST", cms, r#"{"metadata":{"name":"z"}}"#)
-            .await;
+        let r = s.create_configmap(&admin, "z").await;
         assert_eq!(r.status, 201);
         // A webhook on pods/eviction denies evictions, before the pod is even read.
         s.sim.admission.set(

@@ -1149,15 +1149,14 @@ fn invalid(target: &Target<'_>, name: &str, why: &str) -> Reply {
 #[cfg(test)]
 mod tests {
     use crate::flowcontrol::{uid_of, FLOW_SCHEMA_UID, PRIORITY_LEVEL_UID};
-    use crate::testserver::{headers, TestServer};
+    use crate::testserver::{admin_headers, answer_headers, headers, TestServer};
     use std::sync::atomic::Ordering;
 
     const LIST: &[u8] = b"GET /api/v1/namespaces/default/configmaps HTTP/1.1";
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_shutdown_503_is_the_wait_groups_bytes_before_authentication() {
-        let s = TestServer::start().await;
-        let admin = s.admin();
+        let (s, admin) = TestServer::with_admin().await;
         s.pod(&admin, "web-0", r#"{"app":"web"}"#).await;
         s.sim.rejecting.store(true, Ordering::Release);
         let body = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"apiserver is shutting down\",\"reason\":\"ServiceUnavailable\",\"code\":503}\n\n";
@@ -1165,17 +1164,9 @@ mod tests {
         for cert in [Some(&admin), None] {
             let r = s.request(cert, LIST, b"").await;
             assert_eq!((r.status, r.text()), (503, body));
-            assert_eq!(
-                r.stable_headers(),
-                headers(&[
-                    ("cache-control", "no-cache, private"),
-                    ("content-length", &body.len().to_string()),
-                    ("content-type", "application/json"),
-                    ("retry-after", "1"),
-                    ("x-content-type-options", "nosniff"),
-                    ("x-kubegate-sim-replica", "test"),
-                ])
-            );
+            let more = [("retry-after", "1"), ("x-content-type-options", "nosniff")];
+            let json = "application/json";
+            assert_eq!(r.stable_headers(), answer_headers(json, body.len(), &more));
         }
         // Exempt: health, /metrics, the apiserver's own loopback client, long-running requests.
         let exempt: [&[u8]; 4] = [
@@ -1221,26 +1212,21 @@ mod tests {
         let r = s.request(None, &head, b"").await;
         let body = "Too many requests, please try again later.\n";
         assert_eq!((r.status, r.text()), (429, body));
-        assert_eq!(
-            r.stable_headers(),
-            headers(&[
-                ("cache-control", "no-cache, private"),
-                ("content-length", &body.len().to_string()),
-                ("content-type", "text/plain; charset=utf-8"),
-                ("retry-after", "1"),
-                ("x-content-type-options", "nosniff"),
-                (FLOW_SCHEMA_UID, &uid_of("global-default")),
-                (PRIORITY_LEVEL_UID, &uid_of("global-default")),
-                ("x-kubegate-sim-replica", "test"),
-                ("x-kubegate-sim-user", "alice"),
-            ])
-        );
+        let level = uid_of("global-default");
+        let more = [
+            ("retry-after", "1"),
+            ("x-content-type-options", "nosniff"),
+            (FLOW_SCHEMA_UID, &level),
+            (PRIORITY_LEVEL_UID, &level),
+            ("x-kubegate-sim-user", "alice"),
+        ];
+        let text = "text/plain; charset=utf-8";
+        assert_eq!(r.stable_headers(), answer_headers(text, body.len(), &more));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn every_request_but_healths_is_counted_once_and_writes_by_method() {
-        let s = TestServer::start().await;
-        let admin = s.admin();
+        let (s, admin) = TestServer::with_admin().await;
         let r = s.request(None, b"GET /readyz HTTP/1.1", b"").await;
         assert_eq!(r.header("cache-control"), Some("no-cache, private"));
         s.request(None, b"GET /livez/ping HTTP/1.1", b"").await;
@@ -1260,33 +1246,11 @@ mod tests {
         assert_eq!(n(&s.sim.requests.writes), 2);
     }
 
-    /// Headers of an answer to the admin (`system:masters`: the `exempt` flow schema).
-    fn admin_headers(
-        content_type: &str,
-        len: usize,
-        extra: &[(&str, &str)],
-    ) -> Vec<(String, String)> {
-        let len = len.to_string();
-        let exempt = uid_of("exempt");
-        let mut h = vec![
-            ("cache-control", "no-cache, private"),
-            ("content-length", len.as_str()),
-            ("content-type", content_type),
-            (FLOW_SCHEMA_UID, exempt.as_str()),
-            (PRIORITY_LEVEL_UID, exempt.as_str()),
-            ("x-kubegate-sim-replica", "test"),
-            ("x-kubegate-sim-user", "admin"),
-        ];
-        h.extend_from_slice(extra);
-        headers(&h)
-    }
-
     /// `director.ServeHTTP` → NonGoRestfulMux → `notfoundhandler`: Go's `http.NotFound`, inside
     /// `WithCacheControl` and after priority and fairness.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn what_no_handler_serves_ends_at_gos_not_found_handler() {
-        let s = TestServer::start().await;
-        let admin = s.admin();
+        let (s, admin) = TestServer::with_admin().await;
         let body = "404 page not found\n";
         for path in [
             // 1.35 serves resource.k8s.io/v1 only: v1beta1 is off.
@@ -1323,8 +1287,7 @@ mod tests {
     /// group-version served here.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_unknown_resource_of_a_served_group_version_is_go_restfuls_status() {
-        let s = TestServer::start().await;
-        let admin = s.admin();
+        let (s, admin) = TestServer::with_admin().await;
         let body = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"the server could not find the requested resource\",\"reason\":\"NotFound\",\"details\":{},\"code\":404}\n";
         for path in [
             "/apis/coordination.k8s.io/v1/nonexistent",
@@ -1361,8 +1324,7 @@ mod tests {
     /// writes and a new watch alike, after the 1 s the client tried.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_storage_failure_is_the_etcd_clients_error_unwrapped() {
-        let s = TestServer::start().await;
-        let admin = s.admin();
+        let (s, admin) = TestServer::with_admin().await;
         s.sim.checks.force("etcd", true);
         let body = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"etcdserver: request timed out\",\"code\":500}\n";
         let started = std::time::Instant::now();

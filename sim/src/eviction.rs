@@ -311,8 +311,7 @@ mod tests {
     /// The headers every admitted answer of the admin (`exempt`) has.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_budget_that_allows_no_disruption_answers_429_with_its_cause_and_no_retry_after() {
-        let s = TestServer::start().await;
-        let admin = s.admin();
+        let (s, admin) = TestServer::with_admin().await;
         for pod in ["web-0", "web-1"] {
             s.pod(&admin, pod, r#"{"app":"web"}"#).await;
         }
@@ -333,8 +332,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_allowed_eviction_deletes_the_pod_and_takes_the_budgets_disruption() {
-        let s = TestServer::start().await;
-        let admin = s.admin();
+        let (s, admin) = TestServer::with_admin().await;
         for pod in ["web-0", "web-1", "db-0"] {
             let app = if pod.starts_with("web") { "web" } else { "db" };
             s.pod(&admin, pod, &format!(r#"{{"app":"{app}"}}"#)).await;
@@ -365,8 +363,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn two_budgets_answer_201_with_a_failed_status_of_code_500() {
-        let s = TestServer::start().await;
-        let admin = s.admin();
+        let (s, admin) = TestServer::with_admin().await;
         s.pod(&admin, "web-0", r#"{"app":"web","tier":"front"}"#)
             .await;
         let spec = r#"{"minAvailable":0,"selector":{"matchLabels":{"app":"web"}}}"#;
@@ -380,8 +377,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_missing_pod_is_404_and_a_mismatched_name_400() {
-        let s = TestServer::start().await;
-        let admin = s.admin();
+        let (s, admin) = TestServer::with_admin().await;
         let r = s.evict(&admin, "nope").await;
         let body = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"pods \\\"nope\\\" not found\",\"reason\":\"NotFound\",\"details\":{\"name\":\"nope\",\"kind\":\"pods\"},\"code\":404}\n";
         assert_eq!((r.status, r.text()), (404, body));
@@ -400,8 +396,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_dry_run_eviction_checks_and_changes_nothing() {
-        let s = TestServer::start().await;
-        let admin = s.admin();
+        let (s, admin) = TestServer::with_admin().await;
         s.pod(&admin, "web-0", r#"{"app":"web"}"#).await;
         let spec = r#"{"minAvailable":0,"selector":{"matchLabels":{"app":"web"}}}"#;
         budget(&s, &admin, "web", spec).await;

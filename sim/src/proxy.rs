@@ -175,23 +175,15 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_pods_answer_comes_back_as_it_is_without_priority_and_fairness_headers() {
-        use crate::testserver::{headers, TestServer};
-        let s = TestServer::start().await;
-        let admin = s.admin();
+        use crate::testserver::{answer_headers, TestServer};
+        let (s, admin) = TestServer::with_admin().await;
         s.pod(&admin, "web-0", r#"{"app":"web"}"#).await;
         let base = "/api/v1/namespaces/default/pods/web-0:8080/proxy";
         let r = s.json(&admin, "GET", &format!("{base}/healthz"), "").await;
         assert_eq!((r.status, r.text()), (200, "ok"));
-        assert_eq!(
-            r.stable_headers(),
-            headers(&[
-                ("cache-control", "no-cache, private"),
-                ("content-length", "2"),
-                ("content-type", "text/plain; charset=utf-8"),
-                ("x-kubegate-sim-replica", "test"),
-                ("x-kubegate-sim-user", "admin"),
-            ])
-        );
+        let user = [("x-kubegate-sim-user", "admin")];
+        let text = "text/plain; charset=utf-8";
+        assert_eq!(r.stable_headers(), answer_headers(text, 2, &user));
         s.sim.pod_answer.set(Answer {
             status: StatusCode::SERVICE_UNAVAILABLE,
             body: Bytes::from_static(b"{\"busy\":true}"),
@@ -230,8 +222,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_missing_pod_or_a_bad_name_is_the_apiservers_answer() {
         use crate::testserver::TestServer;
-        let s = TestServer::start().await;
-        let admin = s.admin();
+        let (s, admin) = TestServer::with_admin().await;
         let r = s
             .json(
                 &admin,

@@ -135,80 +135,43 @@ mod tests {
     use super::*;
     use http::Method;
 
+    /// Each `method, path, watch, group, namespace, resource, name, subresource, verb`.
     #[test]
     fn paths_are_read_as_new_request_info_reads_them() {
-        let i = parse(&Method::GET, "/api/v1/namespaces/default/configmaps", None);
-        assert_eq!(
-            (
-                i.resource_request,
-                i.group,
-                i.version,
-                i.namespace,
-                i.resource,
-                i.name,
-                i.verb.as_str()
-            ),
-            (true, "", "v1", "default", "configmaps", "", "list")
-        );
-        let i = parse(
-            &Method::GET,
-            "/apis/metrics.k8s.io/v1beta1/nodes",
-            Some("1"),
-        );
-        assert_eq!(
-            (i.group, i.resource, i.verb.as_str()),
-            ("metrics.k8s.io", "nodes", "watch")
-        );
-        let i = parse(
-            &Method::GET,
-            "/apis/metrics.k8s.io/v1beta1/nodes",
-            Some("false"),
-        );
-        assert_eq!(i.verb, "list");
-        let i = parse(
-            &Method::POST,
-            "/api/v1/namespaces/default/pods/web/eviction",
-            None,
-        );
-        assert_eq!(
-            (i.resource, i.name, i.subresource, i.verb.as_str()),
-            ("pods", "web", "eviction", "create")
-        );
-        let i = parse(
-            &Method::DELETE,
-            "/apis/apps/v1/namespaces/a/deployments",
-            None,
-        );
-        assert_eq!(i.verb, "deletecollection");
-        // A namespace itself, and its status.
-        let i = parse(&Method::GET, "/api/v1/namespaces/a", None);
-        assert_eq!(
-            (i.namespace, i.resource, i.name, i.verb.as_str()),
-            ("a", "namespaces", "a", "get")
-        );
-        let i = parse(&Method::PUT, "/api/v1/namespaces/a/status", None);
-        assert_eq!(
-            (i.resource, i.name, i.subresource),
-            ("namespaces", "a", "status")
-        );
-        // Cluster-scoped objects.
-        let i = parse(
-            &Method::GET,
-            "/apis/apiregistration.k8s.io/v1/apiservices/v1.apps/",
-            None,
-        );
-        assert_eq!(
-            (i.namespace, i.resource, i.name, i.verb.as_str()),
-            ("", "apiservices", "v1.apps", "get")
-        );
-        // The path-prefix verbs; a proxy's rest is no subresource.
-        let i = parse(&Method::GET, "/api/v1/watch/namespaces/a/pods/p", None);
-        assert_eq!(
-            (i.verb.as_str(), i.resource, i.name),
-            ("watch", "pods", "p")
-        );
-        let i = parse(&Method::GET, "/api/v1/proxy/namespaces/a/pods/p/x/y", None);
-        assert_eq!((i.verb.as_str(), i.name, i.subresource), ("proxy", "p", ""));
+        use Method as M;
+        #[rustfmt::skip]
+        let cases = [
+            (M::GET, "/api/v1/namespaces/default/configmaps", None, "", "default", "configmaps", "", "", "list"),
+            (M::GET, "/apis/metrics.k8s.io/v1beta1/nodes", Some("1"), "metrics.k8s.io", "", "nodes", "", "", "watch"),
+            (M::GET, "/apis/metrics.k8s.io/v1beta1/nodes", Some("false"), "metrics.k8s.io", "", "nodes", "", "", "list"),
+            (M::POST, "/api/v1/namespaces/default/pods/web/eviction", None, "", "default", "pods", "web", "eviction", "create"),
+            (M::DELETE, "/apis/apps/v1/namespaces/a/deployments", None, "apps", "a", "deployments", "", "", "deletecollection"),
+            // A namespace itself, and its status.
+            (M::GET, "/api/v1/namespaces/a", None, "", "a", "namespaces", "a", "", "get"),
+            (M::PUT, "/api/v1/namespaces/a/status", None, "", "a", "namespaces", "a", "status", "update"),
+            // Cluster-scoped objects.
+            (M::GET, "/apis/apiregistration.k8s.io/v1/apiservices/v1.apps/", None, "apiregistration.k8s.io", "", "apiservices", "v1.apps", "", "get"),
+            // The path-prefix verbs; a proxy's rest is no subresource.
+            (M::GET, "/api/v1/watch/namespaces/a/pods/p", None, "", "a", "pods", "p", "", "watch"),
+            (M::GET, "/api/v1/proxy/namespaces/a/pods/p/x/y", None, "", "a", "pods", "p", "", "proxy"),
+        ];
+        for (method, path, watch, group, namespace, resource, name, subresource, verb) in cases {
+            let i = parse(&method, path, watch);
+            assert!(i.resource_request, "{path}");
+            assert_eq!(
+                (
+                    i.group,
+                    i.namespace,
+                    i.resource,
+                    i.name,
+                    i.subresource,
+                    i.verb.as_str()
+                ),
+                (group, namespace, resource, name, subresource, verb),
+                "{method} {path} {watch:?}"
+            );
+        }
+        assert_eq!(parse(&M::GET, "/api/v1/pods", None).version, "v1");
     }
 
     #[test]

@@ -91,19 +91,45 @@ pub fn headers(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     h
 }
 
-/// The headers of a JSON answer of `content_length` bytes to the test's admin, whose request
-/// priority and fairness admitted (`exempt`), for comparison with [`Raw::stable_headers`].
-pub fn admitted_json(content_length: usize) -> Vec<(String, String)> {
-    use crate::flowcontrol::{uid_of, FLOW_SCHEMA_UID, PRIORITY_LEVEL_UID};
-    headers(&[
+/// The headers of an answer of `content_type` and `len` bytes from the test replica, and
+/// `extra`, for comparison with [`Raw::stable_headers`].
+pub fn answer_headers(
+    content_type: &str,
+    len: usize,
+    extra: &[(&str, &str)],
+) -> Vec<(String, String)> {
+    let len = len.to_string();
+    let mut h = vec![
         ("cache-control", "no-cache, private"),
-        ("content-length", &content_length.to_string()),
-        ("content-type", "application/json"),
-        (FLOW_SCHEMA_UID, &uid_of("exempt")),
-        (PRIORITY_LEVEL_UID, &uid_of("exempt")),
+        ("content-length", len.as_str()),
+        ("content-type", content_type),
         ("x-kubegate-sim-replica", "test"),
+    ];
+    h.extend_from_slice(extra);
+    headers(&h)
+}
+
+/// [`answer_headers`] of an answer to the test's admin, whose request priority and fairness
+/// admitted (`system:masters`: the `exempt` flow schema).
+pub fn admin_headers(
+    content_type: &str,
+    len: usize,
+    extra: &[(&str, &str)],
+) -> Vec<(String, String)> {
+    use crate::flowcontrol::{uid_of, FLOW_SCHEMA_UID, PRIORITY_LEVEL_UID};
+    let exempt = uid_of("exempt");
+    let mut h = vec![
+        (FLOW_SCHEMA_UID, exempt.as_str()),
+        (PRIORITY_LEVEL_UID, exempt.as_str()),
         ("x-kubegate-sim-user", "admin"),
-    ])
+    ];
+    h.extend_from_slice(extra);
+    answer_headers(content_type, len, &h)
+}
+
+/// [`admin_headers`] of a JSON answer of `content_length` bytes.
+pub fn admitted_json(content_length: usize) -> Vec<(String, String)> {
+    admin_headers("application/json", content_length, &[])
 }
 
 static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
@@ -209,6 +235,13 @@ impl TestServer {
         .expect("client certificate")
     }
 
+    /// [`TestServer::start`], and its admin's certificate ([`TestServer::admin`]).
+    pub async fn with_admin() -> (TestServer, (PathBuf, PathBuf)) {
+        let s = TestServer::start().await;
+        let admin = s.admin();
+        (s, admin)
+    }
+
     /// The admin's certificate (`system:masters`, valid for a day).
     pub fn admin(&self) -> (PathBuf, PathBuf) {
         self.client_cert(
@@ -295,6 +328,13 @@ impl TestServer {
     pub async fn pod_status(&self, cert: &(PathBuf, PathBuf), name: &str) -> u16 {
         let path = format!("/api/v1/namespaces/default/pods/{name}");
         self.json(cert, "GET", &path, "").await.status
+    }
+
+    /// POSTs ConfigMap `name` to `default` as `cert`: the answer, whatever it is.
+    pub async fn create_configmap(&self, cert: &(PathBuf, PathBuf), name: &str) -> Raw {
+        let body = format!(r#"{{"metadata":{{"name":"{name}"}}}}"#);
+        let configmaps = "/api/v1/namespaces/default/configmaps";
+        self.json(cert, "POST", configmaps, &body).await
     }
 
     /// Creates pod `name` in `default` with `labels` (a JSON object) as `cert`.

@@ -938,11 +938,7 @@ mod tests {
         let uri: Uri = "https://kube/api/v1/services?resourceVersion=0"
             .parse()
             .unwrap();
-        let mut h = HeaderMap::new();
-        h.insert(
-            http::header::AUTHORIZATION,
-            http::HeaderValue::from_str(&format!("Bearer {sender}")).unwrap(),
-        );
+        let h = key::bearer(sender);
         let ids = kubegate_wire::identity::IdentityHeaders::default();
         key::joinable(
             Kind::BearerToken,

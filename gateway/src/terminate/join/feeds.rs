@@ -857,11 +857,7 @@ mod tests {
             let uri: Uri = "https://kube/api/v1/services?watch=1&resourceVersion=10"
                 .parse()
                 .unwrap();
-            let mut h = HeaderMap::new();
-            h.insert(
-                http::header::AUTHORIZATION,
-                format!("Bearer {token}").parse().unwrap(),
-            );
+            let h = crate::terminate::join::key::bearer(token);
             let ids = kubegate_wire::identity::IdentityHeaders::default();
             let q = uri.query().map(str::to_string);
             let fed =

@@ -343,6 +343,15 @@ fn write_headers(out: &mut Vec<u8>, headers: &HeaderMap, keep: impl Fn(&HeaderNa
     }
 }
 
+/// The headers of a request sent with bearer `token`, for the tests of what a key leaves out.
+#[cfg(test)]
+pub(crate) fn bearer(token: &str) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    let value = format!("Bearer {token}").parse().expect("a header value");
+    h.insert(http::header::AUTHORIZATION, value);
+    h
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
