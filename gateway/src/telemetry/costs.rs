@@ -34,13 +34,17 @@
 //! such a flood. Open-watch counts are as many as open upstream watches and upgrades.
 //!
 //! Recording takes one short lock per request counted, per attempt's hold ended, per
-//! rejection and per watch opened or closed. A report holds the lock while it sums the
+//! rejection and per watch opened or closed; a request's sender and user agent are hashed
+//! once, when its [`Payer`] is made, and found by that hash in each table they are charged to. A report holds the lock while it sums the
 //! window's slots (at the bound, 60,000 rows for ten minutes: a few milliseconds); it is built
 //! at each scrape (the minute's only), each status page load and each `/debug/senders`.
 
 use crate::telemetry::labels::Identity;
+use hashbrown::HashTable;
 use serde::Serialize;
+use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -245,6 +249,9 @@ pub struct Report {
 /// The cost table.
 pub struct Costs {
     epoch: Instant,
+    /// What every table hashes its names with (keyed at random, so that no client can choose
+    /// names that collide).
+    hasher: RandomState,
     tables: Mutex<Tables>,
 }
 
@@ -272,28 +279,67 @@ struct Slot {
     by_level: Table,
 }
 
+/// A name as the tables key it, and its hash under [`Costs`]'s hasher: a request's sender and
+/// user agent are hashed once, not at each of the rows they are charged to.
+struct Key {
+    name: Box<str>,
+    hash: u64,
+}
+
+impl Key {
+    fn new(name: Box<str>, hasher: &RandomState) -> Key {
+        Key {
+            hash: hasher.hash_one(&*name),
+            name,
+        }
+    }
+}
+
+/// Names and their costs, found by their hash ([`Key`]).
 #[derive(Default)]
-struct Table(HashMap<Box<str>, Cost>);
+struct Table(HashTable<(Box<str>, Cost)>);
 
 impl Table {
-    /// `name`'s row, made room for if need be (`turn`: the slot's count of folds).
-    fn row(&mut self, name: &str, turn: &mut usize) -> &mut Cost {
-        // Found without allocating: the common case, a name seen before in this slot.
-        if self.0.contains_key(name) {
-            return self.0.get_mut(name).expect("just found");
-        }
-        if self.0.len() >= NAMES {
+    /// `name`'s row (`hash` its hash under `hasher`), made room for if need be (`turn`: the
+    /// slot's count of folds). A name seen before in this slot is found without allocating.
+    fn row(&mut self, name: &str, hash: u64, hasher: &RandomState, turn: &mut usize) -> &mut Cost {
+        let named = |(n, _): &(Box<str>, Cost)| **n == *name;
+        if self.0.len() >= NAMES && self.0.find(hash, named).is_none() {
             *turn = turn.wrapping_add(1);
-            self.fold_one(*turn);
+            self.fold_one(*turn, hasher);
         }
-        self.0.entry(name.into()).or_default()
+        Table::entry(&mut self.0, name, hash, hasher)
+    }
+
+    /// `name`'s row, made if there is none.
+    fn entry<'a>(
+        table: &'a mut HashTable<(Box<str>, Cost)>,
+        name: &str,
+        hash: u64,
+        hasher: &RandomState,
+    ) -> &'a mut Cost {
+        let named = |(n, _): &(Box<str>, Cost)| **n == *name;
+        let rehash = |(n, _): &(Box<str>, Cost)| hasher.hash_one(&**n);
+        &mut table
+            .entry(hash, named, rehash)
+            .or_insert_with(|| (name.into(), Cost::default()))
+            .into_mut()
+            .1
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&str, &Cost)> {
+        self.0.iter().map(|(name, cost)| (&**name, cost))
     }
 
     /// Folds the lightest name of a sample into [`OTHERS`]: a name that costs much is rarely
     /// the lightest of any sample, so it stays named however many others arrive. The sample
     /// starts `turn` names in (the table's order is its hash order), so successive folds look
     /// at different names.
-    fn fold_one(&mut self, turn: usize) {
+    fn fold_one(&mut self, turn: usize, hasher: &RandomState) {
         let skip = turn.wrapping_mul(SAMPLE_STRIDE) % self.0.len().max(1);
         let least = self
             .0
@@ -301,12 +347,18 @@ impl Table {
             .cycle()
             .skip(skip)
             .take(SAMPLE.min(self.0.len()))
-            .filter(|(name, _)| &***name != FOLDED)
+            .filter(|(name, _)| &**name != FOLDED)
             .min_by_key(|(_, cost)| cost.weight())
             .map(|(name, _)| name.clone());
-        if let Some(cost) = least.and_then(|name| self.0.remove(&name)) {
-            self.0.entry(FOLDED.into()).or_default().add(&cost);
-        }
+        let Some(name) = least else { return };
+        let Ok(row) = self
+            .0
+            .find_entry(hasher.hash_one(&*name), |(n, _)| *n == name)
+        else {
+            return;
+        };
+        let ((_, cost), _) = row.remove();
+        Table::entry(&mut self.0, FOLDED, hasher.hash_one(FOLDED), hasher).add(&cost);
     }
 }
 
@@ -316,8 +368,8 @@ pub struct Payer {
     costs: Arc<Costs>,
     /// How it authenticated, then its name: one key, so a certificate's user named like an
     /// address is never counted as that address.
-    sender: Box<str>,
-    user_agent: Box<str>,
+    sender: Key,
+    user_agent: Key,
     /// Charged by priority level too (`terminate.auto_shed` is on, and the sender is one it may
     /// hold back: named, outside the reserve).
     by_level: bool,
@@ -326,8 +378,8 @@ pub struct Payer {
 impl std::fmt::Debug for Payer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Payer")
-            .field("sender", &self.sender)
-            .field("user_agent", &self.user_agent)
+            .field("sender", &self.sender.name)
+            .field("user_agent", &self.user_agent.name)
             .finish()
     }
 }
@@ -336,6 +388,7 @@ impl Default for Costs {
     fn default() -> Self {
         Costs {
             epoch: Instant::now(),
+            hasher: RandomState::new(),
             tables: Mutex::new(Tables::default()),
         }
     }
@@ -406,8 +459,8 @@ impl Costs {
     pub fn payer(self: &Arc<Self>, kind: SenderKind, name: &str, user_agent: &str) -> Payer {
         Payer {
             costs: self.clone(),
-            sender: Costs::sender_key(kind, name).into(),
-            user_agent: bounded(user_agent).into(),
+            sender: Key::new(Costs::sender_key(kind, name).into(), &self.hasher),
+            user_agent: Key::new(bounded(user_agent).into(), &self.hasher),
             by_level: false,
         }
     }
@@ -460,6 +513,13 @@ impl Costs {
         charge: impl Fn(&mut Cost),
     ) {
         let since = now.duration_since(self.epoch);
+        let hasher = &self.hasher;
+        // Hashed before the lock is taken; only a kubectl request or a level's has more.
+        let command = command.map(|c| Key::new(bounded(c).into(), hasher));
+        let level = level.map(|l| {
+            let key = format!("{}\0{}", bounded(l), payer.sender.name);
+            Key::new(key.into(), hasher)
+        });
         let mut tables = self.tables();
         let Tables { minute, ten, .. } = &mut *tables;
         for (window, slots) in [
@@ -468,14 +528,14 @@ impl Costs {
         ] {
             let slot = current(window, slots, since);
             let turn = &mut slot.folds;
-            charge(slot.senders.row(&payer.sender, turn));
-            charge(slot.user_agents.row(&payer.user_agent, turn));
-            if let (Window::Minute, Some(command)) = (window, command) {
-                charge(slot.kubectl_commands.row(bounded(command), turn));
+            let (sender, agent) = (&payer.sender, &payer.user_agent);
+            charge(slot.senders.row(&sender.name, sender.hash, hasher, turn));
+            charge(slot.user_agents.row(&agent.name, agent.hash, hasher, turn));
+            if let (Window::Minute, Some(c)) = (window, &command) {
+                charge(slot.kubectl_commands.row(&c.name, c.hash, hasher, turn));
             }
-            if let (Window::Minute, Some(level)) = (window, level) {
-                let key = format!("{}\0{}", bounded(level), payer.sender);
-                let row = slot.by_level.row(&key, turn);
+            if let (Window::Minute, Some(l)) = (window, &level) {
+                let row = slot.by_level.row(&l.name, l.hash, hasher, turn);
                 charge(row);
                 row.requests += 1;
             }
@@ -553,10 +613,7 @@ impl Costs {
     pub fn names_held(&self) -> usize {
         let tables = self.tables();
         let slot = |s: &Slot| {
-            s.senders.0.len()
-                + s.user_agents.0.len()
-                + s.kubectl_commands.0.len()
-                + s.by_level.0.len()
+            s.senders.len() + s.user_agents.len() + s.kubectl_commands.len() + s.by_level.len()
         };
         tables.minute.iter().map(slot).sum::<usize>() + tables.ten.iter().map(slot).sum::<usize>()
     }
@@ -582,7 +639,7 @@ impl Tables {
 fn sum<'a>(slots: &[&'a Slot], table: fn(&Slot) -> &Table) -> HashMap<&'a str, Cost> {
     let mut sums: HashMap<&str, Cost> = HashMap::new();
     for slot in slots {
-        for (name, cost) in &table(slot).0 {
+        for (name, cost) in table(slot).iter() {
             sums.entry(name).or_default().add(cost);
         }
     }
@@ -656,11 +713,11 @@ impl Payer {
         let mut tables = self.costs.tables();
         *tables
             .open_by_sender
-            .entry(self.sender.clone())
+            .entry(self.sender.name.clone())
             .or_default() += 1;
         *tables
             .open_by_agent
-            .entry(self.user_agent.clone())
+            .entry(self.user_agent.name.clone())
             .or_default() += 1;
     }
 
@@ -673,8 +730,8 @@ impl Payer {
             ..
         } = &mut *tables;
         for (map, key) in [
-            (open_by_sender, &self.sender),
-            (open_by_agent, &self.user_agent),
+            (open_by_sender, &self.sender.name),
+            (open_by_agent, &self.user_agent.name),
         ] {
             if let Some(n) = map.get_mut(key) {
                 *n -= 1;
