@@ -1,6 +1,6 @@
 # Terminate mode (L7) beside Envoy and HAProxy terminating TLS; sourced by bench/run.sh after
-# the passthrough part, with its helpers (port, wait_port, cpu_ticks, rss_kib), $work, $bin,
-# $duration, $rounds and $smoke. See bench/README.md.
+# the passthrough part, with its helpers (port, wait_port, start_nginx, cpu_ticks, rss_kib),
+# $work, $bin, $duration, $rounds and $smoke. See bench/README.md.
 #
 # Every proxy runs the configuration the failover load test gives it (kubegate-loadtest
 # gateway): TLS from the client, HTTP/2 with the front-proxy certificate upstream, identity

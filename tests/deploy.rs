@@ -284,21 +284,20 @@ impl Node {
         std::fs::rename(&tmp, &p).unwrap();
     }
 
-    /// A shipped pod as the node runs it: the admin endpoint's files, the shipped
-    /// configuration `config.0` written at `config.1` for `sims`, the container of `manifest`
-    /// started as `name`, its probes passed. Its listener, admin address and container.
+    /// `pod` as the node runs it: the admin endpoint's files, its configuration written for
+    /// `sims`, its container started, its probes passed. Its listener, admin address and
+    /// container.
     fn run_shipped(
         &self,
         dir: &Path,
-        name: &str,
-        manifest: &str,
-        config: (&str, &str),
+        pod: &Shipped,
         sims: &[Sim],
     ) -> (std::net::SocketAddr, std::net::SocketAddr, Container) {
         self.admin_files();
-        let (listen, admin) = self.configure(config.0, config.1, &sims.iter().collect::<Vec<_>>());
-        let c = Container::start(dir, name, &pod_spec(manifest, self));
-        wait_probes(manifest, admin, &c);
+        let backends = sims.iter().collect::<Vec<_>>();
+        let (listen, admin) = self.configure(pod.config, pod.config_at, &backends);
+        let c = Container::start(dir, pod.name, &pod_spec(pod.manifest, self));
+        wait_probes(pod.manifest, admin, &c);
         (listen, admin, c)
     }
 
@@ -357,6 +356,31 @@ fn wait_ready(admin: std::net::SocketAddr, container: &Container) {
 }
 
 const UID: u32 = 65532;
+
+/// A pod `deploy/` ships: its manifest, and its configuration and where the manifest mounts it.
+struct Shipped {
+    /// The container's name in the test.
+    name: &'static str,
+    manifest: &'static str,
+    config: &'static str,
+    config_at: &'static str,
+}
+
+/// The static pod in terminate mode.
+const STATIC_TERMINATE: Shipped = Shipped {
+    name: "static-terminate",
+    manifest: "deploy/static-pod/kubegate-terminate.yaml",
+    config: "deploy/static-pod/kubegate-terminate-config.yaml",
+    config_at: "/etc/kubegate/pod/kubegate.yaml",
+};
+
+/// The node-local pod.
+const NODE_LOCAL: Shipped = Shipped {
+    name: "node-local",
+    manifest: "deploy/node-local/kubegate-node-local.yaml",
+    config: "deploy/node-local/kubegate.yaml",
+    config_at: "/etc/kubegate/node-local/kubegate.yaml",
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_static_pod_runs_as_shipped_in_passthrough_mode() {
@@ -495,16 +519,7 @@ async fn the_static_pod_runs_as_shipped_in_terminate_mode() {
         ..Default::default()
     });
     // The admin endpoint serves TLS: the probes are HTTPS, the metrics need the token.
-    let (listen, admin, c) = node.run_shipped(
-        dir.path(),
-        "static-terminate",
-        "deploy/static-pod/kubegate-terminate.yaml",
-        (
-            "deploy/static-pod/kubegate-terminate-config.yaml",
-            "/etc/kubegate/pod/kubegate.yaml",
-        ),
-        &sims,
-    );
+    let (listen, admin, c) = node.run_shipped(dir.path(), &STATIC_TERMINATE, &sims);
     let anonymous = Command::new("curl")
         .args(["--silent", "--max-time", "5", "--cacert"])
         .arg(node.pki.ca_file())
@@ -557,7 +572,7 @@ async fn the_static_pod_runs_as_shipped_in_terminate_mode() {
         0,
         0o644,
     );
-    let mut spec = pod_spec("deploy/static-pod/kubegate-terminate.yaml", &node);
+    let mut spec = pod_spec(STATIC_TERMINATE.manifest, &node);
     spec.mounts.push((
         node.host.join("etc/kubernetes/pki/front-proxy-client.key"),
         "/etc/kubernetes/pki/front-proxy-client.key".into(),
@@ -602,16 +617,7 @@ async fn the_node_local_pod_runs_as_shipped() {
         ..Default::default()
     });
     // The container runs until the test ends.
-    let (listen, _, _container) = node.run_shipped(
-        dir.path(),
-        "node-local",
-        "deploy/node-local/kubegate-node-local.yaml",
-        (
-            "deploy/node-local/kubegate.yaml",
-            "/etc/kubegate/node-local/kubegate.yaml",
-        ),
-        &sims,
-    );
+    let (listen, _, _container) = node.run_shipped(dir.path(), &NODE_LOCAL, &sims);
     let mut conn = Conn::open(listen, &node.pki, true).await.unwrap();
     assert_eq!(conn.get("/version").await.unwrap().status, 200);
 

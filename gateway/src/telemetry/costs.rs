@@ -35,9 +35,10 @@
 //!
 //! Recording takes one short lock per request counted, per attempt's hold ended, per
 //! rejection and per watch opened or closed; a request's sender and user agent are hashed
-//! once, when its [`Payer`] is made, and found by that hash in each table they are charged to. A report holds the lock while it sums the
-//! window's slots (at the bound, 60,000 rows for ten minutes: a few milliseconds); it is built
-//! at each scrape (the minute's only), each status page load and each `/debug/senders`.
+//! once, when its [`Payer`] is made, and found by that hash in each table they are charged
+//! to. A report holds the lock while it sums the window's slots (at the bound, 60,000 rows
+//! for ten minutes: a few milliseconds); it is built at each scrape (the minute's only), each
+//! status page load and each `/debug/senders`.
 
 use crate::telemetry::labels::Identity;
 use hashbrown::HashTable;
@@ -515,10 +516,14 @@ impl Costs {
         let since = now.duration_since(self.epoch);
         let hasher = &self.hasher;
         // Hashed before the lock is taken; only a kubectl request or a level's has more.
-        let command = command.map(|c| Key::new(bounded(c).into(), hasher));
+        let command = command.map(|c| {
+            let name = bounded(c);
+            (name, hasher.hash_one(name))
+        });
         let level = level.map(|l| {
             let key = format!("{}\0{}", bounded(l), payer.sender.name);
-            Key::new(key.into(), hasher)
+            let hash = hasher.hash_one(key.as_str());
+            (key, hash)
         });
         let mut tables = self.tables();
         let Tables { minute, ten, .. } = &mut *tables;
@@ -531,11 +536,11 @@ impl Costs {
             let (sender, agent) = (&payer.sender, &payer.user_agent);
             charge(slot.senders.row(&sender.name, sender.hash, hasher, turn));
             charge(slot.user_agents.row(&agent.name, agent.hash, hasher, turn));
-            if let (Window::Minute, Some(c)) = (window, &command) {
-                charge(slot.kubectl_commands.row(&c.name, c.hash, hasher, turn));
+            if let (Window::Minute, Some((name, hash))) = (window, command) {
+                charge(slot.kubectl_commands.row(name, hash, hasher, turn));
             }
-            if let (Window::Minute, Some(l)) = (window, &level) {
-                let row = slot.by_level.row(&l.name, l.hash, hasher, turn);
+            if let (Window::Minute, Some((key, hash))) = (window, &level) {
+                let row = slot.by_level.row(key, *hash, hasher, turn);
                 charge(row);
                 row.requests += 1;
             }
