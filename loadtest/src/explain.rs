@@ -226,6 +226,17 @@ impl Attributed {
     }
 }
 
+/// As reports list it: what failed, when, and the fault whose window it fell in.
+impl std::fmt::Display for Attributed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} at {:.1} s", self.failure, self.at_ms as f64 / 1e3)?;
+        match &self.fault {
+            Some(fault) => write!(f, " (during {fault})"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Attributes `failure` at `at_ms` to a fault whose window (and aftermath) covers it and
 /// whose mechanism explains it, the latest first: windows overlap (a crash during another
 /// replica's etcd loss), and the failure is the doing of the one that can cause it.

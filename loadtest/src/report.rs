@@ -433,15 +433,8 @@ pub fn markdown(runs: &[RunReport]) -> String {
             }
             for u in &r.explanation.unexplained {
                 out.push_str(&format!(
-                    "| {} | {} | **unexplained**: {} at {:.1} s{} | 1 |\n",
-                    r.scenario,
-                    r.gateway,
-                    u.failure,
-                    u.at_ms as f64 / 1e3,
-                    u.fault
-                        .as_ref()
-                        .map(|f| format!(" (during {f})"))
-                        .unwrap_or_default()
+                    "| {} | {} | **unexplained**: {u} | 1 |\n",
+                    r.scenario, r.gateway
                 ));
             }
         }

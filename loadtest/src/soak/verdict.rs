@@ -541,17 +541,7 @@ pub fn markdown(r: &SoakReport) -> String {
             let _ = writeln!(out, "\n- {}: {what}: {n}", l.listener);
         }
         for u in &l.explanation.unexplained {
-            let _ = writeln!(
-                out,
-                "\n- {}: **unexplained** {} at {:.1} s{}",
-                l.listener,
-                u.failure,
-                u.at_ms as f64 / 1e3,
-                u.fault
-                    .as_ref()
-                    .map(|f| format!(" (during {f})"))
-                    .unwrap_or_default()
-            );
+            let _ = writeln!(out, "\n- {}: **unexplained** {u}", l.listener);
         }
         for (at, what) in l.unexplained.iter().take(20) {
             let _ = writeln!(
