@@ -8,6 +8,8 @@ pub trait Label: Copy + 'static {
     fn all() -> &'static [Self];
     /// Its label value.
     fn label(self) -> &'static str;
+    /// Its place in [`Label::all`].
+    fn index(self) -> usize;
 }
 
 /// A label enum: its variants with their label values, `ALL` (declaration order: series
@@ -41,6 +43,11 @@ macro_rules! label {
 
             fn label(self) -> &'static str {
                 self.as_str()
+            }
+
+            fn index(self) -> usize {
+                // `ALL` lists the variants in declaration order, their discriminants.
+                self as usize
             }
         }
     };

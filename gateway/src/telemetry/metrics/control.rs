@@ -2,9 +2,7 @@
 //! endpoint, discovery.
 
 use crate::telemetry::labels::{AdminRefusal, ReloadResult};
-use crate::telemetry::metrics::register::{
-    count, counter, counter_vec, gauge, gauge_vec, zero_series,
-};
+use crate::telemetry::metrics::register::{counter, counter_vec, gauge, gauge_vec, Counted};
 use prometheus::{Gauge, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
 /// Recorded by the control plane.
@@ -12,7 +10,7 @@ pub struct ControlMetrics {
     /// `kubegate_backends_configured`.
     pub backends_configured: IntGauge,
     /// `kubegate_config_reloads_total{result}`.
-    reloads: IntCounterVec,
+    reloads: Counted<ReloadResult>,
     /// `kubegate_config_last_reload_successful`.
     pub last_reload_ok: IntGauge,
     /// `kubegate_config_last_reload_success_timestamp_seconds`.
@@ -26,7 +24,7 @@ pub struct ControlMetrics {
     pub config_file_stale: IntGauge,
     /// `kubegate_certificate_reloads_total{result}`: serving and front-proxy certificates read
     /// again after their files changed.
-    certificate_reloads: IntCounterVec,
+    certificate_reloads: Counted<ReloadResult>,
     /// `kubegate_certificate_reload_failing{file}`: 1 while the last attempt to load a changed
     /// certificate failed (the previous one is still served), 0 once one succeeded.
     pub certificate_reload_failing: IntGaugeVec,
@@ -34,7 +32,7 @@ pub struct ControlMetrics {
     /// certificate file kubegate reads (serving, client, CA bundles).
     pub certificate_expiry: IntGaugeVec,
     /// `kubegate_admin_refused_total{reason}`: admin connections and requests turned away.
-    admin_refused: IntCounterVec,
+    admin_refused: Counted<AdminRefusal>,
     /// `kubegate_discovered_backends`: backends in use that came from the endpoint slices.
     pub discovered_backends: IntGauge,
     /// `kubegate_discovery_errors_total`: failed attempts to read the endpoint slices.
@@ -60,41 +58,37 @@ impl ControlMetrics {
         .expect("valid metric");
         r.register(Box::new(last_reload_success_time.clone()))
             .expect("unique metric");
-        let m = ControlMetrics {
+        ControlMetrics {
             backends_configured: gauge(r, "kubegate_backends_configured", "Backends in the running configuration."),
-            reloads: counter_vec(r, "kubegate_config_reloads_total", "Configuration reloads by result (success, failure).", &["result"]),
+            reloads: Counted::new(r, "kubegate_config_reloads_total", "Configuration reloads by result (success, failure).", "result"),
             last_reload_ok: gauge(r, "kubegate_config_last_reload_successful", "1 if the last configuration (re)load succeeded, 0 if it was refused."),
             last_reload_success_time,
             config_file_differs: gauge(r, "kubegate_config_file_differs", "1 while the configuration file holds something else than the configuration in force (a reload was refused); 0 when they agree."),
             config_file_stale: gauge(r, "kubegate_config_file_stale", "1 while the configuration file kubegate reads has been unlinked: replaced or removed behind a single-file bind mount, which keeps showing the old file (mount its folder instead)."),
-            certificate_reloads: counter_vec(r, "kubegate_certificate_reloads_total", "Serving and front-proxy certificates read again after their files changed, by result.", &["result"]),
+            certificate_reloads: Counted::new(r, "kubegate_certificate_reloads_total", "Serving and front-proxy certificates read again after their files changed, by result.", "result"),
             certificate_reload_failing: gauge_vec(r, "kubegate_certificate_reload_failing", "1 while the last load of a changed certificate file failed and the previous certificate is still in use; 0 once one loads.", &["file"]),
             certificate_expiry: gauge_vec(r, "kubegate_certificate_expiry_timestamp_seconds", "Unix time when the first certificate in each certificate file kubegate reads expires (serving and client certificates, CA bundles).", &["file"]),
-            admin_refused: counter_vec(r, "kubegate_admin_refused_total", "Admin endpoint connections and requests turned away, by reason (evicted, timeout, too_large, unauthorized).", &["reason"]),
+            admin_refused: Counted::new(r, "kubegate_admin_refused_total", "Admin endpoint connections and requests turned away, by reason (evicted, timeout, too_large, unauthorized).", "reason"),
             discovered_backends: gauge(r, "kubegate_discovered_backends", "Backends in use that came from the default/kubernetes EndpointSlices (not in the static list)."),
             discovery_errors: counter(r, "kubegate_discovery_errors_total", "Failed attempts to list or watch the endpoint slices on a backend."),
             shed_object_rules: gauge_vec(r, "kubegate_shed_object_rules", "Rules read from the cluster's shed object (terminate.shed_object) and in force.", &["cluster"]),
             shed_object_refused: gauge_vec(r, "kubegate_shed_object_refused_rules", "Entries of the cluster's shed object, as last read, that kubegate does not put in force (see its log).", &["cluster"]),
             shed_object_errors: counter_vec(r, "kubegate_shed_object_errors_total", "Failed attempts to read or watch the cluster's shed object.", &["cluster"]),
-        };
-        zero_series::<AdminRefusal, _>(&m.admin_refused);
-        zero_series::<ReloadResult, _>(&m.reloads);
-        zero_series::<ReloadResult, _>(&m.certificate_reloads);
-        m
+        }
     }
 
     /// Counts a configuration reload.
     pub fn reload(&self, result: ReloadResult) {
-        count(&self.reloads, result);
+        self.reloads.count(result);
     }
 
     /// Counts a certificate read again.
     pub fn certificate_reload(&self, result: ReloadResult) {
-        count(&self.certificate_reloads, result);
+        self.certificate_reloads.count(result);
     }
 
     /// Counts an admin connection or request turned away.
     pub fn admin_refused(&self, reason: AdminRefusal) {
-        count(&self.admin_refused, reason);
+        self.admin_refused.count(reason);
     }
 }

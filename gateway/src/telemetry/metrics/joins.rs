@@ -2,7 +2,9 @@
 //! upstream request, the answer bytes held for them, and watches fed from a shared one.
 
 use crate::telemetry::labels::{AccessReviewResult, JoinMiss};
-use crate::telemetry::metrics::register::{counter, counter_vec, gauge, histogram, Forget};
+use crate::telemetry::metrics::register::{
+    counter, counter_vec, gauge, histogram, Counted, Forget,
+};
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -20,11 +22,11 @@ pub struct JoinMetrics {
     joined: IntCounterVec,
     /// `kubegate_reads_leading_total{cluster}`: upstream requests whose answer others joined.
     leading: IntCounterVec,
-    /// `kubegate_reads_join_missed_total{reason}`'s series by `JoinMiss as usize`: counted
-    /// without a label lookup (a leading read keeps its `abandoned` series).
-    missed: [IntCounter; JoinMiss::ALL.len()],
-    /// `kubegate_access_reviews_total{result}`'s series by `AccessReviewResult as usize`.
-    access_reviews: [IntCounter; AccessReviewResult::ALL.len()],
+    /// `kubegate_reads_join_missed_total{reason}` (a leading read keeps its `abandoned`
+    /// series).
+    missed: Counted<JoinMiss>,
+    /// `kubegate_access_reviews_total{result}`.
+    access_reviews: Counted<AccessReviewResult>,
     /// `kubegate_access_review_cache_entries`: access decisions kubegate remembers.
     pub access_review_cache_entries: IntGauge,
     /// `kubegate_join_held_bytes`: answer bytes held for joined reads now.
@@ -49,14 +51,12 @@ pub struct JoinMetrics {
 impl JoinMetrics {
     /// Registers the group's families in `r`.
     pub fn new(r: &Registry) -> JoinMetrics {
-        let missed = counter_vec(r, "kubegate_reads_join_missed_total", "Answers reads waited on but did not get (each waiting read was then sent on its own), by reason (too_large, over_held, status, broken, abandoned).", &["reason"]);
-        let access_reviews = counter_vec(r, "kubegate_access_reviews_total", "SubjectAccessReviews kubegate sent before sharing another sender's read or watch, by result (allowed, denied, failed; skipped: not sent, too many in flight).", &["result"]);
         JoinMetrics {
-            access_reviews: AccessReviewResult::ALL.map(|a| access_reviews.with_label_values(&[a.as_str()])),
+            access_reviews: Counted::new(r, "kubegate_access_reviews_total", "SubjectAccessReviews kubegate sent before sharing another sender's read or watch, by result (allowed, denied, failed; skipped: not sent, too many in flight).", "result"),
             access_review_cache_entries: gauge(r, "kubegate_access_review_cache_entries", "Access decisions (sender and attributes, allowed or not) kubegate remembers."),
             joined: counter_vec(r, "kubegate_reads_joined_total", "Terminate-mode reads answered from an identical read's upstream request (each an upstream request saved), by cluster.", &["cluster"]),
             leading: counter_vec(r, "kubegate_reads_leading_total", "Upstream reads whose answer identical reads joined, by cluster.", &["cluster"]),
-            missed: JoinMiss::ALL.map(|m| missed.with_label_values(&[m.as_str()])),
+            missed: Counted::new(r, "kubegate_reads_join_missed_total", "Answers reads waited on but did not get (each waiting read was then sent on its own), by reason (too_large, over_held, status, broken, abandoned).", "reason"),
             held_bytes: gauge(r, "kubegate_join_held_bytes", "Answer bytes kubegate holds for joined reads now, over every cluster (terminate.join_reads.max_held_bytes bounds it)."),
             watch_feeds: gauge(r, "kubegate_shared_watch_feeds", "Upstream watches feeding shared watches now (terminate.shared_watches)."),
             fed_watches: gauge(r, "kubegate_shared_watches", "Client watches fed from a shared upstream watch now."),
@@ -93,12 +93,12 @@ impl JoinMetrics {
 
     /// A SubjectAccessReview ended as `result`.
     pub fn access_reviewed(&self, result: AccessReviewResult) {
-        self.access_reviews[result as usize].inc();
+        self.access_reviews.count(result);
     }
 
     /// An answer waited on was not shared, for `why`.
     pub fn missed(&self, why: JoinMiss) {
-        self.missed[why as usize].inc();
+        self.missed.count(why);
     }
 
     /// A client of a shared watch was cut for falling too far behind.
@@ -118,6 +118,6 @@ impl JoinMetrics {
 
     /// The series counting answers not shared for `why`.
     pub fn missed_series(&self, why: JoinMiss) -> IntCounter {
-        self.missed[why as usize].clone()
+        self.missed.of(why).clone()
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::telemetry::labels::{AcceptError, ClientLimit, ConnectError, HoldOutcome, Refusal};
 use crate::telemetry::metrics::register::{
-    count, counter, counter_vec, forget_in, gauge, gauge_vec, zero_series,
+    counter, counter_vec, forget_in, gauge, gauge_vec, Counted,
 };
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
@@ -11,7 +11,7 @@ use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 pub struct NetMetrics {
     /// `kubegate_accept_errors_total{reason}`: failed accepts on the listeners (see
     /// [`AcceptError`]).
-    accept_errors: IntCounterVec,
+    accept_errors: Counted<AcceptError>,
     /// `kubegate_client_connection_limit`: client connections admitted at once (the configured
     /// limit, held to what the open-files limit leaves room for).
     pub client_connection_limit: IntGauge,
@@ -20,7 +20,7 @@ pub struct NetMetrics {
     pub listener_clients: IntGaugeVec,
     /// `kubegate_client_limit_closes_total{reason}`: client connections closed because they
     /// reached a limit (see [`ClientLimit`]).
-    client_limit_closes: IntCounterVec,
+    client_limit_closes: Counted<ClientLimit>,
     /// `kubegate_backend_connect_errors_total{backend,reason}`.
     connect_errors: IntCounterVec,
     /// `kubegate_backend_port_connect_errors_total{backend,port,reason}`: failed connects to a
@@ -31,36 +31,30 @@ pub struct NetMetrics {
     /// `kubegate_connections_fallback_total`: connections sent to an alive, not-ready backend.
     pub fallback: IntCounter,
     /// `kubegate_connections_refused_total{reason}`: client connections closed unserved.
-    refused: IntCounterVec,
+    refused: Counted<Refusal>,
     /// `kubegate_held`: connections and requests waiting for a ready backend now.
     pub holding: IntGauge,
     /// `kubegate_holds_total{outcome}`: waits for a ready backend, by how they ended (see
     /// [`HoldOutcome`]).
-    holds: IntCounterVec,
+    holds: Counted<HoldOutcome>,
 }
 
 impl NetMetrics {
     /// Registers the group's families in `r`.
     pub fn new(r: &Registry) -> NetMetrics {
-        let m = NetMetrics {
-            accept_errors: counter_vec(r, "kubegate_accept_errors_total", "Failed accepts on the listeners, by reason (out_of_resources: descriptors or memory exhausted; aborted: the client left before the accept; other).", &["reason"]),
+        NetMetrics {
+            accept_errors: Counted::new(r, "kubegate_accept_errors_total", "Failed accepts on the listeners, by reason (out_of_resources: descriptors or memory exhausted; aborted: the client left before the accept; other).", "reason"),
             client_connection_limit: gauge(r, "kubegate_client_connection_limit", "Client connections admitted at once: limits.max_client_connections, held to what the open-files limit leaves room for."),
             listener_clients: gauge_vec(r, "kubegate_listener_client_connections", "Client connections open on each listener, by its address and mode; together they count against kubegate_client_connection_limit.", &["listener", "mode"]),
-            client_limit_closes: counter_vec(r, "kubegate_client_limit_closes_total", "Client connections kubegate closed to protect itself and its other clients, by limit (connections: limits.max_client_connections were open; rapid_reset: most HTTP/2 streams reset by the client at once).", &["reason"]),
+            client_limit_closes: Counted::new(r, "kubegate_client_limit_closes_total", "Client connections kubegate closed to protect itself and its other clients, by limit (connections: limits.max_client_connections were open; rapid_reset: most HTTP/2 streams reset by the client at once).", "reason"),
             connect_errors: counter_vec(r, "kubegate_backend_connect_errors_total", "Failed connects to a backend by reason (refused, timeout, error).", &["backend", "reason"]),
             port_connect_errors: counter_vec(r, "kubegate_backend_port_connect_errors_total", "Failed connects to another port of a replica (a passthrough listener's backend_port: konnectivity, a supervisor) by port and reason (refused, timeout, error); the replica's apiserver is not blamed.", &["backend", "port", "reason"]),
             connect_retries: counter(r, "kubegate_connect_retries_total", "Client connections whose first backend connect failed and were retried on another backend."),
             fallback: counter(r, "kubegate_connections_fallback_total", "Client connections sent to an alive but not-ready backend because no backend was ready (no_ready_backend: alive)."),
-            refused: counter_vec(r, "kubegate_connections_refused_total", "Client connections closed without a backend, by reason (no_ready_backend, connect_failed, out_of_resources).", &["reason"]),
+            refused: Counted::new(r, "kubegate_connections_refused_total", "Client connections closed without a backend, by reason (no_ready_backend, connect_failed, out_of_resources).", "reason"),
             holding: gauge(r, "kubegate_held", "Client connections and requests waiting for a ready backend now, none of their cluster being ready, or before a read every replica failed on its storage is asked again (terminate.hold_when_none_ready, terminate.hold_reads_when_storage_fails)."),
-            holds: counter_vec(r, "kubegate_holds_total", "Waits for a ready backend while none of the cluster was, and reads held through a storage outage (terminate.hold_reads_when_storage_fails), by how they ended (ready: a backend could take the work, or served the read; timed_out: none within it; over_limit: terminate.max_held_when_none_ready were waiting, not held).", &["outcome"]),
-        };
-        // Series that dashboards and alerts read exist from the start, at 0.
-        zero_series::<Refusal, _>(&m.refused);
-        zero_series::<ClientLimit, _>(&m.client_limit_closes);
-        zero_series::<AcceptError, _>(&m.accept_errors);
-        zero_series::<HoldOutcome, _>(&m.holds);
-        m
+            holds: Counted::new(r, "kubegate_holds_total", "Waits for a ready backend while none of the cluster was, and reads held through a storage outage (terminate.hold_reads_when_storage_fails), by how they ended (ready: a backend could take the work, or served the read; timed_out: none within it; over_limit: terminate.max_held_when_none_ready were waiting, not held).", "outcome"),
+        }
     }
 
     pub(super) fn init_backend(&self, backend: &str) {
@@ -76,22 +70,22 @@ impl NetMetrics {
 
     /// Counts a client connection closed because it reached `limit`.
     pub fn limit_closed(&self, limit: ClientLimit) {
-        count(&self.client_limit_closes, limit);
+        self.client_limit_closes.count(limit);
     }
 
     /// Counts a wait for a ready backend that ended so.
     pub fn hold_ended(&self, outcome: HoldOutcome) {
-        count(&self.holds, outcome);
+        self.holds.count(outcome);
     }
 
     /// Counts a failed accept.
     pub fn accept_failed(&self, reason: AcceptError) {
-        count(&self.accept_errors, reason);
+        self.accept_errors.count(reason);
     }
 
     /// Counts a client turned away.
     pub fn refuse(&self, reason: Refusal) {
-        count(&self.refused, reason);
+        self.refused.count(reason);
     }
 
     /// Counts a failed connect to `backend`'s other `port`.

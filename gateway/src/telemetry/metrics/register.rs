@@ -7,6 +7,7 @@ use prometheus::{
     Registry,
 };
 use std::collections::HashMap;
+use std::marker::PhantomData;
 
 /// Creates `family`'s series for every value of `L`, at 0: dashboards and alerts read them
 /// from the start.
@@ -16,9 +17,50 @@ pub fn zero_series<L: Label, B: MetricVecBuilder>(family: &MetricVec<B>) {
     }
 }
 
-/// Counts one in `family`'s series for `value`.
-pub fn count<L: Label>(family: &IntCounterVec, value: L) {
-    family.with_label_values(&[value.label()]).inc();
+/// A counter family of one label whose values are `L`'s: every series made at 0 when it is
+/// registered (dashboards and alerts read them from the start) and counted by `L`'s place,
+/// without a label lookup.
+pub struct Counted<L> {
+    series: Box<[IntCounter]>,
+    label: PhantomData<fn(L)>,
+}
+
+impl<L> Clone for Counted<L> {
+    fn clone(&self) -> Self {
+        Counted {
+            series: self.series.clone(),
+            label: PhantomData,
+        }
+    }
+}
+
+impl<L: Label> Counted<L> {
+    /// Registers family `name` in `r`, its label named `label`.
+    pub fn new(r: &Registry, name: &str, help: &str, label: &str) -> Counted<L> {
+        let family = counter_vec(r, name, help, &[label]);
+        Counted {
+            series: L::all()
+                .iter()
+                .map(|value| family.with_label_values(&[value.label()]))
+                .collect(),
+            label: PhantomData,
+        }
+    }
+
+    /// Counts one for `value`.
+    pub fn count(&self, value: L) {
+        self.series[value.index()].inc();
+    }
+
+    /// The count for `value` so far.
+    pub fn get(&self, value: L) -> u64 {
+        self.series[value.index()].get()
+    }
+
+    /// `value`'s series.
+    pub fn of(&self, value: L) -> &IntCounter {
+        &self.series[value.index()]
+    }
 }
 
 /// A counter, registered.
@@ -107,5 +149,32 @@ impl<T: prometheus::core::MetricVecBuilder> Forget for prometheus::core::MetricV
 pub fn forget_in(families: &[&dyn Forget], backend: &str) {
     for f in families {
         f.forget(backend);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::telemetry::labels::RequestFailure;
+    use prometheus::Encoder;
+
+    #[test]
+    fn each_value_counts_in_its_own_series_and_every_series_is_there_from_the_start() {
+        let r = Registry::new();
+        let failed = Counted::<RequestFailure>::new(&r, "t_failed_total", "Failed.", "reason");
+        let last = *RequestFailure::ALL.last().expect("values");
+        failed.count(last);
+        failed.count(last);
+        let mut out = Vec::new();
+        prometheus::TextEncoder::new()
+            .encode(&r.gather(), &mut out)
+            .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        for value in RequestFailure::ALL {
+            let n = u64::from(value == last) * 2;
+            let series = format!("t_failed_total{{reason=\"{}\"}} {n}", value.as_str());
+            assert!(text.contains(&series), "{series} in:\n{text}");
+            assert_eq!(failed.get(value), n, "{value:?}");
+        }
     }
 }

@@ -6,7 +6,7 @@ use crate::telemetry::labels::{
     Identity, RequestFailure, TokenReviewResult, WatchBreak, WatchEnd,
 };
 use crate::telemetry::metrics::register::{
-    count, counter, counter_vec, forget_in, gauge, gauge_vec, histogram_vec, zero_series, Forget,
+    counter, counter_vec, forget_in, gauge, gauge_vec, histogram_vec, zero_series, Counted, Forget,
 };
 use kubegate_wire::classify::Verb;
 use prometheus::{
@@ -30,12 +30,11 @@ pub struct TerminateMetrics {
     duration_series: [OnceLock<Histogram>; Verb::ALL.len()],
     /// `kubegate_request_retries_total{reason}`: attempts sent to another backend, by the
     /// failure before.
-    request_retries: IntCounterVec,
+    request_retries: Counted<AttemptFailure>,
     /// `kubegate_requests_failed_total{reason}`: requests kubegate answered itself.
-    requests_failed: IntCounterVec,
-    /// `kubegate_requests_by_identity_total{identity}`'s series by `Identity as usize`:
-    /// counted for every request, without a label lookup.
-    identity_series: [IntCounter; Identity::ALL.len()],
+    requests_failed: Counted<RequestFailure>,
+    /// `kubegate_requests_by_identity_total{identity}`: counted for every request.
+    requests_by_identity: Counted<Identity>,
     /// `kubegate_identity_headers_stripped_total`: identity headers clients sent, removed.
     pub identity_headers_stripped: IntCounter,
     /// `kubegate_backend_requests_in_flight{backend}`.
@@ -47,20 +46,20 @@ pub struct TerminateMetrics {
     /// `kubegate_client_connections{protocol}`: open terminate-mode client connections.
     client_connections: IntGaugeVec,
     /// `kubegate_tls_handshake_failures_total{reason}` (terminate-mode clients).
-    tls_handshake_failures: IntCounterVec,
+    tls_handshake_failures: Counted<HandshakeFailure>,
     /// `kubegate_watches_open`: terminate-mode watches kubegate follows across backends.
     pub watches_open: IntGauge,
     /// `kubegate_continue_pages_total{to}`: LIST continue pages answered, by the replica that
     /// answered against the one that answered the first page.
-    continue_pages: IntCounterVec,
+    continue_pages: Counted<ContinuePage>,
     /// `kubegate_watch_resumes_total{cause}`: watches continued on another backend, by what
     /// stopped the one before.
-    watch_resumes: IntCounterVec,
+    watch_resumes: Counted<WatchBreak>,
     /// `kubegate_watch_positions_freshened_total{by}`: positions brought up to date on the
     /// replica a watch left, before it moved.
-    watch_positions_freshened: IntCounterVec,
+    watch_positions_freshened: Counted<Freshened>,
     /// `kubegate_watches_ended_total{reason}`.
-    watches_ended: IntCounterVec,
+    watches_ended: Counted<WatchEnd>,
     /// `kubegate_access_log_dropped_total`: access log lines over `max_per_second` or that
     /// found the writer's queue full.
     pub access_log_dropped: IntCounter,
@@ -96,8 +95,8 @@ pub struct TerminateMetrics {
     /// `kubegate_backend_discovery_failures_total{backend}`: reads of a replica's version or
     /// discovery that failed.
     pub backend_discovery_failures: IntCounterVec,
-    /// `kubegate_token_reviews_total{result}`'s series by `TokenReviewResult as usize`.
-    token_reviews: [IntCounter; TokenReviewResult::ALL.len()],
+    /// `kubegate_token_reviews_total{result}`.
+    token_reviews: Counted<TokenReviewResult>,
     /// `kubegate_token_review_cache_entries`: bearer tokens whose review kubegate remembers.
     pub token_review_cache_entries: IntGauge,
     /// `kubegate_request_body_bytes_held`: request body bytes kubegate holds now (read, or
@@ -117,25 +116,23 @@ pub struct TerminateMetrics {
 impl TerminateMetrics {
     /// Registers the group's families in `r`.
     pub fn new(r: &Registry) -> TerminateMetrics {
-        let by_identity = counter_vec(r, "kubegate_requests_by_identity_total", "Terminate-mode requests by the identity passed on (client_certificate, bearer_token, anonymous).", &["identity"]);
-        let token_reviews = counter_vec(r, "kubegate_token_reviews_total", "TokenReviews kubegate sent to name bearer-token clients, by result (named, rejected, failed; skipped: not sent, too many in flight).", &["result"]);
         let m = TerminateMetrics {
             requests: counter_vec(r, "kubegate_requests_total", "Terminate-mode requests answered by a backend, by verb and status class.", &["backend", "verb", "code"]),
             request_duration: histogram_vec(r, "kubegate_request_duration_seconds", "Terminate mode: time from sending a request to a backend to its response headers (requests that are not long-running).", &["verb"], REQUEST_BUCKETS),
             duration_series: Default::default(),
-            request_retries: counter_vec(r, "kubegate_request_retries_total", "Terminate-mode requests sent to another backend, by what failed before (connect_failed, unsent, refused_stream, goaway, shutting_down, reset).", &["reason"]),
-            requests_failed: counter_vec(r, "kubegate_requests_failed_total", "Terminate-mode requests kubegate answered itself, by reason (no_ready_backend, unavailable, broken, body_too_large, bad_request).", &["reason"]),
-            identity_series: Identity::ALL.map(|i| by_identity.with_label_values(&[i.as_str()])),
+            request_retries: Counted::new(r, "kubegate_request_retries_total", "Terminate-mode requests sent to another backend, by what failed before (connect_failed, unsent, refused_stream, goaway, shutting_down, reset).", "reason"),
+            requests_failed: Counted::new(r, "kubegate_requests_failed_total", "Terminate-mode requests kubegate answered itself, by reason (no_ready_backend, unavailable, broken, body_too_large, bad_request).", "reason"),
+            requests_by_identity: Counted::new(r, "kubegate_requests_by_identity_total", "Terminate-mode requests by the identity passed on (client_certificate, bearer_token, anonymous).", "identity"),
             identity_headers_stripped: counter(r, "kubegate_identity_headers_stripped_total", "Identity headers (X-Remote-*) clients sent, removed before forwarding."),
             requests_in_flight: gauge_vec(r, "kubegate_backend_requests_in_flight", "Terminate-mode requests in flight per backend, long-running ones included.", &["backend"]),
             long_running: gauge_vec(r, "kubegate_backend_long_running_requests", "Terminate-mode long-running requests (watches, exec, logs) open per backend.", &["backend"]),
             upstream_connections: gauge_vec(r, "kubegate_backend_upstream_connections", "Terminate mode's HTTP/2 connections to each backend open for new requests.", &["backend"]),
             client_connections: gauge_vec(r, "kubegate_client_connections", "Open terminate-mode client connections, by protocol (h2, http/1.1).", &["protocol"]),
-            tls_handshake_failures: counter_vec(r, "kubegate_tls_handshake_failures_total", "Terminate-mode client TLS handshakes that failed (error) or did not finish in time (timeout).", &["reason"]),
+            tls_handshake_failures: Counted::new(r, "kubegate_tls_handshake_failures_total", "Terminate-mode client TLS handshakes that failed (error) or did not finish in time (timeout).", "reason"),
             watches_open: gauge(r, "kubegate_watches_open", "Terminate-mode watches kubegate follows across backends."),
-            continue_pages: counter_vec(r, "kubegate_continue_pages_total", "LIST continue pages answered, by where against the replica that answered the first page on the same client connection (first_page_replica, another_replica, unknown).", &["to"]),
-            watch_resumes: counter_vec(r, "kubegate_watch_resumes_total", "Watches continued on another backend from their last position, by what stopped the upstream stream (ended, failed, drained, expired, moved, cache_behind).", &["cause"]),
-            watch_positions_freshened: counter_vec(r, "kubegate_watch_positions_freshened_total", "Watch positions brought up to date on the replica the watch left, before it moved to a replica that came back after its position: by its next event (next_event) or a bookmark asked of that replica (bookmark).", &["by"]),
+            continue_pages: Counted::new(r, "kubegate_continue_pages_total", "LIST continue pages answered, by where against the replica that answered the first page on the same client connection (first_page_replica, another_replica, unknown).", "to"),
+            watch_resumes: Counted::new(r, "kubegate_watch_resumes_total", "Watches continued on another backend from their last position, by what stopped the upstream stream (ended, failed, drained, expired, moved, cache_behind).", "cause"),
+            watch_positions_freshened: Counted::new(r, "kubegate_watch_positions_freshened_total", "Watch positions brought up to date on the replica the watch left, before it moved to a replica that came back after its position: by its next event (next_event) or a bookmark asked of that replica (bookmark).", "by"),
             access_log_dropped: counter(r, "kubegate_access_log_dropped_total", "Access log lines not written: over terminate.access_log.max_per_second, or the writer's queue was full."),
             dispatch_requests: counter_vec(r, "kubegate_dispatch_requests_total", "Terminate-mode requests each dispatch rule took, by cluster and rule.", &["cluster", "rule"]),
             dispatch_limited: counter_vec(r, "kubegate_dispatch_limited_total", "Requests a dispatch rule's limit answered 429, by cluster, rule and limit (in_flight, rate; rejected: a rule that rejects).", &["cluster", "rule", "limit"]),
@@ -149,22 +146,15 @@ impl TerminateMetrics {
             backend_version: gauge_vec(r, "kubegate_backend_version_info", "1 for the version each ready replica reports (/version), as terminate mode learned it.", &["backend", "version"]),
             backend_serves: gauge_vec(r, "kubegate_backend_serves", "1 for each API group-version a ready replica serves (its /api and /apis).", &["backend", "group_version"]),
             backend_discovery_failures: counter_vec(r, "kubegate_backend_discovery_failures_total", "Reads of a replica's /version or discovery that failed.", &["backend"]),
-            token_reviews: TokenReviewResult::ALL.map(|t| token_reviews.with_label_values(&[t.as_str()])),
+            token_reviews: Counted::new(r, "kubegate_token_reviews_total", "TokenReviews kubegate sent to name bearer-token clients, by result (named, rejected, failed; skipped: not sent, too many in flight).", "result"),
             token_review_cache_entries: gauge(r, "kubegate_token_review_cache_entries", "Bearer tokens whose review (named or not) kubegate remembers."),
             request_body_bytes_held: gauge(r, "kubegate_request_body_bytes_held", "Terminate-mode request body bytes kubegate holds now (being read, or held for a retry), all clients together."),
             apf_rejections: counter_vec(r, "kubegate_apf_rejections_total", "429s a replica's API Priority and Fairness answered (rejected before any handler ran), by backend and priority level UID.", &["backend", "priority_level"]),
             apf_steered: counter_vec(r, "kubegate_apf_steered_total", "Terminate-mode requests placed away from replicas rejecting their priority level (by its UID, until the rejections' Retry-After passed), or holding more of the level's requests in flight than another replica.", &["priority_level"]),
             apf_over_budget: counter(r, "kubegate_apf_retries_over_budget_total", "APF rejections not tried on another replica because the retry budget (a tenth of the requests sent) was spent: the client got the 429."),
-            watches_ended: counter_vec(r, "kubegate_watches_ended_total", "Followed watches that ended, by reason (client, timeout, expired, error, not_resumable_*, malformed).", &["reason"]),
+            watches_ended: Counted::new(r, "kubegate_watches_ended_total", "Followed watches that ended, by reason (client, timeout, expired, error, not_resumable_*, malformed).", "reason"),
         };
-        zero_series::<AttemptFailure, _>(&m.request_retries);
-        zero_series::<RequestFailure, _>(&m.requests_failed);
-        zero_series::<HandshakeFailure, _>(&m.tls_handshake_failures);
         zero_series::<ClientProtocol, _>(&m.client_connections);
-        zero_series::<WatchBreak, _>(&m.watch_resumes);
-        zero_series::<ContinuePage, _>(&m.continue_pages);
-        zero_series::<WatchEnd, _>(&m.watches_ended);
-        zero_series::<Freshened, _>(&m.watch_positions_freshened);
         m
     }
 
@@ -236,7 +226,7 @@ impl TerminateMetrics {
 
     /// Counts a LIST continue page answered `to` a replica.
     pub fn continue_page(&self, to: ContinuePage) {
-        count(&self.continue_pages, to);
+        self.continue_pages.count(to);
     }
 
     /// Counts a request of `level` placed away from replicas rejecting it.
@@ -246,12 +236,12 @@ impl TerminateMetrics {
 
     /// Counts a token review that ended as `result`.
     pub fn token_reviewed(&self, result: TokenReviewResult) {
-        self.token_reviews[result as usize].inc();
+        self.token_reviews.count(result);
     }
 
     /// Counts a request by the identity passed on for it.
     pub fn count_identity(&self, identity: Identity) {
-        self.identity_series[identity as usize].inc();
+        self.requests_by_identity.count(identity);
     }
 
     /// Observes the time a backend took to send a `verb` request's response headers.
@@ -270,12 +260,12 @@ impl TerminateMetrics {
 
     /// Counts a request sent to another backend after `failure`.
     pub fn request_retry(&self, failure: AttemptFailure) {
-        count(&self.request_retries, failure);
+        self.request_retries.count(failure);
     }
 
     /// Counts a request kubegate answered itself.
     pub fn request_failed(&self, reason: RequestFailure) {
-        count(&self.requests_failed, reason);
+        self.requests_failed.count(reason);
     }
 
     /// The open client connections gauge of `protocol`.
@@ -286,29 +276,27 @@ impl TerminateMetrics {
 
     /// Counts a client TLS handshake that failed.
     pub fn handshake_failed(&self, reason: HandshakeFailure) {
-        count(&self.tls_handshake_failures, reason);
+        self.tls_handshake_failures.count(reason);
     }
 
     /// Counts a watch continued on another backend after `cause`.
     pub fn watch_resumed(&self, cause: WatchBreak) {
-        count(&self.watch_resumes, cause);
+        self.watch_resumes.count(cause);
     }
 
     /// Watches continued on another backend after `cause` since the start.
     pub fn watches_resumed(&self, cause: WatchBreak) -> u64 {
-        self.watch_resumes
-            .with_label_values(&[cause.as_str()])
-            .get()
+        self.watch_resumes.get(cause)
     }
 
     /// Counts a watch position brought up to date before a move, `by` how.
     pub fn watch_freshened(&self, by: Freshened) {
-        count(&self.watch_positions_freshened, by);
+        self.watch_positions_freshened.count(by);
     }
 
     /// Counts a followed watch that ended.
     pub fn watch_ended(&self, reason: WatchEnd) {
-        count(&self.watches_ended, reason);
+        self.watches_ended.count(reason);
     }
 }
 
@@ -316,8 +304,8 @@ impl TerminateMetrics {
 mod tests {
     use super::*;
 
-    /// The series arrays are indexed by discriminant: each `ALL` must list its enum in
-    /// declaration order.
+    /// Series are indexed by discriminant (`duration_series`, and [`Label::index`] in every
+    /// `Counted`): each `ALL` must list its enum in declaration order.
     #[test]
     fn series_arrays_are_indexed_in_declaration_order() {
         for (i, identity) in Identity::ALL.into_iter().enumerate() {
