@@ -1,6 +1,6 @@
-//! Watches kubegate continued on another replica by itself, invisible to their clients: read
-//! from its `/metrics` (`kubegate_watch_resumes_total`) twice a second, so the plot can show
-//! when they happened.
+//! kubegate's own figures, read from its `/metrics`: the watches it continued on another
+//! replica by itself, invisible to their clients (`kubegate_watch_resumes_total`, twice a
+//! second, so the plot can show when they happened), and the waits for its start-up to end.
 
 use crate::record::Recorder;
 use crate::traffic::tokio_util_like::Stop;
@@ -28,6 +28,42 @@ pub async fn follow(admin: SocketAddr, rec: Arc<Recorder>, stop: Stop) {
 /// `kubegate_config_reloads_total{result="failure"`), from kubegate's `/metrics` at `admin`.
 pub async fn metric_sum(admin: SocketAddr, name: &str) -> Option<u64> {
     Some(Scrape::of(admin).await?.sum(name))
+}
+
+/// Waits until the sum of metric family `name` at `admin` is `n`, up to `limit`: how long it
+/// took.
+pub async fn metric_reaches(
+    admin: SocketAddr,
+    name: &str,
+    n: u64,
+    limit: Duration,
+) -> anyhow::Result<Duration> {
+    let start = std::time::Instant::now();
+    loop {
+        let now = metric_sum(admin, name).await.unwrap_or(0);
+        if now == n {
+            return Ok(start.elapsed());
+        }
+        anyhow::ensure!(
+            start.elapsed() < limit,
+            "{name} is {now}, not {n}, after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until kubegate at `admin` has finished starting: its `backends` ready in its eyes
+/// and, in terminate mode, each one's version learned — over the upstream connection it then
+/// keeps — so that a reading taken before any client holds what it keeps for good. (Traffic
+/// passes once one backend is ready; a reading then would miss the others' connections.)
+pub async fn at_rest(admin: SocketAddr, backends: usize, terminates: bool) -> anyhow::Result<()> {
+    let limit = Duration::from_secs(30);
+    let n = backends as u64;
+    metric_reaches(admin, "kubegate_cluster_ready_backends", n, limit).await?;
+    if terminates {
+        metric_reaches(admin, "kubegate_backend_version_info", n, limit).await?;
+    }
+    Ok(())
 }
 
 /// One read of kubegate's `/metrics`, for several figures taken at the same moment.

@@ -157,6 +157,9 @@ async fn one(
         tls: cp.tls().clone(),
     };
     traffic::seed_when_ready(&target, gateway).await?;
+    if let Some(admin) = gw.admin {
+        crate::resumes::at_rest(admin, cp.len(), gw.terminates).await?;
+    }
     let start = Instant::now();
     let pid = gw
         .pid()

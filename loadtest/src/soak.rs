@@ -79,8 +79,8 @@ pub async fn soak(plan: &SoakPlan) -> anyhow::Result<SoakReport> {
         .ok_or_else(|| anyhow::anyhow!("kubegate has no PID"))?;
     let start = Instant::now();
     let sampler = Sampler::start(pid, start);
-    // Idle baseline: backends ready, no client yet.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Idle baseline: every backend ready (and its version learned), no client yet.
+    crate::resumes::at_rest(gw.layout.admin, ConfigState::INITIAL.backends, true).await?;
     let baseline = sampler.latest();
 
     let stop = Stop::default();

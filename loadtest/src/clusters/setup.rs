@@ -1,7 +1,6 @@
 //! What a `clusters` run stands up, for the isolation and scale parts alike: each cluster's
 //! piece of kubegate's configuration, kubegate's configuration, and the kubegate process.
 
-use crate::resumes::Scrape;
 use anyhow::Context;
 use kubegate_config::{
     BackendSpec, ClusterSpec, Config, FrontProxy, ListenerMode, ListenerSpec, ServingTls,
@@ -11,7 +10,7 @@ use kubegate_testbed::{wait_listening, ChildProcess};
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How kubegate's listener serves the clusters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -144,19 +143,7 @@ impl Kubegate {
         n: u64,
         limit: Duration,
     ) -> anyhow::Result<Duration> {
-        let start = Instant::now();
-        loop {
-            let ready = Scrape::of(self.admin)
-                .await
-                .map_or(0, |s| s.sum("kubegate_cluster_ready_backends"));
-            if ready == n {
-                return Ok(start.elapsed());
-            }
-            anyhow::ensure!(
-                start.elapsed() < limit,
-                "{ready} of {n} backends ready after {limit:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        crate::resumes::metric_reaches(self.admin, "kubegate_cluster_ready_backends", n, limit)
+            .await
     }
 }
