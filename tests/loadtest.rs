@@ -342,14 +342,16 @@ fn a_client_notices_nothing_of_l7_faults_through_terminate_mode() {
     );
 
     // Every replica down: kubegate stays up and answers every request itself (a 503 Status,
-    // which client-go retries), nothing breaks under a client, and it serves again within
-    // interval × rise (2 s) of the first replica being ready.
+    // which client-go retries), nothing breaks under a client, and it serves again once its
+    // probes find the first replica ready: within interval × rise (2 s) of it, and the client
+    // waits out the 503's `Retry-After` (1 s) before it asks again. (An idle machine measured
+    // 1.06 s; docs/failover.md.)
     let down = run(&faults, "all-down", "kubegate-l7");
     answered_with_a_status(&down);
     assert_eq!(total(&down["client_go_failures"]), 0, "{down}");
     let again = down["served_again_ms"].as_i64().unwrap();
     assert!(
-        again <= 2_000,
+        again <= 2_000 + 1_000,
         "served again {again} ms after the first ready: {down}"
     );
 

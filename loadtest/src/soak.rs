@@ -162,7 +162,11 @@ pub async fn soak(plan: &SoakPlan) -> anyhow::Result<SoakReport> {
         let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
     }
     eprintln!("soak: traffic stopped; waiting for kubegate's descriptors to settle");
-    let settled = sampler.settle(baseline.fds, Duration::from_secs(60)).await;
+    let added = state.backends.saturating_sub(ConfigState::INITIAL.backends) as u64;
+    let kept_fds = KEPT_FDS_PER_BACKEND * added;
+    let settled = sampler
+        .settle(baseline.fds + kept_fds, Duration::from_secs(60))
+        .await;
     let still_running = gw.proc.running() && gw.pid() == Some(pid);
     let watch_resumes_by_cause = crate::resumes::Scrape::of(gw.layout.admin)
         .await
@@ -179,6 +183,7 @@ pub async fn soak(plan: &SoakPlan) -> anyhow::Result<SoakReport> {
         store: &store,
         samples: sampler.all(),
         baseline,
+        kept_fds,
         settled,
         still_running,
         pid,
@@ -187,6 +192,12 @@ pub async fn soak(plan: &SoakPlan) -> anyhow::Result<SoakReport> {
     gw.proc.kill();
     Ok(report)
 }
+
+/// Descriptors kubegate keeps for good for each backend a fault added: terminate mode learns
+/// the replica's version over an upstream connection and keeps it (the last of its kind is
+/// never retired), and a connection holds two, its socket and the copy kubegate shuts it
+/// with.
+const KEPT_FDS_PER_BACKEND: u64 = 2;
 
 fn start_kubegate(dir: &Path, cp: &ControlPlane) -> anyhow::Result<Soaked> {
     let gw_dir = dir.join("kubegate");
