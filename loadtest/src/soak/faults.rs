@@ -4,9 +4,9 @@
 
 use super::soaked::Soaked;
 use crate::control_plane::ControlPlane;
-use crate::resumes::metric_sum;
+use crate::resumes::{metric_reaches, metric_sum};
 use serde::Serialize;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// `drain.timeout` values a valid reload switches between.
 pub const DRAIN_TIMEOUTS: [Duration; 2] = [Duration::from_secs(30), Duration::from_secs(31)];
@@ -224,9 +224,15 @@ fn config(gw: &Soaked, state: &ConfigState) -> String {
         .to_yaml()
 }
 
+/// kubegate's reloads with `result` so far.
+fn reloads_series(result: &str) -> String {
+    format!("kubegate_config_reloads_total{{result=\"{result}\"")
+}
+
 async fn reloads(gw: &Soaked, result: &str) -> u64 {
-    let series = format!("kubegate_config_reloads_total{{result=\"{result}\"");
-    metric_sum(gw.layout.admin, &series).await.unwrap_or(0)
+    metric_sum(gw.layout.admin, &reloads_series(result))
+        .await
+        .unwrap_or(0)
 }
 
 /// Writes `text` as kubegate's config and waits for the reload it triggers: applied when
@@ -238,14 +244,9 @@ async fn reload(gw: &Soaked, text: &str, valid: bool) -> anyhow::Result<()> {
     wait_for(gw, result, before + 1).await
 }
 
+/// Waits (up to 30 s) until kubegate has counted `at_least` reloads with `result`.
 async fn wait_for(gw: &Soaked, result: &str, at_least: u64) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while reloads(gw, result).await < at_least {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "no reload with result {result} within 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let series = reloads_series(result);
+    metric_reaches(gw.layout.admin, &series, at_least, Duration::from_secs(30)).await?;
     Ok(())
 }
