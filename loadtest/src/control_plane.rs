@@ -225,7 +225,24 @@ impl ControlPlane {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        anyhow::bail!("{} not ready after {limit:?}", self.name(i))
+        anyhow::bail!(
+            "{} not ready after {limit:?}{}",
+            self.name(i),
+            self.log_tail(i)
+        )
+    }
+
+    /// The last lines of simulated replica `i`'s log, for an error that should explain
+    /// itself where the run's directory is gone (a test's), on one line (a report's table
+    /// cell holds it); empty for an external one.
+    fn log_tail(&self, i: usize) -> String {
+        let Backend::Simulated { replicas, .. } = &self.backend else {
+            return String::new();
+        };
+        let log = replicas[i].log();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = lines[lines.len().saturating_sub(8)..].join(" / ");
+        format!("; the end of its log: {tail}")
     }
 
     /// Runs replica `i`'s command `which` (external), or says it has none.
